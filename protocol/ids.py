@@ -1,0 +1,37 @@
+"""Typed identifiers.
+
+Memory ids are lowercase SHA-256 hex digests derived from content (see ``protocol.identities``),
+so the same memory always gets the same id and a redelivered job never duplicates anything.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import StringConstraints
+
+Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+"""A full lowercase SHA-256 hex digest (64 characters)."""
+
+ObservationId = Sha256Hex
+"""Id of one observation: ``sha256(canonical observation-v1 object)``."""
+
+ReflectionId = Sha256Hex
+"""Id of one reflection: ``sha256(canonical reflection-v1 object)``."""
+
+GenerationId = Sha256Hex
+"""Id of one memory generation: ``sha256(canonical threshold-generation-v1 object)``."""
+
+SessionId = Annotated[str, StringConstraints(min_length=1)]
+"""A session (run) id; always a string, even when it looks like a number (``"5"``)."""
+
+MemoryIdPrefix = Annotated[str, StringConstraints(pattern=r"^[a-f0-9]{12,64}$")]
+"""A full id or a unique prefix of 12..64 lowercase hex characters, as accepted by ``recall``."""
+
+DISPLAY_ID_LENGTH = 12
+"""Length of the display ids shown in compaction text, views and search results."""
+
+
+def display_id(memory_id: str) -> str:
+    """The short display form of a memory id: lowercase, first 12 characters."""
+    return memory_id.lower()[:DISPLAY_ID_LENGTH]

@@ -1,0 +1,200 @@
+"""Memory records as stored in SQLite (reference §4.3), as immutable pydantic models."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocol.ids import GenerationId, ObservationId, ReflectionId, SessionId
+
+Relevance = Literal["low", "medium", "high", "critical"]
+"""How much an observation matters, as rated by the Observer."""
+
+RELEVANCE_RANK: dict[str, int] = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+"""Rank of each relevance value; unknown values rank as ``medium`` (see :func:`relevance_rank`)."""
+
+ActivityStage = Literal["observer", "reflector", "dropper"]
+"""Stage shown in the live activity row."""
+
+GenerationStatus = Literal["running", "succeeded", "failed"]
+"""Lifecycle of one memory generation."""
+
+TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}$"
+"""Observation timestamps are ``YYYY-MM-DD HH:MM`` (format only; no calendar check)."""
+
+
+def relevance_rank(value: str) -> int:
+    """Rank of a relevance value (low=0 .. critical=3); unknown values count as medium."""
+    return RELEVANCE_RANK.get(value, 1)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SourceRef(_Record):
+    """One event of a session that an observation was derived from."""
+
+    run_id: SessionId
+    """Session the event belongs to."""
+    seq: int = Field(ge=1)
+    """Sequence number of the event in that session's ``events.jsonl``."""
+
+
+class ObservationRecord(_Record):
+    """One accepted observation (table ``om_observation``)."""
+
+    observation_id: ObservationId
+    """Content-derived id (reference §5.2)."""
+    run_id: SessionId
+    """Session the observation belongs to."""
+    boundary_key: str
+    """Chunk key of the part that produced it."""
+    source_start_seq: int
+    """Start of the producing chunk's normalized range."""
+    source_end_seq: int
+    """End of the producing chunk's normalized range."""
+    source_refs: tuple[SourceRef, ...]
+    """Normalized source refs (sorted by run id then seq, unique)."""
+    content: str
+    """Single-line, trimmed observation text."""
+    content_hash: str
+    """``sha256(content)``."""
+    relevance: Relevance
+    """Observer's rating."""
+    timestamp: str = Field(pattern=TIMESTAMP_PATTERN)
+    """When it happened, ``YYYY-MM-DD HH:MM``."""
+    token_count: int = Field(ge=0)
+    """Token count of ``content``."""
+    observer_model: str
+    """``provider/model`` that wrote it."""
+    observer_schema_version: str
+    """Observer schema version (part of the id)."""
+    created_at: str
+    """UTC ISO-8601 time the part was committed."""
+
+
+class CoveragePart(_Record):
+    """One committed chunk part (table ``om_coverage``); ``observation_count`` is set by the store."""
+
+    coverage_key: str
+    """``sha256`` of the canonical observer-chunk-part-v1 object."""
+    run_id: SessionId
+    """Session covered."""
+    boundary_key: str
+    """Equal to ``chunk_key``."""
+    source_start_seq: int = Field(ge=1)
+    """First covered seq (inclusive)."""
+    source_end_seq: int = Field(ge=1)
+    """Last covered seq (inclusive)."""
+    chunk_key: str
+    """Identity of the logical chunk this part belongs to."""
+    part_index: int = Field(ge=1)
+    """1-based index of this part within its chunk."""
+    part_count: int = Field(ge=1)
+    """Number of parts of the chunk."""
+    source_digest: str
+    """Digest over every source block of the chunk."""
+    part_digest: str
+    """``sha256`` of this part's rendered text."""
+    renderer_version: str
+    """Renderer version the part was rendered with."""
+    observer_schema_version: str
+    """Observer schema version."""
+    observation_count: int = Field(default=0, ge=0)
+    """Observations committed with this part (filled in by the store on commit)."""
+    covered_at: str
+    """UTC ISO-8601 commit time."""
+
+
+class ReflectionRecord(_Record):
+    """One reflection (table ``om_reflection``)."""
+
+    reflection_id: ReflectionId
+    """Content-derived id (reference §5.2)."""
+    run_id: SessionId
+    """Session."""
+    compaction_request_id: str = ""
+    """Always ``''`` for threshold generations."""
+    observation_set_hash: str
+    """Set hash of the generation that first inserted it."""
+    content: str
+    """Reflection text."""
+    supporting_observation_ids: tuple[ObservationId, ...]
+    """Canonical observation ids, unique and sorted."""
+    compression_level: str = "0"
+    """Always ``'0'``."""
+    token_count: int = Field(ge=0)
+    """Token count of ``content``."""
+    reflector_model: str
+    """``provider/model`` that wrote it."""
+    reflector_schema_version: str
+    """Reflector schema version (part of the id)."""
+    created_at: str
+    """UTC ISO-8601 promotion time."""
+
+
+class ActiveReflection(_Record):
+    """A reflection linked to the session's active generation, with its position."""
+
+    reflection_id: ReflectionId
+    """Id."""
+    content: str
+    """Text."""
+    supporting_observation_ids: tuple[str, ...]
+    """Ids of the observations it condenses."""
+    token_count: int
+    """Stored token count."""
+    position: int
+    """Position in the active generation (ascending order)."""
+    created_at: str = ""
+    """UTC ISO-8601 promotion time."""
+
+
+class GenerationRecord(_Record):
+    """One memory generation (table ``om_memory_generation``)."""
+
+    generation_id: GenerationId
+    """Deterministic threshold-generation id."""
+    run_id: SessionId
+    """Session."""
+    trigger_kind: Literal["threshold", "compaction"] = "threshold"
+    """Only ``threshold`` is produced."""
+    status: GenerationStatus
+    """Lifecycle state."""
+    observation_set_hash: str
+    """Hash of the observation set the generation was claimed for."""
+    reflector_model: str
+    """Model."""
+    reflector_schema_version: str
+    """Reflector schema version."""
+    threshold_idempotency_key: str | None = None
+    """Equal to ``generation_id`` for threshold generations."""
+    required_start_seq: int | None = None
+    """Always 1 for threshold generations."""
+    required_end_seq: int | None = None
+    """Source watermark: max source end seq of the claimed set."""
+    failure_code: str | None = None
+    """Why the generation failed, when it did."""
+    created_at: str
+    """Claim time (reset on reclaim)."""
+    completed_at: str | None = None
+    """Completion time."""
+
+
+class ActivityRecord(_Record):
+    """Live activity row for one session (table ``om_current_activity``)."""
+
+    run_id: SessionId
+    """Session."""
+    job_id: str
+    """Job that wrote the row; only that job may clear it."""
+    stage: ActivityStage
+    """Running stage."""
+    current_tokens: int = Field(ge=0)
+    """Tokens being processed."""
+    target_tokens: int | None = Field(default=None, gt=0)
+    """Target (Dropper only)."""
+    updated_at: str
+    """UTC ISO-8601 time of the last write."""
