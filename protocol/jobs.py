@@ -1,0 +1,131 @@
+"""Job payloads of the durable ``extension_agent`` FIFO, discriminated by ``kind``.
+
+Each job kind maps to one stable handler id (the id the original registers), and the queue
+dispatches by that id. Payloads are plain JSON-safe values so a job survives any restart.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from protocol.ids import SessionId
+
+OBSERVE_BOUNDARY_HANDLER = "observational_memory.observe_boundary"
+"""Handler id of observe jobs (ObserverActor)."""
+REFLECT_GENERATION_HANDLER = "observational_memory.reflect_generation"
+"""Handler id of reflect jobs (ReflectorActor)."""
+SEMANTIC_INDEX_HANDLER = "observational_memory.semantic_index"
+"""Handler id of semantic index jobs (IndexerActor)."""
+
+HandlerId = Literal[
+    "observational_memory.observe_boundary",
+    "observational_memory.reflect_generation",
+    "observational_memory.semantic_index",
+]
+"""The stable handler ids."""
+
+
+class _Job(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ObserveBoundaryJob(_Job):
+    """Observe a session up to a terminal event (reference §7.1–§7.2)."""
+
+    kind: Literal["observe_boundary"] = "observe_boundary"
+    """Discriminator."""
+    run_id: SessionId
+    """Session to observe."""
+    terminal_end_seq: int = Field(ge=1)
+    """Seq of the terminal event; observation covers through it."""
+    terminal_status: str = Field(min_length=1)
+    """``completed``, ``cancelled`` or ``failed``."""
+    renderer_version: str = Field(min_length=1)
+    """Renderer version frozen at dispatch."""
+    observer_schema_version: str = Field(min_length=1)
+    """Observer schema version frozen at dispatch."""
+    db_path: str = Field(min_length=1)
+    """Absolute path of the memory database."""
+    events_path: str = Field(min_length=1)
+    """Absolute path of the session's ``events.jsonl``."""
+
+    @property
+    def handler_id(self) -> str:
+        """Stable handler id."""
+        return OBSERVE_BOUNDARY_HANDLER
+
+
+class ReflectGenerationJob(_Job):
+    """Reflect (and maybe drop) one threshold generation (reference §9)."""
+
+    kind: Literal["reflect_generation"] = "reflect_generation"
+    """Discriminator."""
+    run_id: SessionId
+    """Session."""
+    generation_id: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """Deterministic threshold-generation id (also the job id)."""
+    prior_active_generation_id: str | None = None
+    """Active generation when the job was dispatched."""
+    observation_set_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """Hash of the active candidate set at dispatch."""
+    reflector_model: str = Field(min_length=1)
+    """``provider/model``."""
+    reflector_schema_version: str = Field(min_length=1)
+    """Reflector schema version."""
+    db_path: str = Field(min_length=1)
+    """Absolute path of the memory database."""
+
+    @property
+    def handler_id(self) -> str:
+        """Stable handler id."""
+        return REFLECT_GENERATION_HANDLER
+
+
+class SemanticIndexJob(_Job):
+    """Index one bounded batch of memories for hybrid search (reference §14.4)."""
+
+    kind: Literal["semantic_index"] = "semantic_index"
+    """Discriminator."""
+    run_id: SessionId
+    """Session that triggered the job (the index covers the whole database)."""
+    db_path: str = Field(min_length=1)
+    """Absolute path of the memory database."""
+
+    @property
+    def handler_id(self) -> str:
+        """Stable handler id."""
+        return SEMANTIC_INDEX_HANDLER
+
+
+JobPayload = Annotated[ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob, Field(discriminator="kind")]
+"""Any job payload."""
+
+JOB_PAYLOAD_ADAPTER: TypeAdapter[ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob] = TypeAdapter(
+    JobPayload
+)
+"""Validates/serializes any job payload from/to JSON."""
+
+HANDLER_BY_KIND: dict[str, str] = {
+    "observe_boundary": OBSERVE_BOUNDARY_HANDLER,
+    "reflect_generation": REFLECT_GENERATION_HANDLER,
+    "semantic_index": SEMANTIC_INDEX_HANDLER,
+}
+"""Stable handler id of each job kind."""
+
+
+class JobEnvelope(_Job):
+    """A job as accepted by the queue: id, correlation and payload."""
+
+    job_id: str = Field(min_length=1)
+    """Deterministic for observe/reflect jobs; random 32-hex for index jobs."""
+    correlation_id: str | None = None
+    """Usually the session id."""
+    payload: JobPayload
+    """What to do."""
+
+    @property
+    def handler_id(self) -> str:
+        """Stable handler id of the payload's kind."""
+        return HANDLER_BY_KIND[self.payload.kind]
