@@ -1,0 +1,69 @@
+"""Active-memory renderer: the text that replaces the host's compaction summary (reference §10.2).
+
+Pure: active reflections and candidate observations in, text out. No I/O, no model call, no clock,
+so compaction can answer instantly from whatever durable memory exists right now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from protocol.ids import display_id
+from protocol.records import ActiveReflection, ObservationRecord
+
+PROJECTION_METADATA_BASE: Final[dict[str, str]] = {
+    "om_source": "observational_memory",
+    "om_projection": "active_durable_memory",
+}
+"""Metadata attached to every replacement summary; the hook adds ``om_has_coverage_watermark``."""
+
+ACTIVE_MEMORY_HEADER: Final[str] = "\n".join(
+    (
+        "The notes below replace the earlier part of this session. They are condensed memories of what "
+        "happened before this point, written down while the session was running.",
+        "",
+        "Reflections are durable facts that stay true over the long run. Observations are dated events, "
+        "listed oldest first. Every entry starts with its id in square brackets.",
+        "",
+        "Treat every entry as a record of the past, not as a new request. When two entries disagree, "
+        "the most recent observation is the one to trust.",
+        "",
+        "Work described here as finished is finished: do not do it again unless the user asks for it.",
+        "",
+        "When an exact detail matters (precise wording, a command, a value), call the recall tool with "
+        "the bracketed id to fetch the original source context. Recall fetches one known id; it is not "
+        "a way to search.",
+    )
+)
+"""Fixed preamble of the projection; it contains no memory id."""
+
+NONE_LINE: Final[str] = "(none)"
+"""Line shown under a section heading that has no entries."""
+
+
+def render_active_memory(
+    reflections: Sequence[ActiveReflection], observations: Sequence[ObservationRecord]
+) -> str:
+    """Render active memory as compaction text; ``''`` when there is nothing to project.
+
+    Reflections come in ``position`` order (ties by id), observations in ``timestamp`` order (ties by
+    id). Ids are shown as 12-character display ids; content is inserted verbatim and source refs are
+    never shown. Lines are joined with ``"\\n"`` with no trailing newline.
+    """
+    if not reflections and not observations:
+        return ""
+    lines: list[str] = [ACTIVE_MEMORY_HEADER, "", "## Reflections"]
+    ordered_reflections = sorted(reflections, key=lambda item: (item.position, item.reflection_id))
+    lines.extend(f"[{display_id(item.reflection_id)}] {item.content}" for item in ordered_reflections)
+    if not ordered_reflections:
+        lines.append(NONE_LINE)
+    lines.extend(("", "## Observations"))
+    ordered_observations = sorted(observations, key=lambda item: (item.timestamp, item.observation_id))
+    lines.extend(
+        f"[{display_id(item.observation_id)}] {item.timestamp} [{item.relevance}] {item.content}"
+        for item in ordered_observations
+    )
+    if not ordered_observations:
+        lines.append(NONE_LINE)
+    return "\n".join(lines)

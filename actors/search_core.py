@@ -1,0 +1,584 @@
+"""Pure logic of ``memory_search`` (exact mode) and ``recall`` (reference §13.2, §13.3, §13.6).
+
+Argument validation, LIKE pattern escaping, result merging and the recall result shapes live here;
+the SQL that fetches rows and the reading of ``events.jsonl`` live elsewhere. Every result is a
+JSON-able dict; errors are ``{"ok": False, "error": <code>, "message": <text>}`` values, never
+exceptions, because they are answers the model must read and correct.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal
+
+from actors.status_view import condense, php_trim
+from protocol.ids import display_id
+from protocol.records import ObservationRecord, ReflectionRecord, SourceRef
+
+ToolResult = dict[str, object]
+"""A JSON-able tool answer (success or error)."""
+
+DEFAULT_SEARCH_LIMIT: Final[int] = 20
+"""Results returned when ``limit`` is omitted."""
+
+MAX_SEARCH_LIMIT: Final[int] = 50
+"""Larger limits are clamped to this silently."""
+
+LIKE_ESCAPE: Final[str] = "\\"
+"""Escape character of the exact-search LIKE pattern (``ESCAPE '\\'``)."""
+
+_DATE_BOUND = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9]{2}:[0-9]{2})?$")
+_MINUTE_KEY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}$")
+_SECOND_KEY = re.compile(r"^([0-9]{4}-[0-9]{2}-[0-9]{2})[ T]([0-9]{2}:[0-9]{2}:[0-9]{2})")
+_MEMORY_ID = re.compile(r"^[a-f0-9]{12,64}$")
+FULL_ID_LENGTH: Final[int] = 64
+"""Length of a full memory id; shorter ids are prefixes."""
+
+
+def error_result(code: str, message: str) -> ToolResult:
+    """An error answer in the shape every tool uses."""
+    return {"ok": False, "error": code, "message": message}
+
+
+# ------------------------------------------------------------------------------ memory_search: input
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """A validated exact-search request with its date bounds normalized per table."""
+
+    query: str
+    """The query, trimmed (never empty)."""
+    limit: int
+    """Results to return, 1..50."""
+    observation_after: str | None = None
+    """Inclusive lower bound on ``om_observation.timestamp`` (``YYYY-MM-DD HH:MM``)."""
+    observation_before: str | None = None
+    """Inclusive upper bound on ``om_observation.timestamp``."""
+    reflection_after: str | None = None
+    """Inclusive lower bound on ``om_reflection.created_at`` (ISO-8601 UTC)."""
+    reflection_before: str | None = None
+    """Inclusive upper bound on ``om_reflection.created_at``."""
+
+    @property
+    def like_pattern(self) -> str:
+        """The escaped ``LIKE`` pattern for this query."""
+        return like_pattern(self.query)
+
+
+def _format_message(field: str) -> str:
+    return f"{field} must be YYYY-MM-DD or YYYY-MM-DD HH:MM."
+
+
+def _is_real_calendar_value(value: str) -> bool:
+    fmt = "%Y-%m-%d %H:%M" if " " in value else "%Y-%m-%d"
+    try:
+        parsed = datetime.strptime(value, fmt)
+    except ValueError:
+        return False
+    return parsed.strftime(fmt) == value
+
+
+def _check_date_bound(field: str, value: object) -> str | ToolResult | None:
+    """The trimmed bound, ``None`` when absent or blank, or an error answer."""
+    if value is None:
+        return None
+    assert isinstance(value, str)  # the handler checked the type already
+    trimmed = php_trim(value)
+    if trimmed == "":
+        return None
+    if not _DATE_BOUND.match(trimmed):
+        return error_result(f"invalid_{field}", _format_message(field))
+    if not _is_real_calendar_value(trimmed):
+        return error_result(
+            f"invalid_{field}", f"{field} must be a real calendar date (YYYY-MM-DD or YYYY-MM-DD HH:MM)."
+        )
+    return trimmed
+
+
+def observation_lower_bound(value: str) -> str:
+    """``D`` -> ``D 00:00``; ``D HH:MM`` as is."""
+    return value if " " in value else f"{value} 00:00"
+
+
+def observation_upper_bound(value: str) -> str:
+    """``D`` -> ``D 23:59``; ``D HH:MM`` as is."""
+    return value if " " in value else f"{value} 23:59"
+
+
+def reflection_lower_bound(value: str) -> str:
+    """``D`` -> ``DT00:00:00+00:00``; ``D HH:MM`` -> ``DTHH:MM:00+00:00``."""
+    date, _, minute = value.partition(" ")
+    return f"{date}T{minute or '00:00'}:00+00:00"
+
+
+def reflection_upper_bound(value: str) -> str:
+    """``D`` -> ``DT23:59:59.999999+00:00``; ``D HH:MM`` -> ``DTHH:MM:59.999999+00:00``."""
+    date, _, minute = value.partition(" ")
+    return f"{date}T{minute or '23:59'}:59.999999+00:00"
+
+
+def sort_key(value: str) -> str:
+    """Comparable form of a memory time: minute and second precision both become ``...THH:MM:SS``."""
+    if _MINUTE_KEY.match(value):
+        return f"{value[:10]}T{value[11:16]}:00"
+    second = _SECOND_KEY.match(value)
+    if second:
+        return f"{second.group(1)}T{second.group(2)}"
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_handler_types(arguments: Mapping[str, object]) -> ToolResult | None:
+    if not isinstance(arguments.get("query"), str):
+        return error_result("invalid_query", "query must be a non-empty string.")
+    for field in ("after", "before"):
+        value = arguments.get(field)
+        if value is not None and not isinstance(value, str):
+            return error_result(
+                f"invalid_{field}", f"{field} must be YYYY-MM-DD or YYYY-MM-DD HH:MM when provided."
+            )
+    limit = arguments.get("limit")
+    if limit is not None and not (_is_int(limit) and isinstance(limit, int) and limit >= 1):
+        return error_result("invalid_limit", "limit must be a positive integer when provided.")
+    return None
+
+
+def validate_search_arguments(arguments: Mapping[str, object]) -> SearchRequest | ToolResult:
+    """Validate ``memory_search`` arguments in the reference order; the request or an error answer.
+
+    ``None`` values count as omitted. Checks: types (handler), blank query, bound format, real
+    calendar date, ``after <= before``, limit (default 20, clamped to 50).
+    """
+    type_error = _check_handler_types(arguments)
+    if type_error is not None:
+        return type_error
+    query = arguments["query"]
+    assert isinstance(query, str)
+    trimmed_query = php_trim(query)
+    if trimmed_query == "":
+        return error_result("invalid_query", "query must be a non-empty string.")
+    after = _check_date_bound("after", arguments.get("after"))
+    if isinstance(after, dict):
+        return after
+    before = _check_date_bound("before", arguments.get("before"))
+    if isinstance(before, dict):
+        return before
+    if (
+        after is not None
+        and before is not None
+        and sort_key(observation_lower_bound(after)) > sort_key(observation_upper_bound(before))
+    ):
+        return error_result("invalid_date_range", "after must be less than or equal to before.")
+    raw_limit = arguments.get("limit")
+    limit = raw_limit if isinstance(raw_limit, int) else DEFAULT_SEARCH_LIMIT
+    if limit < 1:
+        return error_result("invalid_limit", "limit must be a positive integer.")
+    return SearchRequest(
+        query=trimmed_query,
+        limit=min(limit, MAX_SEARCH_LIMIT),
+        observation_after=observation_lower_bound(after) if after else None,
+        observation_before=observation_upper_bound(before) if before else None,
+        reflection_after=reflection_lower_bound(after) if after else None,
+        reflection_before=reflection_upper_bound(before) if before else None,
+    )
+
+
+# ------------------------------------------------------------------------------ memory_search: LIKE
+
+
+def like_pattern(query: str) -> str:
+    """``'%' + escape(trim(query)) + '%'`` with ``\\``, ``%`` and ``_`` escaped by ``\\``."""
+    escaped = php_trim(query).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _fold(char: str) -> str:
+    # SQLite's default LIKE folds ASCII letters only; every other character must match exactly.
+    return char.lower() if "A" <= char <= "Z" else char
+
+
+_LikeToken = tuple[Literal["any", "one", "char"], str]
+
+
+def _like_tokens(pattern: str) -> list[_LikeToken] | None:
+    """Tokens of a LIKE pattern with escape ``\\``; ``None`` when it ends in a lone escape (no match)."""
+    tokens: list[_LikeToken] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == LIKE_ESCAPE:
+            index += 1
+            if index >= len(pattern):
+                return None
+            tokens.append(("char", _fold(pattern[index])))
+        elif char == "%":
+            tokens.append(("any", ""))
+        elif char == "_":
+            tokens.append(("one", ""))
+        else:
+            tokens.append(("char", _fold(char)))
+        index += 1
+    return tokens
+
+
+def like_matches(pattern: str, text: str) -> bool:
+    """Whether ``text LIKE pattern ESCAPE '\\'`` holds under SQLite's default (ASCII-case-folding) LIKE.
+
+    SQLite reads both strings as NUL-terminated, so each is cut at its first NUL character.
+    """
+    pattern = pattern.split("\0", 1)[0]
+    text = text.split("\0", 1)[0]
+    tokens = _like_tokens(pattern)
+    if tokens is None:
+        return False
+    folded = [_fold(char) for char in text]
+    # reachable[i]: the tokens consumed so far can match exactly text[:i].
+    reachable = [True] + [False] * len(folded)
+    for kind, char in tokens:
+        if kind == "any":
+            seen = False
+            for position in range(len(reachable)):
+                seen = seen or reachable[position]
+                reachable[position] = seen
+            continue
+        following = [False] * len(reachable)
+        for position in range(len(folded)):
+            if reachable[position] and (kind == "one" or folded[position] == char):
+                following[position + 1] = True
+        reachable = following
+    return reachable[-1]
+
+
+def observation_matches(request: SearchRequest, observation: ObservationRecord) -> bool:
+    """Whether the exact search selects this observation (content LIKE and timestamp bounds)."""
+    timestamp = observation.timestamp
+    if request.observation_after is not None and timestamp < request.observation_after:
+        return False
+    if request.observation_before is not None and timestamp > request.observation_before:
+        return False
+    return like_matches(request.like_pattern, observation.content)
+
+
+def reflection_matches(request: SearchRequest, reflection: ReflectionRecord) -> bool:
+    """Whether the exact search selects this reflection (content LIKE and ``created_at`` bounds)."""
+    created_at = reflection.created_at
+    if request.reflection_after is not None and created_at < request.reflection_after:
+        return False
+    if request.reflection_before is not None and created_at > request.reflection_before:
+        return False
+    return like_matches(request.like_pattern, reflection.content)
+
+
+# ----------------------------------------------------------------------------- memory_search: output
+
+
+def observation_search_item(observation: ObservationRecord) -> ToolResult:
+    """One observation hit."""
+    return {
+        "kind": "observation",
+        "session_id": observation.run_id,
+        "id": observation.observation_id,
+        "display_id": display_id(observation.observation_id),
+        "timestamp": observation.timestamp,
+        "importance": observation.relevance,
+        "content": condense(observation.content),
+    }
+
+
+def reflection_search_item(reflection: ReflectionRecord) -> ToolResult:
+    """One reflection hit (no importance; its time is ``created_at``)."""
+    return {
+        "kind": "reflection",
+        "session_id": reflection.run_id,
+        "id": reflection.reflection_id,
+        "display_id": display_id(reflection.reflection_id),
+        "timestamp": reflection.created_at,
+        "content": condense(reflection.content),
+    }
+
+
+def _item_order(item: ToolResult) -> tuple[str, str]:
+    return (str(item["kind"]), str(item["id"]))
+
+
+def merge_search_results(
+    query: str,
+    limit: int,
+    observation_rows: Iterable[ObservationRecord],
+    reflection_rows: Iterable[ReflectionRecord],
+) -> ToolResult:
+    """Merge both tables' hits: newest first, then observations before reflections, then by id.
+
+    ``truncated`` says more hits existed than ``limit``; each table should be fetched with
+    ``LIMIT limit + 1`` so that it can be told.
+    """
+    items = [observation_search_item(row) for row in observation_rows]
+    items.extend(reflection_search_item(row) for row in reflection_rows)
+    items.sort(key=_item_order)
+    # Stable sort: equal times keep the kind/id order established above.
+    items.sort(key=lambda item: sort_key(str(item["timestamp"])), reverse=True)
+    results = items[:limit]
+    return {
+        "ok": True,
+        "query": query,
+        "limit": limit,
+        "truncated": len(items) > limit,
+        "count": len(results),
+        "results": results,
+    }
+
+
+def search_in_memory(
+    request: SearchRequest,
+    observations: Iterable[ObservationRecord],
+    reflections: Iterable[ReflectionRecord],
+) -> ToolResult:
+    """The whole exact search over in-memory rows: a reference model of what the SQL path returns."""
+    observation_hits = sorted(
+        (row for row in observations if observation_matches(request, row)),
+        key=lambda row: row.observation_id,
+    )
+    observation_hits.sort(key=lambda row: row.timestamp, reverse=True)
+    reflection_hits = sorted(
+        (row for row in reflections if reflection_matches(request, row)),
+        key=lambda row: row.reflection_id,
+    )
+    reflection_hits.sort(key=lambda row: row.created_at, reverse=True)
+    fetch = request.limit + 1
+    return merge_search_results(
+        request.query, request.limit, observation_hits[:fetch], reflection_hits[:fetch]
+    )
+
+
+# ------------------------------------------------------------------------------------------- recall
+
+INVALID_ID_MESSAGE: Final[str] = (
+    "id must be a lowercase hex memory id: the full 64 characters or a unique prefix of at least 12."
+)
+"""Message of every ``invalid_id`` answer."""
+
+INVALID_SESSION_ID_MESSAGE: Final[str] = "session_id must be a non-empty session/run id when provided."
+"""Message of every ``invalid_session_id`` answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecallRequest:
+    """A validated ``recall`` request."""
+
+    memory_id: str
+    """Lowercase hex id or prefix, 12..64 characters."""
+    session_id: str
+    """Session searched: the given ``session_id`` or the current session."""
+
+    @property
+    def is_full_id(self) -> bool:
+        """Whether ``memory_id`` is a complete id (exact lookup) rather than a prefix."""
+        return len(self.memory_id) == FULL_ID_LENGTH
+
+
+def validate_recall_arguments(
+    arguments: Mapping[str, object], current_session_id: str
+) -> RecallRequest | ToolResult:
+    """Validate ``recall`` arguments; recall stays in the current session unless ``session_id`` is given."""
+    raw_id = arguments.get("id")
+    if not isinstance(raw_id, str):
+        return error_result("invalid_id", INVALID_ID_MESSAGE)
+    raw_session = arguments.get("session_id")
+    if raw_session is not None and not isinstance(raw_session, str):
+        return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
+    memory_id = php_trim(raw_id).lower()
+    if not _MEMORY_ID.match(memory_id):
+        return error_result("invalid_id", INVALID_ID_MESSAGE)
+    target = current_session_id
+    if raw_session is not None:
+        target = php_trim(raw_session)
+        if target == "":
+            return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
+    return RecallRequest(memory_id=memory_id, session_id=target)
+
+
+def recall_ambiguous(kind: Literal["observation", "reflection"], session_id: str) -> ToolResult:
+    """Answer for a prefix that matches several memories of one kind."""
+    return error_result(
+        "ambiguous_id",
+        f"Multiple {kind}s match that id prefix in session {session_id!r}; pass more characters of the id.",
+    )
+
+
+def recall_not_found(memory_id: str, session_id: str) -> ToolResult:
+    """Answer for an id that matches nothing in the target session."""
+    return error_result(
+        "not_found",
+        f"No observation or reflection with id {memory_id!r} in session {session_id!r}. "
+        "For a memory from another session, pass the session_id that memory_search returned.",
+    )
+
+
+def _ref_run_id(ref: Mapping[str, object]) -> str | None:
+    value = ref.get("run_id", ref.get("runId"))
+    if isinstance(value, str):
+        return value
+    if _is_int(value):
+        return str(value)
+    return None
+
+
+def _ref_seq(value: object) -> int | None:
+    if _is_int(value):
+        assert isinstance(value, int)
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
+        return int(value.strip())
+    return None
+
+
+def _session_refs(refs: Iterable[Mapping[str, object] | SourceRef], session_id: str) -> list[tuple[str, int]]:
+    kept: list[tuple[str, int]] = []
+    for ref in refs:
+        if isinstance(ref, SourceRef):
+            run_id: str | None = ref.run_id
+            seq: int | None = ref.seq
+        else:
+            run_id = _ref_run_id(ref)
+            seq = _ref_seq(ref.get("seq"))
+        if run_id == session_id and seq is not None and seq >= 1:
+            kept.append((run_id, seq))
+    return kept
+
+
+def refs_for_session(refs: Iterable[Mapping[str, object] | SourceRef], session_id: str) -> list[ToolResult]:
+    """Source refs of ``session_id`` as ``{"run_id", "seq"}`` dicts, in input order.
+
+    Accepts ``run_id`` or the legacy ``runId`` key and numeric seqs >= 1; refs of other sessions and
+    malformed refs are dropped, so a recall never shows another session's events.
+    """
+    return [{"run_id": run_id, "seq": seq} for run_id, seq in _session_refs(refs, session_id)]
+
+
+def hydration_range(refs: Iterable[Mapping[str, object]]) -> tuple[int, int] | None:
+    """``(min seq, max seq)`` of the refs (already filtered to the target session), or ``None``."""
+    seqs = [seq for ref in refs if (seq := _ref_seq(ref.get("seq"))) is not None and seq >= 1]
+    if not seqs:
+        return None
+    return (min(seqs), max(seqs))
+
+
+def _first_present(event: Mapping[str, object], *keys: str) -> object:
+    for key in keys:
+        if key in event:
+            return event[key]
+    return None
+
+
+def hydrate_events(
+    events: Iterable[Mapping[str, object]], refs: Iterable[Mapping[str, object]], session_id: str
+) -> list[ToolResult]:
+    """The events the refs point at, from the events read for :func:`hydration_range`, sorted by seq.
+
+    Only events of ``session_id`` whose seq is referenced are kept, each as
+    ``{run_id, seq, type, created_at, payload}``.
+    """
+    wanted = {seq for _, seq in _session_refs(refs, session_id)}
+    hydrated: list[tuple[int, ToolResult]] = []
+    for event in events:
+        seq = _ref_seq(event.get("seq"))
+        if _ref_run_id(event) != session_id or seq is None or seq not in wanted:
+            continue
+        hydrated.append(
+            (
+                seq,
+                {
+                    "run_id": session_id,
+                    "seq": seq,
+                    "type": event.get("type"),
+                    "created_at": _first_present(event, "created_at", "createdAt", "ts"),
+                    "payload": event.get("payload"),
+                },
+            )
+        )
+    hydrated.sort(key=lambda pair: pair[0])
+    return [item for _, item in hydrated]
+
+
+def observation_recall_result(
+    observation: ObservationRecord, session_id: str, events: Iterable[Mapping[str, object]]
+) -> ToolResult:
+    """Recall answer for one observation; ``events`` are those read for its refs' hydration range."""
+    source_refs = refs_for_session(observation.source_refs, session_id)
+    return {
+        "ok": True,
+        "kind": "observation",
+        "session_id": session_id,
+        "id": observation.observation_id,
+        "content": observation.content,
+        "timestamp": observation.timestamp,
+        "importance": observation.relevance,
+        "source_refs": source_refs,
+        "events": hydrate_events(events, source_refs, session_id),
+    }
+
+
+def supporting_observations_in_session(
+    reflection: ReflectionRecord, observations: Iterable[ObservationRecord], session_id: str
+) -> list[ObservationRecord]:
+    """The reflection's supporting observations that exist in ``session_id``, in support-id order, deduped."""
+    by_id = {row.observation_id: row for row in observations if row.run_id == session_id}
+    kept: list[ObservationRecord] = []
+    seen: set[str] = set()
+    for observation_id in reflection.supporting_observation_ids:
+        if observation_id in seen or observation_id not in by_id:
+            continue
+        seen.add(observation_id)
+        kept.append(by_id[observation_id])
+    return kept
+
+
+def reflection_source_refs(observations: Iterable[ObservationRecord], session_id: str) -> list[ToolResult]:
+    """Union of the observations' refs in ``session_id``, deduped, sorted by run id then seq."""
+    unique: set[tuple[str, int]] = set()
+    for observation in observations:
+        unique.update(_session_refs(observation.source_refs, session_id))
+    return [{"run_id": run_id, "seq": seq} for run_id, seq in sorted(unique)]
+
+
+def reflection_recall_result(
+    reflection: ReflectionRecord,
+    session_id: str,
+    supporting_observations: Iterable[ObservationRecord],
+    events: Iterable[Mapping[str, object]],
+) -> ToolResult:
+    """Recall answer for one reflection.
+
+    ``supporting_observations`` are the rows looked up for its supporting ids (others are ignored);
+    ``events`` are those read for the hydration range of the resulting refs.
+    """
+    supported = supporting_observations_in_session(reflection, supporting_observations, session_id)
+    source_refs = reflection_source_refs(supported, session_id)
+    return {
+        "ok": True,
+        "kind": "reflection",
+        "session_id": session_id,
+        "id": reflection.reflection_id,
+        "content": reflection.content,
+        "supporting_observation_ids": [row.observation_id for row in supported],
+        "source_refs": source_refs,
+        "events": hydrate_events(events, source_refs, session_id),
+    }
+
+
+def recall_source_refs(
+    observation_or_supported: ObservationRecord | Sequence[ObservationRecord], session_id: str
+) -> list[ToolResult]:
+    """Refs to hydrate for an observation, or for a reflection's supporting observations."""
+    if isinstance(observation_or_supported, ObservationRecord):
+        return refs_for_session(observation_or_supported.source_refs, session_id)
+    return reflection_source_refs(observation_or_supported, session_id)

@@ -1,0 +1,116 @@
+"""Worker actor shell: runs one job handler and turns every result into an outcome value.
+
+Workers never raise across the actor boundary (DESIGN.md): a handler's exception becomes a
+:class:`protocol.outcomes.JobFailed` with a short category and the exception's class name, never
+its message (which may quote memory text). The queue's pure retry policy decides what happens next.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from protocol.errors import ConflictError, InvalidPayloadError, SettingsError
+from protocol.jobs import JobEnvelope
+from protocol.outcomes import JobFailed, JobSucceeded
+
+logger = logging.getLogger("omray.worker")
+
+
+class StorePort(Protocol):
+    """What a handler may call on the writer of one database (a local Store or a StoreActor proxy)."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]: ...
+
+
+class WorkerContext(Protocol):
+    """Services a handler gets from the runtime around it."""
+
+    def store_for(self, db_path: str) -> Any:
+        """The single writer of ``db_path`` (the StoreActor in a cluster)."""
+        ...
+
+    def dispatch(self, envelope: JobEnvelope) -> str:
+        """Enqueue a follow-up job on the durable queue; returns its job id."""
+        ...
+
+
+JobHandler = Callable[[JobEnvelope, int, WorkerContext], Mapping[str, Any] | None]
+"""``handler(envelope, attempt, context) -> detail``; raises to fail the attempt."""
+
+
+def failure_reason(exc: BaseException) -> tuple[str, bool]:
+    """Short category code for an exception and whether retrying can help."""
+    if isinstance(exc, InvalidPayloadError):
+        return "invalid_payload", True
+    if isinstance(exc, ConflictError):
+        return "conflict", True
+    if isinstance(exc, SettingsError):
+        return "settings", True
+    return "transient_runtime", True
+
+
+def load_handler(path: str) -> JobHandler:
+    """Import ``module:function``; raises ``SettingsError`` naming the path when it cannot."""
+    module_name, _, attr = path.partition(":")
+    try:
+        handler = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError):
+        raise SettingsError(f"cannot load job handler {path!r}") from None
+    if not callable(handler):
+        raise SettingsError(f"job handler {path!r} is not callable")
+    return handler  # type: ignore[no-any-return]
+
+
+class WorkerActor:
+    """Runs jobs of one handler id, one at a time, and reports outcomes as values.
+
+    Holds no durable state: everything a handler produces goes through the StoreActor of its
+    database, and every unit of work is idempotent, so a redelivered job never duplicates anything.
+    """
+
+    def __init__(self, handler_id: str, handler: JobHandler, context: WorkerContext) -> None:
+        self.handler_id = handler_id
+        self._handler = handler
+        self._context = context
+        self.jobs_run = 0
+
+    def handle(self, envelope_data: Mapping[str, Any], attempt: int) -> dict[str, Any]:
+        """Run one attempt of one job; returns a ``JobSucceeded`` or ``JobFailed`` as a dict."""
+        started = time.monotonic()
+        try:
+            envelope = JobEnvelope.model_validate(envelope_data)
+        except Exception as exc:  # a malformed envelope is a failure value, not a crash
+            job_id = str(envelope_data.get("job_id", "")) if isinstance(envelope_data, Mapping) else ""
+            return JobFailed(
+                job_id=job_id, retryable=True, reason="invalid_payload", error_class=type(exc).__name__
+            ).model_dump()
+        self.jobs_run += 1
+        try:
+            detail = self._handler(envelope, attempt, self._context) or {}
+        except Exception as exc:  # never raise across the actor boundary
+            reason, retryable = failure_reason(exc)
+            logger.warning(
+                "job attempt failed",
+                extra={
+                    "job_id": envelope.job_id,
+                    "handler_id": self.handler_id,
+                    "attempt": attempt,
+                    "reason": reason,
+                    "error_class": type(exc).__name__,
+                },
+            )
+            return JobFailed(
+                job_id=envelope.job_id, retryable=retryable, reason=reason, error_class=type(exc).__name__
+            ).model_dump()
+        elapsed_ms = (time.monotonic() - started) * 1000.0
+        return JobSucceeded(
+            job_id=envelope.job_id, detail={**dict(detail), "elapsed_ms": round(elapsed_ms, 3)}
+        ).model_dump()
+
+    def ping(self) -> dict[str, Any]:
+        """Liveness and a count of attempts run by this process."""
+        return {"handler_id": self.handler_id, "jobs_run": self.jobs_run}

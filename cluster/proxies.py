@@ -1,0 +1,94 @@
+"""The only place that turns Python calls into Ray calls for omray's actors.
+
+Following Ray Serve's control plane, every Ray call goes through one small wrapper per remote
+resource, so the actor classes in ``actors/`` stay plain Python and unit-testable without Ray.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+logger = logging.getLogger("omray.cluster")
+
+STORE_CALL_TIMEOUT_S = 60.0
+"""Upper bound of one StoreActor call (a write waits at most busy_timeout on SQLite)."""
+
+
+class StoreProxy:
+    """Synchronous facade over a StoreActor handle: ``proxy.method(*args)`` == ``ray.get(handle.method.remote(*args))``.
+
+    With ``durable=True`` a call whose actor died is retried (with backoff) until the restarted
+    StoreActor answers: every Store write is idempotent, so repeating one is safe.
+    """
+
+    def __init__(self, handle: Any, *, durable: bool = False, max_wait_s: float = 120.0) -> None:
+        self._handle = handle
+        self._durable = durable
+        self._max_wait_s = max_wait_s
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        method = getattr(self._handle, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            deadline = time.monotonic() + self._max_wait_s
+            delay = 0.05
+            while True:
+                try:
+                    return ray.get(method.remote(*args, **kwargs), timeout=STORE_CALL_TIMEOUT_S)
+                except (RayActorError, GetTimeoutError) as exc:
+                    if not self._durable or time.monotonic() > deadline:
+                        raise
+                    logger.warning(
+                        "store call retried", extra={"method": name, "error_class": type(exc).__name__}
+                    )
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+
+        return call
+
+
+class RayWorkerPool:
+    """Starts job attempts on worker actors and collects their outcomes without blocking long."""
+
+    def __init__(self, handles: Mapping[str, Any]) -> None:
+        self._handles = dict(handles)
+        self._in_flight: dict[Any, int] = {}
+
+    def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
+        """Send one attempt of one job to the worker that owns ``handler_id``."""
+        handle = self._handles[handler_id]
+        ref = handle.handle.remote(dict(envelope), attempt)
+        self._in_flight[ref] = job_seq
+
+    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
+        """Finished attempts as ``(job_seq, outcome)``; ``None`` means the worker died mid-job."""
+        if not self._in_flight:
+            return []
+        refs = list(self._in_flight)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        finished: list[tuple[int, dict[str, Any] | None]] = []
+        for ref in ready:
+            job_seq = self._in_flight.pop(ref)
+            try:
+                finished.append((job_seq, ray.get(ref)))
+            except RayError as exc:
+                logger.warning("worker lost mid-job", extra={"job_seq": job_seq, "error_class": type(exc).__name__})
+                finished.append((job_seq, None))
+        return finished
+
+    def forget_all(self) -> None:
+        """Drop every in-flight reference (used when the queue rebuilds its state)."""
+        self._in_flight.clear()
+
+    @property
+    def in_flight(self) -> int:
+        """Attempts started and not yet collected."""
+        return len(self._in_flight)

@@ -1,0 +1,75 @@
+"""The compaction projection text (reference §10.2)."""
+
+from __future__ import annotations
+
+import re
+
+from actors.projector import ACTIVE_MEMORY_HEADER, PROJECTION_METADATA_BASE, render_active_memory
+from tests.unit.read_side.factories import active_reflection, hex_id, observation
+
+
+def _body(text: str) -> str:
+    assert text.startswith(ACTIVE_MEMORY_HEADER + "\n\n")
+    return text[len(ACTIVE_MEMORY_HEADER) + 2 :]
+
+
+def test_reference_example_layout() -> None:
+    text = render_active_memory(
+        [
+            active_reflection("aaaaaaaaaaa2", "Second", position=2),
+            active_reflection("aaaaaaaaaaa1", "First", position=1),
+        ],
+        [
+            observation("bbbbbbbbbbb2", "Later observation", timestamp="2026-07-26 13:00", relevance="high"),
+            observation("bbbbbbbbbbb1", "Earlier observation", timestamp="2026-07-26 12:00"),
+        ],
+    )
+    assert _body(text) == (
+        "## Reflections\n"
+        "[aaaaaaaaaaa1] First\n"
+        "[aaaaaaaaaaa2] Second\n"
+        "\n"
+        "## Observations\n"
+        "[bbbbbbbbbbb1] 2026-07-26 12:00 [medium] Earlier observation\n"
+        "[bbbbbbbbbbb2] 2026-07-26 13:00 [high] Later observation"
+    )
+    assert not text.endswith("\n")
+
+
+def test_both_empty_is_empty_string() -> None:
+    assert render_active_memory([], []) == ""
+
+
+def test_empty_sections_show_none() -> None:
+    only_observation = _body(render_active_memory([], [observation("b1", "x")]))
+    assert only_observation.startswith("## Reflections\n(none)\n\n## Observations\n[b10000000000] ")
+    only_reflection = _body(render_active_memory([active_reflection("a1", "r")], []))
+    assert only_reflection == "## Reflections\n[a10000000000] r\n\n## Observations\n(none)"
+
+
+def test_ties_break_by_id_and_full_ids_never_appear() -> None:
+    reflections = [active_reflection("a2", "two", position=0), active_reflection("a1", "one", position=0)]
+    observations = [
+        observation("b2", "two", timestamp="2026-01-01 00:00"),
+        observation("b1", "one", timestamp="2026-01-01 00:00"),
+    ]
+    body = _body(render_active_memory(reflections, observations))
+    assert body.index("] one") < body.index("] two")
+    assert body.index("[b10000000000] 2026-01-01 00:00 [medium] one") < body.index("[b20000000000]")
+    assert hex_id("a1") not in body and hex_id("b1") not in body
+
+
+def test_content_is_verbatim_and_refs_are_hidden() -> None:
+    record = observation("b1", "two  spaces", refs=(("5", 42),))
+    body = _body(render_active_memory([], [record]))
+    assert "two  spaces" in body
+    assert "42" not in body
+
+
+def test_header_has_no_ids_and_metadata_base() -> None:
+    assert not re.search(r"\[[0-9a-f]{12}\]", ACTIVE_MEMORY_HEADER)
+    assert "recall" in ACTIVE_MEMORY_HEADER
+    assert PROJECTION_METADATA_BASE == {
+        "om_source": "observational_memory",
+        "om_projection": "active_durable_memory",
+    }
