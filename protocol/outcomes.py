@@ -1,0 +1,124 @@
+"""What a worker returns to the queue across the actor boundary, and the job-failed event.
+
+Workers never raise across the actor boundary: every job ends in a :data:`JobOutcome` value and
+the queue's pure retry policy (``actors.retry``) decides what happens next. Failure values carry
+a short category code and, at most, an exception class name, never exception text, so they are
+safe to persist, log and show (DESIGN.md invariant 8).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, TypeAdapter
+
+_REASON_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+
+FailureReason = Annotated[str, StringConstraints(pattern=_REASON_PATTERN)]
+"""A short snake_case failure category (``transient_runtime``, ``invalid_payload``, …); never raw text."""
+
+ErrorClassName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")]
+"""A (possibly dotted) exception class name such as ``ConflictError``."""
+
+REASON_TRANSIENT_RUNTIME = "transient_runtime"
+"""A model, provider, network or database error that may pass on its own."""
+REASON_INVALID_PAYLOAD = "invalid_payload"
+"""The job payload failed validation (the original still retries it, §15)."""
+REASON_CONFLICT = "conflict"
+"""A content-derived id already exists with different content."""
+REASON_WORKER_CRASHED = "worker_crashed"
+"""The worker process died mid-job; the queue counts it as one failed attempt."""
+REASON_INTERRUPTED = "interrupted"
+"""The queue itself restarted while the attempt was running; the attempt counts."""
+REASON_RETRY_EXHAUSTED = "retry_exhausted"
+"""Event reason when every allowed attempt failed (reference §2.4)."""
+
+JOB_FAILED_EVENT_TYPE = "extension_agent.job_failed"
+"""Runtime event type emitted once for a job that gave up (reference §2.4)."""
+
+
+class _Outcome(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobSucceeded(_Outcome):
+    """The handler finished the job (including "nothing to do": handlers are idempotent)."""
+
+    kind: Literal["succeeded"] = "succeeded"
+    """Discriminator."""
+    job_id: str = Field(min_length=1)
+    """Id of the job that finished."""
+    detail: dict[str, JsonValue] = Field(default_factory=dict)
+    """Counts and ids for logs and status (e.g. ``{"parts_committed": 2}``); never memory text."""
+
+
+class JobFailed(_Outcome):
+    """One attempt of the job failed; the queue's retry policy decides whether to try again."""
+
+    kind: Literal["failed"] = "failed"
+    """Discriminator."""
+    job_id: str = Field(min_length=1)
+    """Id of the job whose attempt failed."""
+    retryable: bool
+    """The worker's opinion: could another attempt succeed? (The default policy retries anyway.)"""
+    reason: FailureReason
+    """Short failure category code."""
+    error_class: ErrorClassName | None = None
+    """Class name of the exception behind the failure, if any."""
+
+    @classmethod
+    def from_exception(
+        cls, job_id: str, error: BaseException, *, reason: str, retryable: bool = True
+    ) -> JobFailed:
+        """A failure value for ``error`` that keeps only its class name, never its message."""
+        return cls(job_id=job_id, retryable=retryable, reason=reason, error_class=type(error).__name__)
+
+
+JobOutcome = Annotated[JobSucceeded | JobFailed, Field(discriminator="kind")]
+"""What a worker returns for one attempt of a job."""
+
+JOB_OUTCOME_ADAPTER: TypeAdapter[JobSucceeded | JobFailed] = TypeAdapter(JobOutcome)
+"""Validates/serializes any job outcome from/to JSON."""
+
+
+class JobFailedEvent(_Outcome):
+    """Sanitized payload of the transient ``extension_agent.job_failed`` runtime event (reference §2.4).
+
+    Emitted once, for the job's session (``payload.run_id``), when the queue gives up on a job. It
+    is not appended to ``events.jsonl`` and does not fail the agent's run. The message is built
+    only from category codes and counts, so it never carries memory text or exception text.
+    """
+
+    event_type: ClassVar[str] = JOB_FAILED_EVENT_TYPE
+    """Runtime event type (not part of the payload)."""
+
+    message: str = Field(min_length=1)
+    """Short, fixed, human-readable summary."""
+    reason: FailureReason
+    """``retry_exhausted``, or the failure category when the queue gave up early."""
+    handler_id: str = Field(min_length=1)
+    """Stable handler id of the job."""
+    job_id: str = Field(min_length=1)
+    """Id of the job that gave up."""
+    retry_count: int = Field(ge=0)
+    """Retries made after the first attempt (``attempts - 1``)."""
+    attempts: int = Field(ge=1)
+    """Attempts made in total."""
+
+    @classmethod
+    def for_job(
+        cls, *, job_id: str, handler_id: str, attempts: int, event_reason: str, last_failure: str
+    ) -> JobFailedEvent:
+        """The event for a job that gave up after ``attempts`` attempts; ``last_failure`` is a category."""
+        if re.fullmatch(_REASON_PATTERN, last_failure) is None:
+            last_failure = "unknown"  # only category codes may reach the message
+        message = f"Background memory job gave up after {attempts} attempt(s); last failure: {last_failure}."
+        return cls(
+            message=message,
+            reason=event_reason,
+            handler_id=handler_id,
+            job_id=job_id,
+            retry_count=attempts - 1,
+            attempts=attempts,
+        )
