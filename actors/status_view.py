@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from protocol.canonical import PHP_TRIM_CHARACTERS, php_trim
 from protocol.errors import OmrayError
 from protocol.ids import display_id
 from protocol.records import ActiveReflection, ActivityRecord, ObservationRecord
@@ -19,8 +20,6 @@ from protocol.records import ActiveReflection, ActivityRecord, ObservationRecord
 ACTIVITY_FRESH_SECONDS: Final[int] = 300
 """An activity row older than this (strictly) is a crash leftover and is hidden."""
 
-PHP_TRIM_CHARACTERS: Final[str] = " \t\n\r\0\x0b"
-"""Characters PHP's ``trim()`` strips by default; the reference trims with exactly these."""
 
 _WHITESPACE_RUN = re.compile(r"\s+")
 
@@ -31,11 +30,6 @@ class UnknownActivityStageError(OmrayError, ValueError):
     def __init__(self, stage: str) -> None:
         self.stage = stage
         super().__init__(f"unknown activity stage {stage!r}")
-
-
-def php_trim(text: str) -> str:
-    """Trim the ASCII whitespace and NUL characters PHP's ``trim()`` removes (nothing else)."""
-    return text.strip(PHP_TRIM_CHARACTERS)
 
 
 def condense(text: str) -> str:

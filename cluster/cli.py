@@ -16,7 +16,7 @@ app = typer.Typer(
 def demo() -> None:
     """Run the offline demo (needs the Observer pipeline, not built yet)."""
     typer.echo(
-        "omray demo: not built yet. The demo needs the Observer pipeline (issue 'Observer pipeline end to end'); "
+        "omray demo: not built yet. The demo needs the Observer pipeline; "
         "the foundation (protocol, store, events reader, token counting) is in place: run `make test`.",
         err=True,
     )

@@ -21,7 +21,7 @@ STORE_CALL_TIMEOUT_S = 60.0
 
 
 class StoreProxy:
-    """Synchronous facade over a StoreActor handle: ``proxy.method(*args)`` == ``ray.get(handle.method.remote(*args))``.
+    """Synchronous facade over a StoreActor: ``proxy.m(*a)`` is ``ray.get(handle.m.remote(*a))``.
 
     With ``durable=True`` a call whose actor died is retried (with backoff) until the restarted
     StoreActor answers: every Store write is idempotent, so repeating one is safe.
@@ -80,7 +80,9 @@ class RayWorkerPool:
             try:
                 finished.append((job_seq, ray.get(ref)))
             except RayError as exc:
-                logger.warning("worker lost mid-job", extra={"job_seq": job_seq, "error_class": type(exc).__name__})
+                logger.warning(
+                    "worker lost mid-job", extra={"job_seq": job_seq, "error_class": type(exc).__name__}
+                )
                 finished.append((job_seq, None))
         return finished
 

@@ -59,7 +59,7 @@ def find_settings_file(cwd: str | Path) -> Path | None:
 def load_settings(
     path: str | Path | None = None, overrides: Sequence[str] = (), cwd: str | Path | None = None
 ) -> OmSettings:
-    """Settings from ``path`` (or the file found by :func:`find_settings_file`) plus ``KEY=VALUE`` overrides."""
+    """Settings from ``path`` (or the file :func:`find_settings_file` finds) plus ``KEY=VALUE`` overrides."""
     base_dir = Path(cwd) if cwd is not None else Path.cwd()
     file_path = Path(path) if path is not None else find_settings_file(base_dir)
     block: Mapping[str, Any] = {}

@@ -27,3 +27,12 @@ def sha256_hex(text: str | bytes) -> str:
 def canonical_hash(value: Any) -> str:
     """``sha256(canonical_json(value))``."""
     return sha256_hex(canonical_json(value))
+
+
+PHP_TRIM_CHARACTERS = " \t\n\r\0\x0b"
+"""The characters PHP's ``trim()`` removes by default (nothing else, unlike ``str.strip()``)."""
+
+
+def php_trim(text: str) -> str:
+    """Trim exactly what PHP's ``trim()`` trims, so trimmed content hashes like the original's."""
+    return text.strip(PHP_TRIM_CHARACTERS)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from protocol.canonical import canonical_hash, canonical_json, sha256_hex
+from protocol.canonical import canonical_hash, canonical_json, php_trim, sha256_hex
 from protocol.records import SourceRef
 
 _TIMESTAMP_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}$")
@@ -65,7 +65,7 @@ def observation_id(
             "run_id": run_id,
             "observer_schema_version": observer_schema_version,
             "timestamp": timestamp,
-            "content": content.strip(),
+            "content": php_trim(content),
             "source_refs": source_refs_payload(normalize_source_refs(source_refs)),
         }
     )
@@ -174,7 +174,11 @@ def threshold_generation_id(
 
 
 def observe_job_id(
-    run_id: str, terminal_end_seq: int, terminal_status: str, renderer_version: str, observer_schema_version: str
+    run_id: str,
+    terminal_end_seq: int,
+    terminal_status: str,
+    renderer_version: str,
+    observer_schema_version: str,
 ) -> str:
     """Deterministic observe job id: sha256 of the five values joined with ``|`` (plain string)."""
     return sha256_hex(

@@ -99,7 +99,9 @@ class SemanticIndexJob(_Job):
         return SEMANTIC_INDEX_HANDLER
 
 
-JobPayload = Annotated[ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob, Field(discriminator="kind")]
+JobPayload = Annotated[
+    ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob, Field(discriminator="kind")
+]
 """Any job payload."""
 
 JOB_PAYLOAD_ADAPTER: TypeAdapter[ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob] = TypeAdapter(

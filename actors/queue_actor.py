@@ -1,0 +1,282 @@
+"""QueueActor: the thin shell that executes :class:`actors.queue_state.QueueState` commands.
+
+It owns the durable ``extension_agent`` FIFO of one runtime. Every accepted job is written to the
+queue's own SQLite file (through that file's StoreActor) *before* ``dispatch`` returns, so no
+crash loses an accepted job. A background loop started in ``__init__`` (and therefore again after
+every restart) starts eligible jobs on the worker that owns their handler id, collects outcomes and
+records them durably; the pure state machine decides order and retries.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from actors.queue_state import (
+    AlreadyQueued,
+    Command,
+    Dispatch,
+    EmitJobFailed,
+    GiveUp,
+    MarkSucceeded,
+    OutcomeIgnored,
+    QueueState,
+    ScheduleRetry,
+    StoredJobState,
+    WakeAt,
+)
+from actors.retry import RetryPolicy
+from protocol.errors import InvalidPayloadError, OmrayError
+from protocol.jobs import JobEnvelope
+from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobFailedEvent
+
+logger = logging.getLogger("omray.queue")
+
+TICK_S = 0.05
+"""Longest wait for a worker outcome in one loop step (keeps ``dispatch`` latency low)."""
+
+
+class QueueStorePort(Protocol):
+    """The queue-database writes the actor needs (a ``persistence.Store`` or a StoreActor proxy)."""
+
+    def enqueue_job(self, envelope: JobEnvelope, accepted_at: str) -> Any: ...
+    def mark_job_running(self, job_seq: int, attempt: int, started_at: str) -> None: ...
+    def mark_job_retry(self, job_seq: int, not_before: str, failure_reason: str) -> None: ...
+    def finish_job(
+        self, job_seq: int, state: Any, finished_at: str, failure_reason: str | None = None
+    ) -> None: ...
+    def record_runtime_event(
+        self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str
+    ) -> int: ...
+    def list_unfinished_jobs(self) -> Sequence[Any]: ...
+    def runtime_events(self, run_id: str, after_seq: int = 0) -> Sequence[Any]: ...
+    def job_counts(self) -> Any: ...
+
+
+class WorkerPoolPort(Protocol):
+    """Starts attempts on workers and collects outcomes (``None`` = the worker died mid-job)."""
+
+    def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None: ...
+    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+
+def iso_utc(epoch_s: float) -> str:
+    """UTC ISO-8601 text of an epoch time."""
+    return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat()
+
+
+def epoch_of(iso: str | None) -> float | None:
+    """Epoch seconds of an ISO-8601 text (``None`` stays ``None``)."""
+    return None if iso is None else datetime.fromisoformat(iso).timestamp()
+
+
+class QueueActor:
+    """The durable FIFO of jobs, one runtime's single dispatcher.
+
+    Guarantees: a job is durable before ``dispatch`` returns; jobs start in acceptance order
+    (the queue's own sequence numbers, never Ray's delivery order); a job leaves the queue only when
+    its handler succeeded or its 4 attempts are used up, then a sanitized ``job_failed`` event is
+    recorded for its session. Safe to call from several threads; the loop thread is the only one that
+    talks to workers.
+    """
+
+    def __init__(
+        self,
+        store: QueueStorePort,
+        workers: WorkerPoolPort,
+        *,
+        policy: RetryPolicy | None = None,
+        max_in_flight: int = 1,
+        clock: Callable[[], float] = time.time,
+        start_loop: bool = True,
+    ) -> None:
+        self._store = store
+        self._workers = workers
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._recent_failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        self._in_flight_attempts: dict[int, tuple[str, int, str, float]] = {}
+        self._completed = 0
+        self._started_at = clock()
+        rows = [
+            StoredJobState(
+                job_seq=row.job_seq,
+                envelope=row.envelope,
+                status=row.state,
+                attempts=row.attempts,
+                not_before=epoch_of(row.not_before),
+                last_reason=row.failure_reason,
+            )
+            for row in store.list_unfinished_jobs()
+        ]
+        self._state, commands = QueueState.restore(rows, clock(), policy, max_in_flight=max_in_flight)
+        self._execute(commands)
+        if rows:
+            logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
+        self._thread: threading.Thread | None = None
+        if start_loop:
+            self._thread = threading.Thread(target=self._run_forever, name="omray-queue-loop", daemon=True)
+            self._thread.start()
+
+    # --- public API (documented actor-handle methods) ------------------------------------------
+
+    def dispatch(self, envelope: JobEnvelope | Mapping[str, Any]) -> str:
+        """Accept a job durably and return its job id; an id already pending is not queued twice."""
+        try:
+            job = envelope if isinstance(envelope, JobEnvelope) else JobEnvelope.model_validate(envelope)
+        except Exception as exc:
+            raise InvalidPayloadError(f"invalid job envelope ({type(exc).__name__})") from None
+        with self._lock:
+            result = self._store.enqueue_job(job, iso_utc(self._clock()))
+            self._execute(self._state.accept(job, result.job_seq, self._clock()))
+        self._wake.set()
+        return job.job_id
+
+    def status(self) -> dict[str, Any]:
+        """Queue depth, jobs in flight, recent failures and counters (ids and counts only)."""
+        with self._lock:
+            snapshot = self._state.snapshot()
+            in_flight = [
+                {
+                    "job_seq": seq,
+                    "job_id": job_id,
+                    "attempt": attempt,
+                    "handler_id": handler,
+                    "running_s": 0.0,
+                }
+                for seq, (job_id, attempt, handler, _) in self._in_flight_attempts.items()
+            ]
+            now = self._clock()
+            for item, (_, _, _, started) in zip(in_flight, self._in_flight_attempts.values(), strict=True):
+                item["running_s"] = round(now - started, 3)
+            return {
+                "depth": self._state.depth,
+                "in_flight": in_flight,
+                "completed_since_start": self._completed,
+                "recent_failures": list(self._recent_failures),
+                "state": snapshot,
+                "loop_alive": self._thread is not None and self._thread.is_alive(),
+            }
+
+    def runtime_events(self, run_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
+        """Sanitized runtime events (e.g. ``extension_agent.job_failed``) recorded for a session."""
+        return [event.model_dump() for event in self._store.runtime_events(run_id, after_seq)]
+
+    def job_counts(self) -> dict[str, int]:
+        """Durable job counts by state."""
+        counts = self._store.job_counts()
+        return dict(counts.model_dump()) if hasattr(counts, "model_dump") else dict(counts)
+
+    def is_idle(self) -> bool:
+        """True when no job is waiting or running."""
+        with self._lock:
+            return self._state.depth == 0 and self._state.in_flight == 0
+
+    def stop(self) -> None:
+        """Stop the loop thread (used by tests and shutdown; a restart starts a new one)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def _run_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick(TICK_S)
+            except Exception as exc:
+                # The loop must never die: a failed step (e.g. the StoreActor restarting) is logged
+                # and retried on the next step; durable state is unchanged by a failed write.
+                logger.error("queue loop step failed", extra={"error_class": type(exc).__name__})
+                self._stop.wait(0.5)
+
+    def tick(self, timeout_s: float) -> int:
+        """One loop step: start eligible jobs, wait up to ``timeout_s`` for outcomes, record them."""
+        with self._lock:
+            self._execute(self._state.next_dispatch(self._clock()))
+        if self._workers.in_flight == 0:
+            self._wake.wait(timeout_s)
+            self._wake.clear()
+            return 0
+        finished = self._workers.poll(timeout_s)
+        for job_seq, outcome in finished:
+            with self._lock:
+                started = self._in_flight_attempts.pop(job_seq, None)
+                attempt = started[1] if started else None
+                if outcome is None:
+                    commands = self._state.on_worker_lost(job_seq, self._clock(), attempt=attempt)
+                else:
+                    parsed = JOB_OUTCOME_ADAPTER.validate_python(outcome)
+                    commands = self._state.on_outcome(job_seq, parsed, self._clock(), attempt=attempt)
+                self._execute(commands)
+        return len(finished)
+
+    # --- command execution -------------------------------------------------------------------------
+
+    def _execute(self, commands: Sequence[Command]) -> None:
+        for command in commands:
+            self._execute_one(command)
+
+    def _execute_one(self, command: Command) -> None:
+        now = self._clock()
+        if isinstance(command, Dispatch):
+            # Durable first: if we die after this write, the restart re-dispatches the job.
+            self._store.mark_job_running(command.job_seq, command.attempt, iso_utc(now))
+            envelope = JobEnvelope(job_id=command.job_id, payload=command.payload)
+            self._in_flight_attempts[command.job_seq] = (
+                command.job_id,
+                command.attempt,
+                command.handler_id,
+                now,
+            )
+            self._workers.start(command.handler_id, command.job_seq, envelope.model_dump(), command.attempt)
+        elif isinstance(command, MarkSucceeded):
+            self._finish(command.job_seq, "succeeded", now, None)
+            self._completed += 1
+        elif isinstance(command, ScheduleRetry):
+            self._store.mark_job_retry(command.job_seq, iso_utc(command.not_before), command.reason)
+            logger.warning(
+                "job attempt failed; retry scheduled",
+                extra={"job_id": command.job_id, "attempts": command.attempts, "reason": command.reason},
+            )
+        elif isinstance(command, GiveUp):
+            self._finish(command.job_seq, "failed", now, command.reason)
+        elif isinstance(command, EmitJobFailed):
+            self._emit_job_failed(command.run_id, command.event, now)
+        elif isinstance(command, AlreadyQueued | OutcomeIgnored | WakeAt):
+            pass  # notices: nothing to persist
+
+    def _finish(self, job_seq: int, state: str, now: float, reason: str | None) -> None:
+        try:
+            self._store.finish_job(job_seq, state, iso_utc(now), reason)
+        except OmrayError as exc:
+            # A retried write after a StoreActor restart may find the job already finished.
+            logger.info(
+                "finish already recorded", extra={"job_seq": job_seq, "error_class": type(exc).__name__}
+            )
+
+    def _emit_job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:
+        payload = event.model_dump()
+        self._store.record_runtime_event(run_id, JobFailedEvent.event_type, payload, iso_utc(now))
+        self._recent_failures.append({"run_id": run_id, **payload, "at": iso_utc(now)})
+        logger.error(
+            "job failed after retrying",
+            extra={
+                "run_id": run_id,
+                "job_id": event.job_id,
+                "handler_id": event.handler_id,
+                "reason": event.reason,
+                "attempts": event.attempts,
+            },
+        )

@@ -1,0 +1,262 @@
+"""Session events and the two host hooks omray answers (reference §2.2, §2.3, §7.1, §10.1).
+
+* :class:`SessionEvent` is one line of a session's ``events.jsonl``.
+* :class:`AfterTurnCommit` is what the agent hands over after each committed turn;
+  :func:`detect_terminal_boundary` decides, with no I/O, whether that turn ended the run.
+* :class:`BeforeCompactionContext` / :class:`CompactionDecision` are the compaction hook's input and
+  answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
+
+from protocol.errors import InvalidPayloadError
+from protocol.ids import SessionId
+
+SUPPORTED_SCHEMA_MAJOR = 1
+"""Major ``schema_version`` of the events envelope omray reads; lines of another major are skipped."""
+
+_SCHEMA_VERSION_RE = re.compile(r"^([0-9]+)(\.[0-9]+)*$")
+
+TERMINAL_AGENT_END_REASONS: frozenset[str] = frozenset({"completed", "cancelled"})
+"""``agent_end`` reasons that end a run and trigger observation."""
+
+COMPACTION_FAILURE_PREFIX = "observational_memory active-memory projection failed: "
+"""Prefix of the cancel reason when the compaction projection fails (followed by the exception class)."""
+
+
+def is_compatible_schema_version(version: str) -> bool:
+    """True when ``version`` (``"x.y"``) has the supported major part; malformed versions are not."""
+    match = _SCHEMA_VERSION_RE.match(version) if isinstance(version, str) else None
+    return match is not None and int(match.group(1)) == SUPPORTED_SCHEMA_MAJOR
+
+
+class InvalidSessionEventError(InvalidPayloadError):
+    """An events line is valid JSON but not a valid event envelope.
+
+    ``reason`` names the offending fields and the kind of problem, never their values, so it is
+    safe to log and to pass on as :class:`protocol.errors.EventsFileError`'s reason.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid session event: {reason}")
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_input=False, include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "<event>"
+        parts.append(f"{where}: {item['type']}")
+    return "; ".join(parts)
+
+
+class SessionEvent(BaseModel):
+    """One ``events.jsonl`` line (§2.3); the file is the source of truth for a session.
+
+    Ids stay strings even when they look numeric (``"5"``): a JSON number in ``run_id`` is rejected
+    rather than converted.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: StrictStr = Field(pattern=r"^[0-9]+(\.[0-9]+)*$")
+    """Envelope version ``"x.y"``; only the major part matters (:func:`is_compatible_schema_version`)."""
+    run_id: SessionId = Field(strict=True)
+    """Session id, always a string."""
+    seq: StrictInt = Field(ge=1)
+    """Position of the event in its session, from 1; holes are possible."""
+    turn_no: StrictInt
+    """Turn the event belongs to."""
+    type: StrictStr = Field(min_length=1)
+    """Event type, e.g. ``agent_end`` or ``llm_step_completed``."""
+    payload: dict[str, Any]
+    """Type-specific payload."""
+    ts: StrictStr
+    """ISO-8601 timestamp written by the host (UTC ATOM)."""
+
+    @classmethod
+    def parse(cls, data: object) -> SessionEvent:
+        """Validate one decoded JSON line; raises :class:`InvalidSessionEventError` (no values in it)."""
+        if not isinstance(data, Mapping):
+            raise InvalidSessionEventError(f"expected a JSON object, got {type(data).__name__}")
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as error:
+            raise InvalidSessionEventError(_describe(error)) from None
+
+    @property
+    def is_compatible(self) -> bool:
+        """True when this line's schema major is the supported one."""
+        return is_compatible_schema_version(self.schema_version)
+
+
+class _Hook(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EventSummary(_Hook):
+    """A committed event as summarized in the after-turn hook's context (the "hot batch")."""
+
+    seq: int = Field(ge=1)
+    """Sequence number of the event."""
+    type: str
+    """Event type."""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    """Event payload (only ``reason``, ``retryable`` and ``retries_exhausted`` are read)."""
+
+
+class AfterTurnCommit(_Hook):
+    """Input of the after-turn-commit hook (§2.2): the turn's status and the events it committed."""
+
+    run_id: SessionId
+    """Session whose turn was committed."""
+    turn_no: int
+    """Turn number."""
+    status: str
+    """Run status after the turn, e.g. ``running``, ``completed``, ``failed``."""
+    events: tuple[EventSummary, ...] = ()
+    """Events committed by this turn, in commit order."""
+    effects_count: int = Field(default=0, ge=0)
+    """Number of side effects the turn committed (informational)."""
+
+
+class TerminalBoundary(_Hook):
+    """Where a run ended: observe through ``end_seq`` with this ``status``."""
+
+    end_seq: int = Field(ge=1)
+    """Seq of the terminal event."""
+    status: Literal["completed", "cancelled", "failed"]
+    """How the run ended."""
+
+
+def _php_truthy(value: object) -> bool:
+    """PHP's ``(bool)`` cast, which §7.1 applies to ``retryable`` and ``retries_exhausted``."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, int | float):
+        return value != 0
+    if isinstance(value, str):
+        return value not in ("", "0")
+    if isinstance(value, list | tuple | dict):
+        return len(value) > 0
+    return True
+
+
+def detect_terminal_boundary(ctx: AfterTurnCommit) -> TerminalBoundary | None:
+    """The terminal event of a committed turn, if any (§7.1). Pure and cheap: it runs on the hot path.
+
+    1. The first ``agent_end`` whose ``reason`` is ``completed`` or ``cancelled``.
+    2. Else, only when the turn status is ``failed``: the first ``llm_step_failed`` that is not
+       retryable or has exhausted its retries, reported as ``failed``.
+    3. Else nothing (intermediate batches, running turns).
+    """
+    for event in ctx.events:
+        reason = event.payload.get("reason")
+        if event.type == "agent_end" and isinstance(reason, str) and reason in TERMINAL_AGENT_END_REASONS:
+            status: Literal["completed", "cancelled"] = "completed" if reason == "completed" else "cancelled"
+            return TerminalBoundary(end_seq=event.seq, status=status)
+    if ctx.status != "failed":
+        return None
+    for event in ctx.events:
+        if event.type != "llm_step_failed":
+            continue
+        payload = event.payload
+        if not _php_truthy(payload.get("retryable")) or _php_truthy(payload.get("retries_exhausted")):
+            return TerminalBoundary(end_seq=event.seq, status="failed")
+    return None
+
+
+class BeforeCompactionContext(_Hook):
+    """Input of the before-compaction hook (§2.2); the same hook serves CompactRun and snapshot/fork."""
+
+    run_id: SessionId
+    """Session being compacted."""
+    turn_no: int
+    """Current turn."""
+    trigger: Literal["compact_run", "snapshot"]
+    """``compact_run`` passes a coverage watermark (1..last seq); ``snapshot`` (fork) passes none."""
+    required_start_seq: int | None = None
+    """First seq the summary must cover, when known."""
+    required_end_seq: int | None = None
+    """Last seq the summary must cover, when known."""
+    token_estimate_before: int = 0
+    """Host's token estimate of the context before compaction."""
+    messages_compacted: int = 0
+    """Messages the host is about to replace."""
+    messages_retained: int = 0
+    """Messages the host keeps verbatim."""
+    first_retained_index: int | None = None
+    """Index of the first retained message, when any."""
+    prior_summary_present: bool = False
+    """Whether an earlier compaction summary is in the context."""
+    custom_instructions: str | None = None
+    """User's compaction instructions (unused by omray; never logged)."""
+    resolved_model: str | None = None
+    """Model the host would summarize with (unused by omray)."""
+    thinking_level: str | None = None
+    """Host thinking level (unused by omray)."""
+
+    @property
+    def has_coverage_watermark(self) -> bool:
+        """True when both required seqs are given (CompactRun); reported in metadata only."""
+        return self.required_start_seq is not None and self.required_end_seq is not None
+
+
+class CompactionDecision(_Hook):
+    """The hook's answer. The host takes the first ``cancel`` and the first non-empty replacement."""
+
+    action: Literal["continue", "cancel", "replace_summary"]
+    """``continue``: host compacts normally; ``cancel``: fail closed; ``replace_summary``: use our text."""
+    summary_text: str | None = None
+    """Replacement summary (only for ``replace_summary``; non-empty)."""
+    reason: str | None = None
+    """Why compaction was cancelled (only for ``cancel``; names an exception class, never memory text)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """JSON-safe metadata recorded by the host with the result."""
+
+    @model_validator(mode="after")
+    def _fields_match_action(self) -> CompactionDecision:
+        if self.action == "replace_summary" and not (self.summary_text and self.summary_text.strip()):
+            raise ValueError("replace_summary needs a non-empty summary_text")
+        if self.action != "replace_summary" and self.summary_text is not None:
+            raise ValueError(f"summary_text is only allowed with replace_summary, not {self.action!r}")
+        if self.action == "cancel" and not self.reason:
+            raise ValueError("cancel needs a reason")
+        if self.action != "cancel" and self.reason is not None:
+            raise ValueError(f"reason is only allowed with cancel, not {self.action!r}")
+        return self
+
+    @classmethod
+    def continue_(cls) -> CompactionDecision:
+        """Let the host compact as it normally would (empty memory)."""
+        return cls(action="continue")
+
+    @classmethod
+    def cancel(cls, reason: str) -> CompactionDecision:
+        """Fail closed: the host must not fall back to an LLM summary."""
+        return cls(action="cancel", reason=reason)
+
+    @classmethod
+    def replace_summary(cls, text: str, metadata: Mapping[str, Any] | None = None) -> CompactionDecision:
+        """Replace the host's summary with ``text`` (the rendered active memory)."""
+        return cls(action="replace_summary", summary_text=text, metadata=dict(metadata or {}))
+
+
+def projection_metadata(has_coverage_watermark: bool) -> dict[str, Any]:
+    """Metadata attached to a ``replace_summary`` decision (§10.1), in the original's key order."""
+    return {
+        "om_source": "observational_memory",
+        "om_projection": "active_durable_memory",
+        "om_has_coverage_watermark": has_coverage_watermark,
+    }
+
+
+def projection_failure_reason(exception_class: str) -> str:
+    """Cancel reason for a failed projection: fixed prefix plus the exception class name only."""
+    return COMPACTION_FAILURE_PREFIX + exception_class

@@ -1,0 +1,558 @@
+"""omray settings: the ``observational_memory`` block of ``.hatfield/settings.yaml`` (reference §3, §14.1).
+
+:func:`settings_from_mapping` takes the block as the YAML loader produced it and applies the
+original's defaults, coercions, ignored keys and error messages, plus omray's own keys
+(``providers``, ``tokens``). The result is immutable; reading files is the caller's job.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocol.canonical import sha256_hex
+from protocol.errors import ModelSettingsError, SettingsError
+
+DEFAULT_DATABASE = ".hatfield/extensions-data/observational-memory/om.sqlite"
+"""Default ``storage.database`` (relative to the host's working directory)."""
+DEFAULT_CONTEXT_WINDOW_RATIO = 0.65
+"""Default share of the model's context window one observer part may use."""
+DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS = 40000
+"""Default threshold above which the active pool is reflected."""
+DEFAULT_OBSERVATIONS_MAX_TOKENS = 30000
+"""Default Dropper gate and target."""
+DEFAULT_VERSION = "1"
+"""Default renderer and schema versions."""
+
+DEFAULT_AGENT_MAX_TOOL_CALLS = 16
+"""Tool-call budget of the Reflector and the Dropper."""
+OBSERVER_MAX_TOOL_CALLS = 6
+"""Tool-call budget of the Observer (bounds correction rounds)."""
+AGENT_HTTP_MAX_DURATION_SECONDS = 300
+"""Wall-clock budget of one agent call, every stage."""
+
+BUILTIN_PROVIDER = "builtin"
+"""Name of the provider that runs in-process with no network."""
+BUILTIN_MODEL = "builtin/extractive"
+"""The embedded default model (used by the demo)."""
+BUILTIN_CONTEXT_WINDOW = 32768
+"""Context window of the built-in model."""
+DEFAULT_PROVIDER_TIMEOUT_S = 300.0
+"""Default HTTP timeout of a provider, in seconds."""
+
+TokenEncoding = Literal["o200k_base", "cl100k_base"]
+"""tiktoken encodings omray can count tokens with."""
+TOKEN_ENCODINGS: tuple[str, ...] = ("o200k_base", "cl100k_base")
+"""Allowed ``tokens.encoding`` values."""
+
+RATIO_MESSAGE = "context_window_ratio must satisfy 0 < ratio < 1."
+MODEL_REQUIRED_MESSAGE = "observational_memory.model (exact provider/model) is required."
+MODEL_FORMAT_MESSAGE = (
+    "observational_memory.model must be an exact provider/model reference (provider/model)."
+)
+CONTEXT_WINDOW_MESSAGE = "context_window must be positive."
+SEMANTIC_EMBEDDING_MESSAGE = "observational_memory.semantic requires embedding_api."
+RERANKER_MAPPING_MESSAGE = "semantic.reranker_api must be a mapping."
+MIN_SCORE_MESSAGE = "semantic.reranker_api.min_score must be a finite number."
+CHUNK_OVERLAP_MESSAGE = (
+    "chunk_bytes must be at least 4; overlap_bytes must be an integer from 0 to chunk_bytes - 1."
+)
+BASE_URL_MESSAGE = (
+    "semantic base_url must be an HTTP(S) URL with a host and no credentials, query or fragment."
+)
+MODEL_ID_MESSAGE = "semantic API requires a non-empty model_id."
+
+_PHP_NUMERIC_RE = re.compile(
+    r"^[ \t\n\r\v\f]*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r\v\f]*$"
+)
+_PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "context_window", "timeout_s"})
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EmbeddingApiSettings(_Settings):
+    """OpenAI-compatible ``/v1/embeddings`` endpoint and how memories are chunked for it."""
+
+    base_url: str
+    """HTTP(S) base URL without a trailing ``/``."""
+    model_id: str = Field(min_length=1)
+    """Embedding model id sent to the endpoint."""
+    query_prefix: str = ""
+    """Text prepended to search queries before embedding (trimmed)."""
+    chunk_bytes: int = Field(default=1200, ge=4)
+    """Maximum UTF-8 bytes per chunk."""
+    overlap_bytes: int = Field(default=192, ge=0)
+    """Bytes shared by consecutive chunks (smaller than ``chunk_bytes``)."""
+    max_lines: int = Field(default=80, ge=1)
+    """Maximum lines per chunk."""
+    batch_size: int = Field(default=4, ge=1)
+    """Chunks embedded per index job batch."""
+
+
+class RerankerApiSettings(_Settings):
+    """Optional ``/rerank`` endpoint applied after fusion."""
+
+    base_url: str
+    """HTTP(S) base URL without a trailing ``/``."""
+    model_id: str = Field(min_length=1)
+    """Reranker model id."""
+    batch_size: int = Field(default=8, ge=1)
+    """Documents per rerank request."""
+    document_characters: int = Field(default=768, ge=1)
+    """Characters of each document sent for reranking."""
+    min_score: float | None = None
+    """Inclusive score floor; ``None`` keeps every result."""
+
+
+class SemanticSettings(_Settings):
+    """Hybrid retrieval settings (§14.1); absent means exact search only."""
+
+    embedding_api: EmbeddingApiSettings
+    """Embedding endpoint (required)."""
+    reranker_api: RerankerApiSettings | None = None
+    """Reranker endpoint, when configured."""
+
+    def signature(self) -> str:
+        """Hash of everything that changes stored embeddings; a change forces an index rebuild.
+
+        Same formula as the original (PHP default JSON: escaped ``/`` and ``\\uXXXX``), so an index
+        signature written by either implementation compares equal. Query prefix and reranker are
+        excluded on purpose.
+        """
+        api = self.embedding_api
+        values = [api.base_url, api.model_id, api.chunk_bytes, api.overlap_bytes, api.max_lines, 1]
+        text = json.dumps(values, ensure_ascii=True, separators=(",", ":")).replace("/", "\\/")
+        return sha256_hex(text)
+
+
+class ProviderSettings(_Settings):
+    """An endpoint that serves the shared Observer/Reflector/Dropper model (``provider/model``)."""
+
+    name: str = Field(min_length=1)
+    """Provider name, the part of the model reference before the first ``/``."""
+    kind: Literal["builtin", "openai_compatible"]
+    """``builtin`` runs in-process with no network; others are OpenAI-compatible HTTP endpoints."""
+    base_url: str | None = None
+    """HTTP(S) base URL (``None`` only for ``builtin``)."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the API key (never the key itself)."""
+    context_window: int = Field(ge=1)
+    """Model context window in tokens; sizes observer parts."""
+    timeout_s: float = Field(default=DEFAULT_PROVIDER_TIMEOUT_S, gt=0)
+    """HTTP timeout per request, in seconds."""
+
+
+BUILTIN_PROVIDER_SETTINGS = ProviderSettings(
+    name=BUILTIN_PROVIDER, kind="builtin", context_window=BUILTIN_CONTEXT_WINDOW
+)
+"""The provider that is always defined."""
+
+
+class OmSettings(_Settings):
+    """Validated, immutable settings. Build with :func:`settings_from_mapping`."""
+
+    database: str = DEFAULT_DATABASE
+    """``storage.database``; relative paths are joined to the working directory (:meth:`database_path`)."""
+    model: str | None = None
+    """``provider/model`` of Observer, Reflector and Dropper; checked lazily (:meth:`require_model`)."""
+    context_window_ratio: float = Field(default=DEFAULT_CONTEXT_WINDOW_RATIO, gt=0, lt=1)
+    """``observer.context_window_ratio``: share of the context window one observer part may fill."""
+    renderer_version: str = Field(default=DEFAULT_VERSION, min_length=1)
+    """``observer.renderer_version``: part of chunk/coverage identity."""
+    observer_schema_version: str = Field(default=DEFAULT_VERSION, min_length=1)
+    """``observer.schema_version``: part of observation identity."""
+    reflector_schema_version: str = Field(default=DEFAULT_VERSION, min_length=1)
+    """``reflector.schema_version``: part of reflection and generation identity."""
+    reflect_after_observation_tokens: int = Field(default=DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS, ge=1)
+    """Reflect when the active pool has strictly more tokens than this."""
+    observations_max_tokens: int = Field(default=DEFAULT_OBSERVATIONS_MAX_TOKENS, ge=1)
+    """``pools.observations_max_tokens``: Dropper gate (strict) and target."""
+    semantic: SemanticSettings | None = None
+    """Hybrid retrieval, or ``None`` for exact search."""
+    providers: tuple[ProviderSettings, ...] = (BUILTIN_PROVIDER_SETTINGS,)
+    """Model providers; ``builtin`` is always first."""
+    token_encoding: TokenEncoding = "o200k_base"
+    """``tokens.encoding``: tiktoken encoding used for token counts."""
+
+    def require_model(self) -> str:
+        """The model reference, or :class:`ModelSettingsError` when missing or not ``provider/model``."""
+        if not self.model:
+            raise ModelSettingsError(MODEL_REQUIRED_MESSAGE)
+        if self.model.startswith("@") or "/" not in self.model:
+            raise ModelSettingsError(MODEL_FORMAT_MESSAGE)
+        return self.model
+
+    def provider_for(self, model: str) -> ProviderSettings:
+        """The provider of a ``provider/model`` reference; :class:`SettingsError` when it is not defined."""
+        if model.startswith("@") or "/" not in model:
+            raise ModelSettingsError(MODEL_FORMAT_MESSAGE)
+        name = model.partition("/")[0]
+        for provider in self.providers:
+            if provider.name == name:
+                return provider
+        raise SettingsError(f"provider {name!r} is not defined in observational_memory.providers.")
+
+    def model_provider(self) -> ProviderSettings:
+        """Provider of the configured model (model checked first)."""
+        return self.provider_for(self.require_model())
+
+    def envelope(self, context_window: int) -> int:
+        """Token budget of one observer part: ``floor(context_window * ratio)`` (128000 at 0.65 -> 83200)."""
+        if context_window <= 0:
+            raise SettingsError(CONTEXT_WINDOW_MESSAGE)
+        return math.floor(context_window * self.context_window_ratio)
+
+    def with_versions(self, renderer_version: str, observer_schema_version: str) -> OmSettings:
+        """A copy with only the renderer and observer schema versions replaced (as frozen in a job)."""
+        for key, value in (
+            ("renderer_version", renderer_version),
+            ("observer_schema_version", observer_schema_version),
+        ):
+            if not isinstance(value, str) or value == "":
+                raise SettingsError(f"{key} must be a non-empty string.")
+        return self.model_copy(
+            update={"renderer_version": renderer_version, "observer_schema_version": observer_schema_version}
+        )
+
+    def database_path(self, cwd: str | os.PathLike[str]) -> str:
+        """Absolute database path: an absolute setting as-is, else joined to ``cwd`` (§3.2)."""
+        if self.database.startswith("/"):
+            return self.database
+        return os.fspath(cwd).rstrip("/") + "/" + self.database.lstrip("/")
+
+    def semantic_dir(self, cwd: str | os.PathLike[str]) -> str:
+        """Directory of the derived semantic index files: ``<database path>.semantic``."""
+        return self.database_path(cwd) + ".semantic"
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+
+def _php_number(value: object) -> float | None:
+    """PHP ``is_numeric`` plus the cast to a number; ``None`` when not numeric (bools are not)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and _PHP_NUMERIC_RE.match(value):
+        return float(value)
+    return None
+
+
+def _php_int_at_least_one(value: object, default: int) -> int:
+    """``max(1, (int) v)`` for numeric values (PHP casts non-finite floats to 0); default otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(1, value)
+    number = _php_number(value)
+    if number is None:
+        return default
+    return max(1, int(number)) if math.isfinite(number) else 1
+
+
+def _text_or_default(value: object, default: str) -> str:
+    """Non-empty strings as given; ints (YAML ``2``) as their decimal form; anything else the default."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and value.strip() != "":
+        return value
+    return default
+
+
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _http_url(value: object) -> str | None:
+    """A trimmed HTTP(S) URL with a host and no credentials/query/fragment, trailing ``/`` removed."""
+    if not isinstance(value, str) or value.strip() == "":
+        return None
+    text = value.strip()
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # raises ValueError on a malformed port
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return None
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        return None
+    if "?" in text or "#" in text:
+        return None
+    return text.rstrip("/")
+
+
+def _positive_int(block: Mapping[str, Any], key: str, default: int) -> int:
+    value = block.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"semantic {key} must be a positive integer.")
+    return value
+
+
+def _model_id(block: Mapping[str, Any]) -> str:
+    value = block.get("model_id")
+    if not isinstance(value, str) or value.strip() == "":
+        raise SettingsError(MODEL_ID_MESSAGE)
+    return value.strip()
+
+
+def _base_url(block: Mapping[str, Any]) -> str:
+    url = _http_url(block.get("base_url"))
+    if url is None:
+        raise SettingsError(BASE_URL_MESSAGE)
+    return url
+
+
+def _min_score(reranker: Mapping[str, Any]) -> float | None:
+    if "min_score" not in reranker:
+        return None
+    value = reranker["min_score"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise SettingsError(MIN_SCORE_MESSAGE)
+    return float(value)
+
+
+def semantic_from_mapping(value: object) -> SemanticSettings | None:
+    """The ``semantic`` block (§14.1): ``None``/empty disables it; otherwise every rule, in order."""
+    if value is None or (isinstance(value, Mapping | list | tuple) and len(value) == 0):
+        return None
+    if not isinstance(value, Mapping) or not isinstance(value.get("embedding_api"), Mapping):
+        raise SettingsError(SEMANTIC_EMBEDDING_MESSAGE)
+    embedding: Mapping[str, Any] = value["embedding_api"]
+    raw_reranker = value.get("reranker_api")
+    if raw_reranker is not None and not isinstance(raw_reranker, Mapping):
+        raise SettingsError(RERANKER_MAPPING_MESSAGE)
+    reranker: Mapping[str, Any] = raw_reranker if raw_reranker is not None else {}
+    min_score = _min_score(reranker)
+    chunk_bytes = _positive_int(embedding, "chunk_bytes", 1200)
+    max_lines = _positive_int(embedding, "max_lines", 80)
+    batch_size = _positive_int(embedding, "batch_size", 4)
+    # The reranker's integers are checked even without a reranker (their defaults always pass).
+    rerank_batch = _positive_int(reranker, "batch_size", 8)
+    document_characters = _positive_int(reranker, "document_characters", 768)
+    overlap = embedding.get("overlap_bytes")
+    overlap = 192 if overlap is None else overlap
+    if (
+        isinstance(overlap, bool)
+        or not isinstance(overlap, int)
+        or not 0 <= overlap < chunk_bytes
+        or chunk_bytes < 4
+    ):
+        raise SettingsError(CHUNK_OVERLAP_MESSAGE)
+    base_url = _base_url(embedding)
+    model_id = _model_id(embedding)
+    prefix = embedding.get("query_prefix")
+    query_prefix = prefix.strip() if isinstance(prefix, str) else ""
+
+    embedding_api = EmbeddingApiSettings(
+        base_url=base_url,
+        model_id=model_id,
+        query_prefix=query_prefix,
+        chunk_bytes=chunk_bytes,
+        overlap_bytes=overlap,
+        max_lines=max_lines,
+        batch_size=batch_size,
+    )
+    reranker_api = None
+    if raw_reranker is not None:
+        reranker_api = RerankerApiSettings(
+            base_url=_base_url(reranker),
+            model_id=_model_id(reranker),
+            batch_size=rerank_batch,
+            document_characters=document_characters,
+            min_score=min_score,
+        )
+    return SemanticSettings(embedding_api=embedding_api, reranker_api=reranker_api)
+
+
+def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
+    if not isinstance(name, str) or not _PROVIDER_NAME_RE.match(name):
+        raise SettingsError(
+            f"provider name {name!r} must be letters, digits, '_', '.' or '-' (no '/'), "
+            "starting with a letter or digit."
+        )
+    if name == BUILTIN_PROVIDER:
+        raise SettingsError(f"provider name {name!r} is reserved for the built-in model.")
+    where = f"providers.{name}"
+    if not isinstance(entry, Mapping):
+        raise SettingsError(f"{where} must be a mapping.")
+    unknown = sorted(str(key) for key in entry if key not in _PROVIDER_KEYS)
+    if unknown:
+        raise SettingsError(f"{where} has unknown keys {unknown!r}; allowed: {sorted(_PROVIDER_KEYS)!r}.")
+    base_url = _http_url(entry.get("base_url"))
+    if base_url is None:
+        raise SettingsError(f"{where}.base_url must be an HTTP(S) URL with a host and no credentials.")
+    api_key_env = entry.get("api_key_env")
+    # Never echo this value: a user may have pasted the key itself here.
+    if api_key_env is not None and (not isinstance(api_key_env, str) or not _ENV_NAME_RE.match(api_key_env)):
+        raise SettingsError(f"{where}.api_key_env must be the name of an environment variable, not a key.")
+    context_window = entry.get("context_window")
+    if isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1:
+        raise SettingsError(f"{where}.context_window must be an integer >= 1.")
+    timeout = entry.get("timeout_s", DEFAULT_PROVIDER_TIMEOUT_S)
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not (math.isfinite(timeout) and timeout > 0)
+    ):
+        raise SettingsError(f"{where}.timeout_s must be a number > 0.")
+    return ProviderSettings(
+        name=name,
+        kind="openai_compatible",
+        base_url=base_url,
+        api_key_env=api_key_env,
+        context_window=context_window,
+        timeout_s=float(timeout),
+    )
+
+
+def _providers_from_mapping(value: object) -> tuple[ProviderSettings, ...]:
+    if value is None:
+        return (BUILTIN_PROVIDER_SETTINGS,)
+    if not isinstance(value, Mapping):
+        raise SettingsError("observational_memory.providers must be a mapping of provider name to settings.")
+    return (
+        BUILTIN_PROVIDER_SETTINGS,
+        *(_provider_from_mapping(name, entry) for name, entry in value.items()),
+    )
+
+
+def _token_encoding(value: object) -> TokenEncoding:
+    if value is None:
+        return "o200k_base"
+    if not isinstance(value, Mapping):
+        raise SettingsError("observational_memory.tokens must be a mapping.")
+    encoding = value.get("encoding", "o200k_base")
+    if encoding == "o200k_base":
+        return "o200k_base"
+    if encoding == "cl100k_base":
+        return "cl100k_base"
+    raise SettingsError(f"tokens.encoding must be one of {list(TOKEN_ENCODINGS)!r}, got {encoding!r}.")
+
+
+def _context_window_ratio(observer: Mapping[str, Any]) -> float:
+    ratio = _php_number(observer.get("context_window_ratio"))
+    if ratio is None:
+        return DEFAULT_CONTEXT_WINDOW_RATIO
+    if not 0 < ratio < 1:  # also rejects NaN
+        raise SettingsError(RATIO_MESSAGE)
+    return ratio
+
+
+def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
+    """Build settings from the ``observational_memory`` block (``None`` -> all defaults).
+
+    Unknown keys are ignored, like the original; the original's ignored keys (``observer.model``,
+    ``reflector.model``, ``*.thinking_level``, ``pools.reflections_max_tokens``,
+    ``reflector.context_window_ratio``) have no effect.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise SettingsError("observational_memory settings must be a mapping.")
+    storage, observer = _section(data, "storage"), _section(data, "observer")
+    reflector, pools = _section(data, "reflector"), _section(data, "pools")
+
+    database = storage.get("database")
+    model = data.get("model")
+    model = model.strip() if isinstance(model, str) else ""
+    return OmSettings(
+        database=database if isinstance(database, str) and database.strip() != "" else DEFAULT_DATABASE,
+        model=model or None,
+        context_window_ratio=_context_window_ratio(observer),
+        renderer_version=_text_or_default(observer.get("renderer_version"), DEFAULT_VERSION),
+        observer_schema_version=_text_or_default(observer.get("schema_version"), DEFAULT_VERSION),
+        reflector_schema_version=_text_or_default(reflector.get("schema_version"), DEFAULT_VERSION),
+        reflect_after_observation_tokens=_php_int_at_least_one(
+            reflector.get("reflect_after_observation_tokens"), DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS
+        ),
+        observations_max_tokens=_php_int_at_least_one(
+            pools.get("observations_max_tokens"), DEFAULT_OBSERVATIONS_MAX_TOKENS
+        ),
+        semantic=semantic_from_mapping(data.get("semantic")),
+        providers=_providers_from_mapping(data.get("providers")),
+        token_encoding=_token_encoding(data.get("tokens")),
+    )
+
+
+def extract_om_block(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``observational_memory`` block of a whole Hatfield settings document, a document with a
+    top-level ``observational_memory`` key, or the block itself. A missing block is ``{}``.
+    """
+    if not isinstance(doc, Mapping):
+        raise SettingsError("the settings document must be a mapping.")
+    block: object
+    extensions = doc.get("extensions")
+    if isinstance(extensions, Mapping):
+        ext_settings = extensions.get("settings")
+        block = ext_settings.get("observational_memory") if isinstance(ext_settings, Mapping) else None
+    elif "observational_memory" in doc:
+        block = doc["observational_memory"]
+    else:
+        block = doc
+    if block is None:
+        return {}
+    if not isinstance(block, Mapping):
+        raise SettingsError("observational_memory settings must be a mapping.")
+    return block
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    return copy.deepcopy(value)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _override_value(text: str) -> Any:
+    """JSON when ``text`` parses as strict JSON (no NaN/Infinity), else the text itself."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
+        return text
+
+
+def apply_overrides(data: Mapping[str, Any] | None, overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``data`` with each ``KEY=VALUE`` applied in order (``KEY`` dotted, ``VALUE`` JSON or text).
+
+    Missing or null intermediate keys become mappings; a non-mapping in the way is an error.
+    """
+    result: dict[str, Any] = _plain(data) if data is not None else {}
+    for number, item in enumerate(overrides, start=1):
+        key_text, sep, value_text = item.partition("=")
+        # The text is not echoed unless it is a key: a value may be a secret.
+        if not sep:
+            raise SettingsError(f"override #{number} is malformed: expected KEY=VALUE.")
+        path = key_text.strip().split(".")
+        if any(part.strip() == "" for part in path):
+            raise SettingsError(f"override #{number} key {key_text.strip()!r} is malformed: expected a.b.c.")
+        target = result
+        for depth, part in enumerate(path[:-1]):
+            child = target.get(part)
+            if child is None:
+                child = target[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(path[: depth + 1])
+                raise SettingsError(
+                    f"override #{number} cannot set {key_text.strip()!r}: {where!r} is not a mapping."
+                )
+            target = child
+        target[path[-1]] = _override_value(value_text)
+    return result

@@ -1,0 +1,287 @@
+"""OpenAI function-calling specs of every tool omray exposes (reference §7.7, §9.5, §9.7, §13.1, §13.5).
+
+Parameter schemas are the original's, byte for byte; descriptions and guidance are omray's own.
+Each function returns a fresh dict, so callers may mutate what they get.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.records import TIMESTAMP_PATTERN
+
+RECORD_OBSERVATIONS = "record_observations"
+"""Observer tool name."""
+RECORD_REFLECTIONS = "record_reflections"
+"""Reflector tool name."""
+DROP_OBSERVATIONS = "drop_observations"
+"""Dropper tool name."""
+MEMORY_SEARCH = "memory_search"
+"""Agent search tool name."""
+RECALL = "recall"
+"""Agent provenance tool name."""
+
+MEMORY_SEARCH_DEFAULT_LIMIT = 20
+"""Results returned when ``limit`` is omitted."""
+MEMORY_SEARCH_MAX_LIMIT = 50
+"""Largest ``limit``; larger values are clamped."""
+
+_DATE_BOUND_PATTERN = r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2})?$"
+_DATE_BOUND_TAIL = "(YYYY-MM-DD or YYYY-MM-DD HH:MM). Omit to search all retained history."
+
+
+def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+def record_observations_spec() -> dict[str, Any]:
+    """Spec of ``record_observations`` (Observer)."""
+    source_ref = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["run_id", "seq"],
+        "properties": {
+            "run_id": {"type": "string", "minLength": 1},
+            "seq": {"type": "integer", "minimum": 1},
+        },
+    }
+    observation = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["timestamp", "content", "relevance", "source_refs"],
+        "properties": {
+            "timestamp": {"type": "string", "pattern": TIMESTAMP_PATTERN},
+            "content": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Single-line plain prose. No markdown/tags/embedded timestamp.",
+            },
+            "relevance": {"type": "string", "enum": ["low", "medium", "high", "critical"]},
+            "source_refs": {"type": "array", "minItems": 1, "items": source_ref},
+        },
+    }
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["observations"],
+        "properties": {"observations": {"type": "array", "items": observation}},
+    }
+    return _function(
+        RECORD_OBSERVATIONS,
+        "Save dated, rated observations about the conversation chunk you were given. Each one cites the "
+        "[Source entry id: ...] labels it came from. You may call this several times; each call adds to the "
+        "observations already saved.",
+        parameters,
+    )
+
+
+def record_reflections_spec() -> dict[str, Any]:
+    """Spec of ``record_reflections`` (Reflector)."""
+    reflection = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["content", "supporting_observation_ids"],
+        "properties": {
+            "content": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Single-line plain prose durable fact.",
+            },
+            "supporting_observation_ids": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "minLength": 1},
+            },
+        },
+    }
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["reflections"],
+        "properties": {
+            "reflections": {
+                "type": "array",
+                "minItems": 1,
+                "description": "New durable reflections only (delta). Existing reflections are retained "
+                "automatically.",
+                "items": reflection,
+            }
+        },
+    }
+    return _function(
+        RECORD_REFLECTIONS,
+        "Add new long-lived reflections, each backed by the ids of the current observations it condenses. "
+        "Send only what is not already a current reflection.",
+        parameters,
+    )
+
+
+def drop_observations_spec() -> dict[str, Any]:
+    """Spec of ``drop_observations`` (Dropper)."""
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["ids"],
+        "properties": {
+            "ids": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "minLength": 1},
+                "description": "Active observation ids to propose for drop.",
+            },
+            "reason": {"type": "string", "description": "Optional unpersisted rationale for the proposal."},
+        },
+    }
+    return _function(
+        DROP_OBSERVATIONS,
+        "Suggest ids of current observations that the reflections already preserve, so they can leave the "
+        "active memory. Nothing is deleted; the final choice is capped and made by the system.",
+        parameters,
+    )
+
+
+def _search_texts(hybrid: bool) -> tuple[str, str, str]:
+    if hybrid:
+        return (
+            "Search past work in every session by meaning and by keywords at once; results come back "
+            "best match first, with their dates and session ids.",
+            "Keywords, identifiers, phrases, concepts or a paraphrase of what you are looking for.",
+            f"How many ranked results to return (default {MEMORY_SEARCH_DEFAULT_LIMIT}, "
+            f"at most {MEMORY_SEARCH_MAX_LIMIT}).",
+        )
+    return (
+        "Search past work in every session for an exact piece of text; results come back newest first, "
+        "with their dates and session ids.",
+        "One contiguous piece of text to match literally (case-insensitive), such as a file name, "
+        "an identifier or an error code.",
+        f"How many results to return (default {MEMORY_SEARCH_DEFAULT_LIMIT}, "
+        f"at most {MEMORY_SEARCH_MAX_LIMIT}).",
+    )
+
+
+def memory_search_spec(hybrid: bool) -> dict[str, Any]:
+    """Spec of ``memory_search``: the schema is the same in both modes, the texts depend on ``hybrid``."""
+    description, query_text, limit_text = _search_texts(hybrid)
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["query"],
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "description": query_text},
+            "after": {
+                "type": "string",
+                "pattern": _DATE_BOUND_PATTERN,
+                "description": "Optional inclusive lower bound on memory date " + _DATE_BOUND_TAIL,
+            },
+            "before": {
+                "type": "string",
+                "pattern": _DATE_BOUND_PATTERN,
+                "description": "Optional inclusive upper bound on memory date " + _DATE_BOUND_TAIL,
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MEMORY_SEARCH_MAX_LIMIT,
+                "description": limit_text,
+            },
+        },
+    }
+    return _function(MEMORY_SEARCH, description, parameters)
+
+
+def recall_spec() -> dict[str, Any]:
+    """Spec of ``recall``."""
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["id"],
+        "properties": {
+            "id": {
+                "type": "string",
+                "pattern": "^[a-f0-9]{12,64}$",
+                "description": "Full lowercase hex observation or reflection id, or a unique 12–64 character "
+                "prefix from compacted memory, /om-view, memory_search, or a previous recall result. "
+                "Not a topic search.",
+            },
+            "session_id": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Optional originating session id from memory_search. Omit to keep "
+                "current-session recall.",
+            },
+        },
+    }
+    return _function(
+        RECALL,
+        "Fetch one memory by id with the exact events it came from: its full text, its sources and, for a "
+        "reflection, the observations behind it.",
+        parameters,
+    )
+
+
+def memory_tool_specs(hybrid: bool) -> list[dict[str, Any]]:
+    """The agent-facing tools in registration order: ``memory_search`` then ``recall``."""
+    return [memory_search_spec(hybrid), recall_spec()]
+
+
+MEMORY_SEARCH_SUMMARY: dict[str, str] = {
+    "exact": "Use memory_search(query) to find memories from earlier sessions that contain an exact piece of "
+    "text.",
+    "hybrid": "Use memory_search(query) to find memories from earlier sessions by keywords and by meaning.",
+}
+"""One-line prompt summary of ``memory_search`` per search mode."""
+
+RECALL_SUMMARY = (
+    "Use recall(id) or recall(id, session_id) to read one memory in full, with the events it came from."
+)
+"""One-line prompt summary of ``recall``."""
+
+_SEARCH_COMMON_FIRST = (
+    "Use memory_search when earlier work, decisions or conversations may matter and are not in your context."
+)
+_SEARCH_COMMON_LAST = (
+    "An empty result does not prove something never happened; it may have been phrased differently.",
+    "Observation results carry the importance rated when they were recorded; weigh them accordingly.",
+    "memory_search looks only at saved memory text, not at files, code or the live conversation.",
+)
+
+_RECALL_GUIDANCE: tuple[str, ...] = (
+    "Recall an id you already have, from compacted memory, /om-view, memory_search or an earlier recall.",
+    "Use recall when you need the exact wording, the reasons or the source events behind a memory.",
+    "Use recall when the user asks where a remembered fact came from.",
+    "Observation results carry the importance rated when they were recorded; weigh them accordingly.",
+    "recall is not a search: to find memories on a topic, use memory_search.",
+    "Recall only the ids you need; do not fetch every id you see.",
+)
+
+MEMORY_TOOLS_GUIDANCE: dict[str, dict[str, tuple[str, ...]]] = {
+    "exact": {
+        MEMORY_SEARCH: (
+            _SEARCH_COMMON_FIRST,
+            "Pass one contiguous piece of literal text; short distinctive identifiers work best.",
+            "If nothing matches, try a shorter or different piece of text before giving up.",
+            "All retained history is searched by default; pass after/before only to narrow by date.",
+            *_SEARCH_COMMON_LAST,
+        ),
+        RECALL: _RECALL_GUIDANCE,
+    },
+    "hybrid": {
+        MEMORY_SEARCH: (
+            _SEARCH_COMMON_FIRST,
+            "Mix exact identifiers or keywords with a short description of the idea you are looking for.",
+            "A top result can still be off topic; check its content and date before relying on it.",
+            "All retained history is searched by default; after/before filter by date, not ranking.",
+            *_SEARCH_COMMON_LAST,
+        ),
+        RECALL: _RECALL_GUIDANCE,
+    },
+}
+"""Short guidance lines for the agent's prompt, per search mode (``exact``/``hybrid``) and per tool."""
+
+
+def memory_tools_guidance(hybrid: bool) -> dict[str, tuple[str, ...]]:
+    """Guidance lines per tool (``memory_search``, ``recall``) for the given search mode."""
+    return dict(MEMORY_TOOLS_GUIDANCE["hybrid" if hybrid else "exact"])
