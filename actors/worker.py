@@ -8,6 +8,7 @@ its message (which may quote memory text). The queue's pure retry policy decides
 from __future__ import annotations
 
 import importlib
+import os
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -113,4 +114,4 @@ class WorkerActor:
 
     def ping(self) -> dict[str, Any]:
         """Liveness and a count of attempts run by this process."""
-        return {"handler_id": self.handler_id, "jobs_run": self.jobs_run}
+        return {"handler_id": self.handler_id, "jobs_run": self.jobs_run, "pid": os.getpid()}

@@ -1,0 +1,22 @@
+"""StoreActor: the only writer of one SQLite file (DESIGN.md invariant 1).
+
+A plain subclass of :class:`persistence.store.Store`; ``cluster/`` turns it into a named,
+detached, single-threaded Ray actor (``omray.store.<hash of the path>``), so writes to one file
+are serialized by construction and nothing else opens that file for writing. Readers use their
+own read-only connections (``persistence.queries.MemoryReader``) in any process.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from persistence.store import Store
+
+
+class StoreActor(Store):
+    """Exposes the ``Store`` write methods as actor methods, plus a liveness probe."""
+
+    def ping(self) -> dict[str, Any]:
+        """The file this actor owns and the process it runs in."""
+        return {"db_path": self.db_path, "pid": os.getpid()}

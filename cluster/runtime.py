@@ -1,0 +1,200 @@
+"""Spawning omray's named actors on a Ray cluster and wiring them together.
+
+Every actor is detached, lives in namespace ``omray``, restarts without limit and asks for no CPU
+(they mostly wait on SQLite or on a model endpoint; on a 2-core machine a CPU reservation per actor
+would starve the cluster). The actor classes themselves are plain Python in ``actors/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.queue_actor import QueueActor
+from actors.retry import RetryPolicy
+from actors.store_actor import StoreActor
+from actors.worker import WorkerActor, load_handler
+from cluster.naming import RuntimeNames, omray_home
+from cluster.proxies import RayWorkerPool, StoreProxy
+from protocol.jobs import (
+    OBSERVE_BOUNDARY_HANDLER,
+    REFLECT_GENERATION_HANDLER,
+    SEMANTIC_INDEX_HANDLER,
+    JobEnvelope,
+)
+
+logger = logging.getLogger("omray.cluster")
+
+DEFAULT_HANDLERS: dict[str, str] = {
+    OBSERVE_BOUNDARY_HANDLER: "actors.handlers:observe_boundary",
+    REFLECT_GENERATION_HANDLER: "actors.handlers:reflect_generation",
+    SEMANTIC_INDEX_HANDLER: "actors.handlers:semantic_index",
+}
+"""Handler of each stable handler id in the production runtime."""
+
+_COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
+
+
+def _current_node_affinity() -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+
+
+def store_handle(names: RuntimeNames, db_path: str | Path, *, pin_to_current_node: bool = True) -> Any:
+    """The StoreActor of ``db_path``, created on demand on the node that holds the file."""
+    path = str(Path(db_path).resolve())
+    options: dict[str, Any] = {
+        **_COMMON_OPTIONS,
+        "name": names.store(path),
+        "namespace": names.namespace,
+        "get_if_exists": True,
+        "max_task_retries": 0,
+    }
+    if pin_to_current_node:
+        options["scheduling_strategy"] = _current_node_affinity()
+    return ray.remote(StoreActor).options(**options).remote(path)
+
+
+class RayWorkerContext:
+    """What a handler running in a worker actor may use: StoreActors and the queue."""
+
+    def __init__(self, names: RuntimeNames) -> None:
+        self._names = names
+        self._stores: dict[str, StoreProxy] = {}
+
+    def store_for(self, db_path: str) -> StoreProxy:
+        """A durable proxy to the single writer of ``db_path``."""
+        proxy = self._stores.get(db_path)
+        if proxy is None:
+            proxy = StoreProxy(store_handle(self._names, db_path), durable=True)
+            self._stores[db_path] = proxy
+        return proxy
+
+    def dispatch(self, envelope: JobEnvelope) -> str:
+        """Enqueue a follow-up job on this runtime's queue."""
+        queue = ray.get_actor(self._names.queue, namespace=self._names.namespace)
+        job_id: str = ray.get(queue.dispatch.remote(envelope))
+        return job_id
+
+
+class WorkerRuntime(WorkerActor):
+    """A worker actor with its Ray context; constructed inside the actor process."""
+
+    def __init__(self, names: RuntimeNames, handler_id: str, handler_path: str) -> None:
+        super().__init__(handler_id, load_handler(handler_path), RayWorkerContext(names))
+
+
+def worker_handle(
+    names: RuntimeNames, handler_id: str, handler_path: str, env_vars: Mapping[str, str] | None = None
+) -> Any:
+    """The worker actor that owns ``handler_id`` (created if missing)."""
+    actor_name = {
+        OBSERVE_BOUNDARY_HANDLER: names.observer,
+        REFLECT_GENERATION_HANDLER: names.reflector,
+        SEMANTIC_INDEX_HANDLER: names.indexer,
+    }[handler_id]
+    options: dict[str, Any] = {
+        **_COMMON_OPTIONS,
+        "name": actor_name,
+        "namespace": names.namespace,
+        "get_if_exists": True,
+        "max_task_retries": 0,  # the queue's retry policy decides, not Ray
+    }
+    if env_vars:
+        options["runtime_env"] = {"env_vars": dict(env_vars)}
+    return ray.remote(WorkerRuntime).options(**options).remote(names, handler_id, handler_path)
+
+
+class QueueRuntime(QueueActor):
+    """The QueueActor with Ray-backed ports; constructed inside the actor process (also on restart)."""
+
+    def __init__(
+        self,
+        names: RuntimeNames,
+        queue_db: str,
+        handler_paths: Mapping[str, str],
+        worker_env: Mapping[str, str] | None = None,
+        retry_base_delay_s: float = 1.0,
+        max_in_flight: int = 1,
+    ) -> None:
+        store = StoreProxy(store_handle(names, queue_db), durable=True)
+        workers = {hid: worker_handle(names, hid, path, worker_env) for hid, path in handler_paths.items()}
+        policy = RetryPolicy(base_delay_s=retry_base_delay_s)
+        super().__init__(store, RayWorkerPool(workers), policy=policy, max_in_flight=max_in_flight)
+
+    def ping(self) -> dict[str, Any]:
+        """Liveness probe with the process id (tests kill it by pid)."""
+        return {"pid": os.getpid(), "depth": self.status()["depth"]}
+
+
+def queue_db_path(names: RuntimeNames) -> str:
+    """Where a runtime keeps its durable FIFO (``$OMRAY_HOME/<prefix>.queue.sqlite``)."""
+    return str(omray_home() / f"{names.prefix}.queue.sqlite")
+
+
+def ensure_runtime(
+    names: RuntimeNames | None = None,
+    *,
+    queue_db: str | None = None,
+    handler_paths: Mapping[str, str] | None = None,
+    worker_env: Mapping[str, str] | None = None,
+    retry_base_delay_s: float = 1.0,
+    max_in_flight: int = 1,
+) -> Any:
+    """Create (or find) the queue, its store and the workers; returns the queue handle.
+
+    Must be called from a process connected to Ray (``ray.init``). Idempotent: existing named
+    actors are reused, so calling it after a whole-cluster restart resumes the pending jobs.
+    """
+    names = names or RuntimeNames()
+    db = queue_db or queue_db_path(names)
+    paths = dict(handler_paths or DEFAULT_HANDLERS)
+    store_handle(names, db)
+    for hid, path in paths.items():
+        worker_handle(names, hid, path, worker_env)
+    queue = (
+        ray.remote(QueueRuntime)
+        .options(
+            **_COMMON_OPTIONS,
+            name=names.queue,
+            namespace=names.namespace,
+            get_if_exists=True,
+            max_task_retries=-1,  # dispatch is idempotent for a pending job id
+            max_concurrency=16,
+            scheduling_strategy=_current_node_affinity(),
+        )
+        .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight)
+    )
+    ray.get(queue.ping.remote())
+    return queue
+
+
+def remove_runtime(names: RuntimeNames | None = None, db_paths: list[str] | None = None) -> list[str]:
+    """Kill the runtime's named actors (no restart); returns the names removed."""
+    names = names or RuntimeNames()
+    removed: list[str] = []
+    candidates = [names.queue, names.observer, names.reflector, names.indexer]
+    for info in _list_named_actors(names.namespace):
+        if info.startswith(f"{names.prefix}.store.") and info not in candidates:
+            candidates.append(info)
+    for actor_name in candidates:
+        try:
+            handle = ray.get_actor(actor_name, namespace=names.namespace)
+        except ValueError:
+            continue
+        ray.kill(handle, no_restart=True)
+        removed.append(actor_name)
+    return removed
+
+
+def _list_named_actors(namespace: str) -> list[str]:
+    try:
+        entries = ray.util.list_named_actors(all_namespaces=True)
+    except Exception:  # older Ray or a transient GCS error: fall back to the fixed names
+        return []
+    return [e["name"] for e in entries if isinstance(e, dict) and e.get("namespace") == namespace]

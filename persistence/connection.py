@@ -1,0 +1,145 @@
+"""Opening the memory database (reference §4.1).
+
+* :func:`open_write_engine` is for the one writer of a file (its StoreActor): it creates the data
+  directory (0700) and the file (0600), sets the PRAGMAs on every connect, verifies WAL and runs
+  the migrations. Every transaction it begins is ``BEGIN IMMEDIATE``, so writers serialize on
+  the SQLite lock up front instead of failing when a read upgrades to a write.
+* :func:`open_read_engine` is for readers in any process: a read-only (``mode=ro``) connection
+  that never migrates and never writes, and reads concurrently with the writer thanks to WAL.
+  Each transaction is a plain deferred ``BEGIN``, so one call sees one consistent snapshot.
+
+Both engines use a ``NullPool``: every ``connect()`` opens a fresh SQLite connection, so no
+connection is ever shared across threads or processes. Engines stay inside ``persistence``;
+callers outside only use ``Store`` and ``MemoryReader``. ``hide_parameters`` keeps bound values
+(memory text, queries) out of error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.pool import NullPool
+
+from persistence.migrations import migrate
+from protocol.errors import StorageError
+
+BUSY_TIMEOUT_MS = 5000
+"""``PRAGMA busy_timeout`` on every connection."""
+
+DIRECTORY_MODE = 0o700
+"""Mode of data directories omray creates."""
+
+FILE_MODE = 0o600
+"""Mode of the database file and its ``-wal``/``-shm`` companions."""
+
+
+class DatabaseMissingError(StorageError):
+    """The memory database file does not exist (readers treat this as "no memory yet")."""
+
+
+def _ensure_directory(directory: Path) -> None:
+    missing: list[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    try:
+        for path in reversed(missing):
+            path.mkdir(mode=DIRECTORY_MODE, exist_ok=True)
+            os.chmod(path, DIRECTORY_MODE)  # mkdir's mode is filtered by the umask
+    except OSError as exc:
+        raise StorageError(f"Unable to create OM data directory: {str(directory)!r}") from exc
+    if not directory.is_dir():
+        raise StorageError(f"Unable to create OM data directory: {str(directory)!r}")
+
+
+def _restrict_file_modes(db_path: Path) -> None:
+    for path in (db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            continue
+        if mode != FILE_MODE:
+            os.chmod(path, FILE_MODE)
+
+
+def _create_file(db_path: Path) -> None:
+    try:
+        fd = os.open(db_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StorageError(f"Unable to create OM database file: {str(db_path)!r}") from exc
+    os.close(fd)
+
+
+def _configure_write_connection(dbapi_connection: sqlite3.Connection, db_path: Path) -> None:
+    # The driver must not open transactions on its own: the "begin" hook does (BEGIN IMMEDIATE),
+    # which also makes savepoints and transactional DDL behave.
+    dbapi_connection.isolation_level = None
+    dbapi_connection.execute("PRAGMA foreign_keys = ON")
+    row = dbapi_connection.execute("PRAGMA journal_mode=WAL").fetchone()
+    mode = str(row[0]).lower() if row else ""
+    if mode != "wal":
+        raise StorageError(f'Failed to set OM SQLite journal_mode to WAL (got "{mode}").')
+    dbapi_connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    _restrict_file_modes(db_path)
+
+
+def open_write_engine(db_path: str | os.PathLike[str]) -> Engine:
+    """Engine of the single writer of ``db_path``: creates dir/file as needed and migrates."""
+    path = Path(db_path).absolute()
+    _ensure_directory(path.parent)
+    _create_file(path)
+    _restrict_file_modes(path)
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool, hide_parameters=True)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        _configure_write_connection(dbapi_connection, path)
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    migrate(engine)
+    return engine
+
+
+def open_read_engine(db_path: str | os.PathLike[str]) -> Engine:
+    """Read-only engine on ``db_path``; raises :class:`DatabaseMissingError` if the file is absent."""
+    path = Path(db_path).absolute()
+    if not path.is_file():
+        raise DatabaseMissingError(f"memory database {str(path)!r} does not exist")
+    uri = f"{path.as_uri()}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        try:
+            return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        except sqlite3.OperationalError as exc:
+            if not path.is_file():
+                raise DatabaseMissingError(f"memory database {str(path)!r} does not exist") from exc
+            raise
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool, hide_parameters=True)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        dbapi_connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        dbapi_connection.execute("PRAGMA query_only = ON")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    return engine

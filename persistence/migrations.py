@@ -1,0 +1,203 @@
+"""Schema migrations, recorded in ``om_schema_version`` exactly like the PHP extension (reference §4.2).
+
+Plan applied on every write open:
+
+1. ``om_schema_version`` is created if missing.
+2. PHP versions. A fresh database gets the final PHP schema in one baseline transaction that
+   records all five PHP versions. A database written by the PHP extension with 001..003 applied
+   gets 004 and 005 created if they are missing. A database with only 001 or 002 applied needs
+   the legacy data conversions of 003 (integer relevance, coverage parts, request fingerprints);
+   omray does not implement them and raises :class:`MigrationError` instead: open such a file
+   once with the PHP extension first.
+3. omray's own migrations (``omray_*``), each additive.
+
+Each unapplied step runs in its own ``BEGIN IMMEDIATE`` transaction and re-reads the applied
+versions inside it, so concurrent openers serialize and the second one finds nothing to do.
+Running the plan twice is a no-op.
+
+Checksums are ``sha256`` of the step's statements joined by ``"\\n"``. omray compiles its DDL
+from ``persistence.schema``, so the checksums recorded for PHP versions differ from the PHP
+tool's; checksums are recorded for the record and never verified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, Engine, Index, Table, select, text
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from persistence import schema
+from protocol.canonical import sha256_hex
+from protocol.errors import MigrationError
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One recorded schema step: its version row and the DDL that creates it."""
+
+    version: str
+    description: str
+    statements: tuple[str, ...]
+
+    @property
+    def checksum(self) -> str:
+        """``sha256`` of the statements joined by a newline."""
+        return sha256_hex("\n".join(self.statements))
+
+
+def _ddl(tables: Sequence[Table] = (), indexes: Sequence[Index] = ()) -> tuple[str, ...]:
+    dialect = sqlite.dialect()
+    statements = [
+        str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)).strip() for table in tables
+    ]
+    statements += [
+        str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)).strip() for index in indexes
+    ]
+    return tuple(statements)
+
+
+def _table_indexes(*tables: Table) -> list[Index]:
+    return [index for table in tables for index in sorted(table.indexes, key=lambda i: str(i.name))]
+
+
+_SCHEMA_VERSION_DDL = _ddl([schema.om_schema_version])[0]
+
+PHP_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        "20260722_001_domain",
+        "OM domain tables: observation, coverage, reflection, compaction request/result",
+        _ddl(
+            [
+                schema.om_observation,
+                schema.om_coverage,
+                schema.om_reflection,
+                schema.om_compaction_request,
+                schema.om_compaction_result,
+            ]
+        ),
+    ),
+    Migration(
+        "20260725_002_reflection_multi_and_indexes",
+        "Allow multiple reflections per request; add coverage/observation/request indexes",
+        _ddl(
+            indexes=_table_indexes(
+                schema.om_observation, schema.om_coverage, schema.om_reflection, schema.om_compaction_request
+            )
+        ),
+    ),
+    Migration(
+        "20260726_003_active_generation_and_relevance_text",
+        "Relevance TEXT + timestamp; chunk/part coverage; request_fingerprint; active generation tables",
+        _ddl(
+            [
+                schema.om_memory_generation,
+                schema.om_generation_reflection,
+                schema.om_generation_retained_observation,
+                schema.om_active_generation,
+            ],
+            _table_indexes(schema.om_memory_generation),
+        ),
+    ),
+    Migration(
+        "20260729_004_current_activity",
+        "Ephemeral om_current_activity for live TUI status notices",
+        _ddl([schema.om_current_activity]),
+    ),
+    Migration(
+        "20260922_005_semantic_health",
+        "Durable health and restart state for derived semantic storage",
+        _ddl([schema.om_semantic_state]),
+    ),
+)
+"""The PHP extension's five versions, in order, with omray's DDL for each."""
+
+_PHP_REQUIRED_BEFORE_ADDITIVE = tuple(m.version for m in PHP_MIGRATIONS[:3])
+_PHP_ADDITIVE = PHP_MIGRATIONS[3:]
+
+OMRAY_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        "omray_001_job_queue",
+        "omray durable job queue FIFO and runtime events",
+        _ddl(schema.OMRAY_TABLES, _table_indexes(*schema.OMRAY_TABLES)),
+    ),
+)
+"""omray's own additive migrations, in order."""
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _applied_versions(conn: Connection) -> set[str]:
+    return set(conn.execute(select(schema.om_schema_version.c.version)).scalars())
+
+
+def _table_exists(conn: Connection, name: str) -> bool:
+    found = conn.execute(
+        text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name"), {"name": name}
+    ).first()
+    return found is not None
+
+
+def _apply(conn: Connection, migration: Migration, applied_at: str) -> None:
+    for statement in migration.statements:
+        conn.exec_driver_sql(statement)
+    conn.execute(
+        schema.om_schema_version.insert().values(
+            version=migration.version,
+            description=migration.description,
+            checksum=migration.checksum,
+            applied_at=applied_at,
+        )
+    )
+
+
+def _php_step(conn: Connection) -> None:
+    """Baseline a fresh database, or check that a PHP database is new enough."""
+    applied = _applied_versions(conn)
+    php_applied = [m.version for m in PHP_MIGRATIONS if m.version in applied]
+    if not php_applied:
+        if _table_exists(conn, schema.om_observation.name):
+            raise MigrationError(
+                f"table {schema.om_observation.name!r} exists but no schema version is recorded; "
+                "refusing to guess its shape"
+            )
+        applied_at = _utc_now()
+        for migration in PHP_MIGRATIONS:
+            _apply(conn, migration, applied_at)
+        return
+    missing = [v for v in _PHP_REQUIRED_BEFORE_ADDITIVE if v not in applied]
+    if missing:
+        raise MigrationError(
+            f"schema version {php_applied[-1]!r} needs the legacy data conversion of {missing[0]!r}, "
+            "which omray does not support; open the database once with the PHP extension first"
+        )
+
+
+def _additive_step(conn: Connection, migration: Migration) -> None:
+    if migration.version not in _applied_versions(conn):
+        _apply(conn, migration, _utc_now())
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the database to the current schema (idempotent, safe for concurrent openers).
+
+    ``engine`` must begin transactions with ``BEGIN IMMEDIATE`` (see ``persistence.connection``).
+    """
+    with engine.connect() as conn:
+        with conn.begin():
+            conn.exec_driver_sql(_SCHEMA_VERSION_DDL)
+        with conn.begin():
+            _php_step(conn)
+        for migration in (*_PHP_ADDITIVE, *OMRAY_MIGRATIONS):
+            with conn.begin():
+                _additive_step(conn, migration)
+
+
+def all_migrations() -> tuple[Migration, ...]:
+    """Every migration omray knows, PHP versions first."""
+    return (*PHP_MIGRATIONS, *OMRAY_MIGRATIONS)

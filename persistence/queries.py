@@ -1,0 +1,464 @@
+"""Read side of the memory database: :class:`MemoryReader` and the pure coverage-watermark logic.
+
+``MemoryReader`` opens one read-only connection per call (any process, concurrently with the
+writer thanks to WAL) and runs each call in one read transaction, so it sees one consistent
+snapshot. A missing file, or a file whose tables do not exist yet, is "no memory yet": every
+method returns its empty answer and nothing is ever created.
+
+The module-level ``select_*`` helpers take a SQLAlchemy ``Connection`` and are shared with
+``persistence.store``; they are internal to the ``persistence`` package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from sqlalchemy import Connection, Engine, Row, func, or_, select, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from persistence import schema
+from persistence.connection import DatabaseMissingError, open_read_engine
+from protocol.errors import StorageError
+from protocol.identities import normalize_source_refs, observation_set_hash
+from protocol.records import (
+    ActiveReflection,
+    ActivityRecord,
+    CoveragePart,
+    GenerationRecord,
+    ObservationRecord,
+)
+
+T = TypeVar("T")
+
+_ID_BATCH = 500  # stays well below SQLite's bound-variable limit
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ActiveCandidateSet(_Result):
+    """The session's active observation pool (reference §8), without a token total."""
+
+    run_id: str
+    """Session."""
+    observations: tuple[ObservationRecord, ...]
+    """Active observations, ordered ``timestamp ASC, observation_id ASC``."""
+    observation_ids: tuple[str, ...]
+    """Ids of ``observations``, sorted ascending (byte order)."""
+    observation_set_hash: str
+    """``observation_set_hash(run_id, observation_ids)``."""
+    max_source_end_seq: int
+    """Largest ``source_end_seq`` among ``observations``, or 0."""
+
+
+class MemoryCounts(_Result):
+    """Stored counts of one session (reference §12.1)."""
+
+    recorded_observations: int
+    """All observations of the session, dropped or not."""
+    recorded_reflections: int
+    """All reflections of the session."""
+    visible_retained_observations: int
+    """Retained observation ids of the active generation (0 before the first generation)."""
+
+
+class SchemaVersion(_Result):
+    """One row of ``om_schema_version``."""
+
+    version: str
+    """Migration version."""
+    description: str
+    """What the migration did."""
+    checksum: str
+    """``sha256`` of its statements."""
+    applied_at: str
+    """UTC ISO-8601 time it was applied."""
+
+
+@dataclass(frozen=True)
+class CoverageInterval:
+    """The coverage-row fields the contiguous watermark (reference §7.8) looks at."""
+
+    chunk_key: str
+    """Logical chunk the part belongs to."""
+    part_index: int
+    """1-based index of the part."""
+    part_count: int
+    """Parts the chunk was split into."""
+    source_start_seq: int
+    """First seq of the chunk."""
+    source_end_seq: int
+    """Last seq of the chunk."""
+    source_digest: str
+    """Digest of the chunk's source blocks."""
+
+
+def _complete_chunk_interval(rows: Sequence[CoverageInterval]) -> tuple[int, int] | None:
+    """``(start, end)`` of a chunk whose parts are all present and consistent, else ``None``."""
+    first = rows[0]
+    shape = (first.part_count, first.source_start_seq, first.source_end_seq, first.source_digest)
+    for row in rows:
+        if (row.part_count, row.source_start_seq, row.source_end_seq, row.source_digest) != shape:
+            return None
+        sane = (
+            row.part_count >= 1
+            and row.source_start_seq >= 1
+            and row.source_end_seq >= row.source_start_seq
+            and row.source_digest != ""
+            and row.part_index >= 1
+        )
+        if not sane:
+            return None
+    if {row.part_index for row in rows} != set(range(1, first.part_count + 1)):
+        return None
+    return first.source_start_seq, first.source_end_seq
+
+
+def contiguous_end(rows: Iterable[CoverageInterval]) -> int | None:
+    """Last seq N such that complete chunks cover 1..N without a hole, or ``None`` (reference §7.8).
+
+    Never ``MAX(source_end_seq)``: incomplete chunks are ignored and an island after a hole does
+    not advance the watermark.
+    """
+    by_chunk: dict[str, list[CoverageInterval]] = defaultdict(list)
+    for row in rows:
+        by_chunk[row.chunk_key].append(row)
+    intervals: list[tuple[int, int, str]] = []
+    for key, chunk_rows in by_chunk.items():
+        interval = _complete_chunk_interval(chunk_rows)
+        if interval is not None:
+            intervals.append((interval[0], interval[1], key))
+    intervals.sort(key=lambda item: (item[0], -item[1], item[2]))
+    expected = 1
+    for start, end, _key in intervals:
+        if end < expected:
+            continue
+        if start > expected:
+            break
+        expected = max(expected, end + 1)
+    return None if expected == 1 else expected - 1
+
+
+# --- row decoding (persistence-internal) ------------------------------------------------------
+
+
+def _decode_source_refs(raw: str) -> list[Mapping[str, Any]]:
+    decoded = json.loads(raw)
+    if not isinstance(decoded, list):
+        return []
+    refs: list[Mapping[str, Any]] = []
+    for item in decoded:
+        if isinstance(item, dict):
+            # PHP-era rows may spell the key ``runId``.
+            refs.append({"run_id": item.get("run_id", item.get("runId")), "seq": item.get("seq")})
+    return refs
+
+
+def observation_from_row(row: Row[Any]) -> ObservationRecord:
+    """An ``om_observation`` row as a record."""
+    data = row._asdict()
+    refs = normalize_source_refs(_decode_source_refs(data.pop("source_refs_json")))
+    return ObservationRecord(**data, source_refs=tuple(refs))
+
+
+def _decode_id_list(raw: str) -> tuple[str, ...]:
+    decoded = json.loads(raw)
+    if not isinstance(decoded, list):
+        return ()
+    return tuple(str(item) for item in decoded)
+
+
+def generation_from_row(row: Row[Any]) -> GenerationRecord:
+    """An ``om_memory_generation`` row as a record (legacy columns left out)."""
+    data = row._asdict()
+    data.pop("compaction_request_id", None)
+    data.pop("request_fingerprint", None)
+    return GenerationRecord(**data)
+
+
+def coverage_from_row(row: Row[Any]) -> CoveragePart:
+    """An ``om_coverage`` row as a record."""
+    return CoveragePart(**row._asdict())
+
+
+# --- connection-level selects (persistence-internal) ------------------------------------------
+
+
+def select_generation(conn: Connection, generation_id: str) -> Row[Any] | None:
+    """The ``om_memory_generation`` row of ``generation_id``."""
+    table = schema.om_memory_generation
+    return conn.execute(select(table).where(table.c.generation_id == generation_id)).first()
+
+
+def select_active_generation(conn: Connection, run_id: str) -> Row[Any] | None:
+    """The generation row the session's active pointer names."""
+    gen, active = schema.om_memory_generation, schema.om_active_generation
+    query = (
+        select(gen)
+        .join(active, active.c.generation_id == gen.c.generation_id)
+        .where(active.c.run_id == run_id)
+    )
+    return conn.execute(query).first()
+
+
+def select_coverage(conn: Connection, coverage_key: str) -> Row[Any] | None:
+    """The ``om_coverage`` row of ``coverage_key``."""
+    table = schema.om_coverage
+    return conn.execute(select(table).where(table.c.coverage_key == coverage_key)).first()
+
+
+def select_active_candidate_set(conn: Connection, run_id: str) -> ActiveCandidateSet:
+    """Active observation pool of a session (reference §8)."""
+    obs = schema.om_observation
+    query = select(obs).where(obs.c.run_id == run_id)
+    generation = select_active_generation(conn, run_id)
+    if (
+        generation is not None
+        and generation.status == "succeeded"
+        and isinstance(generation.required_end_seq, int)
+    ):
+        retained = schema.om_generation_retained_observation
+        retained_ids = select(retained.c.observation_id).where(
+            retained.c.generation_id == generation.generation_id
+        )
+        # Dropped observations never come back: only retained ones and those past the watermark.
+        query = query.where(
+            or_(obs.c.observation_id.in_(retained_ids), obs.c.source_end_seq > generation.required_end_seq)
+        )
+    query = query.order_by(obs.c.timestamp.asc(), obs.c.observation_id.asc())
+    observations = tuple(observation_from_row(row) for row in conn.execute(query))
+    ids = tuple(sorted({o.observation_id for o in observations}, key=lambda s: s.encode("utf-8")))
+    return ActiveCandidateSet(
+        run_id=run_id,
+        observations=observations,
+        observation_ids=ids,
+        observation_set_hash=observation_set_hash(run_id, ids),
+        max_source_end_seq=max((o.source_end_seq for o in observations), default=0),
+    )
+
+
+def _empty_candidate_set(run_id: str) -> ActiveCandidateSet:
+    return ActiveCandidateSet(
+        run_id=run_id,
+        observations=(),
+        observation_ids=(),
+        observation_set_hash=observation_set_hash(run_id, []),
+        max_source_end_seq=0,
+    )
+
+
+class MemoryReader:
+    """Read-only view of one memory database, usable from any process.
+
+    Guarantees: never creates, migrates or writes the file; one read-only connection and one
+    consistent snapshot per call; a missing file or missing tables give the empty answer.
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+        self._db_path = os.fspath(db_path)
+        self._engine: Engine | None = None
+
+    @property
+    def db_path(self) -> str:
+        """Path of the database file."""
+        return self._db_path
+
+    def _run(self, query: Callable[[Connection], T], empty: T, tables: Sequence[str]) -> T:
+        try:
+            if self._engine is None:
+                self._engine = open_read_engine(self._db_path)
+            with self._engine.connect() as conn, conn.begin():
+                present = set(
+                    conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()
+                )
+                if not set(tables) <= present:
+                    return empty
+                return query(conn)
+        except DatabaseMissingError:
+            return empty
+        except SQLAlchemyError as exc:
+            if isinstance(exc.__cause__, DatabaseMissingError):
+                return empty
+            raise StorageError(f"reading {self._db_path!r} failed ({type(exc).__name__})") from exc
+        except (ValidationError, ValueError) as exc:
+            raise StorageError(f"{self._db_path!r} holds a row omray cannot decode") from exc
+
+    def active_generation(self, run_id: str) -> GenerationRecord | None:
+        """The session's active generation, or ``None`` before the first promotion."""
+
+        def query(conn: Connection) -> GenerationRecord | None:
+            row = select_active_generation(conn, run_id)
+            return None if row is None else generation_from_row(row)
+
+        return self._run(query, None, ("om_active_generation", "om_memory_generation"))
+
+    def active_reflections(self, run_id: str) -> list[ActiveReflection]:
+        """Reflections linked to the active generation, by position."""
+
+        def query(conn: Connection) -> list[ActiveReflection]:
+            ref, link, active = (
+                schema.om_reflection,
+                schema.om_generation_reflection,
+                schema.om_active_generation,
+            )
+            rows = conn.execute(
+                select(
+                    ref.c.reflection_id,
+                    ref.c.content,
+                    ref.c.supporting_observation_ids_json,
+                    ref.c.token_count,
+                    ref.c.created_at,
+                    link.c.position,
+                )
+                .join(link, link.c.reflection_id == ref.c.reflection_id)
+                .join(active, active.c.generation_id == link.c.generation_id)
+                .where(active.c.run_id == run_id)
+                .order_by(link.c.position.asc(), ref.c.reflection_id.asc())
+            )
+            return [
+                ActiveReflection(
+                    reflection_id=row.reflection_id,
+                    content=row.content,
+                    supporting_observation_ids=_decode_id_list(row.supporting_observation_ids_json),
+                    token_count=row.token_count,
+                    position=row.position,
+                    created_at=row.created_at,
+                )
+                for row in rows
+            ]
+
+        return self._run(query, [], ("om_reflection", "om_generation_reflection", "om_active_generation"))
+
+    def active_candidate_set(self, run_id: str) -> ActiveCandidateSet:
+        """The active observation pool (reference §8); callers count tokens themselves."""
+        return self._run(
+            lambda conn: select_active_candidate_set(conn, run_id),
+            _empty_candidate_set(run_id),
+            (
+                "om_observation",
+                "om_active_generation",
+                "om_memory_generation",
+                "om_generation_retained_observation",
+            ),
+        )
+
+    def contiguous_covered_end(
+        self, run_id: str, renderer_version: str, observer_schema_version: str
+    ) -> int | None:
+        """Contiguous coverage watermark of a session for both versions (reference §7.8)."""
+
+        def query(conn: Connection) -> int | None:
+            cov = schema.om_coverage
+            rows = conn.execute(
+                select(
+                    cov.c.chunk_key,
+                    cov.c.part_index,
+                    cov.c.part_count,
+                    cov.c.source_start_seq,
+                    cov.c.source_end_seq,
+                    cov.c.source_digest,
+                ).where(
+                    cov.c.run_id == run_id,
+                    cov.c.renderer_version == renderer_version,
+                    cov.c.observer_schema_version == observer_schema_version,
+                )
+            )
+            return contiguous_end(CoverageInterval(**row._asdict()) for row in rows)
+
+        return self._run(query, None, ("om_coverage",))
+
+    def stored_coverage_part(self, coverage_key: str) -> CoveragePart | None:
+        """The committed coverage part of ``coverage_key``, if any."""
+
+        def query(conn: Connection) -> CoveragePart | None:
+            row = select_coverage(conn, coverage_key)
+            return None if row is None else coverage_from_row(row)
+
+        return self._run(query, None, ("om_coverage",))
+
+    def memory_counts(self, run_id: str) -> MemoryCounts:
+        """Recorded observation/reflection counts and the visible retained count (reference §12.1)."""
+
+        def query(conn: Connection) -> MemoryCounts:
+            obs, ref = schema.om_observation, schema.om_reflection
+            retained, active = schema.om_generation_retained_observation, schema.om_active_generation
+            observations = conn.execute(select(func.count()).where(obs.c.run_id == run_id)).scalar_one()
+            reflections = conn.execute(select(func.count()).where(ref.c.run_id == run_id)).scalar_one()
+            visible = conn.execute(
+                select(func.count())
+                .select_from(retained)
+                .join(active, active.c.generation_id == retained.c.generation_id)
+                .where(active.c.run_id == run_id)
+            ).scalar_one()
+            return MemoryCounts(
+                recorded_observations=observations,
+                recorded_reflections=reflections,
+                visible_retained_observations=visible,
+            )
+
+        empty = MemoryCounts(recorded_observations=0, recorded_reflections=0, visible_retained_observations=0)
+        return self._run(
+            query,
+            empty,
+            ("om_observation", "om_reflection", "om_generation_retained_observation", "om_active_generation"),
+        )
+
+    def observations_by_ids(
+        self, observation_ids: Sequence[str], run_id: str | None = None
+    ) -> list[ObservationRecord]:
+        """Observations with the given ids (optionally of one session), in the order asked."""
+
+        def query(conn: Connection) -> list[ObservationRecord]:
+            obs = schema.om_observation
+            wanted = list(dict.fromkeys(observation_ids))
+            found: dict[str, ObservationRecord] = {}
+            for start in range(0, len(wanted), _ID_BATCH):
+                batch = select(obs).where(obs.c.observation_id.in_(wanted[start : start + _ID_BATCH]))
+                if run_id is not None:
+                    batch = batch.where(obs.c.run_id == run_id)
+                for row in conn.execute(batch):
+                    found[row.observation_id] = observation_from_row(row)
+            return [found[i] for i in wanted if i in found]
+
+        return self._run(query, [], ("om_observation",))
+
+    def all_observations(self, run_id: str) -> list[ObservationRecord]:
+        """Every observation of a session, dropped or not, ordered ``timestamp, observation_id``."""
+
+        def query(conn: Connection) -> list[ObservationRecord]:
+            obs = schema.om_observation
+            rows = conn.execute(
+                select(obs)
+                .where(obs.c.run_id == run_id)
+                .order_by(obs.c.timestamp.asc(), obs.c.observation_id.asc())
+            )
+            return [observation_from_row(row) for row in rows]
+
+        return self._run(query, [], ("om_observation",))
+
+    def activity(self, run_id: str) -> ActivityRecord | None:
+        """The session's live activity row as stored (freshness is the caller's decision)."""
+
+        def query(conn: Connection) -> ActivityRecord | None:
+            table = schema.om_current_activity
+            row = conn.execute(select(table).where(table.c.run_id == run_id)).first()
+            return None if row is None else ActivityRecord(**row._asdict())
+
+        return self._run(query, None, ("om_current_activity",))
+
+    def schema_versions(self) -> list[SchemaVersion]:
+        """Rows of ``om_schema_version``, by version."""
+
+        def query(conn: Connection) -> list[SchemaVersion]:
+            table = schema.om_schema_version
+            rows = conn.execute(select(table).order_by(table.c.version.asc()))
+            return [SchemaVersion(**row._asdict()) for row in rows]
+
+        return self._run(query, [], ("om_schema_version",))

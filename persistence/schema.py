@@ -1,0 +1,331 @@
+"""SQLAlchemy Core description of the memory database (reference §4.3) plus omray's own tables.
+
+The ``om_*`` tables keep the PHP extension's table names, column names, types, CHECK and UNIQUE
+constraints so that an ``om.sqlite`` written by either implementation is readable by the other.
+omray only adds tables named ``omray_*`` (the durable job queue and its runtime events).
+
+These ``Table`` objects describe the *final* shape. Migrations (``persistence.migrations``)
+compile their DDL from them, so a future change to an existing table needs a new migration
+with its own literal DDL instead of an edit here.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+metadata = MetaData()
+"""Every table omray reads or writes."""
+
+_OBSERVATION_TIMESTAMP_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]"
+
+# --- PHP-compatible tables (reference §4.3) -------------------------------------------------
+
+om_schema_version = Table(
+    "om_schema_version",
+    metadata,
+    Column("version", Text, primary_key=True, nullable=False),
+    Column("description", Text, nullable=False),
+    Column("checksum", Text, nullable=False),
+    Column("applied_at", Text, nullable=False),
+)
+
+om_observation = Table(
+    "om_observation",
+    metadata,
+    Column("observation_id", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("boundary_key", Text, nullable=False),
+    Column("source_start_seq", Integer, nullable=False),
+    Column("source_end_seq", Integer, nullable=False),
+    Column("source_refs_json", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("content_hash", Text, nullable=False),
+    Column("relevance", Text, nullable=False),
+    Column("timestamp", Text, nullable=False),
+    Column("token_count", Integer, nullable=False),
+    Column("observer_model", Text, nullable=False),
+    Column("observer_schema_version", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    CheckConstraint("relevance IN ('low', 'medium', 'high', 'critical')"),
+    CheckConstraint(f"timestamp GLOB '{_OBSERVATION_TIMESTAMP_GLOB}'"),
+)
+Index("idx_om_observation_run_created", om_observation.c.run_id, om_observation.c.created_at)
+Index("idx_om_observation_run_boundary", om_observation.c.run_id, om_observation.c.boundary_key)
+Index(
+    "idx_om_observation_run_range",
+    om_observation.c.run_id,
+    om_observation.c.source_start_seq,
+    om_observation.c.source_end_seq,
+)
+Index(
+    "idx_om_observation_run_timestamp",
+    om_observation.c.run_id,
+    om_observation.c.timestamp,
+    om_observation.c.observation_id,
+)
+
+om_coverage = Table(
+    "om_coverage",
+    metadata,
+    Column("coverage_key", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("boundary_key", Text, nullable=False),
+    Column("source_start_seq", Integer, nullable=False),
+    Column("source_end_seq", Integer, nullable=False),
+    Column("chunk_key", Text, nullable=False),
+    Column("part_index", Integer, nullable=False),
+    Column("part_count", Integer, nullable=False),
+    Column("source_digest", Text, nullable=False),
+    Column("part_digest", Text, nullable=False),
+    Column("renderer_version", Text, nullable=False),
+    Column("observer_schema_version", Text, nullable=False),
+    Column("observation_count", Integer, nullable=False),
+    Column("covered_at", Text, nullable=False),
+    CheckConstraint("source_start_seq >= 1"),
+    CheckConstraint("source_end_seq >= source_start_seq"),
+    CheckConstraint("part_index >= 1"),
+    CheckConstraint("part_count >= part_index"),
+    CheckConstraint("observation_count >= 0"),
+    UniqueConstraint("run_id", "chunk_key", "part_index", "renderer_version", "observer_schema_version"),
+)
+Index(
+    "idx_om_coverage_run_versions_range",
+    om_coverage.c.run_id,
+    om_coverage.c.renderer_version,
+    om_coverage.c.observer_schema_version,
+    om_coverage.c.source_start_seq,
+    om_coverage.c.source_end_seq,
+)
+Index(
+    "idx_om_coverage_run_chunk_part", om_coverage.c.run_id, om_coverage.c.chunk_key, om_coverage.c.part_index
+)
+
+om_reflection = Table(
+    "om_reflection",
+    metadata,
+    Column("reflection_id", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("compaction_request_id", Text, nullable=False),
+    Column("observation_set_hash", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("supporting_observation_ids_json", Text, nullable=False),
+    Column("compression_level", Text, nullable=False),
+    Column("token_count", Integer, nullable=False),
+    Column("reflector_model", Text, nullable=False),
+    Column("reflector_schema_version", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+)
+Index("idx_om_reflection_request", om_reflection.c.compaction_request_id, om_reflection.c.created_at)
+Index("idx_om_reflection_run", om_reflection.c.run_id, om_reflection.c.created_at)
+
+om_memory_generation = Table(
+    "om_memory_generation",
+    metadata,
+    Column("generation_id", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("trigger_kind", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("observation_set_hash", Text, nullable=False),
+    Column("reflector_model", Text, nullable=False),
+    Column("reflector_schema_version", Text, nullable=False),
+    Column("threshold_idempotency_key", Text, nullable=True),
+    Column("required_start_seq", Integer, nullable=True),
+    Column("required_end_seq", Integer, nullable=True),
+    Column("compaction_request_id", Text, nullable=True),
+    Column("request_fingerprint", Text, nullable=True),
+    Column("failure_code", Text, nullable=True),
+    Column("created_at", Text, nullable=False),
+    Column("completed_at", Text, nullable=True),
+    CheckConstraint("trigger_kind IN ('threshold', 'compaction')"),
+    CheckConstraint("status IN ('running', 'succeeded', 'failed')"),
+)
+Index(
+    "idx_om_memory_generation_run_created", om_memory_generation.c.run_id, om_memory_generation.c.created_at
+)
+Index(
+    "idx_om_memory_generation_run_set_status",
+    om_memory_generation.c.run_id,
+    om_memory_generation.c.observation_set_hash,
+    om_memory_generation.c.status,
+)
+Index(
+    "idx_om_memory_generation_threshold_key",
+    om_memory_generation.c.threshold_idempotency_key,
+    unique=True,
+    sqlite_where=text("threshold_idempotency_key IS NOT NULL"),
+)
+Index(
+    "idx_om_memory_generation_compaction_request",
+    om_memory_generation.c.compaction_request_id,
+    om_memory_generation.c.reflector_schema_version,
+    om_memory_generation.c.reflector_model,
+    unique=True,
+    sqlite_where=text("compaction_request_id IS NOT NULL"),
+)
+
+om_generation_reflection = Table(
+    "om_generation_reflection",
+    metadata,
+    Column("generation_id", Text, ForeignKey("om_memory_generation.generation_id"), nullable=False),
+    Column("reflection_id", Text, nullable=False),
+    Column("position", Integer, nullable=False),
+    PrimaryKeyConstraint("generation_id", "reflection_id"),
+    UniqueConstraint("generation_id", "position"),
+)
+
+om_generation_retained_observation = Table(
+    "om_generation_retained_observation",
+    metadata,
+    Column("generation_id", Text, ForeignKey("om_memory_generation.generation_id"), nullable=False),
+    Column("observation_id", Text, nullable=False),
+    Column("position", Integer, nullable=False),
+    PrimaryKeyConstraint("generation_id", "observation_id"),
+    UniqueConstraint("generation_id", "position"),
+)
+
+om_active_generation = Table(
+    "om_active_generation",
+    metadata,
+    Column("run_id", Text, primary_key=True, nullable=False),
+    Column("generation_id", Text, ForeignKey("om_memory_generation.generation_id"), nullable=False),
+)
+
+om_current_activity = Table(
+    "om_current_activity",
+    metadata,
+    Column("run_id", Text, primary_key=True, nullable=False),
+    Column("job_id", Text, nullable=False),
+    Column("stage", Text, nullable=False),
+    Column("current_tokens", Integer, nullable=False),
+    Column("target_tokens", Integer, nullable=True, server_default=text("NULL")),
+    Column("updated_at", Text, nullable=False),
+    CheckConstraint("stage IN ('observer', 'reflector', 'dropper')"),
+    CheckConstraint("current_tokens >= 0"),
+    CheckConstraint("target_tokens IS NULL OR target_tokens > 0"),
+)
+
+om_semantic_state = Table(
+    "om_semantic_state",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("signature", Text, nullable=False),
+    Column("source_hash", Text, nullable=False),
+    Column("dimensions", Integer, nullable=False),
+    Column("dirty", Integer, nullable=False),
+    Column("complete", Integer, nullable=False),
+    CheckConstraint("id = 1"),
+)
+
+# Legacy inert tables: created for old data, never written by current code (reference §4.3).
+om_compaction_request = Table(
+    "om_compaction_request",
+    metadata,
+    Column("request_id", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("required_start_seq", Integer, nullable=True),
+    Column("required_end_seq", Integer, nullable=True),
+    Column("required_watermark", Integer, nullable=True),
+    Column("request_fingerprint", Text, nullable=False),
+    Column("observation_set_hash", Text, nullable=True),
+    Column("status", Text, nullable=False),
+    Column("requested_at", Text, nullable=False),
+    Column("updated_at", Text, nullable=False),
+    Column("completed_at", Text, nullable=True),
+    Column("failure_code", Text, nullable=True),
+    Column("failure_metadata_json", Text, nullable=True),
+)
+Index(
+    "idx_om_compaction_request_run_status",
+    om_compaction_request.c.run_id,
+    om_compaction_request.c.status,
+    om_compaction_request.c.updated_at,
+)
+
+om_compaction_result = Table(
+    "om_compaction_result",
+    metadata,
+    Column("result_id", Text, primary_key=True, nullable=False),
+    Column("request_id", Text, nullable=False, unique=True),
+    Column("run_id", Text, nullable=False),
+    Column("required_watermark", Integer, nullable=True),
+    Column("observation_set_hash", Text, nullable=True),
+    Column("status", Text, nullable=False),
+    Column("replacement_text", Text, nullable=True),
+    Column("metadata_json", Text, nullable=True),
+    Column("failure_code", Text, nullable=True),
+    Column("failure_metadata_json", Text, nullable=True),
+    Column("created_at", Text, nullable=False),
+    Column("completed_at", Text, nullable=True),
+)
+
+# --- omray's own additive tables ------------------------------------------------------------
+
+omray_job = Table(
+    "omray_job",
+    metadata,
+    Column("job_seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Text, nullable=False),
+    Column("handler_id", Text, nullable=False),
+    Column("correlation_id", Text, nullable=True),
+    Column("run_id", Text, nullable=False),
+    Column("payload_json", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("not_before", Text, nullable=True),
+    Column("accepted_at", Text, nullable=False),
+    Column("started_at", Text, nullable=True),
+    Column("finished_at", Text, nullable=True),
+    Column("failure_reason", Text, nullable=True),
+    CheckConstraint("state IN ('pending', 'running', 'succeeded', 'failed')"),
+    CheckConstraint("attempts >= 0"),
+    sqlite_autoincrement=True,
+)
+Index(
+    "idx_omray_job_unfinished_job_id",
+    omray_job.c.job_id,
+    unique=True,
+    sqlite_where=text("state IN ('pending', 'running')"),
+)
+Index("idx_omray_job_state_seq", omray_job.c.state, omray_job.c.job_seq)
+
+omray_runtime_event = Table(
+    "omray_runtime_event",
+    metadata,
+    Column("event_seq", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Text, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("payload_json", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    sqlite_autoincrement=True,
+)
+Index("idx_omray_runtime_event_run_seq", omray_runtime_event.c.run_id, omray_runtime_event.c.event_seq)
+
+PHP_TABLES: tuple[Table, ...] = (
+    om_observation,
+    om_coverage,
+    om_reflection,
+    om_compaction_request,
+    om_compaction_result,
+    om_memory_generation,
+    om_generation_reflection,
+    om_generation_retained_observation,
+    om_active_generation,
+    om_current_activity,
+    om_semantic_state,
+)
+"""The tables of the PHP extension's final schema (excluding ``om_schema_version``)."""
+
+OMRAY_TABLES: tuple[Table, ...] = (omray_job, omray_runtime_event)
+"""omray's additive tables."""

@@ -1,0 +1,662 @@
+"""The write side of one memory database: :class:`Store`.
+
+A ``Store`` owns the single write engine of one SQLite file (its StoreActor is the only writer).
+Every write goes through an intention-named method; :meth:`Store.atomic` is the only way into a
+transaction and nests as savepoints, so a caller can group several writes into one unit::
+
+    with store.atomic():
+        store.commit_observer_part(part, observations)
+        store.upsert_activity(activity)
+
+Every write is idempotent where the reference says so (reference §4.4): content-derived ids
+are inserted or verified, never duplicated, and a genuine mismatch raises ``ConflictError``.
+SQLite failures surface as ``StorageError`` with the exception class only (no SQL values).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Connection, Row, func, select, update
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from persistence import schema
+from persistence.connection import open_write_engine
+from persistence.queries import select_coverage, select_generation
+from protocol.canonical import canonical_json
+from protocol.errors import ConflictError, InvalidPayloadError, OmrayError, StorageError
+from protocol.identities import source_refs_json
+from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
+from protocol.records import ActivityRecord, CoveragePart, ObservationRecord, ReflectionRecord
+
+ClaimOutcome = Literal["claimed", "already_running", "already_succeeded", "conflict"]
+"""Result of :meth:`Store.claim_generation` (reference §9.3); a reclaimed failed row is ``claimed``."""
+
+PromotionOutcome = Literal["promoted", "noop"]
+"""Result of :meth:`Store.promote_generation`; ``noop`` when the generation already succeeded."""
+
+JobState = Literal["pending", "running", "succeeded", "failed"]
+"""Lifecycle of one queued job."""
+
+_FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}$")
+
+
+class NotFoundError(OmrayError):
+    """The row a write needs (a generation, an unfinished job) does not exist."""
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PartCommit(_Result):
+    """Outcome of committing one observer chunk part."""
+
+    status: Literal["inserted", "noop"]
+    """``inserted`` for a new part, ``noop`` when a compatible part was already committed."""
+    coverage_key: str
+    """Key of the part."""
+    observation_count: int
+    """Observations stored with the part (the stored count on ``noop``)."""
+
+
+class EnqueueResult(_Result):
+    """Outcome of accepting one job into the durable FIFO."""
+
+    job_seq: int
+    """Acceptance order of the (new or already queued) job."""
+    job_id: str
+    """Job id."""
+    created: bool
+    """False when the same job id was already pending or running."""
+
+
+class StoredJob(_Result):
+    """One unfinished or finished job row of ``omray_job``."""
+
+    job_seq: int
+    """Acceptance order."""
+    envelope: JobEnvelope
+    """The job as accepted."""
+    handler_id: str
+    """Stable handler id."""
+    run_id: str
+    """Session of the payload."""
+    state: JobState
+    """Lifecycle state."""
+    attempts: int
+    """Attempts started so far."""
+    not_before: str | None
+    """Earliest start of the next attempt (UTC ISO-8601), after a retry."""
+    accepted_at: str
+    """When it was accepted."""
+    started_at: str | None
+    """When the latest attempt started."""
+    finished_at: str | None
+    """When it finished."""
+    failure_reason: str | None
+    """Short category code of the latest failure."""
+
+
+class RuntimeEvent(_Result):
+    """One row of ``omray_runtime_event`` (e.g. ``extension_agent.job_failed``)."""
+
+    event_seq: int
+    """Order of recording."""
+    run_id: str
+    """Session the event concerns."""
+    event_type: str
+    """Event type."""
+    payload: dict[str, Any]
+    """Sanitized payload (ids, counts, codes; never memory text)."""
+    created_at: str
+    """When it was recorded."""
+
+
+class JobCounts(_Result):
+    """Number of jobs in each state."""
+
+    pending: int
+    """Waiting to start (including retries waiting for their backoff)."""
+    running: int
+    """Started and not finished."""
+    succeeded: int
+    """Finished successfully."""
+    failed: int
+    """Finished after exhausting retries."""
+
+
+class _CoverageRace(Exception):
+    """Internal: the coverage insert hit a unique constraint."""
+
+
+def _check_failure_reason(reason: str | None) -> None:
+    if reason is not None and not _FAILURE_REASON.match(reason):
+        raise InvalidPayloadError("failure_reason must be a short lowercase category code")
+
+
+class Store:
+    """Exclusive writer of one memory database.
+
+    Guarantees: one transaction per outermost :meth:`atomic` (``BEGIN IMMEDIATE``; savepoints
+    when nested); each intention method is atomic on its own; observation, coverage, reflection
+    and generation writes are idempotent per reference §4.4; the job FIFO is ordered by
+    ``job_seq``. One ``Store`` per file per process; safe to call from several threads (each
+    thread gets its own connection).
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+        self._db_path = os.fspath(db_path)
+        self._engine = open_write_engine(self._db_path)
+        self._local = threading.local()
+
+    @property
+    def db_path(self) -> str:
+        """Path of the database file."""
+        return self._db_path
+
+    def close(self) -> None:
+        """Release the engine (connections are per transaction, so nothing stays open)."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- transactions ---------------------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One transaction (outermost) or savepoint (nested); rolls back when the block raises."""
+        current: Connection | None = getattr(self._local, "conn", None)
+        if current is not None:
+            with current.begin_nested():
+                yield
+            return
+        try:
+            with self._engine.connect() as conn:
+                self._local.conn = conn
+                try:
+                    with conn.begin():
+                        yield
+                finally:
+                    self._local.conn = None
+        except SQLAlchemyError as exc:
+            raise StorageError(f"write to {self._db_path!r} failed ({type(exc).__name__})") from exc
+
+    def _conn(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None:  # pragma: no cover - every caller enters atomic() first
+            raise RuntimeError("no transaction is open")
+        return conn
+
+    # --- observer parts (reference §7.8, §4.4) ------------------------------------------------
+
+    def commit_observer_part(
+        self, part: CoveragePart, observations: Sequence[ObservationRecord]
+    ) -> PartCommit:
+        """Commit one chunk part: its observations and its coverage row, all or nothing.
+
+        A compatible part already committed is a ``noop`` with the stored count; an incompatible
+        one raises ``ConflictError``. Zero observations is valid and still advances coverage.
+        """
+        for observation in observations:
+            if observation.run_id != part.run_id:
+                raise InvalidPayloadError(
+                    f"observation {observation.observation_id!r} is not of session {part.run_id!r}"
+                )
+        with self.atomic():
+            conn = self._conn()
+            existing = select_coverage(conn, part.coverage_key)
+            if existing is not None:
+                return self._existing_part(existing, part, "digest mismatch")
+            try:
+                with conn.begin_nested():
+                    for observation in observations:
+                        self._insert_or_verify_observation(conn, observation, part)
+                    try:
+                        with conn.begin_nested():
+                            conn.execute(
+                                schema.om_coverage.insert().values(
+                                    **part.model_dump(exclude={"observation_count"}),
+                                    observation_count=len(observations),
+                                )
+                            )
+                    except IntegrityError as exc:
+                        raise _CoverageRace from exc
+            except _CoverageRace:
+                existing = select_coverage(conn, part.coverage_key)
+                if existing is None:
+                    raise ConflictError(
+                        f"Coverage conflict for key {part.coverage_key!r} after concurrent insert."
+                    ) from None
+                return self._existing_part(existing, part, "after concurrent insert")
+            return PartCommit(
+                status="inserted", coverage_key=part.coverage_key, observation_count=len(observations)
+            )
+
+    @staticmethod
+    def _existing_part(existing: Row[Any], part: CoveragePart, reason: str) -> PartCommit:
+        if existing.source_digest == part.source_digest and existing.part_digest == part.part_digest:
+            return PartCommit(
+                status="noop", coverage_key=part.coverage_key, observation_count=existing.observation_count
+            )
+        if reason == "digest mismatch":
+            raise ConflictError(f"Coverage conflict for key {part.coverage_key!r}: digest mismatch.")
+        raise ConflictError(f"Coverage conflict for key {part.coverage_key!r} after concurrent insert.")
+
+    @staticmethod
+    def _insert_or_verify_observation(
+        conn: Connection, observation: ObservationRecord, part: CoveragePart
+    ) -> None:
+        table = schema.om_observation
+        stored_hash = conn.execute(
+            select(table.c.content_hash).where(table.c.observation_id == observation.observation_id)
+        ).scalar_one_or_none()
+        if stored_hash is not None:
+            if stored_hash == observation.content_hash:
+                return
+            raise ConflictError(
+                f"Observation conflict for id {observation.observation_id!r}: content_hash mismatch."
+            )
+        conn.execute(
+            table.insert().values(
+                observation_id=observation.observation_id,
+                run_id=observation.run_id,
+                boundary_key=part.boundary_key,
+                source_start_seq=part.source_start_seq,
+                source_end_seq=part.source_end_seq,
+                source_refs_json=source_refs_json(observation.source_refs),
+                content=observation.content,
+                content_hash=observation.content_hash,
+                relevance=observation.relevance,
+                timestamp=observation.timestamp,
+                token_count=observation.token_count,
+                observer_model=observation.observer_model,
+                observer_schema_version=observation.observer_schema_version,
+                created_at=part.covered_at,
+            )
+        )
+
+    # --- live activity (reference §11.1) -------------------------------------------------------
+
+    def upsert_activity(self, activity: ActivityRecord) -> None:
+        """Write the session's one activity row (a newer job overwrites an older one)."""
+        table = schema.om_current_activity
+        values = activity.model_dump()
+        statement = sqlite_insert(table).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=[table.c.run_id],
+            set_={key: statement.excluded[key] for key in values if key != "run_id"},
+        )
+        with self.atomic():
+            self._conn().execute(statement)
+
+    def clear_activity(self, run_id: str, job_id: str) -> bool:
+        """Delete the session's activity row only if ``job_id`` wrote it; True when a row was deleted."""
+        table = schema.om_current_activity
+        with self.atomic():
+            result = self._conn().execute(
+                table.delete().where(table.c.run_id == run_id, table.c.job_id == job_id)
+            )
+            return result.rowcount == 1
+
+    # --- generations (reference §9.3, §9.4, §9.8) ------------------------------------------------
+
+    def claim_generation(
+        self,
+        generation_id: str,
+        run_id: str,
+        observation_set_hash: str,
+        reflector_model: str,
+        reflector_schema_version: str,
+        required_start_seq: int,
+        required_end_seq: int,
+        now: str,
+    ) -> ClaimOutcome:
+        """Claim a threshold generation for this worker (reference §9.3).
+
+        New id -> a ``running`` row, ``claimed``. Existing: ``succeeded`` -> ``already_succeeded``,
+        ``running`` -> ``already_running``, ``failed`` -> reclaimed as ``running`` with
+        ``created_at = now`` (a redelivered job retrying), ``claimed``.
+        """
+        table = schema.om_memory_generation
+        with self.atomic():
+            conn = self._conn()
+            row = select_generation(conn, generation_id)
+            if row is not None:
+                return self._claim_existing(conn, row, now)
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        table.insert().values(
+                            generation_id=generation_id,
+                            run_id=run_id,
+                            trigger_kind="threshold",
+                            status="running",
+                            observation_set_hash=observation_set_hash,
+                            reflector_model=reflector_model,
+                            reflector_schema_version=reflector_schema_version,
+                            threshold_idempotency_key=generation_id,
+                            required_start_seq=required_start_seq,
+                            required_end_seq=required_end_seq,
+                            created_at=now,
+                        )
+                    )
+            except IntegrityError:
+                row = select_generation(conn, generation_id)
+                if row is not None:
+                    return self._claim_existing(conn, row, now)
+                in_flight = conn.execute(
+                    select(table.c.generation_id).where(
+                        table.c.run_id == run_id,
+                        table.c.observation_set_hash == observation_set_hash,
+                        table.c.status.in_(("running", "succeeded")),
+                    )
+                ).first()
+                return "already_running" if in_flight is not None else "conflict"
+            return "claimed"
+
+    @staticmethod
+    def _claim_existing(conn: Connection, row: Row[Any], now: str) -> ClaimOutcome:
+        if row.status == "succeeded":
+            return "already_succeeded"
+        if row.status == "running":
+            return "already_running"
+        if row.status == "failed":
+            table = schema.om_memory_generation
+            conn.execute(
+                update(table)
+                .where(table.c.generation_id == row.generation_id, table.c.status == "failed")
+                .values(status="running", failure_code=None, completed_at=None, created_at=now)
+            )
+            return "claimed"
+        return "conflict"
+
+    def fail_generation(self, generation_id: str, failure_code: str, now: str) -> bool:
+        """Mark a running generation failed with a category code; False if it was not running."""
+        _check_failure_reason(failure_code)
+        table = schema.om_memory_generation
+        with self.atomic():
+            result = self._conn().execute(
+                update(table)
+                .where(table.c.generation_id == generation_id, table.c.status == "running")
+                .values(status="failed", failure_code=failure_code, completed_at=now)
+            )
+            return result.rowcount == 1
+
+    def succeed_generation_without_promotion(self, generation_id: str, completed_at: str) -> bool:
+        """Mark a running generation succeeded without touching the active pointer (under threshold)."""
+        table = schema.om_memory_generation
+        with self.atomic():
+            result = self._conn().execute(
+                update(table)
+                .where(table.c.generation_id == generation_id, table.c.status == "running")
+                .values(status="succeeded", failure_code=None, completed_at=completed_at)
+            )
+            return result.rowcount == 1
+
+    def promote_generation(
+        self,
+        generation_id: str,
+        run_id: str,
+        reflections: Sequence[ReflectionRecord],
+        retained_observation_ids: Sequence[str],
+        completed_at: str,
+    ) -> PromotionOutcome:
+        """Make a running generation the session's active one, in one transaction (reference §9.8).
+
+        ``reflections`` are prior active + new, in order; each is inserted or verified by id (new
+        rows take the generation's set hash and ``completed_at``) and linked at its position.
+        Then the retained observation ids are linked, the generation becomes ``succeeded`` and the
+        active pointer moves. Already ``succeeded`` -> ``noop``.
+        """
+        if len({r.reflection_id for r in reflections}) != len(reflections):
+            raise InvalidPayloadError(f"duplicate reflection id in promotion of {generation_id!r}")
+        if len(set(retained_observation_ids)) != len(retained_observation_ids):
+            raise InvalidPayloadError(f"duplicate retained observation id in promotion of {generation_id!r}")
+        with self.atomic():
+            conn = self._conn()
+            row = select_generation(conn, generation_id)
+            if row is None:
+                raise NotFoundError(f"Generation {generation_id!r} not found for success commit.")
+            if row.status == "succeeded":
+                return "noop"
+            if row.status != "running":
+                raise ConflictError(f"Generation {generation_id!r} is {row.status!r}; cannot commit success.")
+            if row.run_id != run_id or any(r.run_id != run_id for r in reflections):
+                raise ConflictError(f"Generation {generation_id!r} identity mismatch on success commit.")
+            for position, reflection in enumerate(reflections):
+                self._insert_or_verify_reflection(conn, reflection, row, completed_at)
+                conn.execute(
+                    schema.om_generation_reflection.insert().values(
+                        generation_id=generation_id, reflection_id=reflection.reflection_id, position=position
+                    )
+                )
+            for position, observation_id in enumerate(retained_observation_ids):
+                conn.execute(
+                    schema.om_generation_retained_observation.insert().values(
+                        generation_id=generation_id, observation_id=observation_id, position=position
+                    )
+                )
+            gen = schema.om_memory_generation
+            result = conn.execute(
+                update(gen)
+                .where(gen.c.generation_id == generation_id, gen.c.status == "running")
+                .values(status="succeeded", completed_at=completed_at, failure_code=None)
+            )
+            if result.rowcount != 1:
+                raise ConflictError(
+                    f"Generation {generation_id!r} left running status before success commit."
+                )
+            active = schema.om_active_generation
+            pointer = sqlite_insert(active).values(run_id=run_id, generation_id=generation_id)
+            conn.execute(
+                pointer.on_conflict_do_update(
+                    index_elements=[active.c.run_id], set_={"generation_id": pointer.excluded.generation_id}
+                )
+            )
+            return "promoted"
+
+    @staticmethod
+    def _insert_or_verify_reflection(
+        conn: Connection, reflection: ReflectionRecord, generation: Row[Any], completed_at: str
+    ) -> None:
+        table = schema.om_reflection
+        stored_content = conn.execute(
+            select(table.c.content).where(table.c.reflection_id == reflection.reflection_id)
+        ).scalar_one_or_none()
+        if stored_content is not None:
+            if stored_content == reflection.content:
+                return
+            raise ConflictError(f"Reflection conflict for id {reflection.reflection_id!r}.")
+        conn.execute(
+            table.insert().values(
+                reflection_id=reflection.reflection_id,
+                run_id=reflection.run_id,
+                compaction_request_id="",
+                observation_set_hash=generation.observation_set_hash,
+                content=reflection.content,
+                supporting_observation_ids_json=canonical_json(list(reflection.supporting_observation_ids)),
+                compression_level="0",
+                token_count=reflection.token_count,
+                reflector_model=reflection.reflector_model,
+                reflector_schema_version=reflection.reflector_schema_version,
+                created_at=completed_at,
+            )
+        )
+
+    # --- durable job queue --------------------------------------------------------------------
+
+    def enqueue_job(self, envelope: JobEnvelope, accepted_at: str) -> EnqueueResult:
+        """Append a job to the FIFO; a job id already pending or running is not queued twice."""
+        table = schema.omray_job
+        with self.atomic():
+            conn = self._conn()
+            queued = self._unfinished_seq(conn, envelope.job_id)
+            if queued is not None:
+                return EnqueueResult(job_seq=queued, job_id=envelope.job_id, created=False)
+            result = conn.execute(
+                table.insert().values(
+                    job_id=envelope.job_id,
+                    handler_id=envelope.handler_id,
+                    correlation_id=envelope.correlation_id,
+                    run_id=envelope.payload.run_id,
+                    payload_json=JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
+                    state="pending",
+                    attempts=0,
+                    accepted_at=accepted_at,
+                )
+            )
+            job_seq = result.inserted_primary_key[0] if result.inserted_primary_key else None
+            if not isinstance(job_seq, int):  # pragma: no cover - SQLite always returns the rowid
+                raise StorageError(f"no job_seq returned for job {envelope.job_id!r}")
+            return EnqueueResult(job_seq=job_seq, job_id=envelope.job_id, created=True)
+
+    @staticmethod
+    def _unfinished_seq(conn: Connection, job_id: str) -> int | None:
+        table = schema.omray_job
+        seq: int | None = conn.execute(
+            select(table.c.job_seq).where(table.c.job_id == job_id, table.c.state.in_(("pending", "running")))
+        ).scalar_one_or_none()
+        return seq
+
+    def _transition(self, job_seq: int, from_states: tuple[str, ...], **values: Any) -> None:
+        table = schema.omray_job
+        with self.atomic():
+            result = self._conn().execute(
+                update(table)
+                .where(table.c.job_seq == job_seq, table.c.state.in_(from_states))
+                .values(**values)
+            )
+            if result.rowcount != 1:
+                raise NotFoundError(f"no job with seq {job_seq!r} in state {'/'.join(from_states)!r}")
+
+    def mark_job_running(self, job_seq: int, attempt: int, started_at: str) -> None:
+        """Record that attempt number ``attempt`` (1-based) of an unfinished job started."""
+        if attempt < 1:
+            raise InvalidPayloadError(f"attempt must be >= 1 for job seq {job_seq!r}")
+        self._transition(
+            job_seq,
+            ("pending", "running"),
+            state="running",
+            attempts=attempt,
+            started_at=started_at,
+            not_before=None,
+        )
+
+    def mark_job_retry(self, job_seq: int, not_before: str, failure_reason: str) -> None:
+        """Put a running job back to ``pending`` until ``not_before`` after a retryable failure."""
+        _check_failure_reason(failure_reason)
+        self._transition(
+            job_seq, ("running",), state="pending", not_before=not_before, failure_reason=failure_reason
+        )
+
+    def finish_job(
+        self,
+        job_seq: int,
+        state: Literal["succeeded", "failed"],
+        finished_at: str,
+        failure_reason: str | None = None,
+    ) -> None:
+        """Take an unfinished job out of the FIFO for good."""
+        _check_failure_reason(failure_reason)
+        self._transition(
+            job_seq,
+            ("pending", "running"),
+            state=state,
+            finished_at=finished_at,
+            failure_reason=failure_reason,
+        )
+
+    def record_runtime_event(
+        self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str
+    ) -> int:
+        """Record a sanitized runtime event for a session; returns its ``event_seq``."""
+        table = schema.omray_runtime_event
+        with self.atomic():
+            result = self._conn().execute(
+                table.insert().values(
+                    run_id=run_id,
+                    event_type=event_type,
+                    payload_json=canonical_json(dict(payload)),
+                    created_at=created_at,
+                )
+            )
+            event_seq = result.inserted_primary_key[0] if result.inserted_primary_key else None
+            if not isinstance(event_seq, int):  # pragma: no cover - SQLite always returns the rowid
+                raise StorageError(f"no event_seq returned for event {event_type!r}")
+            return event_seq
+
+    def list_unfinished_jobs(self) -> list[StoredJob]:
+        """Pending and running jobs in acceptance (``job_seq``) order."""
+        table = schema.omray_job
+        with self.atomic():
+            rows = self._conn().execute(
+                select(table).where(table.c.state.in_(("pending", "running"))).order_by(table.c.job_seq.asc())
+            )
+            return [self._stored_job(row) for row in rows]
+
+    @staticmethod
+    def _stored_job(row: Row[Any]) -> StoredJob:
+        envelope = JobEnvelope(
+            job_id=row.job_id,
+            correlation_id=row.correlation_id,
+            payload=JOB_PAYLOAD_ADAPTER.validate_json(row.payload_json),
+        )
+        return StoredJob(
+            job_seq=row.job_seq,
+            envelope=envelope,
+            handler_id=row.handler_id,
+            run_id=row.run_id,
+            state=row.state,
+            attempts=row.attempts,
+            not_before=row.not_before,
+            accepted_at=row.accepted_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            failure_reason=row.failure_reason,
+        )
+
+    def runtime_events(self, run_id: str, after_seq: int = 0) -> list[RuntimeEvent]:
+        """Runtime events of a session with ``event_seq > after_seq``, in order."""
+        table = schema.omray_runtime_event
+        with self.atomic():
+            rows = self._conn().execute(
+                select(table)
+                .where(table.c.run_id == run_id, table.c.event_seq > after_seq)
+                .order_by(table.c.event_seq.asc())
+            )
+            return [
+                RuntimeEvent(
+                    event_seq=row.event_seq,
+                    run_id=row.run_id,
+                    event_type=row.event_type,
+                    payload=json.loads(row.payload_json),
+                    created_at=row.created_at,
+                )
+                for row in rows
+            ]
+
+    def job_counts(self) -> JobCounts:
+        """Number of jobs in each state."""
+        table = schema.omray_job
+        with self.atomic():
+            rows = self._conn().execute(select(table.c.state, func.count()).group_by(table.c.state))
+            counts = {state: count for state, count in rows}
+        return JobCounts(
+            pending=counts.get("pending", 0),
+            running=counts.get("running", 0),
+            succeeded=counts.get("succeeded", 0),
+            failed=counts.get("failed", 0),
+        )

@@ -1,0 +1,143 @@
+"""The Ray runtime end to end: durable FIFO, crash recovery, retries, typed errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+import ray
+
+from actors.bench_handlers import LEDGER_ENV, read_ledger
+from cluster.client import OmrayClient
+from cluster.naming import RuntimeNames
+from cluster.runtime import ensure_runtime
+from protocol.errors import RuntimeNotRunningError
+from protocol.jobs import (
+    OBSERVE_BOUNDARY_HANDLER,
+    REFLECT_GENERATION_HANDLER,
+    SEMANTIC_INDEX_HANDLER,
+    JobEnvelope,
+    SemanticIndexJob,
+)
+from tests.integration.conftest import assert_eventually
+
+pytestmark = pytest.mark.integration
+
+ALL_NOOP = {
+    OBSERVE_BOUNDARY_HANDLER: "actors.bench_handlers:noop",
+    REFLECT_GENERATION_HANDLER: "actors.bench_handlers:noop",
+    SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:noop",
+}
+
+
+def _job(run_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:
+    payload: dict[str, object]
+    if kind == "observe_boundary":
+        payload = {
+            "kind": kind,
+            "run_id": run_id,
+            "terminal_end_seq": n + 1,
+            "terminal_status": "completed",
+            "renderer_version": "1",
+            "observer_schema_version": "1",
+            "db_path": "/nonexistent/om.sqlite",
+            "events_path": "/nonexistent/events.jsonl",
+        }
+    else:
+        payload = SemanticIndexJob(run_id=run_id, db_path="/nonexistent/om.sqlite").model_dump()
+    return JobEnvelope.model_validate({"job_id": f"job-{n:04d}", "correlation_id": run_id, "payload": payload})
+
+
+def _start(names: RuntimeNames, tmp_path: Path, ledger: Path, handlers: dict[str, str], **kw: object) -> OmrayClient:
+    ensure_runtime(
+        names,
+        queue_db=str(tmp_path / "queue.sqlite"),
+        handler_paths=handlers,
+        worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "0.05"},
+        retry_base_delay_s=0.05,
+        **kw,  # type: ignore[arg-type]
+    )
+    return OmrayClient(names)
+
+
+def _starts(ledger: Path) -> list[str]:
+    return [line["job_id"] for line in read_ledger(str(ledger)) if line["event"] == "start"]
+
+
+def test_fifo_order_over_200_jobs(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
+    client = _start(names, tmp_path, ledger, ALL_NOOP)
+    kinds = ["semantic_index", "observe_boundary"]
+    job_ids = [client.dispatch(_job("s1", n, kinds[n % 2])) for n in range(200)]
+    assert client.wait_idle(timeout_s=120)
+    assert _starts(ledger) == job_ids
+    assert client.job_counts()["succeeded"] == 200
+
+
+def test_pending_job_id_is_not_queued_twice(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
+    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"})
+    first = [client.dispatch(_job("s1", n)) for n in range(3)]
+    again = client.dispatch(_job("s1", 2))  # still pending behind the slow ones
+    assert again == first[2]
+    assert client.wait_idle(timeout_s=60)
+    counts = client.job_counts()
+    assert counts["succeeded"] == 3
+
+
+def test_queue_sigkill_mid_run_every_job_completes_once(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
+    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"})
+    job_ids = [client.dispatch(_job("s1", n)) for n in range(40)]
+    assert_eventually(lambda: len(_starts(ledger)) >= 10, message="jobs did not start")
+    pid = ray.get(client.queue_handle().ping.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    assert client.wait_idle(timeout_s=120)
+    counts = client.job_counts()
+    assert counts == {"pending": 0, "running": 0, "succeeded": 40, "failed": 0}
+    assert set(_starts(ledger)) == set(job_ids)
+    assert ray.get(client.queue_handle().ping.remote())["pid"] != pid
+
+
+def test_worker_sigkill_mid_job_is_retried(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
+    handlers = {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"}
+    ensure_runtime(
+        names,
+        queue_db=str(tmp_path / "queue.sqlite"),
+        handler_paths=handlers,
+        worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "3"},
+        retry_base_delay_s=0.05,
+    )
+    client = OmrayClient(names)
+    client.dispatch(_job("s1", 1))
+    assert_eventually(lambda: len(_starts(ledger)) == 1, message="job did not start")
+    os.kill(read_ledger(str(ledger))[0]["pid"], signal.SIGKILL)  # the worker process, mid-job
+    assert client.wait_idle(timeout_s=60)
+    lines = read_ledger(str(ledger))
+    assert [(line["attempt"], line["event"]) for line in lines] == [(1, "start"), (2, "start"), (2, "end")]
+    assert client.job_counts()["succeeded"] == 1
+
+
+def test_always_failing_handler_gets_four_attempts_and_one_event(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:always_fail"})
+    run_id = f"session-{uuid.uuid4().hex[:6]}"
+    client.dispatch(_job(run_id, 7))
+    assert client.wait_idle(timeout_s=60)
+    assert [line["attempt"] for line in read_ledger(str(ledger))] == [1, 2, 3, 4]
+    events = client.runtime_events(run_id)
+    assert len(events) == 1
+    payload = events[0]["payload"]
+    assert events[0]["event_type"] == "extension_agent.job_failed"
+    assert payload["attempts"] == 4 and payload["retry_count"] == 3
+    assert payload["job_id"] == "job-0007" and payload["handler_id"] == SEMANTIC_INDEX_HANDLER
+    assert "always fails" not in str(events)  # no raw exception text
+    assert client.job_counts()["failed"] == 1
+    assert client.status()["recent_failures"][0]["job_id"] == "job-0007"
+
+
+def test_dispatch_without_a_runtime_raises_the_typed_error(ray_cluster: None) -> None:
+    client = OmrayClient(RuntimeNames(prefix=f"missing{uuid.uuid4().hex[:6]}"))
+    with pytest.raises(RuntimeNotRunningError, match="omray up"):
+        client.dispatch(_job("s1", 1))

@@ -1,0 +1,28 @@
+"""A temporary database per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from persistence.queries import MemoryReader
+from persistence.store import Store
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "om.sqlite"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    opened = Store(db_path)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def reader(db_path: Path) -> MemoryReader:
+    return MemoryReader(db_path)

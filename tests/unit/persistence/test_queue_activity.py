@@ -1,0 +1,151 @@
+"""Durable job FIFO, runtime events (omray tables) and live activity rows (reference §11.1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from persistence.queries import MemoryReader
+from persistence.store import NotFoundError, Store
+from protocol.errors import InvalidPayloadError
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob, SemanticIndexJob
+from protocol.records import ActivityRecord
+
+T0 = "2026-07-23T12:00:00+00:00"
+
+
+def _envelope(job_id: str, run_id: str = "run-1") -> JobEnvelope:
+    payload = ObserveBoundaryJob(
+        run_id=run_id,
+        terminal_end_seq=3,
+        terminal_status="completed",
+        renderer_version="r1",
+        observer_schema_version="o1",
+        db_path="/data/om.sqlite",
+        events_path="/data/events.jsonl",
+    )
+    return JobEnvelope(job_id=job_id, correlation_id=run_id, payload=payload)
+
+
+def test_jobs_are_listed_in_acceptance_order(store: Store) -> None:
+    results = [store.enqueue_job(_envelope(job_id), T0) for job_id in ("c", "a", "b")]
+    assert all(r.created for r in results)
+    assert results[0].job_seq < results[1].job_seq < results[2].job_seq
+    jobs = store.list_unfinished_jobs()
+    assert [j.envelope.job_id for j in jobs] == ["c", "a", "b"]
+    assert jobs[0].envelope == _envelope("c")
+    assert (jobs[0].handler_id, jobs[0].run_id, jobs[0].state, jobs[0].attempts) == (
+        "observational_memory.observe_boundary",
+        "run-1",
+        "pending",
+        0,
+    )
+
+
+def test_pending_or_running_job_id_is_not_queued_twice(store: Store) -> None:
+    first = store.enqueue_job(_envelope("same"), T0)
+    again = store.enqueue_job(_envelope("same"), T0)
+    assert (again.created, again.job_seq) == (False, first.job_seq)
+    store.mark_job_running(first.job_seq, 1, T0)
+    assert store.enqueue_job(_envelope("same"), T0).created is False
+    assert len(store.list_unfinished_jobs()) == 1
+
+
+def test_finished_job_id_may_be_queued_again(store: Store) -> None:
+    first = store.enqueue_job(_envelope("same"), T0)
+    store.mark_job_running(first.job_seq, 1, T0)
+    store.finish_job(first.job_seq, "succeeded", T0)
+    again = store.enqueue_job(_envelope("same"), T0)
+    assert again.created and again.job_seq > first.job_seq
+
+
+def test_retry_and_finish_lifecycle(store: Store) -> None:
+    seq = store.enqueue_job(_envelope("j"), T0).job_seq
+    store.mark_job_running(seq, 1, T0)
+    store.mark_job_retry(seq, "2026-07-23T12:00:05+00:00", "transient_runtime")
+    [job] = store.list_unfinished_jobs()
+    assert (job.state, job.attempts, job.not_before, job.failure_reason) == (
+        "pending",
+        1,
+        "2026-07-23T12:00:05+00:00",
+        "transient_runtime",
+    )
+    store.mark_job_running(seq, 2, "2026-07-23T12:00:06+00:00")
+    [job] = store.list_unfinished_jobs()
+    assert (job.state, job.attempts, job.started_at, job.not_before) == (
+        "running",
+        2,
+        "2026-07-23T12:00:06+00:00",
+        None,
+    )
+    store.finish_job(seq, "failed", "2026-07-23T12:01:00+00:00", failure_reason="retries_exhausted")
+    assert store.list_unfinished_jobs() == []
+    counts = store.job_counts()
+    assert (counts.pending, counts.running, counts.succeeded, counts.failed) == (0, 0, 0, 1)
+    with pytest.raises(NotFoundError):
+        store.finish_job(seq, "succeeded", T0)
+    with pytest.raises(NotFoundError):
+        store.mark_job_retry(seq, T0, "transient_runtime")
+
+
+def test_failure_reason_must_be_a_category_code(store: Store) -> None:
+    seq = store.enqueue_job(_envelope("j"), T0).job_seq
+    store.mark_job_running(seq, 1, T0)
+    with pytest.raises(InvalidPayloadError):
+        store.mark_job_retry(seq, T0, "ValueError: user said something private")
+
+
+def test_queue_survives_reopening(db_path: Path) -> None:
+    with Store(db_path) as first:
+        first.enqueue_job(_envelope("a"), T0)
+        index_job = JobEnvelope(
+            job_id="f" * 32, correlation_id="run-2", payload=SemanticIndexJob(run_id="run-2", db_path="/d")
+        )
+        first.enqueue_job(index_job, T0)
+    with Store(db_path) as second:
+        jobs = second.list_unfinished_jobs()
+        assert [j.envelope.job_id for j in jobs] == ["a", "f" * 32]
+        assert jobs[1].envelope == index_job
+        assert second.job_counts().pending == 2
+
+
+def test_runtime_events_are_per_session_and_ordered(store: Store) -> None:
+    first = store.record_runtime_event(
+        "run-1", "extension_agent.job_failed", {"job_id": "j1", "attempts": 4}, T0
+    )
+    store.record_runtime_event("run-2", "extension_agent.job_failed", {"job_id": "j2"}, T0)
+    second = store.record_runtime_event("run-1", "extension_agent.job_failed", {"job_id": "j3"}, T0)
+    events = store.runtime_events("run-1")
+    assert [e.event_seq for e in events] == [first, second]
+    assert events[0].payload == {"job_id": "j1", "attempts": 4}
+    assert [e.payload["job_id"] for e in store.runtime_events("run-1", after_seq=first)] == ["j3"]
+
+
+# --- activity ------------------------------------------------------------------------------
+
+
+def _activity(job_id: str, stage: str = "observer", run_id: str = "run-1") -> ActivityRecord:
+    return ActivityRecord.model_validate(
+        {"run_id": run_id, "job_id": job_id, "stage": stage, "current_tokens": 10, "updated_at": T0}
+    )
+
+
+def test_one_activity_row_per_session_newer_job_overwrites(store: Store, reader: MemoryReader) -> None:
+    store.upsert_activity(_activity("old"))
+    store.upsert_activity(_activity("new", stage="dropper").model_copy(update={"target_tokens": 70}))
+    row = reader.activity("run-1")
+    assert row is not None and (row.job_id, row.stage, row.target_tokens) == ("new", "dropper", 70)
+
+
+def test_older_job_cannot_clear_newer_row_and_sessions_are_isolated(
+    store: Store, reader: MemoryReader
+) -> None:
+    store.upsert_activity(_activity("old"))
+    store.upsert_activity(_activity("new"))
+    store.upsert_activity(_activity("other-job", run_id="run-2"))
+    assert store.clear_activity("run-1", "old") is False
+    assert reader.activity("run-1") is not None
+    assert store.clear_activity("run-1", "new") is True
+    assert reader.activity("run-1") is None
+    assert reader.activity("run-2") is not None
