@@ -8,8 +8,8 @@ its message (which may quote memory text). The queue's pure retry policy decides
 from __future__ import annotations
 
 import importlib
-import os
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol

@@ -53,7 +53,8 @@ class OmrayClient:
             return ray.get_actor(self.names.queue, namespace=self.names.namespace)
         except ValueError:
             raise RuntimeNotRunningError(
-                f"no omray queue actor {self.names.queue!r} in namespace {self.names.namespace!r}; run `omray up`"
+                f"no omray queue actor {self.names.queue!r} in namespace "
+                f"{self.names.namespace!r}; run `omray up`"
             ) from None
 
     def dispatch(self, envelope: JobEnvelope | Mapping[str, Any]) -> str:
@@ -74,7 +75,9 @@ class OmrayClient:
 
     def runtime_events(self, session_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
         """Sanitized runtime events for a session, such as ``extension_agent.job_failed``."""
-        events: list[dict[str, Any]] = ray.get(self.queue_handle().runtime_events.remote(session_id, after_seq))
+        events: list[dict[str, Any]] = ray.get(
+            self.queue_handle().runtime_events.remote(session_id, after_seq)
+        )
         return events
 
     def wait_idle(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> bool:

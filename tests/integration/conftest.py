@@ -14,9 +14,9 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import ray  # noqa: E402  (the environment above must be set first)
+import ray
 
-from cluster.naming import RuntimeNames  # noqa: E402
+from cluster.naming import RuntimeNames
 
 
 @pytest.fixture(scope="session")

@@ -48,10 +48,14 @@ def _job(run_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:
         }
     else:
         payload = SemanticIndexJob(run_id=run_id, db_path="/nonexistent/om.sqlite").model_dump()
-    return JobEnvelope.model_validate({"job_id": f"job-{n:04d}", "correlation_id": run_id, "payload": payload})
+    return JobEnvelope.model_validate(
+        {"job_id": f"job-{n:04d}", "correlation_id": run_id, "payload": payload}
+    )
 
 
-def _start(names: RuntimeNames, tmp_path: Path, ledger: Path, handlers: dict[str, str], **kw: object) -> OmrayClient:
+def _start(
+    names: RuntimeNames, tmp_path: Path, ledger: Path, handlers: dict[str, str], **kw: object
+) -> OmrayClient:
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
@@ -86,7 +90,9 @@ def test_pending_job_id_is_not_queued_twice(names: RuntimeNames, tmp_path: Path,
     assert counts["succeeded"] == 3
 
 
-def test_queue_sigkill_mid_run_every_job_completes_once(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
+def test_queue_sigkill_mid_run_every_job_completes_once(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
     client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"})
     job_ids = [client.dispatch(_job("s1", n)) for n in range(40)]
     assert_eventually(lambda: len(_starts(ledger)) >= 10, message="jobs did not start")
