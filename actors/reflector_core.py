@@ -192,6 +192,9 @@ class ReflectPayload(_Frozen):
             reflector_model=self.reflector_model,
             reflector_schema_version=self.reflector_schema_version,
             db_path=db_path,
+            threshold_idempotency_key=self.generation_id,
+            token_count=self.token_count,
+            required_end_seq=self.required_end_seq,
         )
 
 

@@ -299,6 +299,29 @@ class MemoryReader:
 
         return self._run(query, None, ("om_active_generation", "om_memory_generation"))
 
+    def generation(self, generation_id: str) -> GenerationRecord | None:
+        """One generation row by id, or ``None``."""
+
+        def query(conn: Connection) -> GenerationRecord | None:
+            row = select_generation(conn, generation_id)
+            return None if row is None else generation_from_row(row)
+
+        return self._run(query, None, ("om_memory_generation",))
+
+    def generation_exists_for_set(self, run_id: str, observation_set_hash: str) -> bool:
+        """True when any generation (running, succeeded or failed) was claimed for this exact set (§9.1)."""
+        table = schema.om_memory_generation
+
+        def query(conn: Connection) -> bool:
+            row = conn.execute(
+                select(table.c.generation_id)
+                .where(table.c.run_id == run_id, table.c.observation_set_hash == observation_set_hash)
+                .limit(1)
+            ).first()
+            return row is not None
+
+        return self._run(query, False, ("om_memory_generation",))
+
     def active_reflections(self, run_id: str) -> list[ActiveReflection]:
         """Reflections linked to the active generation, by position."""
 

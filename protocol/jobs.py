@@ -6,7 +6,7 @@ dispatches by that id. Payloads are plain JSON-safe values so a job survives any
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -50,6 +50,9 @@ class ObserveBoundaryJob(_Job):
     """Absolute path of the memory database."""
     events_path: str = Field(min_length=1)
     """Absolute path of the session's ``events.jsonl``."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The ``observational_memory`` settings block in effect at dispatch, so a worker in any process
+    runs the job with the same settings (names of API-key variables only, never keys)."""
 
     @property
     def handler_id(self) -> str:
@@ -76,6 +79,19 @@ class ReflectGenerationJob(_Job):
     """Reflector schema version."""
     db_path: str = Field(min_length=1)
     """Absolute path of the memory database."""
+    trigger: Literal["threshold"] = "threshold"
+    """Only threshold generations exist."""
+    threshold_idempotency_key: str | None = None
+    """Equals ``generation_id`` (defaults to it when absent)."""
+    token_count: int | None = Field(default=None, ge=0)
+    """Active candidate tokens at dispatch (informational)."""
+    required_end_seq: int | None = None
+    """Source watermark at dispatch (fallback for the claim when the live set has none)."""
+    required_start_seq: int = 1
+    """Always 1."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The ``observational_memory`` settings block in effect at dispatch, so a worker in any process
+    runs the job with the same settings (names of API-key variables only, never keys)."""
 
     @property
     def handler_id(self) -> str:

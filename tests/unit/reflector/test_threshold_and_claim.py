@@ -146,7 +146,7 @@ def test_dispatched_payload_validates_as_mapping_and_as_job() -> None:
     assert validate_reflect_payload(payload.model_dump(), settings()) == payload
     from_job = validate_reflect_payload(payload.to_job("/db"), settings())
     assert from_job.generation_id == payload.generation_id
-    assert from_job.required_end_seq is None  # the typed job does not carry the watermark
+    assert from_job == payload  # the typed job carries every payload field, watermark included
 
 
 def test_payload_defaults_and_fallbacks() -> None:

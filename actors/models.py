@@ -1,0 +1,436 @@
+"""One model interface for the Observer, Reflector and Dropper (reference §2.2 AgentRunner, §16).
+
+A stage hands :func:`run_tool_loop` its instructions, its input text and its tools (an OpenAI
+function spec plus a handler each). The loop asks the model, runs the tool calls it gets through
+the handlers, sends each handler's receipt back as the tool message, and stops when the model
+stops calling tools or the tool-call budget is spent. Side effects happen only in the handlers;
+the loop reports counts, never content.
+
+Models are reached through :class:`ChatModel`: :class:`OpenAIChatModel` talks to any
+OpenAI-compatible endpoint with the official ``openai`` client and native tool calling, and
+``builtin/extractive`` (:mod:`actors.builtin_model`) runs in-process with no network.
+:func:`model_for` resolves a ``provider/model`` reference through the settings.
+
+Transport and provider failures surface as :class:`ModelCallError` with a short category and at
+most an HTTP status code: never a response body, a prompt or model output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, cast
+
+import openai
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocol.errors import ModelSettingsError, OmrayError, SettingsError
+from protocol.settings import BUILTIN_MODEL, BUILTIN_PROVIDER, OmSettings
+
+log = logging.getLogger("omray.models")
+
+NO_KEY_PLACEHOLDER = "sk-no-key"
+"""API key sent to providers configured without ``api_key_env`` (local servers without auth)."""
+DEFAULT_CLIENT_MAX_RETRIES = 2
+"""Retries the ``openai`` client makes on its own for 408/409/429/5xx and connection errors."""
+TOOL_CALL_LIMIT_MESSAGE = "Tool call limit reached for this run; this call was not executed. Stop now."
+"""Tool message answering calls beyond the budget."""
+
+ModelErrorCategory = Literal["timeout", "rate_limited", "server_error", "bad_response", "connection"]
+"""Why a model call failed, coarse enough to log and to decide a retry."""
+
+Messages = Sequence[Mapping[str, Any]]
+"""Chat messages in the OpenAI wire format (``role``, ``content``, ``tool_calls``, ``tool_call_id``)."""
+ToolHandler = Callable[[object], BaseModel | dict[str, Any]]
+"""Takes the parsed arguments (the raw string when they are not valid JSON) and returns a receipt."""
+ToolSpecAndHandler = tuple[Mapping[str, Any], ToolHandler]
+"""An OpenAI function spec and the handler that executes it."""
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class ModelCallError(OmrayError):
+    """A model request failed; ``category`` says why (never the response body)."""
+
+    def __init__(self, category: ModelErrorCategory, status_code: int | None = None) -> None:
+        self.category: ModelErrorCategory = category
+        self.status_code = status_code
+        suffix = f", HTTP {status_code}" if status_code is not None else ""
+        super().__init__(f"model call failed ({category}{suffix})")
+
+
+class UnknownProviderError(SettingsError):
+    """The provider part of a ``provider/model`` reference is not in ``observational_memory.providers``."""
+
+
+class UnknownModelError(SettingsError):
+    """The built-in provider has no model of that name."""
+
+
+class MissingApiKeyError(SettingsError):
+    """The environment variable a provider names for its API key is unset or empty."""
+
+
+# --- wire values ----------------------------------------------------------------------------------
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCall(_Value):
+    """One tool call the model asked for."""
+
+    call_id: str
+    """Id the tool message must echo as ``tool_call_id``."""
+    name: str
+    """Name of the tool to call."""
+    arguments: str
+    """Arguments exactly as the model sent them (normally a JSON object, possibly invalid)."""
+
+
+class TokenUsage(_Value):
+    """Token counts the provider reported for one request (0 when it reported none)."""
+
+    prompt_tokens: int = Field(default=0, ge=0)
+    """Input tokens."""
+    completion_tokens: int = Field(default=0, ge=0)
+    """Output tokens."""
+
+
+class ChatResponse(_Value):
+    """What one model request returned."""
+
+    text: str | None = None
+    """Assistant text, if any."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls, in the order the model gave them."""
+    usage: TokenUsage = TokenUsage()
+    """Reported token counts."""
+
+
+class ToolLoopResult(_Value):
+    """Counts of one tool loop; never content."""
+
+    stop_reason: Literal["model_stopped", "tool_call_limit"]
+    """``model_stopped``: a reply without tool calls; ``tool_call_limit``: the budget was spent."""
+    tool_calls: int = Field(ge=0)
+    """Tool calls executed (handlers run)."""
+    refused_tool_calls: int = Field(ge=0)
+    """Tool calls answered with the limit message instead of being executed."""
+    rounds: int = Field(ge=0)
+    """Model requests made."""
+    prompt_tokens: int = Field(ge=0)
+    """Sum of reported input tokens."""
+    completion_tokens: int = Field(ge=0)
+    """Sum of reported output tokens."""
+
+
+class ChatModel(Protocol):
+    """A chat model with native tool calling."""
+
+    def complete(
+        self,
+        model_name: str,
+        messages: Messages,
+        tools: Sequence[Mapping[str, Any]],
+        timeout_s: float,
+        *,
+        thinking_off: bool = False,
+    ) -> ChatResponse:
+        """One request; raises :class:`ModelCallError` on transport or provider failure.
+
+        ``model_name`` is the provider-local name (after ``provider/``). ``thinking_off`` is a
+        hint that reasoning is not wanted; a model may ignore it.
+        """
+        ...
+
+
+# --- the tool loop ------------------------------------------------------------------------------
+
+
+def provider_local_name(model: str) -> str:
+    """The part of a ``provider/model`` reference after the first ``/`` (the name the endpoint knows)."""
+    provider, slash, name = model.partition("/")
+    if not slash or not provider or not name:
+        raise ModelSettingsError(f"model reference {model!r} is not provider/model.")
+    return name
+
+
+def _tool_name(spec: Mapping[str, Any]) -> str:
+    function = spec.get("function")
+    name = function.get("name") if isinstance(function, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise SettingsError("a tool spec has no function name.")
+    return name
+
+
+def _parse_arguments(arguments: str) -> object:
+    try:
+        return cast(object, json.loads(arguments))
+    except (ValueError, RecursionError):
+        return arguments
+
+
+def _receipt_json(receipt: BaseModel | dict[str, Any]) -> str:
+    if isinstance(receipt, BaseModel):
+        to_tool_result = getattr(receipt, "to_tool_result", None)
+        data = to_tool_result() if callable(to_tool_result) else receipt.model_dump(mode="json")
+    else:
+        data = receipt
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _unknown_tool_json(name: str, known: Sequence[str]) -> str:
+    receipt = {
+        "status": "rejected",
+        "error": "unknown_tool",
+        "message": f"There is no tool {name!r}; available tools: {list(known)!r}.",
+    }
+    return json.dumps(receipt, ensure_ascii=False, separators=(",", ":"))
+
+
+def _assistant_message(response: ChatResponse) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": response.text}
+    if response.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in response.tool_calls
+        ]
+    return message
+
+
+def run_tool_loop(
+    client: ChatModel,
+    *,
+    model: str,
+    instructions: str,
+    input_text: str,
+    tools: Sequence[ToolSpecAndHandler],
+    max_tool_calls: int,
+    max_duration_s: float,
+    thinking_off: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+) -> ToolLoopResult:
+    """Run one agent call: ask, execute tool calls, send receipts back, until the model stops.
+
+    ``model`` is the exact ``provider/model`` reference. At most ``max_tool_calls`` handlers run;
+    further calls in the same reply are answered with :data:`TOOL_CALL_LIMIT_MESSAGE` and the
+    loop stops. The whole call must fit in ``max_duration_s`` (each request gets what is left);
+    past it, :class:`ModelCallError` ``timeout``. Handler exceptions propagate unchanged.
+    """
+    if max_tool_calls < 1:
+        raise SettingsError(f"max_tool_calls must be >= 1, got {max_tool_calls!r}.")
+    if max_duration_s <= 0:
+        raise SettingsError(f"max_duration_s must be > 0, got {max_duration_s!r}.")
+    model_name = provider_local_name(model)
+    handlers = {_tool_name(spec): handler for spec, handler in tools}
+    specs = [dict(spec) for spec, _ in tools]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": instructions},
+        {"role": "user", "content": input_text},
+    ]
+    deadline = clock() + max_duration_s
+    executed = refused = rounds = prompt_tokens = completion_tokens = 0
+    stop_reason: Literal["model_stopped", "tool_call_limit"] = "model_stopped"
+    while True:
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise ModelCallError("timeout")
+        response = client.complete(model_name, messages, specs, remaining, thinking_off=thinking_off)
+        rounds += 1
+        prompt_tokens += response.usage.prompt_tokens
+        completion_tokens += response.usage.completion_tokens
+        messages.append(_assistant_message(response))
+        if not response.tool_calls:
+            break
+        for call in response.tool_calls:
+            if executed >= max_tool_calls:
+                refused += 1
+                content = json.dumps({"status": "rejected", "message": TOOL_CALL_LIMIT_MESSAGE})
+            elif call.name not in handlers:
+                executed += 1
+                content = _unknown_tool_json(call.name, sorted(handlers))
+            else:
+                executed += 1
+                content = _receipt_json(handlers[call.name](_parse_arguments(call.arguments)))
+            messages.append({"role": "tool", "tool_call_id": call.call_id, "content": content})
+        if executed >= max_tool_calls:
+            stop_reason = "tool_call_limit"
+            break
+    result = ToolLoopResult(
+        stop_reason=stop_reason,
+        tool_calls=executed,
+        refused_tool_calls=refused,
+        rounds=rounds,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )
+    log.debug(
+        "tool loop finished: stop=%s calls=%d refused=%d rounds=%d",
+        stop_reason,
+        executed,
+        refused,
+        rounds,
+    )
+    return result
+
+
+# --- OpenAI-compatible endpoints -----------------------------------------------------------------
+
+
+def _category_for(exc: Exception) -> tuple[ModelErrorCategory, int | None]:
+    # Order matters: the timeout and rate-limit classes are subclasses of the broader ones.
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", None
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection", None
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limited", exc.status_code
+    if isinstance(exc, openai.APIStatusError):
+        category: ModelErrorCategory = "server_error" if exc.status_code >= 500 else "bad_response"
+        return category, exc.status_code
+    return "bad_response", None
+
+
+class OpenAIChatModel:
+    """An OpenAI-compatible ``/chat/completions`` endpoint reached with the official ``openai`` client.
+
+    ``base_url`` is passed to the client as-is (most servers want it to end in ``/v1``). The client
+    retries 408/409/429/5xx and connection errors up to ``max_retries`` times with its own
+    backoff; what still fails becomes :class:`ModelCallError`. ``thinking_off_body`` holds the
+    extra request fields that switch reasoning off on this endpoint (for example
+    ``{"chat_template_kwargs": {"enable_thinking": False}}`` on llama.cpp or vLLM); without it the
+    ``thinking_off`` hint is ignored, since endpoints reject fields they do not know.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        timeout_s: float,
+        max_retries: int = DEFAULT_CLIENT_MAX_RETRIES,
+        thinking_off_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self.thinking_off_body = dict(thinking_off_body) if thinking_off_body else None
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
+        )
+
+    def close(self) -> None:
+        """Release the HTTP connection pool."""
+        self._client.close()
+
+    def complete(
+        self,
+        model_name: str,
+        messages: Messages,
+        tools: Sequence[Mapping[str, Any]],
+        timeout_s: float,
+        *,
+        thinking_off: bool = False,
+    ) -> ChatResponse:
+        """One ``chat.completions.create`` request with native tool calling."""
+        extra: dict[str, Any] = {}
+        if tools:
+            extra["tools"] = [dict(tool) for tool in tools]
+        if thinking_off and self.thinking_off_body:
+            extra["extra_body"] = self.thinking_off_body
+        try:
+            completion = self._client.chat.completions.create(
+                model=model_name,
+                messages=cast(Any, [dict(message) for message in messages]),
+                timeout=min(timeout_s, self.timeout_s),
+                **extra,
+            )
+            return _chat_response(completion)
+        except (openai.OpenAIError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            category, status = _category_for(exc)
+            log.warning(
+                "model request failed: category=%s status=%s error_class=%s",
+                category,
+                status,
+                type(exc).__name__,
+            )
+            raise ModelCallError(category, status) from None
+
+
+def _chat_response(completion: Any) -> ChatResponse:
+    choices = getattr(completion, "choices", None)
+    if not choices:
+        raise ModelCallError("bad_response")
+    message = choices[0].message
+    calls = tuple(
+        ToolCall(call_id=call.id, name=call.function.name, arguments=call.function.arguments or "")
+        for call in (message.tool_calls or [])
+        if isinstance(call, ChatCompletionMessageFunctionToolCall)
+    )
+    usage = completion.usage
+    return ChatResponse(
+        text=message.content if isinstance(message.content, str) else None,
+        tool_calls=calls,
+        usage=TokenUsage(
+            prompt_tokens=max(0, int(getattr(usage, "prompt_tokens", 0) or 0)),
+            completion_tokens=max(0, int(getattr(usage, "completion_tokens", 0) or 0)),
+        ),
+    )
+
+
+# --- resolution -------------------------------------------------------------------------------------
+
+
+def model_for(
+    settings: OmSettings,
+    model: str,
+    *,
+    environ: Mapping[str, str] | None = None,
+    max_retries: int = DEFAULT_CLIENT_MAX_RETRIES,
+) -> tuple[ChatModel, int]:
+    """The chat model and context window for a ``provider/model`` reference.
+
+    ``builtin/extractive`` is the in-process model. Other providers come from
+    ``settings.providers``; their API key is read from the environment variable they name
+    (``environ`` defaults to ``os.environ``), or :data:`NO_KEY_PLACEHOLDER` when they name none.
+    """
+    try:
+        provider = settings.provider_for(model)
+    except ModelSettingsError:
+        raise
+    except SettingsError:
+        name = model.partition("/")[0]
+        raise UnknownProviderError(
+            f"provider {name!r} of model {model!r} is not defined in observational_memory.providers."
+        ) from None
+    if provider.kind == "builtin" or provider.name == BUILTIN_PROVIDER:
+        if model != BUILTIN_MODEL:
+            raise UnknownModelError(f"the built-in provider has no model {model!r}; use {BUILTIN_MODEL!r}.")
+        from actors.builtin_model import BuiltinExtractiveModel
+
+        return BuiltinExtractiveModel(), provider.context_window
+    if provider.base_url is None:
+        raise SettingsError(f"provider {provider.name!r} has no base_url.")
+    api_key = NO_KEY_PLACEHOLDER
+    if provider.api_key_env is not None:
+        env = os.environ if environ is None else environ
+        value = env.get(provider.api_key_env, "")
+        if not value.strip():
+            raise MissingApiKeyError(
+                f"environment variable {provider.api_key_env!r} (API key of provider {provider.name!r}) "
+                "is not set."
+            )
+        api_key = value
+    client = OpenAIChatModel(
+        base_url=provider.base_url, api_key=api_key, timeout_s=provider.timeout_s, max_retries=max_retries
+    )
+    return client, provider.context_window

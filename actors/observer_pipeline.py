@@ -1,0 +1,278 @@
+"""The Observer's job: observe a session's uncovered events through a terminal boundary (§7.2–§7.8).
+
+Pure orchestration over injected ports (memory reader, store writer, events reader, chat model,
+clocks), so it runs the same inside the ObserverActor and in unit tests. Each chunk part commits its
+observations and coverage row in one transaction; parts already committed are skipped without a
+model call, so a redelivered job never duplicates anything and resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from actors.chunk_packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
+from actors.models import ChatModel, run_tool_loop
+from actors.observation_tool import RecordObservationsHandler
+from actors.observer_blocks import build_source_blocks, empty_source_block
+from actors.prompts import OBSERVER_SYSTEM_PROMPT
+from actors.reflector_core import CandidatePool, threshold_check
+from protocol.canonical import canonical_json
+from protocol.errors import ConflictError, OmrayError
+from protocol.events import SessionEvent
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob
+from protocol.records import ActiveReflection, ActivityRecord, CoveragePart, ObservationRecord
+from protocol.settings import AGENT_HTTP_MAX_DURATION_SECONDS, OBSERVER_MAX_TOOL_CALLS, OmSettings
+from protocol.tool_specs import record_observations_spec
+
+logger = logging.getLogger("omray.observer")
+
+FIXED_OVERHEAD_SLACK_TOKENS = 32
+"""Tokens added to the prompt and tool schema for message framing (§7.3 step 5)."""
+
+
+class ObserverError(OmrayError):
+    """A durable configuration or input problem of one observe job (the queue retries it)."""
+
+
+class CandidateSetLike(Protocol):
+    """What the pipeline reads of the active candidate set."""
+
+    @property
+    def observations(self) -> Sequence[ObservationRecord]: ...
+
+
+class MemoryPort(Protocol):
+    """Read-only memory queries (``persistence.queries.MemoryReader``)."""
+
+    def contiguous_covered_end(
+        self, run_id: str, renderer_version: str, observer_schema_version: str
+    ) -> int | None: ...
+    def active_reflections(self, run_id: str) -> list[ActiveReflection]: ...
+    def active_candidate_set(self, run_id: str) -> Any: ...
+    def stored_coverage_part(self, coverage_key: str) -> CoveragePart | None: ...
+    def active_generation(self, run_id: str) -> Any: ...
+    def generation_exists_for_set(self, run_id: str, observation_set_hash: str) -> bool: ...
+
+
+class StorePort(Protocol):
+    """The writes the Observer makes (through the database's StoreActor)."""
+
+    def commit_observer_part(self, part: CoveragePart, observations: Sequence[ObservationRecord]) -> Any: ...
+    def upsert_activity(self, activity: ActivityRecord) -> None: ...
+    def clear_activity(self, run_id: str, job_id: str) -> bool: ...
+
+
+@dataclass
+class ObserverPorts:
+    """Everything an observe job touches outside pure code."""
+
+    memory: MemoryPort
+    """Read-only queries."""
+    store: StorePort
+    """The single writer of the database."""
+    read_events: Callable[[int, int], list[SessionEvent]]
+    """Inclusive seq range of the session's ``events.jsonl``."""
+    resolve_model: Callable[[str], tuple[ChatModel, int]]
+    """``provider/model`` -> (chat model, context window); called only when a model is needed."""
+    count_tokens: Callable[[str], int]
+    """Token counter (tiktoken)."""
+    now_utc: Callable[[], str]
+    """UTC ISO-8601 now."""
+    now_local: Callable[[], str]
+    """Local ``YYYY-MM-DD HH:MM`` now (fallback time shown to the model)."""
+    dispatch: Callable[[JobEnvelope], str] | None = None
+    """Enqueue a follow-up job (reflect); ``None`` disables the threshold dispatch."""
+
+
+@dataclass
+class ObserveResult:
+    """Counts of one observe job; never content."""
+
+    status: str
+    """``already_covered``, ``inserted`` or ``noop``."""
+    source_start_seq: int = 0
+    """First seq observed."""
+    source_end_seq: int = 0
+    """Terminal seq."""
+    parts: int = 0
+    """Parts in the range."""
+    parts_committed: int = 0
+    """Parts committed by this run."""
+    parts_skipped: int = 0
+    """Parts already committed earlier (no model call)."""
+    observations: int = 0
+    """Observations committed by this run."""
+    model_rounds: int = 0
+    """Model requests made."""
+    prompt_tokens: int = 0
+    """Input tokens reported by the model."""
+    completion_tokens: int = 0
+    """Output tokens reported by the model."""
+    source_tokens: int = 0
+    """Tokens of the rendered source sent (parts that called the model)."""
+    reflect_job_id: str | None = None
+    """Reflect job dispatched by the threshold check, if any."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Other counters."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able counters."""
+        data = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        data.update(self.extra)
+        return data
+
+
+def fixed_overhead_tokens(count_tokens: Callable[[str], int]) -> int:
+    """Tokens of the system prompt and the tool schema, plus framing slack (§7.3 step 5)."""
+    schema = record_observations_spec()["function"]["parameters"]
+    return (
+        count_tokens(OBSERVER_SYSTEM_PROMPT) + count_tokens(canonical_json(schema)) + FIXED_OVERHEAD_SLACK_TOKENS
+    )
+
+
+def plan_parts(
+    job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts, start: int, context_window: int
+) -> list[ChunkPart]:
+    """Render and pack the uncovered range ``start..terminal_end_seq`` into normalized parts."""
+    if context_window <= 0:
+        raise ObserverError(f"Observer model context_window is missing or nonpositive ({context_window}).")
+    envelope = settings.envelope(context_window)
+    events = ports.read_events(start, job.terminal_end_seq)
+    if not events:
+        raise ObserverError(
+            f"Observer received empty event range {start}..{job.terminal_end_seq} for run {job.run_id!r}."
+        )
+    blocks = build_source_blocks(events, ports.now_local(), ports.count_tokens)
+    if not blocks:
+        blocks = [empty_source_block(job.run_id, start)]
+    candidate = ports.memory.active_candidate_set(job.run_id)
+    lines = memory_context_lines(ports.memory.active_reflections(job.run_id), list(candidate.observations))
+    parts = pack_parts(
+        run_id=job.run_id,
+        blocks=blocks,
+        envelope_tokens=envelope,
+        fixed_overhead_tokens=fixed_overhead_tokens(ports.count_tokens),
+        memory_lines=lines,
+        local_time=ports.now_local(),
+        renderer_version=job.renderer_version,
+        observer_schema_version=job.observer_schema_version,
+        count_tokens=ports.count_tokens,
+    )
+    return normalize_coverage(parts, start, job.terminal_end_seq)
+
+
+def _already_committed(part: ChunkPart, ports: ObserverPorts) -> bool:
+    stored = ports.memory.stored_coverage_part(part.coverage_key)
+    if stored is None:
+        return False
+    if stored.source_digest != part.source_digest or stored.part_digest != part.part_digest:
+        raise ConflictError(f"Coverage conflict for key {part.coverage_key!r}: digest mismatch.")
+    return True
+
+
+def _set_activity(ports: ObserverPorts, job_id: str, run_id: str, tokens: int) -> None:
+    # Status never hurts work (invariant 7): a failed activity write is logged and ignored.
+    try:
+        ports.store.upsert_activity(
+            ActivityRecord(
+                run_id=run_id, job_id=job_id, stage="observer", current_tokens=tokens, updated_at=ports.now_utc()
+            )
+        )
+    except Exception as exc:
+        logger.warning("activity write failed", extra={"run_id": run_id, "error_class": type(exc).__name__})
+
+
+def _clear_activity(ports: ObserverPorts, job_id: str, run_id: str) -> None:
+    try:
+        ports.store.clear_activity(run_id, job_id)
+    except Exception as exc:
+        logger.warning("activity clear failed", extra={"run_id": run_id, "error_class": type(exc).__name__})
+
+
+def observe_through(
+    job: ObserveBoundaryJob, job_id: str, settings: OmSettings, ports: ObserverPorts
+) -> ObserveResult:
+    """Observe ``job.run_id`` from its contiguous coverage end through ``job.terminal_end_seq``."""
+    try:
+        result = _observe(job, job_id, settings, ports)
+        result.reflect_job_id = maybe_dispatch_reflect(job, settings, ports)
+        return result
+    finally:
+        if job_id:
+            _clear_activity(ports, job_id, job.run_id)
+
+
+def _receipt_function(handler: RecordObservationsHandler) -> Callable[[object], dict[str, Any]]:
+    def call(arguments: object) -> dict[str, Any]:
+        return handler.handle(arguments).to_tool_result()
+
+    return call
+
+
+def _observe(job: ObserveBoundaryJob, job_id: str, settings: OmSettings, ports: ObserverPorts) -> ObserveResult:
+    covered = ports.memory.contiguous_covered_end(job.run_id, job.renderer_version, job.observer_schema_version)
+    start = 1 if covered is None else covered + 1
+    if start > job.terminal_end_seq:
+        return ObserveResult(status="already_covered", source_start_seq=start, source_end_seq=job.terminal_end_seq)
+    model = settings.require_model()
+    chat_model, context_window = ports.resolve_model(model)
+    parts = plan_parts(job, settings, ports, start, context_window)
+    result = ObserveResult(
+        status="noop", source_start_seq=start, source_end_seq=job.terminal_end_seq, parts=len(parts)
+    )
+    spec = record_observations_spec()
+    for part in parts:
+        if _already_committed(part, ports):
+            result.parts_skipped += 1
+            continue
+        handler = RecordObservationsHandler(
+            job.run_id, job.observer_schema_version, part.source_refs, ports.count_tokens, model
+        )
+        if job_id:
+            _set_activity(ports, job_id, job.run_id, part.token_estimate)
+        loop = run_tool_loop(
+            chat_model,
+            model=model,
+            instructions=OBSERVER_SYSTEM_PROMPT,
+            input_text=part.user_message,
+            tools=[(spec, _receipt_function(handler))],
+            max_tool_calls=OBSERVER_MAX_TOOL_CALLS,
+            max_duration_s=AGENT_HTTP_MAX_DURATION_SECONDS,
+        )
+        covered_at = ports.now_utc()
+        records = handler.to_records(part, covered_at)
+        commit = ports.store.commit_observer_part(part.to_coverage_part(covered_at), records)
+        result.parts_committed += 1
+        result.observations += int(getattr(commit, "observation_count", len(records)))
+        result.model_rounds += loop.rounds
+        result.prompt_tokens += loop.prompt_tokens
+        result.completion_tokens += loop.completion_tokens
+        result.source_tokens += ports.count_tokens(part.rendered_part)
+    result.status = "inserted" if result.parts_committed else "noop"
+    logger.info(
+        "observe job finished",
+        extra={"run_id": job.run_id, "job_id": job_id, **{k: v for k, v in result.as_dict().items() if k != "status"}},
+    )
+    return result
+
+
+def maybe_dispatch_reflect(job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts) -> str | None:
+    """The threshold check at the end of every observe job (§9.1); returns the reflect job id if sent."""
+    if ports.dispatch is None:
+        return None
+    candidate = ports.memory.active_candidate_set(job.run_id)
+    pool = CandidatePool.from_observations(job.run_id, candidate.observations, ports.count_tokens)
+    if not pool.observation_ids or pool.token_count <= settings.reflect_after_observation_tokens:
+        return None
+    prior = ports.memory.active_generation(job.run_id)
+    exists = ports.memory.generation_exists_for_set(job.run_id, pool.observation_set_hash)
+    payload = threshold_check(pool, prior.generation_id if prior else None, exists, settings)
+    if payload is None:
+        return None
+    reflect = payload.to_job(job.db_path)
+    reflect = ReflectGenerationJob.model_validate({**reflect.model_dump(), "settings": job.settings})
+    envelope = JobEnvelope(job_id=reflect.generation_id, correlation_id=job.run_id, payload=reflect)
+    return ports.dispatch(envelope)
