@@ -2,26 +2,87 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Annotated, Any
+
 import typer
+
+from protocol.errors import OmrayError
 
 app = typer.Typer(
     name="omray",
     help="Observational memory for LLM agents, on a local Ray cluster.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
 
 
+def fail(message: str, code: int = 2) -> None:
+    """Print a one-line error to stderr and exit (no traceback for expected errors)."""
+    typer.echo(f"omray: {message}", err=True)
+    raise typer.Exit(code=code)
+
+
+def emit(data: Any, as_json: bool, text: str) -> None:
+    """Print ``data`` as JSON or ``text``."""
+    typer.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
+
+
 @app.command()
-def demo() -> None:
-    """Run the offline demo (needs the Observer pipeline, not built yet)."""
-    typer.echo(
-        "omray demo: not built yet. The demo needs the Observer pipeline; "
-        "the foundation (protocol, store, events reader, token counting) is in place: run `make test`.",
-        err=True,
-    )
-    raise typer.Exit(code=2)
+def up(
+    address: Annotated[
+        str | None, typer.Option(help="Join an existing Ray cluster instead of starting one.")
+    ] = None,
+) -> None:
+    """Start (or join) Ray and create omray's named actors; pending jobs resume."""
+    from cluster.bootstrap import up as bootstrap_up
+
+    try:
+        info = bootstrap_up(address)
+    except OmrayError as exc:
+        fail(str(exc))
+    typer.echo(f"omray is up: queue {info['queue']!r} in namespace {info['namespace']!r}")
+    if info.get("dashboard_url"):
+        typer.echo(f"Ray dashboard: {info['dashboard_url']} (token auth: {info['auth']})")
+
+
+@app.command()
+def down() -> None:
+    """Remove omray's actors and stop the Ray head if `omray up` started it."""
+    from cluster.bootstrap import down as bootstrap_down
+
+    info = bootstrap_down()
+    typer.echo(f"removed {len(info['removed'])} actors; stopped Ray head: {info['stopped_head']}")
+
+
+@app.command()
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    address: Annotated[str, typer.Option(help="Ray address.")] = "auto",
+) -> None:
+    """Actors and their state, queue depth, the job in flight and recent failures."""
+    from cluster.status import runtime_status
+
+    try:
+        data = runtime_status(address)
+    except OmrayError as exc:
+        fail(str(exc))
+    lines = [f"{a['name']}: {a['state']}" for a in data["actors"]]
+    queue = data.get("queue") or {}
+    lines.append(f"queue depth: {queue.get('depth', '?')}")
+    for job in queue.get("in_flight", []):
+        lines.append(f"in flight: {job['job_id']} ({job['handler_id']}, attempt {job['attempt']})")
+    for failure in queue.get("recent_failures", []):
+        lines.append(f"failed: {failure['job_id']} ({failure['reason']}, {failure['attempts']} attempts)")
+    emit(data, as_json, "\n".join(lines))
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
 
 
 if __name__ == "__main__":
-    app()
+    sys.exit(main())

@@ -10,13 +10,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import ray
 
 from cluster.naming import RuntimeNames
 from protocol.errors import RuntimeNotRunningError
-from protocol.jobs import JobEnvelope
+from protocol.events import AfterTurnCommit, detect_terminal_boundary
+from protocol.identities import observe_job_id
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob
+from protocol.settings import OmSettings, settings_from_mapping
 
 logger = logging.getLogger("omray.client")
 
@@ -37,11 +41,73 @@ def init_ray(address: str = "auto", namespace: str = "omray") -> None:
         ) from None
 
 
-class OmrayClient:
-    """Typed access to one omray runtime."""
+def default_events_path(cwd: str | Path, session_id: str) -> Path:
+    """Where a Hatfield-style host keeps a session's events: ``.hatfield/sessions/<id>/events.jsonl``."""
+    return Path(cwd) / ".hatfield" / "sessions" / session_id / "events.jsonl"
 
-    def __init__(self, names: RuntimeNames | None = None) -> None:
+
+class OmrayClient:
+    """Typed access to one omray runtime.
+
+    ``settings`` is the ``observational_memory`` block (as in a Hatfield settings file); it is
+    validated here and travels with every job, so workers in any process use the same settings.
+    """
+
+    def __init__(
+        self,
+        names: RuntimeNames | None = None,
+        settings: Mapping[str, Any] | None = None,
+        cwd: str | Path | None = None,
+    ) -> None:
         self.names = names or RuntimeNames()
+        self.settings_block: dict[str, Any] = dict(settings or {})
+        self.settings: OmSettings = settings_from_mapping(self.settings_block)
+        self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+
+    @property
+    def db_path(self) -> Path:
+        """The memory database in effect (``storage.database`` joined to the working directory)."""
+        return Path(self.settings.database_path(str(self.cwd)))
+
+    def events_path(self, session_id: str) -> Path:
+        """The session's ``events.jsonl`` under the working directory."""
+        return default_events_path(self.cwd, session_id)
+
+    # --- agent hooks ----------------------------------------------------------------------------
+
+    def after_turn_commit(self, ctx: AfterTurnCommit, *, events_path: str | Path | None = None) -> str | None:
+        """Dispatch an observe job when the committed batch ends a turn (§7.1); returns its job id.
+
+        Never raises into the agent: a dispatch failure is logged (ids and error class only) and
+        the turn goes on; a later boundary catches coverage up.
+        """
+        boundary = detect_terminal_boundary(ctx)
+        if boundary is None:
+            return None
+        try:
+            job = ObserveBoundaryJob(
+                run_id=ctx.run_id,
+                terminal_end_seq=boundary.end_seq,
+                terminal_status=boundary.status,
+                renderer_version=self.settings.renderer_version,
+                observer_schema_version=self.settings.observer_schema_version,
+                db_path=str(self.db_path.resolve()),
+                events_path=str(Path(events_path or self.events_path(ctx.run_id)).resolve()),
+                settings=self.settings_block,
+            )
+            job_id = observe_job_id(
+                ctx.run_id,
+                boundary.end_seq,
+                boundary.status,
+                self.settings.renderer_version,
+                self.settings.observer_schema_version,
+            )
+            return self.dispatch(JobEnvelope(job_id=job_id, correlation_id=ctx.run_id, payload=job))
+        except Exception as exc:  # the committed turn must never fail because of memory
+            logger.warning(
+                "observe dispatch failed", extra={"run_id": ctx.run_id, "error_class": type(exc).__name__}
+            )
+            return None
 
     # --- runtime ------------------------------------------------------------------------------
 
@@ -91,9 +157,22 @@ class OmrayClient:
         return False
 
 
-def connect(address: str = "auto", *, prefix: str = "omray") -> OmrayClient:
-    """Connect to a running omray runtime and return its client."""
+def connect(
+    address: str = "auto",
+    *,
+    prefix: str = "omray",
+    settings: Mapping[str, Any] | None = None,
+    cwd: str | Path | None = None,
+) -> OmrayClient:
+    """Connect to a running omray runtime and return its client.
+
+    ``settings`` defaults to the file found by ``persistence.settings_file.find_settings_file``.
+    """
+    if settings is None:
+        from persistence.settings_file import load_settings_block
+
+        settings = load_settings_block(cwd=cwd)
     init_ray(address)
-    client = OmrayClient(RuntimeNames(prefix=prefix))
+    client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=cwd)
     client.queue_handle()  # fail fast with RuntimeNotRunningError
     return client

@@ -104,6 +104,9 @@ def worker_handle(
         "namespace": names.namespace,
         "get_if_exists": True,
         "max_task_retries": 0,  # the queue's retry policy decides, not Ray
+        # Two threads: ``ping`` (liveness, pid) answers while a job runs. The queue sends one
+        # job at a time by default, so handlers do not run concurrently in one worker.
+        "max_concurrency": 2,
     }
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}

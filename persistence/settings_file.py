@@ -56,10 +56,13 @@ def find_settings_file(cwd: str | Path) -> Path | None:
     return None
 
 
-def load_settings(
+def load_settings_block(
     path: str | Path | None = None, overrides: Sequence[str] = (), cwd: str | Path | None = None
-) -> OmSettings:
-    """Settings from ``path`` (or the file :func:`find_settings_file` finds) plus ``KEY=VALUE`` overrides."""
+) -> dict[str, Any]:
+    """The raw ``observational_memory`` block from ``path`` (or the file found) plus ``KEY=VALUE`` overrides.
+
+    Validated (a bad block raises ``SettingsError``), so it can travel in job payloads as-is.
+    """
     base_dir = Path(cwd) if cwd is not None else Path.cwd()
     file_path = Path(path) if path is not None else find_settings_file(base_dir)
     block: Mapping[str, Any] = {}
@@ -67,4 +70,12 @@ def load_settings(
         block = extract_om_block(read_settings_document(file_path))
     if overrides:
         block = apply_overrides(block, list(overrides))
-    return settings_from_mapping(block)
+    settings_from_mapping(block)
+    return dict(block)
+
+
+def load_settings(
+    path: str | Path | None = None, overrides: Sequence[str] = (), cwd: str | Path | None = None
+) -> OmSettings:
+    """Settings from ``path`` (or the file :func:`find_settings_file` finds) plus ``KEY=VALUE`` overrides."""
+    return settings_from_mapping(load_settings_block(path, overrides, cwd))

@@ -1,0 +1,99 @@
+"""``omray bench``: benchmarks of the runtime (mounted by ``cluster.cli``).
+
+Each command starts a private local Ray cluster sized for this machine, or joins one with
+``--address``, runs one benchmark from ``bench/`` and prints its figures (one JSON object with
+``--json``). Other benchmark commands register themselves on :data:`bench_app` the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import ray
+import typer
+from pydantic import BaseModel
+
+bench_app = typer.Typer(
+    name="bench",
+    help="Benchmarks of the omray runtime (no-op handlers; figures, never a pass/fail gate).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+"""Object store of the private cluster: the benchmarks move small payloads only."""
+
+AddressOption = typer.Option(
+    None, "--address", help="Join this Ray cluster (e.g. 'auto') instead of starting a private one."
+)
+JsonOption = typer.Option(False, "--json", help="Print one JSON object.")
+
+
+@contextmanager
+def ray_for_bench(address: str | None) -> Iterator[None]:
+    """Connect to ``address``, or start a private 2-CPU cluster that is stopped afterwards."""
+    if ray.is_initialized():
+        yield
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    common: dict[str, Any] = {"namespace": "omray", "logging_level": logging.WARNING, "log_to_driver": False}
+    if address:
+        ray.init(address=address, **common)
+    else:
+        ray.init(
+            num_cpus=min(os.cpu_count() or 2, 2),
+            include_dashboard=False,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            **common,
+        )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def emit(result: BaseModel, as_json: bool) -> None:
+    """Print a result as one JSON object, or as ``name: value`` lines."""
+    if as_json:
+        typer.echo(result.model_dump_json())
+        return
+    for name, value in result.model_dump().items():
+        typer.echo(f"{name}: {value}")
+
+
+def _run(address: str | None, as_json: bool, bench: Callable[[], BaseModel]) -> None:
+    with ray_for_bench(address):
+        result = bench()
+    emit(result, as_json)
+
+
+@bench_app.command("queue")
+def queue_command(
+    jobs: int = typer.Option(1000, "--jobs", min=1, help="Jobs to dispatch."),
+    address: str | None = AddressOption,
+    as_json: bool = JsonOption,
+    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also time plain Ray calls."),
+) -> None:
+    """Throughput and dispatch latency of the durable queue, next to plain Ray actor calls."""
+    from bench.queue_bench import run_queue_bench
+
+    _run(address, as_json, lambda: run_queue_bench(jobs, baseline=baseline))
+
+
+@bench_app.command("chaos")
+def chaos_command(
+    jobs: int = typer.Option(200, "--jobs", min=1, help="Jobs to dispatch."),
+    address: str | None = AddressOption,
+    as_json: bool = JsonOption,
+    seed: int = typer.Option(0, "--seed", help="Seed of the kill schedule."),
+    kills: int = typer.Option(3, "--kills", min=0, max=12, help="Most SIGKILLs to deliver."),
+    timeout: float = typer.Option(180.0, "--timeout", min=10.0, help="Give up after this many seconds."),
+) -> None:
+    """SIGKILL the queue, a worker and the store at seeded random moments; audit every job."""
+    from bench.queue_bench import run_chaos_bench
+
+    _run(address, as_json, lambda: run_chaos_bench(jobs, seed=seed, max_kills=kills, timeout_s=timeout))

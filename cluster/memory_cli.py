@@ -1,0 +1,196 @@
+"""``omray memory ...``: the read side on the command line (no Ray needed, read-only).
+
+* ``status|view|project --session S [--db PATH] [--json]``: markdown (or JSON) of one session.
+* ``search QUERY [--after D] [--before D] [--limit N] [--db PATH]``: exact ``memory_search``, JSON.
+* ``recall ID [--session S] [--db PATH] [--events-dir DIR]``: ``recall``, JSON.
+
+The database defaults to the settings' ``storage.database`` joined to the working directory; the
+events of a session are read from ``<events-dir>/<session>/events.jsonl`` (default events dir:
+``<cwd>/.hatfield/sessions``). Any error prints one line to stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from actors.read_service import memory_search, memory_status, memory_view, project, recall
+from actors.tokens import token_counter
+from persistence.settings_file import load_settings
+from protocol.errors import OmrayError
+from protocol.settings import OmSettings
+
+memory_app = typer.Typer(
+    name="memory",
+    help="Read observational memory: status, view, projection, search and recall.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+SESSION_ENV = "OMRAY_SESSION"
+"""Environment variable used when ``--session`` is not given."""
+
+EVENTS_SUBDIR = Path(".hatfield") / "sessions"
+"""Default location of session folders, relative to the working directory."""
+
+EXIT_ERROR = 2
+"""Exit status of every failed command."""
+
+_SESSION_HELP = f"Session (run) id; defaults to ${SESSION_ENV}."
+_DB_HELP = "Memory database file; defaults to the settings' storage.database."
+_JSON_HELP = "Print JSON instead of markdown."
+
+
+class UnsafeSessionIdError(OmrayError):
+    """A session id that cannot name a folder under the events directory."""
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"omray memory: {message}", err=True)
+    raise typer.Exit(code=EXIT_ERROR)
+
+
+def _print_json(value: object) -> None:
+    typer.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def _settings() -> OmSettings:
+    try:
+        return load_settings(cwd=Path.cwd())
+    except OmrayError as exc:
+        _fail(str(exc))
+
+
+def _db_path(db: Path | None, settings: OmSettings | None = None) -> Path:
+    if db is not None:
+        return db
+    return Path((settings or _settings()).database_path(Path.cwd()))
+
+
+def _session(session: str | None) -> str:
+    value = (session or "").strip()
+    if not value:
+        _fail(f"a session id is required: pass --session or set ${SESSION_ENV}")
+    return value
+
+
+def _events_path_for(events_dir: Path | None) -> Callable[[str], Path]:
+    root = events_dir if events_dir is not None else Path.cwd() / EVENTS_SUBDIR
+
+    def events_path(session_id: str) -> Path:
+        if session_id in ("", ".", "..") or Path(session_id).name != session_id:
+            raise UnsafeSessionIdError(f"session id {session_id!r} cannot name an events folder")
+        return root / session_id / "events.jsonl"
+
+    return events_path
+
+
+def _answer(result: dict[str, object]) -> None:
+    if result.get("ok") is False:
+        _fail(f"{result.get('error')}: {result.get('message')}")
+    _print_json(result)
+
+
+@memory_app.command("status")
+def status_command(
+    session: Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)] = None,
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=_JSON_HELP)] = False,
+) -> None:
+    """Counts, coverage and thresholds of one session's memory."""
+    session_id = _session(session)
+    settings = _settings()
+    try:
+        text, data = memory_status(
+            _db_path(db, settings), session_id, settings, token_counter(settings.token_encoding)
+        )
+    except OmrayError as exc:
+        _fail(f"status unavailable ({type(exc).__name__}: {exc})")
+    if as_json:
+        _print_json(data)
+    else:
+        typer.echo(text)
+
+
+@memory_app.command("view")
+def view_command(
+    session: Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)] = None,
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=_JSON_HELP)] = False,
+) -> None:
+    """Active reflections and observations of one session."""
+    session_id = _session(session)
+    try:
+        text, data = memory_view(_db_path(db), session_id)
+    except OmrayError as exc:
+        _fail(f"view unavailable ({type(exc).__name__}: {exc})")
+    if as_json:
+        _print_json(data)
+    else:
+        typer.echo(text)
+
+
+@memory_app.command("project")
+def project_command(
+    session: Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)] = None,
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=_JSON_HELP)] = False,
+) -> None:
+    """The compaction text the session's memory would replace its context with."""
+    session_id = _session(session)
+    try:
+        text = project(_db_path(db), session_id)
+    except OmrayError as exc:
+        _fail(f"projection unavailable ({type(exc).__name__}: {exc})")
+    if as_json:
+        _print_json({"session_id": session_id, "empty": text == "", "summary_text": text})
+    elif text:
+        typer.echo(text)
+
+
+@memory_app.command("search")
+def search_command(
+    query: Annotated[str, typer.Argument(help="Literal text to find (case-insensitive).")],
+    after: Annotated[
+        str | None, typer.Option("--after", help="Inclusive lower date (YYYY-MM-DD[ HH:MM]).")
+    ] = None,
+    before: Annotated[
+        str | None, typer.Option("--before", help="Inclusive upper date (YYYY-MM-DD[ HH:MM]).")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Results to return (default 20, at most 50).")
+    ] = None,
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+) -> None:
+    """Exact memory_search over every session; prints the JSON answer."""
+    arguments: dict[str, object] = {"query": query, "after": after, "before": before, "limit": limit}
+    try:
+        result = memory_search(_db_path(db), arguments)
+    except OmrayError as exc:
+        _fail(f"search unavailable ({type(exc).__name__}: {exc})")
+    _answer(result)
+
+
+@memory_app.command("recall")
+def recall_command(
+    memory_id: Annotated[str, typer.Argument(metavar="ID", help="Memory id or unique prefix (12-64 hex).")],
+    session: Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)] = None,
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    events_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--events-dir", help="Folder holding <session>/events.jsonl (default .hatfield/sessions)."
+        ),
+    ] = None,
+) -> None:
+    """One memory with its source events; prints the JSON answer."""
+    session_id = _session(session)
+    try:
+        result = recall(_db_path(db), _events_path_for(events_dir), session_id, {"id": memory_id})
+    except OmrayError as exc:
+        _fail(f"recall unavailable ({type(exc).__name__}: {exc})")
+    _answer(result)
