@@ -129,7 +129,9 @@ def fixed_overhead_tokens(count_tokens: Callable[[str], int]) -> int:
     """Tokens of the system prompt and the tool schema, plus framing slack (§7.3 step 5)."""
     schema = record_observations_spec()["function"]["parameters"]
     return (
-        count_tokens(OBSERVER_SYSTEM_PROMPT) + count_tokens(canonical_json(schema)) + FIXED_OVERHEAD_SLACK_TOKENS
+        count_tokens(OBSERVER_SYSTEM_PROMPT)
+        + count_tokens(canonical_json(schema))
+        + FIXED_OVERHEAD_SLACK_TOKENS
     )
 
 
@@ -178,7 +180,11 @@ def _set_activity(ports: ObserverPorts, job_id: str, run_id: str, tokens: int) -
     try:
         ports.store.upsert_activity(
             ActivityRecord(
-                run_id=run_id, job_id=job_id, stage="observer", current_tokens=tokens, updated_at=ports.now_utc()
+                run_id=run_id,
+                job_id=job_id,
+                stage="observer",
+                current_tokens=tokens,
+                updated_at=ports.now_utc(),
             )
         )
     except Exception as exc:
@@ -212,11 +218,17 @@ def _receipt_function(handler: RecordObservationsHandler) -> Callable[[object], 
     return call
 
 
-def _observe(job: ObserveBoundaryJob, job_id: str, settings: OmSettings, ports: ObserverPorts) -> ObserveResult:
-    covered = ports.memory.contiguous_covered_end(job.run_id, job.renderer_version, job.observer_schema_version)
+def _observe(
+    job: ObserveBoundaryJob, job_id: str, settings: OmSettings, ports: ObserverPorts
+) -> ObserveResult:
+    covered = ports.memory.contiguous_covered_end(
+        job.run_id, job.renderer_version, job.observer_schema_version
+    )
     start = 1 if covered is None else covered + 1
     if start > job.terminal_end_seq:
-        return ObserveResult(status="already_covered", source_start_seq=start, source_end_seq=job.terminal_end_seq)
+        return ObserveResult(
+            status="already_covered", source_start_seq=start, source_end_seq=job.terminal_end_seq
+        )
     model = settings.require_model()
     chat_model, context_window = ports.resolve_model(model)
     parts = plan_parts(job, settings, ports, start, context_window)
@@ -254,7 +266,11 @@ def _observe(job: ObserveBoundaryJob, job_id: str, settings: OmSettings, ports: 
     result.status = "inserted" if result.parts_committed else "noop"
     logger.info(
         "observe job finished",
-        extra={"run_id": job.run_id, "job_id": job_id, **{k: v for k, v in result.as_dict().items() if k != "status"}},
+        extra={
+            "run_id": job.run_id,
+            "job_id": job_id,
+            **{k: v for k, v in result.as_dict().items() if k != "status"},
+        },
     )
     return result
 

@@ -52,7 +52,8 @@ def _turns() -> list[list[tuple[str, dict[str, Any]]]]:
             result(
                 "c1",
                 "read",
-                "def parse_date(text: str) -> datetime:\n    return datetime.strptime(text, '%Y-%m-%dT%H:%M:%S%z')",
+                "def parse_date(text: str) -> datetime:\n"
+                "    return datetime.strptime(text, '%Y-%m-%dT%H:%M:%S%z')",
             ),
             assistant(
                 "parse_date only accepts seconds and a numeric offset, so 'Z' and minute precision fail. "
@@ -89,8 +90,8 @@ def _turns() -> list[list[tuple[str, dict[str, Any]]]]:
             assistant(None, [_tool_call("c4", "bash", {"command": "pytest tests/billing -q"})]),
             result("c4", "bash", "42 passed in 0.79s"),
             assistant(
-                "Completed: parse_date now accepts 'Z' and minute precision via datetime.fromisoformat; all 42 "
-                "billing tests pass."
+                "Completed: parse_date now accepts 'Z' and minute precision via datetime.fromisoformat; "
+                "all 42 billing tests pass."
             ),
             end,
         ],
