@@ -222,7 +222,26 @@ def _parse_chunk(chunk: str) -> tuple[list[_Entry | _ToolUse], str | None]:
                 items.append(entry)
         elif entry is not None:
             entry.lines.append(line)
-    return items, fallback
+    return _date_tool_calls(items), fallback
+
+
+def _date_tool_calls(items: list[_Entry | _ToolUse]) -> list[_Entry | _ToolUse]:
+    """A tool call listed before any role line of its block takes the block's next role-line time
+    (the tool result's), so it is dated from the chunk rather than from the fallback clock."""
+    dated: list[_Entry | _ToolUse] = []
+    for index, item in enumerate(items):
+        if isinstance(item, _ToolUse) and item.timestamp is None:
+            later = next(
+                (
+                    other.timestamp
+                    for other in items[index + 1 :]
+                    if isinstance(other, _Entry) and (other.run_id, other.seq) == (item.run_id, item.seq)
+                ),
+                None,
+            )
+            item = _ToolUse(item.name, item.args, later, item.run_id, item.seq)
+        dated.append(item)
+    return dated
 
 
 def _looks_like_json(text: str) -> bool:

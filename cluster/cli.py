@@ -79,6 +79,27 @@ def status(
     emit(data, as_json, "\n".join(lines))
 
 
+@app.command()
+def demo(
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Settings override KEY=VALUE with dotted keys (repeatable)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    keep: Annotated[bool, typer.Option(help="Keep the temporary project directory.")] = False,
+) -> None:
+    """Run the offline demo: a sample session observed end to end on a local Ray cluster."""
+    from cluster.demo import demo_json, render_demo, run_demo
+
+    try:
+        result = run_demo(set_ or [], keep=keep)
+    except OmrayError as exc:
+        fail(str(exc))
+    typer.echo(demo_json(result) if as_json else render_demo(result))
+    if not result["drained"] or result["job_failed_events"]:
+        fail("the queue did not drain cleanly; see `omray status`", code=1)
+
+
 def main() -> None:
     """Console entry point."""
     app()

@@ -1,0 +1,167 @@
+"""``omray demo``: a real end-to-end run on the embedded defaults, offline, with no API key.
+
+In a temporary project it writes a sample coding session turn by turn, starts (or joins) Ray,
+runs omray's actors, calls ``after_turn_commit`` after each turn as an agent would, waits for the
+queue to drain, and shows what memory now holds: observations, coverage, generations and
+reflections, the compaction projection and one search. The model is ``builtin/extractive``, an
+offline stand-in for a real model (see ``actors/builtin_model.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors import read_service
+from actors.tokens import token_counter
+from cluster.client import OmrayClient, init_ray
+from cluster.demo_session import demo_session, event_line
+from cluster.naming import RuntimeNames
+from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
+from persistence.queries import MemoryReader
+from protocol.errors import OmrayError
+from protocol.events import AfterTurnCommit, EventSummary
+from protocol.settings import apply_overrides, settings_from_mapping
+
+DEMO_SESSION_ID = "demo-session"
+DEMO_QUERY = "dates.py"
+
+
+def _start_ray() -> bool:
+    """Join a running cluster, or start a small local one; True when this process started it."""
+    try:
+        init_ray("auto")
+        return False
+    except OmrayError:
+        ray.init(
+            num_cpus=2,
+            namespace="omray",
+            include_dashboard=False,
+            object_store_memory=256 * 1024 * 1024,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+        return True
+
+
+def run_demo(overrides: Sequence[str] = (), keep: bool = False) -> dict[str, Any]:
+    """Run the demo and return what it found (also the ``--json`` output)."""
+    started = time.monotonic()
+    project = Path(tempfile.mkdtemp(prefix="omray-demo-"))
+    block = apply_overrides(
+        {"model": "builtin/extractive", "storage": {"database": str(project / "om.sqlite")}}, list(overrides)
+    )
+    settings = settings_from_mapping(block)
+    started_ray = _start_ray()
+    names = RuntimeNames(prefix=f"omray-demo-{uuid.uuid4().hex[:6]}")
+    try:
+        ensure_runtime(names, queue_db=str(project / "queue.sqlite"), handler_paths=DEFAULT_HANDLERS)
+        client = OmrayClient(names, settings=block, cwd=project)
+        events_path = client.events_path(DEMO_SESSION_ID)
+        events_path.parent.mkdir(parents=True, exist_ok=True)
+        turns = demo_session(DEMO_SESSION_ID)
+        for turn in turns:
+            with events_path.open("a", encoding="utf-8") as handle:
+                handle.writelines(event_line(event) for event in turn)
+            client.after_turn_commit(
+                AfterTurnCommit(
+                    run_id=DEMO_SESSION_ID,
+                    turn_no=turn[0]["turn_no"],
+                    status="completed",
+                    events=tuple(
+                        EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn
+                    ),
+                ),
+                events_path=events_path,
+            )
+        drained = client.wait_idle(timeout_s=100)
+        db_path = client.db_path
+        reader = MemoryReader(db_path)
+        observations = reader.all_observations(DEMO_SESSION_ID)
+        counts = reader.memory_counts(DEMO_SESSION_ID)
+        coverage_end = reader.contiguous_covered_end(
+            DEMO_SESSION_ID, settings.renderer_version, settings.observer_schema_version
+        )
+        generation = reader.active_generation(DEMO_SESSION_ID)
+        reflections = reader.active_reflections(DEMO_SESSION_ID)
+        projection = read_service.project(db_path, DEMO_SESSION_ID)
+        search = read_service.memory_search(db_path, {"query": DEMO_QUERY, "limit": 3})
+        _, status = read_service.memory_status(
+            db_path, DEMO_SESSION_ID, settings, token_counter(settings.token_encoding).count
+        )
+        failures = client.runtime_events(DEMO_SESSION_ID)
+        return {
+            "session_id": DEMO_SESSION_ID,
+            "project_dir": str(project),
+            "drained": drained,
+            "events": sum(len(t) for t in turns),
+            "last_seq": turns[-1][-1]["seq"],
+            "turns": len(turns),
+            "observations": len(observations),
+            "coverage_end": coverage_end,
+            "generations": 1 if generation is not None else 0,
+            "generation_status": generation.status if generation else None,
+            "reflections": len(reflections),
+            "recorded_reflections": counts.recorded_reflections,
+            "projection_chars": len(projection),
+            "projection": projection,
+            "observation_list": [
+                {"timestamp": o.timestamp, "relevance": o.relevance, "content": o.content}
+                for o in observations
+            ],
+            "reflection_list": [r.content for r in reflections],
+            "search_query": DEMO_QUERY,
+            "search": search,
+            "status": status,
+            "job_failed_events": len(failures),
+            "seconds": round(time.monotonic() - started, 2),
+        }
+    finally:
+        remove_runtime(names)
+        if started_ray:
+            ray.shutdown()
+        if not keep:
+            shutil.rmtree(project, ignore_errors=True)
+
+
+def render_demo(result: dict[str, Any]) -> str:
+    """Human-readable report of a demo run."""
+    lines = [
+        f"omray demo — session {result['session_id']!r}: {result['turns']} turns, {result['events']} events "
+        f"(seq 1..{result['last_seq']}), finished in {result['seconds']} s",
+        "",
+        f"Observations ({result['observations']}):",
+    ]
+    lines += [f"  {o['timestamp']} [{o['relevance']}] {o['content']}" for o in result["observation_list"]]
+    lines += [
+        "",
+        f"Coverage: events 1..{result['coverage_end']} observed (last seq {result['last_seq']})",
+        f"Generations: {result['generations']}  Reflections: {result['reflections']}",
+    ]
+    lines += [f"  - {text}" for text in result["reflection_list"]]
+    lines += ["", f"Compaction projection ({result['projection_chars']} chars):", result["projection"], ""]
+    search = result["search"]
+    lines.append(f"memory_search({result['search_query']!r}) -> {search.get('count', 0)} result(s):")
+    lines += [f"  [{r['display_id']}] {r['content']}" for r in search.get("results", [])]
+    if result["generations"] == 0:
+        lines += [
+            "",
+            "Tip: show the Reflector and Dropper too with "
+            "`omray demo --set reflector.reflect_after_observation_tokens=300`.",
+        ]
+    return "\n".join(lines)
+
+
+def demo_json(result: dict[str, Any]) -> str:
+    """The ``--json`` output (without the bulky lists)."""
+    keep = {k: v for k, v in result.items() if k not in {"projection", "observation_list", "reflection_list"}}
+    return json.dumps(keep, indent=2, sort_keys=True)
