@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from tqdm import tqdm
+from tqdm import tqdm  # type: ignore[import-untyped]  # tqdm ships no type hints
 
 from persistence.importers import (
     ImportStats,
@@ -35,7 +35,7 @@ OBSERVE_HOOK: ObserveHook | None = None
 _POSTFIX_EVERY = 256
 
 
-class FormatChoice(str, Enum):
+class FormatChoice(StrEnum):
     """Transcript formats accepted by ``--format``."""
 
     pi = "pi"
@@ -81,7 +81,7 @@ def import_command(
     session: Annotated[str, typer.Option("--session", help="Session id written as run_id on every event.")],
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Events file to write [default: .omray/sessions/<session>/events.jsonl]."),
+        typer.Option("--out", help="Events file to write (default: .omray/sessions/SESSION/events.jsonl)."),
     ] = None,
     no_observe: Annotated[bool, typer.Option("--no-observe", help="Only convert; do not observe.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing events file.")] = False,
