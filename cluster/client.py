@@ -85,6 +85,37 @@ class OmrayClient:
         if boundary is None:
             return None
         try:
+            return self.observe(ctx.run_id, boundary.end_seq, boundary.status, events_path=events_path)
+        except Exception as exc:  # the committed turn must never fail because of memory
+            logger.warning(
+                "observe dispatch failed", extra={"run_id": ctx.run_id, "error_class": type(exc).__name__}
+            )
+            return None
+
+    def observe(
+        self,
+        session_id: str,
+        end_seq: int,
+        status: str = "completed",
+        *,
+        events_path: str | Path | None = None,
+    ) -> str:
+        """Dispatch an observe job through ``end_seq`` (deterministic job id, §5.2); returns the job id."""
+        job = ObserveBoundaryJob(
+            run_id=session_id,
+            terminal_end_seq=end_seq,
+            terminal_status=status,
+            renderer_version=self.settings.renderer_version,
+            observer_schema_version=self.settings.observer_schema_version,
+            db_path=str(self.db_path.resolve()),
+            events_path=str(Path(events_path or self.events_path(session_id)).resolve()),
+            settings=self.settings_block,
+        )
+        job_id = observe_job_id(
+            session_id, end_seq, status, self.settings.renderer_version, self.settings.observer_schema_version
+        )
+        return self.dispatch(JobEnvelope(job_id=job_id, correlation_id=session_id, payload=job))
+        try:
             job = ObserveBoundaryJob(
                 run_id=ctx.run_id,
                 terminal_end_seq=boundary.end_seq,

@@ -1,0 +1,412 @@
+"""The Reflector's job: reflect (and maybe drop) one threshold generation (reference §9.2–§9.8).
+
+Pure orchestration over injected ports (memory reader, store writer, chat model, token counter,
+clock), so it runs the same inside the ReflectorActor and in unit tests. The decisions live in
+:mod:`actors.reflector_core` and :mod:`actors.dropper_core`; this module only sequences them:
+
+validate -> claim -> (re-check -> Reflector -> Dropper -> re-check -> promote), with the claimed
+generation always left ``succeeded`` or ``failed`` unless the error is a ``ConflictError``.
+No transaction spans a model call: the set is re-checked after the models and promotion is one
+``Store.promote_generation`` call (reflections + retained set + active pointer). A redelivered job
+whose generation already ran, or is running elsewhere, makes no model call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from actors.dropper_core import (
+    DROPPER_MAX_DURATION_SECONDS,
+    DROPPER_MAX_TOOL_CALLS,
+    DropObservationsHandler,
+    ReflectionLike,
+    build_dropper_input,
+    dropper_activity,
+    max_drop_count,
+    pool_token_count,
+    select_drop_candidates,
+    should_run_dropper,
+)
+from actors.models import ChatModel, ToolLoopResult, run_tool_loop
+from actors.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
+from actors.reflector_core import (
+    REFLECTOR_MAX_DURATION_SECONDS,
+    REFLECTOR_MAX_TOOL_CALLS,
+    AcceptedReflection,
+    CandidatePool,
+    RecordReflectionsHandler,
+    ReflectorError,
+    ReflectorInput,
+    ReflectPayload,
+    build_reflector_input,
+    claim_conflict_error,
+    claim_reaction,
+    claim_required_end_seq,
+    failure_decision,
+    post_model_recheck,
+    pre_work_decision,
+    promotion_plan,
+    reflector_activity,
+    validate_reflect_payload,
+)
+from protocol.jobs import ReflectGenerationJob
+from protocol.records import (
+    ActiveReflection,
+    ActivityRecord,
+    GenerationRecord,
+    ObservationRecord,
+    ReflectionRecord,
+)
+from protocol.settings import OmSettings
+from protocol.tool_specs import drop_observations_spec, record_reflections_spec
+
+logger = logging.getLogger("omray.reflector")
+
+ReflectStatus = Literal["promoted", "noop_redelivery", "succeeded_noop", "stale", "failed"]
+"""How one reflect job ended (an exception that propagates has no status)."""
+
+STALE_BEFORE_MODEL_MESSAGE = (
+    "Observation set of generation {generation_id!r} changed before the Reflector ran."
+)
+STALE_AFTER_MODEL_MESSAGE = "Observation set of generation {generation_id!r} changed during the model calls."
+
+
+class CandidateSetLike(Protocol):
+    """What the pipeline reads of the active candidate set."""
+
+    @property
+    def observations(self) -> Sequence[ObservationRecord]: ...
+
+
+class MemoryPort(Protocol):
+    """Read-only memory queries (``persistence.queries.MemoryReader``)."""
+
+    def active_generation(self, run_id: str) -> GenerationRecord | None: ...
+    def generation(self, generation_id: str) -> GenerationRecord | None: ...
+    def active_reflections(self, run_id: str) -> list[ActiveReflection]: ...
+    def active_candidate_set(self, run_id: str) -> CandidateSetLike: ...
+
+
+class StorePort(Protocol):
+    """The writes a reflect job makes (through the database's StoreActor)."""
+
+    def claim_generation(
+        self,
+        generation_id: str,
+        run_id: str,
+        observation_set_hash: str,
+        reflector_model: str,
+        reflector_schema_version: str,
+        required_start_seq: int,
+        required_end_seq: int,
+        now: str,
+    ) -> Any: ...
+    def fail_generation(self, generation_id: str, failure_code: str, now: str) -> bool: ...
+    def succeed_generation_without_promotion(self, generation_id: str, completed_at: str) -> bool: ...
+    def promote_generation(
+        self,
+        generation_id: str,
+        run_id: str,
+        reflections: Sequence[ReflectionRecord],
+        retained_observation_ids: Sequence[str],
+        completed_at: str,
+    ) -> Any: ...
+    def upsert_activity(self, activity: ActivityRecord) -> None: ...
+    def clear_activity(self, run_id: str, job_id: str) -> bool: ...
+
+
+@dataclass
+class ReflectorPorts:
+    """Everything a reflect job touches outside pure code."""
+
+    memory: MemoryPort
+    """Read-only queries."""
+    store: StorePort
+    """The single writer of the database."""
+    resolve_model: Callable[[str], tuple[ChatModel, int]]
+    """``provider/model`` -> (chat model, context window); called only when a model is needed."""
+    count_tokens: Callable[[str], int]
+    """Token counter (tiktoken)."""
+    now_utc: Callable[[], str]
+    """UTC ISO-8601 now; sampled afresh for every timestamp written."""
+    schedule_index: Callable[[str], object] | None = None
+    """Schedule a semantic index job for a session after a success; ``None`` when search is exact."""
+
+
+@dataclass
+class ReflectResult:
+    """Counts of one reflect job; never content."""
+
+    status: ReflectStatus
+    """How the job ended."""
+    generation_id: str
+    """Generation the job was for."""
+    failure_code: str | None = None
+    """Code the generation was failed with (``stale`` / ``failed``)."""
+    new_reflections: int = 0
+    """Reflections added by the Reflector and promoted."""
+    dropped: int = 0
+    """Observations left out of the promoted generation."""
+    retained: int = 0
+    """Observations linked to the promoted generation."""
+    model_rounds: int = 0
+    """Model requests made (Reflector + Dropper)."""
+    prompt_tokens: int = 0
+    """Input tokens reported by the model."""
+    completion_tokens: int = 0
+    """Output tokens reported by the model."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able counters."""
+        return dict(self.__dict__)
+
+    def add_loop(self, loop: ToolLoopResult) -> None:
+        """Add one tool loop's model counters."""
+        self.model_rounds += loop.rounds
+        self.prompt_tokens += loop.prompt_tokens
+        self.completion_tokens += loop.completion_tokens
+
+
+# --- status writes (never fail the job: invariant 7) --------------------------------------------------
+
+
+def _set_activity(ports: ReflectorPorts, activity: ActivityRecord) -> None:
+    try:
+        ports.store.upsert_activity(activity)
+    except Exception as exc:
+        logger.warning(
+            "activity write failed",
+            extra={"run_id": activity.run_id, "stage": activity.stage, "error_class": type(exc).__name__},
+        )
+
+
+def _clear_activity(ports: ReflectorPorts, job_id: str, run_id: str) -> None:
+    try:
+        ports.store.clear_activity(run_id, job_id)
+    except Exception as exc:
+        logger.warning("activity clear failed", extra={"run_id": run_id, "error_class": type(exc).__name__})
+
+
+# --- the job ------------------------------------------------------------------------------------------
+
+
+def _live_pool(ports: ReflectorPorts, run_id: str) -> CandidatePool:
+    candidate = ports.memory.active_candidate_set(run_id)
+    return CandidatePool.from_observations(run_id, candidate.observations, ports.count_tokens)
+
+
+def _live_prior(ports: ReflectorPorts, run_id: str) -> str | None:
+    active = ports.memory.active_generation(run_id)
+    return None if active is None else active.generation_id
+
+
+def reflect_generation(
+    job: ReflectGenerationJob, job_id: str, settings: OmSettings, ports: ReflectorPorts
+) -> ReflectResult:
+    """Run one ``reflect_generation`` job (§9.2–§9.8).
+
+    Raises ``ReflectPayloadError`` / ``ModelSettingsError`` before claiming anything, and
+    ``ConflictError`` on a claim conflict; both leave the database unchanged. Terminal generation
+    failures (stale set, no active memory) are recorded and returned; any other error marks the
+    generation ``transient_runtime`` and propagates so the queue retries (the retry reclaims it).
+    """
+    payload = validate_reflect_payload(job, settings)
+    pool = _live_pool(ports, payload.run_id)
+    required_end_seq = claim_required_end_seq(pool.max_source_end_seq, payload.required_end_seq)
+    outcome = ports.store.claim_generation(
+        payload.generation_id,
+        payload.run_id,
+        payload.observation_set_hash,
+        payload.reflector_model,
+        payload.reflector_schema_version,
+        payload.required_start_seq,
+        required_end_seq,
+        ports.now_utc(),
+    )
+    reaction = claim_reaction(outcome)
+    if reaction == "conflict":
+        raise claim_conflict_error(payload.generation_id)
+    if reaction != "work":
+        logger.info(
+            "reflect redelivery no-op",
+            extra={"run_id": payload.run_id, "generation_id": payload.generation_id, "claim": outcome},
+        )
+        if reaction == "noop_schedule_index":
+            _schedule_index(ports, payload.run_id)
+        return ReflectResult(status="noop_redelivery", generation_id=payload.generation_id)
+
+    result = ReflectResult(status="failed", generation_id=payload.generation_id)
+    try:
+        _work(payload, job_id, settings, ports, result)
+    except Exception as exc:
+        _handle_failure(exc, payload, ports, result)
+    finally:
+        if job_id:
+            _clear_activity(ports, job_id, payload.run_id)
+    if result.status == "promoted":
+        _schedule_index(ports, payload.run_id)
+    logger.info(
+        "reflect job finished",
+        extra={"run_id": payload.run_id, "job_id": job_id, **result.as_dict()},
+    )
+    return result
+
+
+def _schedule_index(ports: ReflectorPorts, run_id: str) -> None:
+    # Outside the generation's try: a failure here fails the job attempt, and the retry (claim
+    # ``already_succeeded``) schedules the index again without touching the generation.
+    if ports.schedule_index is not None:
+        ports.schedule_index(run_id)
+
+
+def _handle_failure(
+    error: Exception, payload: ReflectPayload, ports: ReflectorPorts, result: ReflectResult
+) -> None:
+    """Apply §9.4's exception rules; returns normally only for terminal generation failures."""
+    decision = failure_decision(error)
+    code = decision.failure_code
+    logger.warning(
+        "reflect generation failed",
+        extra={
+            "run_id": payload.run_id,
+            "generation_id": payload.generation_id,
+            "failure_code": code,
+            "error_class": type(error).__name__,
+        },
+    )
+    if not decision.rethrow:
+        if code is not None:
+            ports.store.fail_generation(payload.generation_id, code, ports.now_utc())
+        result.status = "stale" if code == "stale_observation_set" else "failed"
+        result.failure_code = code
+        return
+    if code is not None:
+        try:
+            ports.store.fail_generation(payload.generation_id, code, ports.now_utc())
+        except Exception as mark_error:
+            # The original error is what the queue must see; the generation stays running.
+            logger.warning(
+                "marking generation failed did not work",
+                extra={"generation_id": payload.generation_id, "error_class": type(mark_error).__name__},
+            )
+    raise error
+
+
+def _work(
+    payload: ReflectPayload, job_id: str, settings: OmSettings, ports: ReflectorPorts, result: ReflectResult
+) -> None:
+    run_id, generation_id = payload.run_id, payload.generation_id
+    pool = _live_pool(ports, run_id)
+    decision = pre_work_decision(payload, pool, _live_prior(ports, run_id), settings)
+    if decision == "succeed_noop":
+        ports.store.succeed_generation_without_promotion(generation_id, ports.now_utc())
+        result.status = "succeeded_noop"
+        return
+    if decision == "stale":
+        raise ReflectorError(
+            "stale_observation_set", STALE_BEFORE_MODEL_MESSAGE.format(generation_id=generation_id)
+        )
+
+    if job_id:
+        _set_activity(ports, reflector_activity(run_id, job_id, pool.token_count, ports.now_utc()))
+    reflector_input = build_reflector_input(ports.memory.active_reflections(run_id), pool.observations)
+    chat_model, _context_window = ports.resolve_model(payload.reflector_model)
+    new_reflections = _run_reflector(payload, reflector_input, chat_model, ports, result)
+    drops = _run_dropper(
+        payload, job_id, settings, reflector_input, new_reflections, chat_model, ports, result
+    )
+
+    live = _live_pool(ports, run_id)
+    if post_model_recheck(payload, live, _live_prior(ports, run_id)) == "stale":
+        raise ReflectorError(
+            "stale_observation_set", STALE_AFTER_MODEL_MESSAGE.format(generation_id=generation_id)
+        )
+    stored = ports.memory.generation(generation_id)
+    required_end_seq = (
+        stored.required_end_seq
+        if stored is not None and stored.required_end_seq is not None
+        else pool.max_source_end_seq
+    )
+    now = ports.now_utc()
+    plan = promotion_plan(
+        payload,
+        reflector_input.prior_reflections,
+        new_reflections,
+        reflector_input.observations,
+        drops,
+        required_end_seq,
+        now,
+    )
+    outcome = ports.store.promote_generation(
+        generation_id, run_id, plan.reflections, plan.retained_observation_ids, now
+    )
+    result.status = "promoted" if outcome == "promoted" else "noop_redelivery"
+    result.new_reflections = plan.new_reflection_count
+    result.dropped = len(plan.dropped_observation_ids)
+    result.retained = len(plan.retained_observation_ids)
+
+
+def _run_reflector(
+    payload: ReflectPayload,
+    reflector_input: ReflectorInput,
+    chat_model: ChatModel,
+    ports: ReflectorPorts,
+    result: ReflectResult,
+) -> tuple[AcceptedReflection, ...]:
+    handler = RecordReflectionsHandler.for_input(
+        reflector_input, payload.run_id, payload.reflector_schema_version, ports.count_tokens
+    )
+    loop = run_tool_loop(
+        chat_model,
+        model=payload.reflector_model,
+        instructions=REFLECTOR_SYSTEM_PROMPT,
+        input_text=reflector_input.user_message,
+        tools=[(record_reflections_spec(), handler.handle)],
+        max_tool_calls=REFLECTOR_MAX_TOOL_CALLS,
+        max_duration_s=REFLECTOR_MAX_DURATION_SECONDS,
+    )
+    result.add_loop(loop)
+    return handler.accepted
+
+
+def _run_dropper(
+    payload: ReflectPayload,
+    job_id: str,
+    settings: OmSettings,
+    reflector_input: ReflectorInput,
+    new_reflections: tuple[AcceptedReflection, ...],
+    chat_model: ChatModel,
+    ports: ReflectorPorts,
+    result: ReflectResult,
+) -> tuple[str, ...]:
+    """The drops the server accepts (§9.7); empty when the Dropper does not run."""
+    observations = reflector_input.observations
+    pool_tokens = pool_token_count(observations, ports.count_tokens)
+    target = settings.observations_max_tokens
+    if not should_run_dropper(len(new_reflections), pool_tokens, target):
+        return ()
+    max_drops = max_drop_count(len(reflector_input.id_map), pool_tokens, target)
+    if max_drops == 0:
+        logger.info("dropper skipped: not over target", extra={"run_id": payload.run_id})
+        return ()
+    if job_id:
+        _set_activity(ports, dropper_activity(payload.run_id, job_id, pool_tokens, target, ports.now_utc()))
+    reflections: list[ReflectionLike] = [*reflector_input.prior_reflections, *new_reflections]
+    handler = DropObservationsHandler(reflector_input.id_map, max_drops)
+    loop = run_tool_loop(
+        chat_model,
+        model=payload.reflector_model,
+        instructions=DROPPER_SYSTEM_PROMPT,
+        input_text=build_dropper_input(
+            reflections, observations, reflector_input.id_map, pool_tokens, target, max_drops
+        ),
+        tools=[(drop_observations_spec(), handler.handle)],
+        max_tool_calls=DROPPER_MAX_TOOL_CALLS,
+        max_duration_s=DROPPER_MAX_DURATION_SECONDS,
+        thinking_off=True,
+    )
+    result.add_loop(loop)
+    return select_drop_candidates(handler.proposals, observations, reflections, max_drops)
