@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -98,6 +99,29 @@ def demo(
     typer.echo(demo_json(result) if as_json else render_demo(result))
     if not result["drained"] or result["job_failed_events"]:
         fail("the queue did not drain cleanly; see `omray status`", code=1)
+
+
+def _observe_after_import(session_id: str, events_path: Path, last_seq: int) -> None:
+    from cluster.client import connect
+
+    try:
+        client = connect(cwd=Path.cwd())
+        job_id = client.observe(session_id, last_seq, events_path=events_path)
+    except OmrayError as exc:
+        fail(f"imported, but could not start observing: {exc}", code=1)
+    typer.echo(
+        f"observe job {job_id[:12]} queued for session {session_id!r} (events 1..{last_seq})", err=True
+    )
+
+
+def _mount_subcommands() -> None:
+    from cluster import import_cli
+
+    import_cli.OBSERVE_HOOK = _observe_after_import
+    app.command("import")(import_cli.import_command)
+
+
+_mount_subcommands()
 
 
 def main() -> None:

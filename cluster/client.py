@@ -115,30 +115,6 @@ class OmrayClient:
             session_id, end_seq, status, self.settings.renderer_version, self.settings.observer_schema_version
         )
         return self.dispatch(JobEnvelope(job_id=job_id, correlation_id=session_id, payload=job))
-        try:
-            job = ObserveBoundaryJob(
-                run_id=ctx.run_id,
-                terminal_end_seq=boundary.end_seq,
-                terminal_status=boundary.status,
-                renderer_version=self.settings.renderer_version,
-                observer_schema_version=self.settings.observer_schema_version,
-                db_path=str(self.db_path.resolve()),
-                events_path=str(Path(events_path or self.events_path(ctx.run_id)).resolve()),
-                settings=self.settings_block,
-            )
-            job_id = observe_job_id(
-                ctx.run_id,
-                boundary.end_seq,
-                boundary.status,
-                self.settings.renderer_version,
-                self.settings.observer_schema_version,
-            )
-            return self.dispatch(JobEnvelope(job_id=job_id, correlation_id=ctx.run_id, payload=job))
-        except Exception as exc:  # the committed turn must never fail because of memory
-            logger.warning(
-                "observe dispatch failed", extra={"run_id": ctx.run_id, "error_class": type(exc).__name__}
-            )
-            return None
 
     # --- runtime ------------------------------------------------------------------------------
 

@@ -34,6 +34,13 @@ from protocol.settings import apply_overrides, settings_from_mapping
 
 DEMO_SESSION_ID = "demo-session"
 DEMO_QUERY = "dates.py"
+DEMO_SETTINGS: dict[str, Any] = {
+    "model": "builtin/extractive",
+    # The sample session is small (a few hundred tokens of observations), so the demo lowers the
+    # reflection threshold and the pool target to let the Reflector and Dropper run too.
+    "reflector": {"reflect_after_observation_tokens": 300},
+    "pools": {"observations_max_tokens": 200},
+}
 
 
 def _start_ray() -> bool:
@@ -58,7 +65,7 @@ def run_demo(overrides: Sequence[str] = (), keep: bool = False) -> dict[str, Any
     started = time.monotonic()
     project = Path(tempfile.mkdtemp(prefix="omray-demo-"))
     block = apply_overrides(
-        {"model": "builtin/extractive", "storage": {"database": str(project / "om.sqlite")}}, list(overrides)
+        {**DEMO_SETTINGS, "storage": {"database": str(project / "om.sqlite")}}, list(overrides)
     )
     settings = settings_from_mapping(block)
     started_ray = _start_ray()
@@ -148,16 +155,15 @@ def render_demo(result: dict[str, Any]) -> str:
         f"Generations: {result['generations']}  Reflections: {result['reflections']}",
     ]
     lines += [f"  - {text}" for text in result["reflection_list"]]
+    status = result["status"]
+    lines.append(
+        f"Active pool: {status['active_observations']} of {status['recorded_observations']} observations "
+        f"({status['dropped_observations']} retired by the Dropper), ~{status['active_tokens']} tokens"
+    )
     lines += ["", f"Compaction projection ({result['projection_chars']} chars):", result["projection"], ""]
     search = result["search"]
     lines.append(f"memory_search({result['search_query']!r}) -> {search.get('count', 0)} result(s):")
     lines += [f"  [{r['display_id']}] {r['content']}" for r in search.get("results", [])]
-    if result["generations"] == 0:
-        lines += [
-            "",
-            "Tip: show the Reflector and Dropper too with "
-            "`omray demo --set reflector.reflect_after_observation_tokens=300`.",
-        ]
     return "\n".join(lines)
 
 

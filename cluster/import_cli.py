@@ -81,7 +81,9 @@ def import_command(
     session: Annotated[str, typer.Option("--session", help="Session id written as run_id on every event.")],
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Events file to write (default: .omray/sessions/SESSION/events.jsonl)."),
+        typer.Option(
+            "--out", help="Events file to write (default: .hatfield/sessions/SESSION/events.jsonl)."
+        ),
     ] = None,
     no_observe: Annotated[bool, typer.Option("--no-observe", help="Only convert; do not observe.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing events file.")] = False,
