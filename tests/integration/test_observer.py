@@ -18,7 +18,7 @@ from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader
 from protocol.events import AfterTurnCommit, EventSummary
 from tests.integration.conftest import assert_eventually
-from tests.support.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
+from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from actors.models import (
 )
 from protocol.errors import ModelSettingsError
 from protocol.settings import BUILTIN_CONTEXT_WINDOW, OmSettings, settings_from_mapping
-from tests.support.scripted_server import ScriptedServer, chat_text
+from bench.scripted_server import ScriptedServer, chat_text
 
 SECRET_VALUE = "sk-live-do-not-print-0123456789"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.scripted_server import (
+from bench.scripted_server import (
     ScriptedServer,
     embeddings_reply,
     hash_vector,

@@ -26,7 +26,7 @@ from protocol.tools import (
     observation_receipt,
     parse_observation_draft,
 )
-from tests.support.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls, http_error
+from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls, http_error
 
 MODEL = "local/gpt-test"
 GOOD_ITEM = {

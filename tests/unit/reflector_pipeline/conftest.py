@@ -10,7 +10,7 @@ import pytest
 from actors.models import OpenAIChatModel
 from persistence.queries import MemoryReader
 from persistence.store import Store
-from tests.support.scripted_server import ScriptedServer
+from bench.scripted_server import ScriptedServer
 
 THINKING_OFF_BODY = {"chat_template_kwargs": {"enable_thinking": False}}
 

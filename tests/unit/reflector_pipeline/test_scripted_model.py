@@ -12,7 +12,7 @@ from persistence.store import Store
 from protocol.errors import ConflictError
 from protocol.jobs import ReflectGenerationJob
 from protocol.records import ActivityRecord, ObservationRecord, Relevance
-from tests.support.scripted_server import ScriptedServer, chat_text, chat_tool_calls, http_error
+from bench.scripted_server import ScriptedServer, chat_text, chat_tool_calls, http_error
 
 from .helpers import (
     RUN,

@@ -1,0 +1,232 @@
+"""Exact-search SQL: the trigram fast path returns exactly what the escaped LIKE scan returns."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from actors.read_service import exact_search
+from actors.search_core import SearchRequest, search_in_memory, validate_search_arguments
+from persistence.migrations import OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE, trigram_supported
+from persistence.search_queries import (
+    ExactSearchSpec,
+    SearchReader,
+    SearchStrategy,
+    trigram_phrase,
+    uses_trigram,
+)
+from persistence.store import Store
+from protocol.records import ObservationRecord, ReflectionRecord
+from tests.unit.read_service.helpers import commit, promote
+from tests.unit.read_side.factories import hex_id, observation, reflection
+
+pytestmark = pytest.mark.skipif(not trigram_supported(), reason="this SQLite has no FTS5 trigram tokenizer")
+
+# Letters whose case folding differs between SQLite LIKE (ASCII only) and the trigram tokenizer
+# (Unicode), plus LIKE's own metacharacters and the escape character.
+ALPHABET = "aAbBkKzZ \\%_é\u00c9\u00dfİı\u212a\u00e0\u00c0\"'*-:0"
+CONTENT = st.text(alphabet=ALPHABET, min_size=1, max_size=14).map(lambda s: s.strip() or "x")
+QUERY = st.text(alphabet=ALPHABET, min_size=1, max_size=5)
+TIMESTAMPS = ["2026-07-25 09:00", "2026-07-26 12:00", "2026-07-26 23:59", "2026-07-27 00:00"]
+CREATED = ["2026-07-25T09:00:00+00:00", "2026-07-26T12:00:30+00:00", "2026-07-27T00:00:00+00:00"]
+DATES = st.sampled_from([None, "2026-07-26", "2026-07-26 12:00", "2026-07-25"])
+
+
+def _spec(request: SearchRequest) -> ExactSearchSpec:
+    return ExactSearchSpec(
+        query=request.query,
+        like_pattern=request.like_pattern,
+        fetch_limit=request.limit + 1,
+        observation_after=request.observation_after,
+        observation_before=request.observation_before,
+        reflection_after=request.reflection_after,
+        reflection_before=request.reflection_before,
+    )
+
+
+class Corpus:
+    """A database plus the same rows in memory, grown by each hypothesis example."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.store = Store(db_path)
+        self.db_path = db_path
+        self.observations: list[ObservationRecord] = []
+        self.reflections: list[ReflectionRecord] = []
+        self.counter = itertools.count(1)
+
+    def add(self, observation_texts: list[str], reflection_texts: list[str], stamp: int) -> None:
+        number = next(self.counter)
+        run_id = f"run-{number}"
+        rows = [
+            observation(
+                f"{number:06x}{index:04x}", text, timestamp=TIMESTAMPS[(stamp + index) % 4], run_id=run_id
+            )
+            for index, text in enumerate(observation_texts)
+        ]
+        commit(self.store, rows, run_id)
+        self.observations.extend(rows)
+        if reflection_texts:
+            created = CREATED[stamp % 3]
+            refs = [
+                reflection(f"f{number:06x}{index:04x}", text, created_at=created, run_id=run_id)
+                for index, text in enumerate(reflection_texts)
+            ]
+            promote(
+                self.store, run_id, refs, [], 1, completed_at=created, generation_id=hex_id(f"d{number:06x}")
+            )
+            self.reflections.extend(refs)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Corpus:
+    return Corpus(tmp_path / "om.sqlite")
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    observation_texts=st.lists(CONTENT, min_size=1, max_size=4),
+    reflection_texts=st.lists(CONTENT, max_size=2),
+    stamp=st.integers(0, 11),
+    query=QUERY,
+    after=DATES,
+    before=DATES,
+    limit=st.integers(1, 4),
+)
+def test_fast_path_equals_scan_and_in_memory_model(
+    corpus: Corpus,
+    observation_texts: list[str],
+    reflection_texts: list[str],
+    stamp: int,
+    query: str,
+    after: str | None,
+    before: str | None,
+    limit: int,
+) -> None:
+    corpus.add(observation_texts, reflection_texts, stamp)
+    request = validate_search_arguments({"query": query, "after": after, "before": before, "limit": limit})
+    if not isinstance(request, SearchRequest):
+        return  # blank query or inverted range: nothing reaches SQL
+    reader = SearchReader(corpus.db_path)
+    results = {
+        strategy: reader.exact_search(_spec(request), strategy)
+        for strategy in ("scan", "trigram", "auto")  # type: ignore[assignment]
+    }
+    scan = results["scan"]
+    assert scan.strategy == "scan"
+    assert results["trigram"].strategy == ("trigram" if uses_trigram(request.query) else "scan")
+    for strategy in ("trigram", "auto"):
+        assert results[strategy].observations == scan.observations
+        assert results[strategy].reflections == scan.reflections
+    expected = search_in_memory(request, corpus.observations, corpus.reflections)
+    assert exact_search(corpus.db_path, request) == expected
+    assert exact_search(corpus.db_path, request, "scan") == expected
+
+
+def _search(db_path: Path, query: str, strategy: SearchStrategy) -> list[str]:
+    request = validate_search_arguments({"query": query})
+    assert isinstance(request, SearchRequest)
+    rows = SearchReader(db_path).exact_search(_spec(request), strategy)
+    assert rows.strategy == ("scan" if strategy == "scan" else "trigram")
+    return [row.observation_id for row in rows.observations] + [row.reflection_id for row in rows.reflections]
+
+
+def test_index_rows_follow_inserts_made_after_migration(corpus: Corpus) -> None:
+    corpus.add(["alphatool was renamed", "unrelated"], ["alphatool is durable"], 1)
+    connection = sqlite3.connect(corpus.db_path)
+    try:
+        assert connection.execute(f"SELECT count(*) FROM {OBSERVATION_TRIGRAM_TABLE}").fetchone() == (2,)
+        assert connection.execute(f"SELECT count(*) FROM {REFLECTION_TRIGRAM_TABLE}").fetchone() == (1,)
+    finally:
+        connection.close()
+    found = _search(corpus.db_path, "ALPHATOOL", "trigram")
+    assert len(found) == 2
+    assert found == _search(corpus.db_path, "ALPHATOOL", "scan")
+
+
+def test_update_and_delete_triggers_keep_the_index_in_sync(corpus: Corpus) -> None:
+    corpus.add(["first alphatool note", "second betatool note"], [], 1)
+    connection = sqlite3.connect(corpus.db_path)
+    try:
+        with connection:
+            connection.execute(
+                "UPDATE om_observation SET content = 'renamed gammatool' WHERE content LIKE 'first%'"
+            )
+            connection.execute("DELETE FROM om_observation WHERE content LIKE 'second%'")
+    finally:
+        connection.close()
+    for query in ("alphatool", "betatool", "gammatool"):
+        assert _search(corpus.db_path, query, "trigram") == _search(corpus.db_path, query, "scan")
+    assert len(_search(corpus.db_path, "gammatool", "trigram")) == 1
+    assert _search(corpus.db_path, "alphatool", "trigram") == []
+
+
+def test_migration_backfills_rows_written_before_it(tmp_path: Path) -> None:
+    db_path = tmp_path / "om.sqlite"
+    corpus = Corpus(db_path)
+    corpus.add(["written before the index existed"], ["reflection before the index"], 2)
+    corpus.store.close()
+    connection = sqlite3.connect(db_path)
+    try:
+        with connection:
+            for table in (OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE):
+                for suffix in ("ai", "ad", "au"):
+                    connection.execute(f"DROP TRIGGER {table}_{suffix}")
+                connection.execute(f"DROP TABLE {table}")
+            connection.execute(
+                "DELETE FROM om_schema_version WHERE version = 'omray_002_exact_search_trigram'"
+            )
+    finally:
+        connection.close()
+    assert not SearchReader(db_path).trigram_index_present()
+    assert len(_search(db_path, "before the index", "scan")) == 2
+    Store(db_path).close()  # re-runs the migration, which backfills
+    assert SearchReader(db_path).trigram_index_present()
+    assert len(_search(db_path, "before the index", "trigram")) == 2
+
+
+def test_short_queries_and_missing_index_fall_back_to_the_scan(corpus: Corpus) -> None:
+    corpus.add(["ab cd"], [], 0)
+    request = validate_search_arguments({"query": "ab"})
+    assert isinstance(request, SearchRequest)
+    assert SearchReader(corpus.db_path).exact_search(_spec(request), "trigram").strategy == "scan"
+    assert not uses_trigram("a\0bc") and uses_trigram("abc") and not uses_trigram("ab")
+    assert trigram_phrase('say "hi"') == '"say ""hi"""'
+
+
+def test_missing_database_gives_empty_answers(tmp_path: Path) -> None:
+    reader = SearchReader(tmp_path / "absent.sqlite")
+    request = validate_search_arguments({"query": "anything"})
+    assert isinstance(request, SearchRequest)
+    rows = reader.exact_search(_spec(request))
+    assert rows.observations == () and rows.reflections == ()
+    assert reader.find_observations("s", "a" * 12) == []
+    assert reader.observation_ids_in_session("s") == set()
+    assert reader.active_memory("s").reflections == ()
+    assert not (tmp_path / "absent.sqlite").exists()
+
+
+def test_recall_lookups_by_full_id_and_prefix_within_one_session(corpus: Corpus) -> None:
+    shared = "abcdef012345"
+    rows = [
+        observation(shared + "0a", "one", run_id="s1"),
+        observation(shared + "0b", "two", run_id="s1"),
+        observation(shared + "1", "three", run_id="s1"),
+        observation(shared + "2", "four", run_id="s1"),
+    ]
+    commit(corpus.store, rows, "s1")
+    commit(corpus.store, [observation("9" * 12, "foreign", run_id="s2")], "s2")
+    reader = SearchReader(corpus.db_path)
+    assert len(reader.find_observations("s1", shared)) == 3  # LIMIT 3
+    assert [o.content for o in reader.find_observations("s1", shared + "0b")] == ["two"]
+    assert [o.content for o in reader.find_observations("s1", hex_id(shared + "1"))] == ["three"]
+    assert reader.find_observations("s1", "9" * 12) == []
+    assert reader.find_observations("s2", "9" * 12)[0].content == "foreign"
+    assert reader.existing_observation_ids("s1", [hex_id(shared + "1"), hex_id("9" * 12)]) == {
+        hex_id(shared + "1")
+    }
+    assert reader.observation_ids_in_session("s2") == {hex_id("9" * 12)}
