@@ -119,6 +119,9 @@ def _mount_subcommands() -> None:
 
     import_cli.OBSERVE_HOOK = _observe_after_import
     app.command("import")(import_cli.import_command)
+    from cluster.memory_cli import memory_app
+
+    app.add_typer(memory_app, name="memory", help="Read memory: status, view, project, search, recall.")
 
 
 _mount_subcommands()

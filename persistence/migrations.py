@@ -22,7 +22,9 @@ tool's; checksums are recorded for the record and never verified.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -42,6 +44,8 @@ class Migration:
     version: str
     description: str
     statements: tuple[str, ...]
+    applies_when: Callable[[], bool] | None = None
+    """Optional runtime check; when False the step is skipped and not recorded (retried on a later open)."""
 
     @property
     def checksum(self) -> str:
@@ -118,11 +122,66 @@ PHP_MIGRATIONS: tuple[Migration, ...] = (
 _PHP_REQUIRED_BEFORE_ADDITIVE = tuple(m.version for m in PHP_MIGRATIONS[:3])
 _PHP_ADDITIVE = PHP_MIGRATIONS[3:]
 
+OBSERVATION_TRIGRAM_TABLE = "omray_observation_trigram"
+"""FTS5 trigram index over ``om_observation.content`` (exact-search pre-filter)."""
+
+REFLECTION_TRIGRAM_TABLE = "omray_reflection_trigram"
+"""FTS5 trigram index over ``om_reflection.content`` (exact-search pre-filter)."""
+
+TRIGRAM_TOKENIZER = "trigram case_sensitive 0"
+"""Case-insensitive trigram tokenizer: it folds at least what ``LIKE`` folds (ASCII), so a phrase
+match is a superset of the ``LIKE`` matches, which the query then re-checks with the same ``LIKE``."""
+
+
+@functools.lru_cache(maxsize=1)
+def trigram_supported() -> bool:
+    """Whether this process's SQLite has FTS5 with the ``trigram`` tokenizer (SQLite >= 3.34)."""
+    try:
+        probe = sqlite3.connect(":memory:")
+    except sqlite3.Error:  # pragma: no cover - an in-memory database always opens
+        return False
+    try:
+        probe.execute(f"CREATE VIRTUAL TABLE probe USING fts5(x, tokenize = '{TRIGRAM_TOKENIZER}')")
+    except sqlite3.Error:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _trigram_ddl(table: str, source: str, id_column: str) -> tuple[str, ...]:
+    # A self-contained FTS5 table keyed by the memory id, not an external-content table keyed by
+    # rowid: om_* tables have TEXT primary keys, and their implicit rowids are not guaranteed to
+    # survive VACUUM or a dump/restore, which would silently desync an index keyed by rowid.
+    # Deletes and updates (which omray never does) cost a scan of the index table; inserts are cheap.
+    insert = f"INSERT INTO {table}({id_column}, content) VALUES (new.{id_column}, new.content);"
+    delete = f"DELETE FROM {table} WHERE {id_column} = old.{id_column};"
+    return (
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5("
+        f"{id_column} UNINDEXED, content, tokenize = '{TRIGRAM_TOKENIZER}')",
+        f"CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON {source} BEGIN {insert} END",
+        f"CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON {source} BEGIN {delete} END",
+        f"CREATE TRIGGER IF NOT EXISTS {table}_au AFTER UPDATE OF {id_column}, content ON {source} "
+        f"BEGIN {delete} {insert} END",
+        f"DELETE FROM {table}",
+        f"INSERT INTO {table}({id_column}, content) SELECT {id_column}, content FROM {source}",
+    )
+
+
 OMRAY_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "omray_001_job_queue",
         "omray durable job queue FIFO and runtime events",
         _ddl(schema.OMRAY_TABLES, _table_indexes(*schema.OMRAY_TABLES)),
+    ),
+    Migration(
+        "omray_002_exact_search_trigram",
+        "FTS5 trigram indexes over observation and reflection content for exact memory_search",
+        (
+            *_trigram_ddl(OBSERVATION_TRIGRAM_TABLE, schema.om_observation.name, "observation_id"),
+            *_trigram_ddl(REFLECTION_TRIGRAM_TABLE, schema.om_reflection.name, "reflection_id"),
+        ),
+        applies_when=trigram_supported,
     ),
 )
 """omray's own additive migrations, in order."""
@@ -179,6 +238,8 @@ def _php_step(conn: Connection) -> None:
 
 
 def _additive_step(conn: Connection, migration: Migration) -> None:
+    if migration.applies_when is not None and not migration.applies_when():
+        return
     if migration.version not in _applied_versions(conn):
         _apply(conn, migration, _utc_now())
 

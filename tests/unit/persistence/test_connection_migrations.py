@@ -155,6 +155,15 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
     before = schema_objects(db_path)
     Store(db_path).close()
     added = schema_objects(db_path) - before
+    trigram = {
+        (kind, f"omray_{memory}_trigram{suffix}")
+        for memory in ("observation", "reflection")
+        for kind, suffix in [
+            ("table", ""),
+            *[("table", s) for s in ("_data", "_idx", "_content", "_docsize", "_config")],
+            *[("trigger", s) for s in ("_ai", "_ad", "_au")],
+        ]
+    }
     assert added == {
         ("table", "omray_job"),
         ("table", "omray_runtime_event"),
@@ -162,10 +171,11 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("index", "idx_omray_job_unfinished_job_id"),
         ("index", "idx_omray_job_state_seq"),
         ("index", "idx_omray_runtime_event_run_seq"),
-    }
+    } | trigram
+    assert all(name.startswith(("omray_", "idx_omray_", "sqlite_")) for _, name in added)
     versions = {r.version: r for r in reader.schema_versions()}
     assert versions["20260722_001_domain"].checksum == "c" * 64  # PHP rows untouched
-    assert "omray_001_job_queue" in versions and len(versions) == 6
+    assert {"omray_001_job_queue", "omray_002_exact_search_trigram"} <= set(versions) and len(versions) == 7
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

@@ -1,0 +1,286 @@
+"""The read side, callable from any process: projection, compaction hook, status, view, search, recall.
+
+Everything here reads durable memory through read-only connections (``persistence.search_queries``)
+and, for ``recall`` only, one range of the session's ``events.jsonl``. Nothing here writes,
+dispatches a job, calls a model, polls or sleeps, so the agent's own process can call it at any
+time, concurrently with the writer (WAL), and compaction never waits on the queue or a model.
+
+Tool answers (``memory_search``, ``recall``, :func:`call_tool`) are JSON-able dicts; bad arguments
+are ``{"ok": False, "error": <code>, "message": <text>}`` answers, never exceptions.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from actors.projector import render_active_memory
+from actors.search_core import (
+    SearchRequest,
+    ToolResult,
+    error_result,
+    hydration_range,
+    merge_search_results,
+    observation_recall_result,
+    recall_ambiguous,
+    recall_not_found,
+    recall_source_refs,
+    reflection_recall_result,
+    supporting_observations_in_session,
+    validate_recall_arguments,
+    validate_search_arguments,
+)
+from actors.status_view import StatusInputs, format_status, format_view, status_json, view_json
+from persistence.events_reader import read_event_range
+from persistence.search_queries import ExactSearchSpec, SearchReader, SearchStrategy
+from protocol.canonical import php_trim
+from protocol.errors import EventsFileError, OmrayError
+from protocol.events import (
+    BeforeCompactionContext,
+    CompactionDecision,
+    projection_failure_reason,
+    projection_metadata,
+)
+from protocol.records import ObservationRecord, ReflectionRecord
+from protocol.settings import OmSettings
+from protocol.tool_specs import MEMORY_SEARCH, RECALL
+
+logger = logging.getLogger("omray.read")
+
+DbPath = str | os.PathLike[str]
+"""Path of a memory database file."""
+
+CountTokens = Callable[[str], int]
+"""Token counter of one text (``actors.tokens.token_counter(encoding)``)."""
+
+EventsPathFor = Callable[[str], Path]
+"""Where the ``events.jsonl`` of a session id lives."""
+
+HybridSearch = Callable[[SearchRequest], ToolResult]
+"""Hybrid search (reference §13.4): a validated request in, a complete tool answer out."""
+
+
+@functools.lru_cache(maxsize=32)
+def _reader(db_path: str) -> SearchReader:
+    # Readers hold no open connection (one per call), so one per path can be shared by all threads.
+    return SearchReader(db_path)
+
+
+def reader_for(db_path: DbPath) -> SearchReader:
+    """The shared read-only reader of a database file."""
+    return _reader(os.path.abspath(os.fspath(db_path)))
+
+
+# ----------------------------------------------------------------------------------- projection
+
+
+def project(db_path: DbPath, session_id: str) -> str:
+    """The session's active memory rendered as compaction text (``''`` when there is none).
+
+    Reflections and observations come from one read snapshot, so the text always matches some
+    committed state of the database.
+    """
+    memory = reader_for(db_path).active_memory(session_id)
+    return render_active_memory(memory.reflections, memory.candidates.observations)
+
+
+def before_compaction(db_path: DbPath, ctx: BeforeCompactionContext) -> CompactionDecision:
+    """Answer the before-compaction hook from durable memory only (reference §10.1).
+
+    Non-empty memory -> ``replace_summary`` with the projection metadata; empty -> ``continue``;
+    any exception -> ``cancel`` naming only the exception class (fail closed: the host must not
+    fall back to a model summary). Never dispatches, calls a model, reads events, polls or sleeps.
+    """
+    try:
+        text = php_trim(project(db_path, ctx.run_id))
+        if text == "":
+            return CompactionDecision.continue_()
+        return CompactionDecision.replace_summary(text, projection_metadata(ctx.has_coverage_watermark))
+    except Exception as exc:  # fail closed on anything, by design (§10.1)
+        exception_class = type(exc).__name__
+        logger.warning(
+            "om.compaction.hook_failed", extra={"run_id": ctx.run_id, "exception_class": exception_class}
+        )
+        return CompactionDecision.cancel(projection_failure_reason(exception_class))
+
+
+# ---------------------------------------------------------------------------------- status/view
+
+
+def memory_status(
+    db_path: DbPath, session_id: str, settings: OmSettings, count_tokens: CountTokens
+) -> tuple[str, dict[str, object]]:
+    """``/om-status`` for a session as ``(markdown, json)``; pool tokens are counted, not read."""
+    reader = reader_for(db_path)
+    memory = reader.active_memory(session_id)
+    counts = reader.memory_counts(session_id)
+    coverage_end = reader.contiguous_covered_end(
+        session_id, settings.renderer_version, settings.observer_schema_version
+    )
+    inputs = StatusInputs(
+        recorded_observations=counts.recorded_observations,
+        active_observations=len(memory.candidates.observations),
+        visible_observations=counts.visible_retained_observations,
+        recorded_reflections=counts.recorded_reflections,
+        visible_reflections=len(memory.reflections),
+        reflection_tokens=sum(item.token_count for item in memory.reflections),
+        coverage_end=coverage_end,
+        active_tokens=sum(count_tokens(item.content) for item in memory.candidates.observations),
+        reflect_after_tokens=settings.reflect_after_observation_tokens,
+        observations_max_tokens=settings.observations_max_tokens,
+    )
+    return format_status(inputs), {"session_id": session_id, **status_json(inputs)}
+
+
+def memory_view(db_path: DbPath, session_id: str) -> tuple[str, dict[str, object]]:
+    """``/om-view`` for a session as ``(markdown, json)``."""
+    reader = reader_for(db_path)
+    memory = reader.active_memory(session_id)
+    known = reader.observation_ids_in_session(session_id)
+    observations = memory.candidates.observations
+    return (
+        format_view(memory.reflections, observations, session_id, known),
+        view_json(memory.reflections, observations, session_id, known),
+    )
+
+
+# ---------------------------------------------------------------------------------------- search
+
+
+def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrategy = "auto") -> ToolResult:
+    """Exact search over every session (reference §13.3); ``strategy="scan"`` forces the plain LIKE."""
+    spec = ExactSearchSpec(
+        query=request.query,
+        like_pattern=request.like_pattern,
+        fetch_limit=request.limit + 1,
+        observation_after=request.observation_after,
+        observation_before=request.observation_before,
+        reflection_after=request.reflection_after,
+        reflection_before=request.reflection_before,
+    )
+    rows = reader_for(db_path).exact_search(spec, strategy)
+    return merge_search_results(request.query, request.limit, rows.observations, rows.reflections)
+
+
+def memory_search(
+    db_path: DbPath, arguments: Mapping[str, object], hybrid_search: HybridSearch | None = None
+) -> ToolResult:
+    """The ``memory_search`` tool: validate, then exact search (or ``hybrid_search`` when given).
+
+    ``hybrid_search`` is the hook for hybrid mode (reference §13.4, a later issue): when it is not
+    ``None`` it receives the validated request and its answer is returned as is; exact search is
+    then never used as a fallback.
+    """
+    request = validate_search_arguments(arguments)
+    if not isinstance(request, SearchRequest):
+        return request
+    if hybrid_search is not None:
+        return hybrid_search(request)
+    return exact_search(db_path, request)
+
+
+# ---------------------------------------------------------------------------------------- recall
+
+
+def _read_events(events_path: Path, refs: list[ToolResult]) -> list[Mapping[str, object]]:
+    """The events of one contiguous range covering ``refs`` (one read), as plain dicts."""
+    span = hydration_range(refs)
+    if span is None:
+        return []
+    return [event.model_dump() for event in read_event_range(events_path, span[0], span[1])]
+
+
+def _recall_observation(
+    observation: ObservationRecord, session_id: str, events_path_for: EventsPathFor
+) -> ToolResult:
+    refs = recall_source_refs(observation, session_id)
+    events = _read_events(events_path_for(session_id), refs)
+    return observation_recall_result(observation, session_id, events)
+
+
+def _recall_reflection(
+    reader: SearchReader, reflection: ReflectionRecord, session_id: str, events_path_for: EventsPathFor
+) -> ToolResult:
+    rows = reader.observations_by_ids(reflection.supporting_observation_ids, session_id)
+    supported = supporting_observations_in_session(reflection, rows, session_id)
+    refs = recall_source_refs(supported, session_id)
+    events = _read_events(events_path_for(session_id), refs)
+    return reflection_recall_result(reflection, session_id, rows, events)
+
+
+def recall(
+    db_path: DbPath,
+    events_path_for: EventsPathFor,
+    current_session_id: str,
+    arguments: Mapping[str, object],
+) -> ToolResult:
+    """The ``recall`` tool (reference §13.6): one memory by id or unique prefix, with its source events.
+
+    The lookup stays in ``current_session_id`` unless ``arguments["session_id"]`` names another
+    session; refs of any other session are never shown, and the target session's events file is
+    read once (one range) at most.
+    """
+    request = validate_recall_arguments(arguments, current_session_id)
+    if isinstance(request, dict):
+        return request
+    reader = reader_for(db_path)
+    session_id = request.session_id
+    observations = reader.find_observations(session_id, request.memory_id)
+    if len(observations) > 1:
+        return recall_ambiguous("observation", session_id)
+    if observations:
+        return _recall_observation(observations[0], session_id, events_path_for)
+    reflections = reader.find_reflections(session_id, request.memory_id)
+    if len(reflections) > 1:
+        return recall_ambiguous("reflection", session_id)
+    if reflections:
+        return _recall_reflection(reader, reflections[0], session_id, events_path_for)
+    return recall_not_found(request.memory_id, session_id)
+
+
+# ------------------------------------------------------------------------------------- call_tool
+
+
+def _decode_arguments(arguments: object) -> Mapping[str, object] | None:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    return arguments if isinstance(arguments, Mapping) else None
+
+
+def call_tool(
+    name: str,
+    arguments: Mapping[str, object] | str,
+    session_id: str,
+    *,
+    db_path: DbPath,
+    events_path_for: EventsPathFor,
+    hybrid_search: HybridSearch | None = None,
+) -> ToolResult:
+    """Run ``memory_search`` or ``recall`` for an agent framework; always returns an answer dict.
+
+    ``arguments`` may be the decoded object or its JSON text. Unknown tool names get
+    ``unknown_tool``; unreadable memory or events get ``storage_unavailable`` /
+    ``events_unreadable`` (naming only the exception class).
+    """
+    decoded = _decode_arguments(arguments)
+    if decoded is None:
+        return error_result("invalid_arguments", "arguments must be a JSON object.")
+    try:
+        if name == MEMORY_SEARCH:
+            return memory_search(db_path, decoded, hybrid_search)
+        if name == RECALL:
+            return recall(db_path, events_path_for, session_id, decoded)
+    except EventsFileError as exc:
+        logger.warning("om.tool.events_unreadable", extra={"tool": name, "run_id": session_id})
+        return error_result("events_unreadable", f"Source events could not be read ({type(exc).__name__}).")
+    except OmrayError as exc:
+        logger.warning("om.tool.read_failed", extra={"tool": name, "exception_class": type(exc).__name__})
+        return error_result("storage_unavailable", f"Memory could not be read ({type(exc).__name__}).")
+    return error_result("unknown_tool", f"Unknown tool {name!r}; available: {MEMORY_SEARCH!r}, {RECALL!r}.")

@@ -1,0 +1,387 @@
+"""Exact ``memory_search`` benchmark: omray's trigram-assisted search against the plain LIKE scan.
+
+For each corpus size it builds a temporary memory database through :class:`persistence.store.Store`
+(observer parts, plus one promoted generation per session so projections have reflections and a
+retained pool), then measures, over the same query set (common and rare substrings, 1-2 character
+queries, ``%``/``_`` literals, mixed case, date filters):
+
+* ``exact_*``: :func:`actors.read_service.exact_search` with the default strategy (trigram
+  pre-filter for queries of 3+ characters, scan otherwise);
+* ``like_*``: the same call forced to the plain escaped ``LIKE`` scan (the original's method);
+* ``identical``: every query's answer was the same for both;
+* ``projection_*``: :func:`actors.read_service.project` for the corpus's sessions.
+
+Observation texts come from the real transcripts in ``../shared/data/transcripts`` (user and
+assistant sentences and file paths of the pi-mono and claude-code sessions) when that folder
+exists, else from a small built-in vocabulary. Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from actors.read_service import exact_search, project
+from actors.search_core import SearchRequest, validate_search_arguments
+from persistence.store import Store
+from protocol.identities import (
+    chunk_key,
+    content_hash,
+    coverage_key,
+    observation_id,
+    observation_set_hash,
+    part_digest,
+    reflection_id,
+    source_digest,
+    threshold_generation_id,
+)
+from protocol.records import CoveragePart, ObservationRecord, ReflectionRecord, SourceRef
+
+TRANSCRIPTS_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
+"""Real agent transcripts (third-party data; optional)."""
+
+OBSERVATIONS_PER_SESSION = 1000
+"""Corpus sessions hold this many observations each (the last session may hold fewer)."""
+
+OBSERVATIONS_PER_PART = 250
+"""Observations committed per observer part (one transaction)."""
+
+QUERY_REPEATS = 3
+"""Executions of each query per strategy."""
+
+PROJECTION_SESSIONS = 10
+"""Sessions projected per size (each projected ``QUERY_REPEATS`` times)."""
+
+_RENDERER = "bench-renderer-v1"
+_OBSERVER_SCHEMA = "bench-observer-v1"
+_REFLECTOR_SCHEMA = "bench-reflector-v1"
+_MODEL = "bench/model"
+_PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.(?:py|ts|tsx|js|json|md|php|yaml|toml|sh|css)\b")
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+
+_FALLBACK_SENTENCES = (
+    "User asked to port the selector component to the new theme system.",
+    "Assistant ran the test suite and 3 tests failed with a timeout error.",
+    "User prefers hyphenated command names for the memory tools.",
+    "Assistant fixed the off-by-one error in the pagination helper.",
+    "Build failed because the lockfile was out of date; regenerating it fixed the build.",
+    "User wants compaction to never wait for a model call.",
+    "Assistant renamed MapToolArguments to ToolArgumentMap across the codebase.",
+    "Deployment to staging succeeded after the migration 2510 was applied.",
+)
+_FALLBACK_PATHS = (
+    "src/theme/theme.ts",
+    "packages/coding-agent/docs/theme.md",
+    "actors/read_service.py",
+    "persistence/search_queries.py",
+    "tests/unit/read_service/test_search.py",
+)
+
+
+# ------------------------------------------------------------------------------------- corpus text
+
+
+def _texts_of(content: object) -> Iterator[str]:
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for item in content:
+            if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+                yield item["text"]
+
+
+def _transcript_texts(directory: Path) -> Iterator[tuple[str, str]]:
+    """``(role, text)`` of user and assistant messages in the pi-mono and claude-code JSONL files."""
+    files = sorted((directory / "pi-mono").glob("*.jsonl")) + sorted(
+        (directory / "claude-code").rglob("*.jsonl")
+    )
+    for file in files:
+        with file.open(encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                message = entry.get("message") if isinstance(entry, dict) else None
+                if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+                    continue
+                for text in _texts_of(message.get("content")):
+                    yield str(message["role"]), text
+
+
+def corpus_material(directory: Path = TRANSCRIPTS_DIR) -> tuple[list[str], list[str], str]:
+    """Observation-like sentences, file paths, and where they came from (``transcripts``/``fixtures``)."""
+    sentences: list[str] = []
+    paths: set[str] = set()
+    if directory.is_dir():
+        for role, text in _transcript_texts(directory):
+            paths.update(_PATH.findall(text))
+            for raw in _SENTENCE_SPLIT.split(text):
+                sentence = " ".join(raw.split())
+                if 24 <= len(sentence) <= 280 and not sentence.startswith(("<", "{", "```")):
+                    sentences.append(f"{'User' if role == 'user' else 'Assistant'}: {sentence}")
+    if len(sentences) < 50:
+        return list(_FALLBACK_SENTENCES), list(_FALLBACK_PATHS), "fixtures"
+    return sentences, sorted(paths) or list(_FALLBACK_PATHS), "transcripts"
+
+
+# ------------------------------------------------------------------------------------- corpus build
+
+
+def _timestamp(minute: int) -> str:
+    day, rest = divmod(minute, 24 * 60)
+    month, day = divmod(day, 28)
+    return f"2026-{1 + month % 12:02d}-{1 + day:02d} {rest // 60:02d}:{rest % 60:02d}"
+
+
+def _observation(
+    run_id: str, seq: int, content: str, timestamp: str, rng: random.Random
+) -> ObservationRecord:
+    refs = (SourceRef(run_id=run_id, seq=seq),)
+    return ObservationRecord(
+        observation_id=observation_id(run_id, _OBSERVER_SCHEMA, timestamp, content, refs),
+        run_id=run_id,
+        boundary_key="pending",
+        source_start_seq=seq,
+        source_end_seq=seq,
+        source_refs=refs,
+        content=content,
+        content_hash=content_hash(content),
+        relevance=rng.choice(("low", "medium", "medium", "high", "critical")),
+        timestamp=timestamp,
+        token_count=max(1, len(content) // 4),
+        observer_model=_MODEL,
+        observer_schema_version=_OBSERVER_SCHEMA,
+        created_at=timestamp.replace(" ", "T") + ":00+00:00",
+    )
+
+
+def _part(run_id: str, start: int, end: int, covered_at: str) -> CoveragePart:
+    digest = source_digest([{"run_id": run_id, "seq": start, "kind": "bench", "rendered_text": str(end)}])
+    key = chunk_key(run_id, start, end, _RENDERER, _OBSERVER_SCHEMA, digest, 1)
+    p_digest = part_digest(f"{run_id}:{start}:{end}")
+    return CoveragePart(
+        coverage_key=coverage_key(key, 1, p_digest),
+        run_id=run_id,
+        boundary_key=key,
+        source_start_seq=start,
+        source_end_seq=end,
+        chunk_key=key,
+        part_index=1,
+        part_count=1,
+        source_digest=digest,
+        part_digest=p_digest,
+        renderer_version=_RENDERER,
+        observer_schema_version=_OBSERVER_SCHEMA,
+        covered_at=covered_at,
+    )
+
+
+def _content(sentences: Sequence[str], paths: Sequence[str], rng: random.Random) -> str:
+    sentence = rng.choice(sentences)
+    roll = rng.random()
+    if roll < 0.25:
+        return f"{sentence} (touched {rng.choice(paths)})"
+    if roll < 0.35:
+        return f"{sentence} [ref {rng.randint(1000, 99999)}]"
+    return sentence
+
+
+def _promote(
+    store: Store, run_id: str, observations: Sequence[ObservationRecord], rng: random.Random
+) -> None:
+    """One generation covering the first 80% of the session, retaining 50 of them, with 5 reflections."""
+    covered = observations[: int(len(observations) * 0.8)]
+    if not covered:
+        return
+    ids = sorted(o.observation_id for o in covered)
+    set_hash = observation_set_hash(run_id, ids)
+    generation = threshold_generation_id(run_id, None, set_hash, _MODEL, _REFLECTOR_SCHEMA)
+    end_seq = max(o.source_end_seq for o in covered)
+    now = covered[-1].created_at
+    store.claim_generation(generation, run_id, set_hash, _MODEL, _REFLECTOR_SCHEMA, 1, end_seq, now)
+    reflections = []
+    for index in range(5):
+        content = f"Durable fact {index}: {rng.choice(covered).content}"
+        support = tuple(sorted({rng.choice(covered).observation_id for _ in range(3)}))
+        reflections.append(
+            ReflectionRecord(
+                reflection_id=reflection_id(run_id, _REFLECTOR_SCHEMA, content, support),
+                run_id=run_id,
+                observation_set_hash=set_hash,
+                content=content,
+                supporting_observation_ids=support,
+                token_count=max(1, len(content) // 4),
+                reflector_model=_MODEL,
+                reflector_schema_version=_REFLECTOR_SCHEMA,
+                created_at=now,
+            )
+        )
+    unique = list({r.reflection_id: r for r in reflections}.values())
+    retained = [o.observation_id for o in covered[-50:]]
+    store.promote_generation(generation, run_id, unique, retained, now)
+
+
+def build_corpus(db_path: Path, size: int, seed: int) -> tuple[list[str], list[str], list[str], str]:
+    """Write ``size`` observations (and reflections) to ``db_path``: sessions, texts, paths, source."""
+    rng = random.Random(seed)
+    sentences, paths, source = corpus_material()
+    sessions: list[str] = []
+    with Store(db_path) as store:
+        remaining, session_index, minute = size, 0, 0
+        while remaining > 0:
+            run_id = f"bench-session-{session_index:04d}"
+            count = min(OBSERVATIONS_PER_SESSION, remaining)
+            observations: list[ObservationRecord] = []
+            for start in range(1, count + 1, OBSERVATIONS_PER_PART):
+                batch = []
+                for seq in range(start, min(count, start + OBSERVATIONS_PER_PART - 1) + 1):
+                    minute += rng.randint(1, 7)
+                    batch.append(
+                        _observation(run_id, seq, _content(sentences, paths, rng), _timestamp(minute), rng)
+                    )
+                store.commit_observer_part(
+                    _part(run_id, start, batch[-1].source_end_seq, batch[-1].created_at), batch
+                )
+                observations.extend(batch)
+            _promote(store, run_id, observations, rng)
+            sessions.append(run_id)
+            remaining -= count
+            session_index += 1
+    return sessions, sentences, paths, source
+
+
+# ------------------------------------------------------------------------------------------ queries
+
+
+def _rare_substring(sentences: Sequence[str], rng: random.Random) -> str:
+    sentence = rng.choice(sentences)
+    length = min(len(sentence), 16)
+    start = rng.randint(0, len(sentence) - length)
+    return sentence[start : start + length].strip() or sentence
+
+
+def query_set(sentences: Sequence[str], paths: Sequence[str], seed: int) -> list[dict[str, object]]:
+    """The benchmark's ``memory_search`` argument objects."""
+    rng = random.Random(seed + 1)
+    common = ["the", "error", "file", "test", "User:", "Assistant: I'll"]
+    rare = [_rare_substring(sentences, rng) for _ in range(6)] + [rng.choice(paths), "zqxj-no-such-text"]
+    short = ["a", "ts", "é", "%", "_", "x_"]
+    literal = ["100%", "tool_name", "README", "MapToolArguments", "2510"]
+    queries: list[dict[str, object]] = [{"query": q} for q in (*common, *rare, *short, *literal)]
+    queries += [
+        {"query": "the", "after": "2026-02-01", "before": "2026-03-15"},
+        {"query": "error", "after": "2026-04-01 12:00"},
+        {"query": "a", "before": "2026-01-10"},
+        {"query": rare[0], "after": "2026-01-01", "before": "2026-12-31", "limit": 50},
+        {"query": "file", "limit": 5},
+    ]
+    return queries
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return round(ordered[index], 3)
+
+
+def _timed(call: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = call()
+    return (time.perf_counter() - started) * 1000, result
+
+
+def _measure_size(db_path: Path, size: int, seed: int) -> dict[str, object]:
+    build_started = time.perf_counter()
+    sessions, sentences, paths, source = build_corpus(db_path, size, seed)
+    build_s = time.perf_counter() - build_started
+    requests: list[SearchRequest] = []
+    for arguments in query_set(sentences, paths, seed):
+        request = validate_search_arguments(arguments)
+        if isinstance(request, SearchRequest):
+            requests.append(request)
+    exact_ms: list[float] = []
+    like_ms: list[float] = []
+    identical = True
+    for request in requests:
+        exact_search(db_path, request)  # warm the page cache for both strategies alike
+        for _ in range(QUERY_REPEATS):
+            fast_time, fast = _timed(lambda r=request: exact_search(db_path, r))
+            scan_time, scan = _timed(lambda r=request: exact_search(db_path, r, "scan"))
+            exact_ms.append(fast_time)
+            like_ms.append(scan_time)
+            identical = identical and fast == scan
+    projection_ms: list[float] = []
+    for run_id in sessions[:PROJECTION_SESSIONS]:
+        for _ in range(QUERY_REPEATS):
+            elapsed, _text = _timed(lambda s=run_id: project(db_path, s))
+            projection_ms.append(elapsed)
+    return {
+        "size": size,
+        "sessions": len(sessions),
+        "queries": len(requests),
+        "corpus_source": source,
+        "build_s": round(build_s, 2),
+        "exact_p50_ms": _percentile(exact_ms, 0.5),
+        "exact_p99_ms": _percentile(exact_ms, 0.99),
+        "like_p50_ms": _percentile(like_ms, 0.5),
+        "like_p99_ms": _percentile(like_ms, 0.99),
+        "exact_mean_ms": round(statistics.fmean(exact_ms), 3),
+        "like_mean_ms": round(statistics.fmean(like_ms), 3),
+        "identical": identical,
+        "projection_p50_ms": _percentile(projection_ms, 0.5),
+        "projection_p99_ms": _percentile(projection_ms, 0.99),
+    }
+
+
+def run_search_bench(sizes: list[int], seed: int = 0) -> list[dict[str, object]]:
+    """Build one corpus per size in a temporary directory and measure it (see the module docstring)."""
+    results: list[dict[str, object]] = []
+    for size in sizes:
+        if size < 1:
+            raise ValueError(f"corpus size must be positive, got {size!r}")
+        with tempfile.TemporaryDirectory(prefix="omray-search-bench-") as directory:
+            results.append(_measure_size(Path(directory) / "om.sqlite", size, seed))
+    return results
+
+
+def _parse_sizes(raw: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter("sizes must be comma-separated integers, e.g. 5000,50000") from None
+    if not sizes or any(size < 1 for size in sizes):
+        raise typer.BadParameter("sizes must be positive integers")
+    return sizes
+
+
+def bench_search_command(
+    sizes: Annotated[str, typer.Option("--sizes", help="Comma-separated corpus sizes.")] = "5000,50000",
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of corpus and queries.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Exact memory_search: trigram-assisted vs plain LIKE scan, and projection latency."""
+    results = run_search_bench(_parse_sizes(sizes), seed)
+    if as_json:
+        typer.echo(json.dumps(results, indent=2))
+        return
+    for row in results:
+        typer.echo(
+            f"size={row['size']:>7} exact p50/p99={row['exact_p50_ms']}/{row['exact_p99_ms']} ms  "
+            f"like p50/p99={row['like_p50_ms']}/{row['like_p99_ms']} ms  identical={row['identical']}  "
+            f"projection p50/p99={row['projection_p50_ms']}/{row['projection_p99_ms']} ms  "
+            f"({row['corpus_source']}, built in {row['build_s']} s)"
+        )
+
+
+if __name__ == "__main__":
+    typer.run(bench_search_command)
