@@ -33,7 +33,7 @@ from actors.queue_state import (
 from actors.retry import RetryPolicy
 from protocol.errors import InvalidPayloadError, OmrayError
 from protocol.jobs import JobEnvelope
-from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobFailedEvent
+from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobFailedEvent, JobSucceeded
 
 logger = logging.getLogger("omray.queue")
 
@@ -56,6 +56,31 @@ class QueueStorePort(Protocol):
     def list_unfinished_jobs(self) -> Sequence[Any]: ...
     def runtime_events(self, run_id: str, after_seq: int = 0) -> Sequence[Any]: ...
     def job_counts(self) -> Any: ...
+
+
+class QueueMetricsPort(Protocol):
+    """Where the queue reports its numbers (Ray metrics in a cluster; nothing in unit tests)."""
+
+    def queue_depth(self, depth: int, in_flight: int) -> None: ...
+    def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None: ...
+    def job_failed(self, handler_id: str, reason: str) -> None: ...
+    def model_tokens(self, handler_id: str, prompt_tokens: int, completion_tokens: int) -> None: ...
+
+
+class NoMetrics:
+    """A metrics port that records nothing."""
+
+    def queue_depth(self, depth: int, in_flight: int) -> None:
+        """Ignore."""
+
+    def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None:
+        """Ignore."""
+
+    def job_failed(self, handler_id: str, reason: str) -> None:
+        """Ignore."""
+
+    def model_tokens(self, handler_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Ignore."""
 
 
 class WorkerPoolPort(Protocol):
@@ -97,9 +122,11 @@ class QueueActor:
         max_in_flight: int = 1,
         clock: Callable[[], float] = time.time,
         start_loop: bool = True,
+        metrics: QueueMetricsPort | None = None,
     ) -> None:
         self._store = store
         self._workers = workers
+        self._metrics: QueueMetricsPort = metrics or NoMetrics()
         self._clock = clock
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -216,11 +243,37 @@ class QueueActor:
                 attempt = started[1] if started else None
                 if outcome is None:
                     commands = self._state.on_worker_lost(job_seq, self._clock(), attempt=attempt)
+                    kind = "worker_lost"
                 else:
                     parsed = JOB_OUTCOME_ADAPTER.validate_python(outcome)
                     commands = self._state.on_outcome(job_seq, parsed, self._clock(), attempt=attempt)
+                    kind = parsed.kind
+                    if isinstance(parsed, JobSucceeded) and started is not None:
+                        self._report_tokens(started[2], parsed.detail)
                 self._execute(commands)
+                if started is not None:
+                    self._safe_metric(
+                        self._metrics.attempt_finished,
+                        started[2],
+                        kind,
+                        self._clock() - started[3],
+                        started[1],
+                    )
+        self._safe_metric(self._metrics.queue_depth, self._state.depth, self._state.in_flight)
         return len(finished)
+
+    def _report_tokens(self, handler_id: str, detail: Mapping[str, Any]) -> None:
+        prompt, completion = detail.get("prompt_tokens"), detail.get("completion_tokens")
+        if isinstance(prompt, int) and isinstance(completion, int):
+            self._safe_metric(self._metrics.model_tokens, handler_id, prompt, completion)
+
+    @staticmethod
+    def _safe_metric(record: Callable[..., None], *args: Any) -> None:
+        # Metrics never hurt work: a failing exporter is logged and ignored.
+        try:
+            record(*args)
+        except Exception as exc:
+            logger.warning("metric update failed", extra={"error_class": type(exc).__name__})
 
     # --- command execution -------------------------------------------------------------------------
 
@@ -270,6 +323,7 @@ class QueueActor:
         payload = event.model_dump()
         self._store.record_runtime_event(run_id, JobFailedEvent.event_type, payload, iso_utc(now))
         self._recent_failures.append({"run_id": run_id, **payload, "at": iso_utc(now)})
+        self._safe_metric(self._metrics.job_failed, event.handler_id, event.reason)
         logger.error(
             "job failed after retrying",
             extra={

@@ -128,7 +128,15 @@ class QueueRuntime(QueueActor):
         store = StoreProxy(store_handle(names, queue_db), durable=True)
         workers = {hid: worker_handle(names, hid, path, worker_env) for hid, path in handler_paths.items()}
         policy = RetryPolicy(base_delay_s=retry_base_delay_s)
-        super().__init__(store, RayWorkerPool(workers), policy=policy, max_in_flight=max_in_flight)
+        from cluster.metrics import RayQueueMetrics
+
+        super().__init__(
+            store,
+            RayWorkerPool(workers),
+            policy=policy,
+            max_in_flight=max_in_flight,
+            metrics=RayQueueMetrics(names.prefix),
+        )
 
     def ping(self) -> dict[str, Any]:
         """Liveness probe with the process id (tests kill it by pid)."""

@@ -1,0 +1,112 @@
+"""The QueueActor shell without Ray: a real Store file, a fake worker pool, a manual clock."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from actors.queue_actor import QueueActor
+from actors.retry import RetryPolicy
+from persistence.store import Store
+from protocol.jobs import JobEnvelope, SemanticIndexJob
+from protocol.outcomes import JobFailed, JobSucceeded
+
+
+class FakeWorkers:
+    """Runs attempts on demand; outcomes are decided by a function of (job_id, attempt)."""
+
+    def __init__(self, decide: Any) -> None:
+        self.decide = decide
+        self.started: list[tuple[str, int]] = []
+        self._pending: list[tuple[int, dict[str, Any] | None]] = []
+
+    def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
+        self.started.append((envelope["job_id"], attempt))
+        self._pending.append((job_seq, self.decide(envelope["job_id"], attempt)))
+
+    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
+        done, self._pending = self._pending, []
+        return done
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ExplodingMetrics:
+    def queue_depth(self, depth: int, in_flight: int) -> None:
+        raise RuntimeError("exporter down")
+
+    attempt_finished = job_failed = model_tokens = queue_depth  # type: ignore[assignment]
+
+
+def _job(n: int) -> JobEnvelope:
+    return JobEnvelope(job_id=f"j{n}", correlation_id="s", payload=SemanticIndexJob(run_id="s", db_path="/x"))
+
+
+def _ok(job_id: str, attempt: int) -> dict[str, Any]:
+    return JobSucceeded(job_id=job_id, detail={"prompt_tokens": 3, "completion_tokens": 1}).model_dump()
+
+
+def _drain(queue: QueueActor, clock: Clock, steps: int = 50) -> None:
+    for _ in range(steps):
+        queue.tick(0)
+        clock.now += 10
+
+
+def test_dispatch_is_durable_before_it_returns(tmp_path: Path) -> None:
+    store = Store(tmp_path / "q.sqlite")
+    queue = QueueActor(store, FakeWorkers(_ok), start_loop=False)
+    assert queue.dispatch(_job(1)) == "j1"
+    assert [row.envelope.job_id for row in store.list_unfinished_jobs()] == ["j1"]
+
+
+def test_jobs_run_in_order_and_finish_once_even_with_failing_metrics(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    workers = FakeWorkers(_ok)
+    queue = QueueActor(store, workers, clock=clock, start_loop=False, metrics=ExplodingMetrics())  # type: ignore[arg-type]
+    for n in range(5):
+        queue.dispatch(_job(n))
+    _drain(queue, clock)
+    assert workers.started == [(f"j{n}", 1) for n in range(5)]
+    assert store.job_counts().succeeded == 5 and queue.is_idle()
+
+
+def test_restart_resumes_the_job_that_was_running(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    first = FakeWorkers(lambda job_id, attempt: None)  # never collected: the "actor" dies
+    queue = QueueActor(store, first, clock=clock, start_loop=False)
+    queue.dispatch(_job(1))
+    queue.dispatch(_job(2))
+    queue._execute(queue._state.next_dispatch(clock()))  # job 1 starts, then the process dies
+    assert first.started == [("j1", 1)]
+    second = FakeWorkers(_ok)
+    restarted = QueueActor(Store(tmp_path / "q.sqlite"), second, clock=clock, start_loop=False)
+    _drain(restarted, clock)
+    assert second.started == [("j1", 2), ("j2", 1)]  # the interrupted attempt counted
+    assert store.job_counts().succeeded == 2
+
+
+def test_always_failing_job_gets_four_attempts_and_one_event(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+
+    def fail(job_id: str, attempt: int) -> dict[str, Any]:
+        return JobFailed(job_id=job_id, retryable=True, reason="transient_runtime").model_dump()
+
+    workers = FakeWorkers(fail)
+    queue = QueueActor(store, workers, clock=clock, policy=RetryPolicy(base_delay_s=1.0), start_loop=False)
+    queue.dispatch(_job(9))
+    _drain(queue, clock)
+    assert [attempt for _, attempt in workers.started] == [1, 2, 3, 4]
+    events = queue.runtime_events("s")
+    assert len(events) == 1 and events[0]["payload"]["attempts"] == 4
+    assert queue.status()["recent_failures"][0]["job_id"] == "j9"
