@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -65,8 +66,26 @@ def emit(result: BaseModel, as_json: bool) -> None:
         typer.echo(f"{name}: {value}")
 
 
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to file descriptor 1 to stderr meanwhile.
+
+    Ray's driver prints cluster notices (a worker died, a task is retried) on stdout even with
+    ``log_to_driver=False``; the chaos benchmark causes many, and stdout must carry only figures.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _run(address: str | None, as_json: bool, bench: Callable[[], BaseModel]) -> None:
-    with ray_for_bench(address):
+    with stdout_to_stderr(), ray_for_bench(address):
         result = bench()
     emit(result, as_json)
 
@@ -97,3 +116,35 @@ def chaos_command(
     from bench.queue_bench import run_chaos_bench
 
     _run(address, as_json, lambda: run_chaos_bench(jobs, seed=seed, max_kills=kills, timeout_s=timeout))
+
+
+def _register_more() -> None:
+    from bench.search_bench import bench_search_command
+
+    bench_app.command("search")(bench_search_command)
+
+
+_register_more()
+
+
+@bench_app.command("observer")
+def observer_command(
+    transcript: str | None = typer.Option(None, "--transcript", help="pi transcript (default: a real one)."),
+    context_window: int = typer.Option(32768, "--context-window", min=1024, help="Model context window."),
+    as_json: bool = JsonOption,
+) -> None:
+    """The Observer on a real transcript with the scripted model: prompt tokens per source token, parts."""
+    import json
+    from pathlib import Path
+
+    from bench.observer_bench import run_observer_bench
+
+    result = run_observer_bench(Path(transcript) if transcript else None, context_window=context_window)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+        return
+    typer.echo(
+        f"{result['transcript']}: {result['events']} events, {result['parts']} parts "
+        f"({result['parts_per_1000_events']} per 1,000 events), "
+        f"{result['prompt_tokens_per_source_token']} prompt tokens per source token, {result['seconds']} s"
+    )

@@ -122,9 +122,52 @@ def _mount_subcommands() -> None:
     from cluster.memory_cli import memory_app
 
     app.add_typer(memory_app, name="memory", help="Read memory: status, view, project, search, recall.")
+    from cluster.bench_cli import bench_app
+
+    app.add_typer(bench_app, name="bench", help="Benchmarks: print figures as JSON with --json.")
 
 
 _mount_subcommands()
+
+
+@app.command()
+def watch(
+    session: Annotated[str | None, typer.Option(help="Only this session's stage line and failures.")] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="Memory database (default: from the settings file in this directory).")
+    ] = None,
+    address: Annotated[str, typer.Option(help="Ray address.")] = "auto",
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes (at least 0.25).")] = 0.25,
+    once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+    prefix: Annotated[str, typer.Option(help="Actor name prefix of the runtime.")] = "omray",
+) -> None:
+    """Live view: queue depth, the job in flight, each session's stage line, recent failures."""
+    try:
+        from cluster.client import OmrayClient
+        from cluster.naming import RuntimeNames
+        from cluster.watch import WatchSource, ray_queue_reader, run_watch
+        from persistence.settings_file import load_settings_block
+
+        try:
+            settings: dict[str, Any] = (
+                {"storage": {"database": str(db.absolute())}}
+                if db is not None
+                else load_settings_block(cwd=Path.cwd())
+            )
+        except OmrayError as exc:
+            fail(str(exc))
+        client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=Path.cwd())
+        source = WatchSource(
+            queue_name=client.names.queue,
+            db_path=client.db_path,
+            read_queue=ray_queue_reader(client, address),
+            read_activity=lambda now: client.activities(now=now),
+            session_filter=session.strip() if session else None,
+        )
+        code = run_watch(source.snapshot, interval_s=interval, once=once)
+    except KeyboardInterrupt:  # Ctrl-C before the view started is a clean exit too
+        code = 0
+    raise typer.Exit(code=code)
 
 
 def main() -> None:

@@ -41,12 +41,23 @@ DEFAULT_HANDLERS: dict[str, str] = {
 _COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
 
 
-def _current_node_affinity() -> NodeAffinitySchedulingStrategy:
-    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+def current_node_id() -> str:
+    """Id of the Ray node this process runs on."""
+    node_id: str = ray.get_runtime_context().get_node_id()
+    return node_id
 
 
-def store_handle(names: RuntimeNames, db_path: str | Path, *, pin_to_current_node: bool = True) -> Any:
-    """The StoreActor of ``db_path``, created on demand on the node that holds the file."""
+def _node_affinity(node_id: str) -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+def store_handle(names: RuntimeNames, db_path: str | Path, *, data_node_id: str | None = None) -> Any:
+    """The StoreActor of ``db_path``, created on demand on the data node (the one holding the files).
+
+    ``data_node_id`` defaults to the caller's node; workers pass the node recorded by
+    :func:`ensure_runtime`, so a worker on another node never creates a store (and an empty file)
+    where the database does not live.
+    """
     path = str(Path(db_path).resolve())
     options: dict[str, Any] = {
         **_COMMON_OPTIONS,
@@ -54,24 +65,26 @@ def store_handle(names: RuntimeNames, db_path: str | Path, *, pin_to_current_nod
         "namespace": names.namespace,
         "get_if_exists": True,
         "max_task_retries": 0,
+        "scheduling_strategy": _node_affinity(data_node_id or current_node_id()),
     }
-    if pin_to_current_node:
-        options["scheduling_strategy"] = _current_node_affinity()
     return ray.remote(StoreActor).options(**options).remote(path)
 
 
 class RayWorkerContext:
     """What a handler running in a worker actor may use: StoreActors and the queue."""
 
-    def __init__(self, names: RuntimeNames) -> None:
+    def __init__(self, names: RuntimeNames, data_node_id: str) -> None:
         self._names = names
+        self._data_node_id = data_node_id
         self._stores: dict[str, StoreProxy] = {}
 
     def store_for(self, db_path: str) -> StoreProxy:
         """A durable proxy to the single writer of ``db_path``."""
         proxy = self._stores.get(db_path)
         if proxy is None:
-            proxy = StoreProxy(store_handle(self._names, db_path), durable=True)
+            proxy = StoreProxy(
+                store_handle(self._names, db_path, data_node_id=self._data_node_id), durable=True
+            )
             self._stores[db_path] = proxy
         return proxy
 
@@ -85,12 +98,16 @@ class RayWorkerContext:
 class WorkerRuntime(WorkerActor):
     """A worker actor with its Ray context; constructed inside the actor process."""
 
-    def __init__(self, names: RuntimeNames, handler_id: str, handler_path: str) -> None:
-        super().__init__(handler_id, load_handler(handler_path), RayWorkerContext(names))
+    def __init__(self, names: RuntimeNames, handler_id: str, handler_path: str, data_node_id: str) -> None:
+        super().__init__(handler_id, load_handler(handler_path), RayWorkerContext(names, data_node_id))
 
 
 def worker_handle(
-    names: RuntimeNames, handler_id: str, handler_path: str, env_vars: Mapping[str, str] | None = None
+    names: RuntimeNames,
+    handler_id: str,
+    handler_path: str,
+    env_vars: Mapping[str, str] | None = None,
+    data_node_id: str | None = None,
 ) -> Any:
     """The worker actor that owns ``handler_id`` (created if missing)."""
     actor_name = {
@@ -110,7 +127,11 @@ def worker_handle(
     }
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
-    return ray.remote(WorkerRuntime).options(**options).remote(names, handler_id, handler_path)
+    return (
+        ray.remote(WorkerRuntime)
+        .options(**options)
+        .remote(names, handler_id, handler_path, data_node_id or current_node_id())
+    )
 
 
 class QueueRuntime(QueueActor):
@@ -124,9 +145,14 @@ class QueueRuntime(QueueActor):
         worker_env: Mapping[str, str] | None = None,
         retry_base_delay_s: float = 1.0,
         max_in_flight: int = 1,
+        data_node_id: str | None = None,
     ) -> None:
-        store = StoreProxy(store_handle(names, queue_db), durable=True)
-        workers = {hid: worker_handle(names, hid, path, worker_env) for hid, path in handler_paths.items()}
+        node = data_node_id or current_node_id()
+        store = StoreProxy(store_handle(names, queue_db, data_node_id=node), durable=True)
+        workers = {
+            hid: worker_handle(names, hid, path, worker_env, data_node_id=node)
+            for hid, path in handler_paths.items()
+        }
         policy = RetryPolicy(base_delay_s=retry_base_delay_s)
         from cluster.metrics import RayQueueMetrics
 
@@ -165,9 +191,10 @@ def ensure_runtime(
     names = names or RuntimeNames()
     db = queue_db or queue_db_path(names)
     paths = dict(handler_paths or DEFAULT_HANDLERS)
-    store_handle(names, db)
+    data_node = current_node_id()  # the node running `omray up` holds the databases
+    store_handle(names, db, data_node_id=data_node)
     for hid, path in paths.items():
-        worker_handle(names, hid, path, worker_env)
+        worker_handle(names, hid, path, worker_env, data_node_id=data_node)
     queue = (
         ray.remote(QueueRuntime)
         .options(
@@ -177,9 +204,9 @@ def ensure_runtime(
             get_if_exists=True,
             max_task_retries=-1,  # dispatch is idempotent for a pending job id
             max_concurrency=16,
-            scheduling_strategy=_current_node_affinity(),
+            scheduling_strategy=_node_affinity(data_node),
         )
-        .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight)
+        .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight, data_node)
     )
     ray.get(queue.ping.remote())
     return queue

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 from cluster.client import OmrayClient
 from cluster.demo_session import demo_session, event_line
 from cluster.naming import RuntimeNames
@@ -18,7 +19,6 @@ from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader
 from protocol.events import AfterTurnCommit, EventSummary
 from tests.integration.conftest import assert_eventually
-from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 
 pytestmark = pytest.mark.integration
 

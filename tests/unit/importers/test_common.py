@@ -101,7 +101,8 @@ def test_numeric_looking_session_id_stays_a_string_and_default_path(tmp_path: Pa
     _, events = run_import("pi", FIXTURES / "pi-session.jsonl", tmp_path, session_id="0012")
     raw = json.loads((tmp_path / "session" / "events.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert raw["run_id"] == "0012" and events[0].run_id == "0012"
-    assert default_events_path("0012", tmp_path) == tmp_path / ".hatfield" / "sessions" / "0012" / "events.jsonl"
+    expected = tmp_path / ".hatfield" / "sessions" / "0012" / "events.jsonl"
+    assert default_events_path("0012", tmp_path) == expected
 
 
 @pytest.mark.parametrize(

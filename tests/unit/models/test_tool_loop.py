@@ -18,6 +18,7 @@ from actors.models import (
     ToolLoopResult,
     run_tool_loop,
 )
+from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls, http_error
 from protocol.tool_specs import RECORD_OBSERVATIONS, record_observations_spec
 from protocol.tools import (
     ObservationReceipt,
@@ -26,7 +27,6 @@ from protocol.tools import (
     observation_receipt,
     parse_observation_draft,
 )
-from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls, http_error
 
 MODEL = "local/gpt-test"
 GOOD_ITEM = {

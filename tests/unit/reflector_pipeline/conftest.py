@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from actors.models import OpenAIChatModel
+from bench.scripted_server import ScriptedServer
 from persistence.queries import MemoryReader
 from persistence.store import Store
-from bench.scripted_server import ScriptedServer
 
 THINKING_OFF_BODY = {"chat_template_kwargs": {"enable_thinking": False}}
 

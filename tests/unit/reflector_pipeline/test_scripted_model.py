@@ -7,12 +7,12 @@ import pytest
 from actors.models import ModelCallError, OpenAIChatModel
 from actors.reflector_core import ReflectPayloadError
 from actors.reflector_pipeline import ReflectResult, reflect_generation
+from bench.scripted_server import ScriptedServer, chat_text, chat_tool_calls, http_error
 from persistence.queries import MemoryReader
 from persistence.store import Store
 from protocol.errors import ConflictError
 from protocol.jobs import ReflectGenerationJob
 from protocol.records import ActivityRecord, ObservationRecord, Relevance
-from bench.scripted_server import ScriptedServer, chat_text, chat_tool_calls, http_error
 
 from .helpers import (
     RUN,

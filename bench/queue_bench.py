@@ -1,0 +1,655 @@
+"""Queue benchmarks: throughput of the durable FIFO, and its guarantees under SIGKILL chaos.
+
+Both benchmarks run a runtime with unique actor names and a temporary queue database on the Ray
+cluster this process is connected to, dispatch ``N`` jobs whose handler is :func:`idempotent_noop`,
+wait until the queue is drained, then audit the outcome from two independent records: the queue's
+durable rows (``omray_job``, read after the runtime is removed, so no writer is left) and a ledger
+the handler appends to (one JSON line per step of every execution).
+
+The no-op handler's effect is idempotent the way real handlers are: it creates a per-job marker file
+with ``O_EXCL``; an execution that finds the marker already there skips the effect. Each execution
+writes ``start``, then ``applied`` or ``skipped``, then ``end``.
+
+Definitions (per accepted job, i.e. a job whose ``dispatch`` returned its id):
+
+- ``completed``: its durable row finished ``succeeded``.
+- ``failed``: its durable row finished ``failed`` (retries exhausted).
+- ``lost``: it never finished (no ``succeeded`` or ``failed`` row), or it finished without any
+  execution having started (no ``start`` line).
+- ``duplicated``: it finished more than once (two finished rows), or its effect was applied more
+  than once, or an execution of it started after its success was durably recorded (the queue
+  handed out a job it had already completed). At-least-once plus idempotency must keep this 0.
+- ``redelivered``: extra executions that started before its success was recorded (a worker or the
+  queue died mid-job); at-least-once delivery allows them.
+- ``order_kept``: the first handler executions started in acceptance order. The queue orders
+  *attempts*; an attempt that dies before reaching the handler, or a retry waiting out its
+  backoff, lets later jobs reach the handler first, so a chaos run may report ``false``.
+
+``jobs_per_s`` is accepted jobs divided by the time from the first dispatch to a drained queue.
+``dispatch_overhead_ms_p50``/``p99`` is the latency of one ``dispatch`` call (the job is durable
+when it returns). The baseline sends the same jobs as plain calls to one Ray actor that runs the
+same handler with no queue and no durability.
+
+The audit compares timestamps written by workers and by the queue, so it assumes they share a
+clock (one machine, or well-synchronized nodes), and the ledger must be on a filesystem every
+worker can append to.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import random
+import signal
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import ray
+from pydantic import BaseModel, ConfigDict
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+from actors.bench_handlers import LEDGER_ENV, read_ledger
+from cluster.naming import RuntimeNames
+from cluster.runtime import ensure_runtime, remove_runtime
+from protocol.errors import OmrayError
+from protocol.jobs import (
+    OBSERVE_BOUNDARY_HANDLER,
+    REFLECT_GENERATION_HANDLER,
+    SEMANTIC_INDEX_HANDLER,
+    JobEnvelope,
+)
+
+logger = logging.getLogger("omray.bench")
+
+EFFECTS_ENV = "OMRAY_BENCH_EFFECTS"
+"""Directory of the no-op handler's per-job effect markers."""
+HOLD_ENV = "OMRAY_BENCH_HOLD_S"
+"""Seconds the no-op handler holds its worker before applying its effect (default 0)."""
+
+NOOP_HANDLER_PATH = "bench.queue_bench:idempotent_noop"
+"""Import path of the benchmark handler, as the worker actors load it."""
+BENCH_HANDLERS: dict[str, str] = {
+    OBSERVE_BOUNDARY_HANDLER: NOOP_HANDLER_PATH,
+    REFLECT_GENERATION_HANDLER: NOOP_HANDLER_PATH,
+    SEMANTIC_INDEX_HANDLER: NOOP_HANDLER_PATH,
+}
+"""Every handler id runs the no-op, so jobs of all three kinds exercise all three workers."""
+
+CALL_TIMEOUT_S = 30.0
+"""Upper bound of one driver-side call; a call that times out is retried until the deadline."""
+
+ActorKind = Literal["queue", "worker", "store"]
+"""What the chaos benchmark kills."""
+ACTOR_KINDS: tuple[ActorKind, ...] = ("queue", "worker", "store")
+
+
+class BenchError(OmrayError):
+    """A benchmark could not run (no Ray connection, bad arguments)."""
+
+
+# --- the handler (runs inside worker actors) --------------------------------------------------------
+
+
+def _append_line(path: str, record: Mapping[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (json.dumps(dict(record)) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def idempotent_noop(envelope: JobEnvelope, attempt: int, context: Any) -> Mapping[str, Any]:
+    """Apply a per-job effect at most once (an ``O_EXCL`` marker file) and log each step."""
+    ledger = os.environ[LEDGER_ENV]
+    effects = Path(os.environ[EFFECTS_ENV])
+    base = {"job_id": envelope.job_id, "attempt": attempt, "pid": os.getpid()}
+    _append_line(ledger, {**base, "event": "start", "t": time.time()})
+    hold_s = float(os.environ.get(HOLD_ENV, "0") or 0)
+    if hold_s > 0:
+        time.sleep(hold_s)
+    try:
+        os.close(os.open(effects / envelope.job_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        effect = "applied"
+    except FileExistsError:
+        effect = "skipped"  # an earlier execution already applied it: idempotent redelivery
+    _append_line(ledger, {**base, "event": effect, "t": time.time()})
+    _append_line(ledger, {**base, "event": "end", "t": time.time()})
+    return {"effect": effect}
+
+
+# --- results ----------------------------------------------------------------------------------------
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MachineInfo(_Frozen):
+    """The machine the driver runs on."""
+
+    cores: int
+    """Logical CPUs (``os.cpu_count``)."""
+    memory_gb: float
+    """Physical memory in GiB."""
+    cluster_cpus: float
+    """CPUs the connected Ray cluster advertises."""
+
+
+class JobAudit(_Frozen):
+    """What happened to the accepted jobs, from the durable rows and the handler's ledger."""
+
+    jobs: int
+    """Jobs the benchmark tried to dispatch."""
+    accepted: int
+    """Jobs whose ``dispatch`` returned their id."""
+    completed: int
+    """Accepted jobs whose durable row finished ``succeeded``."""
+    failed: int
+    """Accepted jobs whose durable row finished ``failed``."""
+    lost: int
+    """Accepted jobs that never finished, or finished without ever starting."""
+    duplicated: int
+    """Jobs finished twice, applied twice, or started again after their success was recorded."""
+    redelivered: int
+    """Extra executions before a job's success was recorded (allowed by at-least-once)."""
+    executions: int
+    """Handler executions started in total."""
+    order_kept: bool
+    """First handler executions started in acceptance order (see the module docstring)."""
+
+
+class QueueBenchResult(_Frozen):
+    """``omray bench queue``: throughput and dispatch latency of the durable queue vs plain Ray."""
+
+    bench: Literal["queue"] = "queue"
+    """Which benchmark."""
+    jobs: int
+    """Jobs dispatched."""
+    completed: int
+    """See :class:`JobAudit`."""
+    failed: int
+    """See :class:`JobAudit`."""
+    lost: int
+    """See :class:`JobAudit`."""
+    rejected: int
+    """Jobs whose ``dispatch`` never returned before the deadline (not accepted, so not lost)."""
+    duplicated: int
+    """See :class:`JobAudit`."""
+    redelivered: int
+    """See :class:`JobAudit`."""
+    order_kept: bool
+    """See :class:`JobAudit`."""
+    seconds: float
+    """First dispatch to drained queue."""
+    jobs_per_s: float
+    """Accepted jobs per second through the durable queue."""
+    dispatch_overhead_ms_p50: float
+    """Median latency of one durable ``dispatch`` call."""
+    dispatch_overhead_ms_p99: float
+    """99th percentile latency of one durable ``dispatch`` call."""
+    baseline_jobs_per_s: float | None
+    """The same jobs as pipelined calls on one plain Ray actor (no durability); None when skipped."""
+    baseline_call_ms_p50: float | None
+    """Median round trip of one synchronous plain actor call; None when skipped."""
+    machine: MachineInfo
+    """Where it ran."""
+
+
+class ChaosBenchResult(_Frozen):
+    """``omray bench chaos``: the queue's guarantees while its actors are SIGKILLed."""
+
+    bench: Literal["chaos"] = "chaos"
+    """Which benchmark."""
+    jobs: int
+    """Jobs dispatched."""
+    completed: int
+    """See :class:`JobAudit`."""
+    failed: int
+    """See :class:`JobAudit`."""
+    lost: int
+    """See :class:`JobAudit`."""
+    rejected: int
+    """Jobs whose ``dispatch`` never returned before the deadline (not accepted, so not lost)."""
+    duplicated: int
+    """See :class:`JobAudit`."""
+    redelivered: int
+    """See :class:`JobAudit`."""
+    order_kept: bool
+    """See :class:`JobAudit`."""
+    kills: dict[str, int]
+    """SIGKILLs delivered, by actor kind (``queue``, ``worker``, ``store``)."""
+    seed: int
+    """Seed of the kill schedule."""
+    timed_out: bool
+    """The queue did not drain before the timeout (unfinished jobs then count as lost)."""
+    seconds: float
+    """First dispatch to drained queue (or to the timeout)."""
+    machine: MachineInfo
+    """Where it ran."""
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def machine_info() -> MachineInfo:
+    """Cores and memory of this machine, and the CPUs of the connected cluster."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    resources: dict[str, Any] = ray.cluster_resources() if ray.is_initialized() else {}  # type: ignore[no-untyped-call]
+    cpus = float(resources.get("CPU", 0.0))
+    return MachineInfo(cores=os.cpu_count() or 1, memory_gb=round(memory / 2**30, 1), cluster_cpus=cpus)
+
+
+def bench_job(run_id: str, n: int) -> JobEnvelope:
+    """Job number ``n``: the three kinds in turn, with paths that no handler opens."""
+    kind = ("semantic_index", "observe_boundary", "reflect_generation")[n % 3]
+    job_id = f"{run_id}-{n:06d}"
+    payload: dict[str, Any] = {"kind": kind, "run_id": run_id, "db_path": "/nonexistent/om.sqlite"}
+    if kind == "observe_boundary":
+        payload |= {
+            "terminal_end_seq": n + 1,
+            "terminal_status": "completed",
+            "renderer_version": "1",
+            "observer_schema_version": "1",
+            "events_path": "/nonexistent/events.jsonl",
+        }
+    elif kind == "reflect_generation":
+        payload |= {
+            "generation_id": f"{n:064x}",
+            "observation_set_hash": f"{n + 1:064x}",
+            "reflector_model": "bench/noop",
+            "reflector_schema_version": "1",
+        }
+    return JobEnvelope.model_validate({"job_id": job_id, "correlation_id": run_id, "payload": payload})
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-quantile (0..1) by linear interpolation; 0.0 for no values."""
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    index = min(max(round(q * 100) - 1, 0), len(cuts) - 1)
+    return cuts[index]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One durable ``omray_job`` row, as the audit needs it."""
+
+    job_id: str
+    """Job id."""
+    state: str
+    """``pending``, ``running``, ``succeeded`` or ``failed``."""
+    finished_at: float | None
+    """Epoch seconds of the finish, if finished."""
+
+
+def read_job_rows(queue_db: str) -> list[JobRow]:
+    """Every row of the queue database, read-only (call it after the StoreActor is gone)."""
+    if not Path(queue_db).exists():
+        return []
+    # A post-mortem audit read: the writer (StoreActor) has been removed, so nothing else writes.
+    conn = sqlite3.connect(f"file:{queue_db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT job_id, state, finished_at FROM omray_job ORDER BY job_seq").fetchall()
+    finally:
+        conn.close()
+    return [
+        JobRow(
+            job_id=r[0], state=r[1], finished_at=datetime.fromisoformat(r[2]).timestamp() if r[2] else None
+        )
+        for r in rows
+    ]
+
+
+def audit_jobs(jobs: int, accepted: list[str], rows: list[JobRow], ledger: list[dict[str, Any]]) -> JobAudit:
+    """Count completed, lost, duplicated and redelivered jobs (definitions in the module docstring)."""
+    rows_by_job: dict[str, list[JobRow]] = defaultdict(list)
+    for row in rows:
+        rows_by_job[row.job_id].append(row)
+    starts: dict[str, list[float]] = defaultdict(list)
+    applied: dict[str, int] = defaultdict(int)
+    first_start_order: list[str] = []
+    for line in ledger:
+        job_id = str(line["job_id"])
+        if line["event"] == "start":
+            if job_id not in starts:
+                first_start_order.append(job_id)
+            starts[job_id].append(float(line["t"]))
+        elif line["event"] == "applied":
+            applied[job_id] += 1
+    completed = failed = lost = duplicated = redelivered = 0
+    for job_id in accepted:
+        finished = [r for r in rows_by_job.get(job_id, []) if r.state in ("succeeded", "failed")]
+        succeeded_at = [
+            r.finished_at for r in finished if r.state == "succeeded" and r.finished_at is not None
+        ]
+        job_starts = starts.get(job_id, [])
+        if not finished or not job_starts:
+            lost += 1
+        elif any(r.state == "succeeded" for r in finished):
+            completed += 1
+        else:
+            failed += 1
+        success_at = min(succeeded_at) if succeeded_at else None
+        before = [t for t in job_starts if success_at is None or t <= success_at]
+        after = len(job_starts) - len(before)
+        if len(finished) > 1 or applied.get(job_id, 0) > 1 or after > 0:
+            duplicated += 1
+        redelivered += max(len(before) - 1, 0)
+    accepted_set = set(accepted)
+    order = [job_id for job_id in first_start_order if job_id in accepted_set]
+    return JobAudit(
+        jobs=jobs,
+        accepted=len(accepted),
+        completed=completed,
+        failed=failed,
+        lost=lost,
+        duplicated=duplicated,
+        redelivered=redelivered,
+        executions=sum(len(v) for v in starts.values()),
+        order_kept=order == [job_id for job_id in accepted if job_id in starts],
+    )
+
+
+def _get(ref: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
+    return ray.get(ref, timeout=timeout_s)
+
+
+def _retrying(call: Callable[[], Any], deadline: float) -> Any:
+    """``call()`` until it answers; Ray retries the queue's methods across restarts, this bounds it."""
+    while True:
+        try:
+            return call()
+        except (GetTimeoutError, RayActorError):
+            if time.monotonic() > deadline:
+                raise
+
+
+@dataclass
+class _Workspace:
+    """A runtime with unique names, its temporary files, and its handles."""
+
+    names: RuntimeNames
+    directory: Path
+    queue_db: str
+    ledger: str
+    queue: Any = None
+    run_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:8]}")
+
+
+def _open_workspace(directory: Path, hold_s: float, retry_base_delay_s: float) -> _Workspace:
+    if not ray.is_initialized():
+        raise BenchError("not connected to Ray: call ray.init() (or use `omray bench`) first")
+    names = RuntimeNames(prefix=f"bench{uuid.uuid4().hex[:10]}")
+    effects = directory / "effects"
+    effects.mkdir(parents=True, exist_ok=True)
+    ws = _Workspace(
+        names=names,
+        directory=directory,
+        queue_db=str(directory / "queue.sqlite"),
+        ledger=str(directory / "ledger.jsonl"),
+    )
+    ws.queue = ensure_runtime(
+        names,
+        queue_db=ws.queue_db,
+        handler_paths=BENCH_HANDLERS,
+        worker_env={LEDGER_ENV: ws.ledger, EFFECTS_ENV: str(effects), HOLD_ENV: str(hold_s)},
+        retry_base_delay_s=retry_base_delay_s,
+    )
+    # Workers start lazily: wait until each answers so startup is not billed to the first jobs.
+    for actor_name in (names.observer, names.reflector, names.indexer):
+        _get(ray.get_actor(actor_name, namespace=names.namespace).ping.remote(), 120.0)
+    return ws
+
+
+def _durably_drained(ws: _Workspace, accepted: int) -> bool:
+    counts = _get(ws.queue.job_counts.remote())
+    finished = int(counts["succeeded"]) + int(counts["failed"])
+    return int(counts["pending"]) == 0 and int(counts["running"]) == 0 and finished >= accepted
+
+
+def _wait_drained(
+    ws: _Workspace, accepted: Callable[[], int], done: Callable[[], bool], deadline: float
+) -> bool:
+    while time.monotonic() < deadline:
+        try:
+            if done() and _durably_drained(ws, accepted()):
+                return True
+        except (GetTimeoutError, RayActorError):
+            pass  # the queue or its store is restarting: ask again
+        time.sleep(0.02)
+    return False
+
+
+def _close_workspace(ws: _Workspace, accepted: list[str], jobs: int) -> JobAudit:
+    remove_runtime(ws.names)
+    return audit_jobs(jobs, accepted, read_job_rows(ws.queue_db), read_ledger(ws.ledger))
+
+
+class _Dispatcher(threading.Thread):
+    """Dispatches the jobs in order from its own thread, recording each call's latency."""
+
+    def __init__(self, ws: _Workspace, jobs: int, deadline: float) -> None:
+        super().__init__(name="omray-bench-dispatch", daemon=True)
+        self._ws = ws
+        self._jobs = jobs
+        self._deadline = deadline
+        self._lock = threading.Lock()
+        self.accepted: list[str] = []
+        self.latencies_ms: list[float] = []
+        self.finished = threading.Event()
+
+    def accepted_count(self) -> int:
+        with self._lock:
+            return len(self.accepted)
+
+    def _dispatch_once(self, job: JobEnvelope) -> Any:
+        return _get(self._ws.queue.dispatch.remote(job))
+
+    def run(self) -> None:
+        try:
+            for n in range(self._jobs):
+                job = bench_job(self._ws.run_id, n)
+                started = time.perf_counter()
+                try:
+                    job_id = _retrying(functools.partial(self._dispatch_once, job), self._deadline)
+                except RayError as exc:
+                    logger.warning(
+                        "dispatch gave up", extra={"job_id": job.job_id, "error_class": type(exc).__name__}
+                    )
+                    continue
+                with self._lock:
+                    self.latencies_ms.append((time.perf_counter() - started) * 1000.0)
+                    self.accepted.append(str(job_id))
+        finally:
+            self.finished.set()
+
+
+# --- baseline -----------------------------------------------------------------------------------------
+
+
+class _PlainActor:
+    """One plain Ray actor running the same handler: no queue, no store, no durability."""
+
+    def __init__(self, directory: str) -> None:
+        os.environ[LEDGER_ENV] = str(Path(directory) / "baseline-ledger.jsonl")
+        os.environ[EFFECTS_ENV] = str(Path(directory) / "baseline-effects")
+        Path(os.environ[EFFECTS_ENV]).mkdir(parents=True, exist_ok=True)
+
+    def handle(self, envelope_data: Mapping[str, Any], attempt: int) -> Mapping[str, Any]:
+        return idempotent_noop(JobEnvelope.model_validate(envelope_data), attempt, None)
+
+
+def run_baseline(jobs: int, directory: Path) -> tuple[float, float]:
+    """Plain-actor throughput (pipelined calls) and the median synchronous call in ms."""
+    actor: Any = ray.remote(_PlainActor).options(num_cpus=0).remote(str(directory))
+    try:
+        envelopes = [bench_job("baseline", n).model_dump() for n in range(jobs)]
+        _get(actor.handle.remote(envelopes[0], 0), 120.0)  # warm up: process start and imports
+        started = time.perf_counter()
+        _get([actor.handle.remote(e, 1) for e in envelopes], 300.0)
+        jobs_per_s = jobs / max(time.perf_counter() - started, 1e-9)
+        calls: list[float] = []
+        for envelope in envelopes[: min(jobs, 200)]:
+            t0 = time.perf_counter()
+            _get(actor.handle.remote(envelope, 2))
+            calls.append((time.perf_counter() - t0) * 1000.0)
+        return jobs_per_s, statistics.median(calls)
+    finally:
+        ray.kill(actor, no_restart=True)
+
+
+# --- the benchmarks -----------------------------------------------------------------------------------
+
+
+def run_queue_bench(
+    jobs: int,
+    *,
+    workdir: str | Path | None = None,
+    timeout_s: float = 600.0,
+    baseline: bool = True,
+) -> QueueBenchResult:
+    """Dispatch ``jobs`` no-op jobs through a fresh durable runtime and measure it (Ray must be connected)."""
+    if jobs < 1:
+        raise BenchError(f"jobs must be at least 1, got {jobs!r}")
+    with tempfile.TemporaryDirectory(prefix="omray-bench-", dir=workdir) as tmp:
+        directory = Path(tmp)
+        ws = _open_workspace(directory, hold_s=0.0, retry_base_delay_s=0.05)
+        deadline = time.monotonic() + timeout_s
+        dispatcher = _Dispatcher(ws, jobs, deadline)
+        started = time.perf_counter()
+        try:
+            dispatcher.start()
+            _wait_drained(ws, dispatcher.accepted_count, dispatcher.finished.is_set, deadline)
+            seconds = time.perf_counter() - started
+            dispatcher.join(timeout=CALL_TIMEOUT_S)
+        finally:
+            audit = _close_workspace(ws, list(dispatcher.accepted), jobs)
+        base_rate, base_call = run_baseline(jobs, directory) if baseline else (None, None)
+    latencies = sorted(dispatcher.latencies_ms)
+    return QueueBenchResult(
+        jobs=jobs,
+        completed=audit.completed,
+        failed=audit.failed,
+        lost=audit.lost,
+        rejected=jobs - audit.accepted,
+        duplicated=audit.duplicated,
+        redelivered=audit.redelivered,
+        order_kept=audit.order_kept,
+        seconds=round(seconds, 3),
+        jobs_per_s=round(audit.accepted / max(seconds, 1e-9), 1),
+        dispatch_overhead_ms_p50=round(percentile(latencies, 0.5), 3),
+        dispatch_overhead_ms_p99=round(percentile(latencies, 0.99), 3),
+        baseline_jobs_per_s=None if base_rate is None else round(base_rate, 1),
+        baseline_call_ms_p50=None if base_call is None else round(base_call, 3),
+        machine=machine_info(),
+    )
+
+
+class _Killer:
+    """SIGKILLs one actor of a runtime by the pid its ``ping`` reports, then waits for its restart."""
+
+    def __init__(self, ws: _Workspace, rng: random.Random) -> None:
+        self._ws = ws
+        self._rng = rng
+
+    def _handle(self, kind: ActorKind) -> Any:
+        names = self._ws.names
+        actor_name = {
+            "queue": names.queue,
+            "store": names.store(self._ws.queue_db),
+            "worker": self._rng.choice([names.observer, names.reflector, names.indexer]),
+        }[kind]
+        return ray.get_actor(actor_name, namespace=names.namespace)
+
+    def kill(self, kind: ActorKind, deadline: float) -> bool:
+        """Kill one actor of ``kind`` and wait until it answers again; False if it could not be killed."""
+        handle = self._handle(kind)
+        try:
+            pid = int(_get(handle.ping.remote())["pid"])
+            os.kill(pid, signal.SIGKILL)
+        except (RayError, ProcessLookupError):
+            return False  # no answer in time, or it died on its own meanwhile (or runs on another node)
+        while time.monotonic() < deadline:
+            try:
+                _get(handle.ping.remote(), 5.0)  # the restarted actor (restarts take about a second)
+                break
+            except RayError:
+                continue
+        return True
+
+
+def run_chaos_bench(
+    jobs: int,
+    *,
+    seed: int = 0,
+    max_kills: int = 3,
+    hold_s: float = 0.02,
+    timeout_s: float = 180.0,
+    workdir: str | Path | None = None,
+) -> ChaosBenchResult:
+    """Dispatch ``jobs`` jobs while SIGKILLing the queue, a worker and the store at seeded random moments.
+
+    At most ``max_kills`` kills (each kind once before any repeats, in a seeded order), each after
+    a random pause of 0.1–0.6 s and only while jobs are still unfinished; the run ends when the
+    queue has drained or ``timeout_s`` has passed, whichever comes first.
+    """
+    if jobs < 1 or max_kills < 0:
+        raise BenchError(f"need jobs >= 1 and max_kills >= 0, got {jobs!r} and {max_kills!r}")
+    rng = random.Random(seed)
+    plan: list[ActorKind] = []
+    while len(plan) < max_kills:
+        plan.extend(rng.sample(ACTOR_KINDS, len(ACTOR_KINDS)))
+    plan = plan[:max_kills]
+    kills: dict[str, int] = dict.fromkeys(ACTOR_KINDS, 0)
+    with tempfile.TemporaryDirectory(prefix="omray-chaos-", dir=workdir) as tmp:
+        ws = _open_workspace(Path(tmp), hold_s=hold_s, retry_base_delay_s=0.05)
+        deadline = time.monotonic() + timeout_s
+        dispatcher = _Dispatcher(ws, jobs, deadline)
+        killer = _Killer(ws, rng)
+        started = time.perf_counter()
+        try:
+            dispatcher.start()
+            for kind in plan:
+                pause_until = time.monotonic() + rng.uniform(0.1, 0.6)
+                if _wait_drained(ws, dispatcher.accepted_count, dispatcher.finished.is_set, pause_until):
+                    break  # nothing left to disturb
+                if killer.kill(kind, deadline):
+                    kills[kind] += 1
+            drained = _wait_drained(ws, dispatcher.accepted_count, dispatcher.finished.is_set, deadline)
+            seconds = time.perf_counter() - started
+            dispatcher.join(timeout=CALL_TIMEOUT_S)
+        finally:
+            audit = _close_workspace(ws, list(dispatcher.accepted), jobs)
+    return ChaosBenchResult(
+        jobs=jobs,
+        completed=audit.completed,
+        failed=audit.failed,
+        lost=audit.lost,
+        rejected=jobs - audit.accepted,
+        duplicated=audit.duplicated,
+        redelivered=audit.redelivered,
+        order_kept=audit.order_kept,
+        kills=kills,
+        seed=seed,
+        timed_out=not drained,
+        seconds=round(seconds, 3),
+        machine=machine_info(),
+    )
