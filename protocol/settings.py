@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from protocol.canonical import sha256_hex
 from protocol.errors import ModelSettingsError, SettingsError
@@ -47,6 +47,8 @@ BUILTIN_CONTEXT_WINDOW = 32768
 """Context window of the built-in model."""
 DEFAULT_PROVIDER_TIMEOUT_S = 300.0
 """Default HTTP timeout of a provider, in seconds."""
+BUILTIN_EMBEDDING_MODEL = "builtin/all-minilm-l6-v2"
+"""``semantic.embedding_api.model_id`` of the offline embedder (all-MiniLM-L6-v2, no ``base_url`` needed)."""
 
 TokenEncoding = Literal["o200k_base", "cl100k_base"]
 """tiktoken encodings omray can count tokens with."""
@@ -85,10 +87,10 @@ class _Settings(BaseModel):
 class EmbeddingApiSettings(_Settings):
     """OpenAI-compatible ``/v1/embeddings`` endpoint and how memories are chunked for it."""
 
-    base_url: str
-    """HTTP(S) base URL without a trailing ``/``."""
+    base_url: str | None
+    """HTTP(S) base URL without a trailing ``/``; ``None`` only for :data:`BUILTIN_EMBEDDING_MODEL`."""
     model_id: str = Field(min_length=1)
-    """Embedding model id sent to the endpoint."""
+    """Embedding model id sent to the endpoint, or :data:`BUILTIN_EMBEDDING_MODEL` for the offline one."""
     query_prefix: str = ""
     """Text prepended to search queries before embedding (trimmed)."""
     chunk_bytes: int = Field(default=1200, ge=4)
@@ -99,6 +101,17 @@ class EmbeddingApiSettings(_Settings):
     """Maximum lines per chunk."""
     batch_size: int = Field(default=4, ge=1)
     """Chunks embedded per index job batch."""
+
+    @model_validator(mode="after")
+    def _endpoint_or_builtin(self) -> EmbeddingApiSettings:
+        if self.base_url is None and not self.is_builtin:
+            raise ValueError(BASE_URL_MESSAGE)
+        return self
+
+    @property
+    def is_builtin(self) -> bool:
+        """Whether the offline embedder is selected (no network, no endpoint)."""
+        return self.model_id == BUILTIN_EMBEDDING_MODEL
 
 
 class RerankerApiSettings(_Settings):
@@ -317,6 +330,11 @@ def _base_url(block: Mapping[str, Any]) -> str:
     return url
 
 
+def _builtin_model_id(block: Mapping[str, Any]) -> bool:
+    value = block.get("model_id")
+    return isinstance(value, str) and value.strip() == BUILTIN_EMBEDDING_MODEL
+
+
 def _min_score(reranker: Mapping[str, Any]) -> float | None:
     if "min_score" not in reranker:
         return None
@@ -353,7 +371,11 @@ def semantic_from_mapping(value: object) -> SemanticSettings | None:
         or chunk_bytes < 4
     ):
         raise SettingsError(CHUNK_OVERLAP_MESSAGE)
-    base_url = _base_url(embedding)
+    # The offline embedder needs no endpoint; a base_url given anyway is still validated.
+    if embedding.get("base_url") is None and _builtin_model_id(embedding):
+        base_url: str | None = None
+    else:
+        base_url = _base_url(embedding)
     model_id = _model_id(embedding)
     prefix = embedding.get("query_prefix")
     query_prefix = prefix.strip() if isinstance(prefix, str) else ""

@@ -10,8 +10,10 @@ import pytest
 
 from protocol.errors import ModelSettingsError, SettingsError
 from protocol.settings import (
+    BUILTIN_EMBEDDING_MODEL,
     BUILTIN_MODEL,
     DEFAULT_DATABASE,
+    EmbeddingApiSettings,
     OmSettings,
     apply_overrides,
     extract_om_block,
@@ -430,3 +432,48 @@ def test_signature_escapes_non_ascii_like_php() -> None:
     assert s is not None
     php_json = r'["http:\/\/localhost:8059\/v1","mod\u00e8le",1200,192,80,1]'
     assert s.signature() == hashlib.sha256(php_json.encode()).hexdigest()
+
+
+def test_builtin_embedder_needs_no_base_url() -> None:
+    s = settings_from_mapping({"semantic": {"embedding_api": {"model_id": f" {BUILTIN_EMBEDDING_MODEL} "}}})
+    assert s.semantic is not None
+    api = s.semantic.embedding_api
+    assert (api.base_url, api.model_id, api.is_builtin) == (None, BUILTIN_EMBEDDING_MODEL, True)
+    assert (api.chunk_bytes, api.overlap_bytes, api.max_lines, api.batch_size) == (1200, 192, 80, 4)
+    null_url = settings_from_mapping(semantic({"base_url": None, "model_id": BUILTIN_EMBEDDING_MODEL}))
+    assert null_url.semantic is not None and null_url.semantic.embedding_api.base_url is None
+    assert null_url.semantic.signature() == s.semantic.signature()
+    php_json = r'[null,"builtin\/all-minilm-l6-v2",1200,192,80,1]'
+    assert s.semantic.signature() == hashlib.sha256(php_json.encode()).hexdigest()
+    with_url = settings_from_mapping(semantic({"model_id": BUILTIN_EMBEDDING_MODEL})).semantic
+    assert with_url is not None and with_url.embedding_api.base_url == "http://localhost:8059/v1"
+    assert with_url.signature() != s.semantic.signature()
+
+
+@pytest.mark.parametrize(
+    ("embedding", "message"),
+    [
+        ({"model_id": "all-minilm-l6-v2"}, "semantic base_url must be an HTTP(S) "),
+        ({"model_id": "Builtin/All-MiniLM-L6-v2"}, "semantic base_url must be an HTTP(S) "),
+        (
+            {"model_id": BUILTIN_EMBEDDING_MODEL, "base_url": "ftp://x"},
+            "semantic base_url must be an HTTP(S) ",
+        ),
+        ({"model_id": BUILTIN_EMBEDDING_MODEL, "base_url": ""}, "semantic base_url must be an HTTP(S) "),
+        (
+            {"model_id": BUILTIN_EMBEDDING_MODEL, "chunk_bytes": 0},
+            "semantic chunk_bytes must be a positive integer.",
+        ),
+        ({}, "semantic base_url must be an HTTP(S) "),
+    ],
+)
+def test_only_the_builtin_embedder_may_omit_base_url(embedding: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        settings_from_mapping({"semantic": {"embedding_api": embedding}})
+    assert str(info.value).startswith(message)
+
+
+def test_direct_construction_requires_base_url_unless_builtin() -> None:
+    assert EmbeddingApiSettings(base_url=None, model_id=BUILTIN_EMBEDDING_MODEL).is_builtin
+    with pytest.raises(ValueError, match="semantic base_url must be"):
+        EmbeddingApiSettings(base_url=None, model_id="nomic-embed")
