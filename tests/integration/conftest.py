@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +21,46 @@ import ray
 from cluster.naming import RuntimeNames
 
 
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """Where the shared test cluster serves its dashboard and Prometheus metrics."""
+
+    dashboard_url: str
+    """``http://127.0.0.1:<port>`` of the Ray dashboard (state API under ``/api/v0``)."""
+    metrics_url: str
+    """``http://127.0.0.1:<port>/metrics`` of this node's Prometheus exporter."""
+
+
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
     """A local Ray cluster sized for a 2-core machine, shared by every integration test."""
     os.environ["OMRAY_HOME"] = str(tmp_path_factory.mktemp("omray-home"))
+    dashboard_port, metrics_port = free_port(), free_port()
     ray.init(
         num_cpus=2,
         namespace="omray",
-        include_dashboard=False,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=dashboard_port,
+        _metrics_export_port=metrics_port,
         object_store_memory=256 * 1024 * 1024,
         logging_level="WARNING",
         log_to_driver=False,
     )
-    yield
+    yield ClusterInfo(f"http://127.0.0.1:{dashboard_port}", f"http://127.0.0.1:{metrics_port}/metrics")
     ray.shutdown()
 
 
 @pytest.fixture
-def names(ray_cluster: None) -> Iterator[RuntimeNames]:
+def names(ray_cluster: ClusterInfo) -> Iterator[RuntimeNames]:
     """Unique actor names for one test; the actors are removed afterwards."""
     from cluster.runtime import remove_runtime
 

@@ -14,7 +14,7 @@ from cluster.bench_cli import bench_app
 pytestmark = pytest.mark.integration
 
 
-def test_queue_bench_completes_every_job_once(ray_cluster: None) -> None:
+def test_queue_bench_completes_every_job_once(ray_cluster: object) -> None:
     result = run_queue_bench(50)
     assert (result.completed, result.lost, result.duplicated, result.failed) == (50, 0, 0, 0)
     assert result.redelivered == 0 and result.order_kept
@@ -23,14 +23,14 @@ def test_queue_bench_completes_every_job_once(ray_cluster: None) -> None:
     assert result.machine.cores >= 1
 
 
-def test_chaos_bench_loses_and_duplicates_nothing(ray_cluster: None) -> None:
+def test_chaos_bench_loses_and_duplicates_nothing(ray_cluster: object) -> None:
     result = run_chaos_bench(40, seed=7, max_kills=3, timeout_s=90)
     assert not result.timed_out
     assert sum(result.kills.values()) >= 1
     assert (result.completed, result.lost, result.duplicated, result.rejected) == (40, 0, 0, 0)
 
 
-def test_bench_queue_command_prints_one_json_object(ray_cluster: None) -> None:
+def test_bench_queue_command_prints_one_json_object(ray_cluster: object) -> None:
     result = CliRunner().invoke(bench_app, ["queue", "--jobs", "12", "--json", "--no-baseline"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()

@@ -143,7 +143,7 @@ def test_always_failing_handler_gets_four_attempts_and_one_event(
     assert client.status()["recent_failures"][0]["job_id"] == "job-0007"
 
 
-def test_dispatch_without_a_runtime_raises_the_typed_error(ray_cluster: None) -> None:
+def test_dispatch_without_a_runtime_raises_the_typed_error(ray_cluster: object) -> None:
     client = OmrayClient(RuntimeNames(prefix=f"missing{uuid.uuid4().hex[:6]}"))
     with pytest.raises(RuntimeNotRunningError, match="omray up"):
         client.dispatch(_job("s1", 1))
