@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
 
-from actors.status_view import condense
-from protocol.canonical import php_trim
+from protocol.canonical import condense, php_trim
 from protocol.ids import display_id
 from protocol.records import ObservationRecord, ReflectionRecord, SourceRef
 

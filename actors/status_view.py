@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from protocol.canonical import PHP_TRIM_CHARACTERS, php_trim
+from protocol.canonical import PHP_TRIM_CHARACTERS, condense
 from protocol.errors import OmrayError
 from protocol.ids import display_id
 from protocol.records import ActiveReflection, ActivityRecord, ObservationRecord
@@ -30,11 +30,6 @@ class UnknownActivityStageError(OmrayError, ValueError):
     def __init__(self, stage: str) -> None:
         self.stage = stage
         super().__init__(f"unknown activity stage {stage!r}")
-
-
-def condense(text: str) -> str:
-    """Trim, then collapse every run of (Unicode) whitespace to a single space."""
-    return _WHITESPACE_RUN.sub(" ", php_trim(text))
 
 
 def format_count(value: int) -> str:

@@ -496,6 +496,34 @@ class Store:
             )
         )
 
+    # --- semantic index state (reference §14.4) ---------------------------------------------------
+
+    def save_semantic_state(
+        self, *, signature: str, source_hash: str, dimensions: int, dirty: bool, complete: bool
+    ) -> None:
+        """Write the one ``om_semantic_state`` row (the derived index's durable status marker).
+
+        The indexer saves ``dirty=True`` before any write to derived index files and clears it only
+        after all of them succeeded, so an interrupted write is seen as dirty and rebuilt.
+        """
+        if dimensions < 0:
+            raise InvalidPayloadError("semantic index dimensions must be >= 0")
+        table = schema.om_semantic_state
+        values = {
+            "id": 1,
+            "signature": signature,
+            "source_hash": source_hash,
+            "dimensions": dimensions,
+            "dirty": 1 if dirty else 0,
+            "complete": 1 if complete else 0,
+        }
+        statement = sqlite_insert(table).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=[table.c.id], set_={key: statement.excluded[key] for key in values if key != "id"}
+        )
+        with self.atomic():
+            self._conn().execute(statement)
+
     # --- durable job queue --------------------------------------------------------------------
 
     def enqueue_job(self, envelope: JobEnvelope, accepted_at: str) -> EnqueueResult:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 
@@ -36,3 +37,11 @@ PHP_TRIM_CHARACTERS = " \t\n\r\0\x0b"
 def php_trim(text: str) -> str:
     """Trim exactly what PHP's ``trim()`` trims, so trimmed content hashes like the original's."""
     return text.strip(PHP_TRIM_CHARACTERS)
+
+
+_WHITESPACE_RUN = re.compile(r"\s+")
+
+
+def condense(text: str) -> str:
+    """Trim as PHP does, then collapse every run of (Unicode) whitespace to a single space."""
+    return _WHITESPACE_RUN.sub(" ", php_trim(text))
