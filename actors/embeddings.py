@@ -30,7 +30,7 @@ import httpx
 import openai
 
 from actors.models import NO_KEY_PLACEHOLDER, MissingApiKeyError
-from protocol.errors import OmrayError
+from protocol.semantic import SemanticSearchError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ RerankErrorCode = Literal["reranker_unavailable"]
 # --- errors -------------------------------------------------------------------------------------
 
 
-class EmbeddingError(OmrayError):
+class EmbeddingError(SemanticSearchError):
     """Texts could not be embedded; ``code`` is the search error code, ``reason`` a log category."""
 
     def __init__(
@@ -80,10 +80,9 @@ class EmbeddingError(OmrayError):
         *,
         reason: str = "bad_response",
     ) -> None:
+        super().__init__(code, message)
         self.code: EmbeddingErrorCode = code
-        self.message = message
         self.reason = reason
-        super().__init__(message)
 
 
 class EmbeddingModelMissingError(EmbeddingError):
@@ -102,7 +101,7 @@ class EmbeddingModelMissingError(EmbeddingError):
         )
 
 
-class RerankError(OmrayError):
+class RerankError(SemanticSearchError):
     """The reranker failed; ``code`` is the search error code, ``reason`` a short category for logs."""
 
     def __init__(
@@ -112,10 +111,9 @@ class RerankError(OmrayError):
         *,
         reason: str = "bad_response",
     ) -> None:
+        super().__init__(code, message)
         self.code: RerankErrorCode = code
-        self.message = message
         self.reason = reason
-        super().__init__(message)
 
 
 # --- protocols ----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """``omray memory ...``: the read side on the command line (no Ray needed, read-only).
 
 * ``status|view|project --session S [--db PATH] [--json]``: markdown (or JSON) of one session.
-* ``search QUERY [--after D] [--before D] [--limit N] [--db PATH]``: exact ``memory_search``, JSON.
+* ``search QUERY [--after D] [--before D] [--limit N] [--db PATH]``: ``memory_search`` (exact, or hybrid
+  when ``semantic`` is configured), JSON.
 * ``recall ID [--session S] [--db PATH] [--events-dir DIR]``: ``recall``, JSON.
 
 The database defaults to the settings' ``storage.database`` joined to the working directory; the
@@ -166,10 +167,17 @@ def search_command(
     ] = None,
     db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
 ) -> None:
-    """Exact memory_search over every session; prints the JSON answer."""
+    """memory_search over every session (hybrid when `semantic` is configured); prints the JSON answer."""
     arguments: dict[str, object] = {"query": query, "after": after, "before": before, "limit": limit}
     try:
-        result = memory_search(_db_path(db), arguments)
+        settings = _settings()
+        db_path = _db_path(db, settings)
+        hybrid = None
+        if settings.semantic is not None:
+            from actors.hybrid import hybrid_search_for
+
+            hybrid = hybrid_search_for(str(db_path), settings.semantic)
+        result = memory_search(db_path, arguments, hybrid_search=hybrid)
     except OmrayError as exc:
         _fail(f"search unavailable ({type(exc).__name__}: {exc})")
     _answer(result)

@@ -108,6 +108,9 @@ class SemanticIndexJob(_Job):
     """Session that triggered the job (the index covers the whole database)."""
     db_path: str = Field(min_length=1)
     """Absolute path of the memory database."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The ``observational_memory`` settings block in effect at dispatch (its ``semantic`` block
+    says what to index with; without it the job has nothing to do)."""
 
     @property
     def handler_id(self) -> str:
