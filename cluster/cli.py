@@ -145,7 +145,7 @@ def watch(
     try:
         from cluster.client import OmrayClient
         from cluster.naming import RuntimeNames
-        from cluster.watch import WatchSource, ray_queue_reader, run_watch
+        from cluster.watch import watch_runtime
         from persistence.settings_file import load_settings_block
 
         try:
@@ -157,14 +157,8 @@ def watch(
         except OmrayError as exc:
             fail(str(exc))
         client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=Path.cwd())
-        source = WatchSource(
-            queue_name=client.names.queue,
-            db_path=client.db_path,
-            read_queue=ray_queue_reader(client, address),
-            read_activity=lambda now: client.activities(now=now),
-            session_filter=session.strip() if session else None,
-        )
-        code = run_watch(source.snapshot, interval_s=interval, once=once)
+        selected = session.strip() if session and session.strip() else None
+        code = watch_runtime(client, address=address, session_filter=selected, interval_s=interval, once=once)
     except KeyboardInterrupt:  # Ctrl-C before the view started is a clean exit too
         code = 0
     raise typer.Exit(code=code)

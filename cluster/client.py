@@ -10,16 +10,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from actors.status_view import format_activity, fresh_activity
 from cluster.naming import RuntimeNames
+from persistence.queries import MemoryReader
 from protocol.errors import RuntimeNotRunningError
 from protocol.events import AfterTurnCommit, detect_terminal_boundary
 from protocol.identities import observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
+from protocol.records import ActivityRecord
 from protocol.settings import OmSettings, settings_from_mapping
 
 logger = logging.getLogger("omray.client")
@@ -162,6 +166,43 @@ class OmrayClient:
                 return True
             time.sleep(poll_s)
         return False
+
+    # --- live activity (reference §11) ----------------------------------------------------------
+
+    def activity(self, session_id: str, *, now: datetime | None = None) -> dict[str, Any] | None:
+        """The session's fresh activity row with its status line, or ``None``.
+
+        Reads durable state only, on a read-only connection. A row more than 300 s old (a crash
+        leftover) is hidden; exactly 300 s is still shown. ``now`` defaults to the current UTC time.
+        """
+        record = MemoryReader(self.db_path).activity(session_id)
+        if record is None:
+            return None
+        return _activity_view(record, now or datetime.now(UTC))
+
+    def activities(self, *, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Every session's fresh activity row (as :meth:`activity` returns it), by session id."""
+        moment = now or datetime.now(UTC)
+        views = (_activity_view(record, moment) for record in MemoryReader(self.db_path).all_activity())
+        return [view for view in views if view is not None]
+
+
+def _activity_view(record: ActivityRecord, now: datetime) -> dict[str, Any] | None:
+    if not fresh_activity(record, now):
+        return None
+    updated_at = datetime.fromisoformat(record.updated_at)
+    if updated_at.tzinfo is None:
+        updated_at = updated_at.replace(tzinfo=UTC)
+    return {
+        "session_id": record.run_id,
+        "job_id": record.job_id,
+        "stage": record.stage,
+        "current_tokens": record.current_tokens,
+        "target_tokens": record.target_tokens,
+        "updated_at": record.updated_at,
+        "age_s": max(0, int(now.timestamp() - updated_at.timestamp())),
+        "status_text": format_activity(record.stage, record.current_tokens, record.target_tokens),
+    }
 
 
 def connect(

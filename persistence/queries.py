@@ -485,3 +485,22 @@ class MemoryReader:
             return [SchemaVersion(**row._asdict()) for row in rows]
 
         return self._run(query, [], ("om_schema_version",))
+
+    def all_activity(self) -> list[ActivityRecord]:
+        """Every stored activity row, by session id (freshness is the caller's decision).
+
+        A row omray cannot decode (an unknown stage, a negative count) is skipped, not raised, so
+        one bad row never hides the other sessions from a live view.
+        """
+
+        def query(conn: Connection) -> list[ActivityRecord]:
+            table = schema.om_current_activity
+            records: list[ActivityRecord] = []
+            for row in conn.execute(select(table).order_by(table.c.run_id.asc())):
+                try:
+                    records.append(ActivityRecord(**row._asdict()))
+                except ValidationError:
+                    continue
+            return records
+
+        return self._run(query, [], ("om_current_activity",))

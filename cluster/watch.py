@@ -1,0 +1,475 @@
+"""``omray watch``: a live terminal view of the runtime (queue, job in flight, stage lines, failures).
+
+Three parts, so each can be tested on its own:
+
+* :class:`WatchSnapshot` + :func:`render_watch` — what one frame shows, and a pure function that
+  draws it (no clock, no I/O);
+* :class:`WatchSource` — reads one snapshot: the queue's latest status (polled over Ray on a
+  background thread by :class:`BackgroundQueueReader`, so a slow connect never freezes the view)
+  and the activity rows on a read-only SQLite connection. It never raises: an unreachable queue or
+  a busy or missing database becomes a short "waiting for …" line, and the next refresh retries;
+* :func:`run_watch` — the small refresh loop, throttled by :class:`RefreshThrottle` (never faster
+  than every 0.25 s), drawn with ``rich.live.Live``. Ctrl-C ends it cleanly.
+
+Only ids, handler ids, stages, counts and failure categories are shown: never memory text.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from actors.status_view import format_count
+from protocol.errors import OmrayError
+
+logger = logging.getLogger("omray.watch")
+
+MIN_INTERVAL_S: Final[float] = 0.25
+"""The view never refreshes more often than this (reference §11.3 poller throttle)."""
+
+JOB_ID_PREFIX: Final[int] = 12
+"""Characters of a job id shown."""
+
+MAX_FAILURES_SHOWN: Final[int] = 5
+"""Most recent ``job_failed`` events shown, newest first."""
+
+QUEUE_STATUS_TIMEOUT_S: Final[float] = 2.0
+"""How long one status call may take before the queue counts as unreachable."""
+
+QUEUE_ANSWER_MAX_AGE_S: Final[float] = 5.0
+"""An answer older than this is not shown (the queue stopped answering)."""
+
+ONCE_QUEUE_WAIT_S: Final[float] = 15.0
+"""With ``--once``, how long to wait for the queue's first answer before printing the frame."""
+
+
+# ------------------------------------------------------------------------------------------ snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightJob:
+    """One attempt the queue is running."""
+
+    job_id: str
+    """Full job id (the view shows a prefix)."""
+    handler_id: str
+    """Stable handler id, e.g. ``observe_boundary``."""
+    attempt: int
+    """Attempt number, starting at 1."""
+    running_s: float
+    """Seconds since the attempt started."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLine:
+    """A session's current stage line (reference §11.2)."""
+
+    session_id: str
+    """Session."""
+    status_text: str
+    """The §11.2 status text of its fresh activity row."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailureLine:
+    """A recent ``job_failed`` event (ids, category and counts only)."""
+
+    job_id: str
+    """Full job id (the view shows a prefix)."""
+    reason: str
+    """Failure category, e.g. ``retry_exhausted``."""
+    attempts: int
+    """Attempts made in total."""
+    session_id: str
+    """Session the job belonged to (empty when unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSnapshot:
+    """Everything one frame of ``omray watch`` shows."""
+
+    taken_at: datetime
+    """When the snapshot was read (UTC)."""
+    queue_name: str
+    """Name of the QueueActor watched."""
+    queue_depth: int | None
+    """Jobs waiting to run; ``None`` when the queue did not answer."""
+    in_flight: tuple[InFlightJob, ...] = ()
+    """Attempts running now."""
+    sessions: tuple[SessionLine, ...] = ()
+    """Stage lines of sessions with a fresh activity row, by session id."""
+    failures: tuple[FailureLine, ...] = ()
+    """Recent ``job_failed`` events, newest first."""
+    waiting: tuple[str, ...] = ()
+    """"waiting for …" lines for sources that did not answer this time."""
+    session_filter: str | None = None
+    """The ``--session`` being watched, or ``None`` for all sessions."""
+
+
+def snapshot_from(
+    *,
+    taken_at: datetime,
+    queue_name: str,
+    queue_status: Mapping[str, Any] | None,
+    activity_rows: Sequence[Mapping[str, Any]],
+    session_filter: str | None = None,
+    waiting: Sequence[str] = (),
+) -> WatchSnapshot:
+    """Build a snapshot from the queue's ``status()`` dict and ``client.activities()`` rows.
+
+    Rows are expected to be fresh already; ``session_filter`` keeps one session's line and failures.
+    """
+    in_flight: tuple[InFlightJob, ...] = ()
+    failures: list[FailureLine] = []
+    depth: int | None = None
+    if queue_status is not None:
+        depth = int(queue_status.get("depth", 0))
+        in_flight = tuple(
+            InFlightJob(
+                job_id=str(job.get("job_id", "")),
+                handler_id=str(job.get("handler_id", "")),
+                attempt=int(job.get("attempt", 0)),
+                running_s=float(job.get("running_s", 0.0)),
+            )
+            for job in queue_status.get("in_flight", [])
+        )
+        for failure in reversed(list(queue_status.get("recent_failures", []))):
+            session_id = str(failure.get("run_id", ""))
+            if session_filter is not None and session_id != session_filter:
+                continue
+            failures.append(
+                FailureLine(
+                    job_id=str(failure.get("job_id", "")),
+                    reason=str(failure.get("reason", "")),
+                    attempts=int(failure.get("attempts", 0)),
+                    session_id=session_id,
+                )
+            )
+    sessions = sorted(
+        (
+            SessionLine(session_id=str(row["session_id"]), status_text=str(row["status_text"]))
+            for row in activity_rows
+            if session_filter is None or row["session_id"] == session_filter
+        ),
+        key=lambda line: line.session_id,
+    )
+    return WatchSnapshot(
+        taken_at=taken_at,
+        queue_name=queue_name,
+        queue_depth=depth,
+        in_flight=in_flight,
+        sessions=tuple(sessions),
+        failures=tuple(failures[:MAX_FAILURES_SHOWN]),
+        waiting=tuple(waiting),
+        session_filter=session_filter,
+    )
+
+
+# ----------------------------------------------------------------------------------------- rendering
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 60 else f"{int(value // 60)} min {int(value % 60):02d} s"
+
+
+def render_watch(snapshot: WatchSnapshot) -> Text:
+    """One frame as rich ``Text`` (``.plain`` is the same frame without styles)."""
+    frame = Text()
+    scope = f"session {snapshot.session_filter}" if snapshot.session_filter else "all sessions"
+    frame.append("omray watch", style="bold")
+    frame.append(f" · {snapshot.queue_name} · {scope} · {snapshot.taken_at:%H:%M:%S} UTC\n", style="dim")
+
+    depth = "?" if snapshot.queue_depth is None else format_count(snapshot.queue_depth)
+    frame.append(f"Queue depth: {depth} · in flight: {len(snapshot.in_flight)}\n")
+    for job in snapshot.in_flight:
+        frame.append("  running ", style="cyan")
+        running = _seconds(job.running_s)
+        frame.append(f"{job.job_id[:JOB_ID_PREFIX]}  {job.handler_id}  attempt {job.attempt}  {running}\n")
+
+    frame.append("Sessions:\n")
+    if not snapshot.sessions:
+        idle = f"{snapshot.session_filter}: idle" if snapshot.session_filter else "no stage running"
+        frame.append(f"  {idle}\n", style="dim")
+    for line in snapshot.sessions:
+        frame.append(f"  {line.session_id}  ", style="bold")
+        frame.append(f"{line.status_text}\n")
+
+    if snapshot.failures:
+        frame.append("Recent failures:\n")
+        for failure in snapshot.failures:
+            frame.append("  failed ", style="red")
+            session = f"  session {failure.session_id}" if failure.session_id else ""
+            frame.append(
+                f"{failure.job_id[:JOB_ID_PREFIX]}  {failure.reason}  {failure.attempts} attempts{session}\n"
+            )
+
+    for message in snapshot.waiting:
+        frame.append(f"{message}\n", style="yellow")
+    frame.rstrip()
+    return frame
+
+
+# -------------------------------------------------------------------------------------------- source
+
+
+def utc_now() -> datetime:
+    """The current time in UTC."""
+    return datetime.now(UTC)
+
+
+QueueStatusReader = Callable[[], Mapping[str, Any]]
+"""Returns the queue's ``status()`` dict; may raise when the queue is unreachable."""
+
+ActivityReader = Callable[[datetime], Sequence[Mapping[str, Any]]]
+"""Returns the fresh activity rows at a given time (``client.activities``); may raise."""
+
+
+@dataclass
+class WatchSource:
+    """Reads snapshots; never raises (a failing source becomes a "waiting for …" line)."""
+
+    queue_name: str
+    """Name of the QueueActor (shown in the header and the waiting line)."""
+    db_path: Path
+    """The memory database whose activity rows are shown."""
+    read_queue: QueueStatusReader
+    """Reads the queue's status."""
+    read_activity: ActivityReader
+    """Reads fresh activity rows."""
+    session_filter: str | None = None
+    """Only this session's stage line and failures, when set."""
+    now: Callable[[], datetime] = utc_now
+    """Current UTC time (injected in tests)."""
+
+    def snapshot(self) -> WatchSnapshot:
+        """Read the queue and the activity rows once."""
+        taken_at = self.now()
+        waiting: list[str] = []
+        queue_status: Mapping[str, Any] | None = None
+        try:
+            queue_status = self.read_queue()
+        except Exception as exc:  # the view must outlive a restarting queue or a lost connection
+            logger.debug("queue status unavailable", extra={"error_class": type(exc).__name__})
+            waiting.append(f"waiting for the queue {self.queue_name!r} …")
+        rows: Sequence[Mapping[str, Any]] = ()
+        if not self.db_path.is_file():
+            waiting.append(f"waiting for the memory database {str(self.db_path)!r} …")
+        else:
+            try:
+                rows = self.read_activity(taken_at)
+            except Exception as exc:  # a busy or half-written database is retried on the next refresh
+                logger.debug("activity unavailable", extra={"error_class": type(exc).__name__})
+                waiting.append("waiting for the memory database (busy) …")
+        return snapshot_from(
+            taken_at=taken_at,
+            queue_name=self.queue_name,
+            queue_status=queue_status,
+            activity_rows=rows,
+            session_filter=self.session_filter,
+            waiting=waiting,
+        )
+
+
+class QueueUnavailableError(OmrayError):
+    """The queue has not answered recently (not connected yet, restarting, or unreachable)."""
+
+
+class BackgroundQueueReader:
+    """Polls a blocking queue reader on a daemon thread; :meth:`read` answers at once.
+
+    Connecting to Ray can block for minutes when the address is unreachable, and a restarting
+    queue can be slow to answer; the view must keep refreshing meanwhile, so the blocking call
+    runs on its own thread and the view only ever looks at the latest answer.
+    """
+
+    def __init__(
+        self,
+        read_blocking: QueueStatusReader,
+        interval_s: float = MIN_INTERVAL_S,
+        max_age_s: float = QUEUE_ANSWER_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read_blocking = read_blocking
+        self._interval_s = max(MIN_INTERVAL_S, interval_s)
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: tuple[Mapping[str, Any], float] | None = None
+        self._answered = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> BackgroundQueueReader:
+        """Start polling (idempotent); returns ``self``."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._poll_forever, name="omray-watch-queue", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the polling thread to stop (it is a daemon, so it never holds up the exit)."""
+        self._stop.set()
+
+    def wait_first(self, timeout_s: float) -> bool:
+        """Wait until the first poll finished (answer or failure); False on timeout."""
+        return self._answered.wait(timeout_s)
+
+    def poll_once(self) -> None:
+        """One blocking poll: remember the answer, or forget the last one on failure."""
+        try:
+            status = self._read_blocking()
+        except Exception as exc:  # an unreachable queue is shown as "waiting", never raised
+            logger.debug("queue status unavailable", extra={"error_class": type(exc).__name__})
+            with self._lock:
+                self._latest = None
+        else:
+            with self._lock:
+                self._latest = (status, self._clock())
+        finally:
+            self._answered.set()
+
+    def read(self) -> Mapping[str, Any]:
+        """The latest answer; raises :class:`QueueUnavailableError` when there is none recent enough."""
+        with self._lock:
+            latest = self._latest
+        if latest is None or self._clock() - latest[1] > self._max_age_s:
+            raise QueueUnavailableError("the queue has not answered recently")
+        return latest[0]
+
+    def _poll_forever(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self._interval_s)
+
+
+def ray_queue_reader(
+    client: Any, address: str, timeout_s: float = QUEUE_STATUS_TIMEOUT_S
+) -> QueueStatusReader:
+    """A blocking queue reader over Ray that connects lazily and looks the queue up again after a failure.
+
+    ``client`` is an :class:`cluster.client.OmrayClient`. Meant to run inside a
+    :class:`BackgroundQueueReader`, since connecting to an unreachable address blocks.
+    """
+    import ray
+
+    from cluster.client import init_ray
+
+    handle: list[Any] = []
+
+    def read() -> Mapping[str, Any]:
+        if not handle:
+            # Ray warns that it cannot set a SIGTERM handler off the main thread; that is expected here.
+            logging.getLogger("ray._private.worker").setLevel(logging.ERROR)
+            init_ray(address)
+            handle.append(client.queue_handle())
+        try:
+            status: Mapping[str, Any] = ray.get(handle[0].status.remote(), timeout=timeout_s)
+        except Exception:
+            handle.clear()
+            raise
+        return status
+
+    return read
+
+
+# ---------------------------------------------------------------------------------------------- loop
+
+
+class RefreshThrottle:
+    """Allows a refresh at most every ``interval_s`` seconds (at least 0.25 s); the first is immediate."""
+
+    def __init__(
+        self, interval_s: float = MIN_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self._clock = clock
+        self._last: float | None = None
+
+    def wait_s(self) -> float:
+        """Seconds until the next refresh is allowed (0 when it is allowed now)."""
+        if self._last is None:
+            return 0.0
+        return max(0.0, self._last + self.interval_s - self._clock())
+
+    def take(self) -> bool:
+        """True (and starts a new interval) when a refresh is allowed now; False otherwise."""
+        if self.wait_s() > 0:
+            return False
+        self._last = self._clock()
+        return True
+
+
+def run_watch(
+    read_snapshot: Callable[[], WatchSnapshot],
+    *,
+    interval_s: float = MIN_INTERVAL_S,
+    once: bool = False,
+    console: Console | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    max_frames: int | None = None,
+) -> int:
+    """Draw frames until Ctrl-C (or one frame with ``once``); returns the exit code (0).
+
+    ``max_frames`` bounds the loop for tests.
+    """
+    console = console or Console()
+    if once:
+        console.print(render_watch(read_snapshot()))
+        return 0
+    throttle = RefreshThrottle(interval_s, clock)
+    frames = 0
+    try:
+        starting = Text("omray watch · connecting …", style="dim")
+        with Live(
+            starting, console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
+        ) as live:
+            while max_frames is None or frames < max_frames:
+                if not throttle.take():
+                    sleep(throttle.wait_s())
+                    continue
+                live.update(render_watch(read_snapshot()), refresh=True)
+                frames += 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def watch_runtime(
+    client: Any,
+    *,
+    address: str = "auto",
+    session_filter: str | None = None,
+    interval_s: float = MIN_INTERVAL_S,
+    once: bool = False,
+    console: Console | None = None,
+) -> int:
+    """``omray watch`` for an :class:`cluster.client.OmrayClient` (not connected yet); returns 0.
+
+    The queue is read over Ray at ``address`` on a background thread; the activity rows are read
+    from ``client.db_path`` on read-only connections.
+    """
+    queue = BackgroundQueueReader(ray_queue_reader(client, address), interval_s).start()
+    try:
+        if once:
+            queue.wait_first(ONCE_QUEUE_WAIT_S)
+        source = WatchSource(
+            queue_name=client.names.queue,
+            db_path=Path(client.db_path),
+            read_queue=queue.read,
+            read_activity=lambda now: client.activities(now=now),
+            session_filter=session_filter,
+        )
+        return run_watch(source.snapshot, interval_s=interval_s, once=once, console=console)
+    finally:
+        queue.stop()
