@@ -16,11 +16,17 @@ from typing import Any
 
 import ray
 
+from actors import read_service
 from actors.status_view import format_activity, fresh_activity
 from cluster.naming import RuntimeNames
 from persistence.queries import MemoryReader
 from protocol.errors import RuntimeNotRunningError
-from protocol.events import AfterTurnCommit, detect_terminal_boundary
+from protocol.events import (
+    AfterTurnCommit,
+    BeforeCompactionContext,
+    CompactionDecision,
+    detect_terminal_boundary,
+)
 from protocol.identities import observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.records import ActivityRecord
@@ -67,6 +73,7 @@ class OmrayClient:
         self.settings_block: dict[str, Any] = dict(settings or {})
         self.settings: OmSettings = settings_from_mapping(self.settings_block)
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self._hybrid: Any = None
 
     @property
     def db_path(self) -> Path:
@@ -119,6 +126,91 @@ class OmrayClient:
             session_id, end_seq, status, self.settings.renderer_version, self.settings.observer_schema_version
         )
         return self.dispatch(JobEnvelope(job_id=job_id, correlation_id=session_id, payload=job))
+
+    def session_started(self, session_id: str) -> str | None:
+        """Session-start hook: schedule an index batch when hybrid retrieval is configured (§14.4)."""
+        from actors.hybrid import schedule_index
+
+        try:
+            return schedule_index(
+                self.dispatch,
+                self.settings.semantic,
+                str(self.db_path.resolve()),
+                session_id,
+                self.settings_block,
+            )
+        except Exception as exc:  # never fail the host's session start
+            logger.warning(
+                "index dispatch failed", extra={"run_id": session_id, "error_class": type(exc).__name__}
+            )
+            return None
+
+    # --- read side (this process, read-only connections) ------------------------------------------
+
+    def before_compaction(self, ctx: BeforeCompactionContext) -> CompactionDecision:
+        """Replace the summary with durable memory, continue when there is none, cancel on error (§10.1).
+
+        Never dispatches a job, calls a model, reads events, polls or sleeps.
+        """
+        return read_service.before_compaction(self.db_path, ctx)
+
+    def project(self, session_id: str) -> str:
+        """The compaction text of a session's active memory (``''`` when empty)."""
+        return read_service.project(self.db_path, session_id)
+
+    def memory_status(self, session_id: str) -> tuple[str, dict[str, object]]:
+        """``/om-status`` of a session as (text, JSON)."""
+        from actors.tokens import token_counter
+
+        return read_service.memory_status(
+            self.db_path, session_id, self.settings, token_counter(self.settings.token_encoding).count
+        )
+
+    def memory_view(self, session_id: str) -> tuple[str, dict[str, object]]:
+        """``/om-view`` of a session as (text, JSON)."""
+        return read_service.memory_view(self.db_path, session_id)
+
+    def _hybrid_search(self) -> Any:
+        if self.settings.semantic is None:
+            return None
+        if self._hybrid is None:
+            from actors.hybrid import hybrid_search_for
+
+            writer: Any = None
+            if ray.is_initialized():
+                from cluster.proxies import StoreProxy
+                from cluster.runtime import store_handle
+
+                writer = StoreProxy(store_handle(self.names, self.db_path), durable=False)
+            self._hybrid = hybrid_search_for(str(self.db_path), self.settings.semantic, writer)
+        return self._hybrid
+
+    def memory_search(self, arguments: Mapping[str, object]) -> dict[str, object]:
+        """The ``memory_search`` tool over every session (hybrid when ``semantic`` is configured)."""
+        return read_service.memory_search(self.db_path, arguments, hybrid_search=self._hybrid_search())
+
+    def recall(self, session_id: str, arguments: Mapping[str, object]) -> dict[str, object]:
+        """The ``recall`` tool, scoped to ``session_id`` unless the arguments name another session."""
+        return read_service.recall(self.db_path, self.events_path, session_id, arguments)
+
+    def call_tool(
+        self, name: str, arguments: Mapping[str, object] | str, session_id: str
+    ) -> dict[str, object]:
+        """Run ``memory_search`` or ``recall`` for any agent framework; always returns an answer dict."""
+        return read_service.call_tool(
+            name,
+            arguments,
+            session_id,
+            db_path=self.db_path,
+            events_path_for=self.events_path,
+            hybrid_search=self._hybrid_search(),
+        )
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """OpenAI function-calling specs of ``memory_search`` and ``recall`` for this configuration."""
+        from protocol.tool_specs import memory_tool_specs
+
+        return memory_tool_specs(hybrid=self.settings.semantic is not None)
 
     # --- runtime ------------------------------------------------------------------------------
 

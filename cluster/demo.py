@@ -40,7 +40,10 @@ DEMO_SETTINGS: dict[str, Any] = {
     # reflection threshold and the pool target to let the Reflector and Dropper run too.
     "reflector": {"reflect_after_observation_tokens": 300},
     "pools": {"observations_max_tokens": 200},
+    # Hybrid search with the offline embedder (all-MiniLM-L6-v2 on onnxruntime).
+    "semantic": {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2"}},
 }
+HYBRID_QUERY = "why did importing invoices fail on timestamps"
 
 
 def _start_ray() -> bool:
@@ -76,6 +79,7 @@ def run_demo(overrides: Sequence[str] = (), keep: bool = False) -> dict[str, Any
         events_path = client.events_path(DEMO_SESSION_ID)
         events_path.parent.mkdir(parents=True, exist_ok=True)
         turns = demo_session(DEMO_SESSION_ID)
+        client.session_started(DEMO_SESSION_ID)
         for turn in turns:
             with events_path.open("a", encoding="utf-8") as handle:
                 handle.writelines(event_line(event) for event in turn)
@@ -102,6 +106,7 @@ def run_demo(overrides: Sequence[str] = (), keep: bool = False) -> dict[str, Any
         reflections = reader.active_reflections(DEMO_SESSION_ID)
         projection = read_service.project(db_path, DEMO_SESSION_ID)
         search = read_service.memory_search(db_path, {"query": DEMO_QUERY, "limit": 3})
+        hybrid = client.memory_search({"query": HYBRID_QUERY, "limit": 3}) if settings.semantic else None
         _, status = read_service.memory_status(
             db_path, DEMO_SESSION_ID, settings, token_counter(settings.token_encoding).count
         )
@@ -128,6 +133,8 @@ def run_demo(overrides: Sequence[str] = (), keep: bool = False) -> dict[str, Any
             "reflection_list": [r.content for r in reflections],
             "search_query": DEMO_QUERY,
             "search": search,
+            "hybrid_query": HYBRID_QUERY if hybrid is not None else None,
+            "hybrid_search": hybrid,
             "status": status,
             "job_failed_events": len(failures),
             "seconds": round(time.monotonic() - started, 2),
@@ -164,6 +171,17 @@ def render_demo(result: dict[str, Any]) -> str:
     search = result["search"]
     lines.append(f"memory_search({result['search_query']!r}) -> {search.get('count', 0)} result(s):")
     lines += [f"  [{r['display_id']}] {r['content']}" for r in search.get("results", [])]
+    hybrid = result.get("hybrid_search")
+    if hybrid is not None:
+        lines.append("")
+        if hybrid.get("ok"):
+            partial = " (index still catching up)" if hybrid.get("partial") else ""
+            lines.append(
+                f"hybrid memory_search({result['hybrid_query']!r}){partial} -> {hybrid['count']} result(s):"
+            )
+            lines += [f"  [{r['display_id']}] {r['content']}" for r in hybrid.get("results", [])]
+        else:
+            lines.append(f"hybrid memory_search({result['hybrid_query']!r}) -> error {hybrid.get('error')!r}")
     return "\n".join(lines)
 
 
