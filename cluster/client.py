@@ -249,6 +249,11 @@ class OmrayClient:
         )
         return events
 
+    def queue_is_idle(self) -> bool:
+        """True when no job is pending or running right now."""
+        idle: bool = ray.get(self.queue_handle().is_idle.remote())
+        return idle
+
     def wait_idle(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> bool:
         """Wait until no job is pending or running; False on timeout."""
         deadline = time.monotonic() + timeout_s

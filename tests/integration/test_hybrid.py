@@ -1,0 +1,95 @@
+"""Hybrid retrieval on a real Ray cluster: batched indexing, partial answers, rebuilds, visible errors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.scripted_server import ScriptedServer, http_error
+from cluster.client import OmrayClient
+from cluster.demo_session import demo_session, event_line
+from cluster.naming import RuntimeNames
+from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
+from persistence.semantic_index import VECTOR_FILE
+from protocol.events import AfterTurnCommit, EventSummary
+
+pytestmark = pytest.mark.integration
+
+
+def _settings(tmp_path: Path, server: ScriptedServer) -> dict[str, Any]:
+    return {
+        "model": "builtin/extractive",
+        "storage": {"database": str(tmp_path / "om.sqlite")},
+        "semantic": {
+            "embedding_api": {"base_url": server.base_url, "model_id": "hash-embedder", "batch_size": 2},
+        },
+    }
+
+
+def _observe_demo(client: OmrayClient, tmp_path: Path, session_id: str) -> None:
+    events_path = tmp_path / "events.jsonl"
+    for turn in demo_session(session_id):
+        with events_path.open("a", encoding="utf-8") as handle:
+            handle.writelines(event_line(e) for e in turn)
+        client.after_turn_commit(
+            AfterTurnCommit(
+                run_id=session_id,
+                turn_no=turn[0]["turn_no"],
+                status="completed",
+                events=tuple(EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn),
+            ),
+            events_path=events_path,
+        )
+
+
+def test_indexing_in_batches_partial_until_complete_and_rebuild(names: RuntimeNames, tmp_path: Path) -> None:
+    with ScriptedServer() as server:
+        ensure_runtime(
+            names,
+            queue_db=str(tmp_path / "queue.sqlite"),
+            handler_paths=DEFAULT_HANDLERS,
+            retry_base_delay_s=0.1,
+        )
+        client = OmrayClient(names, settings=_settings(tmp_path, server), cwd=tmp_path)
+        client.session_started("s-hybrid")
+        _observe_demo(client, tmp_path, "s-hybrid")
+        answers: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 120
+        while not client.queue_is_idle() and time.monotonic() < deadline:
+            answers.append(client.memory_search({"query": "billing tests", "limit": 5}))
+            time.sleep(0.05)
+        assert client.wait_idle(timeout_s=120)
+        final = client.memory_search({"query": "billing tests", "limit": 5})
+        assert final["ok"] is True and final["partial"] is False and final["count"] > 0
+        # While indexing ran, every answer was honest: results (partial while the index lagged the
+        # memories committed so far), or "still building"; never another failure.
+        assert all(a["ok"] or a["error"] in {"index_building", "index_busy"} for a in answers)
+        assert any(a.get("partial") is True for a in answers), "indexing never observed mid-way"
+        embed_batches = [r.body["input"] for r in server.requests_to("/embeddings")]
+        assert len(embed_batches) > 3 and max(len(b) for b in embed_batches) <= 2  # bounded batches
+
+        # Deleting the vector file never yields wrong results: the index rebuilds from SQLite.
+        (tmp_path / "om.sqlite.semantic" / VECTOR_FILE).unlink()
+        broken = client.memory_search({"query": "billing tests", "limit": 5})
+        assert broken["ok"] is False and broken["error"] == "index_building"
+        client.session_started("s-hybrid")
+        assert client.wait_idle(timeout_s=120)
+        rebuilt = client.memory_search({"query": "billing tests", "limit": 5})
+        assert rebuilt["ok"] is True and rebuilt["partial"] is False
+        assert [r["id"] for r in rebuilt["results"]] == [r["id"] for r in final["results"]]
+
+
+def test_failing_embeddings_endpoint_is_a_visible_error(names: RuntimeNames, tmp_path: Path) -> None:
+    with ScriptedServer() as server:
+        ensure_runtime(names, queue_db=str(tmp_path / "queue.sqlite"), handler_paths=DEFAULT_HANDLERS)
+        client = OmrayClient(names, settings=_settings(tmp_path, server), cwd=tmp_path)
+        _observe_demo(client, tmp_path, "s-fail")
+        assert client.wait_idle(timeout_s=120)
+        assert client.memory_search({"query": "billing", "limit": 3})["ok"] is True
+        server.push_embeddings(http_error(500, should_retry=False))
+        answer = client.memory_search({"query": "billing", "limit": 3})
+        assert answer == {"ok": False, "error": "embedding_unavailable", "message": answer["message"]}
+        assert "results" not in answer  # never replaced by exact results
