@@ -23,8 +23,8 @@ import ray
 
 from actors import read_service
 from actors.tokens import token_counter
+from bench.sample_session import demo_session, event_line
 from cluster.client import OmrayClient, init_ray
-from cluster.demo_session import demo_session, event_line
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from persistence.queries import MemoryReader

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from bench.sample_session import demo_session, event_line
 from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 from cluster.client import OmrayClient
-from cluster.demo_session import demo_session, event_line
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader

@@ -1,0 +1,154 @@
+"""The Observer's orchestration without Ray: a real Store file, the builtin model, injected clocks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.builtin_model import BuiltinExtractiveModel
+from actors.models import ChatModel
+from actors.observer_pipeline import ObserverError, ObserverPorts, observe_through
+from actors.tokens import token_counter
+from bench.sample_session import demo_session, event_line
+from persistence.events_reader import read_event_range
+from persistence.queries import MemoryReader
+from persistence.store import Store
+from protocol.errors import ModelSettingsError
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob
+from protocol.records import ActivityRecord
+from protocol.settings import settings_from_mapping
+
+SESSION = "s-unit"
+
+
+class CountingModel:
+    """The builtin model, counting requests."""
+
+    def __init__(self) -> None:
+        self.inner = BuiltinExtractiveModel()
+        self.calls = 0
+
+    def complete(self, model_name: str, messages: Any, tools: Any, timeout_s: float, **kw: Any) -> Any:
+        self.calls += 1
+        return self.inner.complete(model_name, messages, tools, timeout_s, **kw)
+
+
+class FlakyActivityStore:
+    """A Store whose activity writes always fail (status must never fail work)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.activity_attempts = 0
+
+    def commit_observer_part(self, part: Any, observations: Sequence[Any]) -> Any:
+        return self.store.commit_observer_part(part, observations)
+
+    def upsert_activity(self, activity: ActivityRecord) -> None:
+        self.activity_attempts += 1
+        raise OSError("disk full")
+
+    def clear_activity(self, run_id: str, job_id: str) -> bool:
+        raise OSError("disk full")
+
+
+def _write_events(path: Path, turns: int) -> int:
+    events = [e for turn in demo_session(SESSION)[:turns] for e in turn]
+    path.write_text("".join(event_line(e) for e in events), encoding="utf-8")
+    return int(events[-1]["seq"])
+
+
+def _ports(tmp_path: Path, model: ChatModel, store: Any, dispatched: list[JobEnvelope]) -> ObserverPorts:
+    db = str(tmp_path / "om.sqlite")
+    return ObserverPorts(
+        memory=MemoryReader(db),
+        store=store,
+        read_events=lambda start, end: read_event_range(tmp_path / "events.jsonl", start, end),
+        resolve_model=lambda name: (model, 32768),
+        count_tokens=token_counter("o200k_base").count,
+        now_utc=lambda: "2026-11-30T10:00:00+00:00",
+        now_local=lambda: "2026-11-30 10:00",
+        dispatch=lambda envelope: dispatched.append(envelope) or envelope.job_id,
+    )
+
+
+def _job(tmp_path: Path, end_seq: int, block: dict[str, Any]) -> ObserveBoundaryJob:
+    return ObserveBoundaryJob(
+        run_id=SESSION,
+        terminal_end_seq=end_seq,
+        terminal_status="completed",
+        renderer_version="1",
+        observer_schema_version="1",
+        db_path=str(tmp_path / "om.sqlite"),
+        events_path=str(tmp_path / "events.jsonl"),
+        settings=block,
+    )
+
+
+BLOCK = {"model": "builtin/extractive"}
+
+
+def test_observes_commits_and_redelivery_makes_no_model_call(tmp_path: Path) -> None:
+    end = _write_events(tmp_path / "events.jsonl", 2)
+    store = Store(tmp_path / "om.sqlite")
+    model, dispatched = CountingModel(), []
+    ports = _ports(tmp_path, model, store, dispatched)
+    settings = settings_from_mapping(BLOCK)
+    first = observe_through(_job(tmp_path, end, BLOCK), "job-1", settings, ports)
+    assert first.status == "inserted" and first.observations > 0 and model.calls >= 1
+    assert MemoryReader(tmp_path / "om.sqlite").contiguous_covered_end(SESSION, "1", "1") == end
+    calls = model.calls
+    again = observe_through(_job(tmp_path, end, BLOCK), "job-1", settings, ports)
+    assert again.status == "already_covered" and model.calls == calls
+    assert MemoryReader(tmp_path / "om.sqlite").activity(SESSION) is None
+    assert dispatched == []  # far below the reflection threshold
+
+
+def test_failing_activity_writes_never_fail_the_job(tmp_path: Path) -> None:
+    end = _write_events(tmp_path / "events.jsonl", 1)
+    flaky = FlakyActivityStore(Store(tmp_path / "om.sqlite"))
+    result = observe_through(
+        _job(tmp_path, end, BLOCK),
+        "job-2",
+        settings_from_mapping(BLOCK),
+        _ports(tmp_path, CountingModel(), flaky, []),
+    )
+    assert result.parts_committed >= 1 and flaky.activity_attempts >= 1
+
+
+def test_later_boundary_observes_only_the_new_range(tmp_path: Path) -> None:
+    store = Store(tmp_path / "om.sqlite")
+    model, dispatched = CountingModel(), []
+    ports = _ports(tmp_path, model, store, dispatched)
+    settings = settings_from_mapping(BLOCK)
+    first_end = _write_events(tmp_path / "events.jsonl", 1)
+    observe_through(_job(tmp_path, first_end, BLOCK), "a", settings, ports)
+    second_end = _write_events(tmp_path / "events.jsonl", 2)
+    result = observe_through(_job(tmp_path, second_end, BLOCK), "b", settings, ports)
+    assert (result.source_start_seq, result.source_end_seq) == (first_end + 1, second_end)
+
+
+def test_threshold_crossing_dispatches_one_reflect_job(tmp_path: Path) -> None:
+    end = _write_events(tmp_path / "events.jsonl", 3)
+    block = {"model": "builtin/extractive", "reflector": {"reflect_after_observation_tokens": 50}}
+    dispatched: list[JobEnvelope] = []
+    ports = _ports(tmp_path, CountingModel(), Store(tmp_path / "om.sqlite"), dispatched)
+    result = observe_through(_job(tmp_path, end, block), "j", settings_from_mapping(block), ports)
+    assert result.reflect_job_id is not None
+    [envelope] = dispatched
+    assert envelope.job_id == envelope.payload.generation_id == result.reflect_job_id  # type: ignore[union-attr]
+    assert envelope.payload.kind == "reflect_generation" and envelope.payload.settings == block
+
+
+def test_missing_model_and_empty_range_are_typed_errors(tmp_path: Path) -> None:
+    end = _write_events(tmp_path / "events.jsonl", 1)
+    ports = _ports(tmp_path, CountingModel(), Store(tmp_path / "om.sqlite"), [])
+    with pytest.raises(ModelSettingsError):
+        observe_through(_job(tmp_path, end, {}), "j", settings_from_mapping({}), ports)
+    (tmp_path / "events.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(ObserverError, match="empty event range"):
+        observe_through(_job(tmp_path, end, BLOCK), "j", settings_from_mapping(BLOCK), ports)
+    assert json.dumps(MemoryReader(tmp_path / "om.sqlite").all_observations(SESSION)) == "[]"
