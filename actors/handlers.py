@@ -84,7 +84,7 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
             context.dispatch, settings.semantic, job.db_path, run_id, job.settings
         ),
     )
-    return run_reflection(job, envelope.job_id, settings, ports).as_dict()
+    return run_reflection(job, envelope.job_id, settings, ports, attempt=attempt).as_dict()
 
 
 def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:

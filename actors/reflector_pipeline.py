@@ -103,6 +103,7 @@ class StorePort(Protocol):
         required_start_seq: int,
         required_end_seq: int,
         now: str,
+        take_over_running: bool = False,
     ) -> Any: ...
     def fail_generation(self, generation_id: str, failure_code: str, now: str) -> bool: ...
     def succeed_generation_without_promotion(self, generation_id: str, completed_at: str) -> bool: ...
@@ -204,7 +205,7 @@ def _live_prior(ports: ReflectorPorts, run_id: str) -> str | None:
 
 
 def reflect_generation(
-    job: ReflectGenerationJob, job_id: str, settings: OmSettings, ports: ReflectorPorts
+    job: ReflectGenerationJob, job_id: str, settings: OmSettings, ports: ReflectorPorts, *, attempt: int = 1
 ) -> ReflectResult:
     """Run one ``reflect_generation`` job (§9.2–§9.8).
 
@@ -225,6 +226,7 @@ def reflect_generation(
         payload.required_start_seq,
         required_end_seq,
         ports.now_utc(),
+        take_over_running=attempt > 1,  # a redelivered attempt takes over its dead predecessor's row
     )
     reaction = claim_reaction(outcome)
     if reaction == "conflict":

@@ -323,19 +323,25 @@ class Store:
         required_start_seq: int,
         required_end_seq: int,
         now: str,
+        take_over_running: bool = False,
     ) -> ClaimOutcome:
         """Claim a threshold generation for this worker (reference §9.3).
 
         New id -> a ``running`` row, ``claimed``. Existing: ``succeeded`` -> ``already_succeeded``,
-        ``running`` -> ``already_running``, ``failed`` -> reclaimed as ``running`` with
-        ``created_at = now`` (a redelivered job retrying), ``claimed``.
+        ``running`` -> ``already_running`` (or, with ``take_over_running``, taken over: ``created_at
+        = now``, ``claimed``), ``failed`` -> reclaimed as ``running`` with ``created_at = now`` (a
+        redelivered job retrying), ``claimed``.
+
+        ``take_over_running`` is for a redelivered attempt of the same job: the queue starts attempt
+        N+1 only after attempt N ended or its worker died, so a ``running`` row is an orphan of a dead
+        attempt. (The original left such rows running for good; omray finishes the generation.)
         """
         table = schema.om_memory_generation
         with self.atomic():
             conn = self._conn()
             row = select_generation(conn, generation_id)
             if row is not None:
-                return self._claim_existing(conn, row, now)
+                return self._claim_existing(conn, row, now, take_over_running)
             try:
                 with conn.begin_nested():
                     conn.execute(
@@ -368,9 +374,19 @@ class Store:
             return "claimed"
 
     @staticmethod
-    def _claim_existing(conn: Connection, row: Row[Any], now: str) -> ClaimOutcome:
+    def _claim_existing(
+        conn: Connection, row: Row[Any], now: str, take_over_running: bool = False
+    ) -> ClaimOutcome:
         if row.status == "succeeded":
             return "already_succeeded"
+        if row.status == "running" and take_over_running:
+            table = schema.om_memory_generation
+            conn.execute(
+                update(table)
+                .where(table.c.generation_id == row.generation_id, table.c.status == "running")
+                .values(created_at=now)
+            )
+            return "claimed"
         if row.status == "running":
             return "already_running"
         if row.status == "failed":

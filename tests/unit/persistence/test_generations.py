@@ -236,3 +236,21 @@ def test_failed_promotion_leaves_nothing_written(store: Store, reader: MemoryRea
     assert _generation_row(db_path, "b" * 64)[0] == "running"
     generation = reader.active_generation(RUN)
     assert generation is not None and generation.generation_id == "a" * 64
+
+
+def test_redelivered_attempt_takes_over_an_orphaned_running_generation(store: Store, db_path: Path) -> None:
+    gen = "d" * 64
+    assert _claim(store, gen) == "claimed"
+    # A first delivery that finds the row running backs off; a redelivered attempt takes it over.
+    assert _claim(store, gen, now="2026-07-26T13:00:00+00:00") == "already_running"
+    taken = store.claim_generation(
+        gen, RUN, "s" * 64, MODEL, REFLECTOR_SCHEMA, 1, 3, "2026-07-26T14:00:00+00:00", take_over_running=True
+    )
+    assert taken == "claimed"
+    status, failure, created_at, completed_at, _ = _generation_row(db_path, gen)
+    assert (status, failure, created_at, completed_at) == ("running", None, "2026-07-26T14:00:00+00:00", None)
+    assert store.succeed_generation_without_promotion(gen, "2026-07-26T14:01:00+00:00")
+    again = store.claim_generation(
+        gen, RUN, "s" * 64, MODEL, REFLECTOR_SCHEMA, 1, 3, "2026-07-26T15:00:00+00:00", take_over_running=True
+    )
+    assert again == "already_succeeded"  # a finished generation is never taken over
