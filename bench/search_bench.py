@@ -1,14 +1,17 @@
-"""Exact ``memory_search`` benchmark: omray's trigram-assisted search against the plain LIKE scan.
+"""Exact ``memory_search`` benchmark: omray's planned search against the plain LIKE scan.
 
 For each corpus size it builds a temporary memory database through :class:`persistence.store.Store`
 (observer parts, plus one promoted generation per session so projections have reflections and a
 retained pool), then measures, over the same query set (common and rare substrings, 1-2 character
 queries, ``%``/``_`` literals, mixed case, date filters):
 
-* ``exact_*``: :func:`actors.read_service.exact_search` with the default strategy (trigram
-  pre-filter for queries of 3+ characters, scan otherwise);
+* ``exact_*``: :func:`actors.read_service.exact_search` with the default ``auto`` strategy (per
+  table: trigram pre-filter for rare phrases, a walk of the result-order index for common ones and
+  narrow date ranges, the scan otherwise; see ``persistence.search_queries``);
 * ``like_*``: the same call forced to the plain escaped ``LIKE`` scan (the original's method);
 * ``identical``: every query's answer was the same for both;
+* ``by_class``: p50 of both per query class (``common``, ``rare``, ``short``, ``dated``);
+* ``observation_plans``: how often ``auto`` chose each plan on ``om_observation``;
 * ``projection_*``: :func:`actors.read_service.project` for the corpus's sessions.
 
 Observation texts come from the real transcripts in ``../shared/data/transcripts`` (user and
@@ -24,14 +27,16 @@ import re
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
-from actors.read_service import exact_search, project
+from actors.read_service import exact_search, project, reader_for
 from actors.search_core import SearchRequest, validate_search_arguments
+from persistence.search_queries import ExactSearchSpec
 from persistence.store import Store
 from protocol.identities import (
     chunk_key,
@@ -270,22 +275,47 @@ def _rare_substring(sentences: Sequence[str], rng: random.Random) -> str:
     return sentence[start : start + length].strip() or sentence
 
 
-def query_set(sentences: Sequence[str], paths: Sequence[str], seed: int) -> list[dict[str, object]]:
-    """The benchmark's ``memory_search`` argument objects."""
+QueryClass = Literal["common", "rare", "short", "dated"]
+"""What a benchmark query exercises: a frequent substring, a rare one, 1-2 characters, date bounds."""
+
+
+def classified_query_set(
+    sentences: Sequence[str], paths: Sequence[str], seed: int
+) -> list[tuple[QueryClass, dict[str, object]]]:
+    """The benchmark's ``memory_search`` argument objects, each with its class."""
     rng = random.Random(seed + 1)
-    common = ["the", "error", "file", "test", "User:", "Assistant: I'll"]
+    common = ["the", "error", "file", "test", "User:", "Assistant: I'll", "README"]
     rare = [_rare_substring(sentences, rng) for _ in range(6)] + [rng.choice(paths), "zqxj-no-such-text"]
+    rare += ["100%", "tool_name", "MapToolArguments", "2510"]
     short = ["a", "ts", "é", "%", "_", "x_"]
-    literal = ["100%", "tool_name", "README", "MapToolArguments", "2510"]
-    queries: list[dict[str, object]] = [{"query": q} for q in (*common, *rare, *short, *literal)]
+    queries: list[tuple[QueryClass, dict[str, object]]] = [("common", {"query": q}) for q in common]
+    queries += [("rare", {"query": q}) for q in rare]
+    queries += [("short", {"query": q}) for q in short]
     queries += [
-        {"query": "the", "after": "2026-02-01", "before": "2026-03-15"},
-        {"query": "error", "after": "2026-04-01 12:00"},
-        {"query": "a", "before": "2026-01-10"},
-        {"query": rare[0], "after": "2026-01-01", "before": "2026-12-31", "limit": 50},
-        {"query": "file", "limit": 5},
+        ("dated", {"query": "the", "after": "2026-02-01", "before": "2026-03-15"}),
+        ("dated", {"query": "error", "after": "2026-04-01 12:00"}),
+        ("dated", {"query": "a", "before": "2026-01-10"}),
+        ("dated", {"query": rare[0], "after": "2026-01-01", "before": "2026-12-31", "limit": 50}),
+        ("common", {"query": "file", "limit": 5}),
     ]
     return queries
+
+
+def query_set(sentences: Sequence[str], paths: Sequence[str], seed: int) -> list[dict[str, object]]:
+    """The benchmark's ``memory_search`` argument objects."""
+    return [arguments for _, arguments in classified_query_set(sentences, paths, seed)]
+
+
+def _spec(request: SearchRequest) -> ExactSearchSpec:
+    return ExactSearchSpec(
+        query=request.query,
+        like_pattern=request.like_pattern,
+        fetch_limit=request.limit + 1,
+        observation_after=request.observation_after,
+        observation_before=request.observation_before,
+        reflection_after=request.reflection_after,
+        reflection_before=request.reflection_before,
+    )
 
 
 def _percentile(values: Sequence[float], fraction: float) -> float:
@@ -304,40 +334,53 @@ def _measure_size(db_path: Path, size: int, seed: int) -> dict[str, object]:
     build_started = time.perf_counter()
     sessions, sentences, paths, source = build_corpus(db_path, size, seed)
     build_s = time.perf_counter() - build_started
-    requests: list[SearchRequest] = []
-    for arguments in query_set(sentences, paths, seed):
+    requests: list[tuple[QueryClass, SearchRequest]] = []
+    for query_class, arguments in classified_query_set(sentences, paths, seed):
         request = validate_search_arguments(arguments)
         if isinstance(request, SearchRequest):
-            requests.append(request)
-    exact_ms: list[float] = []
-    like_ms: list[float] = []
+            requests.append((query_class, request))
+    exact_ms: dict[QueryClass, list[float]] = {}
+    like_ms: dict[QueryClass, list[float]] = {}
+    plans: Counter[str] = Counter()
     identical = True
-    for request in requests:
+    for query_class, request in requests:
         exact_search(db_path, request)  # warm the page cache for both strategies alike
+        plans[reader_for(db_path).exact_search(_spec(request)).observation_strategy] += 1
         for _ in range(QUERY_REPEATS):
             fast_time, fast = _timed(lambda r=request: exact_search(db_path, r))
             scan_time, scan = _timed(lambda r=request: exact_search(db_path, r, "scan"))
-            exact_ms.append(fast_time)
-            like_ms.append(scan_time)
+            exact_ms.setdefault(query_class, []).append(fast_time)
+            like_ms.setdefault(query_class, []).append(scan_time)
             identical = identical and fast == scan
     projection_ms: list[float] = []
     for run_id in sessions[:PROJECTION_SESSIONS]:
         for _ in range(QUERY_REPEATS):
             elapsed, _text = _timed(lambda s=run_id: project(db_path, s))
             projection_ms.append(elapsed)
+    all_exact = [value for values in exact_ms.values() for value in values]
+    all_like = [value for values in like_ms.values() for value in values]
     return {
         "size": size,
         "sessions": len(sessions),
         "queries": len(requests),
         "corpus_source": source,
         "build_s": round(build_s, 2),
-        "exact_p50_ms": _percentile(exact_ms, 0.5),
-        "exact_p99_ms": _percentile(exact_ms, 0.99),
-        "like_p50_ms": _percentile(like_ms, 0.5),
-        "like_p99_ms": _percentile(like_ms, 0.99),
-        "exact_mean_ms": round(statistics.fmean(exact_ms), 3),
-        "like_mean_ms": round(statistics.fmean(like_ms), 3),
+        "exact_p50_ms": _percentile(all_exact, 0.5),
+        "exact_p99_ms": _percentile(all_exact, 0.99),
+        "like_p50_ms": _percentile(all_like, 0.5),
+        "like_p99_ms": _percentile(all_like, 0.99),
+        "exact_mean_ms": round(statistics.fmean(all_exact), 3),
+        "like_mean_ms": round(statistics.fmean(all_like), 3),
         "identical": identical,
+        "by_class": {
+            query_class: {
+                "queries": len(exact_ms[query_class]) // QUERY_REPEATS,
+                "exact_p50_ms": _percentile(exact_ms[query_class], 0.5),
+                "like_p50_ms": _percentile(like_ms[query_class], 0.5),
+            }
+            for query_class in exact_ms
+        },
+        "observation_plans": dict(sorted(plans.items())),
         "projection_p50_ms": _percentile(projection_ms, 0.5),
         "projection_p99_ms": _percentile(projection_ms, 0.99),
     }
@@ -369,7 +412,7 @@ def bench_search_command(
     seed: Annotated[int, typer.Option("--seed", help="Random seed of corpus and queries.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
-    """Exact memory_search: trigram-assisted vs plain LIKE scan, and projection latency."""
+    """Exact memory_search: planned search vs the plain LIKE scan, per query class; projection latency."""
     results = run_search_bench(_parse_sizes(sizes), seed)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
@@ -381,6 +424,13 @@ def bench_search_command(
             f"projection p50/p99={row['projection_p50_ms']}/{row['projection_p99_ms']} ms  "
             f"({row['corpus_source']}, built in {row['build_s']} s)"
         )
+        by_class = row["by_class"]
+        for query_class, figures in by_class.items() if isinstance(by_class, dict) else ():
+            typer.echo(
+                f"    {query_class:<6} p50 exact/like={figures['exact_p50_ms']}/{figures['like_p50_ms']} ms "
+                f"({figures['queries']} queries)"
+            )
+        typer.echo(f"    observation plans: {row['observation_plans']}")
 
 
 if __name__ == "__main__":

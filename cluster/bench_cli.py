@@ -148,3 +148,19 @@ def observer_command(
         f"({result['parts_per_1000_events']} per 1,000 events), "
         f"{result['prompt_tokens_per_source_token']} prompt tokens per source token, {result['seconds']} s"
     )
+
+
+@bench_app.command("hybrid")
+def hybrid_command(
+    size: int = typer.Option(2000, "--size", min=1, help="Memories (observations) in the corpus."),
+    targets: int = typer.Option(100, "--targets", min=1, help="Target memories of the labelled set."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", min=1, help="Chunks per synchronize call (default: the settings default, 4)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of corpus sampling and labelled queries."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Hybrid search with the offline embedder: backfill speed, search latency, recall@10 by mode."""
+    from bench.hybrid_bench import run_hybrid_bench
+
+    emit(run_hybrid_bench(size, targets=targets, batch_size=batch_size, seed=seed), as_json)

@@ -168,6 +168,13 @@ def _trigram_ddl(table: str, source: str, id_column: str) -> tuple[str, ...]:
     )
 
 
+OBSERVATION_ORDER_INDEX = "idx_omray_observation_time_id"
+"""``om_observation(timestamp DESC, observation_id ASC)``: exact search's result order."""
+
+REFLECTION_ORDER_INDEX = "idx_omray_reflection_time_id"
+"""``om_reflection(created_at DESC, reflection_id ASC)``: exact search's result order."""
+
+
 OMRAY_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "omray_001_job_queue",
@@ -182,6 +189,17 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
             *_trigram_ddl(REFLECTION_TRIGRAM_TABLE, schema.om_reflection.name, "reflection_id"),
         ),
         applies_when=trigram_supported,
+    ),
+    Migration(
+        "omray_003_exact_search_order_indexes",
+        "Indexes in exact memory_search result order (newest first, then id) for early-stopping walks",
+        (
+            # Plain additive indexes on the PHP tables: the PHP extension neither needs nor minds them.
+            f"CREATE INDEX IF NOT EXISTS {OBSERVATION_ORDER_INDEX} ON {schema.om_observation.name} "
+            "(timestamp DESC, observation_id ASC)",
+            f"CREATE INDEX IF NOT EXISTS {REFLECTION_ORDER_INDEX} ON {schema.om_reflection.name} "
+            "(created_at DESC, reflection_id ASC)",
+        ),
     ),
 )
 """omray's own additive migrations, in order."""

@@ -2,17 +2,25 @@
 
 Exact search runs over every session in the database, on both tables, with the escaped
 ``LIKE ... ESCAPE '\\'`` of the reference, the per-table date bounds, newest first and
-``LIMIT limit + 1`` (so the caller can tell ``truncated``). It has two strategies with identical
-answers:
+``LIMIT limit + 1`` (so the caller can tell ``truncated``). Every plan below returns exactly what
+the plain scan returns; only the work differs:
 
-* ``scan``: the plain escaped ``LIKE`` over the table (what the original does).
-* ``auto`` (the fast path): when the trigram indexes exist (migration ``omray_002``), this SQLite
-  has the trigram tokenizer, and the literal query is at least 3 characters with no NUL, a
-  quoted-phrase ``MATCH`` on the FTS5 trigram index picks candidate rows and the very same
-  ``LIKE`` decides. A phrase with too many candidates (a common substring) takes the scan, which
-  is cheaper then. The tokenizer folds case (Unicode, a superset of the ASCII folding ``LIKE``
-  does), so every ``LIKE`` match is a candidate and ``LIKE`` alone removes the extra ones. Shorter
-  queries cannot use a trigram index and take the scan.
+* ``scan``: the plain escaped ``LIKE`` over the whole table, then a sort of every match (what the
+  original does; pinned with ``NOT INDEXED`` so the order indexes cannot turn it into a walk).
+* ``trigram``: a quoted-phrase ``MATCH`` on the FTS5 trigram index (migration ``omray_002``) picks
+  candidate rows by id and the very same ``LIKE`` decides. The tokenizer folds case (Unicode, a
+  superset of the ASCII folding ``LIKE`` does), so every ``LIKE`` match is a candidate and ``LIKE``
+  alone removes the extra ones. Only for literal queries of 3+ characters with no NUL. Costs about
+  one id lookup per candidate: the plan for rare substrings.
+* ``ordered``: walks the index in result order (migration ``omray_003``: time descending, id
+  ascending), inside the date range, and stops at the ``fetch_limit``-th match. Costs one row per
+  row visited: the plan for common substrings, short queries that match often, and narrow dates.
+
+``auto`` picks per table with cheap probes: the trigram candidate count, capped (rare phrase:
+``trigram``); then an ordered walk bounded to a row budget, whose answer is final when it found
+enough matches or covered the whole date range; then, for what is left (matches that are few and
+far from the newest rows), an unbounded walk when the date range is narrow, the trigram plan when
+its candidates are few enough, else the scan. Every bounded probe caps the work it can waste.
 
 :class:`SearchReader` extends :class:`persistence.queries.MemoryReader`: same guarantees (read
 only, one snapshot per call, a missing file or missing tables give the empty answer).
@@ -20,16 +28,26 @@ only, one snapshot per call, a missing file or missing tables give the empty ans
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import math
 import re
-from collections.abc import Collection
+import sqlite3
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from sqlalchemy import Connection, Row, TextClause, text
+from sqlalchemy import Connection, Row, text
 
 from persistence import schema
-from persistence.migrations import OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE, trigram_supported
+from persistence.migrations import (
+    OBSERVATION_ORDER_INDEX,
+    OBSERVATION_TRIGRAM_TABLE,
+    REFLECTION_ORDER_INDEX,
+    REFLECTION_TRIGRAM_TABLE,
+    trigram_supported,
+)
 from persistence.queries import (
     ActiveCandidateSet,
     MemoryReader,
@@ -37,23 +55,20 @@ from persistence.queries import (
     observation_from_row,
     select_active_candidate_set,
 )
+from protocol.errors import SettingsError
 from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord
 
-SearchStrategy = Literal["auto", "trigram", "scan"]
-"""``auto``: trigram pre-filter when it applies and is selective, else scan; ``trigram``: pre-filter
-whenever it applies (3+ characters, index present); ``scan``: always the plain ``LIKE`` scan."""
+SearchStrategy = Literal["auto", "trigram", "ordered", "scan"]
+"""``auto``: per table, the plan the selectivity probes pick (see the module docstring);
+``trigram``: the trigram pre-filter whenever it applies (3+ characters, index present), else scan;
+``ordered``: the result-order walk to the end of the date range (index present), else scan;
+``scan``: always the plain ``LIKE`` scan."""
 
-UsedStrategy = Literal["trigram", "scan"]
-"""What a search actually did."""
+UsedStrategy = Literal["trigram", "ordered", "scan"]
+"""What a search actually did on one table."""
 
 TRIGRAM_MIN_CHARACTERS: Final[int] = 3
 """Shortest literal query a trigram index can pre-filter."""
-
-SELECTIVE_FRACTION: Final[int] = 16
-"""The trigram pre-filter is used only when fewer than 1/16 of a table's rows are candidates."""
-
-MIN_CANDIDATE_CAP: Final[int] = 64
-"""Small tables still use the pre-filter for up to this many candidates."""
 
 RECALL_LOOKUP_LIMIT: Final[int] = 3
 """Rows fetched per id/prefix lookup: two are enough to tell "ambiguous"."""
@@ -73,6 +88,37 @@ _ACTIVE_MEMORY_TABLES: Final = (
     "om_generation_reflection",
     "om_generation_retained_observation",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PlanTuning:
+    """Cost figures behind ``auto``'s plan choice (measured at 5k-50k observations; see the bench).
+
+    They only move work around: any values give the same answers, which the tests use to drive
+    every branch on tiny corpora.
+    """
+
+    candidate_cost: int = 12
+    """A trigram candidate (looked up by id, then sorted) costs about this many rows of an ordered walk."""
+    min_candidate_cap: int = 64
+    """Below this many trigram candidates the pre-filter is always taken (small tables)."""
+    walk_budget_min: int = 1024
+    """The bounded ordered walk may visit at least this many rows..."""
+    walk_budget_fraction: int = 16
+    """...or 1/this of the table, whichever is more: its worst-case waste before another plan."""
+    narrow_range_fraction: int = 2
+    """A date range holding fewer than 1/this of the table's rows is walked whole instead of scanned."""
+    selective_fraction: int = 16
+    """After the walk, the trigram pre-filter still beats the scan below 1/this of the rows as candidates."""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) < 1:
+                raise SettingsError(f"plan tuning {field.name!r} must be >= 1")
+
+
+DEFAULT_TUNING: Final = PlanTuning()
+"""The tuning :meth:`SearchReader.exact_search` uses unless told otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +149,16 @@ class ExactSearchRows:
     """Matching observations (at most ``fetch_limit``)."""
     reflections: tuple[ReflectionRecord, ...]
     """Matching reflections (at most ``fetch_limit``)."""
-    strategy: UsedStrategy
-    """``trigram`` when the index pre-filtered the candidates, else ``scan``."""
+    observation_strategy: UsedStrategy
+    """The plan that produced ``observations``."""
+    reflection_strategy: UsedStrategy
+    """The plan that produced ``reflections``."""
+
+    @property
+    def strategy(self) -> UsedStrategy:
+        """``trigram`` if a table used the pre-filter, else ``ordered`` if a table walked, else ``scan``."""
+        used = {self.observation_strategy, self.reflection_strategy}
+        return "trigram" if "trigram" in used else "ordered" if "ordered" in used else "scan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +169,37 @@ class ActiveMemory:
     """Reflections of the active generation, by position."""
     candidates: ActiveCandidateSet
     """The active observation pool (reference §8)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchTable:
+    """The names exact search needs for one memory table."""
+
+    table: str
+    """The memory table."""
+    id_column: str
+    """Its id column (second sort key, ascending)."""
+    time_column: str
+    """Its time column (first sort key, descending; the date bounds apply to it)."""
+    trigram_table: str
+    """Its FTS5 trigram index table."""
+    order_index: str
+    """Its ``(time DESC, id ASC)`` index."""
+
+
+OBSERVATION_SEARCH: Final = SearchTable(
+    schema.om_observation.name,
+    "observation_id",
+    "timestamp",
+    OBSERVATION_TRIGRAM_TABLE,
+    OBSERVATION_ORDER_INDEX,
+)
+"""Exact-search names of ``om_observation``."""
+
+REFLECTION_SEARCH: Final = SearchTable(
+    schema.om_reflection.name, "reflection_id", "created_at", REFLECTION_TRIGRAM_TABLE, REFLECTION_ORDER_INDEX
+)
+"""Exact-search names of ``om_reflection``."""
 
 
 def trigram_phrase(query: str) -> str:
@@ -131,37 +216,230 @@ def uses_trigram(query: str) -> bool:
     return len(query) >= TRIGRAM_MIN_CHARACTERS and "\0" not in query
 
 
-def _date_filters(column: str, after: str | None, before: str | None, params: dict[str, Any]) -> str:
-    clauses = ""
-    if after is not None:
-        clauses += f" AND {column} >= :after"
-        params["after"] = after
-    if before is not None:
-        clauses += f" AND {column} <= :before"
-        params["before"] = before
-    return clauses
+@functools.lru_cache(maxsize=1)
+def json_each_supported() -> bool:
+    """Whether this process's SQLite has ``json_each`` (built in since 3.38, an option before)."""
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("SELECT value FROM json_each('[1]')").fetchall()
+    except sqlite3.Error:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
-def _search_statement(
-    table: str,
-    id_column: str,
-    time_column: str,
-    index_table: str | None,
-    after: str | None,
-    before: str | None,
-) -> tuple[TextClause, dict[str, Any]]:
-    params: dict[str, Any] = {}
-    prefilter = ""
-    if index_table is not None:
-        prefilter = (
-            f"{id_column} IN (SELECT {id_column} FROM {index_table} WHERE {index_table} MATCH :phrase) AND "
+_OrderKey = tuple[Any, Any]
+"""``(time, id)`` of one row in result order."""
+
+
+class TableSearch:
+    """The exact-search statements of one table, bound to one connection (one snapshot) and one search.
+
+    Each ``*_rows`` method returns the first ``fetch_limit`` matches in result order, except
+    :meth:`ordered_rows` with a ``stop`` key, which only looks at the rows before ``stop``.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        names: SearchTable,
+        spec: ExactSearchSpec,
+        bounds: tuple[str | None, str | None],
+    ) -> None:
+        self._conn = conn
+        self.names = names
+        """The table searched."""
+        self.spec = spec
+        """The search."""
+        self._after, self._before = bounds
+
+    @property
+    def dated(self) -> bool:
+        """Whether the search has a date bound on this table."""
+        return self._after is not None or self._before is not None
+
+    def _dates(self, column: str, params: dict[str, Any]) -> str:
+        clauses = ""
+        if self._after is not None:
+            clauses += f" AND {column} >= :after"
+            params["after"] = self._after
+        if self._before is not None:
+            clauses += f" AND {column} <= :before"
+            params["before"] = self._before
+        return clauses
+
+    def _order_by(self) -> str:
+        return f" ORDER BY {self.names.time_column} DESC, {self.names.id_column} ASC"
+
+    def _matching(
+        self, source: str, prefilter: str, time_column: str, extra: str = ""
+    ) -> tuple[str, dict[str, Any]]:
+        params: dict[str, Any] = {"pattern": self.spec.like_pattern, "fetch_limit": self.spec.fetch_limit}
+        sql = (
+            f"SELECT * FROM {source} WHERE {prefilter}content LIKE :pattern ESCAPE '\\'"
+            f"{self._dates(time_column, params)}{extra}{self._order_by()} LIMIT :fetch_limit"
         )
-    sql = (
-        f"SELECT * FROM {table} WHERE {prefilter}content LIKE :pattern ESCAPE '\\'"
-        f"{_date_filters(time_column, after, before, params)}"
-        f" ORDER BY {time_column} DESC, {id_column} ASC LIMIT :fetch_limit"
+        return sql, params
+
+    def scan_sql(self) -> tuple[str, dict[str, Any]]:
+        """The plain scan: every row tested, every match sorted (``NOT INDEXED`` keeps that plan)."""
+        return self._matching(f"{self.names.table} NOT INDEXED", "", self.names.time_column)
+
+    def trigram_sql(self, candidates: Sequence[int] | None = None) -> tuple[str, dict[str, Any]]:
+        """Candidates by id from the trigram index, then the same ``LIKE`` and date bounds.
+
+        ``candidates`` are trigram-index rowids a probe already matched (so the phrase is not
+        matched twice); ``None`` matches the phrase here. The unary ``+`` keeps the date bounds off
+        every index, so candidates are always looked up by id rather than walked in time order.
+        """
+        names = self.names
+        if candidates is None:
+            selector = f"{names.trigram_table} MATCH :phrase"
+        else:
+            selector = "rowid IN (SELECT value FROM json_each(:candidates))"
+        candidate_ids = f"SELECT {names.id_column} FROM {names.trigram_table} WHERE {selector}"
+        prefilter = f"{names.id_column} IN ({candidate_ids}) AND "
+        sql, params = self._matching(names.table, prefilter, f"+{names.time_column}")
+        if candidates is None:
+            params["phrase"] = trigram_phrase(self.spec.query)
+        else:
+            params["candidates"] = json.dumps(list(candidates))
+        return sql, params
+
+    def ordered_sql(self, stop: _OrderKey | None) -> tuple[str, dict[str, Any]]:
+        """The walk in result order inside the date range, up to (not including) the ``stop`` row."""
+        names = self.names
+        extra = ""
+        if stop is not None:
+            # Rows before the stop row in (time DESC, id ASC) order; ids are unique, so no ties.
+            extra = (
+                f" AND {names.time_column} >= :stop_time"
+                f" AND ({names.time_column} > :stop_time OR {names.id_column} < :stop_id)"
+            )
+        sql, params = self._matching(
+            f"{names.table} INDEXED BY {names.order_index}", "", names.time_column, extra
+        )
+        if stop is not None:
+            params["stop_time"], params["stop_id"] = stop
+        return sql, params
+
+    def boundary_sql(self, offset: int) -> tuple[str, dict[str, Any]]:
+        """The key of the row ``offset`` places into the date range in result order (index only)."""
+        names = self.names
+        params: dict[str, Any] = {"offset": offset}
+        dates = self._dates(names.time_column, params)
+        sql = (
+            f"SELECT {names.time_column}, {names.id_column} FROM {names.table} "
+            f"INDEXED BY {names.order_index} WHERE 1 = 1{dates}{self._order_by()} LIMIT 1 OFFSET :offset"
+        )
+        return sql, params
+
+    def _rows(self, statement: tuple[str, dict[str, Any]]) -> list[Row[Any]]:
+        return list(self._conn.execute(text(statement[0]), statement[1]))
+
+    def scan_rows(self) -> list[Row[Any]]:
+        """Matches by the plain scan."""
+        return self._rows(self.scan_sql())
+
+    def trigram_rows(self) -> list[Row[Any]]:
+        """Matches by the trigram pre-filter."""
+        return self._rows(self.trigram_sql())
+
+    def ordered_rows(self, stop: _OrderKey | None = None) -> list[Row[Any]]:
+        """Matches by the ordered walk (only among the rows before ``stop`` when given)."""
+        return self._rows(self.ordered_sql(stop))
+
+    def boundary(self, offset: int) -> _OrderKey | None:
+        """The ``(time, id)`` of the row at ``offset`` in the date range; ``None``: the range is shorter."""
+        sql, params = self.boundary_sql(offset)
+        row = self._conn.execute(text(sql), params).first()
+        return None if row is None else (row[0], row[1])
+
+    def approximate_rows(self) -> int:
+        """The table's row count, roughly (its largest rowid: free to read)."""
+        return int(self._conn.execute(text(f"SELECT max(rowid) FROM {self.names.table}")).scalar() or 0)
+
+    def trigram_candidates(self, cap: int) -> list[int] | None:
+        """Rowids of the trigram index's candidates, or ``None`` when there are ``cap`` or more.
+
+        Reading stops at the cap, and rowids come from the index alone, so the probe stays cheap
+        for a common phrase.
+        """
+        index = self.names.trigram_table
+        rowids = self._conn.execute(
+            text(f"SELECT rowid FROM {index} WHERE {index} MATCH :phrase LIMIT :cap"),
+            {"phrase": trigram_phrase(self.spec.query), "cap": cap},
+        ).scalars()
+        found = [int(rowid) for rowid in rowids]
+        return None if len(found) >= cap else found
+
+    def candidate_rows(self, candidates: list[int]) -> list[Row[Any]]:
+        """Matches among probed trigram candidates (see :meth:`trigram_candidates`)."""
+        if not candidates:
+            return []
+        return self._rows(self.trigram_sql(candidates if json_each_supported() else None))
+
+
+def choose_and_fetch(
+    search: TableSearch, trigram_ok: bool, ordered_ok: bool, tuning: PlanTuning
+) -> tuple[list[Row[Any]], UsedStrategy]:
+    """``auto``: the cheapest plan by bounded probes, and its rows (see the module docstring)."""
+    fetch_limit = search.spec.fetch_limit
+    rows_estimate = search.approximate_rows()
+    rare_cap = 0
+    if trigram_ok:
+        # Uniform matches: a walk visits ~fetch_limit * rows / m rows, the pre-filter costs m lookups;
+        # equal at m = sqrt(fetch_limit * rows / candidate_cost).
+        rare_cap = max(
+            tuning.min_candidate_cap, math.isqrt(fetch_limit * rows_estimate // tuning.candidate_cost)
+        )
+        candidates = search.trigram_candidates(rare_cap)
+        if candidates is not None:
+            return search.candidate_rows(candidates), "trigram"
+    if ordered_ok:
+        stop = search.boundary(max(tuning.walk_budget_min, rows_estimate // tuning.walk_budget_fraction))
+        rows = search.ordered_rows(stop)
+        if stop is None or len(rows) >= fetch_limit:
+            return rows, "ordered"  # the whole range was walked, or its first matches were found
+        if search.dated and search.boundary(rows_estimate // tuning.narrow_range_fraction) is None:
+            return search.ordered_rows(), "ordered"
+    if trigram_ok:
+        common_cap = max(tuning.min_candidate_cap, rows_estimate // tuning.selective_fraction)
+        candidates = search.trigram_candidates(common_cap) if common_cap > rare_cap else None
+        if candidates is not None:
+            return search.candidate_rows(candidates), "trigram"
+    return search.scan_rows(), "scan"
+
+
+def schema_names(conn: Connection) -> set[str]:
+    """Names of the database's tables and indexes."""
+    return set(
+        conn.execute(text("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")).scalars()
     )
-    return text(sql), params
+
+
+def search_table(
+    search: TableSearch, strategy: SearchStrategy, names: set[str], tuning: PlanTuning
+) -> tuple[list[Row[Any]], UsedStrategy]:
+    """One table's rows by ``strategy``; a plan whose index is missing (or cannot apply) becomes the scan.
+
+    ``names`` are the database's table and index names (:func:`schema_names`).
+    """
+    trigram_ok = (
+        strategy in ("auto", "trigram")
+        and uses_trigram(search.spec.query)
+        and trigram_supported()
+        and search.names.trigram_table in names
+    )
+    ordered_ok = strategy in ("auto", "ordered") and search.names.order_index in names
+    if strategy == "auto":
+        return choose_and_fetch(search, trigram_ok, ordered_ok, tuning)
+    if trigram_ok:
+        return search.trigram_rows(), "trigram"
+    if ordered_ok:
+        return search.ordered_rows(), "ordered"
+    return search.scan_rows(), "scan"
 
 
 def _decode_support_ids(raw: str) -> tuple[str, ...]:
@@ -216,23 +494,6 @@ def select_active_reflections(conn: Connection, run_id: str) -> tuple[ActiveRefl
     return tuple(reflections)
 
 
-def _index_is_selective(conn: Connection, table: str, index_table: str, phrase: str) -> bool:
-    """Whether the phrase's candidates are few enough for the pre-filter to beat a scan.
-
-    A common substring makes nearly every row a candidate, and fetching each candidate by id costs
-    more than scanning; counting stops at the cap, so this check stays cheap either way.
-    """
-    approximate_rows = conn.execute(text(f"SELECT max(rowid) FROM {table}")).scalar() or 0
-    cap = max(MIN_CANDIDATE_CAP, int(approximate_rows) // SELECTIVE_FRACTION)
-    candidates = conn.execute(
-        text(
-            f"SELECT count(*) FROM (SELECT 1 FROM {index_table} WHERE {index_table} MATCH :phrase LIMIT :cap)"
-        ),
-        {"phrase": phrase, "cap": cap},
-    ).scalar_one()
-    return int(candidates) < cap
-
-
 def _existing_tables(conn: Connection) -> set[str]:
     return set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars())
 
@@ -268,76 +529,51 @@ class SearchReader(MemoryReader):
 
         return trigram_supported() and self._run(query, False, ())
 
-    def exact_search(self, spec: ExactSearchSpec, strategy: SearchStrategy = "auto") -> ExactSearchRows:
-        """Matching rows of both tables for one exact search, in one snapshot."""
+    def order_index_present(self) -> bool:
+        """Whether both result-order indexes exist (migration ``omray_003``)."""
+
+        def query(conn: Connection) -> bool:
+            return {OBSERVATION_ORDER_INDEX, REFLECTION_ORDER_INDEX} <= schema_names(conn)
+
+        return self._run(query, False, ())
+
+    def exact_search(
+        self, spec: ExactSearchSpec, strategy: SearchStrategy = "auto", tuning: PlanTuning = DEFAULT_TUNING
+    ) -> ExactSearchRows:
+        """Matching rows of both tables for one exact search, in one snapshot.
+
+        Every ``strategy`` and every ``tuning`` give the same rows; they only choose the work.
+        """
 
         def query(conn: Connection) -> ExactSearchRows:
-            tables = _existing_tables(conn)
-            indexable = (
-                strategy != "scan"
-                and uses_trigram(spec.query)
-                and trigram_supported()
-                and {OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE} <= tables
-            )
-            used: set[UsedStrategy] = set()
+            names = schema_names(conn)
             observations: tuple[ObservationRecord, ...] = ()
-            if schema.om_observation.name in tables:
-                rows, how = self._search_table(
-                    conn,
-                    spec,
-                    strategy,
-                    indexable,
-                    (schema.om_observation.name, "observation_id", "timestamp", OBSERVATION_TRIGRAM_TABLE),
-                    (spec.observation_after, spec.observation_before),
+            observation_strategy: UsedStrategy = "scan"
+            if OBSERVATION_SEARCH.table in names:
+                bounds = (spec.observation_after, spec.observation_before)
+                rows, observation_strategy = search_table(
+                    TableSearch(conn, OBSERVATION_SEARCH, spec, bounds), strategy, names, tuning
                 )
                 observations = tuple(observation_from_row(row) for row in rows)
-                used.add(how)
             reflections: tuple[ReflectionRecord, ...] = ()
-            if schema.om_reflection.name in tables:
-                rows, how = self._search_table(
-                    conn,
-                    spec,
-                    strategy,
-                    indexable,
-                    (schema.om_reflection.name, "reflection_id", "created_at", REFLECTION_TRIGRAM_TABLE),
-                    (spec.reflection_after, spec.reflection_before),
+            reflection_strategy: UsedStrategy = "scan"
+            if REFLECTION_SEARCH.table in names:
+                bounds = (spec.reflection_after, spec.reflection_before)
+                rows, reflection_strategy = search_table(
+                    TableSearch(conn, REFLECTION_SEARCH, spec, bounds), strategy, names, tuning
                 )
                 reflections = tuple(reflection_from_row(row) for row in rows)
-                used.add(how)
             return ExactSearchRows(
                 observations=observations,
                 reflections=reflections,
-                strategy="trigram" if "trigram" in used else "scan",
+                observation_strategy=observation_strategy,
+                reflection_strategy=reflection_strategy,
             )
 
-        return self._run(query, ExactSearchRows(observations=(), reflections=(), strategy="scan"), ())
-
-    def _search_table(
-        self,
-        conn: Connection,
-        spec: ExactSearchSpec,
-        strategy: SearchStrategy,
-        indexable: bool,
-        names: tuple[str, str, str, str],
-        bounds: tuple[str | None, str | None],
-    ) -> tuple[list[Row[Any]], UsedStrategy]:
-        table, id_column, time_column, index_table = names
-        phrase = trigram_phrase(spec.query)
-        use_index = indexable and (
-            strategy == "trigram" or _index_is_selective(conn, table, index_table, phrase)
+        empty = ExactSearchRows(
+            observations=(), reflections=(), observation_strategy="scan", reflection_strategy="scan"
         )
-        statement, params = _search_statement(
-            table, id_column, time_column, index_table if use_index else None, bounds[0], bounds[1]
-        )
-        rows = list(conn.execute(statement, self._search_params(spec, params, use_index)))
-        return rows, "trigram" if use_index else "scan"
-
-    @staticmethod
-    def _search_params(spec: ExactSearchSpec, params: dict[str, Any], use_index: bool) -> dict[str, Any]:
-        bound = {**params, "pattern": spec.like_pattern, "fetch_limit": spec.fetch_limit}
-        if use_index:
-            bound["phrase"] = trigram_phrase(spec.query)
-        return bound
+        return self._run(query, empty, ())
 
     def active_memory(self, run_id: str) -> ActiveMemory:
         """Active reflections and the active observation pool of a session, in one snapshot."""

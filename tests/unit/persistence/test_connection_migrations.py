@@ -164,22 +164,26 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
             *[("trigger", s) for s in ("_ai", "_ad", "_au")],
         ]
     }
-    assert (
-        added
-        == {
-            ("table", "omray_job"),
-            ("table", "omray_runtime_event"),
-            ("table", "sqlite_sequence"),
-            ("index", "idx_omray_job_unfinished_job_id"),
-            ("index", "idx_omray_job_state_seq"),
-            ("index", "idx_omray_runtime_event_run_seq"),
-        }
-        | trigram
-    )
+    omray_objects = {
+        ("table", "omray_job"),
+        ("table", "omray_runtime_event"),
+        ("table", "sqlite_sequence"),
+        ("index", "idx_omray_job_unfinished_job_id"),
+        ("index", "idx_omray_job_state_seq"),
+        ("index", "idx_omray_runtime_event_run_seq"),
+        ("index", "idx_omray_observation_time_id"),
+        ("index", "idx_omray_reflection_time_id"),
+    }
+    assert added == omray_objects | trigram
     assert all(name.startswith(("omray_", "idx_omray_", "sqlite_")) for _, name in added)
     versions = {r.version: r for r in reader.schema_versions()}
     assert versions["20260722_001_domain"].checksum == "c" * 64  # PHP rows untouched
-    assert {"omray_001_job_queue", "omray_002_exact_search_trigram"} <= set(versions) and len(versions) == 7
+    omray_versions = {
+        "omray_001_job_queue",
+        "omray_002_exact_search_trigram",
+        "omray_003_exact_search_order_indexes",
+    }
+    assert omray_versions <= set(versions) and len(versions) == 8
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

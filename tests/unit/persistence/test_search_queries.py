@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sqlite3
 from pathlib import Path
@@ -14,13 +15,20 @@ from actors.read_service import exact_search
 from actors.search_core import SearchRequest, search_in_memory, validate_search_arguments
 from persistence.migrations import OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE, trigram_supported
 from persistence.search_queries import (
+    OBSERVATION_SEARCH,
+    REFLECTION_SEARCH,
+    ExactSearchRows,
     ExactSearchSpec,
+    PlanTuning,
     SearchReader,
     SearchStrategy,
+    SearchTable,
+    TableSearch,
     trigram_phrase,
     uses_trigram,
 )
 from persistence.store import Store
+from protocol.errors import SettingsError
 from protocol.records import ObservationRecord, ReflectionRecord
 from tests.unit.read_service.helpers import commit, promote
 from tests.unit.read_side.factories import hex_id, observation, reflection
@@ -35,6 +43,16 @@ QUERY = st.text(alphabet=ALPHABET, min_size=1, max_size=5)
 TIMESTAMPS = ["2026-07-25 09:00", "2026-07-26 12:00", "2026-07-26 23:59", "2026-07-27 00:00"]
 CREATED = ["2026-07-25T09:00:00+00:00", "2026-07-26T12:00:30+00:00", "2026-07-27T00:00:00+00:00"]
 DATES = st.sampled_from([None, "2026-07-26", "2026-07-26 12:00", "2026-07-25"])
+# Tiny budgets and caps, so that growing hypothesis corpora reach every branch of the auto plan.
+TUNINGS = st.builds(
+    PlanTuning,
+    candidate_cost=st.integers(1, 40),
+    min_candidate_cap=st.integers(1, 6),
+    walk_budget_min=st.integers(1, 8),
+    walk_budget_fraction=st.integers(1, 64),
+    narrow_range_fraction=st.integers(1, 4),
+    selective_fraction=st.integers(1, 8),
+)
 
 
 def _spec(request: SearchRequest) -> ExactSearchSpec:
@@ -96,6 +114,7 @@ def corpus(tmp_path: Path) -> Corpus:
     after=DATES,
     before=DATES,
     limit=st.integers(1, 4),
+    tuning=TUNINGS,
 )
 def test_fast_path_equals_scan_and_in_memory_model(
     corpus: Corpus,
@@ -106,20 +125,23 @@ def test_fast_path_equals_scan_and_in_memory_model(
     after: str | None,
     before: str | None,
     limit: int,
+    tuning: PlanTuning,
 ) -> None:
     corpus.add(observation_texts, reflection_texts, stamp)
     request = validate_search_arguments({"query": query, "after": after, "before": before, "limit": limit})
     if not isinstance(request, SearchRequest):
         return  # blank query or inverted range: nothing reaches SQL
     reader = SearchReader(corpus.db_path)
-    results = {
-        strategy: reader.exact_search(_spec(request), strategy)
-        for strategy in ("scan", "trigram", "auto")  # type: ignore[assignment]
+    strategies: tuple[SearchStrategy, ...] = ("scan", "trigram", "ordered", "auto")
+    results: dict[str, ExactSearchRows] = {
+        strategy: reader.exact_search(_spec(request), strategy) for strategy in strategies
     }
+    results["tuned"] = reader.exact_search(_spec(request), "auto", tuning)
     scan = results["scan"]
     assert scan.strategy == "scan"
     assert results["trigram"].strategy == ("trigram" if uses_trigram(request.query) else "scan")
-    for strategy in ("trigram", "auto"):
+    assert results["ordered"].strategy == "ordered"
+    for strategy in ("trigram", "ordered", "auto", "tuned"):
         assert results[strategy].observations == scan.observations
         assert results[strategy].reflections == scan.reflections
     expected = search_in_memory(request, corpus.observations, corpus.reflections)
@@ -230,3 +252,140 @@ def test_recall_lookups_by_full_id_and_prefix_within_one_session(corpus: Corpus)
         hex_id(shared + "1")
     }
     assert reader.observation_ids_in_session("s2") == {hex_id("9" * 12)}
+
+
+# ------------------------------------------------------------------------- auto plan choice and plans
+
+BRANCH_TUNING = PlanTuning(
+    min_candidate_cap=4, walk_budget_min=10, walk_budget_fraction=1000, narrow_range_fraction=2
+)
+"""On the 120-row corpus below: rare cap 7 (limit 5), walk budget 10 rows, narrow range < 60 rows."""
+
+
+def _minute(index: int) -> str:
+    return f"2026-07-{1 + index // 1440:02d} {index % 1440 // 60:02d}:{index % 60:02d}"
+
+
+@pytest.fixture
+def branch_db(tmp_path: Path) -> Path:
+    """120 observations a minute apart: 'zeta' and 'a' everywhere, 'needle' twice, 'oldword' in the
+    oldest 40, 'q!' in the oldest 5; one reflection."""
+    db_path = tmp_path / "om.sqlite"
+    rows = []
+    for index in range(120):
+        words = ["zeta a"]
+        if index in (50, 90):
+            words.append("needle")
+        if index < 40:
+            words.append("oldword")
+        if index < 5:
+            words.append("q!")
+        rows.append(observation(f"{index:04x}", " ".join(words), timestamp=_minute(index), run_id="s"))
+    with Store(db_path) as store:
+        commit(store, rows, "s")
+        promote(store, "s", [reflection("f1", "zeta needle reflection", run_id="s")], [], 1)
+    return db_path
+
+
+@pytest.mark.parametrize(
+    ("arguments", "tuning", "expected"),
+    [
+        ({"query": "needle"}, BRANCH_TUNING, "trigram"),  # 2 candidates < rare cap
+        ({"query": "zeta"}, BRANCH_TUNING, "ordered"),  # common: the bounded walk finds 6 matches
+        ({"query": "a"}, BRANCH_TUNING, "ordered"),  # short and common
+        ({"query": "q!"}, BRANCH_TUNING, "scan"),  # short and rare: the walk fails, no dates
+        ({"query": "oldword"}, dataclasses.replace(BRANCH_TUNING, selective_fraction=2), "trigram"),
+        ({"query": "oldword"}, dataclasses.replace(BRANCH_TUNING, selective_fraction=4), "scan"),
+        ({"query": "q!", "before": _minute(29)}, BRANCH_TUNING, "ordered"),  # narrow range: walked whole
+        ({"query": "q!", "before": _minute(8)}, BRANCH_TUNING, "ordered"),  # range within the budget
+        ({"query": "q!", "before": _minute(99)}, BRANCH_TUNING, "scan"),  # wide range
+    ],
+)
+def test_auto_picks_the_plan_the_probes_point_to_and_answers_like_the_scan(
+    branch_db: Path, arguments: dict[str, object], tuning: PlanTuning, expected: str
+) -> None:
+    request = validate_search_arguments({**arguments, "limit": 5})
+    assert isinstance(request, SearchRequest)
+    reader = SearchReader(branch_db)
+    auto = reader.exact_search(_spec(request), "auto", tuning)
+    scan = reader.exact_search(_spec(request), "scan")
+    assert auto.observation_strategy == expected
+    assert auto.observations == scan.observations and auto.reflections == scan.reflections
+    assert 0 < len(scan.observations) <= 6
+
+
+def test_default_tuning_walks_common_queries_and_prefilters_rare_ones(branch_db: Path) -> None:
+    reader = SearchReader(branch_db)
+    assert reader.order_index_present()
+    for query, expected in [("needle", "trigram"), ("zeta", "ordered"), ("a", "ordered")]:
+        request = validate_search_arguments({"query": query})
+        assert isinstance(request, SearchRequest)
+        rows = reader.exact_search(_spec(request))
+        assert rows.observation_strategy == expected
+        assert rows.observations == reader.exact_search(_spec(request), "scan").observations
+
+
+def test_missing_order_index_keeps_auto_correct(branch_db: Path) -> None:
+    connection = sqlite3.connect(branch_db)
+    try:
+        with connection:
+            connection.execute(f"DROP INDEX {OBSERVATION_SEARCH.order_index}")
+    finally:
+        connection.close()
+    reader = SearchReader(branch_db)
+    assert not reader.order_index_present()
+    for query in ("zeta", "a", "q!"):
+        request = validate_search_arguments({"query": query, "limit": 5})
+        assert isinstance(request, SearchRequest)
+        auto = reader.exact_search(_spec(request), "auto", BRANCH_TUNING)
+        assert auto.observation_strategy in ("trigram", "scan")
+        assert reader.exact_search(_spec(request), "ordered").observation_strategy == "scan"
+        assert auto.observations == reader.exact_search(_spec(request), "scan").observations
+
+
+def test_plan_tuning_rejects_values_below_one() -> None:
+    with pytest.raises(SettingsError, match="walk_budget_fraction"):
+        PlanTuning(walk_budget_fraction=0)
+
+
+def _plan(db_path: Path, sql: str, params: dict[str, object]) -> str:
+    connection = sqlite3.connect(db_path)
+    try:
+        return " | ".join(row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    finally:
+        connection.close()
+
+
+def _table_search(names: SearchTable, after: str | None = None, before: str | None = None) -> TableSearch:
+    request = validate_search_arguments({"query": "needle", "limit": 5})
+    assert isinstance(request, SearchRequest)
+    return TableSearch(None, names, _spec(request), (after, before))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("names", [OBSERVATION_SEARCH, REFLECTION_SEARCH])
+def test_result_order_queries_walk_the_new_index_without_sorting(branch_db: Path, names: SearchTable) -> None:
+    plain = (
+        f"SELECT * FROM {names.table} WHERE content LIKE :pattern ESCAPE '\\'"
+        f" ORDER BY {names.time_column} DESC, {names.id_column} ASC LIMIT :fetch_limit"
+    )
+    plan = _plan(branch_db, plain, {"pattern": "%x%", "fetch_limit": 6})
+    assert names.order_index in plan and "TEMP B-TREE" not in plan
+    for search in (_table_search(names), _table_search(names, "2026-07-01", "2026-07-01 01:00")):
+        for sql, params in (search.ordered_sql(None), search.ordered_sql(("2026-07-01 00:30", "0" * 64))):
+            plan = _plan(branch_db, sql, params)
+            assert f"USING INDEX {names.order_index}" in plan and "TEMP B-TREE" not in plan
+        sql, params = search.boundary_sql(10)
+        assert f"USING COVERING INDEX {names.order_index}" in _plan(branch_db, sql, params)
+
+
+@pytest.mark.parametrize("names", [OBSERVATION_SEARCH, REFLECTION_SEARCH])
+def test_trigram_and_scan_plans_stay_off_the_order_index(branch_db: Path, names: SearchTable) -> None:
+    for search in (_table_search(names), _table_search(names, "2026-07-01", "2026-07-01 01:00")):
+        for sql, params in (search.trigram_sql(), search.trigram_sql([1, 2])):
+            plan = _plan(branch_db, sql, params)
+            assert f"({names.id_column}=?)" in plan and names.order_index not in plan
+            assert f"SCAN {names.trigram_table} VIRTUAL TABLE" in plan
+        sql, params = search.scan_sql()
+        plan = _plan(branch_db, sql, params)
+        assert plan.startswith(f"SCAN {names.table}") and "INDEX" not in plan.split(" | ")[0]
+        assert "TEMP B-TREE FOR ORDER BY" in plan
