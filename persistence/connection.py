@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +83,29 @@ def _configure_write_connection(dbapi_connection: sqlite3.Connection, db_path: P
     # The driver must not open transactions on its own: the "begin" hook does (BEGIN IMMEDIATE),
     # which also makes savepoints and transactional DDL behave.
     dbapi_connection.isolation_level = None
+    dbapi_connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     dbapi_connection.execute("PRAGMA foreign_keys = ON")
-    row = dbapi_connection.execute("PRAGMA journal_mode=WAL").fetchone()
-    mode = str(row[0]).lower() if row else ""
+    mode = _switch_to_wal(dbapi_connection)
     if mode != "wal":
         raise StorageError(f'Failed to set OM SQLite journal_mode to WAL (got "{mode}").')
-    dbapi_connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     _restrict_file_modes(db_path)
+
+
+def _switch_to_wal(dbapi_connection: sqlite3.Connection) -> str:
+    # Switching a fresh file to WAL needs an exclusive lock, and SQLite does not always call the
+    # busy handler for it: several processes opening a new database at once can get "database is
+    # locked" straight away. Retry for up to the busy timeout before giving up.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            row = dbapi_connection.execute("PRAGMA journal_mode=WAL").fetchone()
+            return str(row[0]).lower() if row else ""
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 def open_write_engine(db_path: str | os.PathLike[str]) -> Engine:
