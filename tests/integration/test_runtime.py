@@ -147,3 +147,19 @@ def test_dispatch_without_a_runtime_raises_the_typed_error(ray_cluster: object) 
     client = OmrayClient(RuntimeNames(prefix=f"missing{uuid.uuid4().hex[:6]}"))
     with pytest.raises(RuntimeNotRunningError, match="omray up"):
         client.dispatch(_job("s1", 1))
+
+
+def test_pending_jobs_resume_after_the_whole_runtime_stops(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
+    from cluster.runtime import remove_runtime
+
+    handlers = {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"}
+    client = _start(names, tmp_path, ledger, handlers)
+    job_ids = [client.dispatch(_job("s1", n)) for n in range(30)]
+    assert_eventually(lambda: len(_starts(ledger)) >= 3, message="jobs did not start")
+    remove_runtime(names)  # every actor gone, as after a cluster stop; only the queue file remains
+    with pytest.raises(RuntimeNotRunningError):
+        client.status()
+    client = _start(names, tmp_path, ledger, handlers)  # what `omray up` does
+    assert client.wait_idle(timeout_s=120)
+    assert client.job_counts() == {"pending": 0, "running": 0, "succeeded": 30, "failed": 0}
+    assert set(_starts(ledger)) == set(job_ids)

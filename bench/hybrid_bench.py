@@ -1,0 +1,752 @@
+"""``omray bench hybrid``: backfill speed, search latency and recall@10 of hybrid retrieval.
+
+A temporary memory database gets ``size`` observations written through
+:class:`persistence.store.Store` (observer parts of 250, sessions of 500). Their texts are distinct
+user/assistant sentences of the real transcripts in ``../shared/data/transcripts`` (the material of
+``bench.search_bench``), paired into two-sentence observations once the distinct sentences run
+out; without that folder, generated sentences from a small coding vocabulary. Then:
+
+* **Backfill**: :meth:`persistence.semantic_index.SemanticIndex.synchronize` with the DEFAULT
+  offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing) and the settings' default
+  batch of 4 chunks is called until it reports ``complete``. ``embedding_sentences_per_s`` embeds
+  the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
+  approach, so ``backfill_vs_embedding`` isolates the index's own overhead. CPU seconds are given
+  too because wall time on a shared machine is noisy. The original's figure (§17.2) is quoted
+  next to it.
+* **Latency**: every labelled query is embedded first; ``search_p50_ms`` / ``search_p99_ms`` time
+  ``SemanticIndex.search(query, query_vector=..., limit=10)`` only. ``exact_p50_ms`` times
+  :func:`actors.read_service.exact_search` on the same query texts.
+* **Recall@10** on a labelled set built from the corpus. For each of ``targets`` memories (content
+  unique in the corpus, at least 5 content words) three questions whose answer is that memory:
+  ``paraphrase`` (its content words without stop words, words swapped for synonyms from a small
+  table, a random 60% of them kept and shuffled), ``keyword`` (its 3 rarest content words by
+  corpus document frequency) and ``literal`` (3 consecutive words of its text, what a user would
+  type for an exact search). A query scores when the target is among the first 10 results.
+  ``exact`` is scored on the literal queries, ``bm25``/``vector``/``hybrid`` on paraphrase and
+  keyword queries; ``recall_at_10_by_query`` has every mode on every query type.
+
+The index keeps its keyword and vector stores private, so the single-store rankings are computed
+directly over the same chunks (``protocol.semantic.chunk_memory`` with the index's chunking rules):
+``bm25`` is a ``bm25s.BM25`` index of the index's own tokenizer output, queried with the index's
+query tokens (unknown tokens dropped, zero scores cut); ``vector`` is an ``hnswlib`` cosine index
+with the index's construction parameters (M 16, ef_construction 200, ef max(k, 64)) over the
+baseline vectors. Each reads 100 chunk hits, as a store does inside hybrid search, and collapses
+them to memories in rank order. Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+import re
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, TypeVar
+
+import bm25s
+import hnswlib
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from actors.embeddings import default_offline_embedder
+from actors.read_service import exact_search
+from actors.search_core import SearchRequest, validate_search_arguments
+from bench.search_bench import corpus_material
+from persistence.semantic_index import SemanticIndex, query_tokens, tokenize
+from persistence.store import Store
+from protocol.identities import (
+    chunk_key,
+    content_hash,
+    coverage_key,
+    observation_id,
+    part_digest,
+    source_digest,
+)
+from protocol.records import CoveragePart, ObservationRecord, SourceRef
+from protocol.semantic import (
+    ChunkingRules,
+    Embedder,
+    MemoryChunk,
+    chunk_memory,
+    query_text_for_embedding,
+)
+from protocol.settings import BUILTIN_EMBEDDING_MODEL, EmbeddingApiSettings, SemanticSettings
+
+DEFAULT_SIZE: Final[int] = 2000
+"""Memories in the default corpus."""
+DEFAULT_TARGETS: Final[int] = 100
+"""Target memories of the labelled set (each gives three queries)."""
+TOP_K: Final[int] = 10
+"""Recall cut-off."""
+STORE_HITS: Final[int] = 100
+"""Chunk hits read per single store (as inside hybrid search)."""
+OBSERVATIONS_PER_SESSION: Final[int] = 500
+"""Observations per corpus session."""
+OBSERVATIONS_PER_PART: Final[int] = 250
+"""Observations per observer part (one transaction)."""
+
+ORIGINAL_BACKFILL: Final[dict[str, object]] = {
+    "memories": 9352,
+    "chunks": 9364,
+    "backfill_s": 1945.162,
+    "memories_per_s": round(9352 / 1945.162, 2),
+    "embedder": "coderankembed-q8_0.gguf (768 dims) over HTTP, batches of 4 chunks",
+    "source": "reference §17.2 (docs/om-semantic-retrieval-benchmark.md, 2026-09-22): full backfill",
+}
+"""The original's published backfill figure, for comparison."""
+
+QueryKind = Literal["paraphrase", "keyword", "literal"]
+"""The three question styles of the labelled set."""
+Mode = Literal["exact", "bm25", "vector", "hybrid"]
+"""Retrieval modes scored."""
+QUERY_KINDS: Final[tuple[QueryKind, ...]] = ("paraphrase", "keyword", "literal")
+MODES: Final[tuple[Mode, ...]] = ("exact", "bm25", "vector", "hybrid")
+SCORED_KINDS: Final[dict[Mode, tuple[QueryKind, ...]]] = {
+    "exact": ("literal",),
+    "bm25": ("paraphrase", "keyword"),
+    "vector": ("paraphrase", "keyword"),
+    "hybrid": ("paraphrase", "keyword"),
+}
+"""Which query types make up each mode's headline ``recall_at_10``."""
+
+T = TypeVar("T")
+
+_RENDERER = "bench-renderer-v1"
+_OBSERVER_SCHEMA = "bench-observer-v1"
+_MODEL = "bench/model"
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['_-][A-Za-z0-9]+)*")
+_ROLE_PREFIX = re.compile(r"^(?:User|Assistant):\s*")
+
+_STOP_WORDS_TEXT: Final[
+    str
+] = """a about above after again all also am an and any are as at be because been before being below
+    between both but by can could did do does doing done don down during each few for from further get
+    got had has have having he her here hers him his how i if in into is it its itself just let lets
+    like may me might more most must my no nor not now of off on once only or other our ours out over
+    own same she should so some such than that the their them then there these they this those through
+    to too under until up very was we were what when where which while who whom why will with would
+    you your yours yes okay ok now still already really sure user assistant i'll i'm it's let's that's
+    there's we'll we're you're don't doesn't isn't won't can't need needs want wants use used using
+    one two make makes see look"""
+STOP_WORDS: Final[frozenset[str]] = frozenset(_STOP_WORDS_TEXT.split())
+"""Words left out of paraphrase and keyword queries."""
+
+SYNONYMS: Final[dict[str, str]] = {
+    "fix": "repair",
+    "fixed": "repaired",
+    "error": "failure",
+    "errors": "failures",
+    "bug": "defect",
+    "test": "check",
+    "tests": "checks",
+    "file": "document",
+    "files": "documents",
+    "function": "routine",
+    "method": "routine",
+    "create": "generate",
+    "created": "generated",
+    "update": "modify",
+    "updated": "modified",
+    "add": "append",
+    "added": "appended",
+    "remove": "delete",
+    "removed": "deleted",
+    "command": "instruction",
+    "commands": "instructions",
+    "run": "execute",
+    "running": "executing",
+    "build": "compile",
+    "theme": "styling",
+    "session": "conversation",
+    "message": "note",
+    "messages": "notes",
+    "component": "widget",
+    "components": "widgets",
+    "change": "modification",
+    "changes": "modifications",
+    "show": "display",
+    "shows": "displays",
+    "check": "verify",
+    "issue": "problem",
+    "problem": "issue",
+    "implement": "build",
+    "implementation": "realization",
+    "directory": "folder",
+    "folder": "directory",
+    "text": "content",
+    "output": "result",
+    "input": "entry",
+    "new": "fresh",
+    "old": "previous",
+    "start": "begin",
+    "works": "functions",
+    "correct": "right",
+    "properly": "correctly",
+    "now": "currently",
+    "called": "invoked",
+    "call": "invoke",
+}
+"""A small hand-made synonym table for paraphrase queries (deliberately generic)."""
+
+LABELLING_METHOD: Final[str] = (
+    "Targets: memories with unique content and >= 5 content words, sampled with the seed. Per target: "
+    "'paraphrase' = its content words (stop words dropped), swapped for synonyms from a small table, "
+    "a random 60% (3 to 8 words) kept and shuffled; 'keyword' = its 3 rarest content words by corpus "
+    "document frequency; 'literal' = 3 consecutive words of its text. A query scores when the target "
+    "is in the top 10. exact is scored on literal queries, bm25/vector/hybrid on paraphrase+keyword."
+)
+
+_GENERATED_SUBJECTS = ("User", "Assistant")
+_GENERATED_VERBS = (
+    "fixed",
+    "renamed",
+    "tested",
+    "refactored",
+    "documented",
+    "profiled",
+    "reverted",
+    "migrated",
+    "deployed",
+    "reviewed",
+)
+_GENERATED_OBJECTS = (
+    "the pagination helper",
+    "the theme loader",
+    "the session importer",
+    "the slash command parser",
+    "the retry policy",
+    "the search index",
+    "the compaction hook",
+    "the lockfile",
+    "the settings validator",
+    "the markdown renderer",
+    "the websocket client",
+    "the queue actor",
+)
+_GENERATED_DETAILS = (
+    "after a timeout in CI",
+    "because the build was red",
+    "to support dark mode",
+    "before the release",
+    "so tokens are counted exactly",
+    "when the user asked twice",
+    "to avoid a race on startup",
+    "with a regression test",
+    "following the code review",
+    "for the staging deploy",
+)
+_GENERATED_FILES = (
+    "src/theme.ts",
+    "actors/queue_state.py",
+    "docs/search.md",
+    "persistence/store.py",
+    "cli/main.go",
+    "web/app.tsx",
+    "tests/test_retry.py",
+)
+
+
+class HybridBenchResult(BaseModel):
+    """Figures of one ``omray bench hybrid`` run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    size: int
+    """Memories requested (observations written)."""
+    memories: int
+    """Source memories the index counted when complete."""
+    sessions: int
+    """Sessions of the corpus."""
+    corpus_source: Literal["transcripts", "generated"]
+    """Where the memory texts came from."""
+    embedder: str
+    """Embedding model used for backfill, baseline and queries."""
+    batch_size: int
+    """Chunks per ``synchronize`` call."""
+    build_s: float
+    """Seconds to write the corpus through ``Store``."""
+    backfill_s: float
+    """Seconds of ``synchronize`` calls until ``complete`` (model already loaded)."""
+    sync_calls: int
+    """``synchronize`` calls the backfill made."""
+    memories_per_s: float
+    """Memories indexed per second of backfill."""
+    chunks: int
+    """Chunks embedded and indexed."""
+    chunks_per_s: float
+    """Chunks indexed per second of backfill."""
+    backfill_cpu_s: float
+    """CPU seconds of the process (all threads) during the backfill."""
+    embedding_sentences_per_s: float
+    """The embedder alone on the same chunk texts in the same batches: the backfill's ceiling."""
+    embedding_cpu_s: float
+    """CPU seconds of the process (all threads) during that baseline."""
+    backfill_vs_embedding: float
+    """``chunks_per_s / embedding_sentences_per_s`` (1.0 = backfill as fast as embedding)."""
+    original: dict[str, object]
+    """The original's published backfill figure and its source."""
+    queries_timed: int
+    """Queries timed per latency figure."""
+    query_embedding_p50_ms: float
+    """Median time to embed one query (excluded from ``search_*``)."""
+    search_p50_ms: float
+    """Median hybrid search time with a ready query vector, ``limit=10``."""
+    search_p99_ms: float
+    """99th percentile of the same."""
+    exact_p50_ms: float
+    """Median exact search time on the same query texts, ``limit=10``."""
+    exact_p99_ms: float
+    """99th percentile of the same."""
+    exact_literal_p50_ms: float
+    """Median exact search time on the literal queries (the ones exact search is meant for)."""
+    recall_at_10: dict[str, float]
+    """Per mode, the share of its scored queries whose target is in the top 10."""
+    recall_at_10_by_query: dict[str, dict[str, float]]
+    """Per query type, per mode: recall@10."""
+    labelled_set: dict[str, object]
+    """How the labelled set was built, and its size."""
+    total_s: float
+    """Wall time of the whole run."""
+
+
+# ------------------------------------------------------------------------------------------ corpus
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusMemory:
+    """One written observation."""
+
+    memory_id: str
+    """Observation id."""
+    content: str
+    """Its text."""
+
+
+def generated_sentences(count: int, rng: random.Random) -> list[str]:
+    """``count`` distinct observation-like sentences from a small coding vocabulary."""
+    seen: set[str] = set()
+    sentences: list[str] = []
+    attempts = 0
+    while len(sentences) < count:
+        attempts += 1
+        sentence = (
+            f"{rng.choice(_GENERATED_SUBJECTS)}: {rng.choice(_GENERATED_VERBS)} "
+            f"{rng.choice(_GENERATED_OBJECTS)} in {rng.choice(_GENERATED_FILES)} "
+            f"{rng.choice(_GENERATED_DETAILS)}"
+        )
+        if attempts > 20 * count:  # the vocabulary is exhausted: number the rest
+            sentence = f"{sentence} (case {len(sentences)})"
+        if sentence not in seen:
+            seen.add(sentence)
+            sentences.append(sentence)
+    return sentences
+
+
+def memory_texts(size: int, seed: int) -> tuple[list[str], Literal["transcripts", "generated"]]:
+    """``size`` distinct memory texts and their source (real transcripts when available)."""
+    rng = random.Random(seed)
+    sentences, _paths, source = corpus_material()
+    if source == "transcripts":
+        pool = list(dict.fromkeys(sentences))
+        origin: Literal["transcripts", "generated"] = "transcripts"
+    else:
+        pool = generated_sentences(max(size, 50), rng)
+        origin = "generated"
+    rng.shuffle(pool)
+    texts = pool[:size]
+    seen = set(texts)
+    while len(texts) < size:
+        # Out of distinct sentences: two-sentence observations (a real observation often is one).
+        first, second = rng.sample(pool, 2)
+        paired = f"{first} {_ROLE_PREFIX.sub('', second)}"
+        if paired not in seen:
+            seen.add(paired)
+            texts.append(paired)
+    return texts, origin
+
+
+def _timestamp(minute: int) -> str:
+    day, rest = divmod(minute, 24 * 60)
+    month, day = divmod(day, 28)
+    return f"2026-{1 + month % 12:02d}-{1 + day:02d} {rest // 60:02d}:{rest % 60:02d}"
+
+
+def _observation(run_id: str, seq: int, content: str, timestamp: str) -> ObservationRecord:
+    refs = (SourceRef(run_id=run_id, seq=seq),)
+    return ObservationRecord(
+        observation_id=observation_id(run_id, _OBSERVER_SCHEMA, timestamp, content, refs),
+        run_id=run_id,
+        boundary_key="pending",
+        source_start_seq=seq,
+        source_end_seq=seq,
+        source_refs=refs,
+        content=content,
+        content_hash=content_hash(content),
+        relevance="medium",
+        timestamp=timestamp,
+        token_count=max(1, len(content) // 4),
+        observer_model=_MODEL,
+        observer_schema_version=_OBSERVER_SCHEMA,
+        created_at=timestamp.replace(" ", "T") + ":00+00:00",
+    )
+
+
+def _part(run_id: str, start: int, end: int, covered_at: str) -> CoveragePart:
+    digest = source_digest([{"run_id": run_id, "seq": start, "kind": "bench", "rendered_text": str(end)}])
+    key = chunk_key(run_id, start, end, _RENDERER, _OBSERVER_SCHEMA, digest, 1)
+    p_digest = part_digest(f"{run_id}:{start}:{end}")
+    return CoveragePart(
+        coverage_key=coverage_key(key, 1, p_digest),
+        run_id=run_id,
+        boundary_key=key,
+        source_start_seq=start,
+        source_end_seq=end,
+        chunk_key=key,
+        part_index=1,
+        part_count=1,
+        source_digest=digest,
+        part_digest=p_digest,
+        renderer_version=_RENDERER,
+        observer_schema_version=_OBSERVER_SCHEMA,
+        covered_at=covered_at,
+    )
+
+
+def write_corpus(store: Store, texts: Sequence[str]) -> tuple[list[CorpusMemory], int]:
+    """Write ``texts`` as observations through ``store``: the memories and the session count."""
+    memories: list[CorpusMemory] = []
+    sessions = 0
+    minute = 0
+    for first in range(0, len(texts), OBSERVATIONS_PER_SESSION):
+        run_id = f"bench-hybrid-{sessions:04d}"
+        session_texts = texts[first : first + OBSERVATIONS_PER_SESSION]
+        for start in range(0, len(session_texts), OBSERVATIONS_PER_PART):
+            batch: list[ObservationRecord] = []
+            for offset, content in enumerate(session_texts[start : start + OBSERVATIONS_PER_PART]):
+                minute += 3
+                batch.append(_observation(run_id, start + offset + 1, content, _timestamp(minute)))
+            store.commit_observer_part(
+                _part(run_id, start + 1, batch[-1].source_end_seq, batch[-1].created_at), batch
+            )
+            memories.extend(CorpusMemory(o.observation_id, o.content) for o in batch)
+        sessions += 1
+    return memories, sessions
+
+
+# ----------------------------------------------------------------------------------- labelled set
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledQuery:
+    """One question whose answer is one memory."""
+
+    kind: QueryKind
+    """How the question was made."""
+    query: str
+    """Query text."""
+    target_id: str
+    """Id of the memory that answers it."""
+
+
+def content_words(text: str) -> list[str]:
+    """Lowercased words of ``text`` (role prefix removed) that are not stop words, in order."""
+    words = [word.lower() for word in _WORD.findall(_ROLE_PREFIX.sub("", text))]
+    return [word for word in words if len(word) >= 3 and word not in STOP_WORDS]
+
+
+def paraphrase_query(text: str, rng: random.Random) -> str:
+    """Content words, synonym-swapped, a random 60% (3 to 8 words) kept, shuffled."""
+    words = list(dict.fromkeys(SYNONYMS.get(word, word) for word in content_words(text)))
+    keep = min(len(words), 8, max(3, math.ceil(0.6 * len(words))))
+    chosen = rng.sample(words, keep)
+    rng.shuffle(chosen)
+    return " ".join(chosen)
+
+
+def keyword_query(text: str, document_frequency: Counter[str]) -> str:
+    """The 3 rarest content words of ``text`` (corpus document frequency), in text order."""
+    words = list(dict.fromkeys(content_words(text)))
+    rarest = set(sorted(words, key=lambda word: (document_frequency[word], word))[:3])
+    return " ".join(word for word in words if word in rarest)
+
+
+def literal_query(text: str, rng: random.Random) -> str:
+    """3 consecutive whitespace-separated words of ``text`` (role prefix removed)."""
+    words = _ROLE_PREFIX.sub("", text).split()
+    if len(words) <= 3:
+        return " ".join(words)
+    start = rng.randrange(len(words) - 2)
+    return " ".join(words[start : start + 3])
+
+
+def labelled_set(memories: Sequence[CorpusMemory], targets: int, seed: int) -> list[LabelledQuery]:
+    """Three questions (paraphrase, keyword, literal) for each of up to ``targets`` memories."""
+    rng = random.Random(seed + 1)
+    counts = Counter(memory.content for memory in memories)
+    frequency: Counter[str] = Counter()
+    for memory in memories:
+        frequency.update(set(content_words(memory.content)))
+    eligible = [
+        memory
+        for memory in memories
+        if counts[memory.content] == 1 and len(set(content_words(memory.content))) >= 5
+    ]
+    chosen = rng.sample(eligible, min(targets, len(eligible)))
+    queries: list[LabelledQuery] = []
+    for memory in chosen:
+        queries.append(LabelledQuery("paraphrase", paraphrase_query(memory.content, rng), memory.memory_id))
+        queries.append(LabelledQuery("keyword", keyword_query(memory.content, frequency), memory.memory_id))
+        queries.append(LabelledQuery("literal", literal_query(memory.content, rng), memory.memory_id))
+    return queries
+
+
+# -------------------------------------------------------------------------------- single stores
+
+
+class SingleStores:
+    """BM25-only and vector-only memory rankings over the index's chunks (see the module docstring)."""
+
+    def __init__(self, chunks: Sequence[MemoryChunk], vectors: Sequence[Sequence[float]]) -> None:
+        self._parents = [chunk.parent_key.partition(":")[2] for chunk in chunks]
+        self._bm25 = bm25s.BM25()
+        self._bm25.index([tokenize(chunk.text) for chunk in chunks], show_progress=False)
+        self._vocabulary = frozenset(key for key in self._bm25.vocab_dict if key)
+        data = np.asarray(vectors, dtype=np.float32)
+        self._hnsw = hnswlib.Index(space="cosine", dim=int(data.shape[1]))
+        self._hnsw.init_index(max_elements=max(1, len(chunks)), M=16, ef_construction=200, random_seed=100)
+        self._hnsw.add_items(data, np.arange(len(chunks), dtype=np.uint64))
+
+    def _collapse(self, positions: Iterable[int]) -> list[str]:
+        return list(dict.fromkeys(self._parents[position] for position in positions))[:TOP_K]
+
+    def bm25(self, query: str) -> list[str]:
+        """Memory ids of the best BM25 chunks (query tokens unknown to the corpus dropped)."""
+        known = [token for token in query_tokens(query) if token in self._vocabulary]
+        if not known:
+            return []
+        scores = np.asarray(self._bm25.get_scores(known), dtype=np.float64)
+        order = np.argsort(-scores, kind="stable")[:STORE_HITS]
+        return self._collapse(int(i) for i in order if scores[int(i)] > 0)
+
+    def vector(self, query_vector: Sequence[float]) -> list[str]:
+        """Memory ids of the nearest chunks by cosine."""
+        k = min(STORE_HITS, len(self._parents))
+        self._hnsw.set_ef(max(k, 64))
+        labels, _distances = self._hnsw.knn_query(np.asarray([query_vector], dtype=np.float32), k=k)
+        return self._collapse(int(label) for label in labels[0])
+
+
+# ------------------------------------------------------------------------------------ measuring
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of ``values`` (0 when empty), rounded to microseconds."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
+    return round(ordered[index], 3)
+
+
+def _timed_ms(call: Callable[[], T]) -> tuple[float, T]:
+    started = time.perf_counter()
+    value = call()
+    return (time.perf_counter() - started) * 1000, value
+
+
+def _exact_ids(db_path: Path, query: str) -> list[str]:
+    request = validate_search_arguments({"query": query, "limit": TOP_K})
+    if not isinstance(request, SearchRequest):
+        return []
+    answer = exact_search(db_path, request)
+    results = answer.get("results")
+    return [str(item["id"]) for item in results] if isinstance(results, list) else []
+
+
+def recall_table(
+    hits: Mapping[Mode, Sequence[Sequence[str]]], queries: Sequence[LabelledQuery]
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Headline recall@10 per mode and recall@10 per query type and mode."""
+
+    def share(mode: Mode, kinds: Sequence[QueryKind]) -> float:
+        scored = [i for i, query in enumerate(queries) if query.kind in kinds]
+        found = sum(1 for i in scored if queries[i].target_id in hits[mode][i][:TOP_K])
+        return round(found / len(scored), 3) if scored else 0.0
+
+    headline: dict[str, float] = {mode: share(mode, SCORED_KINDS[mode]) for mode in MODES}
+    by_query: dict[str, dict[str, float]] = {
+        kind: {mode: share(mode, (kind,)) for mode in MODES} for kind in QUERY_KINDS
+    }
+    return headline, by_query
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    """What the backfill did."""
+
+    seconds: float
+    """Wall time of all ``synchronize`` calls."""
+    cpu_seconds: float
+    """CPU time of the process meanwhile."""
+    calls: int
+    """``synchronize`` calls until ``complete``."""
+    chunks: int
+    """Chunks embedded."""
+    memories: int
+    """Memories indexed at the end."""
+
+
+def backfill(index: SemanticIndex, embedder: Embedder, batch_size: int) -> Backfill:
+    """Call ``synchronize`` until it reports ``complete``."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    calls = embedded = 0
+    while True:
+        result = index.synchronize(embedder, batch_size)
+        calls += 1
+        embedded += result.embedded_chunks
+        if result.complete:
+            return Backfill(
+                time.perf_counter() - started,
+                time.process_time() - cpu_started,
+                calls,
+                embedded,
+                result.indexed_memories,
+            )
+
+
+def embed_in_batches(embedder: Embedder, chunks: Sequence[MemoryChunk], batch_size: int) -> list[list[float]]:
+    """The chunk vectors, embedded in the batches a backfill of ``batch_size`` uses."""
+    vectors: list[list[float]] = []
+    for start in range(0, len(chunks), batch_size):
+        vectors.extend(embedder.embed([chunk.text for chunk in chunks[start : start + batch_size]]))
+    return vectors
+
+
+@dataclass
+class Measurements:
+    """Per-query hits of every mode and the latency samples."""
+
+    hits: dict[Mode, list[list[str]]]
+    """Memory ids returned, per mode, in query order."""
+    embed_ms: list[float]
+    """Query embedding times."""
+    search_ms: list[float]
+    """Hybrid search times (query vector ready)."""
+    exact_ms: list[float]
+    """Exact search times on the same queries."""
+    exact_literal_ms: list[float]
+    """Exact search times on the literal queries."""
+
+
+def measure_queries(
+    db_path: Path,
+    index: SemanticIndex,
+    embedder: Embedder,
+    query_prefix: str,
+    stores: SingleStores,
+    queries: Sequence[LabelledQuery],
+) -> Measurements:
+    """Embed every query first, then run every mode on it; time hybrid and exact on the semantic ones."""
+    vectors: list[list[float]] = []
+    embed_ms: list[float] = []
+    for query in queries:
+        text = query_text_for_embedding(query_prefix, query.query)
+        elapsed, embedded = _timed_ms(functools.partial(embedder.embed, [text]))
+        embed_ms.append(elapsed)
+        vectors.append(embedded[0])
+    result = Measurements({mode: [] for mode in MODES}, embed_ms, [], [], [])
+    for query, vector in zip(queries, vectors, strict=True):
+        hybrid_ms, retrieval = _timed_ms(
+            functools.partial(index.search, query.query, query_vector=vector, limit=TOP_K)
+        )
+        exact_ms, exact = _timed_ms(functools.partial(_exact_ids, db_path, query.query))
+        if query.kind != "literal":  # latency over the semantic questions only
+            result.search_ms.append(hybrid_ms)
+            result.exact_ms.append(exact_ms)
+        else:
+            result.exact_literal_ms.append(exact_ms)
+        result.hits["hybrid"].append([memory.memory_id for memory in retrieval.results])
+        result.hits["exact"].append(exact)
+        result.hits["bm25"].append(stores.bm25(query.query))
+        result.hits["vector"].append(stores.vector(vector))
+    return result
+
+
+def run_hybrid_bench(
+    size: int = DEFAULT_SIZE,
+    *,
+    targets: int = DEFAULT_TARGETS,
+    batch_size: int | None = None,
+    seed: int = 0,
+) -> HybridBenchResult:
+    """Build the corpus in a temporary directory, backfill, time searches, score recall."""
+    if size < 1 or targets < 1:
+        raise ValueError(f"size and targets must be positive, got {size!r} and {targets!r}")
+    run_started = time.perf_counter()
+    api = EmbeddingApiSettings(base_url=None, model_id=BUILTIN_EMBEDDING_MODEL)
+    sync_batch = batch_size if batch_size is not None else api.batch_size
+    if sync_batch < 1:
+        raise ValueError(f"batch_size must be positive, got {sync_batch!r}")
+    embedder = default_offline_embedder()
+    embedder.load()
+    embedder.embed(["warm up the inference session"])
+    texts, origin = memory_texts(size, seed)
+    with tempfile.TemporaryDirectory(prefix="omray-hybrid-bench-") as directory:
+        db_path = Path(directory) / "om.sqlite"
+        with Store(db_path) as store:
+            build_ms, (memories, sessions) = _timed_ms(lambda: write_corpus(store, texts))
+            index = SemanticIndex(db_path, SemanticSettings(embedding_api=api), store)
+            filled = backfill(index, embedder, sync_batch)
+            rules = ChunkingRules.from_settings(api)
+            chunks = [c for m in memories for c in chunk_memory("observation", m.memory_id, m.content, rules)]
+            baseline_cpu = time.process_time()
+            baseline_ms, vectors = _timed_ms(lambda: embed_in_batches(embedder, chunks, sync_batch))
+            baseline_cpu = time.process_time() - baseline_cpu
+            queries = labelled_set(memories, targets, seed)
+            measured = measure_queries(
+                db_path, index, embedder, api.query_prefix, SingleStores(chunks, vectors), queries
+            )
+    headline, by_query = recall_table(measured.hits, queries)
+    chunks_per_s = filled.chunks / filled.seconds if filled.seconds > 0 else 0.0
+    sentences_per_s = len(chunks) * 1000 / baseline_ms if baseline_ms > 0 else 0.0
+    per_type = len(queries) // len(QUERY_KINDS)
+    return HybridBenchResult(
+        size=size,
+        memories=filled.memories,
+        sessions=sessions,
+        corpus_source=origin,
+        embedder=BUILTIN_EMBEDDING_MODEL,
+        batch_size=sync_batch,
+        build_s=round(build_ms / 1000, 2),
+        backfill_s=round(filled.seconds, 2),
+        sync_calls=filled.calls,
+        memories_per_s=round(filled.memories / filled.seconds, 1) if filled.seconds > 0 else 0.0,
+        chunks=filled.chunks,
+        chunks_per_s=round(chunks_per_s, 1),
+        backfill_cpu_s=round(filled.cpu_seconds, 2),
+        embedding_sentences_per_s=round(sentences_per_s, 1),
+        embedding_cpu_s=round(baseline_cpu, 2),
+        backfill_vs_embedding=round(chunks_per_s / sentences_per_s, 3) if sentences_per_s else 0.0,
+        original=dict(ORIGINAL_BACKFILL),
+        queries_timed=len(measured.search_ms),
+        query_embedding_p50_ms=percentile(measured.embed_ms, 0.5),
+        search_p50_ms=percentile(measured.search_ms, 0.5),
+        search_p99_ms=percentile(measured.search_ms, 0.99),
+        exact_p50_ms=percentile(measured.exact_ms, 0.5),
+        exact_p99_ms=percentile(measured.exact_ms, 0.99),
+        exact_literal_p50_ms=percentile(measured.exact_literal_ms, 0.5),
+        recall_at_10=headline,
+        recall_at_10_by_query=by_query,
+        labelled_set={
+            "description": LABELLING_METHOD,
+            "targets": per_type,
+            "queries": len(queries),
+            "queries_per_type": per_type,
+        },
+        total_s=round(time.perf_counter() - run_started, 2),
+    )
