@@ -164,3 +164,61 @@ def hybrid_command(
     from bench.hybrid_bench import run_hybrid_bench
 
     emit(run_hybrid_bench(size, targets=targets, batch_size=batch_size, seed=seed), as_json)
+
+
+@bench_app.command("all")
+def all_command(
+    address: str | None = AddressOption,
+    as_json: bool = JsonOption,
+    quick: bool = typer.Option(False, "--quick", help="Small sizes (a smoke run, not figures to record)."),
+) -> None:
+    """Every benchmark in one run (well under ten minutes here); one JSON object with --json."""
+    import json
+    import platform
+    import time
+    from datetime import UTC, datetime
+
+    from bench.hybrid_bench import run_hybrid_bench
+    from bench.observer_bench import run_observer_bench
+    from bench.queue_bench import machine_info, run_chaos_bench, run_queue_bench
+    from bench.search_bench import run_search_bench
+
+    sizes = {
+        "queue_jobs": 100 if quick else 1000,
+        "chaos_jobs": 60 if quick else 300,
+        "search_sizes": [2000] if quick else [5000, 50000],
+        "hybrid_size": 200 if quick else 2000,
+    }
+    results: dict[str, Any] = {}
+    seconds: dict[str, float] = {}
+
+    def timed(name: str, run: Callable[[], Any]) -> None:
+        started = time.monotonic()
+        try:
+            value = run()
+            results[name] = value.model_dump() if isinstance(value, BaseModel) else value
+        except Exception as exc:  # one failing benchmark must not hide the others' figures
+            results[name] = {"error": type(exc).__name__}
+        seconds[name] = round(time.monotonic() - started, 1)
+
+    started = time.monotonic()
+    with stdout_to_stderr():
+        with ray_for_bench(address):
+            machine = machine_info().model_dump()
+            timed("queue", lambda: run_queue_bench(sizes["queue_jobs"]))
+            timed("chaos", lambda: run_chaos_bench(sizes["chaos_jobs"], seed=1, max_kills=6))
+        timed("search", lambda: run_search_bench(sizes["search_sizes"], 0))
+        timed("observer", lambda: run_observer_bench())
+        timed("hybrid", lambda: run_hybrid_bench(sizes["hybrid_size"]))
+    report = {
+        "date": datetime.now(UTC).replace(microsecond=0).isoformat(),
+        "machine": {**machine, "python": platform.python_version(), "platform": platform.platform()},
+        "sizes": sizes,
+        "seconds": {**seconds, "total": round(time.monotonic() - started, 1)},
+        "results": results,
+    }
+    if as_json:
+        typer.echo(json.dumps(report, sort_keys=True, default=str))
+    else:
+        for name, value in results.items():
+            typer.echo(f"{name} ({seconds[name]} s): {json.dumps(value, sort_keys=True, default=str)[:400]}")
