@@ -56,18 +56,10 @@ from pydantic import BaseModel, ConfigDict
 from actors.embeddings import default_offline_embedder
 from actors.read_service import exact_search
 from actors.search_core import SearchRequest, validate_search_arguments
-from bench.search_bench import corpus_material
+from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
 from persistence.semantic_index import SemanticIndex, query_tokens, tokenize
 from persistence.store import Store
-from protocol.identities import (
-    chunk_key,
-    content_hash,
-    coverage_key,
-    observation_id,
-    part_digest,
-    source_digest,
-)
-from protocol.records import CoveragePart, ObservationRecord, SourceRef
+from protocol.records import ObservationRecord
 from protocol.semantic import (
     ChunkingRules,
     Embedder,
@@ -370,53 +362,6 @@ def memory_texts(size: int, seed: int) -> tuple[list[str], Literal["transcripts"
     return texts, origin
 
 
-def _timestamp(minute: int) -> str:
-    day, rest = divmod(minute, 24 * 60)
-    month, day = divmod(day, 28)
-    return f"2026-{1 + month % 12:02d}-{1 + day:02d} {rest // 60:02d}:{rest % 60:02d}"
-
-
-def _observation(run_id: str, seq: int, content: str, timestamp: str) -> ObservationRecord:
-    refs = (SourceRef(run_id=run_id, seq=seq),)
-    return ObservationRecord(
-        observation_id=observation_id(run_id, _OBSERVER_SCHEMA, timestamp, content, refs),
-        run_id=run_id,
-        boundary_key="pending",
-        source_start_seq=seq,
-        source_end_seq=seq,
-        source_refs=refs,
-        content=content,
-        content_hash=content_hash(content),
-        relevance="medium",
-        timestamp=timestamp,
-        token_count=max(1, len(content) // 4),
-        observer_model=_MODEL,
-        observer_schema_version=_OBSERVER_SCHEMA,
-        created_at=timestamp.replace(" ", "T") + ":00+00:00",
-    )
-
-
-def _part(run_id: str, start: int, end: int, covered_at: str) -> CoveragePart:
-    digest = source_digest([{"run_id": run_id, "seq": start, "kind": "bench", "rendered_text": str(end)}])
-    key = chunk_key(run_id, start, end, _RENDERER, _OBSERVER_SCHEMA, digest, 1)
-    p_digest = part_digest(f"{run_id}:{start}:{end}")
-    return CoveragePart(
-        coverage_key=coverage_key(key, 1, p_digest),
-        run_id=run_id,
-        boundary_key=key,
-        source_start_seq=start,
-        source_end_seq=end,
-        chunk_key=key,
-        part_index=1,
-        part_count=1,
-        source_digest=digest,
-        part_digest=p_digest,
-        renderer_version=_RENDERER,
-        observer_schema_version=_OBSERVER_SCHEMA,
-        covered_at=covered_at,
-    )
-
-
 def write_corpus(store: Store, texts: Sequence[str]) -> tuple[list[CorpusMemory], int]:
     """Write ``texts`` as observations through ``store``: the memories and the session count."""
     memories: list[CorpusMemory] = []
@@ -429,9 +374,11 @@ def write_corpus(store: Store, texts: Sequence[str]) -> tuple[list[CorpusMemory]
             batch: list[ObservationRecord] = []
             for offset, content in enumerate(session_texts[start : start + OBSERVATIONS_PER_PART]):
                 minute += 3
-                batch.append(_observation(run_id, start + offset + 1, content, _timestamp(minute)))
+                batch.append(
+                    corpus_observation(run_id, start + offset + 1, content, corpus_timestamp(minute))
+                )
             store.commit_observer_part(
-                _part(run_id, start + 1, batch[-1].source_end_seq, batch[-1].created_at), batch
+                corpus_part(run_id, start + 1, batch[-1].source_end_seq, batch[-1].created_at), batch
             )
             memories.extend(CorpusMemory(o.observation_id, o.content) for o in batch)
         sessions += 1

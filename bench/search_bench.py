@@ -49,7 +49,7 @@ from protocol.identities import (
     source_digest,
     threshold_generation_id,
 )
-from protocol.records import CoveragePart, ObservationRecord, ReflectionRecord, SourceRef
+from protocol.records import CoveragePart, ObservationRecord, ReflectionRecord, Relevance, SourceRef
 
 TRANSCRIPTS_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
 """Real agent transcripts (third-party data; optional)."""
@@ -142,15 +142,17 @@ def corpus_material(directory: Path = TRANSCRIPTS_DIR) -> tuple[list[str], list[
 # ------------------------------------------------------------------------------------- corpus build
 
 
-def _timestamp(minute: int) -> str:
+def corpus_timestamp(minute: int) -> str:
+    """A corpus memory's ``YYYY-MM-DD HH:MM`` time, ``minute`` minutes into 2026 (28-day months)."""
     day, rest = divmod(minute, 24 * 60)
     month, day = divmod(day, 28)
     return f"2026-{1 + month % 12:02d}-{1 + day:02d} {rest // 60:02d}:{rest % 60:02d}"
 
 
-def _observation(
-    run_id: str, seq: int, content: str, timestamp: str, rng: random.Random
+def corpus_observation(
+    run_id: str, seq: int, content: str, timestamp: str, relevance: Relevance = "medium"
 ) -> ObservationRecord:
+    """One corpus observation citing event ``seq`` of ``run_id``."""
     refs = (SourceRef(run_id=run_id, seq=seq),)
     return ObservationRecord(
         observation_id=observation_id(run_id, _OBSERVER_SCHEMA, timestamp, content, refs),
@@ -161,7 +163,7 @@ def _observation(
         source_refs=refs,
         content=content,
         content_hash=content_hash(content),
-        relevance=rng.choice(("low", "medium", "medium", "high", "critical")),
+        relevance=relevance,
         timestamp=timestamp,
         token_count=max(1, len(content) // 4),
         observer_model=_MODEL,
@@ -170,7 +172,8 @@ def _observation(
     )
 
 
-def _part(run_id: str, start: int, end: int, covered_at: str) -> CoveragePart:
+def corpus_part(run_id: str, start: int, end: int, covered_at: str) -> CoveragePart:
+    """The coverage row committed with a batch of corpus observations of ``start..end``."""
     digest = source_digest([{"run_id": run_id, "seq": start, "kind": "bench", "rendered_text": str(end)}])
     key = chunk_key(run_id, start, end, _RENDERER, _OBSERVER_SCHEMA, digest, 1)
     p_digest = part_digest(f"{run_id}:{start}:{end}")
@@ -252,10 +255,16 @@ def build_corpus(db_path: Path, size: int, seed: int) -> tuple[list[str], list[s
                 for seq in range(start, min(count, start + OBSERVATIONS_PER_PART - 1) + 1):
                     minute += rng.randint(1, 7)
                     batch.append(
-                        _observation(run_id, seq, _content(sentences, paths, rng), _timestamp(minute), rng)
+                        corpus_observation(
+                            run_id,
+                            seq,
+                            _content(sentences, paths, rng),
+                            corpus_timestamp(minute),
+                            rng.choice(("low", "medium", "medium", "high", "critical")),
+                        )
                     )
                 store.commit_observer_part(
-                    _part(run_id, start, batch[-1].source_end_seq, batch[-1].created_at), batch
+                    corpus_part(run_id, start, batch[-1].source_end_seq, batch[-1].created_at), batch
                 )
                 observations.extend(batch)
             _promote(store, run_id, observations, rng)
