@@ -23,7 +23,15 @@ def test_demo_runs_every_stage_offline(ray_cluster: object) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     data = json.loads(result.stdout)
-    for key in ("session_id", "events", "observations", "coverage_end", "last_seq", "generations", "reflections"):
+    for key in (
+        "session_id",
+        "events",
+        "observations",
+        "coverage_end",
+        "last_seq",
+        "generations",
+        "reflections",
+    ):
         assert key in data
     assert data["coverage_end"] == data["last_seq"] == data["events"]
     assert data["observations"] >= 5

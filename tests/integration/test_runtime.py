@@ -149,7 +149,9 @@ def test_dispatch_without_a_runtime_raises_the_typed_error(ray_cluster: object) 
         client.dispatch(_job("s1", 1))
 
 
-def test_pending_jobs_resume_after_the_whole_runtime_stops(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
+def test_pending_jobs_resume_after_the_whole_runtime_stops(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
     from cluster.runtime import remove_runtime
 
     handlers = {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"}
