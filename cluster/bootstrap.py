@@ -108,17 +108,37 @@ def start_head(num_cpus: int | None = None) -> RuntimeRecord:
     )
 
 
+def _local_head_running() -> bool:
+    """True when a Ray head started on this machine is recorded and its GCS port answers."""
+    import socket
+
+    from ray._private.utils import read_ray_address
+
+    current = read_ray_address()
+    if not current:
+        return False
+    host, _, port = current.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def up(address: str | None = None, names: RuntimeNames | None = None) -> dict[str, Any]:
     """Start or join Ray, create omray's actors (resuming pending jobs) and record what was done."""
     names = names or RuntimeNames()
     record: RuntimeRecord | None = None
     if address is None:
-        try:
+        if _local_head_running():
             init_ray("auto")
             record = RuntimeRecord("auto", False, f"http://{DASHBOARD_HOST}:{DASHBOARD_PORT}", _auth_mode())
-        except OmrayError:
+        else:
             record = start_head()
-            init_ray(record.address)
+            _write_record(record)
+            # Ray loads the auth token once per process, before the head above created it: join
+            # from a fresh process, which finds the running head and the token.
+            os.execv(sys.executable, [sys.executable, "-m", "cluster.cli", "up"])
     else:
         init_ray(address)
         record = RuntimeRecord(address, False, "", _auth_mode())
@@ -126,9 +146,13 @@ def up(address: str | None = None, names: RuntimeNames | None = None) -> dict[st
     if previous is not None and previous.started_head and not record.started_head:
         record = previous  # joining the head an earlier `omray up` started: keep ownership
     ensure_runtime(names)
+    _write_record(record)
+    return {**asdict(record), "namespace": names.namespace, "queue": names.queue}
+
+
+def _write_record(record: RuntimeRecord) -> None:
     omray_home().mkdir(parents=True, exist_ok=True, mode=0o700)
     _record_path().write_text(json.dumps(asdict(record)), encoding="utf-8")
-    return {**asdict(record), "namespace": names.namespace, "queue": names.queue}
 
 
 def read_record() -> RuntimeRecord | None:
