@@ -183,7 +183,7 @@ def all_command(
     from bench.queue_bench import machine_info, run_chaos_bench, run_queue_bench
     from bench.search_bench import run_search_bench
 
-    sizes = {
+    sizes: dict[str, Any] = {
         "queue_jobs": 100 if quick else 1000,
         "chaos_jobs": 60 if quick else 300,
         "search_sizes": [2000] if quick else [5000, 50000],

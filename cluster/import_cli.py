@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from tqdm import tqdm  # type: ignore[import-untyped]  # tqdm ships no type hints
+from tqdm import tqdm
 
 from persistence.importers import (
     ImportStats,

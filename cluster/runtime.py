@@ -91,8 +91,7 @@ class RayWorkerContext:
     def dispatch(self, envelope: JobEnvelope) -> str:
         """Enqueue a follow-up job on this runtime's queue."""
         queue = ray.get_actor(self._names.queue, namespace=self._names.namespace)
-        job_id: str = ray.get(queue.dispatch.remote(envelope))
-        return job_id
+        return str(ray.get(queue.dispatch.remote(envelope)))
 
 
 class WorkerRuntime(WorkerActor):
@@ -208,7 +207,7 @@ def ensure_runtime(
         )
         .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight, data_node)
     )
-    ray.get(queue.ping.remote())
+    ray.get(queue.ping.remote())  # type: ignore[attr-defined]  # a Ray actor handle
     return queue
 
 
