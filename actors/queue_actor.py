@@ -172,20 +172,18 @@ class QueueActor:
     def status(self) -> dict[str, Any]:
         """Queue depth, jobs in flight, recent failures and counters (ids and counts only)."""
         with self._lock:
-            snapshot = self._state.snapshot()
+            now = self._clock()
             in_flight = [
                 {
                     "job_seq": seq,
                     "job_id": job_id,
                     "attempt": attempt,
                     "handler_id": handler,
-                    "running_s": 0.0,
+                    "running_s": round(now - started, 3),
                 }
-                for seq, (job_id, attempt, handler, _) in self._in_flight_attempts.items()
+                for seq, (job_id, attempt, handler, started) in self._in_flight_attempts.items()
             ]
-            now = self._clock()
-            for item, (_, _, _, started) in zip(in_flight, self._in_flight_attempts.values(), strict=True):
-                item["running_s"] = round(now - started, 3)
+            snapshot = self._state.snapshot()
             return {
                 "depth": self._state.depth,
                 "in_flight": in_flight,
