@@ -134,7 +134,6 @@ class QueueActor:
         self._recent_failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._in_flight_attempts: dict[int, tuple[str, int, str, float]] = {}
         self._completed = 0
-        self._started_at = clock()
         rows = [
             StoredJobState(
                 job_seq=row.job_seq,
