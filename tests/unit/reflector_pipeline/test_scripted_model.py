@@ -340,7 +340,7 @@ def test_claim_conflict_raises_and_changes_nothing(
 ) -> None:
     commit_all(store, FIRST_SET)
     job = threshold_job(reader, settings())
-    conflicted = ScriptedStore(store, claim_generation=lambda *args: "conflict")
+    conflicted = ScriptedStore(store, claim_generation=lambda *args, **kwargs: "conflict")
 
     with pytest.raises(ConflictError, match="claim conflict"):
         reflect_generation(job, job.generation_id, settings(), ports(reader, conflicted, chat))
