@@ -49,6 +49,8 @@ DEFAULT_PROVIDER_TIMEOUT_S = 300.0
 """Default HTTP timeout of a provider, in seconds."""
 BUILTIN_EMBEDDING_MODEL = "builtin/all-minilm-l6-v2"
 """``semantic.embedding_api.model_id`` of the offline embedder (all-MiniLM-L6-v2, no ``base_url`` needed)."""
+BUILTIN_EMBEDDING_BATCH_SIZE = 32
+"""Default chunks per index batch for the offline embedder (endpoints keep the reference's 4)."""
 
 TokenEncoding = Literal["o200k_base", "cl100k_base"]
 """tiktoken encodings omray can count tokens with."""
@@ -358,7 +360,11 @@ def semantic_from_mapping(value: object) -> SemanticSettings | None:
     min_score = _min_score(reranker)
     chunk_bytes = _positive_int(embedding, "chunk_bytes", 1200)
     max_lines = _positive_int(embedding, "max_lines", 80)
-    batch_size = _positive_int(embedding, "batch_size", 4)
+    # The reference embeds at most 4 chunks per batch (an HTTP endpoint's bound). The offline
+    # embedder has no request to bound, and each batch pays fixed index writes, so it defaults to 32.
+    batch_size = _positive_int(
+        embedding, "batch_size", BUILTIN_EMBEDDING_BATCH_SIZE if _builtin_model_id(embedding) else 4
+    )
     # The reranker's integers are checked even without a reranker (their defaults always pass).
     rerank_batch = _positive_int(reranker, "batch_size", 8)
     document_characters = _positive_int(reranker, "document_characters", 768)

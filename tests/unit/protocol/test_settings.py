@@ -439,7 +439,7 @@ def test_builtin_embedder_needs_no_base_url() -> None:
     assert s.semantic is not None
     api = s.semantic.embedding_api
     assert (api.base_url, api.model_id, api.is_builtin) == (None, BUILTIN_EMBEDDING_MODEL, True)
-    assert (api.chunk_bytes, api.overlap_bytes, api.max_lines, api.batch_size) == (1200, 192, 80, 4)
+    assert (api.chunk_bytes, api.overlap_bytes, api.max_lines, api.batch_size) == (1200, 192, 80, 32)
     null_url = settings_from_mapping(semantic({"base_url": None, "model_id": BUILTIN_EMBEDDING_MODEL}))
     assert null_url.semantic is not None and null_url.semantic.embedding_api.base_url is None
     assert null_url.semantic.signature() == s.semantic.signature()
@@ -477,3 +477,16 @@ def test_direct_construction_requires_base_url_unless_builtin() -> None:
     assert EmbeddingApiSettings(base_url=None, model_id=BUILTIN_EMBEDDING_MODEL).is_builtin
     with pytest.raises(ValueError, match="semantic base_url must be"):
         EmbeddingApiSettings(base_url=None, model_id="nomic-embed")
+
+
+def test_offline_embedder_batches_default_to_32_and_endpoints_keep_4() -> None:
+    offline = settings_from_mapping({"semantic": {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2"}}})
+    assert offline.semantic is not None and offline.semantic.embedding_api.batch_size == 32
+    endpoint = settings_from_mapping(
+        {"semantic": {"embedding_api": {"base_url": "http://127.0.0.1:8059/v1", "model_id": "m"}}}
+    )
+    assert endpoint.semantic is not None and endpoint.semantic.embedding_api.batch_size == 4
+    chosen = settings_from_mapping(
+        {"semantic": {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2", "batch_size": 8}}}
+    )
+    assert chosen.semantic is not None and chosen.semantic.embedding_api.batch_size == 8
