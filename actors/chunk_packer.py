@@ -237,29 +237,34 @@ def source_budget(
     )
 
 
+def even_slices(text: str, count: int) -> list[str]:
+    """``text`` cut into ``count`` consecutive code-point slices whose lengths differ by at most one."""
+    length = len(text)
+    bounds = [length * index // count for index in range(count + 1)]
+    return [text[bounds[index] : bounds[index + 1]] for index in range(count)]
+
+
 def split_text(text: str, budget: int, count_tokens: Callable[[str], int]) -> list[str]:
     """Consecutive code-point slices of ``text``, each within ``budget`` tokens.
 
-    Slices are ``max(64, floor(max(32, budget) * 2.35))`` code points like the original's; a slice that
-    still counts over budget (token-dense text) is shortened to its longest prefix that fits.
+    The slice count starts from the original's slice size, ``max(64, floor(max(32, budget) * 2.35))``
+    code points, and grows until every slice fits (token-dense text). The slices themselves depend only
+    on ``text`` and their count, never on ``budget``: the count is part of the chunk key, so a retry that
+    packs the same block under another budget (memory grew when earlier parts committed) either gets the
+    same key and the same parts, or a new key. Budget-dependent slice boundaries would give the same key
+    with other part digests, and the coverage row of a part committed before the failure would then
+    conflict with the retry forever.
     """
+    if not text:
+        return []
     max_chars = max(MIN_SPLIT_CHARS, math.floor(max(MIN_SPLIT_BUDGET_TOKENS, budget) * CHARS_PER_TOKEN))
-    slices: list[str] = []
-    start = 0
-    while start < len(text):
-        end = min(len(text), start + max_chars)
-        if count_tokens(text[start:end]) > budget:
-            low, high = start + 1, end - 1  # find the largest end that fits; one code point always goes
-            end = start + 1
-            while low <= high:
-                middle = (low + high) // 2
-                if count_tokens(text[start:middle]) <= budget:
-                    end, low = middle, middle + 1
-                else:
-                    high = middle - 1
-        slices.append(text[start:end])
-        start = end
-    return slices
+    count = math.ceil(len(text) / max_chars)
+    while True:
+        slices = even_slices(text, count)
+        largest = max(count_tokens(piece) for piece in slices)
+        if largest <= budget or count >= len(text):
+            return slices
+        count = min(len(text), max(count + 1, math.ceil(count * largest / max(1, budget))))
 
 
 class _PackContext:

@@ -292,11 +292,23 @@ def validate_reflect_payload(
 # --- claim (§9.3) ---------------------------------------------------------------------------------
 
 
-def claim_required_end_seq(pool_max_source_end_seq: int, payload_required_end_seq: int | None) -> int:
-    """Watermark stored on the claimed row: the live pool's, or the payload's when the pool has none."""
-    if pool_max_source_end_seq < 1 and payload_required_end_seq is not None and payload_required_end_seq > 0:
-        return payload_required_end_seq
-    return pool_max_source_end_seq
+def claim_required_end_seq(
+    pool_max_source_end_seq: int,
+    payload_required_end_seq: int | None,
+    prior_required_end_seq: int | None = None,
+) -> int:
+    """Watermark stored on the claimed row: the live pool's, or the payload's when the pool has none.
+
+    Never below the prior active generation's watermark: observations that generation dropped lie
+    at or below it, and a lower watermark would bring them back into the active set (§8). This
+    happens when a generation runs on a retained set whose newest observations were dropped.
+    """
+    watermark = pool_max_source_end_seq
+    if watermark < 1 and payload_required_end_seq is not None and payload_required_end_seq > 0:
+        watermark = payload_required_end_seq
+    if prior_required_end_seq is not None:
+        watermark = max(watermark, prior_required_end_seq)
+    return watermark
 
 
 def claim_decision(existing: GenerationRecord | None) -> ClaimAction:

@@ -216,7 +216,10 @@ def reflect_generation(
     """
     payload = validate_reflect_payload(job, settings)
     pool = _live_pool(ports, payload.run_id)
-    required_end_seq = claim_required_end_seq(pool.max_source_end_seq, payload.required_end_seq)
+    prior = ports.memory.active_generation(payload.run_id)
+    required_end_seq = claim_required_end_seq(
+        pool.max_source_end_seq, payload.required_end_seq, None if prior is None else prior.required_end_seq
+    )
     outcome = ports.store.claim_generation(
         payload.generation_id,
         payload.run_id,
@@ -241,14 +244,15 @@ def reflect_generation(
         return ReflectResult(status="noop_redelivery", generation_id=payload.generation_id)
 
     result = ReflectResult(status="failed", generation_id=payload.generation_id)
+    succeeded = False
     try:
-        _work(payload, job_id, settings, ports, result)
+        succeeded = _work(payload, job_id, settings, ports, result)
     except Exception as exc:
         _handle_failure(exc, payload, ports, result)
     finally:
         if job_id:
             _clear_activity(ports, job_id, payload.run_id)
-    if result.status == "promoted":
+    if succeeded:
         _schedule_index(ports, payload.run_id)
     logger.info(
         "reflect job finished",
@@ -299,14 +303,15 @@ def _handle_failure(
 
 def _work(
     payload: ReflectPayload, job_id: str, settings: OmSettings, ports: ReflectorPorts, result: ReflectResult
-) -> None:
+) -> bool:
+    """Work on a claimed generation; True when it ends promoted (the semantic index is then due)."""
     run_id, generation_id = payload.run_id, payload.generation_id
     pool = _live_pool(ports, run_id)
     decision = pre_work_decision(payload, pool, _live_prior(ports, run_id), settings)
     if decision == "succeed_noop":
         ports.store.succeed_generation_without_promotion(generation_id, ports.now_utc())
         result.status = "succeeded_noop"
-        return
+        return False
     if decision == "stale":
         raise ReflectorError(
             "stale_observation_set", STALE_BEFORE_MODEL_MESSAGE.format(generation_id=generation_id)
@@ -349,6 +354,9 @@ def _work(
     result.new_reflections = plan.new_reflection_count
     result.dropped = len(plan.dropped_observation_ids)
     result.retained = len(plan.retained_observation_ids)
+    # ``noop``: the generation already succeeded (e.g. a replayed promotion whose reply was lost),
+    # so it is promoted all the same and still needs its index job.
+    return True
 
 
 def _run_reflector(

@@ -82,6 +82,9 @@ def _parse_line(raw: bytes, path: Path, line_no: int, complete: bool) -> Session
     version = data.get("schema_version")
     if isinstance(version, str) and not is_compatible_schema_version(version):
         return _SKIPPED
+    if data.get("payload") == []:
+        # PHP's json_encode writes an empty payload array as ``[]``, not ``{}``.
+        data["payload"] = {}
     try:
         return SessionEvent.model_validate(data)
     except ValidationError as exc:

@@ -335,6 +335,8 @@ class Store:
         ``take_over_running`` is for a redelivered attempt of the same job: the queue starts attempt
         N+1 only after attempt N ended or its worker died, so a ``running`` row is an orphan of a dead
         attempt. (The original left such rows running for good; omray finishes the generation.)
+        A replay of a call that already claimed (same ``now``, the row still ``running``) is
+        ``claimed`` again, so repeating a claim is idempotent.
         """
         table = schema.om_memory_generation
         with self.atomic():
@@ -379,6 +381,10 @@ class Store:
     ) -> ClaimOutcome:
         if row.status == "succeeded":
             return "already_succeeded"
+        if row.status == "running" and row.created_at == now:
+            # The same claim replayed (the durable StoreProxy repeats a call whose StoreActor died
+            # after committing it): the row is this claimant's own, so the claim still holds.
+            return "claimed"
         if row.status == "running" and take_over_running:
             table = schema.om_memory_generation
             conn.execute(
@@ -600,11 +606,28 @@ class Store:
         )
 
     def mark_job_retry(self, job_seq: int, not_before: str, failure_reason: str) -> None:
-        """Put a running job back to ``pending`` until ``not_before`` after a retryable failure."""
+        """Put a running job back to ``pending`` until ``not_before`` after a retryable failure.
+
+        Repeating the same call (a durable proxy retrying after a lost reply) is a no-op.
+        """
         _check_failure_reason(failure_reason)
-        self._transition(
-            job_seq, ("running",), state="pending", not_before=not_before, failure_reason=failure_reason
-        )
+        table = schema.omray_job
+        with self.atomic():
+            result = self._conn().execute(
+                update(table)
+                .where(
+                    table.c.job_seq == job_seq,
+                    (table.c.state == "running")
+                    | (
+                        (table.c.state == "pending")
+                        & (table.c.not_before == not_before)
+                        & (table.c.failure_reason == failure_reason)
+                    ),
+                )
+                .values(state="pending", not_before=not_before, failure_reason=failure_reason)
+            )
+            if result.rowcount != 1:
+                raise NotFoundError(f"no job with seq {job_seq!r} in state 'running'")
 
     def finish_job(
         self,
@@ -626,14 +649,32 @@ class Store:
     def record_runtime_event(
         self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str
     ) -> int:
-        """Record a sanitized runtime event for a session; returns its ``event_seq``."""
+        """Record a sanitized runtime event for a session; returns its ``event_seq``.
+
+        Repeating the same call (same session, type, payload and time: a durable proxy retrying
+        after a lost reply) returns the event already recorded instead of a second one.
+        """
         table = schema.omray_runtime_event
+        payload_json = canonical_json(dict(payload))
         with self.atomic():
-            result = self._conn().execute(
+            conn = self._conn()
+            recorded: int | None = conn.execute(
+                select(table.c.event_seq)
+                .where(
+                    table.c.run_id == run_id,
+                    table.c.event_type == event_type,
+                    table.c.payload_json == payload_json,
+                    table.c.created_at == created_at,
+                )
+                .limit(1)
+            ).scalar_one_or_none()
+            if recorded is not None:
+                return recorded
+            result = conn.execute(
                 table.insert().values(
                     run_id=run_id,
                     event_type=event_type,
-                    payload_json=canonical_json(dict(payload)),
+                    payload_json=payload_json,
                     created_at=created_at,
                 )
             )

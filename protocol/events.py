@@ -60,10 +60,11 @@ class SessionEvent(BaseModel):
     """One ``events.jsonl`` line (§2.3); the file is the source of truth for a session.
 
     Ids stay strings even when they look numeric (``"5"``): a JSON number in ``run_id`` is rejected
-    rather than converted.
+    rather than converted. Unknown fields are ignored: a newer minor ``schema_version`` may add some,
+    and only an incompatible major version is skipped (§2.3).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     schema_version: StrictStr = Field(pattern=r"^[0-9]+(\.[0-9]+)*$")
     """Envelope version ``"x.y"``; only the major part matters (:func:`is_compatible_schema_version`)."""

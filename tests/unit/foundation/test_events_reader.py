@@ -108,3 +108,16 @@ def test_missing_file_reads_as_empty(tmp_path: Path) -> None:
 def test_last_event_seq(tmp_path: Path) -> None:
     path = _write(tmp_path / "events.jsonl", [_line(1), _line(7), _line(4)])
     assert last_event_seq(path) == 7
+
+
+def test_empty_payload_written_as_a_json_array_reads_as_empty(tmp_path: Path) -> None:
+    # The PHP host's json_encode writes an empty payload as ``[]``; that line is not corrupt.
+    path = _write(tmp_path / "events.jsonl", [_line(1, event_type="turn_advanced", payload=[]), _line(2)])
+    events = read_event_range(path, 1, 2)
+    assert [(e.seq, e.payload) for e in events] == [(1, {}), (2, {"reason": "completed"})]
+
+
+def test_non_empty_payload_array_is_still_a_typed_error(tmp_path: Path) -> None:
+    path = _write(tmp_path / "events.jsonl", [_line(1, payload=["x"])])
+    with pytest.raises(EventsFileError, match="payload"):
+        list(iter_events(path))

@@ -369,3 +369,18 @@ def test_packer_trims_memory_to_its_share_of_the_envelope() -> None:
     parts = pack([block(1, "x")], envelope=500, overhead=100, memory=lines)
     # memory budget = max(64, floor(400 * 0.55)) = 220 tokens = 22 lines of 10 tokens; the newest are kept.
     assert parts[0].user_message.count("o" * 36) == 22
+
+
+def test_split_parts_depend_on_their_count_not_on_the_budget() -> None:
+    # A retry packs the same oversized block after earlier parts committed observations, so the memory
+    # section is longer and the source budget smaller. When the part count (part of the chunk key) is
+    # unchanged, the parts must be identical, or the stored part 1 conflicts with the retry's part 1.
+    huge = block(7, "q" * 9000)
+    memory = [
+        MemoryLine(kind="observation", memory_id="a" * 64, text="[" + "a" * 64 + "] 2026-07-23 10:00 [low] x")
+    ]
+    before = normalize_coverage(pack([huge], envelope=1000, overhead=100), 7, 7)
+    after = normalize_coverage(pack([huge], envelope=1000, overhead=100, memory=memory), 7, 7)
+    assert len(before) == len(after) > 1
+    assert identities(before) == identities(after)
+    assert "".join(p.rendered_part for p in after) == huge.rendered_text

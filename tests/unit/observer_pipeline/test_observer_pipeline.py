@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from actors.builtin_model import BuiltinExtractiveModel
-from actors.models import ChatModel
+from actors.models import ChatModel, ChatResponse, ModelCallError, ToolCall
 from actors.observer_pipeline import ObserverError, ObserverPorts, observe_through
 from actors.tokens import token_counter
 from bench.sample_session import demo_session, event_line
@@ -152,3 +152,59 @@ def test_missing_model_and_empty_range_are_typed_errors(tmp_path: Path) -> None:
     with pytest.raises(ObserverError, match="empty event range"):
         observe_through(_job(tmp_path, end, BLOCK), "j", settings_from_mapping(BLOCK), ports)
     assert json.dumps(MemoryReader(tmp_path / "om.sqlite").all_observations(SESSION)) == "[]"
+
+
+class OneObservationPerPartModel:
+    """Records one observation per part (citing the part's first label); fails on request ``fail_on``."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.fail_on = fail_on
+        self.parts = 0
+
+    def complete(self, model_name: str, messages: Any, tools: Any, timeout_s: float, **kw: Any) -> Any:
+        if messages[-1]["role"] == "tool":
+            return ChatResponse(text="done")
+        self.parts += 1
+        if self.parts == self.fail_on:
+            raise ModelCallError("timeout")
+        item = {
+            "timestamp": "2026-07-23 10:00",
+            "content": f"fact {self.parts} " + "detail " * 40,
+            "relevance": "medium",
+            "source_refs": [{"run_id": SESSION, "seq": 1}],
+        }
+        arguments = json.dumps({"observations": [item]})
+        return ChatResponse(
+            tool_calls=(ToolCall(call_id="c1", name="record_observations", arguments=arguments),)
+        )
+
+
+def test_retry_after_a_failure_inside_a_split_chunk_completes(tmp_path: Path) -> None:
+    # Part 1 of an oversized block commits an observation, part 2 fails. The retry packs the block
+    # again with a longer memory section (a smaller budget); it must not conflict with part 1's row.
+    envelope = {"schema_version": "1.0", "run_id": SESSION, "turn_no": 1, "ts": "2026-07-23T10:00:00+00:00"}
+    huge = " ".join(f"word{i}" for i in range(6000))
+    lines = [
+        {**envelope, "seq": 1, "type": "agent_command_applied", "payload": {"text": huge}},
+        {**envelope, "seq": 2, "type": "agent_end", "payload": {"reason": "completed"}},
+    ]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store, settings = Store(tmp_path / "om.sqlite"), settings_from_mapping(BLOCK)
+
+    def ports(model: ChatModel) -> ObserverPorts:
+        return ObserverPorts(
+            memory=MemoryReader(tmp_path / "om.sqlite"),
+            store=store,
+            read_events=lambda start, end: read_event_range(tmp_path / "events.jsonl", start, end),
+            resolve_model=lambda name: (model, 8000),
+            count_tokens=token_counter("o200k_base").count,
+            now_utc=lambda: "2026-11-30T10:00:00+00:00",
+            now_local=lambda: "2026-11-30 10:00",
+        )
+
+    with pytest.raises(ModelCallError):
+        observe_through(_job(tmp_path, 2, BLOCK), "j", settings, ports(OneObservationPerPartModel(fail_on=2)))
+    assert len(MemoryReader(tmp_path / "om.sqlite").all_observations(SESSION)) == 1
+    result = observe_through(_job(tmp_path, 2, BLOCK), "j", settings, ports(OneObservationPerPartModel()))
+    assert result.parts_skipped == 1
+    assert MemoryReader(tmp_path / "om.sqlite").contiguous_covered_end(SESSION, "1", "1") == 2

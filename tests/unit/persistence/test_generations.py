@@ -125,7 +125,7 @@ def test_claim_outcomes_follow_the_row_status(store: Store, db_path: Path) -> No
     gen = "a" * 64
     assert _claim(store, gen) == "claimed"
     assert _generation_row(db_path, gen) == ("running", None, T0, None, gen)
-    assert _claim(store, gen) == "already_running"
+    assert _claim(store, gen, now=T1) == "already_running"
     assert store.fail_generation(gen, "transient_runtime", T1) is True
     assert _generation_row(db_path, gen) == ("failed", "transient_runtime", T0, T1, gen)
     assert store.fail_generation(gen, "transient_runtime", T1) is False  # only running rows change
@@ -254,3 +254,19 @@ def test_redelivered_attempt_takes_over_an_orphaned_running_generation(store: St
         gen, RUN, "s" * 64, MODEL, REFLECTOR_SCHEMA, 1, 3, "2026-07-26T15:00:00+00:00", take_over_running=True
     )
     assert again == "already_succeeded"  # a finished generation is never taken over
+
+
+def test_a_replayed_claim_is_still_claimed(store: Store, db_path: Path) -> None:
+    # The worker's durable StoreProxy repeats a call whose StoreActor died after committing it.
+    # The replay (same arguments, same claim time) must not turn this attempt's own claim into
+    # ``already_running``, which would end the job as a no-op and leave the generation running
+    # for good (its set is then never dispatched again).
+    gen = "e" * 64
+    assert _claim(store, gen, now=T0) == "claimed"
+    assert _claim(store, gen, now=T0) == "claimed"
+    assert _generation_row(db_path, gen) == ("running", None, T0, None, gen)
+    assert _claim(store, gen, now=T1) == "already_running"  # a different claimant backs off
+    assert store.fail_generation(gen, "transient_runtime", T1)
+    reclaim = "2026-07-23T12:05:00+00:00"
+    assert _claim(store, gen, now=reclaim) == "claimed"
+    assert _claim(store, gen, now=reclaim) == "claimed"  # a replayed reclaim too

@@ -249,6 +249,13 @@ def test_claim_required_end_seq_falls_back_to_payload_only_when_pool_has_none() 
     assert claim_required_end_seq(0, None) == 0
 
 
+def test_claim_required_end_seq_never_falls_below_the_prior_watermark() -> None:
+    # A retained set whose newest observations were dropped must not reopen them (§8).
+    assert claim_required_end_seq(5, 5, prior_required_end_seq=6) == 6
+    assert claim_required_end_seq(9, 9, prior_required_end_seq=6) == 9
+    assert claim_required_end_seq(5, 5, prior_required_end_seq=None) == 5
+
+
 # --- re-checks and failures -----------------------------------------------------------------------
 
 

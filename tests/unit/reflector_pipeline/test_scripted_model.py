@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from actors.models import ModelCallError, OpenAIChatModel
@@ -400,3 +402,62 @@ def test_invalid_payload_is_rejected_before_any_claim(
 
     assert reader.generation(job.generation_id) is None
     assert server.chat_requests == []
+
+
+def test_a_generation_on_the_retained_set_never_resurrects_earlier_drops(
+    store: Store, reader: MemoryReader, server: ScriptedServer, chat: OpenAIChatModel
+) -> None:
+    # Reference §8: dropped observations never come back. The first generation drops the newest
+    # observation (seq 6); the pool (seqs 1-5, 25 tokens) is still over the threshold, so the next
+    # boundary dispatches a generation on the retained set alone. Its watermark must not fall below
+    # the first one's, or seq 6 (past the lower watermark) would rejoin the active set.
+    observations = commit_all(store, FIRST_SET)
+    first = threshold_job(reader, settings())
+    server.push_chat(
+        chat_tool_calls(
+            (
+                "record_reflections",
+                {"reflections": [{"content": R1, "supporting_observation_ids": ["1", "3"]}]},
+            )
+        ),
+        chat_text("Recorded."),
+        chat_tool_calls(("drop_observations", {"ids": ["6"]})),
+        chat_text("Proposed."),
+    )
+    assert reflect_generation(first, first.generation_id, settings(), ports(reader, store, chat)).dropped == 1
+    retained = {observations[seq].observation_id for seq in (1, 2, 3, 4, 5)}
+    assert set(reader.active_candidate_set(RUN).observation_ids) == retained
+
+    second = threshold_job(reader, settings())
+    server.push_chat(chat_text("Nothing durable to add."))
+    result = reflect_generation(second, second.generation_id, settings(), ports(reader, store, chat))
+
+    assert (result.status, result.dropped, result.retained) == ("promoted", 0, 5)
+    assert set(reader.active_candidate_set(RUN).observation_ids) == retained
+    generation = reader.active_generation(RUN)
+    assert generation is not None and generation.required_end_seq == 6
+
+
+def test_a_replayed_promotion_still_schedules_the_index(
+    store: Store, reader: MemoryReader, server: ScriptedServer, chat: OpenAIChatModel
+) -> None:
+    # The durable StoreProxy repeats a promotion whose StoreActor died after committing it: the
+    # replay answers ``noop``, yet the generation did succeed and its reflections need indexing.
+    commit_all(store, FIRST_SET)
+    job = threshold_job(reader, settings())
+    script_first_generation(server)
+
+    def promote_then_replay(*args: Any) -> str:
+        assert store.promote_generation(*args) == "promoted"
+        return store.promote_generation(*args)
+
+    replaying = ScriptedStore(store, promote_generation=promote_then_replay)
+    replay_ports = ports(reader, replaying, chat)
+    indexed: list[str] = []
+    replay_ports.schedule_index = indexed.append
+
+    reflect_generation(job, job.generation_id, settings(), replay_ports)
+
+    active = reader.active_generation(RUN)
+    assert active is not None and active.generation_id == job.generation_id
+    assert indexed == [RUN]
