@@ -139,11 +139,17 @@ class TableFingerprint:
     """Rows."""
     max_rowid: int
     """Largest rowid (0 when empty)."""
+    last_id: str = ""
+    """Memory id at ``max_rowid`` (``""`` when empty): SQLite reuses the rowid of a deleted last row."""
 
 
 @dataclass(frozen=True, slots=True)
 class SourceFingerprint:
-    """Cheap summary of the canonical memories: changes when rows are added or removed."""
+    """Cheap summary of the canonical memories: changes when rows are added or removed.
+
+    In-place edits leave it unchanged (canonical rows are append-only in omray); search still
+    rejects every hit whose text changed and then reports ``partial``.
+    """
 
     observations: TableFingerprint
     """``om_observation``."""
@@ -163,8 +169,8 @@ class SourceFingerprint:
         """Stable text form (also what :meth:`digest` hashes)."""
         return canonical_json(
             [
-                [self.observations.count, self.observations.max_rowid],
-                [self.reflections.count, self.reflections.max_rowid],
+                [self.observations.count, self.observations.max_rowid, self.observations.last_id],
+                [self.reflections.count, self.reflections.max_rowid, self.reflections.last_id],
             ]
         )
 
@@ -174,9 +180,12 @@ class SourceFingerprint:
 
     @classmethod
     def from_json(cls, raw: str) -> SourceFingerprint:
-        """Inverse of :meth:`to_json`."""
-        (oc, om), (rc, rm) = json.loads(raw)
-        return cls(TableFingerprint(int(oc), int(om)), TableFingerprint(int(rc), int(rm)))
+        """Inverse of :meth:`to_json` (a fingerprint without last ids reads as unknown ids)."""
+        observations, reflections = (
+            TableFingerprint(int(part[0]), int(part[1]), str(part[2]) if len(part) > 2 else "")
+            for part in json.loads(raw)
+        )
+        return cls(observations, reflections)
 
 
 EMPTY_FINGERPRINT: Final = SourceFingerprint(TableFingerprint(0, 0), TableFingerprint(0, 0))
@@ -281,9 +290,11 @@ class SemanticSourceReader(MemoryReader):
 
         def query(conn: Connection) -> SourceFingerprint:
             parts = []
-            for table in _TABLES:
+            for kind in _KINDS:
+                _, _, id_column, table = _SELECT[kind]
                 row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
-                parts.append(TableFingerprint(int(row[0]), int(row[1])))
+                last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": row[1]})
+                parts.append(TableFingerprint(int(row[0]), int(row[1]), str(last.scalar() or "")))
             return SourceFingerprint(parts[0], parts[1])
 
         return self._run(query, EMPTY_FINGERPRINT, _TABLES)
@@ -300,6 +311,18 @@ class SemanticSourceReader(MemoryReader):
             return [SourceRow(int(row.rid), build(row)) for row in rows]
 
         return self._run(query, [], (table,))
+
+    def id_at(self, kind: MemoryKind, rowid: int) -> str:
+        """Memory id of the row of ``kind`` at ``rowid`` (``""`` when there is none)."""
+        _, _, id_column, table = _SELECT[kind]
+
+        def query(conn: Connection) -> str:
+            value = conn.execute(
+                text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": rowid}
+            ).scalar()
+            return str(value or "")
+
+        return self._run(query, "", (table,))
 
     def count_through(self, kind: MemoryKind, rowid: int) -> int:
         """Rows of ``kind`` with a rowid at most ``rowid``."""
@@ -675,7 +698,8 @@ class _Candidates:
     parent_of: dict[str, str]
     memories: dict[str, SourceMemory]
     truncated: bool
-    keyword_lagging: bool = False
+    lagging: bool = False
+    """The keyword index lags the manifest, or a hit came from a deleted or edited memory."""
 
 
 def _is_transient(exc: sqlite3.Error) -> bool:
@@ -950,6 +974,8 @@ class SemanticIndex:
                 return False
             if before.count and self._reader.count_through(kind, before.max_rowid) != before.count:
                 return False
+            if before.count and self._reader.id_at(kind, before.max_rowid) != before.last_id:
+                return False  # the last row was deleted and its rowid reused by a new memory
         return True
 
     def _full_diff(self, manifest: _Manifest, cursors: dict[str, int]) -> tuple[str | None, dict[str, int]]:
@@ -1033,6 +1059,7 @@ class SemanticIndex:
             if not plan.chunks and not plan.cursors_changed and not plan.keyword_invalid:
                 return self._finish(plan, manifest, dimensions, embedded=0)
             self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)
+            # From here on the state row says dirty: _finish must always clear it.
             labels: list[tuple[int, MemoryChunk]] = []
             if plan.chunks:
                 first = manifest.next_label()
@@ -1059,7 +1086,7 @@ class SemanticIndex:
                 keyword_count != chunk_count and (not pending or chunk_count >= 2 * keyword_count)
             ):
                 self._rebuild_keyword(manifest)
-            return self._finish(plan, manifest, dimensions, embedded=len(labels))
+            return self._finish(plan, manifest, dimensions, embedded=len(labels), marked_dirty=True)
 
     def _check_vectors(self, plan: _BatchPlan, vectors: Sequence[Sequence[float]]) -> int:
         dimensions = plan.state.dimensions
@@ -1104,12 +1131,19 @@ class SemanticIndex:
             self._vector_cache = None  # the in-memory index may hold items the file does not
             raise
 
-    def _finish(self, plan: _BatchPlan, manifest: _Manifest, dimensions: int, embedded: int) -> SyncResult:
+    def _finish(
+        self,
+        plan: _BatchPlan,
+        manifest: _Manifest,
+        dimensions: int,
+        embedded: int,
+        marked_dirty: bool = False,
+    ) -> SyncResult:
         pending = self._reader.has_rows_after(plan.cursors)
         unchanged = self._reader.fingerprint() == plan.fingerprint
         complete = not pending and unchanged
         final = SemanticState(self._signature, plan.fingerprint.digest(), dimensions, False, complete)
-        if final != plan.state or embedded or plan.cursors_changed:
+        if marked_dirty or final != plan.state or embedded or plan.cursors_changed:
             self._save_state(final.source_hash, final.dimensions, dirty=False, complete=complete)
         if plan.rebuilt or embedded:
             logger.info(
@@ -1185,7 +1219,7 @@ class SemanticIndex:
             "om.semantic.search",
             extra={"results": len(memories), "truncated": truncated, "partial": partial},
         )
-        return Retrieval(tuple(memories), truncated, partial or candidates.keyword_lagging)
+        return Retrieval(tuple(memories), truncated, partial or candidates.lagging)
 
     def _query_vector(
         self, query: str, embedder: Embedder | None, query_vector: Sequence[float] | None
@@ -1253,7 +1287,10 @@ class SemanticIndex:
         parent_of = {chunk_id: key for chunk_id, key, _ in rows.values()}
         texts = {chunk_id: chunk_text for chunk_id, _, chunk_text in rows.values()}
         memories = self._reader.memories_by_keys(set(parent_of.values()))
-        accept = self._acceptor(parent_of, memories, bounds)
+        # A hit of a deleted or edited memory proves the index lags the source (an in-place edit
+        # or a reused rowid leaves the cheap fingerprint unchanged): the answer is then partial.
+        stale: set[str] = set()
+        accept = self._acceptor(parent_of, memories, bounds, stale)
         vector_hits = filter_store_hits(
             [rows[label][0] for label in vector_labels], accept, fetch, chunk_count
         )
@@ -1262,7 +1299,7 @@ class SemanticIndex:
         )
         fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
         truncated = len(fused) >= FUSED_CANDIDATE_LIMIT or vector_hits.truncated or keyword_hits.truncated
-        return _Candidates(fused, texts, parent_of, memories, truncated, keyword_lagging)
+        return _Candidates(fused, texts, parent_of, memories, truncated, keyword_lagging or bool(stale))
 
     def _keyword_for_search(self, manifest: _Manifest) -> _KeywordIndex:
         try:
@@ -1276,18 +1313,29 @@ class SemanticIndex:
             return keyword
 
     def _acceptor(
-        self, parent_of: dict[str, str], memories: dict[str, SourceMemory], bounds: DateBounds
+        self,
+        parent_of: dict[str, str],
+        memories: dict[str, SourceMemory],
+        bounds: DateBounds,
+        stale: set[str],
     ) -> Callable[[str], bool]:
+        """Keeps hits of current chunks inside the bounds; adds deleted or edited parents to ``stale``."""
         current: dict[str, set[str]] = {}
 
         def accept(chunk_id: str) -> bool:
             key = parent_of[chunk_id]
             memory = memories.get(key)
-            if memory is None or not bounds.accepts(memory.kind, memory.timestamp):
+            if memory is None:
+                stale.add(key)
+                return False
+            if not bounds.accepts(memory.kind, memory.timestamp):
                 return False
             if key not in current:
                 current[key] = {chunk.chunk_id for chunk in memory.chunks(self._rules)}
-            return chunk_id in current[key]
+            if chunk_id not in current[key]:
+                stale.add(key)
+                return False
+            return True
 
         return accept
 

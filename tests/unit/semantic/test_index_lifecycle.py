@@ -167,6 +167,24 @@ def test_keyword_index_damage_is_repaired_from_the_manifest_without_reembedding(
     assert labels.read_text() != "[1]"
 
 
+def test_keyword_repair_clears_the_dirty_marker(
+    index: SemanticIndex, memories: Memories, embedder: HashEmbedder, db_path: Path
+) -> None:
+    # A repair that writes derived files sets dirty first, so it must clear it when done: otherwise
+    # search says index_building and the next batch re-embeds everything.
+    for i in range(3):
+        memories.observation(f"memory {i}")
+    sync_all(index, embedder)
+    (index.directory / KEYWORD_DIR / "labels.json").write_text("[1]")
+    assert index.synchronize(embedder).complete
+    state = _state(db_path)
+    assert not state.dirty and state.complete
+    assert index.search("memory", embedder).results
+    embedder.calls.clear()
+    again = index.synchronize(embedder)
+    assert not again.rebuilt and embedder.calls == []
+
+
 def test_deleted_memory_makes_its_chunks_stale_and_rebuilds(
     index: SemanticIndex, memories: Memories, embedder: HashEmbedder
 ) -> None:
@@ -177,6 +195,23 @@ def test_deleted_memory_makes_its_chunks_stale_and_rebuilds(
     result = index.synchronize(embedder)
     assert result.rebuilt and result.rebuild_reason == "stale_chunk"
     assert result.complete and result.indexed_memories == 1
+
+
+def test_a_reused_rowid_is_not_mistaken_for_an_indexed_memory(
+    index: SemanticIndex, memories: Memories, embedder: HashEmbedder, db_path: Path
+) -> None:
+    # Deleting the last row and inserting another reuses its rowid: same count, same max rowid.
+    memories.observation("stays")
+    gone = memories.observation("penguin colony census")
+    sync_all(index, embedder)
+    memories.execute("DELETE FROM om_observation WHERE observation_id = ?", (gone,))
+    fresh = memories.observation("walrus migration survey")
+    assert index.search("walrus", embedder).partial  # the new memory is not indexed yet
+    result = index.synchronize(embedder)
+    assert result.rebuilt and result.rebuild_reason == "stale_chunk"
+    sync_all(index, embedder)
+    found = index.search("walrus", embedder)
+    assert not found.partial and found.results[0].memory_id == fresh
 
 
 def test_full_check_finds_content_edited_in_place(

@@ -181,6 +181,21 @@ def test_stale_chunks_never_surface(
     assert not _dirty(db_path)
 
 
+def test_a_hit_of_an_edited_memory_makes_the_answer_partial(
+    index: SemanticIndex, memories: Memories, embedder: HashEmbedder, db_path: Path
+) -> None:
+    # An in-place edit leaves row count and max rowid alone, so only the rejected hit shows that the
+    # index lags the source: its new text is not indexed, and the answer must say so.
+    edited = memories.observation("zebra crossing incident")
+    kept = memories.observation("zebra at the zoo")
+    sync_all(index, embedder)
+    assert not index.search("zebra", embedder).partial
+    memories.execute("UPDATE om_observation SET content = 'zebra herd' WHERE observation_id = ?", (edited,))
+    result = index.search("zebra", embedder)
+    assert [memory.memory_id for memory in result.results] == [kept]
+    assert result.partial and not _dirty(db_path)
+
+
 def test_query_dimension_change_marks_dirty(
     index: SemanticIndex, memories: Memories, embedder: HashEmbedder, db_path: Path
 ) -> None:
