@@ -102,8 +102,10 @@ def before_compaction(db_path: DbPath, ctx: BeforeCompactionContext) -> Compacti
         return CompactionDecision.replace_summary(text, projection_metadata(ctx.has_coverage_watermark))
     except Exception as exc:  # fail closed on anything, by design (§10.1)
         exception_class = type(exc).__name__
+        # getattr: the failure path must not raise itself, whatever the caller passed as ``ctx``.
+        run_id = getattr(ctx, "run_id", None)
         logger.warning(
-            "om.compaction.hook_failed", extra={"run_id": ctx.run_id, "exception_class": exception_class}
+            "om.compaction.hook_failed", extra={"run_id": run_id, "exception_class": exception_class}
         )
         return CompactionDecision.cancel(projection_failure_reason(exception_class))
 

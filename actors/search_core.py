@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Final, Literal
+from typing import Final, Literal, TypeGuard
 
 from protocol.canonical import condense, php_trim
 from protocol.ids import display_id
@@ -73,13 +72,26 @@ def _format_message(field: str) -> str:
     return f"{field} must be YYYY-MM-DD or YYYY-MM-DD HH:MM."
 
 
+_DAYS_IN_MONTH: Final[tuple[int, ...]] = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
 def _is_real_calendar_value(value: str) -> bool:
-    fmt = "%Y-%m-%d %H:%M" if " " in value else "%Y-%m-%d"
-    try:
-        parsed = datetime.strptime(value, fmt)
-    except ValueError:
+    """Whether a ``YYYY-MM-DD[ HH:MM]`` string (format already checked) names a real date and time.
+
+    Checked field by field on the proleptic Gregorian calendar rather than by a ``strftime`` round
+    trip: the original accepts every 4-digit year (``0001-01-01`` included), while ``strftime``
+    does not zero-pad years below 1000 on every platform and ``datetime`` has no year 0.
+    """
+    year, month, day = int(value[0:4]), int(value[5:7]), int(value[8:10])
+    if not 1 <= month <= 12:
         return False
-    return parsed.strftime(fmt) == value
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    days = 29 if month == 2 and leap else _DAYS_IN_MONTH[month - 1]
+    if not 1 <= day <= days:
+        return False
+    if " " not in value:
+        return True
+    return int(value[11:13]) <= 23 and int(value[14:16]) <= 59
 
 
 def _check_date_bound(field: str, value: object) -> str | ToolResult | None:
@@ -135,8 +147,19 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_text(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a string SQLite can bind: no lone surrogate (a truncated ``\\ud83d`` escape)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_handler_types(arguments: Mapping[str, object]) -> ToolResult | None:
-    if not isinstance(arguments.get("query"), str):
+    if not _is_text(arguments.get("query")):
         return error_result("invalid_query", "query must be a non-empty string.")
     for field in ("after", "before"):
         value = arguments.get(field)
@@ -391,7 +414,7 @@ def validate_recall_arguments(
     if not isinstance(raw_id, str):
         return error_result("invalid_id", INVALID_ID_MESSAGE)
     raw_session = arguments.get("session_id")
-    if raw_session is not None and not isinstance(raw_session, str):
+    if raw_session is not None and not _is_text(raw_session):
         return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
     memory_id = php_trim(raw_id).lower()
     if not _MEMORY_ID.match(memory_id):

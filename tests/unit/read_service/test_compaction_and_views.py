@@ -179,3 +179,11 @@ def test_reads_run_concurrently_with_a_committing_writer(db_path: Path) -> None:
     assert all(text in prefixes for text in seen_projections)  # never torn
     assert seen_counts == sorted(seen_counts)
     assert project(db_path, "s1") == render_active_memory([], rows)
+
+
+def test_before_compaction_fails_closed_even_on_a_malformed_context(memory: Store) -> None:
+    # "Any error means cancel": the failure path itself must not raise, even when the context is
+    # not a BeforeCompactionContext (a plain dict from an untyped caller).
+    decision = before_compaction(memory.db_path, {"run_id": "s1"})  # type: ignore[arg-type]
+    assert decision.action == "cancel"
+    assert decision.reason == "observational_memory active-memory projection failed: AttributeError"

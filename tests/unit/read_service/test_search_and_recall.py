@@ -189,3 +189,10 @@ def test_call_tool_dispatches_and_reports_unknown_tools(recall_memory: Store, tm
     (tmp_path / "events" / "s1" / "events.jsonl").write_text("garbage\n{}\n", encoding="utf-8")
     broken = call_tool("recall", {"id": "c0ffee000001a"}, "s1", **kwargs)
     assert broken["error"] == "events_unreadable" and "garbage" not in broken["message"]
+
+
+def test_unencodable_arguments_are_answers_not_storage_errors(recall_memory: Store, tmp_path: Path) -> None:
+    searched = memory_search(recall_memory.db_path, {"query": "first \ud83d"})
+    assert searched["ok"] is False and searched["error"] == "invalid_query"
+    recalled = _recall(recall_memory, tmp_path, {"id": "c0ffee000001a", "session_id": "\ud83d"})
+    assert recalled["error"] == "invalid_session_id"

@@ -169,3 +169,8 @@ def test_reflection_recall_result_unions_supporting_refs() -> None:
     assert result["source_refs"] == refs
     assert [item["seq"] for item in result["events"]] == [3, 5, 7]  # type: ignore[attr-defined]
     assert "timestamp" not in result and "importance" not in result
+
+
+def test_session_id_with_a_lone_surrogate_is_invalid() -> None:
+    result = validate_recall_arguments({"id": "abcdef012345", "session_id": "s\ud83d"}, CURRENT)
+    assert result == {"ok": False, "error": "invalid_session_id", "message": INVALID_SESSION_ID_MESSAGE}

@@ -302,3 +302,22 @@ def test_result_item_shapes() -> None:
         },
     ]
     assert (result["ok"], result["query"], result["truncated"]) == (True, "q", False)
+
+
+@pytest.mark.parametrize("value", ["0001-01-01", "0999-12-31 23:59", "0000-02-29", "0100-01-01 00:00"])
+def test_years_before_1000_are_real_calendar_dates(value: str) -> None:
+    # The original's strict round trip formats the year with at least 4 digits; "0001-01-01" is a
+    # common "since the beginning" bound and must not be rejected as unreal.
+    request = _request(query="x", after=value)
+    assert request.observation_after is not None and request.observation_after.startswith(value[:10])
+
+
+@pytest.mark.parametrize("value", ["0100-02-29", "1900-02-29", "0001-04-31 00:00", "0001-01-01 23:60"])
+def test_unreal_dates_before_1000_are_still_rejected(value: str) -> None:
+    assert _error(query="x", after=value)[0] == "invalid_after"
+
+
+@pytest.mark.parametrize("query", ["\ud83d", "build \udc00 failed", "\ud83dx"])
+def test_query_with_a_lone_surrogate_is_an_invalid_query(query: str) -> None:
+    # A truncated emoji escape ("\ud83d") decodes to a string SQLite cannot bind: it is bad input.
+    assert _error(query=query) == ("invalid_query", "query must be a non-empty string.")
