@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from actors.queue_state import (
     AlreadyQueued,
     Command,
@@ -31,7 +33,8 @@ from actors.queue_state import (
     WakeAt,
 )
 from actors.retry import RetryPolicy
-from protocol.errors import InvalidPayloadError, OmrayError
+from persistence.store import NotFoundError
+from protocol.errors import InvalidPayloadError
 from protocol.jobs import JobEnvelope
 from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobFailedEvent, JobSucceeded
 
@@ -109,8 +112,13 @@ class QueueActor:
     Guarantees: a job is durable before ``dispatch`` returns; jobs start in acceptance order
     (the queue's own sequence numbers, never Ray's delivery order); a job leaves the queue only when
     its handler succeeded or its 4 attempts are used up, then a sanitized ``job_failed`` event is
-    recorded for its session. Safe to call from several threads; the loop thread is the only one that
-    talks to workers.
+    recorded for its session. Safe to call from several threads: every step runs under one lock.
+
+    Store writes and worker starts that a step asked for are kept, in order, until they succeeded:
+    a write that fails (a StoreActor restarting, a timeout) is retried on the next loop step before
+    anything else, so the durable rows catch up with the in-memory state instead of diverging from
+    it (a job stuck as running, a finished job never recorded, a lost job-failed event). Every queue
+    write is idempotent, so repeating one whose reply was lost is safe.
     """
 
     def __init__(
@@ -134,6 +142,9 @@ class QueueActor:
         self._recent_failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._in_flight_attempts: dict[int, tuple[str, int, str, float]] = {}
         self._completed = 0
+        # Commands not yet carried out, each with the time it was issued (so a repeated write is
+        # byte-identical to the first try). Only touched under the lock.
+        self._unexecuted: collections.deque[tuple[Command, float]] = collections.deque()
         rows = [
             StoredJobState(
                 job_seq=row.job_seq,
@@ -163,6 +174,9 @@ class QueueActor:
         except Exception as exc:
             raise InvalidPayloadError(f"invalid job envelope ({type(exc).__name__})") from None
         with self._lock:
+            # Catch up first: a finished job whose row is not yet recorded would otherwise look
+            # "already queued" to enqueue_job and be accepted again under its old row.
+            self._flush()
             result = self._store.enqueue_job(job, iso_utc(self._clock()))
             self._execute(self._state.accept(job, result.job_seq, self._clock()))
         self._wake.set()
@@ -204,7 +218,7 @@ class QueueActor:
     def is_idle(self) -> bool:
         """True when no job is waiting or running."""
         with self._lock:
-            return self._state.depth == 0 and self._state.in_flight == 0
+            return self._state.depth == 0 and self._state.in_flight == 0 and not self._unexecuted
 
     def stop(self) -> None:
         """Stop the loop thread (used by tests and shutdown; a restart starts a new one)."""
@@ -221,7 +235,7 @@ class QueueActor:
                 self.tick(TICK_S)
             except Exception as exc:
                 # The loop must never die: a failed step (e.g. the StoreActor restarting) is logged
-                # and retried on the next step; durable state is unchanged by a failed write.
+                # and its unexecuted commands are retried, in order, on the next step.
                 logger.error("queue loop step failed", extra={"error_class": type(exc).__name__})
                 self._stop.wait(0.5)
 
@@ -234,30 +248,38 @@ class QueueActor:
             self._wake.clear()
             return 0
         finished = self._workers.poll(timeout_s)
-        for job_seq, outcome in finished:
-            with self._lock:
-                started = self._in_flight_attempts.pop(job_seq, None)
-                attempt = started[1] if started else None
-                if outcome is None:
-                    commands = self._state.on_worker_lost(job_seq, self._clock(), attempt=attempt)
-                    kind = "worker_lost"
-                else:
-                    parsed = JOB_OUTCOME_ADAPTER.validate_python(outcome)
-                    commands = self._state.on_outcome(job_seq, parsed, self._clock(), attempt=attempt)
-                    kind = parsed.kind
-                    if isinstance(parsed, JobSucceeded) and started is not None:
-                        self._report_tokens(started[2], parsed.detail)
-                self._execute(commands)
-                if started is not None:
-                    self._safe_metric(
-                        self._metrics.attempt_finished,
-                        started[2],
-                        kind,
-                        self._clock() - started[3],
-                        started[1],
-                    )
+        with self._lock:
+            # Apply every collected outcome to the state before writing anything: the pool has
+            # handed them over, so one failing write must not drop the outcomes after it.
+            now = self._clock()
+            for job_seq, outcome in finished:
+                self._enqueue_commands(self._apply_outcome(job_seq, outcome), now)
+            self._flush()
         self._safe_metric(self._metrics.queue_depth, self._state.depth, self._state.in_flight)
         return len(finished)
+
+    def _apply_outcome(self, job_seq: int, outcome: dict[str, Any] | None) -> list[Command]:
+        started = self._in_flight_attempts.pop(job_seq, None)
+        attempt = started[1] if started else None
+        parsed = None
+        if outcome is not None:
+            try:
+                parsed = JOB_OUTCOME_ADAPTER.validate_python(outcome)
+            except ValidationError:
+                logger.error("malformed worker outcome", extra={"job_seq": job_seq})
+        if parsed is None:
+            commands = self._state.on_worker_lost(job_seq, self._clock(), attempt=attempt)
+            kind = "worker_lost"
+        else:
+            commands = self._state.on_outcome(job_seq, parsed, self._clock(), attempt=attempt)
+            kind = parsed.kind
+            if isinstance(parsed, JobSucceeded) and started is not None:
+                self._report_tokens(started[2], parsed.detail)
+        if started is not None:
+            self._safe_metric(
+                self._metrics.attempt_finished, started[2], kind, self._clock() - started[3], started[1]
+            )
+        return commands
 
     def _report_tokens(self, handler_id: str, detail: Mapping[str, Any]) -> None:
         prompt, completion = detail.get("prompt_tokens"), detail.get("completion_tokens")
@@ -275,11 +297,22 @@ class QueueActor:
     # --- command execution -------------------------------------------------------------------------
 
     def _execute(self, commands: Sequence[Command]) -> None:
-        for command in commands:
-            self._execute_one(command)
+        self._enqueue_commands(commands, self._clock())
+        self._flush()
 
-    def _execute_one(self, command: Command) -> None:
-        now = self._clock()
+    def _enqueue_commands(self, commands: Sequence[Command], now: float) -> None:
+        for command in commands:
+            if not isinstance(command, AlreadyQueued | OutcomeIgnored | WakeAt):  # notices
+                self._unexecuted.append((command, now))
+
+    def _flush(self) -> None:
+        """Carry out the unexecuted commands in order; a failure leaves it and the rest queued."""
+        while self._unexecuted:
+            command, now = self._unexecuted[0]
+            self._execute_one(command, now)
+            self._unexecuted.popleft()
+
+    def _execute_one(self, command: Command, now: float) -> None:
         if isinstance(command, Dispatch):
             # Durable first: if we die after this write, the restart re-dispatches the job.
             self._store.mark_job_running(command.job_seq, command.attempt, iso_utc(now))
@@ -288,9 +321,22 @@ class QueueActor:
                 command.job_id,
                 command.attempt,
                 command.handler_id,
-                now,
+                self._clock(),
             )
-            self._workers.start(command.handler_id, command.job_seq, envelope.model_dump(), command.attempt)
+            try:
+                self._workers.start(
+                    command.handler_id, command.job_seq, envelope.model_dump(), command.attempt
+                )
+            except Exception as exc:
+                # The attempt never reached a worker: it counts as a lost one (retried by policy),
+                # never as a job left "running" with nobody to report on it.
+                logger.error(
+                    "job attempt could not start",
+                    extra={"job_id": command.job_id, "error_class": type(exc).__name__},
+                )
+                self._in_flight_attempts.pop(command.job_seq, None)
+                lost = self._state.on_worker_lost(command.job_seq, self._clock(), attempt=command.attempt)
+                self._enqueue_commands(lost, self._clock())
         elif isinstance(command, MarkSucceeded):
             self._finish(command.job_seq, "succeeded", now, None)
             self._completed += 1
@@ -310,7 +356,7 @@ class QueueActor:
     def _finish(self, job_seq: int, state: str, now: float, reason: str | None) -> None:
         try:
             self._store.finish_job(job_seq, state, iso_utc(now), reason)
-        except OmrayError as exc:
+        except NotFoundError as exc:
             # A retried write after a StoreActor restart may find the job already finished.
             logger.info(
                 "finish already recorded", extra={"job_seq": job_seq, "error_class": type(exc).__name__}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -71,6 +72,10 @@ class WorkerActor:
 
     Holds no durable state: everything a handler produces goes through the StoreActor of its
     database, and every unit of work is idempotent, so a redelivered job never duplicates anything.
+
+    Two attempts of one job id never run at once here: a QueueActor that restarted re-dispatches
+    the job it lost track of while the old attempt may still be running in this worker, so the new
+    attempt waits for the old one to end (handlers assume attempt N+1 starts after attempt N).
     """
 
     def __init__(self, handler_id: str, handler: JobHandler, context: WorkerContext) -> None:
@@ -78,6 +83,8 @@ class WorkerActor:
         self._handler = handler
         self._context = context
         self.jobs_run = 0
+        self._job_ended = threading.Condition()
+        self._running_jobs: set[str] = set()
 
     def handle(self, envelope_data: Mapping[str, Any], attempt: int) -> dict[str, Any]:
         """Run one attempt of one job; returns a ``JobSucceeded`` or ``JobFailed`` as a dict."""
@@ -89,6 +96,18 @@ class WorkerActor:
             return JobFailed(
                 job_id=job_id, retryable=True, reason="invalid_payload", error_class=type(exc).__name__
             ).model_dump()
+        with self._job_ended:
+            while envelope.job_id in self._running_jobs:
+                self._job_ended.wait()
+            self._running_jobs.add(envelope.job_id)
+        try:
+            return self._run(envelope, attempt, started)
+        finally:
+            with self._job_ended:
+                self._running_jobs.discard(envelope.job_id)
+                self._job_ended.notify_all()
+
+    def _run(self, envelope: JobEnvelope, attempt: int, started: float) -> dict[str, Any]:
         self.jobs_run += 1
         try:
             detail = self._handler(envelope, attempt, self._context) or {}

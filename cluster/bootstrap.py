@@ -151,8 +151,26 @@ def up(address: str | None = None, names: RuntimeNames | None = None) -> dict[st
 
 
 def _write_record(record: RuntimeRecord) -> None:
-    omray_home().mkdir(parents=True, exist_ok=True, mode=0o700)
-    _record_path().write_text(json.dumps(asdict(record)), encoding="utf-8")
+    # Data directories 0700, files 0600 (DESIGN.md invariant 8): mkdir's mode is filtered by the
+    # umask and parents=True ignores it, so each directory created here is chmod-ed explicitly.
+    home = omray_home()
+    missing: list[Path] = []
+    current = home
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
+    path = _record_path()
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, json.dumps(asdict(record)).encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
 
 
 def read_record() -> RuntimeRecord | None:

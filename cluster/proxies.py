@@ -7,6 +7,7 @@ resource, so the actor classes in ``actors/`` stay plain Python and unit-testabl
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,27 +57,35 @@ class StoreProxy:
 
 
 class RayWorkerPool:
-    """Starts job attempts on worker actors and collects their outcomes without blocking long."""
+    """Starts job attempts on worker actors and collects their outcomes without blocking long.
+
+    ``start`` may run on an actor-method thread (the queue catching up inside ``dispatch``) while
+    the loop thread polls, so the bookkeeping is guarded by a lock (never held across ``ray.wait``).
+    """
 
     def __init__(self, handles: Mapping[str, Any]) -> None:
         self._handles = dict(handles)
         self._in_flight: dict[Any, int] = {}
+        self._lock = threading.Lock()
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
         """Send one attempt of one job to the worker that owns ``handler_id``."""
         handle = self._handles[handler_id]
         ref = handle.handle.remote(dict(envelope), attempt)
-        self._in_flight[ref] = job_seq
+        with self._lock:
+            self._in_flight[ref] = job_seq
 
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
         """Finished attempts as ``(job_seq, outcome)``; ``None`` means the worker died mid-job."""
-        if not self._in_flight:
+        with self._lock:
+            refs = list(self._in_flight)
+        if not refs:
             return []
-        refs = list(self._in_flight)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         finished: list[tuple[int, dict[str, Any] | None]] = []
         for ref in ready:
-            job_seq = self._in_flight.pop(ref)
+            with self._lock:
+                job_seq = self._in_flight.pop(ref)
             try:
                 finished.append((job_seq, ray.get(ref)))
             except RayError as exc:
@@ -88,9 +97,11 @@ class RayWorkerPool:
 
     def forget_all(self) -> None:
         """Drop every in-flight reference (used when the queue rebuilds its state)."""
-        self._in_flight.clear()
+        with self._lock:
+            self._in_flight.clear()
 
     @property
     def in_flight(self) -> int:
         """Attempts started and not yet collected."""
-        return len(self._in_flight)
+        with self._lock:
+            return len(self._in_flight)

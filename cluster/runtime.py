@@ -120,9 +120,10 @@ def worker_handle(
         "namespace": names.namespace,
         "get_if_exists": True,
         "max_task_retries": 0,  # the queue's retry policy decides, not Ray
-        # Two threads: ``ping`` (liveness, pid) answers while a job runs. The queue sends one
-        # job at a time by default, so handlers do not run concurrently in one worker.
-        "max_concurrency": 2,
+        # Three threads: ``ping`` (liveness, pid) answers while a job runs, even while a restarted
+        # queue's redelivery of that job waits for it (``WorkerActor`` never overlaps two attempts
+        # of one job). The queue sends one job at a time by default.
+        "max_concurrency": 3,
     }
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}

@@ -105,6 +105,33 @@ def test_queue_sigkill_mid_run_every_job_completes_once(
     assert ray.get(client.queue_handle().ping.remote())["pid"] != pid
 
 
+def test_queue_sigkill_while_an_attempt_runs_never_overlaps_two_attempts(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    handlers = {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"}
+    ensure_runtime(
+        names,
+        queue_db=str(tmp_path / "queue.sqlite"),
+        handler_paths=handlers,
+        worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "3"},
+        retry_base_delay_s=0.05,
+    )
+    client = OmrayClient(names)
+    client.dispatch(_job("s1", 1))
+    assert_eventually(lambda: len(_starts(ledger)) == 1, message="job did not start")
+    os.kill(ray.get(client.queue_handle().ping.remote())["pid"], signal.SIGKILL)  # the worker lives on
+    assert client.wait_idle(timeout_s=60)
+    lines = read_ledger(str(ledger))
+    # The restarted queue redelivers the job; the redelivery runs only after the old attempt ended.
+    assert [(line["attempt"], line["event"]) for line in lines] == [
+        (1, "start"),
+        (1, "end"),
+        (2, "start"),
+        (2, "end"),
+    ]
+    assert client.job_counts()["succeeded"] == 1
+
+
 def test_worker_sigkill_mid_job_is_retried(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
     handlers = {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"}
     ensure_runtime(

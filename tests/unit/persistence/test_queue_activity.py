@@ -149,3 +149,23 @@ def test_older_job_cannot_clear_newer_row_and_sessions_are_isolated(
     assert store.clear_activity("run-1", "new") is True
     assert reader.activity("run-1") is None
     assert reader.activity("run-2") is not None
+
+
+def test_queue_writes_repeated_after_a_lost_reply_are_no_ops(store: Store) -> None:
+    # StoreProxy(durable=True) repeats a call whose reply was lost (StoreActor restarted, timeout).
+    seq = store.enqueue_job(_envelope("j"), T0).job_seq
+    store.mark_job_running(seq, 1, T0)
+    store.mark_job_retry(seq, "2026-07-23T12:00:05+00:00", "transient_runtime")
+    store.mark_job_retry(seq, "2026-07-23T12:00:05+00:00", "transient_runtime")
+    [job] = store.list_unfinished_jobs()
+    assert (job.state, job.attempts, job.not_before) == ("pending", 1, "2026-07-23T12:00:05+00:00")
+    with pytest.raises(NotFoundError):  # a pending row is not "retried" again with other values
+        store.mark_job_retry(seq, "2026-07-23T12:09:00+00:00", "transient_runtime")
+    payload = {"job_id": "j", "attempts": 4}
+    first = store.record_runtime_event("run-1", "extension_agent.job_failed", payload, T0)
+    again = store.record_runtime_event("run-1", "extension_agent.job_failed", payload, T0)
+    assert again == first and len(store.runtime_events("run-1")) == 1
+    later = store.record_runtime_event(
+        "run-1", "extension_agent.job_failed", payload, "2026-07-24T00:00:00+00:00"
+    )
+    assert later > first  # the same job failing again another time is a new event

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,108 @@ def test_always_failing_job_gets_four_attempts_and_one_event(tmp_path: Path) -> 
     events = queue.runtime_events("s")
     assert len(events) == 1 and events[0]["payload"]["attempts"] == 4
     assert queue.status()["recent_failures"][0]["job_id"] == "j9"
+
+
+class FlakyStore:
+    """A Store whose named methods fail a set number of times (a StoreActor down, a timeout)."""
+
+    def __init__(self, store: Store, fail: dict[str, int], *, after_commit: bool = False) -> None:
+        self._store = store
+        self.fail = fail
+        self._after_commit = after_commit
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.fail.get(name, 0) > 0:
+                self.fail[name] -= 1
+                if self._after_commit:  # the write landed, the reply was lost
+                    method(*args, **kwargs)
+                raise TimeoutError(f"{name} did not answer")
+            return method(*args, **kwargs)
+
+        return call
+
+
+def _drain_through_errors(queue: QueueActor, clock: Clock, steps: int = 50) -> None:
+    for _ in range(steps):
+        with contextlib.suppress(Exception):  # the loop logs a failed step and goes on
+            queue.tick(0)
+        clock.now += 10
+
+
+def test_a_failed_start_write_does_not_leave_the_job_stuck_running(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    flaky = FlakyStore(store, {"mark_job_running": 1})
+    workers = FakeWorkers(_ok)
+    queue = QueueActor(flaky, workers, clock=clock, start_loop=False)
+    queue.dispatch(_job(1))
+    queue.dispatch(_job(2))
+    _drain_through_errors(queue, clock)
+    assert workers.started == [("j1", 1), ("j2", 1)]
+    assert store.job_counts().model_dump() == {"pending": 0, "running": 0, "succeeded": 2, "failed": 0}
+    assert queue.is_idle()
+
+
+def test_a_failed_outcome_write_loses_no_other_outcome(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    flaky = FlakyStore(store, {"finish_job": 1})
+    workers = FakeWorkers(_ok)
+    queue = QueueActor(flaky, workers, clock=clock, start_loop=False, max_in_flight=2)
+    queue.dispatch(_job(1))
+    queue.dispatch(_job(2))
+    _drain_through_errors(queue, clock)
+    assert workers.started == [("j1", 1), ("j2", 1)]
+    assert store.job_counts().model_dump() == {"pending": 0, "running": 0, "succeeded": 2, "failed": 0}
+    assert queue.is_idle()
+
+
+def test_retried_writes_whose_reply_was_lost_are_idempotent(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    flaky = FlakyStore(
+        store, {"mark_job_retry": 1, "finish_job": 1, "record_runtime_event": 1}, after_commit=True
+    )
+
+    def fail(job_id: str, attempt: int) -> dict[str, Any]:
+        return JobFailed(job_id=job_id, retryable=True, reason="transient_runtime").model_dump()
+
+    workers = FakeWorkers(fail)
+    queue = QueueActor(flaky, workers, clock=clock, policy=RetryPolicy(base_delay_s=1.0), start_loop=False)
+    queue.dispatch(_job(9))
+    _drain_through_errors(queue, clock)
+    assert [attempt for _, attempt in workers.started] == [1, 2, 3, 4]
+    assert len(queue.runtime_events("s")) == 1  # one job_failed event, not one per delivery
+    assert store.job_counts().model_dump() == {"pending": 0, "running": 0, "succeeded": 0, "failed": 1}
+    assert queue.is_idle()
+
+
+def test_a_worker_that_cannot_be_reached_costs_one_attempt(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+
+    class Unreachable(FakeWorkers):
+        def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
+            if attempt == 1:
+                raise RuntimeError("actor handle gone")
+            super().start(handler_id, job_seq, envelope, attempt)
+
+    workers = Unreachable(_ok)
+    queue = QueueActor(store, workers, clock=clock, policy=RetryPolicy(base_delay_s=1.0), start_loop=False)
+    queue.dispatch(_job(1))
+    _drain_through_errors(queue, clock)
+    assert workers.started == [("j1", 2)]
+    assert store.job_counts().succeeded == 1 and queue.is_idle()
+
+
+def test_a_malformed_worker_outcome_costs_one_attempt(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+
+    def decide(job_id: str, attempt: int) -> dict[str, Any]:
+        return {"kind": "bogus"} if attempt == 1 else _ok(job_id, attempt)
+
+    workers = FakeWorkers(decide)
+    queue = QueueActor(store, workers, clock=clock, policy=RetryPolicy(base_delay_s=1.0), start_loop=False)
+    queue.dispatch(_job(1))
+    _drain_through_errors(queue, clock)
+    assert workers.started == [("j1", 1), ("j1", 2)]
+    assert store.job_counts().succeeded == 1 and queue.is_idle()

@@ -1,0 +1,53 @@
+"""The worker actor shell without Ray: attempts of one job never overlap in one worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from actors.worker import WorkerActor
+from protocol.jobs import JobEnvelope
+
+from .helpers import envelope
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: dict[str, int] = {}
+        self.overlap: dict[str, int] = {}
+        self.first_entered = threading.Event()
+        self.release = threading.Event()
+
+    def handler(self, job: JobEnvelope, attempt: int, context: Any) -> dict[str, Any]:
+        with self.lock:
+            self.running[job.job_id] = self.running.get(job.job_id, 0) + 1
+            self.overlap[job.job_id] = max(self.overlap.get(job.job_id, 0), self.running[job.job_id])
+        if job.job_id == "a" and attempt == 1:
+            self.first_entered.set()
+            self.release.wait(5)
+        with self.lock:
+            self.running[job.job_id] -= 1
+        return {}
+
+
+def test_a_redelivered_attempt_waits_for_the_running_attempt_of_the_same_job() -> None:
+    # A restarted QueueActor re-dispatches the job whose attempt it lost track of, while that
+    # attempt may still run in this (live) worker: the two must not run the handler at once.
+    recorder = _Recorder()
+    worker = WorkerActor("h", recorder.handler, context=None)  # type: ignore[arg-type]
+    results: list[dict[str, Any]] = []
+    first = threading.Thread(target=lambda: results.append(worker.handle(envelope("a").model_dump(), 1)))
+    first.start()
+    assert recorder.first_entered.wait(5)
+    second = threading.Thread(target=lambda: results.append(worker.handle(envelope("a").model_dump(), 2)))
+    second.start()
+    other = worker.handle(envelope("b").model_dump(), 1)  # another job is not held up
+    assert other["kind"] == "succeeded"
+    time.sleep(0.2)
+    recorder.release.set()
+    first.join(5)
+    second.join(5)
+    assert [r["kind"] for r in results] == ["succeeded", "succeeded"]
+    assert recorder.overlap["a"] == 1
