@@ -56,6 +56,15 @@ class QueueStorePort(Protocol):
     def record_runtime_event(
         self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str
     ) -> int: ...
+    def give_up_job(
+        self,
+        job_seq: int,
+        finished_at: str,
+        failure_reason: str,
+        run_id: str,
+        event_type: str,
+        event_payload: Mapping[str, Any],
+    ) -> int: ...
     def list_unfinished_jobs(self) -> Sequence[Any]: ...
     def runtime_events(self, run_id: str, after_seq: int = 0) -> Sequence[Any]: ...
     def job_counts(self) -> Any: ...
@@ -309,6 +318,17 @@ class QueueActor:
         """Carry out the unexecuted commands in order; a failure leaves it and the rest queued."""
         while self._unexecuted:
             command, now = self._unexecuted[0]
+            following = self._unexecuted[1][0] if len(self._unexecuted) > 1 else None
+            if (
+                isinstance(command, GiveUp)
+                and isinstance(following, EmitJobFailed)
+                and following.event.job_id == command.job_id
+            ):
+                # Giving up and its failure event are one store transaction: no crash in between.
+                self._give_up(command, following, now)
+                self._unexecuted.popleft()
+                self._unexecuted.popleft()
+                continue
             self._execute_one(command, now)
             self._unexecuted.popleft()
 
@@ -362,9 +382,20 @@ class QueueActor:
                 "finish already recorded", extra={"job_seq": job_seq, "error_class": type(exc).__name__}
             )
 
+    def _give_up(self, command: GiveUp, emit: EmitJobFailed, now: float) -> None:
+        payload = emit.event.model_dump()
+        self._store.give_up_job(
+            command.job_seq, iso_utc(now), command.reason, emit.run_id, JobFailedEvent.event_type, payload
+        )
+        self._report_job_failed(emit.run_id, emit.event, now)
+
     def _emit_job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:
         payload = event.model_dump()
         self._store.record_runtime_event(run_id, JobFailedEvent.event_type, payload, iso_utc(now))
+        self._report_job_failed(run_id, event, now)
+
+    def _report_job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:
+        payload = event.model_dump()
         self._recent_failures.append({"run_id": run_id, **payload, "at": iso_utc(now)})
         self._safe_metric(self._metrics.job_failed, event.handler_id, event.reason)
         logger.error(

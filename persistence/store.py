@@ -646,6 +646,30 @@ class Store:
             failure_reason=failure_reason,
         )
 
+    def give_up_job(
+        self,
+        job_seq: int,
+        finished_at: str,
+        failure_reason: str,
+        run_id: str,
+        event_type: str,
+        event_payload: Mapping[str, Any],
+    ) -> int:
+        """Finish a job as failed and record its failure event in ONE transaction; returns the event seq.
+
+        A crash can then never leave a job given up without its ``job_failed`` event. Repeating the
+        same call (a durable proxy retrying after a lost reply) changes nothing more.
+        """
+        table = schema.omray_job
+        with self.atomic():
+            conn = self._conn()
+            state = conn.execute(select(table.c.state).where(table.c.job_seq == job_seq)).scalar_one_or_none()
+            if state in ("pending", "running"):
+                self.finish_job(job_seq, "failed", finished_at, failure_reason)
+            elif state != "failed":
+                raise NotFoundError(f"no unfinished job with seq {job_seq!r}")
+            return self.record_runtime_event(run_id, event_type, event_payload, finished_at)
+
     def record_runtime_event(
         self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str
     ) -> int:

@@ -169,3 +169,27 @@ def test_queue_writes_repeated_after_a_lost_reply_are_no_ops(store: Store) -> No
         "run-1", "extension_agent.job_failed", payload, "2026-07-24T00:00:00+00:00"
     )
     assert later > first  # the same job failing again another time is a new event
+
+
+def test_giving_up_and_its_event_are_one_transaction(store: Store) -> None:
+    seq = store.enqueue_job(_envelope("job-x"), "2026-11-30T00:00:00+00:00").job_seq
+    store.mark_job_running(seq, 4, "2026-11-30T00:00:01+00:00")
+    payload = {"job_id": "job-x", "attempts": 4, "reason": "retry_exhausted"}
+    first = store.give_up_job(
+        seq, "2026-11-30T00:00:02+00:00", "transient_runtime", "run-1", "extension_agent.job_failed", payload
+    )
+    again = store.give_up_job(
+        seq, "2026-11-30T00:00:02+00:00", "transient_runtime", "run-1", "extension_agent.job_failed", payload
+    )
+    assert first == again  # a replay records nothing more
+    assert [e.payload for e in store.runtime_events("run-1")] == [payload]
+    assert store.job_counts().failed == 1 and store.list_unfinished_jobs() == []
+    # A failing event write rolls the give-up back: the job is still unfinished, nothing half done.
+    other = store.enqueue_job(_envelope("job-y"), "2026-11-30T00:01:00+00:00").job_seq
+    with pytest.raises(TypeError):
+        store.give_up_job(
+            other, "2026-11-30T00:01:02+00:00", "transient_runtime", "run-1", "e", {"bad": {1, 2}}
+        )  # type: ignore[dict-item]
+    assert [row.envelope.job_id for row in store.list_unfinished_jobs()] == ["job-y"]
+    with pytest.raises(NotFoundError):
+        store.give_up_job(999, "2026-11-30T00:02:00+00:00", "transient_runtime", "run-1", "e", {})
