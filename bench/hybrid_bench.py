@@ -67,7 +67,7 @@ from protocol.semantic import (
     chunk_memory,
     query_text_for_embedding,
 )
-from protocol.settings import BUILTIN_EMBEDDING_MODEL, EmbeddingApiSettings, SemanticSettings
+from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings, semantic_from_mapping
 
 DEFAULT_SIZE: Final[int] = 2000
 """Memories in the default corpus."""
@@ -635,7 +635,10 @@ def run_hybrid_bench(
     if size < 1 or targets < 1:
         raise ValueError(f"size and targets must be positive, got {size!r} and {targets!r}")
     run_started = time.perf_counter()
-    api = EmbeddingApiSettings(base_url=None, model_id=BUILTIN_EMBEDDING_MODEL)
+    # The same settings a user gets from `semantic: {embedding_api: {model_id: builtin/...}}`.
+    semantic = semantic_from_mapping({"embedding_api": {"model_id": BUILTIN_EMBEDDING_MODEL}})
+    assert semantic is not None
+    api = semantic.embedding_api
     sync_batch = batch_size if batch_size is not None else api.batch_size
     if sync_batch < 1:
         raise ValueError(f"batch_size must be positive, got {sync_batch!r}")
