@@ -135,7 +135,7 @@ def test_observer_killed_mid_part_commits_every_part_once(names: RuntimeNames, t
             names,
             queue_db=str(tmp_path / "queue.sqlite"),
             handler_paths=DEFAULT_HANDLERS,
-            retry_base_delay_s=0.05,
+            retry_base_delay_s=0.5,
         )
         client = OmrayClient(names, settings=_settings(tmp_path, "scripted/m", providers), cwd=tmp_path)
         turns = demo_session("s-kill")[:1]

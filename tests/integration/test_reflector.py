@@ -142,7 +142,7 @@ def test_reflector_killed_mid_generation_promotes_exactly_once(names: RuntimeNam
             names,
             queue_db=str(tmp_path / "queue.sqlite"),
             handler_paths=DEFAULT_HANDLERS,
-            retry_base_delay_s=0.05,
+            retry_base_delay_s=0.5,
         )
         client = OmrayClient(names, settings=_settings(tmp_path, server), cwd=tmp_path)
         _observe(client, tmp_path, "s-kill", 3)

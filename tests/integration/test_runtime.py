@@ -139,16 +139,21 @@ def test_worker_sigkill_mid_job_is_retried(names: RuntimeNames, tmp_path: Path, 
         queue_db=str(tmp_path / "queue.sqlite"),
         handler_paths=handlers,
         worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "3"},
-        retry_base_delay_s=0.05,
+        retry_base_delay_s=0.5,
     )
     client = OmrayClient(names)
     client.dispatch(_job("s1", 1))
     assert_eventually(lambda: len(_starts(ledger)) == 1, message="job did not start")
     os.kill(read_ledger(str(ledger))[0]["pid"], signal.SIGKILL)  # the worker process, mid-job
     assert client.wait_idle(timeout_s=60)
-    lines = read_ledger(str(ledger))
-    assert [(line["attempt"], line["event"]) for line in lines] == [(1, "start"), (2, "start"), (2, "end")]
-    assert client.job_counts()["succeeded"] == 1
+    events = [(line["attempt"], line["event"]) for line in read_ledger(str(ledger))]
+    # Attempt 1 died mid-job. An attempt sent while Ray was still restarting the worker is lost
+    # too (it costs one attempt); the first attempt that reaches the new process finishes the job.
+    assert events[0] == (1, "start") and (1, "end") not in events
+    final = events[-1][0]
+    assert 2 <= final <= 4 and events[-2:] == [(final, "start"), (final, "end")]
+    assert [event for event in events if event[1] == "end"] == [(final, "end")]
+    assert client.job_counts() == {"pending": 0, "running": 0, "succeeded": 1, "failed": 0}
 
 
 def test_always_failing_handler_gets_four_attempts_and_one_event(
