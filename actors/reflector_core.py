@@ -5,8 +5,8 @@ from the store are arguments. The ``ReflectorActor`` shell reads the store, call
 functions, runs the model and executes what they decide. The order of one reflect job:
 
 1. :func:`validate_reflect_payload` (typed :class:`ReflectPayloadError`, the original's messages).
-2. :func:`claim_required_end_seq`, then ``Store.claim_generation`` (whose branches
-   :func:`claim_decision` states) and :func:`claim_reaction` on its outcome.
+2. :func:`claim_required_end_seq`, then ``Store.claim_generation`` (it owns the claim's branches,
+   in one transaction) and :func:`claim_reaction` on its outcome.
 3. :func:`pre_work_decision` on the live pool: ``succeed_noop`` / ``stale`` / ``proceed``.
 4. :func:`build_reflector_input` + :class:`RecordReflectionsHandler` for the model call.
 5. The Dropper (``actors.dropper_core``) when it should run.
@@ -30,7 +30,6 @@ from protocol.jobs import ReflectGenerationJob
 from protocol.records import (
     ActiveReflection,
     ActivityRecord,
-    GenerationRecord,
     ObservationRecord,
     ReflectionRecord,
 )
@@ -52,8 +51,6 @@ GenerationFailureCode = Literal["stale_observation_set", "no_active_memory", "tr
 ClaimOutcome = Literal["claimed", "already_running", "already_succeeded", "conflict"]
 """What ``Store.claim_generation`` returns (same values as ``persistence.store.ClaimOutcome``)."""
 
-ClaimAction = Literal["insert", "reclaim", "already_running", "already_succeeded", "conflict"]
-"""What the claim does with the row it found: insert a new ``running`` row, reclaim a failed one, or stop."""
 
 ClaimReaction = Literal["work", "noop", "noop_schedule_index", "conflict"]
 """What the handler does after the claim."""
@@ -309,43 +306,6 @@ def claim_required_end_seq(
     if prior_required_end_seq is not None:
         watermark = max(watermark, prior_required_end_seq)
     return watermark
-
-
-def claim_decision(existing: GenerationRecord | None) -> ClaimAction:
-    """What claiming a generation does, given its stored row (or ``None``).
-
-    A ``failed`` row is reclaimed (a redelivered job retrying after ``transient_runtime``). A
-    ``running`` row is never taken over: the reference has no staleness rule, so a worker that
-    died mid-generation leaves it running and later redeliveries are no-ops; the next boundary
-    with new observations has a new set hash and so a new generation.
-    """
-    if existing is None:
-        return "insert"
-    if existing.status == "succeeded":
-        return "already_succeeded"
-    if existing.status == "running":
-        return "already_running"
-    if existing.status == "failed":
-        return "reclaim"
-    return "conflict"
-
-
-def claim_race_decision(existing: GenerationRecord | None, set_in_flight: bool) -> ClaimAction:
-    """After the insert hit a unique violation: re-read row, else whether ``(run, set)`` is in flight."""
-    if existing is not None:
-        return claim_decision(existing)
-    return "already_running" if set_in_flight else "conflict"
-
-
-def claim_outcome(action: ClaimAction) -> ClaimOutcome:
-    """The store-level outcome of a claim action (an insert or a reclaim is ``claimed``)."""
-    if action in ("insert", "reclaim"):
-        return "claimed"
-    if action == "already_running":
-        return "already_running"
-    if action == "already_succeeded":
-        return "already_succeeded"
-    return "conflict"
 
 
 def claim_reaction(outcome: ClaimOutcome) -> ClaimReaction:

@@ -13,9 +13,6 @@ from actors.reflector_core import (
     ReflectPayload,
     ReflectPayloadError,
     claim_conflict_error,
-    claim_decision,
-    claim_outcome,
-    claim_race_decision,
     claim_reaction,
     claim_required_end_seq,
     failure_decision,
@@ -29,7 +26,7 @@ from actors.reflector_core import (
 from protocol.errors import ConflictError, InvalidPayloadError, ModelSettingsError
 from protocol.identities import observation_set_hash, threshold_generation_id
 from protocol.jobs import ReflectGenerationJob
-from tests.unit.reflector.builders import MODEL, NOW, RUN_ID, generation, observation, settings, words
+from tests.unit.reflector.builders import MODEL, NOW, RUN_ID, observation, settings, words
 
 PRIOR = "7" * 64
 
@@ -211,29 +208,11 @@ def test_model_and_schema_must_match_current_settings() -> None:
 # --- claim ----------------------------------------------------------------------------------------
 
 
-def test_claim_decision_for_each_stored_state() -> None:
-    assert claim_decision(None) == "insert"
-    assert claim_decision(generation("running")) == "already_running"
-    assert claim_decision(generation("succeeded")) == "already_succeeded"
-    assert claim_decision(generation("failed")) == "reclaim"
-
-
-def test_claim_race_rereads_or_checks_set_in_flight() -> None:
-    assert claim_race_decision(generation("succeeded"), set_in_flight=False) == "already_succeeded"
-    assert claim_race_decision(None, set_in_flight=True) == "already_running"
-    assert claim_race_decision(None, set_in_flight=False) == "conflict"
-
-
-def test_claim_outcomes_and_reactions() -> None:
-    assert claim_outcome("insert") == claim_outcome("reclaim") == "claimed"
+def test_claim_reactions() -> None:
     assert claim_reaction("claimed") == "work"
     assert claim_reaction("already_running") == "noop"
+    assert claim_reaction("already_succeeded") == "noop_schedule_index"  # redelivery: no model call
     assert claim_reaction("conflict") == "conflict"
-
-
-def test_redelivery_after_success_needs_no_model_call() -> None:
-    reaction = claim_reaction(claim_outcome(claim_decision(generation("succeeded"))))
-    assert reaction == "noop_schedule_index"
 
 
 def test_claim_conflict_error_names_the_generation() -> None:
