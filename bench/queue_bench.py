@@ -170,11 +170,9 @@ class JobAudit(_Frozen):
     """First handler executions started in acceptance order (see the module docstring)."""
 
 
-class QueueBenchResult(_Frozen):
-    """``omray bench queue``: throughput and dispatch latency of the durable queue vs plain Ray."""
+class _AuditedRun(_Frozen):
+    """The audit figures every queue benchmark reports (see :class:`JobAudit`)."""
 
-    bench: Literal["queue"] = "queue"
-    """Which benchmark."""
     jobs: int
     """Jobs dispatched."""
     completed: int
@@ -191,6 +189,15 @@ class QueueBenchResult(_Frozen):
     """See :class:`JobAudit`."""
     order_kept: bool
     """See :class:`JobAudit`."""
+    machine: MachineInfo
+    """Where it ran."""
+
+
+class QueueBenchResult(_AuditedRun):
+    """``omray bench queue``: throughput and dispatch latency of the durable queue vs plain Ray."""
+
+    bench: Literal["queue"] = "queue"
+    """Which benchmark."""
     seconds: float
     """First dispatch to drained queue."""
     jobs_per_s: float
@@ -203,31 +210,13 @@ class QueueBenchResult(_Frozen):
     """The same jobs as pipelined calls on one plain Ray actor (no durability); None when skipped."""
     baseline_call_ms_p50: float | None
     """Median round trip of one synchronous plain actor call; None when skipped."""
-    machine: MachineInfo
-    """Where it ran."""
 
 
-class ChaosBenchResult(_Frozen):
+class ChaosBenchResult(_AuditedRun):
     """``omray bench chaos``: the queue's guarantees while its actors are SIGKILLed."""
 
     bench: Literal["chaos"] = "chaos"
     """Which benchmark."""
-    jobs: int
-    """Jobs dispatched."""
-    completed: int
-    """See :class:`JobAudit`."""
-    failed: int
-    """See :class:`JobAudit`."""
-    lost: int
-    """See :class:`JobAudit`."""
-    rejected: int
-    """Jobs whose ``dispatch`` never returned before the deadline (not accepted, so not lost)."""
-    duplicated: int
-    """See :class:`JobAudit`."""
-    redelivered: int
-    """See :class:`JobAudit`."""
-    order_kept: bool
-    """See :class:`JobAudit`."""
     kills: dict[str, int]
     """SIGKILLs delivered, by actor kind (``queue``, ``worker``, ``store``)."""
     seed: int
@@ -236,8 +225,6 @@ class ChaosBenchResult(_Frozen):
     """The queue did not drain before the timeout (unfinished jobs then count as lost)."""
     seconds: float
     """First dispatch to drained queue (or to the timeout)."""
-    machine: MachineInfo
-    """Where it ran."""
 
 
 # --- helpers ----------------------------------------------------------------------------------------

@@ -59,6 +59,14 @@ def _print_json(value: object) -> None:
     typer.echo(json.dumps(value, ensure_ascii=False, indent=2))
 
 
+def _show(text: str, data: object, as_json: bool) -> None:
+    """Print the JSON form or the text form of one answer."""
+    if as_json:
+        _print_json(data)
+    else:
+        typer.echo(text)
+
+
 def _settings() -> OmSettings:
     try:
         return load_settings(cwd=Path.cwd())
@@ -111,10 +119,7 @@ def status_command(
         )
     except OmrayError as exc:
         _fail(f"status unavailable ({type(exc).__name__}: {exc})")
-    if as_json:
-        _print_json(data)
-    else:
-        typer.echo(text)
+    _show(text, data, as_json)
 
 
 @memory_app.command("view")
@@ -129,10 +134,7 @@ def view_command(
         text, data = memory_view(_db_path(db), session_id)
     except OmrayError as exc:
         _fail(f"view unavailable ({type(exc).__name__}: {exc})")
-    if as_json:
-        _print_json(data)
-    else:
-        typer.echo(text)
+    _show(text, data, as_json)
 
 
 @memory_app.command("project")
