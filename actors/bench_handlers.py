@@ -13,7 +13,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from protocol.jobs import JobEnvelope
+from protocol.jobs import (
+    OBSERVE_BOUNDARY_HANDLER,
+    REFLECT_GENERATION_HANDLER,
+    SEMANTIC_INDEX_HANDLER,
+    JobEnvelope,
+)
+
+HANDLER_IDS = (OBSERVE_BOUNDARY_HANDLER, REFLECT_GENERATION_HANDLER, SEMANTIC_INDEX_HANDLER)
+"""Every stable handler id of the runtime."""
 
 LEDGER_ENV = "OMRAY_BENCH_LEDGER"
 """Environment variable naming the ledger file (set on the worker actors' runtime env)."""
@@ -68,3 +76,8 @@ def read_ledger(path: str) -> list[dict[str, Any]]:
             return [json.loads(line) for line in handle if line.strip()]
     except FileNotFoundError:
         return []
+
+
+def for_every_role(handler_path: str) -> dict[str, str]:
+    """``handler_paths`` that run ``handler_path`` in the observer, reflector and indexer alike."""
+    return {hid: handler_path for hid in HANDLER_IDS}

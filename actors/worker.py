@@ -13,7 +13,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Protocol
 
 from protocol.errors import ConflictError, InvalidPayloadError, SettingsError
 from protocol.jobs import JobEnvelope
@@ -53,6 +54,16 @@ def failure_reason(exc: BaseException) -> tuple[str, bool]:
     if isinstance(exc, SettingsError):
         return "settings", True
     return "transient_runtime", True
+
+
+def utc_now() -> str:
+    """UTC ISO-8601 now, second precision (the original's ATOM format)."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def local_now() -> str:
+    """Local ``YYYY-MM-DD HH:MM`` now (the Observer's fallback time)."""
+    return datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")
 
 
 def load_handler(path: str) -> JobHandler:
@@ -134,3 +145,23 @@ class WorkerActor:
     def ping(self) -> dict[str, Any]:
         """Liveness and a count of attempts run by this process."""
         return {"handler_id": self.handler_id, "jobs_run": self.jobs_run, "pid": os.getpid()}
+
+
+class RoleActor(WorkerActor):
+    """A worker of one role of the design card: its handler id is fixed, its handler defaults to the role's.
+
+    ``ObserverActor``, ``ReflectorActor`` and ``IndexerActor`` subclass it, so the code, the docs
+    and the Ray dashboard use the same names. Benchmarks and runtime tests may pass another handler
+    (``module:function``) to exercise the queue without memory work.
+    """
+
+    role_handler_id: ClassVar[str]
+    """The stable handler id this role serves."""
+    default_handler: ClassVar[str]
+    """``module:function`` of the role's production handler."""
+
+    def __init__(self, context: WorkerContext, handler: JobHandler | str | None = None) -> None:
+        chosen = handler or self.default_handler
+        super().__init__(
+            self.role_handler_id, load_handler(chosen) if isinstance(chosen, str) else chosen, context
+        )

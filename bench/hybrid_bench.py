@@ -6,7 +6,7 @@ user/assistant sentences of the real transcripts in ``../shared/data/transcripts
 ``bench.search_bench``), paired into two-sentence observations once the distinct sentences run
 out; without that folder, generated sentences from a small coding vocabulary. Then:
 
-* **Backfill**: :meth:`persistence.semantic_index.SemanticIndex.synchronize` with the DEFAULT
+* **Backfill**: :meth:`persistence.semantic.SemanticIndex.synchronize` with the DEFAULT
   offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing) and the settings' default
   batch of 4 chunks is called until it reports ``complete``. ``embedding_sentences_per_s`` embeds
   the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
@@ -15,7 +15,7 @@ out; without that folder, generated sentences from a small coding vocabulary. Th
   next to it.
 * **Latency**: every labelled query is embedded first; ``search_p50_ms`` / ``search_p99_ms`` time
   ``SemanticIndex.search(query, query_vector=..., limit=10)`` only. ``exact_p50_ms`` times
-  :func:`actors.read_service.exact_search` on the same query texts.
+  :func:`actors.read.service.exact_search` on the same query texts.
 * **Recall@10** on a labelled set built from the corpus. For each of ``targets`` memories (content
   unique in the corpus, at least 5 content words) three questions whose answer is that memory:
   ``paraphrase`` (its content words without stop words, words swapped for synonyms from a small
@@ -32,6 +32,9 @@ query tokens (unknown tokens dropped, zero scores cut); ``vector`` is an ``hnswl
 with the index's construction parameters (M 16, ef_construction 200, ef max(k, 64)) over the
 baseline vectors. Each reads 100 chunk hits, as a store does inside hybrid search, and collapses
 them to memories in rank order. Figures are printed, never asserted.
+
+Length: over 600 lines, on purpose. Corpus, labelled queries, backfill and latency runs of one
+benchmark share their fixtures and its JSON report.
 """
 
 from __future__ import annotations
@@ -53,11 +56,11 @@ import hnswlib
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from actors.embeddings import default_offline_embedder
-from actors.read_service import exact_search
-from actors.search_core import SearchRequest, validate_search_arguments
+from actors.models.embeddings import default_offline_embedder
+from actors.read.search import SearchRequest, validate_search_arguments
+from actors.read.service import exact_search
 from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
-from persistence.semantic_index import SemanticIndex, query_tokens, tokenize
+from persistence.semantic import SemanticIndex, query_tokens, tokenize
 from persistence.store import Store
 from protocol.records import ObservationRecord
 from protocol.semantic import (
@@ -234,7 +237,7 @@ _GENERATED_DETAILS = (
 )
 _GENERATED_FILES = (
     "src/theme.ts",
-    "actors/queue_state.py",
+    "actors/queue/state.py",
     "docs/search.md",
     "persistence/store.py",
     "cli/main.go",

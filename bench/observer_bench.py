@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from actors.models import model_for
-from actors.observer_pipeline import ObserverPorts, observe_through
-from actors.tokens import token_counter
+from actors.models.registry import model_for
+from actors.models.tokens import token_counter
+from actors.observer.pipeline import ObserverPorts, observe_through
 from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 from persistence.events_reader import iter_events, read_event_range
 from persistence.importers import import_transcript

@@ -33,6 +33,9 @@ same handler with no queue and no durability.
 The audit compares timestamps written by workers and by the queue, so it assumes they share a
 clock (one machine, or well-synchronized nodes), and the ledger must be on a filesystem every
 worker can append to.
+
+Length: over 600 lines, on purpose. Throughput and chaos share one runtime harness and one audit,
+and the definitions above apply to both.
 """
 
 from __future__ import annotations

@@ -5,14 +5,14 @@ For each corpus size it builds a temporary memory database through :class:`persi
 retained pool), then measures, over the same query set (common and rare substrings, 1-2 character
 queries, ``%``/``_`` literals, mixed case, date filters):
 
-* ``exact_*``: :func:`actors.read_service.exact_search` with the default ``auto`` strategy (per
+* ``exact_*``: :func:`actors.read.service.exact_search` with the default ``auto`` strategy (per
   table: trigram pre-filter for rare phrases, a walk of the result-order index for common ones and
   narrow date ranges, the scan otherwise; see ``persistence.search_queries``);
 * ``like_*``: the same call forced to the plain escaped ``LIKE`` scan (the original's method);
 * ``identical``: every query's answer was the same for both;
 * ``by_class``: p50 of both per query class (``common``, ``rare``, ``short``, ``dated``);
 * ``observation_plans``: how often ``auto`` chose each plan on ``om_observation``;
-* ``projection_*``: :func:`actors.read_service.project` for the corpus's sessions.
+* ``projection_*``: :func:`actors.read.service.project` for the corpus's sessions.
 
 Observation texts come from the real transcripts in ``../shared/data/transcripts`` (user and
 assistant sentences and file paths of the pi-mono and claude-code sessions) when that folder
@@ -34,8 +34,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from actors.read_service import exact_search, project, reader_for
-from actors.search_core import SearchRequest, validate_search_arguments
+from actors.read.search import SearchRequest, validate_search_arguments
+from actors.read.service import exact_search, project, reader_for
 from persistence.search_queries import ExactSearchSpec
 from persistence.store import Store
 from protocol.identities import (
@@ -86,7 +86,7 @@ _FALLBACK_SENTENCES = (
 _FALLBACK_PATHS = (
     "src/theme/theme.ts",
     "packages/coding-agent/docs/theme.md",
-    "actors/read_service.py",
+    "actors/read/service.py",
     "persistence/search_queries.py",
     "tests/unit/read_service/test_search.py",
 )

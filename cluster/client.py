@@ -16,8 +16,8 @@ from typing import Any
 
 import ray
 
-from actors import read_service
-from actors.status_view import format_activity, fresh_activity
+import actors.read.service as read_service
+from actors.read.status_view import format_activity, fresh_activity
 from cluster.naming import RuntimeNames
 from persistence.queries import MemoryReader
 from protocol.errors import RuntimeNotRunningError
@@ -129,7 +129,7 @@ class OmrayClient:
 
     def session_started(self, session_id: str) -> str | None:
         """Session-start hook: schedule an index batch when hybrid retrieval is configured (§14.4)."""
-        from actors.hybrid import schedule_index
+        from actors.indexer.schedule import schedule_index
 
         try:
             return schedule_index(
@@ -160,7 +160,7 @@ class OmrayClient:
 
     def memory_status(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-status`` of a session as (text, JSON)."""
-        from actors.tokens import token_counter
+        from actors.models.tokens import token_counter
 
         return read_service.memory_status(
             self.db_path, session_id, self.settings, token_counter(self.settings.token_encoding).count
@@ -174,7 +174,7 @@ class OmrayClient:
         if self.settings.semantic is None:
             return None
         if self._hybrid is None:
-            from actors.hybrid import hybrid_search_for
+            from actors.read.hybrid import hybrid_search_for
 
             writer: Any = None
             if ray.is_initialized():

@@ -4,7 +4,7 @@ In a temporary project it writes a sample coding session turn by turn, starts (o
 runs omray's actors, calls ``after_turn_commit`` after each turn as an agent would, waits for the
 queue to drain, and shows what memory now holds: observations, coverage, generations and
 reflections, the compaction projection and one search. The model is ``builtin/extractive``, an
-offline stand-in for a real model (see ``actors/builtin_model.py``).
+offline stand-in for a real model (see ``actors/models/builtin.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import ray
 
-from actors import read_service
-from actors.tokens import token_counter
+import actors.read.service as read_service
+from actors.models.tokens import token_counter
 from bench.sample_session import demo_session, event_line
 from cluster.client import OmrayClient, init_ray
 from cluster.naming import RuntimeNames

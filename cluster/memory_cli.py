@@ -19,8 +19,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from actors.read_service import memory_search, memory_status, memory_view, project, recall
-from actors.tokens import token_counter
+from actors.models.tokens import token_counter
+from actors.read.service import memory_search, memory_status, memory_view, project, recall
 from persistence.settings_file import load_settings
 from protocol.errors import OmrayError
 from protocol.settings import OmSettings
@@ -176,7 +176,7 @@ def search_command(
         db_path = _db_path(db, settings)
         hybrid = None
         if settings.semantic is not None:
-            from actors.hybrid import hybrid_search_for
+            from actors.read.hybrid import hybrid_search_for
 
             hybrid = hybrid_search_for(str(db_path), settings.semantic)
         result = memory_search(db_path, arguments, hybrid_search=hybrid)

@@ -16,10 +16,13 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.queue_actor import QueueActor
-from actors.retry import RetryPolicy
-from actors.store_actor import StoreActor
-from actors.worker import WorkerActor, load_handler
+from actors.indexer.actor import IndexerActor
+from actors.observer.actor import ObserverActor
+from actors.queue.actor import QueueActor
+from actors.queue.retry import RetryPolicy
+from actors.reflector.actor import ReflectorActor
+from actors.store.actor import StoreActor
+from actors.worker import RoleActor, WorkerContext
 from cluster.naming import RuntimeNames, omray_home
 from cluster.proxies import RayWorkerPool, StoreProxy
 from protocol.jobs import (
@@ -31,11 +34,12 @@ from protocol.jobs import (
 
 logger = logging.getLogger("omray.cluster")
 
-DEFAULT_HANDLERS: dict[str, str] = {
-    OBSERVE_BOUNDARY_HANDLER: "actors.handlers:observe_boundary",
-    REFLECT_GENERATION_HANDLER: "actors.handlers:reflect_generation",
-    SEMANTIC_INDEX_HANDLER: "actors.handlers:semantic_index",
+ROLE_ACTORS: dict[str, type[RoleActor]] = {
+    role.role_handler_id: role for role in (ObserverActor, ReflectorActor, IndexerActor)
 }
+"""The actor class of each stable handler id (the names the Ray dashboard shows)."""
+
+DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in ROLE_ACTORS.items()}
 """Handler of each stable handler id in the production runtime."""
 
 _COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
@@ -94,13 +98,6 @@ class RayWorkerContext:
         return str(ray.get(queue.dispatch.remote(envelope)))
 
 
-class WorkerRuntime(WorkerActor):
-    """A worker actor with its Ray context; constructed inside the actor process."""
-
-    def __init__(self, names: RuntimeNames, handler_id: str, handler_path: str, data_node_id: str) -> None:
-        super().__init__(handler_id, load_handler(handler_path), RayWorkerContext(names, data_node_id))
-
-
 def worker_handle(
     names: RuntimeNames,
     handler_id: str,
@@ -127,11 +124,8 @@ def worker_handle(
     }
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
-    return (
-        ray.remote(WorkerRuntime)
-        .options(**options)
-        .remote(names, handler_id, handler_path, data_node_id or current_node_id())
-    )
+    context: WorkerContext = RayWorkerContext(names, data_node_id or current_node_id())
+    return ray.remote(ROLE_ACTORS[handler_id]).options(**options).remote(context, handler_path)
 
 
 class QueueRuntime(QueueActor):

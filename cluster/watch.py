@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from actors.status_view import format_count
+from actors.read.status_view import format_count
 from protocol.errors import OmrayError
 
 logger = logging.getLogger("omray.watch")

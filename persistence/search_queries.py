@@ -24,6 +24,9 @@ its candidates are few enough, else the scan. Every bounded probe caps the work 
 
 :class:`SearchReader` extends :class:`persistence.queries.MemoryReader`: same guarantees (read
 only, one snapshot per call, a missing file or missing tables give the empty answer).
+
+Length: over 600 lines, on purpose. The three plans and the probes that choose between them share
+their SQL builders, and the differential property test checks them as one unit.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ DEFAULT_TUNING: Final = PlanTuning()
 
 @dataclass(frozen=True, slots=True)
 class ExactSearchSpec:
-    """One exact search, already validated and normalized (see ``actors.search_core.SearchRequest``)."""
+    """One exact search, already validated and normalized (see ``actors.read.search.SearchRequest``)."""
 
     query: str
     """The trimmed literal query (used for the trigram phrase)."""

@@ -11,6 +11,9 @@ transaction and nests as savepoints, so a caller can group several writes into o
 Every write is idempotent where the reference says so (reference §4.4): content-derived ids
 are inserted or verified, never duplicated, and a genuine mismatch raises ``ConflictError``.
 SQLite failures surface as ``StorageError`` with the exception class only (no SQL values).
+
+Length: over 600 lines, on purpose. ``Store`` is the one class with intention-named write methods
+(STYLE.md §4). Splitting it would make more than one writer class per file.
 """
 
 from __future__ import annotations

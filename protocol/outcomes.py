@@ -1,7 +1,7 @@
 """What a worker returns to the queue across the actor boundary, and the job-failed event.
 
 Workers never raise across the actor boundary: every job ends in a :data:`JobOutcome` value and
-the queue's pure retry policy (``actors.retry``) decides what happens next. Failure values carry
+the queue's pure retry policy (``actors.queue.retry``) decides what happens next. Failure values carry
 a short category code and, at most, an exception class name, never exception text, so they are
 safe to persist, log and show (DESIGN.md invariant 8).
 """

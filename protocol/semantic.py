@@ -3,7 +3,7 @@
 The chunker and chunk ids, reciprocal-rank fusion, per-store candidate filtering with its
 truthful ``truncated`` flag, per-kind date filtering, collapsing chunk hits to memories, and the
 tool answers of hybrid ``memory_search``. No I/O: the derived index files, the lock and the
-lifecycle live in ``persistence.semantic_index``; the HTTP/offline clients live elsewhere and only
+lifecycle live in ``persistence.semantic``; the HTTP/offline clients live elsewhere and only
 have to satisfy :class:`Embedder` and :class:`Reranker`.
 """
 
@@ -229,7 +229,7 @@ class _DateBoundsSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class DateBounds:
-    """Inclusive per-kind date bounds, already normalized (``actors.search_core`` does that)."""
+    """Inclusive per-kind date bounds, already normalized (``actors.read.search`` does that)."""
 
     observation_after: str | None = None
     """Lower bound on an observation ``timestamp`` (``YYYY-MM-DD HH:MM``)."""
@@ -242,7 +242,7 @@ class DateBounds:
 
     @classmethod
     def from_request(cls, request: _DateBoundsSource) -> DateBounds:
-        """The bounds of a validated ``actors.search_core.SearchRequest``."""
+        """The bounds of a validated ``actors.read.search.SearchRequest``."""
         return cls(
             request.observation_after,
             request.observation_before,

@@ -25,13 +25,12 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
-from actors.bench_handlers import LEDGER_ENV, read_ledger
+from actors.bench_handlers import LEDGER_ENV, for_every_role, read_ledger
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
-from cluster.runtime import WorkerRuntime, ensure_runtime, remove_runtime
+from cluster.runtime import ROLE_ACTORS, RayWorkerContext, ensure_runtime, remove_runtime
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
-    REFLECT_GENERATION_HANDLER,
     SEMANTIC_INDEX_HANDLER,
     JobEnvelope,
 )
@@ -41,11 +40,7 @@ JOBS = 30
 WORKER_NODE_RESOURCE = "omray_worker_node"
 """Custom resource only the second node has."""
 NOOP = "actors.bench_handlers:noop"
-HANDLERS = {
-    OBSERVE_BOUNDARY_HANDLER: NOOP,
-    REFLECT_GENERATION_HANDLER: NOOP,
-    SEMANTIC_INDEX_HANDLER: NOOP,
-}
+HANDLERS = for_every_role(NOOP)
 
 
 def _free_port() -> int:
@@ -73,7 +68,7 @@ def _job(run_id: str, n: int) -> JobEnvelope:
 
 def _place_worker_on_second_node(names: RuntimeNames, actor_name: str, handler_id: str, ledger: str) -> None:
     """Create a named worker that only the second node can host; ``ensure_runtime`` then reuses it."""
-    ray.remote(WorkerRuntime).options(
+    ray.remote(ROLE_ACTORS[handler_id]).options(
         name=actor_name,
         namespace=names.namespace,
         lifetime="detached",
@@ -82,7 +77,7 @@ def _place_worker_on_second_node(names: RuntimeNames, actor_name: str, handler_i
         num_cpus=0,
         resources={WORKER_NODE_RESOURCE: 0.1},
         runtime_env={"env_vars": {LEDGER_ENV: ledger}},
-    ).remote(names, handler_id, NOOP, ray.get_runtime_context().get_node_id())
+    ).remote(RayWorkerContext(names, ray.get_runtime_context().get_node_id()), NOOP)
 
 
 def run_scenario(workdir: Path) -> dict[str, Any]:

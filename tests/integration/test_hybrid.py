@@ -13,7 +13,7 @@ from bench.scripted_server import ScriptedServer, http_error
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.semantic_index import VECTOR_FILE
+from persistence.semantic import VECTOR_FILE
 from protocol.events import AfterTurnCommit, EventSummary
 
 pytestmark = pytest.mark.integration

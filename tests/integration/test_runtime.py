@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.bench_handlers import LEDGER_ENV, read_ledger
+from actors.bench_handlers import LEDGER_ENV, for_every_role, read_ledger
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import ensure_runtime
 from protocol.errors import RuntimeNotRunningError
 from protocol.jobs import (
-    OBSERVE_BOUNDARY_HANDLER,
-    REFLECT_GENERATION_HANDLER,
     SEMANTIC_INDEX_HANDLER,
     JobEnvelope,
     SemanticIndexJob,
@@ -26,11 +24,7 @@ from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
 
-ALL_NOOP = {
-    OBSERVE_BOUNDARY_HANDLER: "actors.bench_handlers:noop",
-    REFLECT_GENERATION_HANDLER: "actors.bench_handlers:noop",
-    SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:noop",
-}
+ALL_NOOP = for_every_role("actors.bench_handlers:noop")
 
 
 def _job(run_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:

@@ -19,14 +19,12 @@ from pathlib import Path
 import pytest
 import ray
 
+from actors.bench_handlers import for_every_role
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import ensure_runtime
 from persistence.store import Store
 from protocol.jobs import (
-    OBSERVE_BOUNDARY_HANDLER,
-    REFLECT_GENERATION_HANDLER,
-    SEMANTIC_INDEX_HANDLER,
     JobEnvelope,
     SemanticIndexJob,
 )
@@ -36,11 +34,7 @@ from tests.integration.conftest import assert_eventually
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-ALL_SLOW = {
-    OBSERVE_BOUNDARY_HANDLER: "actors.bench_handlers:slow",
-    REFLECT_GENERATION_HANDLER: "actors.bench_handlers:slow",
-    SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow",
-}
+ALL_SLOW = for_every_role("actors.bench_handlers:slow")
 STAGE_LINE = "s-watch  Observational memory: observer running on ~1,234-token chunk"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[=>]|\r")
 

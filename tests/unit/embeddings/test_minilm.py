@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.embeddings import (
+from actors.models.embeddings import (
     MINILM_DIMENSIONS,
     EmbeddingError,
     EmbeddingModelMissingError,

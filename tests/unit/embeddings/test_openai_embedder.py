@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.embeddings import EMBEDDING_FAILED_MESSAGE, EmbeddingError, OpenAIEmbedder
-from actors.models import MissingApiKeyError
+from actors.models.chat import MissingApiKeyError
+from actors.models.embeddings import EMBEDDING_FAILED_MESSAGE, EmbeddingError, OpenAIEmbedder
 from bench.scripted_server import Reply, ScriptedServer, embeddings_reply, hash_vector, http_error
 
 SECRET_TEXT = "private memory text 7f3a"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from actors.embeddings import (
+from actors.models.embeddings import (
     HttpReranker,
     MiniLMEmbedder,
     OpenAIEmbedder,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.tokens import TokenCounter
+from actors.models.tokens import TokenCounter
 from persistence.tokenizer_cache import ENCODING_FILES, TokenizerUnavailableError, seed_tiktoken_cache
 
 

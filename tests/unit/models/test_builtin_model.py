@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.builtin_model import (
+from actors.models.builtin import (
     MAX_CONTENT_CHARS,
     BuiltinExtractiveModel,
     extract_observations,
@@ -18,7 +18,7 @@ from actors.builtin_model import (
     propose_drops,
     propose_reflections,
 )
-from actors.models import ChatResponse, run_tool_loop
+from actors.models.chat import ChatResponse, run_tool_loop
 from protocol.tool_specs import (
     DROP_OBSERVATIONS,
     RECORD_OBSERVATIONS,

@@ -6,16 +6,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.builtin_model import BuiltinExtractiveModel
-from actors.models import (
+from actors.models.builtin import BuiltinExtractiveModel
+from actors.models.chat import (
     NO_KEY_PLACEHOLDER,
     MissingApiKeyError,
     OpenAIChatModel,
     UnknownModelError,
     UnknownProviderError,
-    model_for,
     run_tool_loop,
 )
+from actors.models.registry import model_for
 from bench.scripted_server import ScriptedServer, chat_text
 from protocol.errors import ModelSettingsError
 from protocol.settings import BUILTIN_CONTEXT_WINDOW, OmSettings, settings_from_mapping

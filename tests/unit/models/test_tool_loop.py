@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actors.models import (
+from actors.models.chat import (
     TOOL_CALL_LIMIT_MESSAGE,
     ChatResponse,
     ModelCallError,

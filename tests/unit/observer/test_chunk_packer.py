@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.chunk_packer import (
+from actors.models.tokens import token_counter
+from actors.observer.blocks import BlockKind, SourceBlock, build_source_blocks
+from actors.observer.packer import (
     ChunkPart,
     MemoryLine,
     PackerInvariantError,
@@ -21,8 +23,6 @@ from actors.chunk_packer import (
     split_text,
     trim_memory_lines,
 )
-from actors.observer_blocks import BlockKind, SourceBlock, build_source_blocks
-from actors.tokens import token_counter
 from protocol.identities import chunk_key, coverage_key, part_digest, source_digest
 from protocol.records import ActiveReflection, ObservationRecord, SourceRef
 from tests.unit.observer.helpers import NOW, RUN, event, simple_count, tool_call_step, tool_result

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from actors.chunk_packer import ChunkPart, normalize_coverage, pack_parts
-from actors.observation_tool import PartMismatchError, RecordObservationsHandler
-from actors.observer_blocks import build_source_blocks
+from actors.observer.blocks import build_source_blocks
+from actors.observer.packer import ChunkPart, normalize_coverage, pack_parts
+from actors.observer.tool import PartMismatchError, RecordObservationsHandler
 from protocol.identities import content_hash, observation_id
 from protocol.records import SourceRef
 from protocol.tools import (

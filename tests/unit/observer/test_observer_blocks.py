@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from actors.observer_blocks import (
+from actors.observer.blocks import (
     MalformedEventError,
     SourceBlock,
     build_source_blocks,

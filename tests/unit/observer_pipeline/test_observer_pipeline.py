@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from actors.builtin_model import BuiltinExtractiveModel
-from actors.models import ChatModel, ChatResponse, ModelCallError, ToolCall
-from actors.observer_pipeline import ObserverError, ObserverPorts, observe_through
-from actors.tokens import token_counter
+from actors.models.builtin import BuiltinExtractiveModel
+from actors.models.chat import ChatModel, ChatResponse, ModelCallError, ToolCall
+from actors.models.tokens import token_counter
+from actors.observer.pipeline import ObserverError, ObserverPorts, observe_through
 from bench.sample_session import demo_session, event_line
 from persistence.events_reader import read_event_range
 from persistence.queries import MemoryReader

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.read_service import exact_search
-from actors.search_core import SearchRequest, search_in_memory, validate_search_arguments
+from actors.read.search import SearchRequest, search_in_memory, validate_search_arguments
+from actors.read.service import exact_search
 from persistence.migrations import OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE, trigram_supported
 from persistence.search_queries import (
     OBSERVATION_SEARCH,

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from actors.queue_actor import QueueActor
-from actors.retry import RetryPolicy
+from actors.queue.actor import QueueActor
+from actors.queue.retry import RetryPolicy
 from persistence.store import Store
 from protocol.jobs import JobEnvelope, SemanticIndexJob
 from protocol.outcomes import JobFailed, JobSucceeded

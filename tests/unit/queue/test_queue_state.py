@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from actors.queue_state import (
+from actors.queue.retry import RetryPolicy
+from actors.queue.state import (
     AlreadyQueued,
     Command,
     Dispatch,
@@ -20,7 +21,6 @@ from actors.queue_state import (
     StoredJobState,
     WakeAt,
 )
-from actors.retry import RetryPolicy
 from protocol.jobs import SEMANTIC_INDEX_HANDLER
 from protocol.outcomes import JobFailed, JobSucceeded
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from actors.queue_state import (
+from actors.queue.retry import RetryPolicy
+from actors.queue.state import (
     AlreadyQueued,
     Command,
     Dispatch,
@@ -26,7 +27,6 @@ from actors.queue_state import (
     StoredJobState,
     WakeAt,
 )
-from actors.retry import RetryPolicy
 from protocol.outcomes import JobFailed, JobSucceeded
 
 from .helpers import envelope

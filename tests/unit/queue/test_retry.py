@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.retry import GiveUpNow, RetryLater, RetryPolicy, RetryPolicyError, decide_retry
+from actors.queue.retry import GiveUpNow, RetryLater, RetryPolicy, RetryPolicyError, decide_retry
 from protocol.errors import SettingsError
 from protocol.outcomes import JobFailed
 

@@ -10,12 +10,17 @@ from typing import Any
 
 import pytest
 
-import actors.read_service as read_service
+import actors.read.service as read_service
 import persistence.events_reader as events_reader
 import persistence.store as store_module
-from actors import builtin_model, models, queue_actor, queue_state, worker
-from actors.projector import render_active_memory
-from actors.read_service import before_compaction, memory_search, memory_status, memory_view, project
+from actors import worker
+from actors.models import builtin as builtin_model
+from actors.models import chat as models
+from actors.models import registry
+from actors.queue import actor as queue_actor
+from actors.queue import state as queue_state
+from actors.read.projector import render_active_memory
+from actors.read.service import before_compaction, memory_search, memory_status, memory_view, project
 from persistence.store import Store
 from protocol.events import BeforeCompactionContext, projection_metadata
 from protocol.settings import settings_from_mapping
@@ -94,7 +99,7 @@ def test_before_compaction_never_dispatches_calls_models_reads_events_polls_or_s
     for target in (
         models.OpenAIChatModel.complete,
         models.run_tool_loop,
-        models.model_for,
+        registry.model_for,
         builtin_model.BuiltinExtractiveModel.complete,
         queue_actor.QueueActor.dispatch,
         queue_actor.QueueActor.tick,

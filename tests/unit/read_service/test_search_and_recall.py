@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import actors.read_service as read_service
-from actors.read_service import call_tool, memory_search, recall
-from actors.search_core import SearchRequest
+import actors.read.service as read_service
+from actors.read.search import SearchRequest
+from actors.read.service import call_tool, memory_search, recall
 from persistence.store import Store
 from tests.unit.read_service.helpers import commit, promote
 from tests.unit.read_side.factories import hex_id, observation, reflection

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.search_core import like_matches, like_pattern
+from actors.read.search import like_matches, like_pattern
 
 # Small alphabets make matches (and near misses) likely; the wide one covers non-ASCII folding.
 # NUL is included: SQLite reads both strings only up to their first NUL.

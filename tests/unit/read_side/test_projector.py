@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from actors.projector import ACTIVE_MEMORY_HEADER, PROJECTION_METADATA_BASE, render_active_memory
+from actors.read.projector import ACTIVE_MEMORY_HEADER, PROJECTION_METADATA_BASE, render_active_memory
 from tests.unit.read_side.factories import active_reflection, hex_id, observation
 
 

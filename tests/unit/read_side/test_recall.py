@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.search_core import (
+from actors.read.search import (
     INVALID_ID_MESSAGE,
     INVALID_SESSION_ID_MESSAGE,
     RecallRequest,

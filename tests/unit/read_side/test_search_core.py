@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.search_core import (
+from actors.read.search import (
     SearchRequest,
     like_matches,
     like_pattern,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from actors.status_view import (
+from actors.read.status_view import (
     StatusInputs,
     UnknownActivityStageError,
     condense,

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.dropper_core import (
+from actors.reflector.core import AcceptedReflection, RequestLocalIdMap
+from actors.reflector.dropper import (
     DROPPER_THINKING_LEVEL,
     DropObservationsHandler,
     build_dropper_input,
@@ -19,7 +20,6 @@ from actors.dropper_core import (
     should_run_dropper,
     timestamp_rank,
 )
-from actors.reflector_core import AcceptedReflection, RequestLocalIdMap
 from protocol.tools import DropReceipt, InvalidArgumentsReceipt
 from tests.unit.reflector.builders import NOW, RUN_ID, active_reflection, hex_id, observation, words
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
+from actors.models.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
 from protocol.tool_specs import DROP_OBSERVATIONS, RECORD_REFLECTIONS
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.reflector_core import (
+from actors.reflector.core import (
     AcceptedReflection,
     RecordReflectionsHandler,
     ReflectorError,
@@ -13,7 +13,7 @@ from actors.reflector_core import (
     promotion_plan,
     threshold_check,
 )
-from actors.reflector_core import CandidatePool as Pool
+from actors.reflector.core import CandidatePool as Pool
 from protocol.identities import reflection_id
 from protocol.tools import InvalidArgumentsReceipt, ReflectionReceipt, looks_like_secret
 from tests.unit.reflector.builders import NOW, RUN_ID, active_reflection, hex_id, observation, settings, words

@@ -6,7 +6,7 @@ from typing import Any, get_args
 
 import pytest
 
-from actors.reflector_core import (
+from actors.reflector.core import (
     CandidatePool,
     GenerationFailureCode,
     ReflectorError,

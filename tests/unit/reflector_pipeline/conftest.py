@@ -3,33 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from actors.models import OpenAIChatModel
+from actors.models.chat import OpenAIChatModel
 from bench.scripted_server import ScriptedServer
-from persistence.queries import MemoryReader
-from persistence.store import Store
 
 THINKING_OFF_BODY = {"chat_template_kwargs": {"enable_thinking": False}}
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "om.sqlite"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    opened = Store(db_path)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def reader(store: Store, db_path: Path) -> MemoryReader:
-    return MemoryReader(db_path)
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from actors.models import ChatModel, ChatResponse, Messages
-from actors.reflector_core import CandidatePool, threshold_check
-from actors.reflector_pipeline import ReflectorPorts
+from actors.models.chat import ChatModel, ChatResponse, Messages
+from actors.reflector.core import CandidatePool, threshold_check
+from actors.reflector.pipeline import ReflectorPorts
 from persistence.queries import MemoryReader
 from persistence.store import Store
 from protocol.errors import StorageError

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.builtin_model import BuiltinExtractiveModel
-from actors.reflector_pipeline import ReflectResult, reflect_generation
+from actors.models.builtin import BuiltinExtractiveModel
+from actors.reflector.pipeline import ReflectResult, reflect_generation
 from persistence.queries import MemoryReader
 from persistence.store import Store
 from protocol.records import Relevance

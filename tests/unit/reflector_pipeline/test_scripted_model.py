@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from actors.models import ModelCallError, OpenAIChatModel
-from actors.reflector_core import ReflectPayloadError
-from actors.reflector_pipeline import ReflectResult, reflect_generation
+from actors.models.chat import ModelCallError, OpenAIChatModel
+from actors.reflector.core import ReflectPayloadError
+from actors.reflector.pipeline import ReflectResult, reflect_generation
 from bench.scripted_server import ScriptedServer, chat_text, chat_tool_calls, http_error
 from persistence.queries import MemoryReader
 from persistence.store import Store

@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from persistence.semantic_index import SemanticIndex
+from persistence.semantic import SemanticIndex
 from persistence.store import Store
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
 
@@ -119,18 +119,6 @@ class Memories:
     def execute(self, sql: str, params: Sequence[object] = ()) -> None:
         with self._connect() as conn:
             conn.execute(sql, params)
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "om.sqlite"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    opened = Store(db_path)
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

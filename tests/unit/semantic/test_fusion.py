@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.search_core import SearchRequest, validate_search_arguments
+from actors.read.search import SearchRequest, validate_search_arguments
 from protocol.semantic import (
     DateBounds,
     Retrieval,

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from persistence.semantic_index import (
+from persistence.semantic import (
     KEYWORD_DIR,
     MANIFEST_FILE,
     VECTOR_FILE,
     SemanticIndex,
     SemanticSourceReader,
 )
+from persistence.semantic.vectors import VectorStore
 from protocol.semantic import SemanticSearchError
 from tests.unit.semantic.conftest import HashEmbedder, Memories, RecordingWriter, semantic_settings, sync_all
 
@@ -252,11 +253,11 @@ def test_dirty_marker_precedes_derived_writes_and_a_crash_leads_to_rebuild(
     memories.observation("second")
     seen: list[bool] = []
 
-    def crash(self: SemanticIndex, _index: object) -> str:
+    def crash(self: VectorStore, _index: object) -> str:
         seen.append(bool(writer.saves[-1]["dirty"]))
         raise OSError("disk full")
 
-    monkeypatch.setattr(SemanticIndex, "_save_vectors", crash)
+    monkeypatch.setattr(VectorStore, "_save", crash)
     with pytest.raises(OSError):
         index.synchronize(embedder)
     assert seen == [True] and _state(db_path).dirty

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence.semantic_index import KEYWORD_DIR, VECTOR_FILE, SemanticIndex, SemanticSourceReader
+from persistence.semantic import KEYWORD_DIR, VECTOR_FILE, SemanticIndex, SemanticSourceReader
 from protocol.semantic import DateBounds, SemanticSearchError
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
 from tests.unit.semantic.conftest import HashEmbedder, Memories, RecordingWriter, sync_all

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,7 +9,6 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
-from persistence.store import Store
 from protocol.records import ActivityRecord
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -37,18 +35,6 @@ def activity(
             "updated_at": (NOW - timedelta(seconds=age_s)).isoformat(),
         }
     )
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "om.sqlite"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    opened = Store(db_path)
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

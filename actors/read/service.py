@@ -18,8 +18,8 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from actors.projector import render_active_memory
-from actors.search_core import (
+from actors.read.projector import render_active_memory
+from actors.read.search import (
     SearchRequest,
     ToolResult,
     error_result,
@@ -34,7 +34,7 @@ from actors.search_core import (
     validate_recall_arguments,
     validate_search_arguments,
 )
-from actors.status_view import StatusInputs, format_status, format_view, status_json, view_json
+from actors.read.status_view import StatusInputs, format_status, format_view, status_json, view_json
 from persistence.events_reader import read_event_range
 from persistence.search_queries import ExactSearchSpec, SearchReader, SearchStrategy
 from protocol.canonical import php_trim
@@ -55,7 +55,7 @@ DbPath = str | os.PathLike[str]
 """Path of a memory database file."""
 
 CountTokens = Callable[[str], int]
-"""Token counter of one text (``actors.tokens.token_counter(encoding)``)."""
+"""Token counter of one text (``actors.models.tokens.token_counter(encoding)``)."""
 
 EventsPathFor = Callable[[str], Path]
 """Where the ``events.jsonl`` of a session id lives."""

@@ -9,11 +9,14 @@ functions, runs the model and executes what they decide. The order of one reflec
    in one transaction) and :func:`claim_reaction` on its outcome.
 3. :func:`pre_work_decision` on the live pool: ``succeed_noop`` / ``stale`` / ``proceed``.
 4. :func:`build_reflector_input` + :class:`RecordReflectionsHandler` for the model call.
-5. The Dropper (``actors.dropper_core``) when it should run.
+5. The Dropper (``actors.reflector.dropper``) when it should run.
 6. :func:`post_model_recheck`, then :func:`promotion_plan` -> ``Store.promote_generation``.
 
 Exceptions are mapped by :func:`failure_decision`. Observation ids never reach the models:
 prompts use the request-local decimal ids of :class:`RequestLocalIdMap`.
+
+Length: one module on purpose, past 600 lines. The steps above share the payload, pool and claim
+types, and they read best in the order a job runs them. The Dropper's decisions are already apart.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from protocol.tools import (
 )
 
 CountTokens = Callable[[str], int]
-"""Token counter (``actors.tokens.TokenCounter`` in production)."""
+"""Token counter (``actors.models.tokens.TokenCounter`` in production)."""
 
 GenerationFailureCode = Literal["stale_observation_set", "no_active_memory", "transient_runtime"]
 """Failure codes omray stores in ``om_memory_generation.failure_code``."""

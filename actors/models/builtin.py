@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.models import ChatResponse, Messages, ToolCall
+from actors.models.chat import ChatResponse, Messages, ToolCall
 from protocol.records import relevance_rank
 from protocol.tool_specs import DROP_OBSERVATIONS, RECORD_OBSERVATIONS, RECORD_REFLECTIONS
 from protocol.tools import looks_like_secret
@@ -437,7 +437,7 @@ def propose_drops(text: str) -> list[str]:
 
 
 class BuiltinExtractiveModel:
-    """In-process :class:`~actors.models.ChatModel` with no network: deterministic and fast.
+    """In-process :class:`~actors.models.chat.ChatModel` with no network: deterministic and fast.
 
     An offline default for trying omray and testing the pipeline, not a substitute for a real
     model (see the module docstring for exactly what it does). Stateless and thread-safe.

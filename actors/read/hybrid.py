@@ -1,20 +1,18 @@
-"""Hybrid retrieval glue: scheduling index jobs and answering ``memory_search`` in hybrid mode.
+"""``memory_search`` in hybrid mode: the semantic index wired to the embedder and the reranker.
 
-The index itself is :class:`persistence.semantic_index.SemanticIndex`; embedders and the reranker
-are in :mod:`actors.embeddings`. This module wires them to settings, the queue and the read side.
+The index itself is :class:`persistence.semantic.SemanticIndex`; embedders and the reranker are in
+:mod:`actors.models.embeddings`.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from actors.embeddings import embedder_for, reranker_for
-from actors.search_core import SearchRequest
-from persistence.semantic_index import SemanticIndex, SemanticStateWriter
-from protocol.jobs import JobEnvelope, SemanticIndexJob
+from actors.models.embeddings import embedder_for, reranker_for
+from actors.read.search import SearchRequest
+from persistence.semantic import SemanticIndex, SemanticStateWriter
 from protocol.semantic import DateBounds, run_hybrid_search
 from protocol.settings import SemanticSettings
 
@@ -33,27 +31,8 @@ class NoStateWrites:
         logger.info("semantic state write skipped in a read-only process")
 
 
-def index_job(db_path: str, run_id: str, settings_block: Mapping[str, Any]) -> JobEnvelope:
-    """A ``semantic_index`` job for one database; the id is 32 random hex chars (reference §5.2)."""
-    payload = SemanticIndexJob(run_id=run_id, db_path=db_path, settings=dict(settings_block))
-    return JobEnvelope(job_id=uuid.uuid4().hex, correlation_id=run_id, payload=payload)
-
-
-def schedule_index(
-    dispatch: Callable[[JobEnvelope], str] | None,
-    semantic: SemanticSettings | None,
-    db_path: str,
-    run_id: str,
-    settings_block: Mapping[str, Any],
-) -> str | None:
-    """Dispatch an index batch when hybrid retrieval is configured; returns its job id."""
-    if dispatch is None or semantic is None:
-        return None
-    return dispatch(index_job(db_path, run_id, settings_block))
-
-
 HybridSearch = Callable[[SearchRequest], dict[str, object]]
-"""The ``hybrid_search`` hook of ``actors.read_service.memory_search``."""
+"""The ``hybrid_search`` hook of ``actors.read.service.memory_search``."""
 
 
 def hybrid_search_for(

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final, Literal, Protocol
 
-from actors.reflector_core import RequestLocalIdMap, coverage_tier, observation_lines, support_counts
+from actors.reflector.core import RequestLocalIdMap, coverage_tier, observation_lines, support_counts
 from protocol.records import ActivityRecord, ObservationRecord, relevance_rank
 from protocol.settings import AGENT_HTTP_MAX_DURATION_SECONDS, DEFAULT_AGENT_MAX_TOOL_CALLS
 from protocol.tools import DropReceipt, InvalidArgumentsReceipt, drop_ids, drop_receipt

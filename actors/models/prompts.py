@@ -1,7 +1,7 @@
 """System prompts of the memory models (reference §16), in omray's own words.
 
 Plain string constants only: the user messages are built by the pure cores
-(``actors.reflector_core``, ``actors.dropper_core``).
+(``actors.reflector.core``, ``actors.reflector.dropper``).
 """
 
 from __future__ import annotations

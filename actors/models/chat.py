@@ -8,7 +8,7 @@ the loop reports counts, never content.
 
 Models are reached through :class:`ChatModel`: :class:`OpenAIChatModel` talks to any
 OpenAI-compatible endpoint with the official ``openai`` client and native tool calling, and
-``builtin/extractive`` (:mod:`actors.builtin_model`) runs in-process with no network.
+``builtin/extractive`` (:mod:`actors.models.builtin`) runs in-process with no network.
 :func:`model_for` resolves a ``provider/model`` reference through the settings.
 
 Transport and provider failures surface as :class:`ModelCallError` with a short category and at
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, cast
@@ -29,7 +28,6 @@ from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocol.errors import ModelSettingsError, OmrayError, SettingsError
-from protocol.settings import BUILTIN_MODEL, BUILTIN_PROVIDER, OmSettings
 
 log = logging.getLogger("omray.models")
 
@@ -385,52 +383,3 @@ def _chat_response(completion: Any) -> ChatResponse:
             completion_tokens=max(0, int(getattr(usage, "completion_tokens", 0) or 0)),
         ),
     )
-
-
-# --- resolution -------------------------------------------------------------------------------------
-
-
-def model_for(
-    settings: OmSettings,
-    model: str,
-    *,
-    environ: Mapping[str, str] | None = None,
-    max_retries: int = DEFAULT_CLIENT_MAX_RETRIES,
-) -> tuple[ChatModel, int]:
-    """The chat model and context window for a ``provider/model`` reference.
-
-    ``builtin/extractive`` is the in-process model. Other providers come from
-    ``settings.providers``; their API key is read from the environment variable they name
-    (``environ`` defaults to ``os.environ``), or :data:`NO_KEY_PLACEHOLDER` when they name none.
-    """
-    try:
-        provider = settings.provider_for(model)
-    except ModelSettingsError:
-        raise
-    except SettingsError:
-        name = model.partition("/")[0]
-        raise UnknownProviderError(
-            f"provider {name!r} of model {model!r} is not defined in observational_memory.providers."
-        ) from None
-    if provider.kind == "builtin" or provider.name == BUILTIN_PROVIDER:
-        if model != BUILTIN_MODEL:
-            raise UnknownModelError(f"the built-in provider has no model {model!r}; use {BUILTIN_MODEL!r}.")
-        from actors.builtin_model import BuiltinExtractiveModel
-
-        return BuiltinExtractiveModel(), provider.context_window
-    if provider.base_url is None:
-        raise SettingsError(f"provider {provider.name!r} has no base_url.")
-    api_key = NO_KEY_PLACEHOLDER
-    if provider.api_key_env is not None:
-        env = os.environ if environ is None else environ
-        value = env.get(provider.api_key_env, "")
-        if not value.strip():
-            raise MissingApiKeyError(
-                f"environment variable {provider.api_key_env!r} (API key of provider {provider.name!r}) "
-                "is not set."
-            )
-        api_key = value
-    client = OpenAIChatModel(
-        base_url=provider.base_url, api_key=api_key, timeout_s=provider.timeout_s, max_retries=max_retries
-    )
-    return client, provider.context_window

@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors.observer_blocks import SourceBlock
+from actors.observer.blocks import SourceBlock
 from protocol.errors import OmrayError
 from protocol.identities import chunk_key, coverage_key, normalize_source_refs, part_digest, source_digest
 from protocol.ids import SessionId

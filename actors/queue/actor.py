@@ -1,4 +1,4 @@
-"""QueueActor: the thin shell that executes :class:`actors.queue_state.QueueState` commands.
+"""QueueActor: the thin shell that executes :class:`actors.queue.state.QueueState` commands.
 
 It owns the durable ``extension_agent`` FIFO of one runtime. Every accepted job is written to the
 queue's own SQLite file (through that file's StoreActor) *before* ``dispatch`` returns, so no
@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from actors.queue_state import (
+from actors.queue.retry import RetryPolicy
+from actors.queue.state import (
     AlreadyQueued,
     Command,
     Dispatch,
@@ -32,7 +33,6 @@ from actors.queue_state import (
     StoredJobState,
     WakeAt,
 )
-from actors.retry import RetryPolicy
 from persistence.store import NotFoundError
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import JobEnvelope

@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from actors.chunk_packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
-from actors.models import ChatModel, run_tool_loop
-from actors.observation_tool import RecordObservationsHandler
-from actors.observer_blocks import build_source_blocks, empty_source_block
-from actors.prompts import OBSERVER_SYSTEM_PROMPT
-from actors.reflector_core import CandidatePool, threshold_check
+from actors.models.chat import ChatModel, run_tool_loop
+from actors.models.prompts import OBSERVER_SYSTEM_PROMPT
+from actors.observer.blocks import build_source_blocks, empty_source_block
+from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
+from actors.observer.tool import RecordObservationsHandler
+from actors.reflector.core import CandidatePool, threshold_check
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, OmrayError
 from protocol.events import SessionEvent

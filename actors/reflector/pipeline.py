@@ -2,7 +2,7 @@
 
 Pure orchestration over injected ports (memory reader, store writer, chat model, token counter,
 clock), so it runs the same inside the ReflectorActor and in unit tests. The decisions live in
-:mod:`actors.reflector_core` and :mod:`actors.dropper_core`; this module only sequences them:
+:mod:`actors.reflector.core` and :mod:`actors.reflector.dropper`; this module only sequences them:
 
 validate -> claim -> (re-check -> Reflector -> Dropper -> re-check -> promote), with the claimed
 generation always left ``succeeded`` or ``failed`` unless the error is a ``ConflictError``.
@@ -18,21 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from actors.dropper_core import (
-    DROPPER_MAX_DURATION_SECONDS,
-    DROPPER_MAX_TOOL_CALLS,
-    DropObservationsHandler,
-    ReflectionLike,
-    build_dropper_input,
-    dropper_activity,
-    max_drop_count,
-    pool_token_count,
-    select_drop_candidates,
-    should_run_dropper,
-)
-from actors.models import ChatModel, ToolLoopResult, run_tool_loop
-from actors.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
-from actors.reflector_core import (
+from actors.models.chat import ChatModel, ToolLoopResult, run_tool_loop
+from actors.models.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
+from actors.reflector.core import (
     REFLECTOR_MAX_DURATION_SECONDS,
     REFLECTOR_MAX_TOOL_CALLS,
     AcceptedReflection,
@@ -51,6 +39,18 @@ from actors.reflector_core import (
     promotion_plan,
     reflector_activity,
     validate_reflect_payload,
+)
+from actors.reflector.dropper import (
+    DROPPER_MAX_DURATION_SECONDS,
+    DROPPER_MAX_TOOL_CALLS,
+    DropObservationsHandler,
+    ReflectionLike,
+    build_dropper_input,
+    dropper_activity,
+    max_drop_count,
+    pool_token_count,
+    select_drop_candidates,
+    should_run_dropper,
 )
 from protocol.jobs import ReflectGenerationJob
 from protocol.records import (

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import httpx
 import openai
 
-from actors.models import NO_KEY_PLACEHOLDER, MissingApiKeyError
+from actors.models.chat import NO_KEY_PLACEHOLDER, MissingApiKeyError
 from protocol.semantic import SemanticSearchError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors.chunk_packer import ChunkPart
+from actors.observer.packer import ChunkPart
 from protocol.errors import OmrayError
 from protocol.identities import content_hash, observation_id
 from protocol.ids import ObservationId

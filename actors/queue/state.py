@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from actors.retry import GiveUpNow, RetryPolicy, decide_retry
+from actors.queue.retry import GiveUpNow, RetryPolicy, decide_retry
 from protocol.errors import OmrayError
 from protocol.jobs import JobEnvelope, JobPayload
 from protocol.outcomes import (

@@ -4,6 +4,9 @@ Argument validation, LIKE pattern escaping, result merging and the recall result
 the SQL that fetches rows and the reading of ``events.jsonl`` live elsewhere. Every result is a
 JSON-able dict; errors are ``{"ok": False, "error": <code>, "message": <text>}`` values, never
 exceptions, because they are answers the model must read and correct.
+
+Length: just over 600 lines, on purpose. Argument validation and the answer shapes of both tools
+stay together, so the typed corrections read alike.
 """
 
 from __future__ import annotations

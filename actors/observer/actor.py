@@ -1,0 +1,54 @@
+"""ObserverActor: the thin shell that runs ``observe_boundary`` jobs (reference §7.2–§7.8).
+
+The handler builds the pipeline's ports from the job payload (database path, events path,
+settings snapshot) and the worker's context (the StoreActor of the database, the queue), then runs
+the orchestration in :mod:`actors.observer.pipeline`. It raises on failure; the shell
+(:class:`actors.worker.WorkerActor`) turns that into a failure value.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from actors.indexer.schedule import schedule_index
+from actors.models.registry import model_for
+from actors.models.tokens import token_counter
+from actors.observer.pipeline import ObserverPorts, observe_through
+from actors.worker import RoleActor, WorkerContext, local_now, utc_now
+from persistence.events_reader import read_event_range
+from persistence.queries import MemoryReader
+from protocol.errors import InvalidPayloadError
+from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
+from protocol.settings import settings_from_mapping
+
+
+def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
+    """Handler of ``observational_memory.observe_boundary``."""
+    job = envelope.payload
+    if not isinstance(job, ObserveBoundaryJob):
+        raise InvalidPayloadError(f"job {envelope.job_id!r} is not an observe_boundary job")
+    settings = settings_from_mapping(job.settings)
+    store = context.store_for(job.db_path)
+    store.ping()  # creates and migrates the database before the first read
+    ports = ObserverPorts(
+        memory=MemoryReader(job.db_path),
+        store=store,
+        read_events=partial(read_event_range, job.events_path),
+        resolve_model=partial(model_for, settings),
+        count_tokens=token_counter(settings.token_encoding).count,
+        now_utc=utc_now,
+        now_local=local_now,
+        dispatch=context.dispatch,
+    )
+    result = observe_through(job, envelope.job_id, settings, ports).as_dict()
+    # After success only (§7.2 step 4): index what was just committed.
+    schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, job.settings)
+    return result
+
+
+class ObserverActor(RoleActor):
+    """Runs ``observe_boundary`` jobs, one attempt of a job at a time; holds no durable state."""
+
+    role_handler_id = OBSERVE_BOUNDARY_HANDLER
+    default_handler = "actors.observer.actor:observe_boundary"

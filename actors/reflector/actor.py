@@ -1,0 +1,50 @@
+"""ReflectorActor: the thin shell that runs ``reflect_generation`` jobs, Dropper included (§9.2–§9.8).
+
+The handler builds the pipeline's ports from the job payload and the worker's context, then runs
+the orchestration in :mod:`actors.reflector.pipeline`. It raises on failure; the shell turns that
+into a failure value.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from actors.indexer.schedule import schedule_index
+from actors.models.registry import model_for
+from actors.models.tokens import token_counter
+from actors.reflector.pipeline import ReflectorPorts
+from actors.reflector.pipeline import reflect_generation as run_reflection
+from actors.worker import RoleActor, WorkerContext, utc_now
+from persistence.queries import MemoryReader
+from protocol.errors import InvalidPayloadError
+from protocol.jobs import REFLECT_GENERATION_HANDLER, JobEnvelope, ReflectGenerationJob
+from protocol.settings import settings_from_mapping
+
+
+def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
+    """Handler of ``observational_memory.reflect_generation``."""
+    job = envelope.payload
+    if not isinstance(job, ReflectGenerationJob):
+        raise InvalidPayloadError(f"job {envelope.job_id!r} is not a reflect_generation job")
+    settings = settings_from_mapping(job.settings)
+    store = context.store_for(job.db_path)
+    store.ping()
+    ports = ReflectorPorts(
+        memory=MemoryReader(job.db_path),
+        store=store,
+        resolve_model=partial(model_for, settings),
+        count_tokens=token_counter(settings.token_encoding).count,
+        now_utc=utc_now,
+        schedule_index=lambda run_id: schedule_index(
+            context.dispatch, settings.semantic, job.db_path, run_id, job.settings
+        ),
+    )
+    return run_reflection(job, envelope.job_id, settings, ports, attempt=attempt).as_dict()
+
+
+class ReflectorActor(RoleActor):
+    """Runs ``reflect_generation`` jobs (Reflector, then Dropper); holds no durable state."""
+
+    role_handler_id = REFLECT_GENERATION_HANDLER
+    default_handler = "actors.reflector.actor:reflect_generation"

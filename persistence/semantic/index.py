@@ -1,0 +1,626 @@
+"""The derived hybrid-search index of one memory database and its lifecycle (reference §14.4, §14.5).
+
+Everything under ``<database>.semantic/`` (directory 0700, files 0600) is *derived*: it is rebuilt
+from the canonical ``om_observation`` / ``om_reflection`` rows whenever it is missing, stale,
+inconsistent or corrupt, and is never the source of any memory. It holds the chunk manifest
+(:mod:`.manifest`), the vector file (:mod:`.vectors`), the keyword index (:mod:`.keyword`) and
+``index.lock``, the per-project ``flock`` lock (busy -> ``index_busy``).
+
+The durable status lives in the canonical ``om_semantic_state`` row, written through a
+:class:`~persistence.semantic.sources.SemanticStateWriter` (the database's ``Store``): ``dirty`` is
+saved before any write to derived storage and cleared only after all of them succeeded, so any
+interrupted write leads to a rebuild instead of a silently inconsistent index.
+
+Unlike the original, which re-read and re-chunked every memory for each batch, indexing keeps a
+resumable cursor (:mod:`.chunking`): a batch reads and chunks O(batch) memories however many are
+already indexed. Canonical rows are append-only in omray (content-hash ids, insert-or-verify
+writes); ``synchronize(full_check=True)`` compares everything for a database edited by other
+tools, and search re-checks every hit against the current canonical text, so a stale chunk is
+never returned.
+
+Network calls (embedding the query or a batch) never run under the lock: the snapshot is
+re-validated after re-acquiring it. Logs carry counts, codes and reasons only.
+
+Length: just over 600 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
+(dirty marker, snapshot re-validation, corruption handling) is kept in one class to make it
+reviewable as a whole.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, NoReturn
+
+import numpy as np
+
+from persistence.semantic.chunking import BatchPlan, collect
+from persistence.semantic.files import (
+    DIRECTORY_MODE,
+    FILE_MODE,
+    KEYWORD_DIR,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    VECTOR_FILE,
+    DerivedIndexError,
+)
+from persistence.semantic.keyword import KeywordStore, query_tokens
+from persistence.semantic.manifest import Manifest
+from persistence.semantic.sources import (
+    KINDS,
+    SemanticSourceReader,
+    SemanticState,
+    SemanticStateWriter,
+    SourceFingerprint,
+)
+from persistence.semantic.vectors import VectorStore
+from protocol.semantic import (
+    EMBEDDING_UNAVAILABLE_MESSAGE,
+    INDEX_BUILDING_MESSAGE,
+    INDEX_BUSY_MESSAGE,
+    INDEX_DIMENSIONS_MESSAGE,
+    QUERY_DIMENSIONS_MESSAGE,
+    ChunkingRules,
+    DateBounds,
+    Embedder,
+    MemoryChunk,
+    Reranker,
+    Retrieval,
+    SemanticSearchError,
+    SourceMemory,
+    apply_rerank,
+    collapse_to_memories,
+    filter_store_hits,
+    query_text_for_embedding,
+    rrf_fuse,
+    store_fetch_size,
+)
+from protocol.settings import SemanticSettings
+
+logger = logging.getLogger("omray.semantic")
+
+FUSED_CANDIDATE_LIMIT: Final[int] = 200
+
+
+@dataclass(frozen=True, slots=True)
+class IndexProgress:
+    """Progress in memory units (reference §14.4), not a readiness signal."""
+
+    indexed_count: int
+    """Current memories fully indexed (0 unless the state is clean with a matching signature)."""
+    source_count: int
+    """Current memories."""
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"indexed_count", "source_count"}``."""
+        return {"indexed_count": self.indexed_count, "source_count": self.source_count}
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """Outcome of one bounded :meth:`SemanticIndex.synchronize` batch."""
+
+    complete: bool
+    """Nothing is pending and the source did not change during the batch."""
+    indexed_memories: int
+    """Memories fully indexed after the batch."""
+    source_memories: int
+    """Current memories."""
+    rebuilt: bool
+    """The derived index was discarded and started again in this call."""
+    embedded_chunks: int
+    """Chunks embedded and stored in this call."""
+    memories_read: int = 0
+    """Canonical memories read to plan the batch (cost measure; excludes a full comparison)."""
+    memories_chunked: int = 0
+    """Memories chunked to plan the batch (cost measure)."""
+    rebuild_reason: str | None = None
+    """Why the index was rebuilt, when it was."""
+
+
+@dataclass
+class _Candidates:
+    chunk_ids: list[str]
+    texts: dict[str, str]
+    parent_of: dict[str, str]
+    memories: dict[str, SourceMemory]
+    truncated: bool
+    lagging: bool = False
+    """The keyword index lags the manifest, or a hit came from a deleted or edited memory."""
+
+
+def _is_transient(exc: sqlite3.Error) -> bool:
+    message = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
+
+
+class SemanticIndex:
+    """The derived hybrid index of one memory database: bounded synchronization and hybrid search.
+
+    Guarantees: every derived write happens under the per-project lock and between a saved
+    ``dirty`` marker and its clearing; any listed rebuild condition (no state row, dirty, signature
+    change, derived files missing/corrupt/inconsistent, an indexed chunk no longer current)
+    discards the derived files and starts again; search never returns a chunk whose memory is gone
+    or whose text changed, marks the index dirty on corruption, and never holds the lock across an
+    embedding or rerank call. Safe to use from several processes (``flock``); one instance per
+    thread.
+    """
+
+    def __init__(
+        self, db_path: str | os.PathLike[str], settings: SemanticSettings, state_writer: SemanticStateWriter
+    ) -> None:
+        self._db_path = os.fspath(db_path)
+        self._directory = Path(f"{os.path.abspath(self._db_path)}.semantic")
+        self._settings = settings
+        self._signature = settings.signature()
+        self._rules = ChunkingRules.from_settings(settings.embedding_api)
+        self._writer = state_writer
+        self._reader = SemanticSourceReader(self._db_path)
+        self._vectors = VectorStore(self._directory)
+        self._keyword = KeywordStore(self._directory)
+
+    @property
+    def directory(self) -> Path:
+        """``<database>.semantic``."""
+        return self._directory
+
+    # --- lock and files --------------------------------------------------------------------------
+
+    def _ensure_directory(self) -> None:
+        if not self._directory.is_dir():
+            self._directory.mkdir(mode=DIRECTORY_MODE, parents=False, exist_ok=True)
+        os.chmod(self._directory, DIRECTORY_MODE)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self._ensure_directory()
+        fd = os.open(self._directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SemanticSearchError("index_busy", INDEX_BUSY_MESSAGE) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _path(self, name: str) -> Path:
+        return self._directory / name
+
+    def _remove_derived(self) -> None:
+        for name in (
+            MANIFEST_FILE,
+            f"{MANIFEST_FILE}-journal",
+            f"{MANIFEST_FILE}.sha256",
+            VECTOR_FILE,
+            f"{VECTOR_FILE}.tmp",
+        ):
+            self._path(name).unlink(missing_ok=True)
+        for name in (KEYWORD_DIR, f"{KEYWORD_DIR}.tmp"):
+            shutil.rmtree(self._path(name), ignore_errors=True)
+        self._vectors.forget()
+        self._keyword.forget()
+
+    def _save_state(self, source_hash: str, dimensions: int, dirty: bool, complete: bool) -> None:
+        self._writer.save_semantic_state(
+            signature=self._signature,
+            source_hash=source_hash,
+            dimensions=dimensions,
+            dirty=dirty,
+            complete=complete,
+        )
+
+    def _mark_dirty(self, state: SemanticState) -> None:
+        self._save_state(state.source_hash, state.dimensions, dirty=True, complete=False)
+
+    # --- progress --------------------------------------------------------------------------------
+
+    def progress(self) -> IndexProgress:
+        """Indexed and source memory counts (indexed is 0 unless the state is clean and current)."""
+        fingerprint = self._reader.fingerprint()
+        state = self._reader.semantic_state()
+        indexed = 0
+        if state is not None and not state.dirty and state.signature == self._signature:
+            try:
+                with closing(Manifest.open(self._path(MANIFEST_FILE), verify=False)) as manifest:
+                    indexed = manifest.memory_count()
+            except (DerivedIndexError, sqlite3.Error):
+                indexed = 0
+        return IndexProgress(min(indexed, fingerprint.total), fingerprint.total)
+
+    def _building(self) -> SemanticSearchError:
+        return SemanticSearchError("index_building", INDEX_BUILDING_MESSAGE, self.progress().as_dict())
+
+    # --- synchronization -------------------------------------------------------------------------
+
+    def synchronize(
+        self, embedder: Embedder, batch_size: int | None = None, *, full_check: bool = False
+    ) -> SyncResult:
+        """Index one bounded batch (at most ``batch_size`` chunks); ``complete`` when nothing is left.
+
+        Rebuilds first when any rebuild condition holds. The embedding call runs outside the lock;
+        if the index changed meanwhile the batch is dropped (``complete=False``, nothing written).
+        Raises ``SemanticSearchError`` (``index_busy``, ``embedding_dimensions_changed``, or the
+        embedder's own ``embedding_unavailable``).
+        """
+        size = batch_size if batch_size is not None else self._settings.embedding_api.batch_size
+        if size < 1:
+            raise ValueError("batch_size must be >= 1")
+        with self._locked():
+            plan = self._plan(size, full_check)
+        vectors: list[list[float]] = []
+        if plan.chunks:
+            vectors = embedder.embed([chunk.text for chunk in plan.chunks])
+        with self._locked():
+            return self._commit(plan, vectors)
+
+    def _plan(self, size: int, full_check: bool) -> BatchPlan:
+        state = self._reader.semantic_state()
+        fingerprint = self._reader.fingerprint()
+        reason, cursors = self._check(state, fingerprint, full_check)
+        rebuilt = reason is not None
+        if reason is not None:
+            self._rebuild(reason, fingerprint, first_build=state is None)
+            state = SemanticState(self._signature, fingerprint.digest(), 0, False, False)
+            cursors = {kind: 0 for kind in KINDS}
+        assert state is not None
+        with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
+            keyword_invalid = manifest.chunk_count() > 0 and not self._keyword.is_valid(manifest)
+            stored_cursors = manifest.cursors()
+            plan = BatchPlan(
+                state=state,
+                fingerprint=fingerprint,
+                manifest_token=manifest.token(),
+                chunks=[],
+                completed=[],
+                new_memories=[],
+                cursors=dict(cursors),
+                cursors_changed=cursors != stored_cursors or manifest.fingerprint() != fingerprint,
+                rebuilt=rebuilt,
+                rebuild_reason=reason,
+                keyword_invalid=keyword_invalid,
+            )
+            collect(self._reader, manifest, plan, size, self._rules)
+        return plan
+
+    def _check(
+        self, state: SemanticState | None, fingerprint: SourceFingerprint, full_check: bool
+    ) -> tuple[str | None, dict[str, int]]:
+        """The rebuild reason (``None`` when the index can be extended) and the cursors to resume from."""
+        if state is None:
+            return "no_state", {}
+        if state.dirty:
+            return "dirty", {}
+        if state.signature != self._signature:
+            return "signature_changed", {}
+        try:
+            with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
+                if manifest.meta("signature") != self._signature:
+                    return "derived_inconsistent", {}
+                dimensions = manifest.meta_int("dimensions")
+                if dimensions != state.dimensions:
+                    return "derived_inconsistent", {}
+                if manifest.chunk_count() > 0:
+                    self._vectors.load(manifest, dimensions)
+                cursors = manifest.cursors()
+                previous = manifest.fingerprint()
+                if full_check or not self._appended_only(previous, fingerprint):
+                    return self._full_diff(manifest, cursors)
+                return None, cursors
+        except DerivedIndexError as exc:
+            logger.warning("om.semantic.derived_invalid", extra={"exception_class": type(exc).__name__})
+            return "derived_invalid", {}
+        except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+            logger.warning("om.semantic.derived_invalid", extra={"exception_class": type(exc).__name__})
+            return "derived_invalid", {}
+
+    def _appended_only(self, previous: SourceFingerprint, current: SourceFingerprint) -> bool:
+        if previous == current:
+            return True
+        for kind in KINDS:
+            before, now = previous.table(kind), current.table(kind)
+            if now.count < before.count or now.max_rowid < before.max_rowid:
+                return False
+            if before.count and self._reader.count_through(kind, before.max_rowid) != before.count:
+                return False
+            if before.count and self._reader.id_at(kind, before.max_rowid) != before.last_id:
+                return False  # the last row was deleted and its rowid reused by a new memory
+        return True
+
+    def _full_diff(self, manifest: Manifest, cursors: dict[str, int]) -> tuple[str | None, dict[str, int]]:
+        """Compare the manifest with every canonical memory: stale chunks -> rebuild; misses behind
+        the cursor -> move the cursor back (already indexed memories are then skipped cheaply)."""
+        current = self._reader.content_digests()
+        for key, digest in manifest.memory_digests().items():
+            found = current.get(key)
+            if found is None or found[2] != digest:
+                return "stale_chunk", {}
+        in_progress = manifest.in_progress_parents()
+        memories = self._reader.memories_by_keys(in_progress)
+        for key in in_progress:
+            memory = memories.get(key)
+            if memory is None:
+                return "stale_chunk", {}
+            if not manifest.chunk_ids_of(key) <= {chunk.chunk_id for chunk in memory.chunks(self._rules)}:
+                return "stale_chunk", {}
+        resumed = dict(cursors)
+        indexed = manifest.memory_digests()
+        for key, (kind, rowid, _digest) in current.items():
+            if key not in indexed and rowid <= resumed[kind]:
+                resumed[kind] = rowid - 1
+        return None, resumed
+
+    def _rebuild(self, reason: str, fingerprint: SourceFingerprint, first_build: bool) -> None:
+        # The marker precedes any derived write, so a crash mid-rebuild is rebuilt again.
+        self._save_state(fingerprint.digest(), 0, dirty=True, complete=False)
+        self._remove_derived()
+        Manifest.create(self._path(MANIFEST_FILE), self._signature, fingerprint).close()
+        self._save_state(fingerprint.digest(), 0, dirty=False, complete=False)
+        log = logger.info if first_build else logger.warning
+        log("om.semantic.rebuild", extra={"reason": reason, "source_count": fingerprint.total})
+
+    def _commit(self, plan: BatchPlan, vectors: Sequence[Sequence[float]]) -> SyncResult:
+        state = self._reader.semantic_state()
+        manifest = Manifest.open(self._path(MANIFEST_FILE))
+        with closing(manifest):
+            if state != plan.state or manifest.token() != plan.manifest_token:
+                # Someone else wrote meanwhile: drop this batch rather than mix two snapshots.
+                return self._result(plan, manifest, complete=False, embedded=0)
+            dimensions = self._check_vectors(plan, vectors)
+            if not plan.chunks and not plan.cursors_changed and not plan.keyword_invalid:
+                return self._finish(plan, manifest, dimensions, embedded=0)
+            self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)
+            # From here on the state row says dirty: _finish must always clear it.
+            labels: list[tuple[int, MemoryChunk]] = []
+            if plan.chunks:
+                first = manifest.next_label()
+                labels = [(first + offset, chunk) for offset, chunk in enumerate(plan.chunks)]
+                vector_sha = self._vectors.append(manifest, dimensions, labels, vectors)
+            else:
+                vector_sha = manifest.meta("vector_sha") or ""
+            generation = manifest.meta_int("generation") + 1
+            with manifest.transaction():
+                manifest.add(labels, plan.new_memories)
+                manifest.set_meta(
+                    generation=generation,
+                    dimensions=dimensions,
+                    vector_sha=vector_sha,
+                    cursor_observation=plan.cursors["observation"],
+                    cursor_reflection=plan.cursors["reflection"],
+                    fingerprint=plan.fingerprint.to_json(),
+                )
+            pending = self._reader.has_rows_after(plan.cursors)
+            chunk_count = manifest.chunk_count()
+            keyword_count = manifest.meta_int("keyword_count")
+            # bm25s cannot add documents: rebuild when done, or when the lag doubles (amortized O(1)).
+            if plan.keyword_invalid or (
+                keyword_count != chunk_count and (not pending or chunk_count >= 2 * keyword_count)
+            ):
+                self._keyword.rebuild(manifest)
+            return self._finish(plan, manifest, dimensions, embedded=len(labels), marked_dirty=True)
+
+    def _check_vectors(self, plan: BatchPlan, vectors: Sequence[Sequence[float]]) -> int:
+        dimensions = plan.state.dimensions
+        if not plan.chunks:
+            return dimensions
+        widths = {len(vector) for vector in vectors}
+        if len(vectors) != len(plan.chunks) or len(widths) != 1 or 0 in widths:
+            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+        batch_dimensions = widths.pop()
+        if dimensions not in (0, batch_dimensions):
+            self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)
+            logger.warning("om.semantic.dimensions_changed", extra={"dimensions": batch_dimensions})
+            raise SemanticSearchError("embedding_dimensions_changed", INDEX_DIMENSIONS_MESSAGE)
+        return batch_dimensions
+
+    def _finish(
+        self,
+        plan: BatchPlan,
+        manifest: Manifest,
+        dimensions: int,
+        embedded: int,
+        marked_dirty: bool = False,
+    ) -> SyncResult:
+        pending = self._reader.has_rows_after(plan.cursors)
+        unchanged = self._reader.fingerprint() == plan.fingerprint
+        complete = not pending and unchanged
+        final = SemanticState(self._signature, plan.fingerprint.digest(), dimensions, False, complete)
+        if marked_dirty or final != plan.state or embedded or plan.cursors_changed:
+            self._save_state(final.source_hash, final.dimensions, dirty=False, complete=complete)
+        if plan.rebuilt or embedded:
+            logger.info(
+                "om.semantic.batch",
+                extra={
+                    "embedded_chunks": embedded,
+                    "complete": complete,
+                    "source_count": plan.fingerprint.total,
+                },
+            )
+        return self._result(plan, manifest, complete=complete, embedded=embedded)
+
+    def _result(self, plan: BatchPlan, manifest: Manifest, complete: bool, embedded: int) -> SyncResult:
+        return SyncResult(
+            complete=complete,
+            indexed_memories=manifest.memory_count(),
+            source_memories=plan.fingerprint.total,
+            rebuilt=plan.rebuilt,
+            embedded_chunks=embedded,
+            memories_read=plan.memories_read,
+            memories_chunked=plan.memories_chunked,
+            rebuild_reason=plan.rebuild_reason,
+        )
+
+    # --- search ----------------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        embedder: Embedder | None = None,
+        *,
+        query_vector: Sequence[float] | None = None,
+        bounds: DateBounds | None = None,
+        reranker: Reranker | None = None,
+        limit: int | None = None,
+    ) -> Retrieval:
+        """Hybrid retrieval (reference §14.5): vectors + BM25, RRF, optional rerank, collapse.
+
+        Give ``embedder`` (the query prefix is applied here) or a ready ``query_vector``. With
+        ``limit``, results are cut to it and ``truncated`` also says whether more were found.
+        Raises ``SemanticSearchError`` with a §14.7 code; never returns results of a dirty,
+        mismatched or corrupt index.
+        """
+        date_bounds = bounds or DateBounds()
+        with self._locked():
+            state, fingerprint = self._reader.semantic_state(), self._reader.fingerprint()
+            if state is None or state.dirty or state.signature != self._signature:
+                raise self._building()
+            if fingerprint.total == 0:
+                return Retrieval((), False, False)
+            if state.dimensions == 0:
+                raise self._building()
+            partial = not state.complete or state.source_hash != fingerprint.digest()
+        vector = self._query_vector(query, embedder, query_vector)
+        with self._locked():
+            if self._reader.semantic_state() != state or self._reader.fingerprint() != fingerprint:
+                raise self._building()
+            if len(vector) != state.dimensions:
+                self._mark_dirty(state)
+                logger.warning("om.semantic.query_dimensions_changed", extra={"dimensions": len(vector)})
+                raise SemanticSearchError("embedding_dimensions_changed", QUERY_DIMENSIONS_MESSAGE)
+            candidates = self._retrieve_guarded(query, vector, date_bounds, partial, state)
+        hits = candidates.chunk_ids
+        if reranker is not None and hits:
+            order = reranker.rerank(query, [candidates.texts[chunk_id] for chunk_id in hits])
+            hits = apply_rerank(hits, order)
+        memories = collapse_to_memories(hits, candidates.parent_of, candidates.memories)
+        truncated = candidates.truncated
+        if limit is not None:
+            truncated = truncated or len(memories) > limit
+            memories = memories[:limit]
+        logger.info(
+            "om.semantic.search",
+            extra={"results": len(memories), "truncated": truncated, "partial": partial},
+        )
+        return Retrieval(tuple(memories), truncated, partial or candidates.lagging)
+
+    def _query_vector(
+        self, query: str, embedder: Embedder | None, query_vector: Sequence[float] | None
+    ) -> list[float]:
+        if query_vector is None:
+            if embedder is None:
+                raise ValueError("search needs an embedder or a query_vector")
+            prefixed = query_text_for_embedding(self._settings.embedding_api.query_prefix, query)
+            vectors = embedder.embed([prefixed])
+            if len(vectors) != 1:
+                raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+            query_vector = vectors[0]
+        vector = [float(value) for value in query_vector]
+        array = np.asarray(vector, dtype=np.float64)
+        if not vector or not np.all(np.isfinite(array)) or not float(np.dot(array, array)) > 0:
+            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+        return vector
+
+    def _retrieve_guarded(
+        self, query: str, vector: Sequence[float], bounds: DateBounds, partial: bool, state: SemanticState
+    ) -> _Candidates:
+        try:
+            return self._retrieve(query, vector, bounds, partial, state)
+        except sqlite3.Error as exc:
+            if _is_transient(exc):
+                raise  # healthy embeddings are kept: a busy file is no reason to rebuild
+            self._corrupt(state, exc)
+        except (DerivedIndexError, RuntimeError, ValueError, KeyError) as exc:
+            self._corrupt(state, exc)
+
+    def _corrupt(self, state: SemanticState, exc: BaseException) -> NoReturn:
+        self._mark_dirty(state)
+        logger.warning("om.semantic.derived_corrupt", extra={"exception_class": type(exc).__name__})
+        raise self._building() from exc
+
+    def _retrieve(
+        self, query: str, vector: Sequence[float], bounds: DateBounds, partial: bool, state: SemanticState
+    ) -> _Candidates:
+        with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
+            if (
+                manifest.meta("signature") != self._signature
+                or manifest.meta_int("dimensions") != state.dimensions
+            ):
+                raise DerivedIndexError("semantic manifest disagrees with the state row")
+            chunk_count = manifest.chunk_count()
+            if chunk_count == 0:
+                return _Candidates([], {}, {}, {}, truncated=False)
+            filtered = bounds.active or partial
+            fetch = store_fetch_size(chunk_count, filtered)
+            index = self._vectors.load(manifest, state.dimensions)
+            k = min(fetch, chunk_count)
+            index.set_ef(max(k, 64))
+            found, _distances = index.knn_query(np.asarray([vector], dtype=np.float32), k=k)
+            vector_labels = [int(label) for label in found[0]]
+            keyword_count = manifest.meta_int("keyword_count")
+            keyword_lagging = keyword_count != chunk_count
+            keyword_labels: list[int] = []
+            tokens = query_tokens(query)
+            if tokens and keyword_count:
+                keyword = self._keyword.for_search(manifest)
+                keyword_labels = keyword.query(tokens, min(fetch, len(keyword.labels)))
+            rows = manifest.chunks_by_labels(set(vector_labels) | set(keyword_labels))
+        if len(rows) != len(set(vector_labels) | set(keyword_labels)):
+            raise DerivedIndexError("semantic index returned labels the manifest does not know")
+        parent_of = {chunk_id: key for chunk_id, key, _ in rows.values()}
+        texts = {chunk_id: chunk_text for chunk_id, _, chunk_text in rows.values()}
+        memories = self._reader.memories_by_keys(set(parent_of.values()))
+        # A hit of a deleted or edited memory proves the index lags the source (an in-place edit
+        # or a reused rowid leaves the cheap fingerprint unchanged): the answer is then partial.
+        stale: set[str] = set()
+        accept = self._acceptor(parent_of, memories, bounds, stale)
+        vector_hits = filter_store_hits(
+            [rows[label][0] for label in vector_labels], accept, fetch, chunk_count
+        )
+        keyword_hits = filter_store_hits(
+            [rows[label][0] for label in keyword_labels], accept, fetch, keyword_count
+        )
+        fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
+        truncated = len(fused) >= FUSED_CANDIDATE_LIMIT or vector_hits.truncated or keyword_hits.truncated
+        return _Candidates(fused, texts, parent_of, memories, truncated, keyword_lagging or bool(stale))
+
+    def _acceptor(
+        self,
+        parent_of: dict[str, str],
+        memories: dict[str, SourceMemory],
+        bounds: DateBounds,
+        stale: set[str],
+    ) -> Callable[[str], bool]:
+        """Keeps hits of current chunks inside the bounds; adds deleted or edited parents to ``stale``."""
+        current: dict[str, set[str]] = {}
+
+        def accept(chunk_id: str) -> bool:
+            key = parent_of[chunk_id]
+            memory = memories.get(key)
+            if memory is None:
+                stale.add(key)
+                return False
+            if not bounds.accepts(memory.kind, memory.timestamp):
+                return False
+            if key not in current:
+                current[key] = {chunk.chunk_id for chunk in memory.chunks(self._rules)}
+            if chunk_id not in current[key]:
+                stale.add(key)
+                return False
+            return True
+
+        return accept
+
+
+def semantic_directory(db_path: str | os.PathLike[str]) -> Path:
+    """``<database>.semantic``: the only directory to delete to repair the derived index."""
+    return Path(f"{os.fspath(db_path)}.semantic")

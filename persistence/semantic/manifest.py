@@ -1,0 +1,183 @@
+"""The derived chunk manifest: every indexed chunk and memory, plus the index's meta data.
+
+A stdlib ``sqlite3`` file (``manifest.sqlite``); every access happens under the index lock, and
+every committed transaction re-seals the file's checksum.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+from persistence.semantic.files import FILE_MODE, DerivedIndexError, seal, verify_sealed
+from persistence.semantic.sources import ID_BATCH, KINDS, SourceFingerprint
+from protocol.semantic import MemoryChunk
+
+MANIFEST_FORMAT: Final[str] = "omray-semantic-manifest-1"
+
+
+class Manifest:
+    """The derived chunk manifest (stdlib ``sqlite3``; every access happens under the index lock)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self._conn = conn
+        self._path = path
+
+    @classmethod
+    def create(cls, path: Path, signature: str, fingerprint: SourceFingerprint) -> Manifest:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+        os.close(fd)
+        conn = sqlite3.connect(path, isolation_level=None)
+        manifest = cls(conn, path)
+        with manifest.transaction():
+            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(
+                "CREATE TABLE chunk (label INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE,"
+                " parent_key TEXT NOT NULL, position INTEGER NOT NULL, text TEXT NOT NULL)"
+            )
+            conn.execute("CREATE INDEX chunk_parent ON chunk (parent_key)")
+            conn.execute("CREATE TABLE memory (parent_key TEXT PRIMARY KEY, digest TEXT NOT NULL)")
+            manifest.set_meta(
+                format=MANIFEST_FORMAT,
+                manifest_id=uuid.uuid4().hex,
+                generation=0,
+                signature=signature,
+                dimensions=0,
+                cursor_observation=0,
+                cursor_reflection=0,
+                fingerprint=fingerprint.to_json(),
+                vector_sha="",
+                keyword_sha="",
+                keyword_count=0,
+            )
+        return manifest
+
+    @classmethod
+    def open(cls, path: Path, verify: bool = True) -> Manifest:
+        """Open an existing manifest; with ``verify``, its checksum must match the sealed one."""
+        if not path.is_file():
+            raise DerivedIndexError(f"semantic manifest {path.name!r} is missing")
+        if verify:
+            verify_sealed(path)
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, isolation_level=None)
+        manifest = cls(conn, path)
+        try:
+            if manifest.meta("format") != MANIFEST_FORMAT:
+                raise DerivedIndexError(f"semantic manifest {path.name!r} has an unknown format")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise DerivedIndexError(f"semantic manifest {path.name!r} is unreadable") from exc
+        except DerivedIndexError:
+            conn.close()
+            raise
+        return manifest
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+        seal(self._path)
+
+    def meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def meta_int(self, key: str) -> int:
+        value = self.meta(key)
+        if value is None:
+            raise DerivedIndexError(f"semantic manifest lacks {key!r}")
+        return int(value)
+
+    def set_meta(self, **values: object) -> None:
+        self._conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [(key, str(value)) for key, value in values.items()],
+        )
+
+    def token(self) -> tuple[str | None, str | None]:
+        """Identity of the manifest's current contents (changes on every write and on rebuild)."""
+        return (self.meta("manifest_id"), self.meta("generation"))
+
+    def cursors(self) -> dict[str, int]:
+        return {kind: self.meta_int(f"cursor_{kind}") for kind in KINDS}
+
+    def fingerprint(self) -> SourceFingerprint:
+        raw = self.meta("fingerprint")
+        if raw is None:
+            raise DerivedIndexError("semantic manifest lacks its fingerprint")
+        return SourceFingerprint.from_json(raw)
+
+    def chunk_count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM chunk").fetchone()[0])
+
+    def memory_count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM memory").fetchone()[0])
+
+    def next_label(self) -> int:
+        return int(self._conn.execute("SELECT coalesce(max(label), 0) + 1 FROM chunk").fetchone()[0])
+
+    def memory_digest(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT digest FROM memory WHERE parent_key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def memory_digests(self) -> dict[str, str]:
+        return {
+            str(key): str(digest)
+            for key, digest in self._conn.execute("SELECT parent_key, digest FROM memory")
+        }
+
+    def chunk_ids_of(self, key: str) -> set[str]:
+        return {
+            str(row[0])
+            for row in self._conn.execute("SELECT chunk_id FROM chunk WHERE parent_key = ?", (key,))
+        }
+
+    def in_progress_parents(self) -> set[str]:
+        rows = self._conn.execute(
+            "SELECT DISTINCT parent_key FROM chunk WHERE parent_key NOT IN (SELECT parent_key FROM memory)"
+        )
+        return {str(row[0]) for row in rows}
+
+    def chunks_by_labels(self, labels: Collection[int]) -> dict[int, tuple[str, str, str]]:
+        found: dict[int, tuple[str, str, str]] = {}
+        wanted = list(labels)
+        for start in range(0, len(wanted), ID_BATCH):
+            batch = wanted[start : start + ID_BATCH]
+            marks = ", ".join("?" for _ in batch)
+            rows = self._conn.execute(
+                f"SELECT label, chunk_id, parent_key, text FROM chunk WHERE label IN ({marks})", batch
+            )
+            for label, chunk_id, key, chunk_text in rows:
+                found[int(label)] = (str(chunk_id), str(key), str(chunk_text))
+        return found
+
+    def all_chunk_texts(self) -> list[tuple[int, str]]:
+        return [
+            (int(label), str(value))
+            for label, value in self._conn.execute("SELECT label, text FROM chunk ORDER BY label")
+        ]
+
+    def add(self, chunks: Sequence[tuple[int, MemoryChunk]], memories: Sequence[tuple[str, str]]) -> None:
+        self._conn.executemany(
+            "INSERT INTO chunk (label, chunk_id, parent_key, position, text) VALUES (?, ?, ?, ?, ?)",
+            [(label, c.chunk_id, c.parent_key, c.position, c.text) for label, c in chunks],
+        )
+        self._conn.executemany(
+            "INSERT INTO memory (parent_key, digest) VALUES (?, ?)"
+            " ON CONFLICT(parent_key) DO UPDATE SET digest = excluded.digest",
+            memories,
+        )

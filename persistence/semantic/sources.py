@@ -1,0 +1,275 @@
+"""Read-only queries of the canonical memories that the derived index is built from.
+
+The index keeps a resumable cursor per memory table (``rowid`` order) and a cheap fingerprint
+(row count, max rowid and the id at it) that tells appends from other changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from sqlalchemy import Connection, text
+
+from persistence.queries import MemoryReader
+from protocol.canonical import canonical_json, sha256_hex
+from protocol.semantic import MemoryKind, SourceMemory
+
+TABLES: Final = ("om_observation", "om_reflection")
+KINDS: Final[tuple[MemoryKind, MemoryKind]] = ("observation", "reflection")
+ID_BATCH: Final[int] = 500
+
+
+class SemanticStateWriter(Protocol):
+    """Writes the canonical ``om_semantic_state`` row (``persistence.store.Store`` satisfies it)."""
+
+    def save_semantic_state(
+        self, *, signature: str, source_hash: str, dimensions: int, dirty: bool, complete: bool
+    ) -> None:
+        """Upsert the one state row."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticState:
+    """The ``om_semantic_state`` row."""
+
+    signature: str
+    """``SemanticSettings.signature()`` the index was built with."""
+    source_hash: str
+    """Digest of the source fingerprint the index was last synchronized against."""
+    dimensions: int
+    """Vector dimensions (0 before the first embedded batch)."""
+    dirty: bool
+    """A derived write may have been interrupted: rebuild before use."""
+    complete: bool
+    """Every current memory was indexed at the last synchronization."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableFingerprint:
+    """Cheap summary of one memory table."""
+
+    count: int
+    """Rows."""
+    max_rowid: int
+    """Largest rowid (0 when empty)."""
+    last_id: str = ""
+    """Memory id at ``max_rowid`` (``""`` when empty): SQLite reuses the rowid of a deleted last row."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFingerprint:
+    """Cheap summary of the canonical memories: changes when rows are added or removed.
+
+    In-place edits leave it unchanged (canonical rows are append-only in omray); search still
+    rejects every hit whose text changed and then reports ``partial``.
+    """
+
+    observations: TableFingerprint
+    """``om_observation``."""
+    reflections: TableFingerprint
+    """``om_reflection``."""
+
+    @property
+    def total(self) -> int:
+        """Number of source memories."""
+        return self.observations.count + self.reflections.count
+
+    def table(self, kind: str) -> TableFingerprint:
+        """The fingerprint of the table holding ``kind``."""
+        return self.observations if kind == "observation" else self.reflections
+
+    def to_json(self) -> str:
+        """Stable text form (also what :meth:`digest` hashes)."""
+        return canonical_json(
+            [
+                [self.observations.count, self.observations.max_rowid, self.observations.last_id],
+                [self.reflections.count, self.reflections.max_rowid, self.reflections.last_id],
+            ]
+        )
+
+    def digest(self) -> str:
+        """The ``source_hash`` stored in the state row."""
+        return sha256_hex("omray-semantic-source-v1\n" + self.to_json())
+
+    @classmethod
+    def from_json(cls, raw: str) -> SourceFingerprint:
+        """Inverse of :meth:`to_json` (a fingerprint without last ids reads as unknown ids)."""
+        observations, reflections = (
+            TableFingerprint(int(part[0]), int(part[1]), str(part[2]) if len(part) > 2 else "")
+            for part in json.loads(raw)
+        )
+        return cls(observations, reflections)
+
+
+EMPTY_FINGERPRINT: Final = SourceFingerprint(TableFingerprint(0, 0), TableFingerprint(0, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRow:
+    """One canonical memory with its table rowid."""
+
+    rowid: int
+    """Rowid in its table."""
+    memory: SourceMemory
+    """The memory."""
+
+
+def content_digest(content: str) -> str:
+    return sha256_hex(content)
+
+
+def _observation(row: Any) -> SourceMemory:
+    return SourceMemory(
+        "observation", row.observation_id, row.run_id, row.timestamp, row.content, row.relevance
+    )
+
+
+def _reflection(row: Any) -> SourceMemory:
+    return SourceMemory("reflection", row.reflection_id, row.run_id, row.created_at, row.content, None)
+
+
+_SELECT: Final = {
+    "observation": (
+        "SELECT rowid AS rid, observation_id, run_id, timestamp, content, relevance FROM om_observation",
+        _observation,
+        "observation_id",
+        "om_observation",
+    ),
+    "reflection": (
+        "SELECT rowid AS rid, reflection_id, run_id, created_at, content FROM om_reflection",
+        _reflection,
+        "reflection_id",
+        "om_reflection",
+    ),
+}
+
+
+class SemanticSourceReader(MemoryReader):
+    """Read-only queries the semantic index needs (same guarantees as :class:`MemoryReader`)."""
+
+    def semantic_state(self) -> SemanticState | None:
+        """The state row, or ``None`` when there is none."""
+
+        def query(conn: Connection) -> SemanticState | None:
+            row = conn.execute(
+                text("SELECT signature, source_hash, dimensions, dirty, complete FROM om_semantic_state")
+            ).first()
+            if row is None:
+                return None
+            return SemanticState(
+                row.signature, row.source_hash, int(row.dimensions), bool(row.dirty), bool(row.complete)
+            )
+
+        return self._run(query, None, ("om_semantic_state",))
+
+    def fingerprint(self) -> SourceFingerprint:
+        """Row count and max rowid of both memory tables, in one snapshot."""
+
+        def query(conn: Connection) -> SourceFingerprint:
+            parts = []
+            for kind in KINDS:
+                _, _, id_column, table = _SELECT[kind]
+                row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
+                last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": row[1]})
+                parts.append(TableFingerprint(int(row[0]), int(row[1]), str(last.scalar() or "")))
+            return SourceFingerprint(parts[0], parts[1])
+
+        return self._run(query, EMPTY_FINGERPRINT, TABLES)
+
+    def rows_after(self, kind: MemoryKind, rowid: int, limit: int) -> list[SourceRow]:
+        """Up to ``limit`` memories of ``kind`` with a rowid above ``rowid``, in rowid order."""
+        sql, build, _, table = _SELECT[kind]
+
+        def query(conn: Connection) -> list[SourceRow]:
+            rows = conn.execute(
+                text(f"{sql} WHERE rowid > :rowid ORDER BY rowid LIMIT :limit"),
+                {"rowid": rowid, "limit": limit},
+            )
+            return [SourceRow(int(row.rid), build(row)) for row in rows]
+
+        return self._run(query, [], (table,))
+
+    def id_at(self, kind: MemoryKind, rowid: int) -> str:
+        """Memory id of the row of ``kind`` at ``rowid`` (``""`` when there is none)."""
+        _, _, id_column, table = _SELECT[kind]
+
+        def query(conn: Connection) -> str:
+            value = conn.execute(
+                text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": rowid}
+            ).scalar()
+            return str(value or "")
+
+        return self._run(query, "", (table,))
+
+    def count_through(self, kind: MemoryKind, rowid: int) -> int:
+        """Rows of ``kind`` with a rowid at most ``rowid``."""
+        table = _SELECT[kind][3]
+
+        def query(conn: Connection) -> int:
+            return int(
+                conn.execute(
+                    text(f"SELECT count(*) FROM {table} WHERE rowid <= :r"), {"r": rowid}
+                ).scalar_one()
+            )
+
+        return self._run(query, 0, (table,))
+
+    def has_rows_after(self, cursors: dict[str, int]) -> bool:
+        """Whether any memory lies after the per-kind cursors."""
+
+        def query(conn: Connection) -> bool:
+            for kind in KINDS:
+                table = _SELECT[kind][3]
+                found = conn.execute(
+                    text(f"SELECT 1 FROM {table} WHERE rowid > :r LIMIT 1"), {"r": cursors[kind]}
+                ).first()
+                if found is not None:
+                    return True
+            return False
+
+        return self._run(query, False, TABLES)
+
+    def memories_by_keys(self, keys: Collection[str]) -> dict[str, SourceMemory]:
+        """Current memories by parent key (unknown keys are left out)."""
+        ids: dict[str, list[str]] = {kind: [] for kind in KINDS}
+        for key in keys:
+            kind, _, memory_id = key.partition(":")
+            if kind in ids:
+                ids[kind].append(memory_id)
+
+        def query(conn: Connection) -> dict[str, SourceMemory]:
+            found: dict[str, SourceMemory] = {}
+            for kind in KINDS:
+                sql, build, id_column, _ = _SELECT[kind]
+                wanted = ids[kind]
+                for start in range(0, len(wanted), ID_BATCH):
+                    batch = wanted[start : start + ID_BATCH]
+                    names = ", ".join(f":id{i}" for i in range(len(batch)))
+                    params = {f"id{i}": value for i, value in enumerate(batch)}
+                    for row in conn.execute(text(f"{sql} WHERE {id_column} IN ({names})"), params):
+                        memory = build(row)
+                        found[memory.parent_key] = memory
+            return found
+
+        return self._run(query, {}, TABLES)
+
+    def content_digests(self) -> dict[str, tuple[MemoryKind, int, str]]:
+        """Every memory: parent key -> (kind, rowid, content digest). O(all memories): full checks only."""
+
+        def query(conn: Connection) -> dict[str, tuple[MemoryKind, int, str]]:
+            found: dict[str, tuple[MemoryKind, int, str]] = {}
+            tables = set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars())
+            for kind in KINDS:
+                sql, build, _, table = _SELECT[kind]
+                if table not in tables:
+                    continue
+                for row in conn.execute(text(sql)):
+                    memory = build(row)
+                    found[memory.parent_key] = (kind, int(row.rid), content_digest(memory.content))
+            return found
+
+        return self._run(query, {}, ())
