@@ -288,12 +288,14 @@ omray_job = Table(
     Column("started_at", Text, nullable=True),
     Column("finished_at", Text, nullable=True),
     Column("failure_reason", Text, nullable=True),
+    Column("db_path", Text, nullable=False, server_default=text("''")),
     CheckConstraint("state IN ('pending', 'running', 'succeeded', 'failed')"),
     CheckConstraint("attempts >= 0"),
     sqlite_autoincrement=True,
 )
 Index(
-    "idx_omray_job_unfinished_job_id",
+    "idx_omray_job_unfinished_key",
+    omray_job.c.db_path,
     omray_job.c.job_id,
     unique=True,
     sqlite_where=text("state IN ('pending', 'running')"),
