@@ -178,12 +178,26 @@ class OmrayClient:
 
             writer: Any = None
             if ray.is_initialized():
-                from cluster.proxies import StoreProxy
-                from cluster.runtime import store_handle
-
-                writer = StoreProxy(store_handle(self.names, self.db_path), durable=False)
+                writer = self._state_writer()
             self._hybrid = hybrid_search_for(str(self.db_path), self.settings.semantic, writer)
         return self._hybrid
+
+    def _state_writer(self) -> Any:
+        """The database's StoreActor, created on the runtime's data node; ``None`` without a runtime.
+
+        Never on this process's node: a client on another node must not create a writer (and an
+        empty database) where the files do not live. Without a writer, search skips only the
+        "mark the index dirty" write, which the next index job would redo anyway.
+        """
+        from cluster.proxies import StoreProxy
+        from cluster.runtime import store_handle
+
+        try:
+            node = str(ray.get(self.queue_handle().data_node.remote(), timeout=10))
+        except Exception as exc:  # no runtime, or a queue without a data node: search read-only
+            logger.info("no state writer for hybrid search", extra={"error_class": type(exc).__name__})
+            return None
+        return StoreProxy(store_handle(self.names, self.db_path, data_node_id=node), durable=False)
 
     def memory_search(self, arguments: Mapping[str, object]) -> dict[str, object]:
         """The ``memory_search`` tool over every session (hybrid when ``semantic`` is configured)."""

@@ -3,6 +3,11 @@
 Every actor is detached, lives in namespace ``omray``, restarts without limit and asks for no CPU
 (they mostly wait on SQLite or on a model endpoint; on a 2-core machine a CPU reservation per actor
 would starve the cluster). The actor classes themselves are plain Python in ``actors/``.
+
+Each worker role runs as a pool (``omray.observer.0`` … ``omray.observer.N-1``, and so on, sized by
+:class:`PoolSizes`); every worker, the queue and the StoreActors are pinned to the *data node*,
+the node that ran ``omray up`` and holds the databases and events files, so no worker ever opens
+a file on a node that does not have it.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +49,63 @@ DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in R
 """Handler of each stable handler id in the production runtime."""
 
 _COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
+
+ROLE_NAMES: dict[str, str] = {
+    OBSERVE_BOUNDARY_HANDLER: "observer",
+    REFLECT_GENERATION_HANDLER: "reflector",
+    SEMANTIC_INDEX_HANDLER: "indexer",
+}
+"""Actor name part of each role's pool."""
+
+
+@dataclass(frozen=True)
+class PoolSizes:
+    """How many worker actors each role runs (each runs one job at a time).
+
+    Model-bound roles wait on an endpoint and reserve no CPU, so several observers cost memory
+    (one process each), not cores. The defaults suit a laptop; ``omray up --observers N`` and the
+    ``OMRAY_OBSERVERS`` / ``OMRAY_REFLECTORS`` / ``OMRAY_INDEXERS`` variables change them.
+    """
+
+    observers: int = 2
+    """ObserverActors."""
+    reflectors: int = 1
+    """ReflectorActors."""
+    indexers: int = 1
+    """IndexerActors."""
+
+    def __post_init__(self) -> None:
+        for field_name in ("observers", "reflectors", "indexers"):
+            value = getattr(self, field_name)
+            if not isinstance(value, int) or not 1 <= value <= 64:
+                raise ValueError(f"{field_name} must be an integer from 1 to 64, got {value!r}")
+
+    def of(self, handler_id: str) -> int:
+        """Pool size of the role serving ``handler_id``."""
+        return {
+            OBSERVE_BOUNDARY_HANDLER: self.observers,
+            REFLECT_GENERATION_HANDLER: self.reflectors,
+            SEMANTIC_INDEX_HANDLER: self.indexers,
+        }[handler_id]
+
+    @property
+    def total(self) -> int:
+        """Worker actors in all pools."""
+        return self.observers + self.reflectors + self.indexers
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PoolSizes:
+        """Sizes from ``OMRAY_OBSERVERS`` / ``OMRAY_REFLECTORS`` / ``OMRAY_INDEXERS`` (defaults otherwise)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, int] = {}
+        for field_name in ("observers", "reflectors", "indexers"):
+            raw = env.get(f"OMRAY_{field_name.upper()}", "").strip()
+            if raw:
+                try:
+                    values[field_name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"OMRAY_{field_name.upper()} must be an integer, got {raw!r}") from None
+        return cls(**values)
 
 
 def current_node_id() -> str:
@@ -104,28 +167,44 @@ def worker_handle(
     handler_path: str,
     env_vars: Mapping[str, str] | None = None,
     data_node_id: str | None = None,
+    index: int = 0,
 ) -> Any:
-    """The worker actor that owns ``handler_id`` (created if missing)."""
-    actor_name = {
-        OBSERVE_BOUNDARY_HANDLER: names.observer,
-        REFLECT_GENERATION_HANDLER: names.reflector,
-        SEMANTIC_INDEX_HANDLER: names.indexer,
-    }[handler_id]
+    """Worker ``index`` of the pool that serves ``handler_id`` (created if missing), on the data node."""
+    node = data_node_id or current_node_id()
     options: dict[str, Any] = {
         **_COMMON_OPTIONS,
-        "name": actor_name,
+        "name": names.worker(ROLE_NAMES[handler_id], index),
         "namespace": names.namespace,
         "get_if_exists": True,
         "max_task_retries": 0,  # the queue's retry policy decides, not Ray
         # Three threads: ``ping`` (liveness, pid) answers while a job runs, even while a restarted
         # queue's redelivery of that job waits for it (``WorkerActor`` never overlaps two attempts
-        # of one job). The queue sends one job at a time by default.
+        # of one job). The queue sends one job at a time to each worker.
         "max_concurrency": 3,
+        # Workers read the database and the events files: they run where those files are.
+        "scheduling_strategy": _node_affinity(node),
     }
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
-    context: WorkerContext = RayWorkerContext(names, data_node_id or current_node_id())
+    context: WorkerContext = RayWorkerContext(names, node)
     return ray.remote(ROLE_ACTORS[handler_id]).options(**options).remote(context, handler_path)
+
+
+def worker_pools(
+    names: RuntimeNames,
+    handler_paths: Mapping[str, str],
+    sizes: PoolSizes,
+    env_vars: Mapping[str, str] | None = None,
+    data_node_id: str | None = None,
+) -> dict[str, list[Any]]:
+    """Every pool's worker handles, by handler id (created if missing)."""
+    return {
+        hid: [
+            worker_handle(names, hid, path, env_vars, data_node_id=data_node_id, index=i)
+            for i in range(sizes.of(hid))
+        ]
+        for hid, path in handler_paths.items()
+    }
 
 
 class QueueRuntime(QueueActor):
@@ -138,29 +217,34 @@ class QueueRuntime(QueueActor):
         handler_paths: Mapping[str, str],
         worker_env: Mapping[str, str] | None = None,
         retry_base_delay_s: float = 1.0,
-        max_in_flight: int = 1,
+        max_in_flight: int | None = None,
         data_node_id: str | None = None,
+        pools: PoolSizes | None = None,
     ) -> None:
         node = data_node_id or current_node_id()
+        sizes = pools or PoolSizes()
         store = StoreProxy(store_handle(names, queue_db, data_node_id=node), durable=True)
-        workers = {
-            hid: worker_handle(names, hid, path, worker_env, data_node_id=node)
-            for hid, path in handler_paths.items()
-        }
+        workers = worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node)
         policy = RetryPolicy(base_delay_s=retry_base_delay_s)
         from cluster.metrics import RayQueueMetrics
 
+        self.data_node_id = node
         super().__init__(
             store,
             RayWorkerPool(workers),
             policy=policy,
-            max_in_flight=max_in_flight,
+            max_in_flight=max_in_flight or sizes.total,
+            capacity={hid: len(handles) for hid, handles in workers.items()},
             metrics=RayQueueMetrics(names.prefix),
         )
 
     def ping(self) -> dict[str, Any]:
         """Liveness probe with the process id (tests kill it by pid)."""
         return {"pid": os.getpid(), "depth": self.status()["depth"]}
+
+    def data_node(self) -> str:
+        """Id of the node that holds the databases (where StoreActors are created)."""
+        return self.data_node_id
 
 
 def queue_db_path(names: RuntimeNames) -> str:
@@ -175,20 +259,22 @@ def ensure_runtime(
     handler_paths: Mapping[str, str] | None = None,
     worker_env: Mapping[str, str] | None = None,
     retry_base_delay_s: float = 1.0,
-    max_in_flight: int = 1,
+    max_in_flight: int | None = None,
+    pools: PoolSizes | None = None,
 ) -> Any:
-    """Create (or find) the queue, its store and the workers; returns the queue handle.
+    """Create (or find) the queue, its store and the worker pools; returns the queue handle.
 
     Must be called from a process connected to Ray (``ray.init``). Idempotent: existing named
     actors are reused, so calling it after a whole-cluster restart resumes the pending jobs.
+    ``max_in_flight`` defaults to the number of workers in all pools.
     """
     names = names or RuntimeNames()
     db = queue_db or queue_db_path(names)
     paths = dict(handler_paths or DEFAULT_HANDLERS)
+    sizes = pools or PoolSizes.from_env()
     data_node = current_node_id()  # the node running `omray up` holds the databases
     store_handle(names, db, data_node_id=data_node)
-    for hid, path in paths.items():
-        worker_handle(names, hid, path, worker_env, data_node_id=data_node)
+    worker_pools(names, paths, sizes, worker_env, data_node_id=data_node)
     queue = (
         ray.remote(QueueRuntime)
         .options(
@@ -196,11 +282,12 @@ def ensure_runtime(
             name=names.queue,
             namespace=names.namespace,
             get_if_exists=True,
-            max_task_retries=-1,  # dispatch is idempotent for a pending job id
-            max_concurrency=16,
+            max_task_retries=-1,  # dispatch is idempotent for a pending job key
+            # Concurrent dispatch calls wait together for one group commit.
+            max_concurrency=32,
             scheduling_strategy=_node_affinity(data_node),
         )
-        .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight, data_node)
+        .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight, data_node, sizes)
     )
     ray.get(queue.ping.remote())  # type: ignore[attr-defined]  # a Ray actor handle
     return queue
@@ -211,8 +298,9 @@ def remove_runtime(names: RuntimeNames | None = None, db_paths: list[str] | None
     names = names or RuntimeNames()
     removed: list[str] = []
     candidates = [names.queue, names.observer, names.reflector, names.indexer]
+    members = tuple(f"{names.prefix}.{role}." for role in ROLE_NAMES.values())
     for info in _list_named_actors(names.namespace):
-        if info.startswith(f"{names.prefix}.store.") and info not in candidates:
+        if info.startswith((f"{names.prefix}.store.", *members)) and info not in candidates:
             candidates.append(info)
     for actor_name in candidates:
         try:
