@@ -261,18 +261,21 @@ def ensure_runtime(
     retry_base_delay_s: float = 1.0,
     max_in_flight: int | None = None,
     pools: PoolSizes | None = None,
+    data_node_id: str | None = None,
 ) -> Any:
     """Create (or find) the queue, its store and the worker pools; returns the queue handle.
 
     Must be called from a process connected to Ray (``ray.init``). Idempotent: existing named
     actors are reused, so calling it after a whole-cluster restart resumes the pending jobs.
-    ``max_in_flight`` defaults to the number of workers in all pools.
+    ``max_in_flight`` defaults to the number of workers in all pools. ``data_node_id`` is the node
+    that holds the databases and events files (default: this process's node, as for ``omray up``
+    run there); every actor of the runtime is placed on it.
     """
     names = names or RuntimeNames()
     db = queue_db or queue_db_path(names)
     paths = dict(handler_paths or DEFAULT_HANDLERS)
     sizes = pools or PoolSizes.from_env()
-    data_node = current_node_id()  # the node running `omray up` holds the databases
+    data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
     store_handle(names, db, data_node_id=data_node)
     worker_pools(names, paths, sizes, worker_env, data_node_id=data_node)
     queue = (
