@@ -44,6 +44,9 @@ def up(
     indexers: Annotated[
         int | None, typer.Option(min=1, max=64, help="IndexerActors in the pool (default 1).")
     ] = None,
+    observer_slots: Annotated[
+        int | None, typer.Option(min=1, max=64, help="Observe jobs one observer runs at once (default 4).")
+    ] = None,
 ) -> None:
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
     import os
@@ -55,6 +58,7 @@ def up(
         ("OMRAY_OBSERVERS", observers),
         ("OMRAY_REFLECTORS", reflectors),
         ("OMRAY_INDEXERS", indexers),
+        ("OMRAY_OBSERVER_SLOTS", observer_slots),
     ):
         if value is not None:
             os.environ[variable] = str(value)

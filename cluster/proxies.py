@@ -60,7 +60,7 @@ class RayWorkerPool:
     """Starts job attempts on the worker pools and collects their outcomes without blocking long.
 
     Each handler id has a pool of worker actors; an attempt goes to the member with the fewest
-    attempts in flight (the queue never sends a pool more attempts than it has members). ``start``
+    attempts in flight (the queue never sends a pool more attempts than its members have slots). ``start``
     may run on an actor-method thread (the queue catching up inside ``dispatch``) while the loop
     thread polls, so the bookkeeping is guarded by a lock (never held across ``ray.wait``).
     """

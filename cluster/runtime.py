@@ -31,6 +31,7 @@ from actors.store.actor import StoreActor
 from actors.worker import RoleActor, WorkerContext
 from cluster.naming import RuntimeNames, omray_home
 from cluster.proxies import RayWorkerPool, StoreProxy
+from persistence.connection import Synchronous
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
     REFLECT_GENERATION_HANDLER,
@@ -50,6 +51,11 @@ DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in R
 
 _COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
 
+QUEUE_SYNCHRONOUS: Synchronous = "NORMAL"
+"""The queue database survives any process, actor or cluster crash without a sync per commit; a
+power loss may lose the last accepted jobs, which the next turn boundary of their session
+re-dispatches (the events files stay the source of truth)."""
+
 ROLE_NAMES: dict[str, str] = {
     OBSERVE_BOUNDARY_HANDLER: "observer",
     REFLECT_GENERATION_HANDLER: "reflector",
@@ -60,11 +66,13 @@ ROLE_NAMES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class PoolSizes:
-    """How many worker actors each role runs (each runs one job at a time).
+    """How many worker actors each role runs, and how many jobs one worker runs at once.
 
-    Model-bound roles wait on an endpoint and reserve no CPU, so several observers cost memory
-    (one process each), not cores. The defaults suit a laptop; ``omray up --observers N`` and the
-    ``OMRAY_OBSERVERS`` / ``OMRAY_REFLECTORS`` / ``OMRAY_INDEXERS`` variables change them.
+    Model-bound roles mostly wait on an endpoint and reserve no CPU: several observers cost
+    memory (one process each), not cores, and one observer can wait on several model calls at
+    once (``observer_slots``). Index work embeds on the CPU: one job per indexer. The defaults
+    suit a laptop; ``omray up --observers N`` and the ``OMRAY_OBSERVERS`` / ``OMRAY_REFLECTORS`` /
+    ``OMRAY_INDEXERS`` / ``OMRAY_OBSERVER_SLOTS`` / ``OMRAY_REFLECTOR_SLOTS`` variables change them.
     """
 
     observers: int = 2
@@ -73,9 +81,15 @@ class PoolSizes:
     """ReflectorActors."""
     indexers: int = 1
     """IndexerActors."""
+    observer_slots: int = 4
+    """Observe jobs one ObserverActor runs at once (each waits on its model calls)."""
+    reflector_slots: int = 2
+    """Reflect jobs one ReflectorActor runs at once."""
+    indexer_slots: int = 1
+    """Index jobs one IndexerActor runs at once (CPU-bound)."""
 
     def __post_init__(self) -> None:
-        for field_name in ("observers", "reflectors", "indexers"):
+        for field_name in _POOL_FIELDS:
             value = getattr(self, field_name)
             if not isinstance(value, int) or not 1 <= value <= 64:
                 raise ValueError(f"{field_name} must be an integer from 1 to 64, got {value!r}")
@@ -88,24 +102,36 @@ class PoolSizes:
             SEMANTIC_INDEX_HANDLER: self.indexers,
         }[handler_id]
 
+    def slots_of(self, handler_id: str) -> int:
+        """Jobs one worker of the role serving ``handler_id`` runs at once."""
+        return {
+            OBSERVE_BOUNDARY_HANDLER: self.observer_slots,
+            REFLECT_GENERATION_HANDLER: self.reflector_slots,
+            SEMANTIC_INDEX_HANDLER: self.indexer_slots,
+        }[handler_id]
+
     @property
     def total(self) -> int:
-        """Worker actors in all pools."""
-        return self.observers + self.reflectors + self.indexers
+        """Jobs all pools run at once."""
+        return sum(self.of(hid) * self.slots_of(hid) for hid in ROLE_NAMES)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PoolSizes:
-        """Sizes from ``OMRAY_OBSERVERS`` / ``OMRAY_REFLECTORS`` / ``OMRAY_INDEXERS`` (defaults otherwise)."""
+        """Sizes from ``OMRAY_<FIELD>`` variables (``OMRAY_OBSERVERS``, …); defaults otherwise."""
         env = os.environ if environ is None else environ
         values: dict[str, int] = {}
-        for field_name in ("observers", "reflectors", "indexers"):
-            raw = env.get(f"OMRAY_{field_name.upper()}", "").strip()
+        for field_name in _POOL_FIELDS:
+            variable = f"OMRAY_{field_name.upper()}"
+            raw = env.get(variable, "").strip()
             if raw:
                 try:
                     values[field_name] = int(raw)
                 except ValueError:
-                    raise ValueError(f"OMRAY_{field_name.upper()} must be an integer, got {raw!r}") from None
+                    raise ValueError(f"{variable} must be an integer, got {raw!r}") from None
         return cls(**values)
+
+
+_POOL_FIELDS = ("observers", "reflectors", "indexers", "observer_slots", "reflector_slots", "indexer_slots")
 
 
 def current_node_id() -> str:
@@ -118,12 +144,20 @@ def _node_affinity(node_id: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
-def store_handle(names: RuntimeNames, db_path: str | Path, *, data_node_id: str | None = None) -> Any:
+def store_handle(
+    names: RuntimeNames,
+    db_path: str | Path,
+    *,
+    data_node_id: str | None = None,
+    synchronous: Synchronous = "FULL",
+) -> Any:
     """The StoreActor of ``db_path``, created on demand on the data node (the one holding the files).
 
     ``data_node_id`` defaults to the caller's node; workers pass the node recorded by
     :func:`ensure_runtime`, so a worker on another node never creates a store (and an empty file)
-    where the database does not live.
+    where the database does not live. ``synchronous`` applies when this call creates the actor:
+    memory databases keep ``FULL``; the queue's own database uses ``NORMAL`` (see
+    :data:`persistence.connection.Synchronous`).
     """
     path = str(Path(db_path).resolve())
     options: dict[str, Any] = {
@@ -134,7 +168,7 @@ def store_handle(names: RuntimeNames, db_path: str | Path, *, data_node_id: str 
         "max_task_retries": 0,
         "scheduling_strategy": _node_affinity(data_node_id or current_node_id()),
     }
-    return ray.remote(StoreActor).options(**options).remote(path)
+    return ray.remote(StoreActor).options(**options).remote(path, synchronous=synchronous)
 
 
 class RayWorkerContext:
@@ -168,6 +202,7 @@ def worker_handle(
     env_vars: Mapping[str, str] | None = None,
     data_node_id: str | None = None,
     index: int = 0,
+    slots: int = 1,
 ) -> Any:
     """Worker ``index`` of the pool that serves ``handler_id`` (created if missing), on the data node."""
     node = data_node_id or current_node_id()
@@ -177,10 +212,10 @@ def worker_handle(
         "namespace": names.namespace,
         "get_if_exists": True,
         "max_task_retries": 0,  # the queue's retry policy decides, not Ray
-        # Three threads: ``ping`` (liveness, pid) answers while a job runs, even while a restarted
-        # queue's redelivery of that job waits for it (``WorkerActor`` never overlaps two attempts
-        # of one job). The queue sends one job at a time to each worker.
-        "max_concurrency": 3,
+        # ``slots`` jobs at once, plus two threads: ``ping`` (liveness, pid) answers while jobs run,
+        # even while a restarted queue's redelivery of a job waits for its old attempt
+        # (``WorkerActor`` never overlaps two attempts of one job).
+        "max_concurrency": slots + 2,
         # Workers read the database and the events files: they run where those files are.
         "scheduling_strategy": _node_affinity(node),
     }
@@ -200,7 +235,9 @@ def worker_pools(
     """Every pool's worker handles, by handler id (created if missing)."""
     return {
         hid: [
-            worker_handle(names, hid, path, env_vars, data_node_id=data_node_id, index=i)
+            worker_handle(
+                names, hid, path, env_vars, data_node_id=data_node_id, index=i, slots=sizes.slots_of(hid)
+            )
             for i in range(sizes.of(hid))
         ]
         for hid, path in handler_paths.items()
@@ -223,7 +260,9 @@ class QueueRuntime(QueueActor):
     ) -> None:
         node = data_node_id or current_node_id()
         sizes = pools or PoolSizes()
-        store = StoreProxy(store_handle(names, queue_db, data_node_id=node), durable=True)
+        store = StoreProxy(
+            store_handle(names, queue_db, data_node_id=node, synchronous=QUEUE_SYNCHRONOUS), durable=True
+        )
         workers = worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node)
         policy = RetryPolicy(base_delay_s=retry_base_delay_s)
         from cluster.metrics import RayQueueMetrics
@@ -234,7 +273,7 @@ class QueueRuntime(QueueActor):
             RayWorkerPool(workers),
             policy=policy,
             max_in_flight=max_in_flight or sizes.total,
-            capacity={hid: len(handles) for hid, handles in workers.items()},
+            capacity={hid: len(handles) * sizes.slots_of(hid) for hid, handles in workers.items()},
             metrics=RayQueueMetrics(names.prefix),
         )
 
@@ -276,7 +315,7 @@ def ensure_runtime(
     paths = dict(handler_paths or DEFAULT_HANDLERS)
     sizes = pools or PoolSizes.from_env()
     data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
-    store_handle(names, db, data_node_id=data_node)
+    store_handle(names, db, data_node_id=data_node, synchronous=QUEUE_SYNCHRONOUS)
     worker_pools(names, paths, sizes, worker_env, data_node_id=data_node)
     queue = (
         ray.remote(QueueRuntime)

@@ -32,7 +32,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from persistence import schema
-from persistence.connection import open_write_engine
+from persistence.connection import Synchronous, open_write_engine
 from persistence.queries import select_coverage, select_generation
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, OmrayError, StorageError
@@ -210,9 +210,9 @@ class Store:
     thread gets its own connection).
     """
 
-    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+    def __init__(self, db_path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL") -> None:
         self._db_path = os.fspath(db_path)
-        self._engine = open_write_engine(self._db_path)
+        self._engine = open_write_engine(self._db_path, synchronous=synchronous)
         self._local = threading.local()
 
     @property

@@ -27,6 +27,7 @@ Store effect of each command (the actor persists *before* acting on it):
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -318,9 +319,13 @@ class QueueState:
         self._coalesce = coalesce
         self._jobs: dict[int, _Job] = {}
         self._seq_by_key: dict[JobKey, int] = {}
-        # Running carriers (one per run in flight) and the lanes they hold.
+        # Every unfinished job of a lane, in sequence order (running ones first, as a prefix).
+        self._lanes: dict[str, list[int]] = {}
+        # Running carriers (one per run in flight), the lanes they hold and the jobs they cover.
         self._carriers: dict[int, _Job] = {}
+        self._members: dict[int, list[int]] = {}
         self._busy_lanes: set[str] = set()
+        self._running_jobs = 0
 
     # --- restart -----------------------------------------------------------------------------
 
@@ -366,8 +371,7 @@ class QueueState:
                 # Every allowed attempt has started already: never start another one.
                 commands.extend(state._give_up(job, GiveUpNow(event_reason=REASON_RETRY_EXHAUSTED)))
                 continue
-            state._jobs[job.seq] = job
-            state._seq_by_key[job.key] = job.seq
+            state._add(job)
         return state, commands
 
     # --- steps -------------------------------------------------------------------------------
@@ -385,9 +389,7 @@ class QueueState:
             return [AlreadyQueued(envelope.job_id, job_seq, existing)]
         if job_seq in self._jobs:
             raise QueueStateError(f"job_seq {job_seq!r} is already used by another queued job")
-        job = _Job(job_seq, envelope, "pending", 0, None, None)
-        self._jobs[job_seq] = job
-        self._seq_by_key[job.key] = job_seq
+        self._add(_Job(job_seq, envelope, "pending", 0, None, None))
         return []
 
     def next_dispatch(self, now: float) -> list[Command]:
@@ -458,7 +460,7 @@ class QueueState:
     @property
     def depth(self) -> int:
         """Jobs waiting to run (including those waiting for a retry); not counting in-flight ones."""
-        return sum(1 for j in self._jobs.values() if j.status == "pending")
+        return len(self._jobs) - self._running_jobs
 
     @property
     def in_flight(self) -> int:
@@ -482,7 +484,7 @@ class QueueState:
             "max_in_flight": self._max_in_flight,
             "capacity": dict(self._capacity),
             "max_attempts": self._policy.max_attempts,
-            "lanes": len({j.lane for j in self._jobs.values()}),
+            "lanes": len(self._lanes),
             "busy_lanes": len(self._busy_lanes),
             "jobs": [
                 {
@@ -502,17 +504,21 @@ class QueueState:
 
     # --- internals ---------------------------------------------------------------------------
 
+    def _add(self, job: _Job) -> None:
+        self._jobs[job.seq] = job
+        self._seq_by_key[job.key] = job.seq
+        lane = self._lanes.setdefault(job.lane, [])
+        if lane and lane[-1] > job.seq:  # only a restore or an out-of-order seq lands here
+            bisect.insort(lane, job.seq)
+        else:
+            lane.append(job.seq)
+
     def _lane_heads(self) -> list[_Job]:
         """The first waiting job of every lane with nothing running, in start priority order."""
-        heads: dict[str, _Job] = {}
-        for job in sorted(self._jobs.values(), key=lambda j: j.seq):
-            if job.status != "pending":
-                continue
-            lane = job.lane
-            if lane in self._busy_lanes or lane in heads:
-                continue
-            heads[lane] = job
-        return sorted(heads.values(), key=lambda j: (not j.interrupted, j.seq))
+        heads = [
+            self._jobs[seqs[0]] for lane, seqs in self._lanes.items() if seqs and lane not in self._busy_lanes
+        ]
+        return sorted(heads, key=lambda j: (not j.interrupted, j.seq))
 
     def _group_from(self, head: _Job) -> list[_Job]:
         """The head and, when coalescing applies, the waiting jobs right behind it in its lane."""
@@ -520,10 +526,8 @@ class QueueState:
         group = [head]
         if key is None:
             return group
-        lane = head.lane
-        for job in sorted(self._jobs.values(), key=lambda j: j.seq):
-            if job.seq <= head.seq or job.status != "pending" or job.lane != lane:
-                continue
+        for seq in self._lanes[head.lane][1:]:
+            job = self._jobs[seq]
             if _coalesce_key(job.envelope.payload) != key or len(group) >= MAX_COALESCED:
                 break
             group.append(job)
@@ -538,7 +542,9 @@ class QueueState:
             job.interrupted = False
             job.carrier = carrier.seq
         self._carriers[carrier.seq] = carrier
+        self._members[carrier.seq] = [job.seq for job in group]
         self._busy_lanes.add(carrier.lane)
+        self._running_jobs += len(group)
         members = tuple((job.seq, job.attempts) for job in group) if len(group) > 1 else ()
         return Dispatch(
             carrier.seq,
@@ -564,12 +570,11 @@ class QueueState:
         """End the run of ``carrier``: free its lane and slot; returns its members in seq order."""
         del self._carriers[carrier.seq]
         self._busy_lanes.discard(carrier.lane)
-        members = sorted(
-            (j for j in self._jobs.values() if j.status == "running" and j.carrier == carrier.seq),
-            key=lambda j: j.seq,
-        )
+        members = [self._jobs[seq] for seq in self._members.pop(carrier.seq)]
+        self._running_jobs -= len(members)
         for job in members:
             job.carrier = None
+            job.status = "pending"  # until the outcome removes it or schedules its retry
         return members
 
     def _fail_all(self, members: list[_Job], failure: JobFailed, now: float) -> list[Command]:
@@ -605,3 +610,7 @@ class QueueState:
     def _remove(self, job: _Job) -> None:
         del self._jobs[job.seq]
         del self._seq_by_key[job.key]
+        lane = self._lanes[job.lane]
+        lane.remove(job.seq)  # finished jobs are at the front of their lane: cheap
+        if not lane:
+            del self._lanes[job.lane]

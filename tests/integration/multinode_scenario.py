@@ -96,7 +96,9 @@ def memory_fingerprint(db_path: Path) -> dict[str, Any]:
             conn.execute("SELECT run_id, timestamp, content, relevance, source_refs_json FROM om_observation")
         )
         coverage = sorted(
-            conn.execute("SELECT run_id, source_start_seq, source_end_seq, part_index, part_count FROM om_coverage")
+            conn.execute(
+                "SELECT run_id, source_start_seq, source_end_seq, part_index, part_count FROM om_coverage"
+            )
         )
         reflections = sorted(conn.execute("SELECT run_id, content FROM om_reflection"))
         generations = sorted(conn.execute("SELECT run_id, status FROM om_memory_generation"))
