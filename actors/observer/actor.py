@@ -16,7 +16,7 @@ from actors.models.registry import model_for
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
-from persistence.events_reader import read_event_range
+from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
@@ -34,7 +34,7 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     ports = ObserverPorts(
         memory=MemoryReader(job.db_path),
         store=store,
-        read_events=partial(read_event_range, job.events_path),
+        read_events=partial(read_event_window, job.events_path),
         resolve_model=partial(model_for, settings),
         count_tokens=token_counter(settings.token_encoding).count,
         now_utc=utc_now,

@@ -156,3 +156,13 @@ def test_sqlite_errors_surface_as_storage_errors_without_values(store: Store, db
     with pytest.raises(StorageError) as raised:
         store.upsert_activity(activity)
     assert secret not in str(raised.value)
+
+
+def test_observe_start_is_pinned_by_the_first_attempt(store: Store) -> None:
+    assert store.pin_observe_start("job-a", "s1", 10, 40, "2026-07-23T10:00:00+00:00") == 10
+    # A retry whose own coverage start moved on still plans from the first attempt's start.
+    assert store.pin_observe_start("job-a", "s1", 25, 40, "2026-07-23T10:05:00+00:00") == 10
+    assert store.pin_observe_start("job-b", "s1", 41, 50, "2026-07-23T10:06:00+00:00") == 41
+    assert store.release_observe_start("job-a") is True
+    assert store.release_observe_start("job-a") is False
+    assert store.pin_observe_start("job-a", "s1", 41, 40, "2026-07-23T10:07:00+00:00") == 41
