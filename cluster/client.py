@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from pydantic import ValidationError
 
 import actors.read.service as read_service
 from actors.read.status_view import format_activity, fresh_activity
 from cluster.naming import RuntimeNames
 from persistence.queries import MemoryReader
-from protocol.errors import RuntimeNotRunningError
+from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.events import (
     AfterTurnCommit,
     BeforeCompactionContext,
@@ -86,22 +87,44 @@ class OmrayClient:
 
     # --- agent hooks ----------------------------------------------------------------------------
 
-    def after_turn_commit(self, ctx: AfterTurnCommit, *, events_path: str | Path | None = None) -> str | None:
+    def after_turn_commit(
+        self, ctx: AfterTurnCommit | Mapping[str, Any], *, events_path: str | Path | None = None
+    ) -> str | None:
         """Dispatch an observe job when the committed batch ends a turn (§7.1); returns its job id.
 
-        Never raises into the agent: a dispatch failure is logged (ids and error class only) and
-        the turn goes on; a later boundary catches coverage up.
+        Never raises into the agent. ``ctx`` may also be the JSON form of :class:`AfterTurnCommit` (a
+        mapping); anything else, or a mapping that does not validate, is rejected with
+        :class:`protocol.errors.InvalidPayloadError` internally: nothing is dispatched, ``None`` is
+        returned and the rejection is logged once per client and input type (class names only, never
+        values). A dispatch failure is logged (ids and error class only) and the turn goes on; a later
+        boundary catches coverage up.
         """
-        boundary = detect_terminal_boundary(ctx)
+        try:
+            context = _turn_commit_context(ctx)
+        except InvalidPayloadError as exc:
+            self._log_rejection_once(ctx, exc)
+            return None
+        boundary = detect_terminal_boundary(context)
         if boundary is None:
             return None
         try:
-            return self.observe(ctx.run_id, boundary.end_seq, boundary.status, events_path=events_path)
+            return self.observe(context.run_id, boundary.end_seq, boundary.status, events_path=events_path)
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
-                "observe dispatch failed", extra={"run_id": ctx.run_id, "error_class": type(exc).__name__}
+                "observe dispatch failed", extra={"run_id": context.run_id, "error_class": type(exc).__name__}
             )
             return None
+
+    def _log_rejection_once(self, ctx: object, exc: InvalidPayloadError) -> None:
+        kind = type(ctx).__name__
+        rejected: set[str] = self.__dict__.setdefault("_rejected_turn_inputs", set())
+        if kind in rejected:
+            return
+        rejected.add(kind)
+        logger.warning(
+            "after_turn_commit input rejected",
+            extra={"input_type": kind, "error_class": type(exc).__name__},
+        )
 
     def observe(
         self,
@@ -296,6 +319,19 @@ class OmrayClient:
         moment = now or datetime.now(UTC)
         views = (_activity_view(record, moment) for record in MemoryReader(self.db_path).all_activity())
         return [view for view in views if view is not None]
+
+
+def _turn_commit_context(ctx: object) -> AfterTurnCommit:
+    """``ctx`` as an :class:`AfterTurnCommit`; :class:`InvalidPayloadError` (no values in it) otherwise."""
+    if isinstance(ctx, AfterTurnCommit):
+        return ctx
+    if not isinstance(ctx, Mapping):
+        raise InvalidPayloadError(f"after_turn_commit needs an AfterTurnCommit, got {type(ctx).__name__}")
+    try:
+        return AfterTurnCommit.model_validate(dict(ctx))
+    except ValidationError as error:
+        fields = sorted({".".join(str(p) for p in item["loc"]) for item in error.errors()})
+        raise InvalidPayloadError(f"after_turn_commit context has invalid fields {fields!r}") from None
 
 
 def _activity_view(record: ActivityRecord, now: datetime) -> dict[str, Any] | None:
