@@ -60,8 +60,10 @@ def default_events_path(cwd: str | Path, session_id: str) -> Path:
 class OmrayClient:
     """Typed access to one omray runtime.
 
-    ``settings`` is the ``observational_memory`` block (as in a Hatfield settings file); it is
-    validated here and travels with every job, so workers in any process use the same settings.
+    ``settings`` is the ``observational_memory`` block (as in a Hatfield settings file), validated
+    here. ``settings_file`` is the file it was read from, if any: jobs then name that file and
+    workers read it when each job runs (a changed model applies to queued and retried jobs). Without
+    a file, the block itself travels with every job.
     """
 
     def __init__(
@@ -69,8 +71,10 @@ class OmrayClient:
         names: RuntimeNames | None = None,
         settings: Mapping[str, Any] | None = None,
         cwd: str | Path | None = None,
+        settings_file: str | Path | None = None,
     ) -> None:
         self.names = names or RuntimeNames()
+        self.settings_file = str(Path(settings_file).resolve()) if settings_file is not None else None
         self.settings_block: dict[str, Any] = dict(settings or {})
         self.settings: OmSettings = settings_from_mapping(self.settings_block)
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
@@ -143,7 +147,8 @@ class OmrayClient:
             observer_schema_version=self.settings.observer_schema_version,
             db_path=str(self.db_path.resolve()),
             events_path=str(Path(events_path or self.events_path(session_id)).resolve()),
-            settings=self.settings_block,
+            settings_file=self.settings_file,
+            settings={} if self.settings_file else self.settings_block,
         )
         job_id = observe_job_id(
             session_id, end_seq, status, self.settings.renderer_version, self.settings.observer_schema_version
@@ -361,13 +366,16 @@ def connect(
 ) -> OmrayClient:
     """Connect to a running omray runtime and return its client.
 
-    ``settings`` defaults to the file found by ``persistence.settings_file.find_settings_file``.
+    ``settings`` defaults to the file found by ``persistence.settings_file.find_settings_file``;
+    jobs then name that file, and workers read it when each job runs.
     """
+    settings_file: Path | None = None
     if settings is None:
-        from persistence.settings_file import load_settings_block
+        from persistence.settings_file import find_settings_file, load_settings_block
 
-        settings = load_settings_block(cwd=cwd)
+        settings_file = find_settings_file(Path(cwd) if cwd is not None else Path.cwd())
+        settings = load_settings_block(settings_file, cwd=cwd)
     init_ray(address)
-    client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=cwd)
+    client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=cwd, settings_file=settings_file)
     client.queue_handle()  # fail fast with RuntimeNotRunningError
     return client

@@ -18,6 +18,7 @@ from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
+from persistence.settings_file import job_settings_block
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
 from protocol.settings import settings_from_mapping
@@ -28,7 +29,8 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     job = envelope.payload
     if not isinstance(job, ObserveBoundaryJob):
         raise InvalidPayloadError(f"job {envelope.job_id!r} is not an observe_boundary job")
-    settings = settings_from_mapping(job.settings)
+    block = job_settings_block(job.settings_file, job.settings)  # current settings, not a snapshot
+    settings = settings_from_mapping(block)
     store = context.store_for(job.db_path)
     store.ping()  # creates and migrates the database before the first read
     ports = ObserverPorts(
@@ -43,7 +45,7 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     )
     result = observe_through(job, envelope.job_id, settings, ports).as_dict()
     # After success only (§7.2 step 4): index what was just committed.
-    schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, job.settings)
+    schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block)
     return result
 
 

@@ -351,6 +351,8 @@ def maybe_dispatch_reflect(job: ObserveBoundaryJob, settings: OmSettings, ports:
     if payload is None:
         return None
     reflect = payload.to_job(job.db_path)
-    reflect = ReflectGenerationJob.model_validate({**reflect.model_dump(), "settings": job.settings})
+    # The reflect job reads its settings where this job does, when it runs (never a snapshot).
+    source = {"settings_file": job.settings_file, "settings": job.settings}
+    reflect = ReflectGenerationJob.model_validate({**reflect.model_dump(), **source})
     envelope = JobEnvelope(job_id=reflect.generation_id, correlation_id=job.run_id, payload=reflect)
     return ports.dispatch(envelope)
