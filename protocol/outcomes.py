@@ -9,9 +9,18 @@ safe to persist, log and show (DESIGN.md invariant 8).
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    TypeAdapter,
+    model_serializer,
+)
 
 _REASON_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 
@@ -124,7 +133,15 @@ class JobFailedEvent(_Outcome):
     attempts: int = Field(ge=1)
     """Attempts made in total."""
     events_location: EventsLocation | None = None
-    """Where the corrupt events line is, when the last failure was ``events_file_corrupt``."""
+    """Where the corrupt events line is, when the last failure was ``events_file_corrupt`` (only then is
+    the key in the payload, so other events keep exactly the reference's keys)."""
+
+    @model_serializer(mode="wrap")
+    def _reference_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("events_location") is None:
+            data.pop("events_location", None)
+        return data
 
     @classmethod
     def for_job(

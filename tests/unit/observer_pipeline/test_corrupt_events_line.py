@@ -9,7 +9,7 @@ from actors.observer.actor import ObserverActor
 from bench.sample_session import demo_session, event_line
 from persistence.queries import MemoryReader
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
-from protocol.outcomes import JobFailed, JobFailedEvent, JobSucceeded
+from protocol.outcomes import EventsLocation, JobFailed, JobFailedEvent, JobSucceeded
 from tests.unit.observer_pipeline.test_settings_at_run_time import FakeContext
 
 SESSION = "s-corrupt"
@@ -67,3 +67,16 @@ def test_corrupt_line_after_the_range_fails_only_the_job_that_needs_it(tmp_path:
         events_location=location,
     )
     assert event.events_location == location and "secret" not in event.model_dump_json()
+
+
+def test_job_failed_event_carries_the_location_key_only_when_there_is_one() -> None:
+    plain = JobFailedEvent.for_job(
+        job_id="j", handler_id="h", attempts=4, event_reason="retry_exhausted", last_failure="conflict"
+    )
+    assert "events_location" not in plain.model_dump() and "events_location" not in plain.model_dump_json()
+    located = plain.model_copy(
+        update={"events_location": EventsLocation(path="/p/events.jsonl", line_no=3, seq=None, after_seq=2)}
+    )
+    dumped = located.model_dump()
+    assert dumped["events_location"] == {"path": "/p/events.jsonl", "line_no": 3, "seq": None, "after_seq": 2}
+    assert JobFailedEvent.model_validate(dumped) == located
