@@ -1,9 +1,10 @@
 """ObserverActor: the thin shell that runs ``observe_boundary`` jobs (reference §7.2–§7.8).
 
-The handler builds the pipeline's ports from the job payload (database path, events path,
-settings snapshot) and the worker's context (the StoreActor of the database, the queue), then runs
-the orchestration in :mod:`actors.observer.pipeline`. It raises on failure; the shell
-(:class:`actors.worker.WorkerActor`) turns that into a failure value.
+The handler builds the pipeline's ports from the job payload (database path, events path, and the
+settings, read when the job runs from the file the job names) and the worker's context (the
+StoreActor of the database, the queue), then runs the orchestration in
+:mod:`actors.observer.pipeline`. It raises on failure; the shell (:class:`actors.worker.WorkerActor`)
+turns that into a failure value.
 """
 
 from __future__ import annotations
