@@ -317,15 +317,17 @@ Index("idx_omray_runtime_event_run_seq", omray_runtime_event.c.run_id, omray_run
 omray_observe_start = Table(
     "omray_observe_start",
     metadata,
-    Column("job_id", Text, primary_key=True, nullable=False),
+    Column("plan_key", Text, primary_key=True, nullable=False),
     Column("run_id", Text, nullable=False),
+    Column("job_id", Text, nullable=False),
     Column("start_seq", Integer, nullable=False),
     Column("terminal_end_seq", Integer, nullable=False),
     Column("pinned_at", Text, nullable=False),
     CheckConstraint("start_seq >= 1"),
 )
-"""The first seq an observe job planned from, pinned by its first attempt: a retry plans the same parts
-from the same memory, so the result does not depend on when a crash happened."""
+"""The first seq a session's observe plan started from (one row per session and versions while a plan
+is unfinished), pinned by the first attempt: a retry, or the job a retry was coalesced into, plans the
+same parts from the same memory, so the result does not depend on when a crash happened."""
 
 PHP_TABLES: tuple[Table, ...] = (
     om_observation,

@@ -371,32 +371,33 @@ class Store:
     # --- observe plans ---------------------------------------------------------------------------
 
     def pin_observe_start(
-        self, job_id: str, run_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
+        self, plan_key: str, run_id: str, job_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
     ) -> int:
-        """The seq observe job ``job_id`` plans from: ``start_seq`` on its first attempt, then what that
-        attempt pinned (a retry replays the same plan whatever its own coverage start)."""
+        """The seq the unfinished observe plan ``plan_key`` starts from: ``start_seq`` when none is pinned,
+        else what the first attempt pinned (a retry replays the same plan whatever its coverage start)."""
         table = schema.omray_observe_start
         with self.atomic():
             conn = self._conn()
             conn.execute(
                 sqlite_insert(table)
                 .values(
-                    job_id=job_id,
+                    plan_key=plan_key,
                     run_id=run_id,
+                    job_id=job_id,
                     start_seq=start_seq,
                     terminal_end_seq=terminal_end_seq,
                     pinned_at=pinned_at,
                 )
-                .on_conflict_do_nothing(index_elements=[table.c.job_id])
+                .on_conflict_do_nothing(index_elements=[table.c.plan_key])
             )
-            pinned = conn.execute(select(table.c.start_seq).where(table.c.job_id == job_id)).scalar_one()
+            pinned = conn.execute(select(table.c.start_seq).where(table.c.plan_key == plan_key)).scalar_one()
         return int(pinned)
 
-    def release_observe_start(self, job_id: str) -> bool:
-        """Forget the pinned start of a finished observe job; True when a row was deleted."""
+    def release_observe_start(self, plan_key: str) -> bool:
+        """Forget the pinned start of a finished observe plan; True when a row was deleted."""
         table = schema.omray_observe_start
         with self.atomic():
-            result = self._conn().execute(table.delete().where(table.c.job_id == job_id))
+            result = self._conn().execute(table.delete().where(table.c.plan_key == plan_key))
             return result.rowcount == 1
 
     # --- generations (reference §9.3, §9.4, §9.8) ------------------------------------------------

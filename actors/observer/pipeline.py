@@ -5,12 +5,12 @@ clocks), so it runs the same inside the ObserverActor and in unit tests. Each ch
 observations and coverage row in one transaction; parts already committed are skipped without a
 model call, so a redelivered job never duplicates anything and resumes where it stopped.
 
-Replay is deterministic: the first attempt pins the seq it plans from (``Store.pin_observe_start``),
-and every attempt plans from that seq with the memory as it was then (observations that end before
-it), so a retry after a crash sends the same remaining parts with the same memory as an uninterrupted
-run would. Coverage never claims what was not read: when the events file does not reach the terminal
-seq yet (a half-written last line, a terminal seq beyond the file), the job fails before any model
-call and the queue retries it.
+Replay is deterministic: the first attempt pins the seq it plans from (``Store.pin_observe_start``,
+one pin per session and versions until a job finishes), and every attempt plans from that seq with
+the memory as it was then (observations that end before it), so a retry after a crash sends the same
+remaining parts with the same memory as an uninterrupted run would. Coverage never claims what was
+not read: when the events file does not reach the terminal seq yet (a half-written last line, a
+terminal seq beyond the file), the job fails before any model call and the queue retries it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from actors.observer.blocks import build_source_blocks, empty_source_block
 from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
 from actors.observer.tool import RecordObservationsHandler
 from actors.reflector.core import CandidatePool, threshold_check
-from protocol.canonical import canonical_json
+from protocol.canonical import canonical_json, sha256_hex
 from protocol.errors import ConflictError, OmrayError
 from protocol.events import EventWindow
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob
@@ -71,9 +71,9 @@ class StorePort(Protocol):
     def upsert_activity(self, activity: ActivityRecord) -> None: ...
     def clear_activity(self, run_id: str, job_id: str) -> bool: ...
     def pin_observe_start(
-        self, job_id: str, run_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
+        self, plan_key: str, run_id: str, job_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
     ) -> int: ...
-    def release_observe_start(self, job_id: str) -> bool: ...
+    def release_observe_start(self, plan_key: str) -> bool: ...
 
 
 @dataclass
@@ -209,10 +209,18 @@ def _replayable(parts: Sequence[ChunkPart], ports: ObserverPorts, covered: int) 
     return end == covered
 
 
+def observe_plan_key(job: ObserveBoundaryJob) -> str:
+    """One unfinished observe plan per session and versions: a session's observe jobs run one at a time
+    (FIFO lane), and a retry may be coalesced into a later boundary's job with another job id."""
+    return sha256_hex(
+        canonical_json(["observe-plan", job.run_id, job.renderer_version, job.observer_schema_version])
+    )
+
+
 def _pinned_start(job: ObserveBoundaryJob, job_id: str, ports: ObserverPorts, start: int) -> int:
-    if not job_id:
-        return start
-    pinned = ports.store.pin_observe_start(job_id, job.run_id, start, job.terminal_end_seq, ports.now_utc())
+    pinned = ports.store.pin_observe_start(
+        observe_plan_key(job), job.run_id, job_id, start, job.terminal_end_seq, ports.now_utc()
+    )
     return min(pinned, start)
 
 
@@ -255,8 +263,7 @@ def observe_through(
     try:
         result = _observe(job, job_id, settings, ports)
         result.reflect_job_id = maybe_dispatch_reflect(job, settings, ports)
-        if job_id:
-            ports.store.release_observe_start(job_id)
+        ports.store.release_observe_start(observe_plan_key(job))
         return result
     finally:
         if job_id:
