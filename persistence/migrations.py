@@ -231,6 +231,11 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
             "WHERE state IN ('pending', 'running')",
         ),
     ),
+    Migration(
+        "omray_005_observe_start",
+        "Where each observe job started planning, so a retried job replays the same plan",
+        _ddl([schema.omray_observe_start]),
+    ),
 )
 """omray's own additive migrations, in order."""
 

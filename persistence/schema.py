@@ -314,6 +314,21 @@ omray_runtime_event = Table(
 )
 Index("idx_omray_runtime_event_run_seq", omray_runtime_event.c.run_id, omray_runtime_event.c.event_seq)
 
+omray_observe_start = Table(
+    "omray_observe_start",
+    metadata,
+    Column("plan_key", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("job_id", Text, nullable=False),
+    Column("start_seq", Integer, nullable=False),
+    Column("terminal_end_seq", Integer, nullable=False),
+    Column("pinned_at", Text, nullable=False),
+    CheckConstraint("start_seq >= 1"),
+)
+"""The first seq a session's observe plan started from (one row per session and versions while a plan
+is unfinished), pinned by the first attempt: a retry, or the job a retry was coalesced into, plans the
+same parts from the same memory, so the result does not depend on when a crash happened."""
+
 PHP_TABLES: tuple[Table, ...] = (
     om_observation,
     om_coverage,

@@ -368,6 +368,38 @@ class Store:
             )
             return result.rowcount == 1
 
+    # --- observe plans ---------------------------------------------------------------------------
+
+    def pin_observe_start(
+        self, plan_key: str, run_id: str, job_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
+    ) -> int:
+        """The seq the unfinished observe plan ``plan_key`` starts from: ``start_seq`` when none is pinned,
+        else what the first attempt pinned (a retry replays the same plan whatever its coverage start)."""
+        table = schema.omray_observe_start
+        with self.atomic():
+            conn = self._conn()
+            conn.execute(
+                sqlite_insert(table)
+                .values(
+                    plan_key=plan_key,
+                    run_id=run_id,
+                    job_id=job_id,
+                    start_seq=start_seq,
+                    terminal_end_seq=terminal_end_seq,
+                    pinned_at=pinned_at,
+                )
+                .on_conflict_do_nothing(index_elements=[table.c.plan_key])
+            )
+            pinned = conn.execute(select(table.c.start_seq).where(table.c.plan_key == plan_key)).scalar_one()
+        return int(pinned)
+
+    def release_observe_start(self, plan_key: str) -> bool:
+        """Forget the pinned start of a finished observe plan; True when a row was deleted."""
+        table = schema.omray_observe_start
+        with self.atomic():
+            result = self._conn().execute(table.delete().where(table.c.plan_key == plan_key))
+            return result.rowcount == 1
+
     # --- generations (reference §9.3, §9.4, §9.8) ------------------------------------------------
 
     def claim_generation(
