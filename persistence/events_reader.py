@@ -77,6 +77,8 @@ def _parse_line(raw: bytes, path: Path, line_no: int, complete: bool) -> Session
         if not complete:
             return _PARTIAL
         raise EventsFileError(str(path), line_no, f"invalid JSON ({type(exc).__name__})") from None
+    except RecursionError:
+        raise EventsFileError(str(path), line_no, "JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise EventsFileError(str(path), line_no, "not a JSON object")
     version = data.get("schema_version")

@@ -23,8 +23,9 @@ tool's; checksums are recorded for the record and never verified.
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -280,3 +281,27 @@ def migrate(engine: Engine) -> None:
 def all_migrations() -> tuple[Migration, ...]:
     """Every migration omray knows, PHP versions first."""
     return (*PHP_MIGRATIONS, *OMRAY_MIGRATIONS)
+
+
+_CREATE_TABLE = re.compile(r"^CREATE (?:VIRTUAL )?TABLE IF NOT EXISTS (\w+)", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1)
+def _tables_by_version() -> dict[str, frozenset[str]]:
+    return {
+        migration.version: frozenset(
+            match.group(1) for statement in migration.statements if (match := _CREATE_TABLE.match(statement))
+        )
+        for migration in all_migrations()
+    }
+
+
+def tables_created_by(versions: Iterable[str]) -> frozenset[str]:
+    """The tables the given applied versions created (unknown versions create none)."""
+    by_version = _tables_by_version()
+    return frozenset(name for version in versions for name in by_version.get(version, ()))
+
+
+def known_tables() -> frozenset[str]:
+    """Every table a migration creates, plus ``om_schema_version``."""
+    return tables_created_by(_tables_by_version()) | {schema.om_schema_version.name}
