@@ -520,28 +520,38 @@ def _safe_scalar(value: object) -> object:
     return value
 
 
+MAX_ANSWER_DEPTH: Final[int] = 200
+"""Deepest nesting :func:`json_safe` copies; any JSON encoder (and a model) can take this much."""
+
+TOO_DEEP_TEXT: Final[str] = f"[nested deeper than {MAX_ANSWER_DEPTH} levels]"
+"""What stands in for a value nested deeper than :data:`MAX_ANSWER_DEPTH`."""
+
+
 def json_safe(value: object) -> object:
     """A copy of ``value`` that ``json.dumps(..., allow_nan=False)`` and UTF-8 always accept.
 
     NaN and the infinities (which Python's JSON reader accepts in events files) become the strings
-    ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; lone surrogates in strings and keys become U+FFFD.
-    Iterative, so any nesting the JSON reader produced is copied without recursion.
+    ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; lone surrogates in strings and keys become U+FFFD;
+    a container nested deeper than :data:`MAX_ANSWER_DEPTH` becomes :data:`TOO_DEEP_TEXT`, so no
+    encoder in the caller's stack can hit its recursion limit. Iterative: no recursion here either.
     """
     root: list[Any] = [None]
-    pending: list[tuple[object, Any, Any]] = [(value, root, 0)]
+    pending: list[tuple[object, Any, Any, int]] = [(value, root, 0, 0)]
     while pending:
-        source, target, slot = pending.pop()
-        if isinstance(source, Mapping):
+        source, target, slot, depth = pending.pop()
+        if isinstance(source, Mapping | list | tuple) and depth >= MAX_ANSWER_DEPTH:
+            target[slot] = TOO_DEEP_TEXT
+        elif isinstance(source, Mapping):
             copied: dict[object, object] = {}
             target[slot] = copied
             for key, item in source.items():
                 safe_key = _safe_scalar(key)
                 copied[safe_key] = None
-                pending.append((item, copied, safe_key))
+                pending.append((item, copied, safe_key, depth + 1))
         elif isinstance(source, list | tuple):
             items: list[object] = [None] * len(source)
             target[slot] = items
-            pending.extend((item, items, index) for index, item in enumerate(source))
+            pending.extend((item, items, index, depth + 1) for index, item in enumerate(source))
         else:
             target[slot] = _safe_scalar(source)
     return root[0]

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import actors.read.service as read_service
 from actors.read.interrupt import CancelToken, ToolInterrupt
-from actors.read.search import json_safe
+from actors.read.search import MAX_ANSWER_DEPTH, TOO_DEEP_TEXT, json_safe
 from actors.read.service import before_compaction, call_tool, memory_search, memory_status, recall
 from cluster.memory_cli import memory_app
 from persistence.store import Store
@@ -166,13 +166,31 @@ def test_recall_is_always_strict_json(
 
 def test_json_safe_copies_deep_values_without_recursion() -> None:
     value: object = float("nan")
-    for _ in range(5_000):
+    for _ in range(MAX_ANSWER_DEPTH):
         value = [value]
     safe = json_safe(value)
-    for _ in range(5_000):
+    for _ in range(MAX_ANSWER_DEPTH):
         assert isinstance(safe, list)
         safe = safe[0]
     assert safe == "NaN"
+    deeper = json_safe({"a": value})  # one level more: the innermost list no longer fits
+    assert isinstance(deeper, dict)
+    inner = deeper["a"]
+    for _ in range(MAX_ANSWER_DEPTH - 1):
+        assert isinstance(inner, list)
+        inner = inner[0]
+    assert inner == TOO_DEEP_TEXT
+
+
+def test_recall_of_a_deep_but_readable_payload_prints_from_the_cli(
+    memory: Store, events_file: Path, tmp_path: Path
+) -> None:
+    events_file.write_text(_event_line(1, '{"v": ' + "[" * 900 + "]" * 900 + "}"), encoding="utf-8")
+    result = _recall(memory, events_file)
+    json.dumps(result, allow_nan=False)
+    cli = _cli_recall(memory, tmp_path)
+    assert cli.exit_code == 0  # type: ignore[attr-defined]
+    assert TOO_DEEP_TEXT in cli.stdout  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------ D8
