@@ -284,24 +284,28 @@ def all_migrations() -> tuple[Migration, ...]:
 
 
 _CREATE_TABLE = re.compile(r"^CREATE (?:VIRTUAL )?TABLE IF NOT EXISTS (\w+)", re.IGNORECASE)
+_DROP_TABLE = re.compile(r"^DROP TABLE (?:IF EXISTS )?(\w+)", re.IGNORECASE)
 
 
-@functools.lru_cache(maxsize=1)
-def _tables_by_version() -> dict[str, frozenset[str]]:
-    return {
-        migration.version: frozenset(
-            match.group(1) for statement in migration.statements if (match := _CREATE_TABLE.match(statement))
-        )
-        for migration in all_migrations()
-    }
+def _table_changes(migration: Migration) -> tuple[frozenset[str], frozenset[str]]:
+    """``(created, dropped)`` table names of one migration's statements."""
+    created = {m.group(1) for statement in migration.statements if (m := _CREATE_TABLE.match(statement))}
+    dropped = {m.group(1) for statement in migration.statements if (m := _DROP_TABLE.match(statement))}
+    return frozenset(created), frozenset(dropped)
 
 
 def tables_created_by(versions: Iterable[str]) -> frozenset[str]:
-    """The tables the given applied versions created (unknown versions create none)."""
-    by_version = _tables_by_version()
-    return frozenset(name for version in versions for name in by_version.get(version, ()))
+    """The tables that must exist once the given versions are applied (created, not dropped later)."""
+    applied = set(versions)
+    tables: set[str] = set()
+    for migration in all_migrations():
+        if migration.version in applied:
+            created, dropped = _table_changes(migration)
+            tables = (tables | created) - dropped
+    return frozenset(tables)
 
 
+@functools.lru_cache(maxsize=1)
 def known_tables() -> frozenset[str]:
-    """Every table a migration creates, plus ``om_schema_version``."""
-    return tables_created_by(_tables_by_version()) | {schema.om_schema_version.name}
+    """Every table the full migration plan leaves, plus ``om_schema_version``."""
+    return tables_created_by(m.version for m in all_migrations()) | {schema.om_schema_version.name}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from persistence import migrations
 from persistence.queries import MemoryReader
 from persistence.store import Store
 from protocol.errors import StorageError
@@ -94,3 +95,14 @@ def test_reader_on_a_missing_file_is_still_empty(tmp_path: Path) -> None:
     reader = MemoryReader(tmp_path / "never" / "om.sqlite")
     assert reader.memory_counts("s1").recorded_observations == 0
     assert not (tmp_path / "never").exists()
+
+
+def test_tables_expected_follow_the_applied_migrations(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = (
+        migrations.Migration("a", "create", ("CREATE TABLE IF NOT EXISTS t1 (x)",)),
+        migrations.Migration("b", "swap", ("DROP TABLE IF EXISTS t1", "CREATE TABLE IF NOT EXISTS t2 (x)")),
+    )
+    monkeypatch.setattr(migrations, "all_migrations", lambda: plan)
+    assert migrations.tables_created_by(["a"]) == {"t1"}
+    assert migrations.tables_created_by(["a", "b"]) == {"t2"}  # a later drop is not damage
+    assert migrations.tables_created_by([]) == set()
