@@ -20,6 +20,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from actors.models.tokens import token_counter
+from actors.read.search import json_safe
 from actors.read.service import memory_search, memory_status, memory_view, project, recall
 from persistence.settings_file import load_settings
 from protocol.errors import OmrayError
@@ -56,7 +57,9 @@ def _fail(message: str) -> NoReturn:
 
 
 def _print_json(value: object) -> None:
-    typer.echo(json.dumps(value, ensure_ascii=False, indent=2))
+    # json_safe: NaN/Infinity and lone surrogates from event payloads must not make invalid JSON
+    # or crash the terminal's UTF-8 encoder.
+    typer.echo(json.dumps(json_safe(value), ensure_ascii=False, indent=2, allow_nan=False))
 
 
 def _show(text: str, data: object, as_json: bool) -> None:

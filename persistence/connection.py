@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from persistence.migrations import migrate
@@ -120,12 +121,31 @@ OS page cache) and may lose the last commits only on a power loss or OS crash, n
 the file. omray uses ``NORMAL`` for its own job queue only (see ``docs/operations.md``)."""
 
 
+def _open_failure(path: Path, exc: BaseException) -> StorageError:
+    """A clear error for a file that cannot be opened for writing; SQLite's own text says why."""
+    original = getattr(exc, "orig", None) or exc
+    if isinstance(original, sqlite3.Error | OSError):
+        reason = str(original) or type(original).__name__
+    else:
+        reason = type(original).__name__
+    return StorageError(f"cannot open memory database {str(path)!r} for writing: {reason}")
+
+
 def open_write_engine(db_path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL") -> Engine:
-    """Engine of the single writer of ``db_path``: creates dir/file as needed and migrates."""
+    """Engine of the single writer of ``db_path``: creates dir/file as needed and migrates.
+
+    Every failure is a :class:`StorageError` naming the file and why (a directory in its place,
+    a file that is not SQLite, no permission), never a raw driver error.
+    """
     path = Path(db_path).absolute()
     _ensure_directory(path.parent)
     _create_file(path)
-    _restrict_file_modes(path)
+    if not path.is_file():
+        raise StorageError(f"cannot open memory database {str(path)!r} for writing: it is not a regular file")
+    try:
+        _restrict_file_modes(path)
+    except OSError as exc:
+        raise _open_failure(path, exc) from exc
 
     def connect() -> sqlite3.Connection:
         return sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
@@ -150,24 +170,44 @@ def open_write_engine(db_path: str | os.PathLike[str], *, synchronous: Synchrono
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    migrate(engine)
+    try:
+        migrate(engine)
+    except StorageError:
+        engine.dispose()
+        raise
+    except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+        engine.dispose()
+        raise _open_failure(path, exc) from exc
     return engine
 
 
-def open_read_engine(db_path: str | os.PathLike[str]) -> Engine:
-    """Read-only engine on ``db_path``; raises :class:`DatabaseMissingError` if the file is absent."""
-    path = Path(db_path).absolute()
-    if not path.is_file():
+def _check_readable_file(path: Path) -> None:
+    """Missing -> :class:`DatabaseMissingError` ("no memory yet"); present but not a file -> damage."""
+    if path.is_file():
+        return
+    if not path.exists():
         raise DatabaseMissingError(f"memory database {str(path)!r} does not exist")
+    raise StorageError(f"memory database {str(path)!r} is not a regular file")
+
+
+def open_read_engine(db_path: str | os.PathLike[str]) -> Engine:
+    """Read-only engine on ``db_path``.
+
+    Raises :class:`DatabaseMissingError` if nothing is at that path (never created: no memory yet)
+    and :class:`StorageError` if something that is not a file is (a damaged store).
+    """
+    path = Path(db_path).absolute()
+    _check_readable_file(path)
     uri = f"{path.as_uri()}?mode=ro"
 
     def connect() -> sqlite3.Connection:
         try:
             return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
         except sqlite3.OperationalError as exc:
-            if not path.is_file():
-                raise DatabaseMissingError(f"memory database {str(path)!r} does not exist") from exc
-            raise
+            _check_readable_file(path)
+            raise StorageError(
+                f"memory database {str(path)!r} cannot be opened ({type(exc).__name__})"
+            ) from exc
 
     engine = create_engine("sqlite://", creator=connect, poolclass=NullPool, hide_parameters=True)
 

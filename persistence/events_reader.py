@@ -178,7 +178,7 @@ def _parse_line(
             return _PARTIAL
         raise corrupt(f"invalid JSON ({type(exc).__name__})") from None
     except RecursionError:
-        raise corrupt("invalid JSON (nested too deeply)") from None
+        raise corrupt("JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise corrupt("not a JSON object")
     raw_seq = data.get("seq")

@@ -23,8 +23,9 @@ tool's; checksums are recorded for the record and never verified.
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -315,3 +316,31 @@ def migrate(engine: Engine) -> None:
 def all_migrations() -> tuple[Migration, ...]:
     """Every migration omray knows, PHP versions first."""
     return (*PHP_MIGRATIONS, *OMRAY_MIGRATIONS)
+
+
+_CREATE_TABLE = re.compile(r"^CREATE (?:VIRTUAL )?TABLE IF NOT EXISTS (\w+)", re.IGNORECASE)
+_DROP_TABLE = re.compile(r"^DROP TABLE (?:IF EXISTS )?(\w+)", re.IGNORECASE)
+
+
+def _table_changes(migration: Migration) -> tuple[frozenset[str], frozenset[str]]:
+    """``(created, dropped)`` table names of one migration's statements."""
+    created = {m.group(1) for statement in migration.statements if (m := _CREATE_TABLE.match(statement))}
+    dropped = {m.group(1) for statement in migration.statements if (m := _DROP_TABLE.match(statement))}
+    return frozenset(created), frozenset(dropped)
+
+
+def tables_created_by(versions: Iterable[str]) -> frozenset[str]:
+    """The tables that must exist once the given versions are applied (created, not dropped later)."""
+    applied = set(versions)
+    tables: set[str] = set()
+    for migration in all_migrations():
+        if migration.version in applied:
+            created, dropped = _table_changes(migration)
+            tables = (tables | created) - dropped
+    return frozenset(tables)
+
+
+@functools.lru_cache(maxsize=1)
+def known_tables() -> frozenset[str]:
+    """Every table the full migration plan leaves, plus ``om_schema_version``."""
+    return tables_created_by(m.version for m in all_migrations()) | {schema.om_schema_version.name}

@@ -3,7 +3,8 @@
 ``MemoryReader`` opens one read-only connection per call (any process, concurrently with the
 writer thanks to WAL) and runs each call in one read transaction, so it sees one consistent
 snapshot. A missing file, or a file whose tables do not exist yet, is "no memory yet": every
-method returns its empty answer and nothing is ever created.
+method returns its empty answer and nothing is ever created. A damaged store (the path is a
+directory, a table its recorded migrations created is gone) raises ``StorageError`` instead.
 
 The module-level ``select_*`` helpers take a SQLAlchemy ``Connection`` and are shared with
 ``persistence.store``; they are internal to the ``persistence`` package.
@@ -24,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from persistence import schema
 from persistence.connection import DatabaseMissingError, open_read_engine
+from persistence.migrations import known_tables, tables_created_by
 from protocol.errors import StorageError
 from protocol.identities import normalize_source_refs, observation_set_hash
 from protocol.records import (
@@ -254,11 +256,33 @@ def _empty_candidate_set(run_id: str) -> ActiveCandidateSet:
     )
 
 
+def _check_not_damaged(conn: Connection, present: set[str], db_path: str) -> None:
+    """Raise :class:`StorageError` when a table the recorded migrations created is gone.
+
+    "Not created yet" (no tables, or a writer between migration steps) reads as empty memory; a
+    dropped table must not, or a damaged store would answer "no memory" instead of failing.
+    Costs one query only when some known table is absent.
+    """
+    missing = known_tables() - present
+    if not missing or not present:
+        return
+    version_table = schema.om_schema_version.name
+    if version_table not in present:
+        if present & known_tables():
+            raise StorageError(f"{db_path!r} is damaged: table {version_table!r} is missing")
+        return
+    applied = conn.execute(select(schema.om_schema_version.c.version)).scalars()
+    lost = sorted(tables_created_by(applied) - present)
+    if lost:
+        raise StorageError(f"{db_path!r} is damaged: table {lost[0]!r} is missing")
+
+
 class MemoryReader:
     """Read-only view of one memory database, usable from any process.
 
     Guarantees: never creates, migrates or writes the file; one read-only connection and one
-    consistent snapshot per call; a missing file or missing tables give the empty answer.
+    consistent snapshot per call; a missing file or tables not created yet give the empty
+    answer; a damaged store raises :class:`StorageError`.
     """
 
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
@@ -278,6 +302,7 @@ class MemoryReader:
                 present = set(
                     conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()
                 )
+                _check_not_damaged(conn, present, self._db_path)
                 if not set(tables) <= present:
                     return empty
                 return query(conn)
@@ -286,6 +311,8 @@ class MemoryReader:
         except SQLAlchemyError as exc:
             if isinstance(exc.__cause__, DatabaseMissingError):
                 return empty
+            if isinstance(exc.__cause__, StorageError):
+                raise exc.__cause__ from exc
             raise StorageError(f"reading {self._db_path!r} failed ({type(exc).__name__})") from exc
         except (ValidationError, ValueError) as exc:
             raise StorageError(f"{self._db_path!r} holds a row omray cannot decode") from exc

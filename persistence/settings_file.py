@@ -3,6 +3,11 @@
 Accepts a whole Hatfield ``.hatfield/settings.yaml`` (the ``observational_memory`` block under
 ``extensions.settings`` is used as-is), a file with a top-level ``observational_memory:`` key, or
 a file holding just the block. Validation lives in :mod:`protocol.settings`; this module only reads.
+
+Reading is defensive: at most :data:`MAX_SETTINGS_BYTES` are read (``OMRAY_SETTINGS=/dev/zero``
+is an error, not an endless read), the text must be UTF-8, a key may appear only once per mapping
+and nesting too deep for the parser is an error. Every failure is a :class:`SettingsError` naming
+the file (and the line when there is one), never its content.
 """
 
 from __future__ import annotations
@@ -23,20 +28,75 @@ SETTINGS_ENV = "OMRAY_SETTINGS"
 DEFAULT_SETTINGS_FILES = ("omray.yaml", ".hatfield/settings.yaml")
 """Files looked for (relative to the working directory) when no path is given."""
 
+MAX_SETTINGS_BYTES = 1024 * 1024
+"""Largest settings file read (1 MiB); a real one is a few kilobytes."""
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_KEY_SHOWN_CHARS = 80
+
+
+class _DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: object, line: int, first_line: int) -> None:
+        super().__init__()
+        self.key = key
+        self.line = line
+        self.first_line = first_line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses a key repeated in one mapping (YAML says keys are unique;
+    PyYAML would silently keep the last value)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[object, int] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                continue  # merge keys may repeat; complex keys are left to PyYAML
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            try:
+                first_line = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: PyYAML rejects it itself
+            if first_line is not None:
+                raise _DuplicateKeyError(key, line, first_line)
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def _read_bounded(file_path: Path) -> str:
+    try:
+        with file_path.open("rb") as handle:
+            raw = handle.read(MAX_SETTINGS_BYTES + 1)
+    except OSError as exc:
+        raise SettingsError(f"cannot read settings file {str(file_path)!r} ({type(exc).__name__})") from None
+    if len(raw) > MAX_SETTINGS_BYTES:
+        raise SettingsError(f"settings file {str(file_path)!r} is larger than {MAX_SETTINGS_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SettingsError(f"settings file {str(file_path)!r} is not UTF-8 text (line {line})") from None
+
 
 def read_settings_document(path: str | Path) -> Mapping[str, Any]:
     """Parse one YAML settings file; errors name the file and line, never its content."""
     file_path = Path(path)
+    text = _read_bounded(file_path)
     try:
-        text = file_path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(f"cannot read settings file {str(file_path)!r} ({type(exc).__name__})") from None
-    try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+    except _DuplicateKeyError as exc:
+        shown = repr(exc.key)[:_KEY_SHOWN_CHARS]
+        raise SettingsError(
+            f"settings file {str(file_path)!r} repeats key {shown} at line {exc.line} "
+            f"(first set at line {exc.first_line})"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise SettingsError(f"settings file {str(file_path)!r} is not valid YAML{where}") from None
+    except RecursionError:
+        raise SettingsError(f"settings file {str(file_path)!r} is nested too deeply") from None
     if doc is None:
         return {}
     if not isinstance(doc, Mapping):

@@ -56,6 +56,15 @@ class EventsFileError(OmrayError):
         return {"path": self.path, "line_no": self.line_no, "seq": self.seq, "after_seq": self.after_seq}
 
 
+class EventsUnreadableError(OmrayError):
+    """An ``events.jsonl`` exists but cannot be opened or read (permissions, a directory, an I/O error)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot read events file {path!r} ({reason})")
+
+
 class InvalidPayloadError(OmrayError, ValueError):
     """A job payload or tool argument object failed validation."""
 

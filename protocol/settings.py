@@ -553,7 +553,7 @@ def _override_value(text: str) -> Any:
     """JSON when ``text`` parses as strict JSON (no NaN/Infinity), else the text itself."""
     try:
         return json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply for JSON: validated as text
         return text
 
 

@@ -6,7 +6,10 @@ dispatches a job, calls a model, polls or sleeps, so the agent's own process can
 time, concurrently with the writer (WAL), and compaction never waits on the queue or a model.
 
 Tool answers (``memory_search``, ``recall``, :func:`call_tool`) are JSON-able dicts; bad arguments
-are ``{"ok": False, "error": <code>, "message": <text>}`` answers, never exceptions.
+are ``{"ok": False, "error": <code>, "message": <text>}`` answers, never exceptions. ``recall``
+answers are always valid strict JSON (event payloads pass through :func:`json_safe`). Both tools
+take an optional :class:`actors.read.interrupt.ToolInterrupt` and answer ``{"cancelled": True}`` /
+``{"timed_out": True}`` at the first checkpoint past it.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
 from actors.read.projector import render_active_memory
 from actors.read.search import (
     SearchRequest,
     ToolResult,
     error_result,
     hydration_range,
+    json_safe,
     merge_search_results,
     observation_recall_result,
     recall_ambiguous,
@@ -35,10 +40,10 @@ from actors.read.search import (
     validate_search_arguments,
 )
 from actors.read.status_view import StatusInputs, format_status, format_view, status_json, view_json
-from persistence.events_reader import read_event_range
+from persistence.events_reader import iter_events
 from persistence.search_queries import ExactSearchSpec, SearchReader, SearchStrategy
 from protocol.canonical import php_trim
-from protocol.errors import EventsFileError, OmrayError
+from protocol.errors import EventsFileError, EventsUnreadableError, OmrayError
 from protocol.events import (
     BeforeCompactionContext,
     CompactionDecision,
@@ -169,17 +174,27 @@ def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrate
 
 
 def memory_search(
-    db_path: DbPath, arguments: Mapping[str, object], hybrid_search: HybridSearch | None = None
+    db_path: DbPath,
+    arguments: Mapping[str, object],
+    hybrid_search: HybridSearch | None = None,
+    *,
+    interrupt: ToolInterrupt = NO_INTERRUPT,
 ) -> ToolResult:
     """The ``memory_search`` tool: validate, then exact search (or ``hybrid_search`` when given).
 
     ``hybrid_search`` is the hook for hybrid mode (reference §13.4, a later issue): when it is not
     ``None`` it receives the validated request and its answer is returned as is; exact search is
-    then never used as a fallback.
+    then never used as a fallback. ``interrupt`` is checked before the call starts and before
+    the database is opened.
     """
-    request = validate_search_arguments(arguments)
-    if not isinstance(request, SearchRequest):
-        return request
+    try:
+        checkpoint(interrupt, "before search started")
+        request = validate_search_arguments(arguments)
+        if not isinstance(request, SearchRequest):
+            return request
+        checkpoint(interrupt, "before database open")
+    except Interrupted as stop:
+        return stop.answer
     if hybrid_search is not None:
         return hybrid_search(request)
     return exact_search(db_path, request)
@@ -188,30 +203,72 @@ def memory_search(
 # ---------------------------------------------------------------------------------------- recall
 
 
-def _read_events(events_path: Path, refs: list[ToolResult]) -> list[Mapping[str, object]]:
+def _read_events(
+    events_path: Path, refs: list[ToolResult], interrupt: ToolInterrupt
+) -> list[Mapping[str, object]]:
     """The events of one contiguous range covering ``refs`` (one read), as plain dicts."""
     span = hydration_range(refs)
     if span is None:
         return []
-    return [event.model_dump() for event in read_event_range(events_path, span[0], span[1])]
+    checkpoint(interrupt, "before reading session events")
+    events: list[Mapping[str, object]] = []
+    try:
+        for event in iter_events(events_path, span[0], span[1]):
+            checkpoint(interrupt, "while reading session events")
+            events.append(event.model_dump())
+    except OSError as exc:  # permissions, a directory, an I/O error: the file exists but is unreadable
+        raise EventsUnreadableError(str(events_path), type(exc).__name__) from None
+    return events
 
 
 def _recall_observation(
-    observation: ObservationRecord, session_id: str, events_path_for: EventsPathFor
+    observation: ObservationRecord, session_id: str, events_path_for: EventsPathFor, interrupt: ToolInterrupt
 ) -> ToolResult:
     refs = recall_source_refs(observation, session_id)
-    events = _read_events(events_path_for(session_id), refs)
+    checkpoint(interrupt, "before observation event hydration")
+    events = _read_events(events_path_for(session_id), refs, interrupt)
     return observation_recall_result(observation, session_id, events)
 
 
 def _recall_reflection(
-    reader: SearchReader, reflection: ReflectionRecord, session_id: str, events_path_for: EventsPathFor
+    reader: SearchReader,
+    reflection: ReflectionRecord,
+    session_id: str,
+    events_path_for: EventsPathFor,
+    interrupt: ToolInterrupt,
 ) -> ToolResult:
+    checkpoint(interrupt, "while hydrating supporting observations")
     rows = reader.observations_by_ids(reflection.supporting_observation_ids, session_id)
     supported = supporting_observations_in_session(reflection, rows, session_id)
+    checkpoint(interrupt, "while collecting event refs")
     refs = recall_source_refs(supported, session_id)
-    events = _read_events(events_path_for(session_id), refs)
+    checkpoint(interrupt, "before reflection event hydration")
+    events = _read_events(events_path_for(session_id), refs, interrupt)
     return reflection_recall_result(reflection, session_id, rows, events)
+
+
+def _recall_lookup(
+    db_path: DbPath,
+    events_path_for: EventsPathFor,
+    session_id: str,
+    memory_id: str,
+    interrupt: ToolInterrupt,
+) -> ToolResult:
+    checkpoint(interrupt, "before database open")
+    reader = reader_for(db_path)
+    checkpoint(interrupt, "before observation lookup")
+    observations = reader.find_observations(session_id, memory_id)
+    if len(observations) > 1:
+        return recall_ambiguous("observation", session_id)
+    if observations:
+        return _recall_observation(observations[0], session_id, events_path_for, interrupt)
+    checkpoint(interrupt, "before reflection lookup")
+    reflections = reader.find_reflections(session_id, memory_id)
+    if len(reflections) > 1:
+        return recall_ambiguous("reflection", session_id)
+    if reflections:
+        return _recall_reflection(reader, reflections[0], session_id, events_path_for, interrupt)
+    return recall_not_found(memory_id, session_id)
 
 
 def recall(
@@ -219,29 +276,46 @@ def recall(
     events_path_for: EventsPathFor,
     current_session_id: str,
     arguments: Mapping[str, object],
+    *,
+    interrupt: ToolInterrupt = NO_INTERRUPT,
 ) -> ToolResult:
     """The ``recall`` tool (reference §13.6): one memory by id or unique prefix, with its source events.
 
     The lookup stays in ``current_session_id`` unless ``arguments["session_id"]`` names another
     session; refs of any other session are never shown, and the target session's events file is
-    read once (one range) at most.
+    read once (one range) at most. An events file that cannot be read or holds a corrupt line in
+    the range gives the ``events_unreadable`` answer; the answer is always strict JSON (NaN,
+    infinities and lone surrogates of event payloads are encoded by :func:`json_safe`).
+    ``interrupt`` is checked between steps; a cancelled call never reads events.
     """
-    request = validate_recall_arguments(arguments, current_session_id)
-    if isinstance(request, dict):
-        return request
-    reader = reader_for(db_path)
-    session_id = request.session_id
-    observations = reader.find_observations(session_id, request.memory_id)
-    if len(observations) > 1:
-        return recall_ambiguous("observation", session_id)
-    if observations:
-        return _recall_observation(observations[0], session_id, events_path_for)
-    reflections = reader.find_reflections(session_id, request.memory_id)
-    if len(reflections) > 1:
-        return recall_ambiguous("reflection", session_id)
-    if reflections:
-        return _recall_reflection(reader, reflections[0], session_id, events_path_for)
-    return recall_not_found(request.memory_id, session_id)
+    try:
+        checkpoint(interrupt, "before recall started")
+        request = validate_recall_arguments(arguments, current_session_id)
+        if isinstance(request, dict):
+            return request
+        result = _recall_lookup(db_path, events_path_for, request.session_id, request.memory_id, interrupt)
+    except Interrupted as stop:
+        return stop.answer
+    except (EventsFileError, EventsUnreadableError) as exc:
+        logger.warning(
+            "om.tool.events_unreadable",
+            extra={"tool": RECALL, "run_id": current_session_id, "exception_class": type(exc).__name__},
+        )
+        return _events_unreadable(exc)
+    return json_safe_result(result)
+
+
+def _events_unreadable(exc: EventsFileError | EventsUnreadableError) -> ToolResult:
+    # The OSError class for an unreadable file, the error class for a corrupt line; never content.
+    reason = exc.reason if isinstance(exc, EventsUnreadableError) else type(exc).__name__
+    return error_result("events_unreadable", f"Source events could not be read ({reason}).")
+
+
+def json_safe_result(result: ToolResult) -> ToolResult:
+    """``result`` with every value strict JSON can carry (see :func:`actors.read.search.json_safe`)."""
+    safe = json_safe(result)
+    assert isinstance(safe, dict)
+    return safe
 
 
 # ------------------------------------------------------------------------------------- call_tool
@@ -251,7 +325,7 @@ def _decode_arguments(arguments: object) -> Mapping[str, object] | None:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             return None
     return arguments if isinstance(arguments, Mapping) else None
 
@@ -264,24 +338,26 @@ def call_tool(
     db_path: DbPath,
     events_path_for: EventsPathFor,
     hybrid_search: HybridSearch | None = None,
+    interrupt: ToolInterrupt = NO_INTERRUPT,
 ) -> ToolResult:
     """Run ``memory_search`` or ``recall`` for an agent framework; always returns an answer dict.
 
     ``arguments`` may be the decoded object or its JSON text. Unknown tool names get
     ``unknown_tool``; unreadable memory or events get ``storage_unavailable`` /
-    ``events_unreadable`` (naming only the exception class).
+    ``events_unreadable`` (naming only the exception class); a cancelled or timed-out
+    ``interrupt`` gets ``{"cancelled": True}`` / ``{"timed_out": True}``.
     """
     decoded = _decode_arguments(arguments)
     if decoded is None:
         return error_result("invalid_arguments", "arguments must be a JSON object.")
     try:
         if name == MEMORY_SEARCH:
-            return memory_search(db_path, decoded, hybrid_search)
+            return memory_search(db_path, decoded, hybrid_search, interrupt=interrupt)
         if name == RECALL:
-            return recall(db_path, events_path_for, session_id, decoded)
-    except EventsFileError as exc:
+            return recall(db_path, events_path_for, session_id, decoded, interrupt=interrupt)
+    except (EventsFileError, EventsUnreadableError) as exc:
         logger.warning("om.tool.events_unreadable", extra={"tool": name, "run_id": session_id})
-        return error_result("events_unreadable", f"Source events could not be read ({type(exc).__name__}).")
+        return _events_unreadable(exc)
     except OmrayError as exc:
         logger.warning("om.tool.read_failed", extra={"tool": name, "exception_class": type(exc).__name__})
         return error_result("storage_unavailable", f"Memory could not be read ({type(exc).__name__}).")

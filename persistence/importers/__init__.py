@@ -12,16 +12,19 @@ from persistence.importers.codex import CodexConverter
 from persistence.importers.common import (
     SCHEMA_VERSION,
     ImportFormatError,
+    ImportFormatMismatchError,
     ImportStats,
     ImportSummary,
     ImportTargetError,
     InvalidImportSessionIdError,
     ProgressCallback,
     RecordConverter,
+    TranscriptBuilder,
     TranscriptFormat,
     TranscriptImportError,
     TranscriptSourceError,
     convert_file,
+    iter_records,
     validate_session_id,
 )
 from persistence.importers.pi import PiConverter
@@ -59,9 +62,42 @@ def import_transcript(
     when ``out`` exists and ``overwrite`` is false; nothing is left at ``out`` on failure.
     """
     converter = CONVERTERS[transcript_format]
-    return convert_file(
-        converter, Path(source), session_id, Path(out), overwrite=overwrite, progress=progress
-    )
+    try:
+        return convert_file(
+            converter, Path(source), session_id, Path(out), overwrite=overwrite, progress=progress
+        )
+    except ImportFormatMismatchError as exc:
+        raise ImportFormatMismatchError(exc.path, exc.requested, detect_format(Path(source))) from None
+
+
+DETECT_SAMPLE_RECORDS = 200
+"""Records :func:`detect_format` looks at."""
+
+
+def _recognized_records(converter_class: type[RecordConverter], source: Path) -> int:
+    """How many of the first records ``converter_class`` converts or knowingly ignores."""
+    builder = TranscriptBuilder("detect", lambda _line: None, "1970-01-01T00:00:00+00:00")
+    converter = converter_class(builder, str(source))
+    recognized = 0
+    try:
+        for count, (line_no, record) in enumerate(iter_records(source), start=1):
+            before = sum(builder.stats.skipped.values())
+            converter.handle(record, line_no)
+            recognized += sum(builder.stats.skipped.values()) == before
+            if count >= DETECT_SAMPLE_RECORDS:
+                break
+    except (TranscriptImportError, RecursionError):
+        pass  # a record this format cannot read: count what was recognized before it
+    return recognized
+
+
+def detect_format(source: str | Path) -> TranscriptFormat | None:
+    """The format whose converter recognizes most of the first records, or ``None`` when none
+    (or a tie) does. Reads at most :data:`DETECT_SAMPLE_RECORDS` records; writes nothing."""
+    scores = {name: _recognized_records(converter, Path(source)) for name, converter in CONVERTERS.items()}
+    best = max(scores.values())
+    winners = [name for name, score in scores.items() if score == best]
+    return winners[0] if best > 0 and len(winners) == 1 else None
 
 
 __all__ = [
@@ -69,6 +105,7 @@ __all__ = [
     "FORMATS",
     "SCHEMA_VERSION",
     "ImportFormatError",
+    "ImportFormatMismatchError",
     "ImportStats",
     "ImportSummary",
     "ImportTargetError",
@@ -78,6 +115,7 @@ __all__ = [
     "TranscriptImportError",
     "TranscriptSourceError",
     "default_events_path",
+    "detect_format",
     "import_transcript",
     "validate_session_id",
 ]

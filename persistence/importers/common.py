@@ -41,6 +41,9 @@ TranscriptFormat = Literal["pi", "claude-code", "codex"]
 TYPE_NAME_LIMIT = 64
 """Longest record type name kept in the skip counts (names come from the source file)."""
 
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""Longest source line read (64 MiB); a longer one (a file without newlines) is an error."""
+
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -77,6 +80,21 @@ class ImportTargetError(TranscriptImportError):
         self.path = path
         self.reason = reason
         super().__init__(f"cannot write events file {path!r}: {reason}")
+
+
+class ImportFormatMismatchError(TranscriptImportError):
+    """The source holds records but none of the requested format: the wrong ``--format``."""
+
+    def __init__(self, path: str, requested: str, detected: str | None = None) -> None:
+        self.path = path
+        self.requested = requested
+        self.detected = detected
+        hint = (
+            f"it looks like a {detected} transcript (use --format {detected})"
+            if detected is not None
+            else "check --format"
+        )
+        super().__init__(f"no {requested} records found in {path!r}: {hint}; nothing was written")
 
 
 class InvalidImportSessionIdError(TranscriptImportError, ValueError):
@@ -363,21 +381,35 @@ class RecordConverter(ABC):
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    """Yield ``(line_no, record)`` for every non-blank line, reading one line at a time."""
+    """Yield ``(line_no, record)`` for every non-blank line, reading one line at a time.
+
+    A line longer than :data:`MAX_LINE_BYTES`, a line that is not a JSON object (or is nested too
+    deeply to decode) and a read error are typed errors naming the file and line.
+    """
     try:
         handle = path.open("rb")
     except OSError as exc:
         raise TranscriptSourceError(str(path), type(exc).__name__) from None
     with handle:
         line_no = 0
-        for raw in handle:
+        while True:
+            try:
+                raw = handle.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise TranscriptSourceError(str(path), type(exc).__name__) from None
+            if not raw:
+                return
             line_no += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise ImportFormatError(str(path), line_no, f"line longer than {MAX_LINE_BYTES} bytes")
             if not raw.strip():
                 continue
             try:
                 record = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise ImportFormatError(str(path), line_no, f"invalid JSON ({type(exc).__name__})") from None
+            except RecursionError:
+                raise ImportFormatError(str(path), line_no, "JSON nested too deeply") from None
             if not isinstance(record, dict):
                 raise ImportFormatError(str(path), line_no, "not a JSON object")
             yield line_no, record
@@ -402,9 +434,12 @@ def convert_file(
 ) -> ImportSummary:
     """Convert ``source`` into ``out`` atomically: a temp file next to ``out``, renamed at the end.
 
-    On any error the temp file is removed and ``out`` is left as it was.
+    On any error the temp file is removed and ``out`` is left as it was. A source with records but
+    none of this format raises :class:`ImportFormatMismatchError` (nothing is written).
     """
     validate_session_id(session_id)
+    if out.is_dir():
+        raise ImportTargetError(str(out), "it is a directory; name the events file itself")
     if out.exists() and not overwrite:
         raise ImportTargetError(str(out), "it already exists (pass overwrite to replace it)")
     fallback_ts = _file_mtime_ts(source)
@@ -415,11 +450,16 @@ def convert_file(
         raise ImportTargetError(str(out), type(exc).__name__) from None
     tmp_path = Path(tmp_name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            stats = _convert_into(converter_class, source, session_id, handle, fallback_ts, progress)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_path, out)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+                stats = _convert_into(converter_class, source, session_id, handle, fallback_ts, progress)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if stats.records > 0 and stats.events == 0 and not stats.ignored:
+                raise ImportFormatMismatchError(str(source), converter_class.format_name)
+            os.replace(tmp_path, out)
+        except OSError as exc:  # reads raise TranscriptSourceError, so this is the output side
+            raise ImportTargetError(str(out), type(exc).__name__) from None
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
@@ -447,7 +487,10 @@ def _convert_into(
     converter = converter_class(builder, str(source))
     for line_no, record in iter_records(source):
         builder.stats.records += 1
-        converter.handle(record, line_no)
+        try:
+            converter.handle(record, line_no)
+        except RecursionError:  # a field the converter decodes or re-encodes is nested too deeply
+            raise ImportFormatError(str(source), line_no, "JSON nested too deeply") from None
         if progress is not None:
             progress(builder.stats)
     converter.finish()

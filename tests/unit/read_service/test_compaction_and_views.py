@@ -89,7 +89,7 @@ def test_before_compaction_never_dispatches_calls_models_reads_events_polls_or_s
         raise AssertionError("forbidden call during compaction")
 
     monkeypatch.setattr(time, "sleep", forbidden)
-    monkeypatch.setattr(read_service, "read_event_range", forbidden)
+    monkeypatch.setattr(read_service, "iter_events", forbidden)
     monkeypatch.setattr(events_reader, "read_event_range", forbidden)
     monkeypatch.setattr(events_reader, "iter_events", forbidden)
     for name in dir(Store):

@@ -138,13 +138,13 @@ def test_recall_by_unique_prefix_hydrates_only_own_session_events(
     recall_memory: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[tuple[int, int]] = []
-    original = read_service.read_event_range
+    original = read_service.iter_events
 
     def counting(path: Path, start: int, end: int) -> Any:
         calls.append((start, end))
         return original(path, start, end)
 
-    monkeypatch.setattr(read_service, "read_event_range", counting)
+    monkeypatch.setattr(read_service, "iter_events", counting)
     result = _recall(recall_memory, tmp_path, {"id": "C0FFEE000001A"})
     assert result["ok"] is True and result["kind"] == "observation" and result["content"] == "first"
     assert result["source_refs"] == [{"run_id": "s1", "seq": 1}, {"run_id": "s1", "seq": 3}]
