@@ -16,7 +16,11 @@ the plain scan returns; only the work differs:
   ascending), inside the date range, and stops at the ``fetch_limit``-th match. Costs one row per
   row visited: the plan for common substrings, short queries that match often, and narrow dates.
 
-``auto`` picks per table with cheap probes: the trigram candidate count, capped (rare phrase:
+* ``session``: for a search scoped to some sessions (``scope``), reads only their rows through the
+  table's ``run_id`` index, then sorts the matches. Every plan applies the same ``run_id IN (...)``.
+
+``auto`` picks per table with cheap probes (a scoped search takes ``session`` right after a rare
+trigram phrase): the trigram candidate count, capped (rare phrase:
 ``trigram``); then an ordered walk bounded to a row budget, whose answer is final when it found
 enough matches or covered the whole date range; then, for what is left (matches that are few and
 far from the newest rows), an unbounded walk when the date range is narrow, the trigram plan when
@@ -61,13 +65,14 @@ from persistence.queries import (
 from protocol.errors import SettingsError
 from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord
 
-SearchStrategy = Literal["auto", "trigram", "ordered", "scan"]
+SearchStrategy = Literal["auto", "trigram", "ordered", "session", "scan"]
 """``auto``: per table, the plan the selectivity probes pick (see the module docstring);
 ``trigram``: the trigram pre-filter whenever it applies (3+ characters, index present), else scan;
 ``ordered``: the result-order walk to the end of the date range (index present), else scan;
+``session``: for a search scoped to sessions, their rows by the session index, else scan;
 ``scan``: always the plain ``LIKE`` scan."""
 
-UsedStrategy = Literal["trigram", "ordered", "scan"]
+UsedStrategy = Literal["trigram", "ordered", "session", "scan"]
 """What a search actually did on one table."""
 
 TRIGRAM_MIN_CHARACTERS: Final[int] = 3
@@ -142,6 +147,8 @@ class ExactSearchSpec:
     """Inclusive lower bound on ``om_reflection.created_at``."""
     reflection_before: str | None = None
     """Inclusive upper bound on ``om_reflection.created_at``."""
+    sessions: tuple[str, ...] | None = None
+    """Only rows of these sessions (``run_id``); ``None`` searches every session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +166,13 @@ class ExactSearchRows:
 
     @property
     def strategy(self) -> UsedStrategy:
-        """``trigram`` if a table used the pre-filter, else ``ordered`` if a table walked, else ``scan``."""
+        """The first of ``trigram``, ``ordered``, ``session`` a table used, else ``scan``."""
         used = {self.observation_strategy, self.reflection_strategy}
-        return "trigram" if "trigram" in used else "ordered" if "ordered" in used else "scan"
+        if "trigram" in used:
+            return "trigram"
+        if "ordered" in used:
+            return "ordered"
+        return "session" if "session" in used else "scan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +199,8 @@ class SearchTable:
     """Its FTS5 trigram index table."""
     order_index: str
     """Its ``(time DESC, id ASC)`` index."""
+    session_index: str
+    """Its index leading with ``run_id`` (a scoped search reads only those sessions' rows)."""
 
 
 OBSERVATION_SEARCH: Final = SearchTable(
@@ -196,11 +209,17 @@ OBSERVATION_SEARCH: Final = SearchTable(
     "timestamp",
     OBSERVATION_TRIGRAM_TABLE,
     OBSERVATION_ORDER_INDEX,
+    "idx_om_observation_run_timestamp",
 )
 """Exact-search names of ``om_observation``."""
 
 REFLECTION_SEARCH: Final = SearchTable(
-    schema.om_reflection.name, "reflection_id", "created_at", REFLECTION_TRIGRAM_TABLE, REFLECTION_ORDER_INDEX
+    schema.om_reflection.name,
+    "reflection_id",
+    "created_at",
+    REFLECTION_TRIGRAM_TABLE,
+    REFLECTION_ORDER_INDEX,
+    "idx_om_reflection_run",
 )
 """Exact-search names of ``om_reflection``."""
 
@@ -262,6 +281,20 @@ class TableSearch:
         """Whether the search has a date bound on this table."""
         return self._after is not None or self._before is not None
 
+    @property
+    def scoped(self) -> bool:
+        """Whether the search is limited to some sessions."""
+        return self.spec.sessions is not None
+
+    def _sessions(self, params: dict[str, Any]) -> str:
+        if self.spec.sessions is None:
+            return ""
+        names = []
+        for index, session in enumerate(self.spec.sessions):
+            params[f"session_{index}"] = session
+            names.append(f":session_{index}")
+        return f" AND run_id IN ({', '.join(names)})"
+
     def _dates(self, column: str, params: dict[str, Any]) -> str:
         clauses = ""
         if self._after is not None:
@@ -281,7 +314,8 @@ class TableSearch:
         params: dict[str, Any] = {"pattern": self.spec.like_pattern, "fetch_limit": self.spec.fetch_limit}
         sql = (
             f"SELECT * FROM {source} WHERE {prefilter}content LIKE :pattern ESCAPE '\\'"
-            f"{self._dates(time_column, params)}{extra}{self._order_by()} LIMIT :fetch_limit"
+            f"{self._sessions(params)}{self._dates(time_column, params)}{extra}{self._order_by()}"
+            " LIMIT :fetch_limit"
         )
         return sql, params
 
@@ -327,6 +361,11 @@ class TableSearch:
             params["stop_time"], params["stop_id"] = stop
         return sql, params
 
+    def session_sql(self) -> tuple[str, dict[str, Any]]:
+        """The scoped sessions' rows by their ``run_id`` index, tested and sorted (no other session read)."""
+        names = self.names
+        return self._matching(f"{names.table} INDEXED BY {names.session_index}", "", names.time_column)
+
     def boundary_sql(self, offset: int) -> tuple[str, dict[str, Any]]:
         """The key of the row ``offset`` places into the date range in result order (index only)."""
         names = self.names
@@ -352,6 +391,10 @@ class TableSearch:
     def ordered_rows(self, stop: _OrderKey | None = None) -> list[Row[Any]]:
         """Matches by the ordered walk (only among the rows before ``stop`` when given)."""
         return self._rows(self.ordered_sql(stop))
+
+    def session_rows(self) -> list[Row[Any]]:
+        """Matches among the scoped sessions' rows."""
+        return self._rows(self.session_sql())
 
     def boundary(self, offset: int) -> _OrderKey | None:
         """The ``(time, id)`` of the row at ``offset`` in the date range; ``None``: the range is shorter."""
@@ -385,7 +428,7 @@ class TableSearch:
 
 
 def choose_and_fetch(
-    search: TableSearch, trigram_ok: bool, ordered_ok: bool, tuning: PlanTuning
+    search: TableSearch, trigram_ok: bool, ordered_ok: bool, tuning: PlanTuning, session_ok: bool = False
 ) -> tuple[list[Row[Any]], UsedStrategy]:
     """``auto``: the cheapest plan by bounded probes, and its rows (see the module docstring)."""
     fetch_limit = search.spec.fetch_limit
@@ -400,6 +443,8 @@ def choose_and_fetch(
         candidates = search.trigram_candidates(rare_cap)
         if candidates is not None:
             return search.candidate_rows(candidates), "trigram"
+    if session_ok:
+        return search.session_rows(), "session"  # a session's rows are few next to the table's
     if ordered_ok:
         stop = search.boundary(max(tuning.walk_budget_min, rows_estimate // tuning.walk_budget_fraction))
         rows = search.ordered_rows(stop)
@@ -436,12 +481,15 @@ def search_table(
         and search.names.trigram_table in names
     )
     ordered_ok = strategy in ("auto", "ordered") and search.names.order_index in names
+    session_ok = strategy in ("auto", "session") and search.scoped and search.names.session_index in names
     if strategy == "auto":
-        return choose_and_fetch(search, trigram_ok, ordered_ok, tuning)
+        return choose_and_fetch(search, trigram_ok, ordered_ok, tuning, session_ok)
     if trigram_ok:
         return search.trigram_rows(), "trigram"
     if ordered_ok:
         return search.ordered_rows(), "ordered"
+    if session_ok:
+        return search.session_rows(), "session"
     return search.scan_rows(), "scan"
 
 
