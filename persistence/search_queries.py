@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import re
 import sqlite3
 from collections.abc import Collection, Sequence
@@ -62,8 +63,9 @@ from persistence.queries import (
     observation_from_row,
     select_active_candidate_set,
 )
+from persistence.read_connection import SnapshotReader
 from protocol.errors import SettingsError
-from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord
+from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord, Relevance
 
 SearchStrategy = Literal["auto", "trigram", "ordered", "session", "scan"]
 """``auto``: per table, the plan the selectivity probes pick (see the module docstring);
@@ -152,12 +154,82 @@ class ExactSearchSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ObservationHit:
+    """The columns of an ``om_observation`` row that a search answer shows."""
+
+    observation_id: str
+    """Observation id."""
+    run_id: str
+    """Session."""
+    timestamp: str
+    """``YYYY-MM-DD HH:MM``."""
+    relevance: Relevance
+    """Observer's rating (the table's CHECK constraint keeps it one of the four)."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionHit:
+    """The columns of an ``om_reflection`` row that a search answer shows."""
+
+    reflection_id: str
+    """Reflection id."""
+    run_id: str
+    """Session."""
+    created_at: str
+    """ISO-8601 creation time."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedObservation:
+    """What the projection shows of an active observation."""
+
+    observation_id: str
+    """Observation id."""
+    timestamp: str
+    """``YYYY-MM-DD HH:MM``."""
+    relevance: Relevance
+    """Observer's rating."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedReflection:
+    """What the projection shows of an active reflection."""
+
+    reflection_id: str
+    """Reflection id."""
+    position: int
+    """Position in the active generation."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionRows:
+    """A session's active reflections and observations, in projection order, from one snapshot."""
+
+    reflections: tuple[ProjectedReflection, ...]
+    """By position, then id."""
+    observations: tuple[ProjectedObservation, ...]
+    """By timestamp, then id."""
+
+
+_OBSERVATION_HIT_COLUMNS: Final = "observation_id, run_id, timestamp, relevance, content"
+_REFLECTION_HIT_COLUMNS: Final = "reflection_id, run_id, created_at, content"
+
+
+@dataclass(frozen=True, slots=True)
 class ExactSearchRows:
     """Rows of both tables for one exact search, each ordered newest first, then by id."""
 
-    observations: tuple[ObservationRecord, ...]
+    observations: tuple[ObservationHit, ...]
     """Matching observations (at most ``fetch_limit``)."""
-    reflections: tuple[ReflectionRecord, ...]
+    reflections: tuple[ReflectionHit, ...]
     """Matching reflections (at most ``fetch_limit``)."""
     observation_strategy: UsedStrategy
     """The plan that produced ``observations``."""
@@ -201,6 +273,8 @@ class SearchTable:
     """Its ``(time DESC, id ASC)`` index."""
     session_index: str
     """Its index leading with ``run_id`` (a scoped search reads only those sessions' rows)."""
+    hit_columns: str
+    """The columns a hit is built from, in its field order."""
 
 
 OBSERVATION_SEARCH: Final = SearchTable(
@@ -210,6 +284,7 @@ OBSERVATION_SEARCH: Final = SearchTable(
     OBSERVATION_TRIGRAM_TABLE,
     OBSERVATION_ORDER_INDEX,
     "idx_om_observation_run_timestamp",
+    _OBSERVATION_HIT_COLUMNS,
 )
 """Exact-search names of ``om_observation``."""
 
@@ -220,6 +295,7 @@ REFLECTION_SEARCH: Final = SearchTable(
     REFLECTION_TRIGRAM_TABLE,
     REFLECTION_ORDER_INDEX,
     "idx_om_reflection_run",
+    _REFLECTION_HIT_COLUMNS,
 )
 """Exact-search names of ``om_reflection``."""
 
@@ -252,6 +328,8 @@ def json_each_supported() -> bool:
 
 
 _OrderKey = tuple[Any, Any]
+_HitRow = Any
+"""A row of hit columns (``sqlite3`` tuple) in :attr:`SearchTable.hit_columns` order."""
 """``(time, id)`` of one row in result order."""
 
 
@@ -264,7 +342,7 @@ class TableSearch:
 
     def __init__(
         self,
-        conn: Connection,
+        conn: sqlite3.Connection,
         names: SearchTable,
         spec: ExactSearchSpec,
         bounds: tuple[str | None, str | None],
@@ -313,7 +391,8 @@ class TableSearch:
     ) -> tuple[str, dict[str, Any]]:
         params: dict[str, Any] = {"pattern": self.spec.like_pattern, "fetch_limit": self.spec.fetch_limit}
         sql = (
-            f"SELECT * FROM {source} WHERE {prefilter}content LIKE :pattern ESCAPE '\\'"
+            f"SELECT {self.names.hit_columns} FROM {source}"
+            f" WHERE {prefilter}content LIKE :pattern ESCAPE '\\'"
             f"{self._sessions(params)}{self._dates(time_column, params)}{extra}{self._order_by()}"
             " LIMIT :fetch_limit"
         )
@@ -377,34 +456,35 @@ class TableSearch:
         )
         return sql, params
 
-    def _rows(self, statement: tuple[str, dict[str, Any]]) -> list[Row[Any]]:
-        return list(self._conn.execute(text(statement[0]), statement[1]))
+    def _rows(self, statement: tuple[str, dict[str, Any]]) -> list[_HitRow]:
+        return self._conn.execute(statement[0], statement[1]).fetchall()
 
-    def scan_rows(self) -> list[Row[Any]]:
+    def scan_rows(self) -> list[_HitRow]:
         """Matches by the plain scan."""
         return self._rows(self.scan_sql())
 
-    def trigram_rows(self) -> list[Row[Any]]:
+    def trigram_rows(self) -> list[_HitRow]:
         """Matches by the trigram pre-filter."""
         return self._rows(self.trigram_sql())
 
-    def ordered_rows(self, stop: _OrderKey | None = None) -> list[Row[Any]]:
+    def ordered_rows(self, stop: _OrderKey | None = None) -> list[_HitRow]:
         """Matches by the ordered walk (only among the rows before ``stop`` when given)."""
         return self._rows(self.ordered_sql(stop))
 
-    def session_rows(self) -> list[Row[Any]]:
+    def session_rows(self) -> list[_HitRow]:
         """Matches among the scoped sessions' rows."""
         return self._rows(self.session_sql())
 
     def boundary(self, offset: int) -> _OrderKey | None:
         """The ``(time, id)`` of the row at ``offset`` in the date range; ``None``: the range is shorter."""
         sql, params = self.boundary_sql(offset)
-        row = self._conn.execute(text(sql), params).first()
+        row = self._conn.execute(sql, params).fetchone()
         return None if row is None else (row[0], row[1])
 
     def approximate_rows(self) -> int:
         """The table's row count, roughly (its largest rowid: free to read)."""
-        return int(self._conn.execute(text(f"SELECT max(rowid) FROM {self.names.table}")).scalar() or 0)
+        row = self._conn.execute(f"SELECT max(rowid) FROM {self.names.table}").fetchone()
+        return int(row[0] or 0)
 
     def trigram_candidates(self, cap: int) -> list[int] | None:
         """Rowids of the trigram index's candidates, or ``None`` when there are ``cap`` or more.
@@ -413,14 +493,13 @@ class TableSearch:
         for a common phrase.
         """
         index = self.names.trigram_table
-        rowids = self._conn.execute(
-            text(f"SELECT rowid FROM {index} WHERE {index} MATCH :phrase LIMIT :cap"),
+        rows = self._conn.execute(
+            f"SELECT rowid FROM {index} WHERE {index} MATCH :phrase LIMIT :cap",
             {"phrase": trigram_phrase(self.spec.query), "cap": cap},
-        ).scalars()
-        found = [int(rowid) for rowid in rowids]
-        return None if len(found) >= cap else found
+        ).fetchall()
+        return None if len(rows) >= cap else [row[0] for row in rows]
 
-    def candidate_rows(self, candidates: list[int]) -> list[Row[Any]]:
+    def candidate_rows(self, candidates: list[int]) -> list[_HitRow]:
         """Matches among probed trigram candidates (see :meth:`trigram_candidates`)."""
         if not candidates:
             return []
@@ -429,7 +508,7 @@ class TableSearch:
 
 def choose_and_fetch(
     search: TableSearch, trigram_ok: bool, ordered_ok: bool, tuning: PlanTuning, session_ok: bool = False
-) -> tuple[list[Row[Any]], UsedStrategy]:
+) -> tuple[list[_HitRow], UsedStrategy]:
     """``auto``: the cheapest plan by bounded probes, and its rows (see the module docstring)."""
     fetch_limit = search.spec.fetch_limit
     rows_estimate = search.approximate_rows()
@@ -460,19 +539,12 @@ def choose_and_fetch(
     return search.scan_rows(), "scan"
 
 
-def schema_names(conn: Connection) -> set[str]:
-    """Names of the database's tables and indexes."""
-    return set(
-        conn.execute(text("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")).scalars()
-    )
-
-
 def search_table(
-    search: TableSearch, strategy: SearchStrategy, names: set[str], tuning: PlanTuning
-) -> tuple[list[Row[Any]], UsedStrategy]:
+    search: TableSearch, strategy: SearchStrategy, names: Collection[str], tuning: PlanTuning
+) -> tuple[list[_HitRow], UsedStrategy]:
     """One table's rows by ``strategy``; a plan whose index is missing (or cannot apply) becomes the scan.
 
-    ``names`` are the database's table and index names (:func:`schema_names`).
+    ``names`` are the database's table and index names.
     """
     trigram_ok = (
         strategy in ("auto", "trigram")
@@ -565,6 +637,43 @@ def _prefix_lookup(
     return list(conn.execute(text(sql), params))
 
 
+_ACTIVE_GENERATION_SQL: Final = (
+    "SELECT g.generation_id, g.status, g.required_end_seq FROM om_memory_generation g "
+    "JOIN om_active_generation a ON a.generation_id = g.generation_id WHERE a.run_id = :run_id"
+)
+_PROJECTED_REFLECTIONS_SQL: Final = (
+    "SELECT r.reflection_id, l.position, r.content FROM om_reflection r "
+    "JOIN om_generation_reflection l ON l.reflection_id = r.reflection_id "
+    "JOIN om_active_generation a ON a.generation_id = l.generation_id "
+    "WHERE a.run_id = :run_id ORDER BY l.position ASC, r.reflection_id ASC"
+)
+_PROJECTED_OBSERVATIONS_SQL: Final = (
+    "SELECT observation_id, timestamp, relevance, content FROM om_observation WHERE run_id = :run_id{pool} "
+    "ORDER BY timestamp ASC, observation_id ASC"
+)
+_POOL_AFTER_GENERATION: Final = (
+    " AND (observation_id IN (SELECT observation_id FROM om_generation_retained_observation"
+    " WHERE generation_id = :generation_id) OR source_end_seq > :required_end_seq)"
+)
+
+
+def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:
+    """:meth:`SearchReader.projection` on an open connection (rules of ``select_active_candidate_set``)."""
+    params: dict[str, Any] = {"run_id": run_id}
+    reflections = tuple(
+        ProjectedReflection(*row) for row in conn.execute(_PROJECTED_REFLECTIONS_SQL, params).fetchall()
+    )
+    generation = conn.execute(_ACTIVE_GENERATION_SQL, params).fetchone()
+    pool = ""
+    if generation is not None and generation[1] == "succeeded" and isinstance(generation[2], int):
+        pool = _POOL_AFTER_GENERATION
+        params["generation_id"], params["required_end_seq"] = generation[0], generation[2]
+    rows = conn.execute(_PROJECTED_OBSERVATIONS_SQL.format(pool=pool), params).fetchall()
+    return ProjectionRows(
+        reflections=reflections, observations=tuple(ProjectedObservation(*row) for row in rows)
+    )
+
+
 class SearchReader(MemoryReader):
     """:class:`MemoryReader` plus the exact-search, recall and projection-snapshot queries.
 
@@ -572,48 +681,51 @@ class SearchReader(MemoryReader):
     rows; a missing database or missing tables give empty answers.
     """
 
+    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+        super().__init__(db_path)
+        self._snapshots = SnapshotReader(db_path)
+
+    def close(self) -> None:
+        """Close this thread's reused read connection (the next call reopens it)."""
+        self._snapshots.close()
+
     def trigram_index_present(self) -> bool:
         """Whether both trigram index tables exist and this SQLite can query them."""
-
-        def query(conn: Connection) -> bool:
-            return {OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE} <= _existing_tables(conn)
-
-        return trigram_supported() and self._run(query, False, ())
+        wanted = (OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE)
+        return trigram_supported() and self._snapshots.run(lambda conn, names: True, False, wanted)
 
     def order_index_present(self) -> bool:
         """Whether both result-order indexes exist (migration ``omray_003``)."""
-
-        def query(conn: Connection) -> bool:
-            return {OBSERVATION_ORDER_INDEX, REFLECTION_ORDER_INDEX} <= schema_names(conn)
-
-        return self._run(query, False, ())
+        wanted = (OBSERVATION_ORDER_INDEX, REFLECTION_ORDER_INDEX)
+        return self._snapshots.run(lambda conn, names: True, False, wanted)
 
     def exact_search(
         self, spec: ExactSearchSpec, strategy: SearchStrategy = "auto", tuning: PlanTuning = DEFAULT_TUNING
     ) -> ExactSearchRows:
         """Matching rows of both tables for one exact search, in one snapshot.
 
-        Every ``strategy`` and every ``tuning`` give the same rows; they only choose the work.
+        Every ``strategy`` and every ``tuning`` give the same rows; they only choose the work. Runs
+        on the reused per-thread connection, with plain ``sqlite3`` statements and slim hit rows:
+        on an indexed plan, opening a connection and decoding full records cost more than the search.
         """
 
-        def query(conn: Connection) -> ExactSearchRows:
-            names = schema_names(conn)
-            observations: tuple[ObservationRecord, ...] = ()
+        def query(conn: sqlite3.Connection, names: frozenset[str]) -> ExactSearchRows:
+            observations: tuple[ObservationHit, ...] = ()
             observation_strategy: UsedStrategy = "scan"
             if OBSERVATION_SEARCH.table in names:
                 bounds = (spec.observation_after, spec.observation_before)
                 rows, observation_strategy = search_table(
                     TableSearch(conn, OBSERVATION_SEARCH, spec, bounds), strategy, names, tuning
                 )
-                observations = tuple(observation_from_row(row) for row in rows)
-            reflections: tuple[ReflectionRecord, ...] = ()
+                observations = tuple(ObservationHit(*row) for row in rows)
+            reflections: tuple[ReflectionHit, ...] = ()
             reflection_strategy: UsedStrategy = "scan"
             if REFLECTION_SEARCH.table in names:
                 bounds = (spec.reflection_after, spec.reflection_before)
                 rows, reflection_strategy = search_table(
                     TableSearch(conn, REFLECTION_SEARCH, spec, bounds), strategy, names, tuning
                 )
-                reflections = tuple(reflection_from_row(row) for row in rows)
+                reflections = tuple(ReflectionHit(*row) for row in rows)
             return ExactSearchRows(
                 observations=observations,
                 reflections=reflections,
@@ -624,7 +736,20 @@ class SearchReader(MemoryReader):
         empty = ExactSearchRows(
             observations=(), reflections=(), observation_strategy="scan", reflection_strategy="scan"
         )
-        return self._run(query, empty, ())
+        return self._snapshots.run(query, empty)
+
+    def projection(self, run_id: str) -> ProjectionRows:
+        """The session's active reflections and observations as the projection shows them, in one snapshot.
+
+        The same selection as :meth:`active_memory` (reference §8: the active generation's reflections;
+        its retained observations plus those past its watermark, or every observation before the first
+        generation), read on the reused connection in projection order, without full records.
+        """
+        return self._snapshots.run(
+            lambda conn, names: select_projection(conn, run_id),
+            ProjectionRows(reflections=(), observations=()),
+            _ACTIVE_MEMORY_TABLES,
+        )
 
     def active_memory(self, run_id: str) -> ActiveMemory:
         """Active reflections and the active observation pool of a session, in one snapshot."""

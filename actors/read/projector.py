@@ -7,10 +7,9 @@ so compaction can answer instantly from whatever durable memory exists right now
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from protocol.ids import display_id
-from protocol.records import ActiveReflection, ObservationRecord
 
 PROJECTION_METADATA_BASE: Final[dict[str, str]] = {
     "om_source": "observational_memory",
@@ -42,8 +41,32 @@ NONE_LINE: Final[str] = "(none)"
 """Line shown under a section heading that has no entries."""
 
 
+class ShownReflection(Protocol):
+    """What the projection shows of an active reflection (``ActiveReflection`` or a slim row)."""
+
+    @property
+    def reflection_id(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def content(self) -> str: ...
+
+
+class ShownObservation(Protocol):
+    """What the projection shows of an active observation (``ObservationRecord`` or a slim row)."""
+
+    @property
+    def observation_id(self) -> str: ...
+    @property
+    def timestamp(self) -> str: ...
+    @property
+    def relevance(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
 def render_active_memory(
-    reflections: Sequence[ActiveReflection], observations: Sequence[ObservationRecord]
+    reflections: Sequence[ShownReflection], observations: Sequence[ShownObservation]
 ) -> str:
     """Render active memory as compaction text; ``''`` when there is nothing to project.
 

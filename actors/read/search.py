@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeGuard
+from typing import Final, Literal, Protocol, TypeGuard
 
 from protocol.canonical import condense, php_trim
 from protocol.ids import display_id
@@ -44,6 +44,34 @@ _SECOND_KEY = re.compile(r"^([0-9]{4}-[0-9]{2}-[0-9]{2})[ T]([0-9]{2}:[0-9]{2}:[
 _MEMORY_ID = re.compile(r"^[a-f0-9]{12,64}$")
 FULL_ID_LENGTH: Final[int] = 64
 """Length of a full memory id; shorter ids are prefixes."""
+
+
+class SearchedObservation(Protocol):
+    """What a search answer shows of an observation (a full record or a slim search hit)."""
+
+    @property
+    def observation_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def timestamp(self) -> str: ...
+    @property
+    def relevance(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
+class SearchedReflection(Protocol):
+    """What a search answer shows of a reflection (a full record or a slim search hit)."""
+
+    @property
+    def reflection_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def created_at(self) -> str: ...
+    @property
+    def content(self) -> str: ...
 
 
 def error_result(code: str, message: str) -> ToolResult:
@@ -400,7 +428,7 @@ def reflection_matches(request: SearchRequest, reflection: ReflectionRecord) -> 
 # ----------------------------------------------------------------------------- memory_search: output
 
 
-def observation_search_item(observation: ObservationRecord) -> ToolResult:
+def observation_search_item(observation: SearchedObservation) -> ToolResult:
     """One observation hit."""
     return {
         "kind": "observation",
@@ -413,7 +441,7 @@ def observation_search_item(observation: ObservationRecord) -> ToolResult:
     }
 
 
-def reflection_search_item(reflection: ReflectionRecord) -> ToolResult:
+def reflection_search_item(reflection: SearchedReflection) -> ToolResult:
     """One reflection hit (no importance; its time is ``created_at``)."""
     return {
         "kind": "reflection",
@@ -432,8 +460,8 @@ def _item_order(item: ToolResult) -> tuple[str, str]:
 def merge_search_results(
     query: str,
     limit: int,
-    observation_rows: Iterable[ObservationRecord],
-    reflection_rows: Iterable[ReflectionRecord],
+    observation_rows: Iterable[SearchedObservation],
+    reflection_rows: Iterable[SearchedReflection],
 ) -> ToolResult:
     """Merge both tables' hits: newest first, then observations before reflections, then by id.
 

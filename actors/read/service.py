@@ -69,7 +69,8 @@ HybridSearch = Callable[[SearchRequest], ToolResult]
 
 @functools.lru_cache(maxsize=32)
 def _reader(db_path: str) -> SearchReader:
-    # Readers hold no open connection (one per call), so one per path can be shared by all threads.
+    # One reader per path for every thread: search and projection reuse one read-only connection
+    # per thread (persistence.read_connection), the other reads open one per call.
     return SearchReader(db_path)
 
 
@@ -87,8 +88,8 @@ def project(db_path: DbPath, session_id: str) -> str:
     Reflections and observations come from one read snapshot, so the text always matches some
     committed state of the database.
     """
-    memory = reader_for(db_path).active_memory(session_id)
-    return render_active_memory(memory.reflections, memory.candidates.observations)
+    rows = reader_for(db_path).projection(session_id)
+    return render_active_memory(rows.reflections, rows.observations)
 
 
 def before_compaction(db_path: DbPath, ctx: BeforeCompactionContext) -> CompactionDecision:
