@@ -210,6 +210,21 @@ class ProjectedReflection:
 
 
 @dataclass(frozen=True, slots=True)
+class ProjectionLines:
+    """A session's active memory as projection entry lines, in projection order, from one snapshot.
+
+    The lines are rendered by SQLite in the format of ``actors.read.projector.render_active_memory``
+    (a differential test keeps the two equal): for tens of thousands of active memories, building
+    one Python object per column costs more than the whole query.
+    """
+
+    reflection_lines: tuple[str, ...]
+    """``[<display id>] <content>``, by position, then id."""
+    observation_lines: tuple[str, ...]
+    """``[<display id>] <timestamp> [<relevance>] <content>``, by timestamp, then id."""
+
+
+@dataclass(frozen=True, slots=True)
 class ProjectionRows:
     """A session's active reflections and observations, in projection order, from one snapshot."""
 
@@ -657,6 +672,34 @@ _POOL_AFTER_GENERATION: Final = (
 )
 
 
+_REFLECTION_LINE: Final = "'[' || lower(substr(r.reflection_id, 1, 12)) || '] ' || r.content"
+_OBSERVATION_LINE: Final = (
+    "'[' || lower(substr(observation_id, 1, 12)) || '] ' || timestamp || ' [' || relevance || '] ' || content"
+)
+
+
+def select_projection_lines(conn: sqlite3.Connection, run_id: str) -> ProjectionLines:
+    """:meth:`SearchReader.projection_lines` on an open connection (the rows of :func:`select_projection`)."""
+    params: dict[str, Any] = {"run_id": run_id}
+    reflections = conn.execute(
+        _PROJECTED_REFLECTIONS_SQL.replace("r.reflection_id, l.position, r.content", _REFLECTION_LINE, 1),
+        params,
+    ).fetchall()
+    generation = conn.execute(_ACTIVE_GENERATION_SQL, params).fetchone()
+    pool = ""
+    if generation is not None and generation[1] == "succeeded" and isinstance(generation[2], int):
+        pool = _POOL_AFTER_GENERATION
+        params["generation_id"], params["required_end_seq"] = generation[0], generation[2]
+    sql = _PROJECTED_OBSERVATIONS_SQL.format(pool=pool).replace(
+        "observation_id, timestamp, relevance, content", _OBSERVATION_LINE, 1
+    )
+    observations = conn.execute(sql, params).fetchall()
+    return ProjectionLines(
+        reflection_lines=tuple(row[0] for row in reflections),
+        observation_lines=tuple(row[0] for row in observations),
+    )
+
+
 def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:
     """:meth:`SearchReader.projection` on an open connection (rules of ``select_active_candidate_set``)."""
     params: dict[str, Any] = {"run_id": run_id}
@@ -748,6 +791,14 @@ class SearchReader(MemoryReader):
         return self._snapshots.run(
             lambda conn, names: select_projection(conn, run_id),
             ProjectionRows(reflections=(), observations=()),
+            _ACTIVE_MEMORY_TABLES,
+        )
+
+    def projection_lines(self, run_id: str) -> ProjectionLines:
+        """:meth:`projection` as rendered entry lines (:class:`ProjectionLines`): compaction's fast path."""
+        return self._snapshots.run(
+            lambda conn, names: select_projection_lines(conn, run_id),
+            ProjectionLines(reflection_lines=(), observation_lines=()),
             _ACTIVE_MEMORY_TABLES,
         )
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from actors.read.projector import render_active_memory
+from actors.read.projector import assemble_active_memory
 from actors.read.search import (
     SearchRequest,
     ToolResult,
@@ -88,8 +88,8 @@ def project(db_path: DbPath, session_id: str) -> str:
     Reflections and observations come from one read snapshot, so the text always matches some
     committed state of the database.
     """
-    rows = reader_for(db_path).projection(session_id)
-    return render_active_memory(rows.reflections, rows.observations)
+    lines = reader_for(db_path).projection_lines(session_id)
+    return assemble_active_memory(lines.reflection_lines, lines.observation_lines)
 
 
 def before_compaction(db_path: DbPath, ctx: BeforeCompactionContext) -> CompactionDecision:

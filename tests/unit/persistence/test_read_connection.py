@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.read.projector import render_active_memory
+from actors.read.projector import assemble_active_memory, render_active_memory
+from actors.read.service import project
 from persistence.read_connection import SnapshotReader
 from persistence.search_queries import SearchReader
 from persistence.store import Store
@@ -144,7 +145,9 @@ def test_projection_rows_render_like_the_full_active_memory(
     assert [row.observation_id for row in slim.observations] == [
         row.observation_id for row in memory.candidates.observations
     ]
-    assert render_active_memory(slim.reflections, slim.observations) == render_active_memory(
-        memory.reflections, memory.candidates.observations
-    )
+    expected = render_active_memory(memory.reflections, memory.candidates.observations)
+    assert render_active_memory(slim.reflections, slim.observations) == expected
+    lines = reader.projection_lines("s1")
+    assert assemble_active_memory(lines.reflection_lines, lines.observation_lines) == expected
+    assert project(db_path, "s1") == expected
     reader.close()
