@@ -24,7 +24,10 @@ from __future__ import annotations
 import json
 import random
 import re
+import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -34,9 +37,10 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from actors.read.projector import render_active_memory
 from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search, project, reader_for
-from persistence.search_queries import ExactSearchSpec
+from persistence.search_queries import ExactSearchSpec, SearchReader
 from persistence.store import Store
 from protocol.identities import (
     chunk_key,
@@ -47,6 +51,7 @@ from protocol.identities import (
     part_digest,
     reflection_id,
     source_digest,
+    source_refs_json,
     threshold_generation_id,
 )
 from protocol.records import CoveragePart, ObservationRecord, ReflectionRecord, Relevance, SourceRef
@@ -65,6 +70,15 @@ QUERY_REPEATS = 3
 
 PROJECTION_SESSIONS = 10
 """Sessions projected per size (each projected ``QUERY_REPEATS`` times)."""
+
+PROJECTION_REPEATS = 20
+"""Warm projections of the large active-memory session, per size."""
+
+COLD_PROCESSES = 5
+"""Fresh processes started per size for the cold projection (one projection each)."""
+
+ACTIVE_REFLECTIONS = 20
+"""Reflections in the active generation of the large active-memory session."""
 
 _RENDERER = "bench-renderer-v1"
 _OBSERVER_SCHEMA = "bench-observer-v1"
@@ -239,39 +253,150 @@ def _promote(
     store.promote_generation(generation, run_id, unique, retained, now)
 
 
+_OBSERVATION_COLUMNS = (
+    "observation_id, run_id, boundary_key, source_start_seq, source_end_seq, source_refs_json, content, "
+    "content_hash, relevance, timestamp, token_count, observer_model, observer_schema_version, created_at"
+)
+
+
+def bulk_commit_parts(
+    db_path: Path, parts: Sequence[tuple[CoveragePart, Sequence[ObservationRecord]]]
+) -> None:
+    """Write observer parts straight into a database the Store created (the bench's bulk loader).
+
+    The same rows ``Store.commit_observer_part`` writes (observations with their part's boundary,
+    range and covered time; one coverage row per part), in one transaction, with ``executemany``:
+    building a 500,000-row corpus through the Store's per-row path would take most of an hour on
+    two cores. The trigram index triggers fire as for any insert.
+    """
+    connection = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA busy_timeout = 5000")
+        connection.execute("BEGIN IMMEDIATE")
+        for part, observations in parts:
+            connection.executemany(
+                f"INSERT INTO om_observation ({_OBSERVATION_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                [
+                    (
+                        o.observation_id,
+                        o.run_id,
+                        part.boundary_key,
+                        part.source_start_seq,
+                        part.source_end_seq,
+                        source_refs_json(o.source_refs),
+                        o.content,
+                        o.content_hash,
+                        o.relevance,
+                        o.timestamp,
+                        o.token_count,
+                        o.observer_model,
+                        o.observer_schema_version,
+                        part.covered_at,
+                    )
+                    for o in observations
+                ],
+            )
+            values = {
+                **part.model_dump(exclude={"observation_count"}),
+                "observation_count": len(observations),
+            }
+            connection.execute(
+                f"INSERT INTO om_coverage ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                tuple(values.values()),
+            )
+        connection.execute("COMMIT")
+    finally:
+        connection.close()
+
+
 def build_corpus(db_path: Path, size: int, seed: int) -> tuple[list[str], list[str], list[str], str]:
     """Write ``size`` observations (and reflections) to ``db_path``: sessions, texts, paths, source."""
     rng = random.Random(seed)
     sentences, paths, source = corpus_material()
     sessions: list[str] = []
-    with Store(db_path) as store:
-        remaining, session_index, minute = size, 0, 0
-        while remaining > 0:
-            run_id = f"bench-session-{session_index:04d}"
-            count = min(OBSERVATIONS_PER_SESSION, remaining)
-            observations: list[ObservationRecord] = []
-            for start in range(1, count + 1, OBSERVATIONS_PER_PART):
-                batch = []
-                for seq in range(start, min(count, start + OBSERVATIONS_PER_PART - 1) + 1):
-                    minute += rng.randint(1, 7)
-                    batch.append(
-                        corpus_observation(
-                            run_id,
-                            seq,
-                            _content(sentences, paths, rng),
-                            corpus_timestamp(minute),
-                            rng.choice(("low", "medium", "medium", "high", "critical")),
-                        )
+    Store(db_path).close()  # creates and migrates the file
+    remaining, session_index, minute = size, 0, 0
+    while remaining > 0:
+        run_id = f"bench-session-{session_index:04d}"
+        count = min(OBSERVATIONS_PER_SESSION, remaining)
+        observations: list[ObservationRecord] = []
+        parts: list[tuple[CoveragePart, Sequence[ObservationRecord]]] = []
+        for start in range(1, count + 1, OBSERVATIONS_PER_PART):
+            batch = []
+            for seq in range(start, min(count, start + OBSERVATIONS_PER_PART - 1) + 1):
+                minute += rng.randint(1, 7)
+                batch.append(
+                    corpus_observation(
+                        run_id,
+                        seq,
+                        _content(sentences, paths, rng),
+                        corpus_timestamp(minute),
+                        rng.choice(("low", "medium", "medium", "high", "critical")),
                     )
-                store.commit_observer_part(
-                    corpus_part(run_id, start, batch[-1].source_end_seq, batch[-1].created_at), batch
                 )
-                observations.extend(batch)
+            parts.append((corpus_part(run_id, start, batch[-1].source_end_seq, batch[-1].created_at), batch))
+            observations.extend(batch)
+        bulk_commit_parts(db_path, parts)
+        with Store(db_path) as store:
             _promote(store, run_id, observations, rng)
-            sessions.append(run_id)
-            remaining -= count
-            session_index += 1
+        sessions.append(run_id)
+        remaining -= count
+        session_index += 1
     return sessions, sentences, paths, source
+
+
+ACTIVE_SESSION = "bench-active-session"
+"""The session of the large active-memory projection corpus."""
+
+
+def build_active_session(db_path: Path, size: int, seed: int) -> None:
+    """One session whose active memory holds ``size`` observations and ``ACTIVE_REFLECTIONS`` reflections.
+
+    Its active generation covers nothing yet (watermark 0), so every observation stays in the pool.
+    """
+    rng = random.Random(seed + 2)
+    sentences, paths, _ = corpus_material()
+    Store(db_path).close()
+    observations = []
+    for seq in range(1, size + 1):
+        observations.append(
+            corpus_observation(
+                ACTIVE_SESSION,
+                seq,
+                _content(sentences, paths, rng),
+                corpus_timestamp(seq * 3),
+                rng.choice(("low", "medium", "high", "critical")),
+            )
+        )
+    parts = [
+        (corpus_part(ACTIVE_SESSION, start, min(size, start + 999), observations[-1].created_at), chunk)
+        for start, chunk in ((s + 1, observations[s : s + 1000]) for s in range(0, size, 1000))
+    ]
+    bulk_commit_parts(db_path, parts)
+    now = observations[-1].created_at
+    set_hash = observation_set_hash(ACTIVE_SESSION, [])
+    generation = threshold_generation_id(ACTIVE_SESSION, None, set_hash, _MODEL, _REFLECTOR_SCHEMA)
+    reflections = []
+    for index in range(ACTIVE_REFLECTIONS):
+        content = f"Durable fact {index}: {rng.choice(observations).content}"
+        support = (observations[index % size].observation_id,)
+        reflections.append(
+            ReflectionRecord(
+                reflection_id=reflection_id(ACTIVE_SESSION, _REFLECTOR_SCHEMA, content, support),
+                run_id=ACTIVE_SESSION,
+                observation_set_hash=set_hash,
+                content=content,
+                supporting_observation_ids=support,
+                token_count=max(1, len(content) // 4),
+                reflector_model=_MODEL,
+                reflector_schema_version=_REFLECTOR_SCHEMA,
+                created_at=now,
+            )
+        )
+    unique = list({r.reflection_id: r for r in reflections}.values())
+    with Store(db_path) as store:
+        store.claim_generation(generation, ACTIVE_SESSION, set_hash, _MODEL, _REFLECTOR_SCHEMA, 1, 0, now)
+        store.promote_generation(generation, ACTIVE_SESSION, unique, [], now)
 
 
 # ------------------------------------------------------------------------------------------ queries
@@ -366,6 +491,9 @@ def _measure_size(db_path: Path, size: int, seed: int) -> dict[str, object]:
         for _ in range(QUERY_REPEATS):
             elapsed, _text = _timed(lambda s=run_id: project(db_path, s))
             projection_ms.append(elapsed)
+    active = (
+        measure_active_projection(db_path.with_name("active.sqlite"), size, seed) if size <= 50_000 else {}
+    )
     all_exact = [value for values in exact_ms.values() for value in values]
     all_like = [value for values in like_ms.values() for value in values]
     return {
@@ -392,6 +520,57 @@ def _measure_size(db_path: Path, size: int, seed: int) -> dict[str, object]:
         "observation_plans": dict(sorted(plans.items())),
         "projection_p50_ms": _percentile(projection_ms, 0.5),
         "projection_p99_ms": _percentile(projection_ms, 0.99),
+        **active,
+    }
+
+
+_COLD_SCRIPT = (
+    "import sys, time\n"
+    "from actors.read.service import project\n"
+    "started = time.perf_counter()\n"
+    "project(sys.argv[1], sys.argv[2])\n"
+    "print((time.perf_counter() - started) * 1000)\n"
+)
+
+
+def _cold_projection_ms(db_path: Path) -> float:
+    """One projection in a fresh process (imports done before the clock starts), in ms."""
+    done = subprocess.run(
+        [sys.executable, "-c", _COLD_SCRIPT, str(db_path), ACTIVE_SESSION],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def full_record_projection(db_path: Path, run_id: str) -> str:
+    """The projection as main computed it: a fresh reader, SQLAlchemy, full pydantic records (baseline)."""
+    memory = SearchReader(db_path).active_memory(run_id)
+    return render_active_memory(memory.reflections, memory.candidates.observations)
+
+
+def measure_active_projection(db_path: Path, size: int, seed: int) -> dict[str, object]:
+    """Projection of one session with ``size`` active memories: cold process, warm process, baseline."""
+    build_active_session(db_path, size, seed)
+    cold = [_cold_projection_ms(db_path) for _ in range(COLD_PROCESSES)]
+    first_ms, text = _timed(lambda: project(db_path, ACTIVE_SESSION))
+    warm = [_timed(lambda: project(db_path, ACTIVE_SESSION))[0] for _ in range(PROJECTION_REPEATS)]
+    baseline_ms, baseline_text = _timed(lambda: full_record_projection(db_path, ACTIVE_SESSION))
+    baseline = [baseline_ms] + [
+        _timed(lambda: full_record_projection(db_path, ACTIVE_SESSION))[0] for _ in range(4)
+    ]
+    return {
+        "active_memories": size + ACTIVE_REFLECTIONS,
+        "active_projection_identical": text == baseline_text,
+        "active_projection_cold_p50_ms": _percentile(cold, 0.5),
+        "active_projection_cold_max_ms": _percentile(cold, 1.0),
+        "active_projection_first_in_process_ms": round(first_ms, 3),
+        "active_projection_warm_p50_ms": _percentile(warm, 0.5),
+        "active_projection_warm_p99_ms": _percentile(warm, 0.99),
+        "active_projection_baseline_p50_ms": _percentile(baseline, 0.5),
+        "active_projection_baseline_max_ms": _percentile(baseline, 1.0),
     }
 
 
@@ -440,6 +619,15 @@ def bench_search_command(
                 f"({figures['queries']} queries)"
             )
         typer.echo(f"    observation plans: {row['observation_plans']}")
+        if "active_memories" in row:
+            figures = {key.removeprefix("active_projection_"): value for key, value in row.items()}
+            typer.echo(
+                f"    projection of {row['active_memories']} active memories: "
+                f"cold p50/max={figures['cold_p50_ms']}/{figures['cold_max_ms']} ms  "
+                f"warm p50/p99={figures['warm_p50_ms']}/{figures['warm_p99_ms']} ms  "
+                f"baseline (full records) p50={figures['baseline_p50_ms']} ms  "
+                f"identical={figures['identical']}"
+            )
 
 
 if __name__ == "__main__":

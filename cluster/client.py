@@ -227,9 +227,13 @@ class OmrayClient:
             return None
         return StoreProxy(store_handle(self.names, self.db_path, data_node_id=node), durable=False)
 
-    def memory_search(self, arguments: Mapping[str, object]) -> dict[str, object]:
-        """The ``memory_search`` tool over every session (hybrid when ``semantic`` is configured)."""
-        return read_service.memory_search(self.db_path, arguments, hybrid_search=self._hybrid_search())
+    def memory_search(
+        self, arguments: Mapping[str, object], session_id: str | None = None
+    ) -> dict[str, object]:
+        """The ``memory_search`` tool (``scope``, ``mode``: docs/api.md); ``session_id`` is the caller's."""
+        return read_service.memory_search(
+            self.db_path, arguments, hybrid_search=self._hybrid_search(), session_id=session_id
+        )
 
     def recall(self, session_id: str, arguments: Mapping[str, object]) -> dict[str, object]:
         """The ``recall`` tool, scoped to ``session_id`` unless the arguments name another session."""

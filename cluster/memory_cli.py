@@ -1,8 +1,8 @@
 """``omray memory ...``: the read side on the command line (no Ray needed, read-only).
 
 * ``status|view|project --session S [--db PATH] [--json]``: markdown (or JSON) of one session.
-* ``search QUERY [--after D] [--before D] [--limit N] [--db PATH]``: ``memory_search`` (exact, or hybrid
-  when ``semantic`` is configured), JSON.
+* ``search QUERY [--session S ...] [--mode exact|hybrid] [--after D] [--before D] [--limit N] [--db PATH]``:
+  ``memory_search`` (default: every session; exact, or hybrid when ``semantic`` is configured), JSON.
 * ``recall ID [--session S] [--db PATH] [--events-dir DIR]``: ``recall``, JSON.
 
 The database defaults to the settings' ``storage.database`` joined to the working directory; the
@@ -12,6 +12,7 @@ events of a session are read from ``<events-dir>/<session>/events.jsonl`` (defau
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,13 @@ EXIT_ERROR = 2
 _SESSION_HELP = f"Session (run) id; defaults to ${SESSION_ENV}."
 _DB_HELP = "Memory database file; defaults to the settings' storage.database."
 _JSON_HELP = "Print JSON instead of markdown."
+
+
+class SearchModeOption(enum.StrEnum):
+    """``--mode`` of ``omray memory search``."""
+
+    EXACT = "exact"
+    HYBRID = "hybrid"
 
 
 class UnsafeSessionIdError(OmrayError):
@@ -160,7 +168,15 @@ def project_command(
 
 @memory_app.command("search")
 def search_command(
-    query: Annotated[str, typer.Argument(help="Literal text to find (case-insensitive).")],
+    query: Annotated[str, typer.Argument(help="Text to find (literal and case-insensitive in exact mode).")],
+    session: Annotated[
+        list[str] | None,
+        typer.Option("--session", help="Search only this session; repeat for several (default: all)."),
+    ] = None,
+    mode: Annotated[
+        SearchModeOption | None,
+        typer.Option("--mode", help="exact or hybrid (default: hybrid when configured, else exact)."),
+    ] = None,
     after: Annotated[
         str | None, typer.Option("--after", help="Inclusive lower date (YYYY-MM-DD[ HH:MM]).")
     ] = None,
@@ -172,13 +188,17 @@ def search_command(
     ] = None,
     db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
 ) -> None:
-    """memory_search over every session (hybrid when `semantic` is configured); prints the JSON answer."""
+    """memory_search over every session or the --session ones; prints the JSON answer."""
     arguments: dict[str, object] = {"query": query, "after": after, "before": before, "limit": limit}
+    if session:
+        arguments["scope"] = list(session)
+    if mode is not None:
+        arguments["mode"] = mode.value
     try:
         settings = _settings()
         db_path = _db_path(db, settings)
         hybrid = None
-        if settings.semantic is not None:
+        if settings.semantic is not None and mode is not SearchModeOption.EXACT:
             from actors.read.hybrid import hybrid_search_for
 
             hybrid = hybrid_search_for(str(db_path), settings.semantic)

@@ -16,7 +16,11 @@ the plain scan returns; only the work differs:
   ascending), inside the date range, and stops at the ``fetch_limit``-th match. Costs one row per
   row visited: the plan for common substrings, short queries that match often, and narrow dates.
 
-``auto`` picks per table with cheap probes: the trigram candidate count, capped (rare phrase:
+* ``session``: for a search scoped to some sessions (``scope``), reads only their rows through the
+  table's ``run_id`` index, then sorts the matches. Every plan applies the same ``run_id IN (...)``.
+
+``auto`` picks per table with cheap probes (a scoped search takes ``session`` right after a rare
+trigram phrase): the trigram candidate count, capped (rare phrase:
 ``trigram``); then an ordered walk bounded to a row budget, whose answer is final when it found
 enough matches or covered the whole date range; then, for what is left (matches that are few and
 far from the newest rows), an unbounded walk when the date range is narrow, the trigram plan when
@@ -35,6 +39,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import re
 import sqlite3
 from collections.abc import Collection, Sequence
@@ -58,16 +63,18 @@ from persistence.queries import (
     observation_from_row,
     select_active_candidate_set,
 )
+from persistence.read_connection import SnapshotReader
 from protocol.errors import SettingsError
-from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord
+from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord, Relevance
 
-SearchStrategy = Literal["auto", "trigram", "ordered", "scan"]
+SearchStrategy = Literal["auto", "trigram", "ordered", "session", "scan"]
 """``auto``: per table, the plan the selectivity probes pick (see the module docstring);
 ``trigram``: the trigram pre-filter whenever it applies (3+ characters, index present), else scan;
 ``ordered``: the result-order walk to the end of the date range (index present), else scan;
+``session``: for a search scoped to sessions, their rows by the session index, else scan;
 ``scan``: always the plain ``LIKE`` scan."""
 
-UsedStrategy = Literal["trigram", "ordered", "scan"]
+UsedStrategy = Literal["trigram", "ordered", "session", "scan"]
 """What a search actually did on one table."""
 
 TRIGRAM_MIN_CHARACTERS: Final[int] = 3
@@ -142,15 +149,102 @@ class ExactSearchSpec:
     """Inclusive lower bound on ``om_reflection.created_at``."""
     reflection_before: str | None = None
     """Inclusive upper bound on ``om_reflection.created_at``."""
+    sessions: tuple[str, ...] | None = None
+    """Only rows of these sessions (``run_id``); ``None`` searches every session."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationHit:
+    """The columns of an ``om_observation`` row that a search answer shows."""
+
+    observation_id: str
+    """Observation id."""
+    run_id: str
+    """Session."""
+    timestamp: str
+    """``YYYY-MM-DD HH:MM``."""
+    relevance: Relevance
+    """Observer's rating (the table's CHECK constraint keeps it one of the four)."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionHit:
+    """The columns of an ``om_reflection`` row that a search answer shows."""
+
+    reflection_id: str
+    """Reflection id."""
+    run_id: str
+    """Session."""
+    created_at: str
+    """ISO-8601 creation time."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedObservation:
+    """What the projection shows of an active observation."""
+
+    observation_id: str
+    """Observation id."""
+    timestamp: str
+    """``YYYY-MM-DD HH:MM``."""
+    relevance: Relevance
+    """Observer's rating."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedReflection:
+    """What the projection shows of an active reflection."""
+
+    reflection_id: str
+    """Reflection id."""
+    position: int
+    """Position in the active generation."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionLines:
+    """A session's active memory as projection entry lines, in projection order, from one snapshot.
+
+    The lines are rendered by SQLite in the format of ``actors.read.projector.render_active_memory``
+    (a differential test keeps the two equal): for tens of thousands of active memories, building
+    one Python object per column costs more than the whole query.
+    """
+
+    reflection_lines: tuple[str, ...]
+    """``[<display id>] <content>``, by position, then id."""
+    observation_lines: tuple[str, ...]
+    """``[<display id>] <timestamp> [<relevance>] <content>``, by timestamp, then id."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionRows:
+    """A session's active reflections and observations, in projection order, from one snapshot."""
+
+    reflections: tuple[ProjectedReflection, ...]
+    """By position, then id."""
+    observations: tuple[ProjectedObservation, ...]
+    """By timestamp, then id."""
+
+
+_OBSERVATION_HIT_COLUMNS: Final = "observation_id, run_id, timestamp, relevance, content"
+_REFLECTION_HIT_COLUMNS: Final = "reflection_id, run_id, created_at, content"
 
 
 @dataclass(frozen=True, slots=True)
 class ExactSearchRows:
     """Rows of both tables for one exact search, each ordered newest first, then by id."""
 
-    observations: tuple[ObservationRecord, ...]
+    observations: tuple[ObservationHit, ...]
     """Matching observations (at most ``fetch_limit``)."""
-    reflections: tuple[ReflectionRecord, ...]
+    reflections: tuple[ReflectionHit, ...]
     """Matching reflections (at most ``fetch_limit``)."""
     observation_strategy: UsedStrategy
     """The plan that produced ``observations``."""
@@ -159,9 +253,13 @@ class ExactSearchRows:
 
     @property
     def strategy(self) -> UsedStrategy:
-        """``trigram`` if a table used the pre-filter, else ``ordered`` if a table walked, else ``scan``."""
+        """The first of ``trigram``, ``ordered``, ``session`` a table used, else ``scan``."""
         used = {self.observation_strategy, self.reflection_strategy}
-        return "trigram" if "trigram" in used else "ordered" if "ordered" in used else "scan"
+        if "trigram" in used:
+            return "trigram"
+        if "ordered" in used:
+            return "ordered"
+        return "session" if "session" in used else "scan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +286,10 @@ class SearchTable:
     """Its FTS5 trigram index table."""
     order_index: str
     """Its ``(time DESC, id ASC)`` index."""
+    session_index: str
+    """Its index leading with ``run_id`` (a scoped search reads only those sessions' rows)."""
+    hit_columns: str
+    """The columns a hit is built from, in its field order."""
 
 
 OBSERVATION_SEARCH: Final = SearchTable(
@@ -196,11 +298,19 @@ OBSERVATION_SEARCH: Final = SearchTable(
     "timestamp",
     OBSERVATION_TRIGRAM_TABLE,
     OBSERVATION_ORDER_INDEX,
+    "idx_om_observation_run_timestamp",
+    _OBSERVATION_HIT_COLUMNS,
 )
 """Exact-search names of ``om_observation``."""
 
 REFLECTION_SEARCH: Final = SearchTable(
-    schema.om_reflection.name, "reflection_id", "created_at", REFLECTION_TRIGRAM_TABLE, REFLECTION_ORDER_INDEX
+    schema.om_reflection.name,
+    "reflection_id",
+    "created_at",
+    REFLECTION_TRIGRAM_TABLE,
+    REFLECTION_ORDER_INDEX,
+    "idx_om_reflection_run",
+    _REFLECTION_HIT_COLUMNS,
 )
 """Exact-search names of ``om_reflection``."""
 
@@ -233,6 +343,8 @@ def json_each_supported() -> bool:
 
 
 _OrderKey = tuple[Any, Any]
+_HitRow = Any
+"""A row of hit columns (``sqlite3`` tuple) in :attr:`SearchTable.hit_columns` order."""
 """``(time, id)`` of one row in result order."""
 
 
@@ -245,7 +357,7 @@ class TableSearch:
 
     def __init__(
         self,
-        conn: Connection,
+        conn: sqlite3.Connection,
         names: SearchTable,
         spec: ExactSearchSpec,
         bounds: tuple[str | None, str | None],
@@ -261,6 +373,20 @@ class TableSearch:
     def dated(self) -> bool:
         """Whether the search has a date bound on this table."""
         return self._after is not None or self._before is not None
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the search is limited to some sessions."""
+        return self.spec.sessions is not None
+
+    def _sessions(self, params: dict[str, Any]) -> str:
+        if self.spec.sessions is None:
+            return ""
+        names = []
+        for index, session in enumerate(self.spec.sessions):
+            params[f"session_{index}"] = session
+            names.append(f":session_{index}")
+        return f" AND run_id IN ({', '.join(names)})"
 
     def _dates(self, column: str, params: dict[str, Any]) -> str:
         clauses = ""
@@ -280,8 +406,10 @@ class TableSearch:
     ) -> tuple[str, dict[str, Any]]:
         params: dict[str, Any] = {"pattern": self.spec.like_pattern, "fetch_limit": self.spec.fetch_limit}
         sql = (
-            f"SELECT * FROM {source} WHERE {prefilter}content LIKE :pattern ESCAPE '\\'"
-            f"{self._dates(time_column, params)}{extra}{self._order_by()} LIMIT :fetch_limit"
+            f"SELECT {self.names.hit_columns} FROM {source}"
+            f" WHERE {prefilter}content LIKE :pattern ESCAPE '\\'"
+            f"{self._sessions(params)}{self._dates(time_column, params)}{extra}{self._order_by()}"
+            " LIMIT :fetch_limit"
         )
         return sql, params
 
@@ -327,6 +455,11 @@ class TableSearch:
             params["stop_time"], params["stop_id"] = stop
         return sql, params
 
+    def session_sql(self) -> tuple[str, dict[str, Any]]:
+        """The scoped sessions' rows by their ``run_id`` index, tested and sorted (no other session read)."""
+        names = self.names
+        return self._matching(f"{names.table} INDEXED BY {names.session_index}", "", names.time_column)
+
     def boundary_sql(self, offset: int) -> tuple[str, dict[str, Any]]:
         """The key of the row ``offset`` places into the date range in result order (index only)."""
         names = self.names
@@ -338,30 +471,35 @@ class TableSearch:
         )
         return sql, params
 
-    def _rows(self, statement: tuple[str, dict[str, Any]]) -> list[Row[Any]]:
-        return list(self._conn.execute(text(statement[0]), statement[1]))
+    def _rows(self, statement: tuple[str, dict[str, Any]]) -> list[_HitRow]:
+        return self._conn.execute(statement[0], statement[1]).fetchall()
 
-    def scan_rows(self) -> list[Row[Any]]:
+    def scan_rows(self) -> list[_HitRow]:
         """Matches by the plain scan."""
         return self._rows(self.scan_sql())
 
-    def trigram_rows(self) -> list[Row[Any]]:
+    def trigram_rows(self) -> list[_HitRow]:
         """Matches by the trigram pre-filter."""
         return self._rows(self.trigram_sql())
 
-    def ordered_rows(self, stop: _OrderKey | None = None) -> list[Row[Any]]:
+    def ordered_rows(self, stop: _OrderKey | None = None) -> list[_HitRow]:
         """Matches by the ordered walk (only among the rows before ``stop`` when given)."""
         return self._rows(self.ordered_sql(stop))
+
+    def session_rows(self) -> list[_HitRow]:
+        """Matches among the scoped sessions' rows."""
+        return self._rows(self.session_sql())
 
     def boundary(self, offset: int) -> _OrderKey | None:
         """The ``(time, id)`` of the row at ``offset`` in the date range; ``None``: the range is shorter."""
         sql, params = self.boundary_sql(offset)
-        row = self._conn.execute(text(sql), params).first()
+        row = self._conn.execute(sql, params).fetchone()
         return None if row is None else (row[0], row[1])
 
     def approximate_rows(self) -> int:
         """The table's row count, roughly (its largest rowid: free to read)."""
-        return int(self._conn.execute(text(f"SELECT max(rowid) FROM {self.names.table}")).scalar() or 0)
+        row = self._conn.execute(f"SELECT max(rowid) FROM {self.names.table}").fetchone()
+        return int(row[0] or 0)
 
     def trigram_candidates(self, cap: int) -> list[int] | None:
         """Rowids of the trigram index's candidates, or ``None`` when there are ``cap`` or more.
@@ -370,14 +508,13 @@ class TableSearch:
         for a common phrase.
         """
         index = self.names.trigram_table
-        rowids = self._conn.execute(
-            text(f"SELECT rowid FROM {index} WHERE {index} MATCH :phrase LIMIT :cap"),
+        rows = self._conn.execute(
+            f"SELECT rowid FROM {index} WHERE {index} MATCH :phrase LIMIT :cap",
             {"phrase": trigram_phrase(self.spec.query), "cap": cap},
-        ).scalars()
-        found = [int(rowid) for rowid in rowids]
-        return None if len(found) >= cap else found
+        ).fetchall()
+        return None if len(rows) >= cap else [row[0] for row in rows]
 
-    def candidate_rows(self, candidates: list[int]) -> list[Row[Any]]:
+    def candidate_rows(self, candidates: list[int]) -> list[_HitRow]:
         """Matches among probed trigram candidates (see :meth:`trigram_candidates`)."""
         if not candidates:
             return []
@@ -385,8 +522,8 @@ class TableSearch:
 
 
 def choose_and_fetch(
-    search: TableSearch, trigram_ok: bool, ordered_ok: bool, tuning: PlanTuning
-) -> tuple[list[Row[Any]], UsedStrategy]:
+    search: TableSearch, trigram_ok: bool, ordered_ok: bool, tuning: PlanTuning, session_ok: bool = False
+) -> tuple[list[_HitRow], UsedStrategy]:
     """``auto``: the cheapest plan by bounded probes, and its rows (see the module docstring)."""
     fetch_limit = search.spec.fetch_limit
     rows_estimate = search.approximate_rows()
@@ -400,6 +537,8 @@ def choose_and_fetch(
         candidates = search.trigram_candidates(rare_cap)
         if candidates is not None:
             return search.candidate_rows(candidates), "trigram"
+    if session_ok:
+        return search.session_rows(), "session"  # a session's rows are few next to the table's
     if ordered_ok:
         stop = search.boundary(max(tuning.walk_budget_min, rows_estimate // tuning.walk_budget_fraction))
         rows = search.ordered_rows(stop)
@@ -415,19 +554,12 @@ def choose_and_fetch(
     return search.scan_rows(), "scan"
 
 
-def schema_names(conn: Connection) -> set[str]:
-    """Names of the database's tables and indexes."""
-    return set(
-        conn.execute(text("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")).scalars()
-    )
-
-
 def search_table(
-    search: TableSearch, strategy: SearchStrategy, names: set[str], tuning: PlanTuning
-) -> tuple[list[Row[Any]], UsedStrategy]:
+    search: TableSearch, strategy: SearchStrategy, names: Collection[str], tuning: PlanTuning
+) -> tuple[list[_HitRow], UsedStrategy]:
     """One table's rows by ``strategy``; a plan whose index is missing (or cannot apply) becomes the scan.
 
-    ``names`` are the database's table and index names (:func:`schema_names`).
+    ``names`` are the database's table and index names.
     """
     trigram_ok = (
         strategy in ("auto", "trigram")
@@ -436,12 +568,15 @@ def search_table(
         and search.names.trigram_table in names
     )
     ordered_ok = strategy in ("auto", "ordered") and search.names.order_index in names
+    session_ok = strategy in ("auto", "session") and search.scoped and search.names.session_index in names
     if strategy == "auto":
-        return choose_and_fetch(search, trigram_ok, ordered_ok, tuning)
+        return choose_and_fetch(search, trigram_ok, ordered_ok, tuning, session_ok)
     if trigram_ok:
         return search.trigram_rows(), "trigram"
     if ordered_ok:
         return search.ordered_rows(), "ordered"
+    if session_ok:
+        return search.session_rows(), "session"
     return search.scan_rows(), "scan"
 
 
@@ -517,6 +652,71 @@ def _prefix_lookup(
     return list(conn.execute(text(sql), params))
 
 
+_ACTIVE_GENERATION_SQL: Final = (
+    "SELECT g.generation_id, g.status, g.required_end_seq FROM om_memory_generation g "
+    "JOIN om_active_generation a ON a.generation_id = g.generation_id WHERE a.run_id = :run_id"
+)
+_PROJECTED_REFLECTIONS_SQL: Final = (
+    "SELECT r.reflection_id, l.position, r.content FROM om_reflection r "
+    "JOIN om_generation_reflection l ON l.reflection_id = r.reflection_id "
+    "JOIN om_active_generation a ON a.generation_id = l.generation_id "
+    "WHERE a.run_id = :run_id ORDER BY l.position ASC, r.reflection_id ASC"
+)
+_PROJECTED_OBSERVATIONS_SQL: Final = (
+    "SELECT observation_id, timestamp, relevance, content FROM om_observation WHERE run_id = :run_id{pool} "
+    "ORDER BY timestamp ASC, observation_id ASC"
+)
+_POOL_AFTER_GENERATION: Final = (
+    " AND (observation_id IN (SELECT observation_id FROM om_generation_retained_observation"
+    " WHERE generation_id = :generation_id) OR source_end_seq > :required_end_seq)"
+)
+
+
+_REFLECTION_LINE: Final = "'[' || lower(substr(r.reflection_id, 1, 12)) || '] ' || r.content"
+_OBSERVATION_LINE: Final = (
+    "'[' || lower(substr(observation_id, 1, 12)) || '] ' || timestamp || ' [' || relevance || '] ' || content"
+)
+
+
+def select_projection_lines(conn: sqlite3.Connection, run_id: str) -> ProjectionLines:
+    """:meth:`SearchReader.projection_lines` on an open connection (the rows of :func:`select_projection`)."""
+    params: dict[str, Any] = {"run_id": run_id}
+    reflections = conn.execute(
+        _PROJECTED_REFLECTIONS_SQL.replace("r.reflection_id, l.position, r.content", _REFLECTION_LINE, 1),
+        params,
+    ).fetchall()
+    generation = conn.execute(_ACTIVE_GENERATION_SQL, params).fetchone()
+    pool = ""
+    if generation is not None and generation[1] == "succeeded" and isinstance(generation[2], int):
+        pool = _POOL_AFTER_GENERATION
+        params["generation_id"], params["required_end_seq"] = generation[0], generation[2]
+    sql = _PROJECTED_OBSERVATIONS_SQL.format(pool=pool).replace(
+        "observation_id, timestamp, relevance, content", _OBSERVATION_LINE, 1
+    )
+    observations = conn.execute(sql, params).fetchall()
+    return ProjectionLines(
+        reflection_lines=tuple(row[0] for row in reflections),
+        observation_lines=tuple(row[0] for row in observations),
+    )
+
+
+def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:
+    """:meth:`SearchReader.projection` on an open connection (rules of ``select_active_candidate_set``)."""
+    params: dict[str, Any] = {"run_id": run_id}
+    reflections = tuple(
+        ProjectedReflection(*row) for row in conn.execute(_PROJECTED_REFLECTIONS_SQL, params).fetchall()
+    )
+    generation = conn.execute(_ACTIVE_GENERATION_SQL, params).fetchone()
+    pool = ""
+    if generation is not None and generation[1] == "succeeded" and isinstance(generation[2], int):
+        pool = _POOL_AFTER_GENERATION
+        params["generation_id"], params["required_end_seq"] = generation[0], generation[2]
+    rows = conn.execute(_PROJECTED_OBSERVATIONS_SQL.format(pool=pool), params).fetchall()
+    return ProjectionRows(
+        reflections=reflections, observations=tuple(ProjectedObservation(*row) for row in rows)
+    )
+
+
 class SearchReader(MemoryReader):
     """:class:`MemoryReader` plus the exact-search, recall and projection-snapshot queries.
 
@@ -524,48 +724,51 @@ class SearchReader(MemoryReader):
     rows; a missing database or missing tables give empty answers.
     """
 
+    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+        super().__init__(db_path)
+        self._snapshots = SnapshotReader(db_path)
+
+    def close(self) -> None:
+        """Close this thread's reused read connection (the next call reopens it)."""
+        self._snapshots.close()
+
     def trigram_index_present(self) -> bool:
         """Whether both trigram index tables exist and this SQLite can query them."""
-
-        def query(conn: Connection) -> bool:
-            return {OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE} <= _existing_tables(conn)
-
-        return trigram_supported() and self._run(query, False, ())
+        wanted = (OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE)
+        return trigram_supported() and self._snapshots.run(lambda conn, names: True, False, wanted)
 
     def order_index_present(self) -> bool:
         """Whether both result-order indexes exist (migration ``omray_003``)."""
-
-        def query(conn: Connection) -> bool:
-            return {OBSERVATION_ORDER_INDEX, REFLECTION_ORDER_INDEX} <= schema_names(conn)
-
-        return self._run(query, False, ())
+        wanted = (OBSERVATION_ORDER_INDEX, REFLECTION_ORDER_INDEX)
+        return self._snapshots.run(lambda conn, names: True, False, wanted)
 
     def exact_search(
         self, spec: ExactSearchSpec, strategy: SearchStrategy = "auto", tuning: PlanTuning = DEFAULT_TUNING
     ) -> ExactSearchRows:
         """Matching rows of both tables for one exact search, in one snapshot.
 
-        Every ``strategy`` and every ``tuning`` give the same rows; they only choose the work.
+        Every ``strategy`` and every ``tuning`` give the same rows; they only choose the work. Runs
+        on the reused per-thread connection, with plain ``sqlite3`` statements and slim hit rows:
+        on an indexed plan, opening a connection and decoding full records cost more than the search.
         """
 
-        def query(conn: Connection) -> ExactSearchRows:
-            names = schema_names(conn)
-            observations: tuple[ObservationRecord, ...] = ()
+        def query(conn: sqlite3.Connection, names: frozenset[str]) -> ExactSearchRows:
+            observations: tuple[ObservationHit, ...] = ()
             observation_strategy: UsedStrategy = "scan"
             if OBSERVATION_SEARCH.table in names:
                 bounds = (spec.observation_after, spec.observation_before)
                 rows, observation_strategy = search_table(
                     TableSearch(conn, OBSERVATION_SEARCH, spec, bounds), strategy, names, tuning
                 )
-                observations = tuple(observation_from_row(row) for row in rows)
-            reflections: tuple[ReflectionRecord, ...] = ()
+                observations = tuple(ObservationHit(*row) for row in rows)
+            reflections: tuple[ReflectionHit, ...] = ()
             reflection_strategy: UsedStrategy = "scan"
             if REFLECTION_SEARCH.table in names:
                 bounds = (spec.reflection_after, spec.reflection_before)
                 rows, reflection_strategy = search_table(
                     TableSearch(conn, REFLECTION_SEARCH, spec, bounds), strategy, names, tuning
                 )
-                reflections = tuple(reflection_from_row(row) for row in rows)
+                reflections = tuple(ReflectionHit(*row) for row in rows)
             return ExactSearchRows(
                 observations=observations,
                 reflections=reflections,
@@ -576,7 +779,28 @@ class SearchReader(MemoryReader):
         empty = ExactSearchRows(
             observations=(), reflections=(), observation_strategy="scan", reflection_strategy="scan"
         )
-        return self._run(query, empty, ())
+        return self._snapshots.run(query, empty)
+
+    def projection(self, run_id: str) -> ProjectionRows:
+        """The session's active reflections and observations as the projection shows them, in one snapshot.
+
+        The same selection as :meth:`active_memory` (reference §8: the active generation's reflections;
+        its retained observations plus those past its watermark, or every observation before the first
+        generation), read on the reused connection in projection order, without full records.
+        """
+        return self._snapshots.run(
+            lambda conn, names: select_projection(conn, run_id),
+            ProjectionRows(reflections=(), observations=()),
+            _ACTIVE_MEMORY_TABLES,
+        )
+
+    def projection_lines(self, run_id: str) -> ProjectionLines:
+        """:meth:`projection` as rendered entry lines (:class:`ProjectionLines`): compaction's fast path."""
+        return self._snapshots.run(
+            lambda conn, names: select_projection_lines(conn, run_id),
+            ProjectionLines(reflection_lines=(), observation_lines=()),
+            _ACTIVE_MEMORY_TABLES,
+        )
 
     def active_memory(self, run_id: str) -> ActiveMemory:
         """Active reflections and the active observation pool of a session, in one snapshot."""

@@ -6,7 +6,7 @@ Each function returns a fresh dict, so callers may mutate what they get.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, Literal
 
 from protocol.records import TIMESTAMP_PATTERN
 
@@ -25,6 +25,15 @@ MEMORY_SEARCH_DEFAULT_LIMIT = 20
 """Results returned when ``limit`` is omitted."""
 MEMORY_SEARCH_MAX_LIMIT = 50
 """Largest ``limit``; larger values are clamped."""
+
+SearchMode = Literal["auto", "exact", "hybrid"]
+"""How ``memory_search`` matches: ``auto`` (hybrid when configured, else exact), ``exact``, ``hybrid``."""
+MEMORY_SEARCH_MODES: Final[tuple[SearchMode, ...]] = ("auto", "exact", "hybrid")
+"""Accepted ``mode`` values."""
+MEMORY_SEARCH_ARGUMENTS: Final[tuple[str, ...]] = ("query", "after", "before", "limit", "scope", "mode")
+"""Every argument ``memory_search`` takes; any other key is corrected, never ignored."""
+MEMORY_SEARCH_MAX_SCOPE_SESSIONS = 50
+"""Most session ids one ``scope`` list may name."""
 
 _DATE_BOUND_PATTERN = r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2})?$"
 _DATE_BOUND_TAIL = "(YYYY-MM-DD or YYYY-MM-DD HH:MM). Omit to search all retained history."
@@ -162,8 +171,43 @@ def _search_texts(hybrid: bool) -> tuple[str, str, str]:
     )
 
 
+def _scope_property() -> dict[str, Any]:
+    return {
+        "anyOf": [
+            {"type": "string", "enum": ["all", "session"]},
+            {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MEMORY_SEARCH_MAX_SCOPE_SESSIONS,
+                "items": {"type": "string", "minLength": 1},
+            },
+        ],
+        "description": 'Which sessions to search. "all" (default): every session. "session": only the '
+        "current session. A list of session ids (as memory_search returns them): only those, e.g. "
+        '["2026-09-11-api-refactor"].',
+    }
+
+
+def _mode_property(hybrid: bool) -> dict[str, Any]:
+    availability = (
+        "Both are available here."
+        if hybrid
+        else 'Hybrid search is not configured here, so "hybrid" answers an error.'
+    )
+    return {
+        "type": "string",
+        "enum": list(MEMORY_SEARCH_MODES),
+        "description": '"auto" (default): hybrid when it is configured, else exact. "exact": literal, '
+        'case-insensitive substring match, newest first, e.g. for "parse_date" or an error code. '
+        '"hybrid": keyword and meaning search, best match first. ' + availability,
+    }
+
+
 def memory_search_spec(hybrid: bool) -> dict[str, Any]:
-    """Spec of ``memory_search``: the schema is the same in both modes, the texts depend on ``hybrid``."""
+    """Spec of ``memory_search``: the schema is the same in both modes, the texts depend on ``hybrid``.
+
+    The reference's four arguments come first, unchanged; ``scope`` and ``mode`` are omray's.
+    """
     description, query_text, limit_text = _search_texts(hybrid)
     parameters = {
         "type": "object",
@@ -187,6 +231,8 @@ def memory_search_spec(hybrid: bool) -> dict[str, Any]:
                 "maximum": MEMORY_SEARCH_MAX_LIMIT,
                 "description": limit_text,
             },
+            "scope": _scope_property(),
+            "mode": _mode_property(hybrid),
         },
     }
     return _function(MEMORY_SEARCH, description, parameters)
@@ -263,7 +309,7 @@ MEMORY_TOOLS_GUIDANCE: dict[str, dict[str, tuple[str, ...]]] = {
             _SEARCH_COMMON_FIRST,
             "Pass one contiguous piece of literal text; short distinctive identifiers work best.",
             "If nothing matches, try a shorter or different piece of text before giving up.",
-            "All retained history is searched by default; pass after/before only to narrow by date.",
+            "All sessions and dates are searched by default; scope narrows sessions, after/before dates.",
             *_SEARCH_COMMON_LAST,
         ),
         RECALL: _RECALL_GUIDANCE,
@@ -273,7 +319,7 @@ MEMORY_TOOLS_GUIDANCE: dict[str, dict[str, tuple[str, ...]]] = {
             _SEARCH_COMMON_FIRST,
             "Mix exact identifiers or keywords with a short description of the idea you are looking for.",
             "A top result can still be off topic; check its content and date before relying on it.",
-            "All retained history is searched by default; after/before filter by date, not ranking.",
+            "All sessions and dates are searched by default; scope and after/before filter, not rank.",
             *_SEARCH_COMMON_LAST,
         ),
         RECALL: _RECALL_GUIDANCE,

@@ -367,6 +367,10 @@ class MemorySearchArguments(_ModelArguments):
     """Inclusive upper date bound, same forms as ``after``."""
     limit: StrictInt | None = None
     """Maximum results (default 20, clamped to 50 by the handler)."""
+    scope: str | list[str] | None = None
+    """``all`` (default), ``session`` (the calling session) or a list of session ids."""
+    mode: str | None = None
+    """``auto`` (default), ``exact`` or ``hybrid``. Unlike this model, the handler corrects unknown keys."""
 
 
 class RecallArguments(_ModelArguments):

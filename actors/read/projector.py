@@ -7,10 +7,9 @@ so compaction can answer instantly from whatever durable memory exists right now
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from protocol.ids import display_id
-from protocol.records import ActiveReflection, ObservationRecord
 
 PROJECTION_METADATA_BASE: Final[dict[str, str]] = {
     "om_source": "observational_memory",
@@ -42,8 +41,32 @@ NONE_LINE: Final[str] = "(none)"
 """Line shown under a section heading that has no entries."""
 
 
+class ShownReflection(Protocol):
+    """What the projection shows of an active reflection (``ActiveReflection`` or a slim row)."""
+
+    @property
+    def reflection_id(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def content(self) -> str: ...
+
+
+class ShownObservation(Protocol):
+    """What the projection shows of an active observation (``ObservationRecord`` or a slim row)."""
+
+    @property
+    def observation_id(self) -> str: ...
+    @property
+    def timestamp(self) -> str: ...
+    @property
+    def relevance(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
 def render_active_memory(
-    reflections: Sequence[ActiveReflection], observations: Sequence[ObservationRecord]
+    reflections: Sequence[ShownReflection], observations: Sequence[ShownObservation]
 ) -> str:
     """Render active memory as compaction text; ``''`` when there is nothing to project.
 
@@ -51,19 +74,27 @@ def render_active_memory(
     id). Ids are shown as 12-character display ids; content is inserted verbatim and source refs are
     never shown. Lines are joined with ``"\\n"`` with no trailing newline.
     """
-    if not reflections and not observations:
+    ordered_reflections = sorted(reflections, key=lambda item: (item.position, item.reflection_id))
+    ordered_observations = sorted(observations, key=lambda item: (item.timestamp, item.observation_id))
+    return assemble_active_memory(
+        [f"[{display_id(item.reflection_id)}] {item.content}" for item in ordered_reflections],
+        [
+            f"[{display_id(item.observation_id)}] {item.timestamp} [{item.relevance}] {item.content}"
+            for item in ordered_observations
+        ],
+    )
+
+
+def assemble_active_memory(reflection_lines: Sequence[str], observation_lines: Sequence[str]) -> str:
+    """The projection from entry lines already rendered and ordered (``''`` when both are empty).
+
+    A reflection line is ``[<display id>] <content>``; an observation line is
+    ``[<display id>] <timestamp> [<relevance>] <content>`` (what :func:`render_active_memory` writes).
+    """
+    if not reflection_lines and not observation_lines:
         return ""
     lines: list[str] = [ACTIVE_MEMORY_HEADER, "", "## Reflections"]
-    ordered_reflections = sorted(reflections, key=lambda item: (item.position, item.reflection_id))
-    lines.extend(f"[{display_id(item.reflection_id)}] {item.content}" for item in ordered_reflections)
-    if not ordered_reflections:
-        lines.append(NONE_LINE)
+    lines.extend(reflection_lines or (NONE_LINE,))
     lines.extend(("", "## Observations"))
-    ordered_observations = sorted(observations, key=lambda item: (item.timestamp, item.observation_id))
-    lines.extend(
-        f"[{display_id(item.observation_id)}] {item.timestamp} [{item.relevance}] {item.content}"
-        for item in ordered_observations
-    )
-    if not ordered_observations:
-        lines.append(NONE_LINE)
+    lines.extend(observation_lines or (NONE_LINE,))
     return "\n".join(lines)

@@ -5,7 +5,7 @@ the SQL that fetches rows and the reading of ``events.jsonl`` live elsewhere. Ev
 JSON-able dict; errors are ``{"ok": False, "error": <code>, "message": <text>}`` values, never
 exceptions, because they are answers the model must read and correct.
 
-Length: just over 600 lines, on purpose. Argument validation and the answer shapes of both tools
+Length: about 700 lines, on purpose. Argument validation and the answer shapes of both tools
 stay together, so the typed corrections read alike.
 """
 
@@ -15,11 +15,17 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeGuard
+from typing import Any, Final, Literal, Protocol, TypeGuard
 
 from protocol.canonical import condense, php_trim
 from protocol.ids import display_id
 from protocol.records import ObservationRecord, ReflectionRecord, SourceRef
+from protocol.tool_specs import (
+    MEMORY_SEARCH_ARGUMENTS,
+    MEMORY_SEARCH_MAX_SCOPE_SESSIONS,
+    MEMORY_SEARCH_MODES,
+    SearchMode,
+)
 
 ToolResult = dict[str, object]
 """A JSON-able tool answer (success or error)."""
@@ -41,6 +47,34 @@ FULL_ID_LENGTH: Final[int] = 64
 """Length of a full memory id; shorter ids are prefixes."""
 
 
+class SearchedObservation(Protocol):
+    """What a search answer shows of an observation (a full record or a slim search hit)."""
+
+    @property
+    def observation_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def timestamp(self) -> str: ...
+    @property
+    def relevance(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
+class SearchedReflection(Protocol):
+    """What a search answer shows of a reflection (a full record or a slim search hit)."""
+
+    @property
+    def reflection_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def created_at(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
 def error_result(code: str, message: str) -> ToolResult:
     """An error answer in the shape every tool uses."""
     return {"ok": False, "error": code, "message": message}
@@ -51,7 +85,7 @@ def error_result(code: str, message: str) -> ToolResult:
 
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
-    """A validated exact-search request with its date bounds normalized per table."""
+    """A validated ``memory_search`` request with its date bounds normalized per table."""
 
     query: str
     """The query, trimmed (never empty)."""
@@ -65,6 +99,14 @@ class SearchRequest:
     """Inclusive lower bound on ``om_reflection.created_at`` (ISO-8601 UTC)."""
     reflection_before: str | None = None
     """Inclusive upper bound on ``om_reflection.created_at``."""
+    sessions: tuple[str, ...] | None = None
+    """Sessions searched (``scope``): ``None`` is every session; else these ids, trimmed and unique."""
+    mode: SearchMode = "auto"
+    """``auto`` (hybrid when configured, else exact), ``exact`` or ``hybrid``."""
+
+    def in_scope(self, session_id: str) -> bool:
+        """Whether a memory of ``session_id`` may be returned."""
+        return self.sessions is None or session_id in self.sessions
 
     @property
     def like_pattern(self) -> str:
@@ -177,12 +219,81 @@ def _check_handler_types(arguments: Mapping[str, object]) -> ToolResult | None:
     return None
 
 
-def validate_search_arguments(arguments: Mapping[str, object]) -> SearchRequest | ToolResult:
-    """Validate ``memory_search`` arguments in the reference order; the request or an error answer.
+UNKNOWN_NAMES_SHOWN: Final[int] = 8
+"""Unknown argument names quoted in a correction (the rest are counted)."""
 
-    ``None`` values count as omitted. Checks: types (handler), blank query, bound format, real
-    calendar date, ``after <= before``, limit (default 20, clamped to 50).
+_NAME_SHOWN_CHARACTERS: Final[int] = 40
+
+
+def _unknown_arguments(arguments: Mapping[str, object]) -> ToolResult | None:
+    """The correction for argument keys ``memory_search`` does not take, or ``None``."""
+    unknown = sorted(str(key) for key in arguments if key not in MEMORY_SEARCH_ARGUMENTS)
+    if not unknown:
+        return None
+    shown = ", ".join(repr(name[:_NAME_SHOWN_CHARACTERS]) for name in unknown[:UNKNOWN_NAMES_SHOWN])
+    if len(unknown) > UNKNOWN_NAMES_SHOWN:
+        shown += f" and {len(unknown) - UNKNOWN_NAMES_SHOWN} more"
+    noun = "argument" if len(unknown) == 1 else "arguments"
+    return error_result(
+        "unknown_arguments",
+        f"memory_search does not take the {noun} {shown}; nothing was searched. Accepted arguments: "
+        f"{', '.join(MEMORY_SEARCH_ARGUMENTS)}. Use scope to pick sessions and mode to pick exact or "
+        "hybrid matching.",
+    )
+
+
+INVALID_SCOPE_MESSAGE: Final[str] = (
+    "scope must be 'all', 'session' (the calling session) or a list of 1 to "
+    f"{MEMORY_SEARCH_MAX_SCOPE_SESSIONS} non-empty session ids."
+)
+"""Message of an ``invalid_scope`` answer for a value of the wrong shape."""
+
+NO_CALLING_SESSION_MESSAGE: Final[str] = (
+    "scope 'session' needs a calling session, and this call has none; pass a list of session ids instead."
+)
+"""Message of an ``invalid_scope`` answer when no calling session is known."""
+
+
+def _check_scope(value: object, current_session_id: str | None) -> tuple[str, ...] | ToolResult | None:
+    """The sessions searched (``None``: all), or an ``invalid_scope`` answer."""
+    if value is None or value == "all":
+        return None
+    if value == "session":
+        session = php_trim(current_session_id) if current_session_id is not None else ""
+        if session == "":
+            return error_result("invalid_scope", NO_CALLING_SESSION_MESSAGE)
+        return (session,)
+    if not isinstance(value, list | tuple) or not 1 <= len(value) <= MEMORY_SEARCH_MAX_SCOPE_SESSIONS:
+        return error_result("invalid_scope", INVALID_SCOPE_MESSAGE)
+    sessions: list[str] = []
+    for item in value:
+        if not _is_text(item) or php_trim(item) == "":
+            return error_result("invalid_scope", INVALID_SCOPE_MESSAGE)
+        sessions.append(php_trim(item))
+    return tuple(dict.fromkeys(sessions))
+
+
+def _check_mode(value: object) -> SearchMode | ToolResult:
+    if value is None:
+        return "auto"
+    for mode in MEMORY_SEARCH_MODES:
+        if value == mode:
+            return mode
+    return error_result("invalid_mode", f"mode must be one of {', '.join(map(repr, MEMORY_SEARCH_MODES))}.")
+
+
+def validate_search_arguments(
+    arguments: Mapping[str, object], current_session_id: str | None = None
+) -> SearchRequest | ToolResult:
+    """Validate ``memory_search`` arguments; the request or an error answer (nothing is searched).
+
+    ``None`` values count as omitted. Checks: unknown keys, then the reference order (types, blank
+    query, bound format, real calendar date, ``after <= before``, limit: default 20, clamped to 50),
+    then ``scope`` (``session`` means ``current_session_id``) and ``mode``.
     """
+    unknown = _unknown_arguments(arguments)
+    if unknown is not None:
+        return unknown
     type_error = _check_handler_types(arguments)
     if type_error is not None:
         return type_error
@@ -207,6 +318,12 @@ def validate_search_arguments(arguments: Mapping[str, object]) -> SearchRequest 
     limit = raw_limit if isinstance(raw_limit, int) else DEFAULT_SEARCH_LIMIT
     if limit < 1:
         return error_result("invalid_limit", "limit must be a positive integer.")
+    sessions = _check_scope(arguments.get("scope"), current_session_id)
+    if isinstance(sessions, dict):
+        return sessions
+    mode = _check_mode(arguments.get("mode"))
+    if isinstance(mode, dict):
+        return mode
     return SearchRequest(
         query=trimmed_query,
         limit=min(limit, MAX_SEARCH_LIMIT),
@@ -214,6 +331,8 @@ def validate_search_arguments(arguments: Mapping[str, object]) -> SearchRequest 
         observation_before=observation_upper_bound(before) if before else None,
         reflection_after=reflection_lower_bound(after) if after else None,
         reflection_before=reflection_upper_bound(before) if before else None,
+        sessions=sessions,
+        mode=mode,
     )
 
 
@@ -284,7 +403,9 @@ def like_matches(pattern: str, text: str) -> bool:
 
 
 def observation_matches(request: SearchRequest, observation: ObservationRecord) -> bool:
-    """Whether the exact search selects this observation (content LIKE and timestamp bounds)."""
+    """Whether the exact search selects this observation (scope, timestamp bounds, content LIKE)."""
+    if not request.in_scope(observation.run_id):
+        return False
     timestamp = observation.timestamp
     if request.observation_after is not None and timestamp < request.observation_after:
         return False
@@ -294,7 +415,9 @@ def observation_matches(request: SearchRequest, observation: ObservationRecord) 
 
 
 def reflection_matches(request: SearchRequest, reflection: ReflectionRecord) -> bool:
-    """Whether the exact search selects this reflection (content LIKE and ``created_at`` bounds)."""
+    """Whether the exact search selects this reflection (scope, ``created_at`` bounds, content LIKE)."""
+    if not request.in_scope(reflection.run_id):
+        return False
     created_at = reflection.created_at
     if request.reflection_after is not None and created_at < request.reflection_after:
         return False
@@ -306,7 +429,7 @@ def reflection_matches(request: SearchRequest, reflection: ReflectionRecord) -> 
 # ----------------------------------------------------------------------------- memory_search: output
 
 
-def observation_search_item(observation: ObservationRecord) -> ToolResult:
+def observation_search_item(observation: SearchedObservation) -> ToolResult:
     """One observation hit."""
     return {
         "kind": "observation",
@@ -319,7 +442,7 @@ def observation_search_item(observation: ObservationRecord) -> ToolResult:
     }
 
 
-def reflection_search_item(reflection: ReflectionRecord) -> ToolResult:
+def reflection_search_item(reflection: SearchedReflection) -> ToolResult:
     """One reflection hit (no importance; its time is ``created_at``)."""
     return {
         "kind": "reflection",
@@ -338,8 +461,8 @@ def _item_order(item: ToolResult) -> tuple[str, str]:
 def merge_search_results(
     query: str,
     limit: int,
-    observation_rows: Iterable[ObservationRecord],
-    reflection_rows: Iterable[ReflectionRecord],
+    observation_rows: Iterable[SearchedObservation],
+    reflection_rows: Iterable[SearchedReflection],
 ) -> ToolResult:
     """Merge both tables' hits: newest first, then observations before reflections, then by id.
 
@@ -359,6 +482,28 @@ def merge_search_results(
         "truncated": len(items) > limit,
         "count": len(results),
         "results": results,
+    }
+
+
+def restrict_to_scope(answer: ToolResult, request: SearchRequest) -> ToolResult:
+    """A ranked (hybrid) answer cut to the request's sessions and ``limit``; errors pass unchanged.
+
+    The answer should come from a search with a wider limit than ``request.limit``, so that hits of
+    other sessions do not crowd the requested ones out; ``truncated`` stays true when that search
+    was truncated or more in-scope hits remain.
+    """
+    results = answer.get("results")
+    if answer.get("ok") is not True or not isinstance(results, list):
+        return answer
+    kept = [
+        item for item in results if isinstance(item, dict) and request.in_scope(str(item.get("session_id")))
+    ]
+    return {
+        **answer,
+        "limit": request.limit,
+        "truncated": bool(answer.get("truncated")) or len(kept) > request.limit,
+        "count": min(len(kept), request.limit),
+        "results": kept[: request.limit],
     }
 
 

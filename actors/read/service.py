@@ -14,6 +14,7 @@ take an optional :class:`actors.read.interrupt.ToolInterrupt` and answer ``{"can
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -22,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
-from actors.read.projector import render_active_memory
+from actors.read.projector import assemble_active_memory
 from actors.read.search import (
     SearchRequest,
     ToolResult,
@@ -35,6 +36,7 @@ from actors.read.search import (
     recall_not_found,
     recall_source_refs,
     reflection_recall_result,
+    restrict_to_scope,
     supporting_observations_in_session,
     validate_recall_arguments,
     validate_search_arguments,
@@ -51,6 +53,7 @@ from protocol.events import (
     projection_metadata,
 )
 from protocol.records import ObservationRecord, ReflectionRecord
+from protocol.semantic import FUSED_CANDIDATE_LIMIT
 from protocol.settings import OmSettings
 from protocol.tool_specs import MEMORY_SEARCH, RECALL
 
@@ -71,7 +74,8 @@ HybridSearch = Callable[[SearchRequest], ToolResult]
 
 @functools.lru_cache(maxsize=32)
 def _reader(db_path: str) -> SearchReader:
-    # Readers hold no open connection (one per call), so one per path can be shared by all threads.
+    # One reader per path for every thread: search and projection reuse one read-only connection
+    # per thread (persistence.read_connection), the other reads open one per call.
     return SearchReader(db_path)
 
 
@@ -89,8 +93,8 @@ def project(db_path: DbPath, session_id: str) -> str:
     Reflections and observations come from one read snapshot, so the text always matches some
     committed state of the database.
     """
-    memory = reader_for(db_path).active_memory(session_id)
-    return render_active_memory(memory.reflections, memory.candidates.observations)
+    lines = reader_for(db_path).projection_lines(session_id)
+    return assemble_active_memory(lines.reflection_lines, lines.observation_lines)
 
 
 def before_compaction(db_path: DbPath, ctx: BeforeCompactionContext) -> CompactionDecision:
@@ -159,7 +163,7 @@ def memory_view(db_path: DbPath, session_id: str) -> tuple[str, dict[str, object
 
 
 def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrategy = "auto") -> ToolResult:
-    """Exact search over every session (reference §13.3); ``strategy="scan"`` forces the plain LIKE."""
+    """Exact search (reference §13.3) in the request's scope; ``strategy="scan"`` forces the plain LIKE."""
     spec = ExactSearchSpec(
         query=request.query,
         like_pattern=request.like_pattern,
@@ -168,9 +172,29 @@ def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrate
         observation_before=request.observation_before,
         reflection_after=request.reflection_after,
         reflection_before=request.reflection_before,
+        sessions=request.sessions,
     )
     rows = reader_for(db_path).exact_search(spec, strategy)
     return merge_search_results(request.query, request.limit, rows.observations, rows.reflections)
+
+
+HYBRID_UNAVAILABLE_MESSAGE = (
+    "mode 'hybrid' needs hybrid search, which is not configured here (settings: semantic); "
+    "use mode 'exact' or leave mode out."
+)
+"""Message of the ``hybrid_unavailable`` answer."""
+
+
+def scoped_hybrid_search(hybrid_search: HybridSearch, request: SearchRequest) -> ToolResult:
+    """Hybrid search in the request's scope: the widest ranked search, then only in-scope hits.
+
+    The hook searches every session, so a scoped request asks it for the fused candidate bound
+    and keeps the hits of the requested sessions; another session's memory is never returned.
+    """
+    if request.sessions is None:
+        return hybrid_search(request)
+    wide = dataclasses.replace(request, limit=FUSED_CANDIDATE_LIMIT)
+    return restrict_to_scope(hybrid_search(wide), request)
 
 
 def memory_search(
@@ -178,25 +202,29 @@ def memory_search(
     arguments: Mapping[str, object],
     hybrid_search: HybridSearch | None = None,
     *,
+    session_id: str | None = None,
     interrupt: ToolInterrupt = NO_INTERRUPT,
 ) -> ToolResult:
-    """The ``memory_search`` tool: validate, then exact search (or ``hybrid_search`` when given).
+    """The ``memory_search`` tool: validate, then exact or hybrid search in the requested scope.
 
-    ``hybrid_search`` is the hook for hybrid mode (reference §13.4, a later issue): when it is not
-    ``None`` it receives the validated request and its answer is returned as is; exact search is
-    then never used as a fallback. ``interrupt`` is checked before the call starts and before
-    the database is opened.
+    ``hybrid_search`` is hybrid mode (reference §13.4), present when ``semantic`` is configured.
+    ``mode`` ``auto`` uses it when present, else exact search; ``exact`` always searches exactly;
+    ``hybrid`` without it is a ``hybrid_unavailable`` answer. Hybrid search never falls back to
+    exact search. ``session_id`` is the calling session (``scope: "session"``). ``interrupt`` is
+    checked before the call starts and before the database is opened.
     """
     try:
         checkpoint(interrupt, "before search started")
-        request = validate_search_arguments(arguments)
+        request = validate_search_arguments(arguments, session_id)
         if not isinstance(request, SearchRequest):
             return request
         checkpoint(interrupt, "before database open")
     except Interrupted as stop:
         return stop.answer
-    if hybrid_search is not None:
-        return hybrid_search(request)
+    if request.mode == "hybrid" and hybrid_search is None:
+        return error_result("hybrid_unavailable", HYBRID_UNAVAILABLE_MESSAGE)
+    if request.mode != "exact" and hybrid_search is not None:
+        return scoped_hybrid_search(hybrid_search, request)
     return exact_search(db_path, request)
 
 
@@ -352,7 +380,7 @@ def call_tool(
         return error_result("invalid_arguments", "arguments must be a JSON object.")
     try:
         if name == MEMORY_SEARCH:
-            return memory_search(db_path, decoded, hybrid_search, interrupt=interrupt)
+            return memory_search(db_path, decoded, hybrid_search, session_id=session_id, interrupt=interrupt)
         if name == RECALL:
             return recall(db_path, events_path_for, session_id, decoded, interrupt=interrupt)
     except (EventsFileError, EventsUnreadableError) as exc:

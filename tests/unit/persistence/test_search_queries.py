@@ -64,6 +64,7 @@ def _spec(request: SearchRequest) -> ExactSearchSpec:
         observation_before=request.observation_before,
         reflection_after=request.reflection_after,
         reflection_before=request.reflection_before,
+        sessions=request.sessions,
     )
 
 
@@ -115,6 +116,7 @@ def corpus(tmp_path: Path) -> Corpus:
     before=DATES,
     limit=st.integers(1, 4),
     tuning=TUNINGS,
+    scope=st.sampled_from([None, "session", ["run-1"], ["run-2", "run-3", "no-such-run"]]),
 )
 def test_fast_path_equals_scan_and_in_memory_model(
     corpus: Corpus,
@@ -126,13 +128,15 @@ def test_fast_path_equals_scan_and_in_memory_model(
     before: str | None,
     limit: int,
     tuning: PlanTuning,
+    scope: str | list[str] | None,
 ) -> None:
     corpus.add(observation_texts, reflection_texts, stamp)
-    request = validate_search_arguments({"query": query, "after": after, "before": before, "limit": limit})
+    arguments = {"query": query, "after": after, "before": before, "limit": limit, "scope": scope}
+    request = validate_search_arguments(arguments, current_session_id="run-1")
     if not isinstance(request, SearchRequest):
         return  # blank query or inverted range: nothing reaches SQL
     reader = SearchReader(corpus.db_path)
-    strategies: tuple[SearchStrategy, ...] = ("scan", "trigram", "ordered", "auto")
+    strategies: tuple[SearchStrategy, ...] = ("scan", "trigram", "ordered", "session", "auto")
     results: dict[str, ExactSearchRows] = {
         strategy: reader.exact_search(_spec(request), strategy) for strategy in strategies
     }
@@ -141,10 +145,14 @@ def test_fast_path_equals_scan_and_in_memory_model(
     assert scan.strategy == "scan"
     assert results["trigram"].strategy == ("trigram" if uses_trigram(request.query) else "scan")
     assert results["ordered"].strategy == "ordered"
-    for strategy in ("trigram", "ordered", "auto", "tuned"):
+    assert results["session"].strategy == ("scan" if request.sessions is None else "session")
+    for strategy in ("trigram", "ordered", "session", "auto", "tuned"):
         assert results[strategy].observations == scan.observations
         assert results[strategy].reflections == scan.reflections
     expected = search_in_memory(request, corpus.observations, corpus.reflections)
+    if request.sessions is not None:  # a scoped search never returns another session's memory
+        found = [*scan.observations, *scan.reflections]
+        assert all(row.run_id in request.sessions for row in found)
     assert exact_search(corpus.db_path, request) == expected
     assert exact_search(corpus.db_path, request, "scan") == expected
 
@@ -389,3 +397,26 @@ def test_trigram_and_scan_plans_stay_off_the_order_index(branch_db: Path, names:
         plan = _plan(branch_db, sql, params)
         assert plan.startswith(f"SCAN {names.table}") and "INDEX" not in plan.split(" | ")[0]
         assert "TEMP B-TREE FOR ORDER BY" in plan
+
+
+@pytest.mark.parametrize("names", [OBSERVATION_SEARCH, REFLECTION_SEARCH])
+def test_session_plan_reads_only_the_scoped_sessions_by_their_index(
+    branch_db: Path, names: SearchTable
+) -> None:
+    request = validate_search_arguments({"query": "needle", "limit": 5, "scope": ["s", "t"]})
+    assert isinstance(request, SearchRequest)
+    search = TableSearch(None, names, _spec(request), (None, None))  # type: ignore[arg-type]
+    sql, params = search.session_sql()
+    assert params["session_0"] == "s" and params["session_1"] == "t"
+    plan = _plan(branch_db, sql, params)
+    assert f"USING INDEX {names.session_index} (run_id=?)" in plan
+
+
+def test_auto_takes_the_session_plan_for_scoped_common_queries(branch_db: Path) -> None:
+    reader = SearchReader(branch_db)
+    for scope, expected in ((["s"], 6), (["other"], 0)):
+        request = validate_search_arguments({"query": "zeta", "limit": 5, "scope": scope})
+        assert isinstance(request, SearchRequest)
+        rows = reader.exact_search(_spec(request))
+        assert rows.observation_strategy == "session" and len(rows.observations) == expected
+        assert rows.observations == reader.exact_search(_spec(request), "scan").observations

@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from protocol.tool_specs import (
+    MEMORY_SEARCH_ARGUMENTS,
+    MEMORY_SEARCH_MAX_SCOPE_SESSIONS,
+    MEMORY_SEARCH_MODES,
     MEMORY_SEARCH_SUMMARY,
     MEMORY_TOOLS_GUIDANCE,
     drop_observations_spec,
@@ -102,11 +105,29 @@ def test_memory_search_schema_is_the_same_in_both_modes(hybrid: bool) -> None:
     for field in ("query", "limit"):
         assert parameters["properties"][field]["description"].strip()
         parameters["properties"][field]["description"] = "<mode-specific>"
+    assert list(parameters["properties"])[4:] == ["scope", "mode"]  # omray's own, after the reference's
+    del parameters["properties"]["scope"], parameters["properties"]["mode"]
     assert parameters == expected
     pattern = re.compile(parameters["properties"]["after"]["pattern"])
     assert (
         pattern.match("2026-09-11") and pattern.match("2026-09-11 08:15") and not pattern.match("yesterday")
     )
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_scope_and_mode_are_described_with_examples(hybrid: bool) -> None:
+    properties = memory_search_spec(hybrid)["function"]["parameters"]["properties"]
+    assert tuple(properties) == MEMORY_SEARCH_ARGUMENTS
+    scope = properties["scope"]
+    text_form, list_form = scope["anyOf"]
+    assert text_form == {"type": "string", "enum": ["all", "session"]}
+    assert list_form["type"] == "array" and list_form["minItems"] == 1
+    assert list_form["maxItems"] == MEMORY_SEARCH_MAX_SCOPE_SESSIONS
+    assert '"session"' in scope["description"] and "e.g. [" in scope["description"]
+    mode = properties["mode"]
+    assert mode["enum"] == list(MEMORY_SEARCH_MODES) == ["auto", "exact", "hybrid"]
+    assert "e.g." in mode["description"]
+    assert ("not configured" in mode["description"]) is not hybrid
 
 
 def test_modes_differ_and_hybrid_never_mentions_reranker_or_rrf() -> None:

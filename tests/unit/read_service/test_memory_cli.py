@@ -81,11 +81,32 @@ def test_search_and_recall_print_json(memory: Store, tmp_path: Path) -> None:
     assert answer["kind"] == "observation" and [e["seq"] for e in answer["events"]] == [1]
 
 
+def test_search_session_and_mode_options(
+    memory: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no settings file: exact search only
+    commit(memory, [observation("c1", "Build 2510 again", run_id="s2", refs=(("s2", 1),))])
+    db = ["--db", memory.db_path]
+
+    def sessions(arguments: list[str]) -> list[str]:
+        result = runner.invoke(memory_app, ["search", "2510", *db, *arguments])
+        assert result.exit_code == 0, result.stderr
+        return [item["session_id"] for item in json.loads(result.stdout)["results"]]
+
+    assert sorted(sessions([])) == ["s1", "s2"]
+    assert sessions(["--session", "s2"]) == ["s2"]
+    assert sorted(sessions(["--session", "s1", "--session", "s2", "--mode", "exact"])) == ["s1", "s2"]
+    hybrid = runner.invoke(memory_app, ["search", "2510", *db, "--mode", "hybrid"])
+    assert hybrid.exit_code == 2 and "hybrid_unavailable" in hybrid.stderr
+    assert runner.invoke(memory_app, ["search", "2510", *db, "--mode", "fuzzy"]).exit_code == 2
+
+
 def test_bad_arguments_exit_2_with_one_line(memory: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMRAY_SESSION", raising=False)
     cases = [
         ["search", "x", "--after", "yesterday", "--db", memory.db_path],
         ["search", "x", "--limit", "0", "--db", memory.db_path],
+        ["search", "x", "--session", " ", "--db", memory.db_path],
         ["recall", "short", "--session", "s1", "--db", memory.db_path],
         ["recall", "ffffffffffff", "--session", "s1", "--db", memory.db_path],
         ["status", "--db", memory.db_path],
