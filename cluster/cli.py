@@ -35,12 +35,15 @@ def up(
     address: Annotated[
         str | None, typer.Option(help="Join an existing Ray cluster instead of starting one.")
     ] = None,
+    port: Annotated[int, typer.Option(help="GCS port of the head omray starts or joins.")] = 6380,
+    dashboard_port: Annotated[int, typer.Option(help="Dashboard port (on 127.0.0.1).")] = 8265,
+    dashboard: Annotated[bool, typer.Option(help="Start the Ray dashboard with the head.")] = True,
 ) -> None:
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
     from cluster.bootstrap import up as bootstrap_up
 
     try:
-        info = bootstrap_up(address)
+        info = bootstrap_up(address, port=port, dashboard_port=dashboard_port, include_dashboard=dashboard)
     except OmrayError as exc:
         fail(str(exc))
     typer.echo(f"omray is up: queue {info['queue']!r} in namespace {info['namespace']!r}")
@@ -54,7 +57,12 @@ def down() -> None:
     from cluster.bootstrap import down as bootstrap_down
 
     info = bootstrap_down()
-    typer.echo(f"removed {len(info['removed'])} actors; stopped Ray head: {info['stopped_head']}")
+    typer.echo(
+        f"removed {len(info['removed'])} actors; stopped the Ray head omray up started: "
+        f"{info['stopped_head']} ({info['stopped_processes']} processes)"
+    )
+    if info["left_running"]:
+        typer.echo(f"left running: {info['left_running']}")
 
 
 @app.command()
