@@ -222,3 +222,20 @@ def all_command(
     else:
         for name, value in results.items():
             typer.echo(f"{name} ({seconds[name]} s): {json.dumps(value, sort_keys=True, default=str)[:400]}")
+
+
+VariantOption = typer.Option(
+    None, "--variant", help="dashboard and/or no-dashboard (default: both, in this order)."
+)
+
+
+@bench_app.command("up")
+def up_command(
+    variant: list[str] | None = VariantOption,
+    settle: float = typer.Option(15.0, "--settle", min=0.0, help="Seconds to let the idle runtime settle."),
+    as_json: bool = JsonOption,
+) -> None:
+    """`omray up` time, idle PSS/RSS by process kind and actor count, `omray down` time (own heads)."""
+    from bench.up_bench import run_up_bench
+
+    emit(run_up_bench(variant, settle_s=settle), as_json)

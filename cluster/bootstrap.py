@@ -2,8 +2,9 @@
 
 ``omray up`` starts a Ray head (dashboard on 127.0.0.1:8265, the GCS on port 6380 because Redis
 uses 6379) with token authentication on, or joins an existing cluster with ``--address``, then
-creates the named actors. It records whether it started the head so ``omray down`` stops only
-what ``omray up`` started.
+creates the named actors. It records the head it started (address, session directory) so
+``omray down`` stops exactly that head's processes and nothing else: never ``ray stop``, which
+stops every Ray cluster of the machine.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import json
 import logging
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +57,8 @@ class RuntimeRecord:
     """Where the Ray dashboard is."""
     auth: str
     """``token`` or ``disabled``."""
+    session_dir: str = ""
+    """Session directory of the head ``omray up`` started (its processes name it); ``""`` when joined."""
 
 
 def _record_path() -> Path:
@@ -78,7 +84,13 @@ def _ensure_auth_token(env: dict[str, str]) -> None:
         token_path.chmod(0o600)  # the token grants code execution on the cluster
 
 
-def start_head(num_cpus: int | None = None) -> RuntimeRecord:
+def start_head(
+    num_cpus: int | None = None,
+    *,
+    port: int = GCS_PORT,
+    dashboard_port: int = DASHBOARD_PORT,
+    include_dashboard: bool = True,
+) -> RuntimeRecord:
     """Start a local Ray head with the dashboard on loopback and token authentication on by default."""
     env = dict(os.environ)
     auth = _auth_mode()
@@ -90,9 +102,10 @@ def start_head(num_cpus: int | None = None) -> RuntimeRecord:
         _ray_cli(),
         "start",
         "--head",
-        f"--port={GCS_PORT}",
+        f"--port={port}",
         f"--dashboard-host={DASHBOARD_HOST}",
-        f"--dashboard-port={DASHBOARD_PORT}",
+        f"--dashboard-port={dashboard_port}",
+        f"--include-dashboard={str(include_dashboard).lower()}",
         f"--num-cpus={num_cpus or os.cpu_count() or 2}",
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         "--disable-usage-stats",
@@ -101,49 +114,119 @@ def start_head(num_cpus: int | None = None) -> RuntimeRecord:
     if result.returncode != 0:
         raise BootstrapError(f"`ray start --head` failed with exit code {result.returncode}")
     return RuntimeRecord(
-        address=f"127.0.0.1:{GCS_PORT}",
+        address=f"127.0.0.1:{port}",
         started_head=True,
-        dashboard_url=f"http://{DASHBOARD_HOST}:{DASHBOARD_PORT}",
+        dashboard_url=f"http://{DASHBOARD_HOST}:{dashboard_port}" if include_dashboard else "",
         auth=auth,
+        session_dir=session_dir_of(port),
     )
 
 
-def _local_head_running() -> bool:
-    """True when a Ray head started on this machine is recorded and its GCS port answers."""
-    import socket
+def _processes() -> Any:
+    import psutil  # type: ignore[import-untyped]
+    import ray  # noqa: F401  # puts Ray's bundled psutil on the path
 
-    from ray._private.utils import read_ray_address
+    return psutil
 
-    current = read_ray_address()
-    if not current:
-        return False
-    host, _, port = current.rpartition(":")
+
+def session_dir_of(port: int) -> str:
+    """Session directory of the GCS serving ``port`` on this machine (``""`` when none is found)."""
+    psutil = _processes()
+    flag = f"--gcs_server_port={port}"
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info.get("cmdline") or []
+        if flag in cmdline:
+            for arg in cmdline:
+                if arg.startswith("--log_dir="):
+                    return str(Path(arg.partition("=")[2]).parent)
+    return ""
+
+
+def head_processes(session_dir: str) -> list[Any]:
+    """The processes of one Ray head: those naming its session directory, and their descendants.
+
+    Another cluster of the machine has another session directory, so it is never among them.
+    """
+    if not session_dir:
+        return []
+    psutil = _processes()
+    me = os.getpid()
+    found: dict[int, Any] = {}
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info.get("cmdline") or []
+        if process.pid != me and any(session_dir in arg for arg in cmdline):
+            found[process.pid] = process
+            try:
+                for child in process.children(recursive=True):
+                    found.setdefault(child.pid, child)
+            except psutil.Error:
+                continue
+    found.pop(me, None)
+    return list(found.values())
+
+
+def stop_head(session_dir: str, grace_s: float = 10.0) -> int:
+    """Stop the head of ``session_dir`` (SIGTERM, SIGKILL after ``grace_s``); returns the process count."""
+    psutil = _processes()
+    processes = head_processes(session_dir)
+    for process in processes:
+        try:
+            process.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(processes)
+
+
+def _gcs_answers(port: int) -> bool:
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
             return True
-    except (OSError, ValueError):
+    except OSError:
         return False
 
 
-def up(address: str | None = None, names: RuntimeNames | None = None) -> dict[str, Any]:
-    """Start or join Ray, create omray's actors (resuming pending jobs) and record what was done."""
+def up(
+    address: str | None = None,
+    names: RuntimeNames | None = None,
+    *,
+    port: int = GCS_PORT,
+    dashboard_port: int = DASHBOARD_PORT,
+    include_dashboard: bool = True,
+) -> dict[str, Any]:
+    """Start or join Ray, create omray's actors (resuming pending jobs) and record what was done.
+
+    Without ``address`` omray's own head is the one serving ``port`` on this machine: joined when
+    it answers, started otherwise. Other Ray clusters of the machine are never joined by guess.
+    """
     names = names or RuntimeNames()
     record: RuntimeRecord | None = None
     if address is None:
-        if _local_head_running():
-            init_ray("auto")
-            record = RuntimeRecord("auto", False, f"http://{DASHBOARD_HOST}:{DASHBOARD_PORT}", _auth_mode())
+        local = f"127.0.0.1:{port}"
+        if _gcs_answers(port):
+            init_ray(local)
+            record = RuntimeRecord(local, False, f"http://{DASHBOARD_HOST}:{dashboard_port}", _auth_mode())
         else:
-            record = start_head()
+            token_existed = (Path.home() / ".ray" / "auth_token").exists()
+            record = start_head(port=port, dashboard_port=dashboard_port, include_dashboard=include_dashboard)
             _write_record(record)
-            # Ray loads the auth token once per process, before the head above created it: join
-            # from a fresh process, which finds the running head and the token.
-            os.execv(sys.executable, [sys.executable, "-m", "cluster.cli", "up"])
+            if record.auth == "token" and not token_existed:
+                # Ray loads the auth token once per process, before the head above created it: join
+                # from a fresh process, which finds the running head and the token.
+                os.execv(sys.executable, [sys.executable, "-m", "cluster.cli", "up", f"--port={port}"])
+            init_ray(local)
     else:
         init_ray(address)
         record = RuntimeRecord(address, False, "", _auth_mode())
     previous = read_record()
-    if previous is not None and previous.started_head and not record.started_head:
+    same_head = previous is not None and previous.address == record.address
+    if previous is not None and previous.started_head and not record.started_head and same_head:
         record = previous  # joining the head an earlier `omray up` started: keep ownership
     ensure_runtime(names)
     _write_record(record)
@@ -176,25 +259,54 @@ def _write_record(record: RuntimeRecord) -> None:
 def read_record() -> RuntimeRecord | None:
     """The record of the last ``omray up``, if any."""
     try:
-        return RuntimeRecord(**json.loads(_record_path().read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
+        data = json.loads(_record_path().read_text(encoding="utf-8"))
+        known = {field.name for field in fields(RuntimeRecord)}
+        return RuntimeRecord(**{key: value for key, value in data.items() if key in known})
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
 
 
 def down(names: RuntimeNames | None = None) -> dict[str, Any]:
-    """Remove omray's actors and stop the Ray head if ``omray up`` started it."""
+    """Remove omray's actors; stop the Ray head only if ``omray up`` started it, and only that head.
+
+    The head is stopped by its recorded session directory: its own processes (GCS, raylet,
+    dashboard, monitors) and their children (workers, agents). Any other Ray cluster on the machine
+    keeps running; a cluster omray only joined is left running and named in ``left_running``.
+    """
     names = names or RuntimeNames()
     record = read_record()
+    address = record.address if record is not None else None
     removed: list[str] = []
+    started = time.monotonic()
     try:
-        init_ray("auto")
-        removed = remove_runtime(names)
-        ray.shutdown()
+        if address is None or address == "auto" or _reachable(address):
+            init_ray(address)
+            removed = remove_runtime(names)
+            ray.shutdown()
     except OmrayError:
         pass  # nothing running
-    stopped = False
-    if record is not None and record.started_head:
-        subprocess.run([_ray_cli(), "stop"], capture_output=True, timeout=120)
-        stopped = True
+    stopped_processes = 0
+    left_running: str | None = None
+    if record is not None and record.started_head and record.session_dir:
+        stopped_processes = stop_head(record.session_dir)
+    elif address is not None:
+        left_running = f"the Ray cluster at {address} (omray up did not start it)"
     _record_path().unlink(missing_ok=True)
-    return {"removed": removed, "stopped_head": stopped}
+    return {
+        "removed": removed,
+        "stopped_head": stopped_processes > 0,
+        "stopped_processes": stopped_processes,
+        "left_running": left_running,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _reachable(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return True  # not host:port: let Ray decide
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+            return True
+    except OSError:
+        return False

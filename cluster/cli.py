@@ -47,6 +47,9 @@ def up(
     observer_slots: Annotated[
         int | None, typer.Option(min=1, max=64, help="Observe jobs one observer runs at once (default 4).")
     ] = None,
+    port: Annotated[int, typer.Option(help="GCS port of the head omray starts or joins.")] = 6380,
+    dashboard_port: Annotated[int, typer.Option(help="Dashboard port (on 127.0.0.1).")] = 8265,
+    dashboard: Annotated[bool, typer.Option(help="Start the Ray dashboard with the head.")] = True,
 ) -> None:
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
     import os
@@ -63,7 +66,7 @@ def up(
         if value is not None:
             os.environ[variable] = str(value)
     try:
-        info = bootstrap_up(address)
+        info = bootstrap_up(address, port=port, dashboard_port=dashboard_port, include_dashboard=dashboard)
     except OmrayError as exc:
         fail(str(exc))
     typer.echo(f"omray is up: queue {info['queue']!r} in namespace {info['namespace']!r}")
@@ -77,7 +80,12 @@ def down() -> None:
     from cluster.bootstrap import down as bootstrap_down
 
     info = bootstrap_down()
-    typer.echo(f"removed {len(info['removed'])} actors; stopped Ray head: {info['stopped_head']}")
+    typer.echo(
+        f"removed {len(info['removed'])} actors; stopped the Ray head omray up started: "
+        f"{info['stopped_head']} ({info['stopped_processes']} processes)"
+    )
+    if info["left_running"]:
+        typer.echo(f"left running: {info['left_running']}")
 
 
 @app.command()

@@ -19,6 +19,20 @@ from pydantic import ValidationError
 
 import actors.read.service as read_service
 from actors.read.status_view import format_activity, fresh_activity
+from cluster.link import (
+    CALL_TIMEOUT_S,
+    HOOK_TIMEOUT_S,
+    ChildLink,
+    InProcessLink,
+    Link,
+    Outbox,
+    RuntimeAuthError,
+    RuntimeUnavailableError,
+    init_ray,
+    prepare_auth,
+    probe_gcs,
+    resolve_address,
+)
 from cluster.naming import RuntimeNames
 from persistence.queries import MemoryReader
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
@@ -35,21 +49,18 @@ from protocol.settings import OmSettings, settings_from_mapping
 
 logger = logging.getLogger("omray.client")
 
-
-def init_ray(address: str = "auto", namespace: str = "omray") -> None:
-    """Connect this process to a running Ray cluster (no-op when already connected).
-
-    Never starts a cluster: a missing runtime is a :class:`RuntimeNotRunningError`, so no job is
-    ever run inline in the caller.
-    """
-    if ray.is_initialized():
-        return
-    try:
-        ray.init(address=address, namespace=namespace, logging_level=logging.WARNING, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise RuntimeNotRunningError(
-            f"no Ray cluster reachable at {address!r} ({type(exc).__name__}); start one with `omray up`"
-        ) from None
+__all__ = [
+    "CALL_TIMEOUT_S",
+    "HOOK_TIMEOUT_S",
+    "OmrayClient",
+    "RuntimeAuthError",
+    "RuntimeUnavailableError",
+    "connect",
+    "init_ray",
+    "prepare_auth",
+    "probe_gcs",
+    "resolve_address",
+]
 
 
 def default_events_path(cwd: str | Path, session_id: str) -> Path:
@@ -64,6 +75,12 @@ class OmrayClient:
     here. ``settings_file`` is the file it was read from, if any: jobs then name that file and
     workers read it when each job runs (a changed model applies to queued and retried jobs). Without
     a file, the block itself travels with every job.
+
+    Every call into the runtime has a deadline: ``hook_timeout_s`` for the agent hooks, which then
+    return (``None``: not accepted yet) and never raise, ``call_timeout_s`` for the rest, which then
+    raise :class:`RuntimeUnavailableError`. ``link`` carries the calls: the client from
+    :func:`connect` uses a :class:`~cluster.link.ChildLink`, which rejoins a restarted runtime by
+    itself; by default the calls go through this process's own Ray connection.
     """
 
     def __init__(
@@ -72,12 +89,20 @@ class OmrayClient:
         settings: Mapping[str, Any] | None = None,
         cwd: str | Path | None = None,
         settings_file: str | Path | None = None,
+        *,
+        link: Link | None = None,
+        hook_timeout_s: float = HOOK_TIMEOUT_S,
+        call_timeout_s: float = CALL_TIMEOUT_S,
     ) -> None:
         self.names = names or RuntimeNames()
         self.settings_file = str(Path(settings_file).resolve()) if settings_file is not None else None
         self.settings_block: dict[str, Any] = dict(settings or {})
         self.settings: OmSettings = settings_from_mapping(self.settings_block)
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self.hook_timeout_s = hook_timeout_s
+        self.call_timeout_s = call_timeout_s
+        self.link: Link = link or InProcessLink(self.names.queue, self.names.namespace)
+        self.outbox = Outbox(self._send, call_timeout_s)
         self._hybrid: Any = None
 
     @property
@@ -96,23 +121,28 @@ class OmrayClient:
     ) -> str | None:
         """Dispatch an observe job when the committed batch ends a turn (§7.1); returns its job id.
 
-        Never raises into the agent. ``ctx`` may also be the JSON form of :class:`AfterTurnCommit` (a
-        mapping); anything else, or a mapping that does not validate, is rejected with
-        :class:`protocol.errors.InvalidPayloadError` internally: nothing is dispatched, ``None`` is
-        returned and the rejection is logged once per client and input type (class names only, never
-        values). A dispatch failure is logged (ids and error class only) and the turn goes on; a later
-        boundary catches coverage up.
+        Returns within ``hook_timeout_s`` and never raises into the agent. ``None`` means nothing
+        was dispatched (no terminal boundary, or a rejected input) or the runtime has not accepted
+        the job yet (stopped, restarting): the client then keeps sending it in the background, in
+        order, until the runtime takes it. ``ctx`` may also be the JSON form of
+        :class:`AfterTurnCommit` (a mapping); anything else, or a mapping that does not validate, is
+        rejected internally with :class:`protocol.errors.InvalidPayloadError` and logged once per
+        client and input type (class names only, never values). Failures are logged with ids and
+        error classes only.
         """
         try:
             context = _turn_commit_context(ctx)
         except InvalidPayloadError as exc:
             self._log_rejection_once(ctx, exc)
             return None
-        boundary = detect_terminal_boundary(context)
-        if boundary is None:
-            return None
         try:
-            return self.observe(context.run_id, boundary.end_seq, boundary.status, events_path=events_path)
+            boundary = detect_terminal_boundary(context)
+            if boundary is None:
+                return None
+            envelope = self.observe_envelope(
+                context.run_id, boundary.end_seq, boundary.status, events_path=events_path
+            )
+            return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s)
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
                 "observe dispatch failed", extra={"run_id": context.run_id, "error_class": type(exc).__name__}
@@ -139,6 +169,17 @@ class OmrayClient:
         events_path: str | Path | None = None,
     ) -> str:
         """Dispatch an observe job through ``end_seq`` (deterministic job id, §5.2); returns the job id."""
+        return self.dispatch(self.observe_envelope(session_id, end_seq, status, events_path=events_path))
+
+    def observe_envelope(
+        self,
+        session_id: str,
+        end_seq: int,
+        status: str = "completed",
+        *,
+        events_path: str | Path | None = None,
+    ) -> JobEnvelope:
+        """The observe job through ``end_seq`` with its deterministic job id (§5.2), not dispatched."""
         job = ObserveBoundaryJob(
             run_id=session_id,
             terminal_end_seq=end_seq,
@@ -153,7 +194,7 @@ class OmrayClient:
         job_id = observe_job_id(
             session_id, end_seq, status, self.settings.renderer_version, self.settings.observer_schema_version
         )
-        return self.dispatch(JobEnvelope(job_id=job_id, correlation_id=session_id, payload=job))
+        return JobEnvelope(job_id=job_id, correlation_id=session_id, payload=job)
 
     def session_started(self, session_id: str) -> str | None:
         """Session-start hook: schedule an index batch when hybrid retrieval is configured (§14.4)."""
@@ -161,7 +202,7 @@ class OmrayClient:
 
         try:
             return schedule_index(
-                self.dispatch,
+                self._hook_dispatch,
                 self.settings.semantic,
                 str(self.db_path.resolve()),
                 session_id,
@@ -272,43 +313,60 @@ class OmrayClient:
                 f"{self.names.namespace!r}; run `omray up`"
             ) from None
 
-    def dispatch(self, envelope: JobEnvelope | Mapping[str, Any]) -> str:
-        """Accept a job durably on the queue; returns its job id once it is persisted."""
-        job = envelope if isinstance(envelope, JobEnvelope) else JobEnvelope.model_validate(envelope)
-        job_id: str = ray.get(self.queue_handle().dispatch.remote(job))
+    def _send(self, envelope: JobEnvelope, timeout_s: float) -> str:
+        job_id: str = self.link.call("dispatch", (envelope,), timeout_s)
         return job_id
+
+    def _hook_dispatch(self, envelope: JobEnvelope) -> str:
+        return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s) or envelope.job_id
+
+    def dispatch(self, envelope: JobEnvelope | Mapping[str, Any]) -> str:
+        """Accept a job durably on the queue; returns its job id once it is persisted.
+
+        Raises :class:`RuntimeUnavailableError` when the runtime does not answer within
+        ``call_timeout_s`` (the job may or may not be accepted; dispatching it again is safe).
+        """
+        job = envelope if isinstance(envelope, JobEnvelope) else JobEnvelope.model_validate(envelope)
+        return self._send(job, self.call_timeout_s)
 
     def status(self) -> dict[str, Any]:
         """Queue depth, the job in flight and recent failures."""
-        status: dict[str, Any] = ray.get(self.queue_handle().status.remote())
+        status: dict[str, Any] = self.link.call("status", (), self.call_timeout_s)
         return status
 
     def job_counts(self) -> dict[str, int]:
         """Durable job counts by state."""
-        counts: dict[str, int] = ray.get(self.queue_handle().job_counts.remote())
+        counts: dict[str, int] = self.link.call("job_counts", (), self.call_timeout_s)
         return counts
 
     def runtime_events(self, session_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
         """Sanitized runtime events for a session, such as ``extension_agent.job_failed``."""
-        events: list[dict[str, Any]] = ray.get(
-            self.queue_handle().runtime_events.remote(session_id, after_seq)
+        events: list[dict[str, Any]] = self.link.call(
+            "runtime_events", (session_id, after_seq), self.call_timeout_s
         )
         return events
 
     def queue_is_idle(self) -> bool:
         """True when no job is pending or running right now."""
-        idle: bool = ray.get(self.queue_handle().is_idle.remote())
+        idle: bool = self.link.call("is_idle", (), self.call_timeout_s)
         return idle
 
     def wait_idle(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> bool:
-        """Wait until no job is pending or running; False on timeout."""
+        """Wait until no job is pending or running; False on timeout (or when the runtime is away)."""
         deadline = time.monotonic() + timeout_s
-        queue = self.queue_handle()
         while time.monotonic() < deadline:
-            if ray.get(queue.is_idle.remote()):
-                return True
+            remaining = max(deadline - time.monotonic(), 0.001)
+            try:
+                if self.link.call("is_idle", (), min(remaining, self.call_timeout_s)):
+                    return True
+            except RuntimeUnavailableError:
+                pass
             time.sleep(poll_s)
         return False
+
+    def close(self) -> None:
+        """Stop the link's driver process, if any (jobs still in the outbox are not sent)."""
+        self.link.close()
 
     # --- live activity (reference §11) ----------------------------------------------------------
 
@@ -362,16 +420,22 @@ def _activity_view(record: ActivityRecord, now: datetime) -> dict[str, Any] | No
 
 
 def connect(
-    address: str = "auto",
+    address: str | None = None,
     *,
     prefix: str = "omray",
     settings: Mapping[str, Any] | None = None,
     cwd: str | Path | None = None,
+    hook_timeout_s: float = HOOK_TIMEOUT_S,
+    call_timeout_s: float = CALL_TIMEOUT_S,
 ) -> OmrayClient:
     """Connect to a running omray runtime and return its client.
 
-    ``settings`` defaults to the file found by ``persistence.settings_file.find_settings_file``;
-    jobs then name that file, and workers read it when each job runs.
+    ``address`` defaults to ``RAY_ADDRESS``, else the address ``omray up`` recorded. ``settings``
+    defaults to the file found by ``persistence.settings_file.find_settings_file``; jobs then name
+    that file, and workers read it when each job runs. Unless this process is a Ray driver already,
+    calls go through a small driver child process that is replaced when the runtime restarts, so
+    this process never hangs on, or dies with, a stopped cluster. Raises
+    :class:`RuntimeNotRunningError` (or :class:`RuntimeAuthError`) when no runtime answers.
     """
     settings_file: Path | None = None
     if settings is None:
@@ -379,7 +443,28 @@ def connect(
 
         settings_file = find_settings_file(Path(cwd) if cwd is not None else Path.cwd())
         settings = load_settings_block(settings_file, cwd=cwd)
-    init_ray(address)
-    client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=cwd, settings_file=settings_file)
-    client.queue_handle()  # fail fast with RuntimeNotRunningError
+    names = RuntimeNames(prefix=prefix)
+    link: Link
+    if ray.is_initialized():
+        link = InProcessLink(names.queue, names.namespace)
+    else:
+        prepare_auth()
+        target = resolve_address(address)
+        if target != "auto":
+            probe_gcs(target)  # a wrong token or a stopped cluster is reported now, not in 40 s
+        link = ChildLink(target, names.queue, names.namespace)
+    client = OmrayClient(
+        names,
+        settings=settings,
+        cwd=cwd,
+        settings_file=settings_file,
+        link=link,
+        hook_timeout_s=hook_timeout_s,
+        call_timeout_s=call_timeout_s,
+    )
+    try:
+        client.link.call("ping", (), max(call_timeout_s, 60.0))  # fail fast with RuntimeNotRunningError
+    except Exception:
+        client.close()
+        raise
     return client

@@ -19,7 +19,11 @@ def runtime_status(address: str = "auto", names: RuntimeNames | None = None) -> 
 
     actors = [
         {"name": a.name, "state": a.state, "pid": a.pid, "node_id": a.node_id}
-        for a in list_actors(filters=[("ray_namespace", "=", names.namespace)], limit=1000)
+        for a in list_actors(
+            address=ray.get_runtime_context().gcs_address,
+            filters=[("ray_namespace", "=", names.namespace)],
+            limit=1000,
+        )
         if a.name and a.name.startswith(f"{names.prefix}.")
     ]
     actors.sort(key=lambda a: (a["name"], a["state"] != "ALIVE"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.indexer.schedule import schedule_index
+from actors.models.clients import worker_clients
 from actors.models.embeddings import embedder_for
 from actors.worker import RoleActor, WorkerContext
 from persistence.semantic import SemanticIndex
@@ -32,7 +33,7 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
     store = context.store_for(job.db_path)
     store.ping()
     index = SemanticIndex(job.db_path, settings.semantic, state_writer=store)
-    result = index.synchronize(embedder_for(settings.semantic))
+    result = index.synchronize(embedder_for(settings.semantic, worker_clients()))
     continuation = None
     if not result.complete:
         continuation = schedule_index(

@@ -30,6 +30,7 @@ import httpx
 import openai
 
 from actors.models.chat import NO_KEY_PLACEHOLDER, MissingApiKeyError
+from actors.models.clients import ClientPool
 from protocol.semantic import SemanticSearchError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
@@ -546,25 +547,42 @@ def default_offline_embedder() -> MiniLMEmbedder:
 # --- resolution ----------------------------------------------------------------------------------------
 
 
-def embedder_for(semantic: SemanticSettings) -> Embedder:
-    """The embedder selected by ``semantic.embedding_api`` (the shared offline one for the builtin id)."""
+def embedder_for(semantic: SemanticSettings, clients: ClientPool | None = None) -> Embedder:
+    """The embedder selected by ``semantic.embedding_api`` (the shared offline one for the builtin id).
+
+    With ``clients`` an endpoint's client is built once and reused (a worker passes its pool).
+    """
     api = semantic.embedding_api
     if api.is_builtin:
         return default_offline_embedder()
-    if api.base_url is None:  # the settings model forbids this; kept for the type checker
+    base_url = api.base_url
+    if base_url is None:  # the settings model forbids this; kept for the type checker
         raise EmbeddingError(reason="no_endpoint")
-    return OpenAIEmbedder(api.base_url, api.model_id, api_key_env=None)
+
+    def build() -> OpenAIEmbedder:
+        return OpenAIEmbedder(base_url, api.model_id, api_key_env=None)
+
+    if clients is None:
+        return build()
+    return clients.get(("embeddings", base_url, api.model_id), build)
 
 
-def reranker_for(semantic: SemanticSettings) -> Reranker | None:
-    """The configured reranker, or ``None`` (no reranker ships offline)."""
+def reranker_for(semantic: SemanticSettings, clients: ClientPool | None = None) -> Reranker | None:
+    """The configured reranker, or ``None`` (no reranker ships offline); reused from ``clients`` if given."""
     api = semantic.reranker_api
     if api is None:
         return None
-    return HttpReranker(
-        api.base_url,
-        api.model_id,
-        batch_size=api.batch_size,
-        document_characters=api.document_characters,
-        min_score=api.min_score,
-    )
+
+    def build() -> HttpReranker:
+        return HttpReranker(
+            api.base_url,
+            api.model_id,
+            batch_size=api.batch_size,
+            document_characters=api.document_characters,
+            min_score=api.min_score,
+        )
+
+    if clients is None:
+        return build()
+    key = ("rerank", api.base_url, api.model_id, api.batch_size, api.document_characters, api.min_score)
+    return clients.get(key, build)

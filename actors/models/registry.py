@@ -19,6 +19,7 @@ from actors.models.chat import (
     UnknownModelError,
     UnknownProviderError,
 )
+from actors.models.clients import ClientPool, secret_key
 from protocol.errors import ModelSettingsError, SettingsError
 from protocol.settings import BUILTIN_MODEL, BUILTIN_PROVIDER, OmSettings
 
@@ -29,12 +30,15 @@ def model_for(
     *,
     environ: Mapping[str, str] | None = None,
     max_retries: int = DEFAULT_CLIENT_MAX_RETRIES,
+    clients: ClientPool | None = None,
 ) -> tuple[ChatModel, int]:
     """The chat model and context window for a ``provider/model`` reference.
 
     ``builtin/extractive`` is the in-process model. Other providers come from
     ``settings.providers``; their API key is read from the environment variable they name
     (``environ`` defaults to ``os.environ``), or :data:`NO_KEY_PLACEHOLDER` when they name none.
+    With ``clients`` (a worker passes :func:`actors.models.clients.worker_clients`), one client per
+    endpoint, key and timeouts is built and then reused; without it each call builds its own.
     """
     try:
         provider = settings.provider_for(model)
@@ -61,7 +65,14 @@ def model_for(
                 "is not set."
             )
         api_key = value
-    client = OpenAIChatModel(
-        base_url=provider.base_url, api_key=api_key, timeout_s=provider.timeout_s, max_retries=max_retries
-    )
-    return client, provider.context_window
+    base_url, timeout_s = provider.base_url, provider.timeout_s
+
+    def build() -> OpenAIChatModel:
+        return OpenAIChatModel(
+            base_url=base_url, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries
+        )
+
+    if clients is None:
+        return build(), provider.context_window
+    key = ("chat", base_url, secret_key(api_key), timeout_s, max_retries)
+    return clients.get(key, build), provider.context_window

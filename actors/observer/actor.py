@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from actors.indexer.schedule import schedule_index
+from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
@@ -38,7 +39,7 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
         memory=MemoryReader(job.db_path),
         store=store,
         read_events=partial(read_event_window, job.events_path),
-        resolve_model=partial(model_for, settings),
+        resolve_model=partial(model_for, settings, clients=worker_clients()),
         count_tokens=token_counter(settings.token_encoding).count,
         now_utc=utc_now,
         now_local=local_now,

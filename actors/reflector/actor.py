@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any
 
 from actors.indexer.schedule import schedule_index
+from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
 from actors.reflector.pipeline import ReflectorPorts
@@ -35,7 +36,7 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
     ports = ReflectorPorts(
         memory=MemoryReader(job.db_path),
         store=store,
-        resolve_model=partial(model_for, settings),
+        resolve_model=partial(model_for, settings, clients=worker_clients()),
         count_tokens=token_counter(settings.token_encoding).count,
         now_utc=utc_now,
         schedule_index=lambda run_id: schedule_index(

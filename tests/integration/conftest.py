@@ -45,7 +45,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInf
     os.environ["OMRAY_HOME"] = str(tmp_path_factory.mktemp("omray-home"))
     dashboard_port, metrics_port = free_port(), free_port()
     ray.init(
-        address="local",  # always a cluster of our own, never a `ray start` head found on the machine
+        # "local": always a new cluster of its own, never a `ray start` head that happens to run
+        # on this machine (an `omray up`, or the heads test_restart.py starts and stops).
+        address="local",
         num_cpus=2,
         namespace="omray",
         include_dashboard=True,

@@ -15,13 +15,13 @@ from protocol.jobs import JobEnvelope
 
 
 class RecordingClient(OmrayClient):
-    """A client whose dispatch records envelopes instead of calling the queue."""
+    """A client whose sends record envelopes instead of calling the queue."""
 
     def __init__(self, tmp_path: Path) -> None:
         super().__init__(RuntimeNames(prefix="t"), settings={"model": "builtin/extractive"}, cwd=tmp_path)
         self.sent: list[JobEnvelope] = []
 
-    def dispatch(self, envelope: JobEnvelope | Any) -> str:
+    def _send(self, envelope: JobEnvelope | Any, timeout_s: float) -> str:
         self.sent.append(envelope)
         return str(envelope.job_id)
 

@@ -1,0 +1,170 @@
+"""The client's side of issue 19 without a cluster: hook deadlines, the outbox, address and token choice."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.client import OmrayClient
+from cluster.link import (
+    Outbox,
+    RuntimeUnavailableError,
+    prepare_auth,
+    probe_gcs,
+    resolve_address,
+)
+from protocol.errors import RuntimeNotRunningError
+from protocol.events import AfterTurnCommit, EventSummary
+
+DEADLINE_S = 0.3
+MARGIN_S = 5.0  # generous bound around the deadline on a loaded machine
+
+
+class FlakyLink:
+    """A queue that refuses (or hangs on) the first ``failures`` calls, then accepts."""
+
+    def __init__(self, failures: int, hang_s: float = 0.0) -> None:
+        self.failures = failures
+        self.hang_s = hang_s
+        self.accepted: list[str] = []
+        self.lock = threading.Lock()
+
+    def call(self, method: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+        with self.lock:
+            failing = self.failures > 0
+            self.failures -= 1
+        if failing:
+            time.sleep(min(self.hang_s, timeout_s))
+            raise RuntimeUnavailableError("no answer")
+        job_id = str(args[0].job_id)
+        self.accepted.append(job_id)
+        return job_id
+
+    def close(self) -> None:
+        pass
+
+
+def turn(seq: int) -> AfterTurnCommit:
+    return AfterTurnCommit(
+        run_id="s1",
+        turn_no=seq,
+        status="completed",
+        events=(EventSummary(seq=seq, type="agent_end", payload={"reason": "completed"}),),
+    )
+
+
+def client_with(link: FlakyLink, tmp_path: Path) -> OmrayClient:
+    return OmrayClient(
+        settings={"model": "builtin/extractive"},
+        cwd=tmp_path,
+        link=link,
+        hook_timeout_s=DEADLINE_S,
+        call_timeout_s=DEADLINE_S,
+    )
+
+
+def test_hook_returns_by_its_deadline_and_the_job_is_sent_once_the_runtime_answers(tmp_path: Path) -> None:
+    link = FlakyLink(failures=4, hang_s=10.0)
+    client = client_with(link, tmp_path)
+    started = time.monotonic()
+    assert client.after_turn_commit(turn(3)) is None  # not accepted yet, and no exception
+    assert time.monotonic() - started <= DEADLINE_S + MARGIN_S
+    assert client.outbox.wait_empty(30)
+    assert len(link.accepted) == 1
+
+
+def test_hook_returns_the_job_id_when_the_runtime_accepts_in_time(tmp_path: Path) -> None:
+    link = FlakyLink(failures=0)
+    client = client_with(link, tmp_path)
+    job_id = client.after_turn_commit(turn(3))
+    assert job_id is not None and link.accepted == [job_id]
+
+
+def test_pending_hook_jobs_are_sent_in_the_order_of_the_turns(tmp_path: Path) -> None:
+    link = FlakyLink(failures=3)
+    client = client_with(link, tmp_path)
+    for seq in (3, 5, 8):
+        client.after_turn_commit(turn(seq))
+    assert client.outbox.wait_empty(30)
+    expected = [client.observe_envelope("s1", seq).job_id for seq in (3, 5, 8)]
+    assert link.accepted == expected
+
+
+def test_a_direct_dispatch_raises_a_typed_error_at_its_deadline(tmp_path: Path) -> None:
+    client = client_with(FlakyLink(failures=1, hang_s=10.0), tmp_path)
+    started = time.monotonic()
+    with pytest.raises(RuntimeUnavailableError):
+        client.observe("s1", 3)
+    assert time.monotonic() - started <= DEADLINE_S + MARGIN_S
+
+
+def test_outbox_drops_the_oldest_job_past_its_limit() -> None:
+    sent: list[str] = []
+    gate = threading.Event()
+
+    def send(envelope: Any, timeout_s: float) -> str:
+        if not gate.is_set():
+            raise RuntimeUnavailableError("down")
+        sent.append(envelope)
+        return str(envelope)
+
+    outbox = Outbox(send, call_timeout_s=0.1, limit=2)
+    for name in ("a", "b", "c"):
+        assert outbox.submit(name, name, 0.01) is None
+    gate.set()
+    assert outbox.wait_empty(30)
+    assert sent == ["b", "c"]
+
+
+def test_address_comes_from_the_argument_then_ray_address_then_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert resolve_address(None) == "auto"
+    (tmp_path / "runtime.json").write_text(json.dumps({"address": "127.0.0.1:6380", "auth": "token"}))
+    assert resolve_address("auto") == "127.0.0.1:6380"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert resolve_address(None) == "10.0.0.5:6379"
+    assert resolve_address("10.0.0.9:1") == "10.0.0.9:1"
+
+
+def test_token_mode_follows_what_omray_up_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path / "nobody"))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert prepare_auth() == "disabled"  # no record, no token: Ray's own default applies
+    (tmp_path / "runtime.json").write_text(json.dumps({"address": "127.0.0.1:6380", "auth": "token"}))
+    assert prepare_auth() == "token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert prepare_auth() == "disabled"  # the user's explicit choice wins
+
+
+def test_a_token_file_turns_token_mode_on_for_an_explicit_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t" * 32)
+    assert prepare_auth() == "token"
+
+
+def test_nothing_listening_is_reported_at_once_not_after_retries() -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(RuntimeNotRunningError, match="omray up"):
+        probe_gcs(f"127.0.0.1:{port}")
+    assert time.monotonic() - started <= 5.0
