@@ -46,6 +46,7 @@ def ray_for_bench(address: str | None) -> Iterator[None]:
         ray.init(address=address, **common)
     else:
         ray.init(
+            address="local",  # a private cluster, never a `ray start` head found on the machine
             num_cpus=min(os.cpu_count() or 2, 2),
             include_dashboard=False,
             object_store_memory=LOCAL_OBJECT_STORE_BYTES,
@@ -239,3 +240,41 @@ def up_command(
     from bench.up_bench import run_up_bench
 
     emit(run_up_bench(variant, settle_s=settle), as_json)
+
+
+@bench_app.command("load")
+def load_command(
+    sessions: int = typer.Option(32, "--sessions", min=1, help="Concurrent agent sessions."),
+    projects: int = typer.Option(2, "--projects", min=1, help="Project directories (memory databases)."),
+    turns: int = typer.Option(20, "--turns", min=1, help="Turns per session."),
+    model_latency_ms: float = typer.Option(
+        1000.0, "--model-latency-ms", min=0.0, help="Delay of every model answer."
+    ),
+    turn_interval_s: float = typer.Option(0.5, "--turn-interval-s", min=0.0, help="Seconds between turns."),
+    observers: int = typer.Option(8, "--observers", min=1, max=64, help="ObserverActors."),
+    observer_slots: int = typer.Option(4, "--observer-slots", min=1, max=64, help="Jobs per observer."),
+    serial: bool = typer.Option(True, "--serial/--no-serial", help="Also run one worker, one job in flight."),
+    address: str | None = AddressOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Concurrent agents through the public client against a scripted model with latency; audited."""
+    from bench.load_bench import run_load_bench
+
+    with stdout_to_stderr(), ray_for_bench(address):
+        result = run_load_bench(
+            sessions=sessions,
+            projects=projects,
+            turns=turns,
+            model_latency_ms=model_latency_ms,
+            turn_interval_s=turn_interval_s,
+            observers=observers,
+            observer_slots=observer_slots,
+            serial=serial,
+        )
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(result, sort_keys=True))
+    else:
+        for name, value in result.items():
+            typer.echo(f"{name}: {value}")

@@ -1,0 +1,350 @@
+"""``omray bench load``: many agent sessions at once, through the public client, with a real model delay.
+
+``sessions`` concurrent agents, spread over ``projects`` project directories (each its own memory
+database; session ids repeat across projects, as they do in real use), each append ``turns``
+turns to their ``events.jsonl`` one every ``turn_interval_s`` seconds and call
+``after_turn_commit`` after each, as a host agent would. The model is the scripted
+OpenAI-compatible server on 127.0.0.1 answering every request after ``model_latency_ms``, through
+the real ``openai`` client in the observer workers. The same workload runs twice in one
+invocation: with the runtime's pools, and serially (one observer, one job in flight: the
+original's single worker) for ``serial_makespan_s``.
+
+Figures (per run):
+
+- ``makespan_s``: first turn to the moment every turn's observations are durable (coverage of
+  every session reaches its last event) and the queue is idle.
+- ``ideal_parallel_s``: the last turn's time plus one observe job's model time (two requests:
+  the tool call and its receipt round) -- what unlimited, instant workers would achieve.
+- ``visible_lag_p50_s`` / ``p95``: per turn, from ``after_turn_commit`` to the moment the
+  session's coverage first reaches that turn's last event (polled every 50 ms).
+- ``after_turn_commit_p95_ms``: how long the hook held the agent.
+- ``lost`` (turns never covered), ``duplicated`` (observations recorded twice for one source
+  event, or a coverage row written twice), ``lane_order_violations`` (coverage of a session that
+  ever moved backwards or left a hole), ``busy_errors`` (jobs that failed or hooks that raised).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from bench.scripted_models import ScriptedMemoryModel
+from bench.scripted_server import ScriptedServer
+from cluster.client import OmrayClient
+from cluster.naming import RuntimeNames
+from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
+from protocol.events import AfterTurnCommit, EventSummary
+
+SCHEMA_VERSION = "1.0"
+REQUESTS_PER_OBSERVE_JOB = 2
+"""The tool call and the receipt round."""
+
+
+def _turn_events(session_id: str, turn_no: int, first_seq: int) -> list[dict[str, Any]]:
+    """One coding turn: user prompt, assistant tool call, tool result, assistant answer, turn end."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    call_id = f"call-{turn_no}"
+    parts: list[tuple[str, dict[str, Any]]] = [
+        (
+            "agent_command_applied",
+            {"text": f"Turn {turn_no}: please check module_{turn_no % 7}.py for the bug."},
+        ),
+        (
+            "llm_step_completed",
+            {
+                "assistant_message": {
+                    "role": "assistant",
+                    "content": f"Reading module_{turn_no % 7}.py.",
+                    "tool_calls": [
+                        {"id": call_id, "name": "read", "arguments": {"path": f"module_{turn_no % 7}.py"}}
+                    ],
+                }
+            },
+        ),
+        (
+            "tool_execution_end",
+            {
+                "tool_result": {
+                    "tool_call_id": call_id,
+                    "result": {
+                        "tool_name": "read",
+                        "content": [{"type": "text", "text": f"def f{turn_no}(): return {turn_no}"}],
+                    },
+                    "is_error": False,
+                }
+            },
+        ),
+        (
+            "llm_step_completed",
+            {"assistant_message": {"role": "assistant", "content": f"Fixed f{turn_no} in turn {turn_no}."}},
+        ),
+        ("agent_end", {"reason": "completed"}),
+    ]
+    return [
+        {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": session_id,
+            "seq": first_seq + i,
+            "turn_no": turn_no,
+            "type": kind,
+            "payload": payload,
+            "ts": when,
+        }
+        for i, (kind, payload) in enumerate(parts)
+    ]
+
+
+def _coverage_end(db_path: Path, session_id: str) -> int:
+    """Highest contiguous covered seq of a session (0 when none), read-only."""
+    if not db_path.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as conn:
+            rows = conn.execute(
+                "SELECT source_start_seq, source_end_seq FROM om_coverage WHERE run_id = ?"
+                " ORDER BY source_start_seq",
+                (session_id,),
+            ).fetchall()
+    except sqlite3.Error:
+        return 0
+    end = 0
+    for start, stop in rows:
+        if start > end + 1:
+            break
+        end = max(end, stop)
+    return end
+
+
+class _Agent(threading.Thread):
+    """One agent session: a turn every ``interval_s``, each followed by ``after_turn_commit``."""
+
+    def __init__(
+        self, client: OmrayClient, project: Path, session_id: str, turns: int, interval_s: float, t0: float
+    ) -> None:
+        super().__init__(name=f"agent-{session_id}", daemon=True)
+        self.client, self.project, self.session_id = client, project, session_id
+        self.turns, self.interval_s, self.t0 = turns, interval_s, t0
+        self.events_path = project / "sessions" / session_id / "events.jsonl"
+        self.hook_ms: list[float] = []
+        self.turn_ends: list[tuple[int, float]] = []  # (last seq of the turn, time of the hook call)
+        self.hook_errors = 0
+
+    def run(self) -> None:
+        self.events_path.parent.mkdir(parents=True, exist_ok=True)
+        seq = 1
+        for turn_no in range(1, self.turns + 1):
+            due = self.t0 + (turn_no - 1) * self.interval_s
+            time.sleep(max(0.0, due - time.monotonic()))
+            events = _turn_events(self.session_id, turn_no, seq)
+            seq += len(events)
+            with self.events_path.open("a", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(e, separators=(",", ":")) + "\n" for e in events)
+            context = AfterTurnCommit(
+                run_id=self.session_id,
+                turn_no=turn_no,
+                status="completed",
+                events=tuple(
+                    EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in events
+                ),
+            )
+            started = time.monotonic()
+            try:
+                self.client.after_turn_commit(context, events_path=self.events_path)
+            except Exception:  # the hook must never raise; count it if it does
+                self.hook_errors += 1
+            self.hook_ms.append((time.monotonic() - started) * 1000.0)
+            self.turn_ends.append((events[-1]["seq"], started))
+
+
+def _audit(db_path: Path, session_id: str, last_seq: int) -> dict[str, int]:
+    """Duplicates and holes in one session's memory."""
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        refs = [
+            row[0]
+            for row in conn.execute(
+                "SELECT source_refs_json FROM om_observation WHERE run_id = ?", (session_id,)
+            )
+        ]
+        coverage = conn.execute(
+            "SELECT source_start_seq, source_end_seq FROM om_coverage WHERE run_id = ?"
+            " ORDER BY source_start_seq",
+            (session_id,),
+        ).fetchall()
+    seen: dict[int, int] = {}
+    for raw in refs:
+        for ref in json.loads(raw):
+            if isinstance(ref, Mapping) and ref.get("run_id") == session_id:
+                seq = int(ref["seq"])
+                seen[seq] = seen.get(seq, 0) + 1
+    duplicated = sum(1 for count in seen.values() if count > 1)
+    overlaps = sum(1 for (_, end), (start, _) in itertools.pairwise(coverage) if start <= end)
+    holes = sum(1 for (_, end), (start, _) in itertools.pairwise(coverage) if start > end + 1)
+    covered_to = _coverage_end(db_path, session_id)
+    return {
+        "duplicated": duplicated + overlaps,
+        "order_violations": holes,
+        "lost_events": max(0, last_seq - covered_to),
+    }
+
+
+def run_load(
+    *,
+    sessions: int,
+    projects: int,
+    turns: int,
+    model_latency_ms: float,
+    turn_interval_s: float,
+    pools: PoolSizes,
+    max_in_flight: int | None,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """One run of the workload on a fresh runtime; returns its figures."""
+    if not ray.is_initialized():
+        raise RuntimeError("not connected to Ray: use `omray bench load`, or call ray.init() first")
+    names = RuntimeNames(prefix=f"load{uuid.uuid4().hex[:8]}")
+    model = ScriptedMemoryModel(latency_s=model_latency_ms / 1000.0)
+    with (
+        tempfile.TemporaryDirectory(prefix="omray-bench-load-") as tmp,
+        ScriptedServer(chat_default=model) as server,
+    ):
+        work = Path(tmp)
+        ensure_runtime(
+            names,
+            queue_db=str(work / "queue.sqlite"),
+            handler_paths=DEFAULT_HANDLERS,
+            retry_base_delay_s=0.2,
+            pools=pools,
+            max_in_flight=max_in_flight,
+        )
+        try:
+            for role in ("observer", "reflector", "indexer"):  # workers start lazily: not billed to turns
+                for index in range(pools.observers if role == "observer" else 1):
+                    ray.get(ray.get_actor(names.worker(role, index), namespace=names.namespace).ping.remote())
+            clients = []
+            for p in range(projects):
+                project = work / f"project-{p}"
+                settings = {
+                    "model": "scripted/memory",
+                    "providers": {"scripted": {"base_url": server.base_url, "context_window": 32768}},
+                    "storage": {"database": str(project / "om.sqlite")},
+                }
+                clients.append((project, OmrayClient(names, settings=settings, cwd=project)))
+            t0 = time.monotonic() + 0.5
+            agents = [
+                _Agent(
+                    clients[i % projects][1],
+                    clients[i % projects][0],
+                    f"s{i // projects:03d}",
+                    turns,
+                    turn_interval_s,
+                    t0,
+                )
+                for i in range(sessions)
+            ]
+            for agent in agents:
+                agent.start()
+            visible: dict[tuple[str, int], float] = {}
+            pending = {(id(agent), n) for agent in agents for n in range(turns)}
+            deadline = t0 + timeout_s
+            while pending and time.monotonic() < deadline:
+                now = time.monotonic()
+                for agent in agents:
+                    covered = _coverage_end(agent.client.db_path, agent.session_id)
+                    for n, (last_seq, at) in enumerate(list(agent.turn_ends)):
+                        key = (id(agent), n)
+                        if key in pending and covered >= last_seq:
+                            visible[(agent.name, n)] = now - at
+                            pending.discard(key)
+                time.sleep(0.05)
+            for agent in agents:
+                agent.join(timeout=5)
+            clients[0][1].wait_idle(timeout_s=max(5.0, deadline - time.monotonic()))
+            makespan = time.monotonic() - t0
+            status = clients[0][1].job_counts()
+            audits = [
+                _audit(
+                    agent.client.db_path, agent.session_id, agent.turn_ends[-1][0] if agent.turn_ends else 0
+                )
+                for agent in agents
+            ]
+        finally:
+            remove_runtime(names)
+    lags = sorted(visible.values())
+    hooks = sorted(ms for agent in agents for ms in agent.hook_ms)
+    last_turn_s = (turns - 1) * turn_interval_s
+    return {
+        "makespan_s": round(makespan, 2),
+        "ideal_parallel_s": round(last_turn_s + REQUESTS_PER_OBSERVE_JOB * model_latency_ms / 1000.0, 2),
+        "jobs": int(status.get("succeeded", 0)) + int(status.get("failed", 0)),
+        "visible_lag_p50_s": round(_pct(lags, 0.5), 3),
+        "visible_lag_p95_s": round(_pct(lags, 0.95), 3),
+        "after_turn_commit_p50_ms": round(_pct(hooks, 0.5), 2),
+        "after_turn_commit_p95_ms": round(_pct(hooks, 0.95), 2),
+        "lost": len(pending) + sum(1 for a in audits if a["lost_events"]),
+        "duplicated": sum(a["duplicated"] for a in audits),
+        "lane_order_violations": sum(a["order_violations"] for a in audits),
+        "busy_errors": int(status.get("failed", 0)) + sum(agent.hook_errors for agent in agents),
+        "model_requests": len(server.chat_requests),
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def run_load_bench(
+    *,
+    sessions: int = 32,
+    projects: int = 2,
+    turns: int = 20,
+    model_latency_ms: float = 1000.0,
+    turn_interval_s: float = 0.5,
+    observers: int = 8,
+    observer_slots: int = 4,
+    serial: bool = True,
+    timeout_s: float = 900.0,
+) -> dict[str, Any]:
+    """The workload with the runtime's pools and (``serial``) with one worker, one job in flight."""
+    parallel_pools = PoolSizes(observers=observers, reflectors=2, indexers=1, observer_slots=observer_slots)
+    common = {
+        "sessions": sessions,
+        "projects": projects,
+        "turns": turns,
+        "model_latency_ms": model_latency_ms,
+        "turn_interval_s": turn_interval_s,
+        "timeout_s": timeout_s,
+    }
+    parallel = run_load(pools=parallel_pools, max_in_flight=None, **common)  # type: ignore[arg-type]
+    result: dict[str, Any] = {
+        "sessions": sessions,
+        "projects": projects,
+        "turns": turns,
+        "model_latency_ms": model_latency_ms,
+        "turn_interval_s": turn_interval_s,
+        "observers": observers,
+        "observer_slots": observer_slots,
+        **parallel,
+    }
+    if serial:
+        one = PoolSizes(observers=1, reflectors=1, indexers=1, observer_slots=1, reflector_slots=1)
+        baseline = run_load(pools=one, max_in_flight=1, **common)  # type: ignore[arg-type]
+        result["serial_makespan_s"] = baseline["makespan_s"]
+        result["serial_visible_lag_p95_s"] = baseline["visible_lag_p95_s"]
+        result["serial_lost"] = baseline["lost"]
+        result["speedup_vs_serial"] = round(baseline["makespan_s"] / max(parallel["makespan_s"], 1e-9), 2)
+    result["makespan_vs_ideal"] = round(parallel["makespan_s"] / max(parallel["ideal_parallel_s"], 1e-9), 2)
+    result["machine"] = {"cores": os.cpu_count()}
+    return result
