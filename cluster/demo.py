@@ -38,7 +38,7 @@ DEMO_SETTINGS: dict[str, Any] = {
     "model": "builtin/extractive",
     # The sample session is small (a few hundred tokens of observations), so the demo lowers the
     # reflection threshold and the pool target to let the Reflector and Dropper run too.
-    "reflector": {"reflect_after_observation_tokens": 300},
+    "reflector": {"reflect_after_observation_tokens": 200},
     "pools": {"observations_max_tokens": 200},
     # Hybrid search with the offline embedder (all-MiniLM-L6-v2 on onnxruntime).
     "semantic": {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2"}},
