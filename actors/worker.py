@@ -154,6 +154,20 @@ class WorkerActor:
             job_id=envelope.job_id, detail={**dict(detail), "elapsed_ms": round(elapsed_ms, 3)}
         ).model_dump()
 
+    def shutdown(self) -> int:
+        """Close the model, embedding and rerank clients of this process; returns how many were open.
+
+        Called before the actor is killed (``omray down``, :func:`cluster.runtime.remove_runtime`),
+        since a killed process runs no exit hooks. A job still running builds a new client if it
+        needs one.
+        """
+        from actors.models.clients import worker_clients
+
+        pool = worker_clients()
+        opened = len(pool)
+        pool.close()
+        return opened
+
     def ping(self) -> dict[str, Any]:
         """Liveness and a count of attempts run by this process."""
         return {"handler_id": self.handler_id, "jobs_run": self.jobs_run, "pid": os.getpid()}

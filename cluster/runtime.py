@@ -344,14 +344,30 @@ def remove_runtime(names: RuntimeNames | None = None, db_paths: list[str] | None
     for info in _list_named_actors(names.namespace):
         if info.startswith((f"{names.prefix}.store.", *members)) and info not in candidates:
             candidates.append(info)
+    handles: dict[str, Any] = {}
     for actor_name in candidates:
         try:
-            handle = ray.get_actor(actor_name, namespace=names.namespace)
+            handles[actor_name] = ray.get_actor(actor_name, namespace=names.namespace)
         except ValueError:
             continue
+    _close_worker_clients(
+        [handle for name, handle in handles.items() if name.startswith(members)], timeout_s=5.0
+    )
+    for actor_name, handle in handles.items():
         ray.kill(handle, no_restart=True)
         removed.append(actor_name)
     return removed
+
+
+def _close_worker_clients(workers: list[Any], timeout_s: float) -> None:
+    """Ask workers to close their HTTP clients before they are killed (a kill runs no exit hooks)."""
+    if not workers:
+        return
+    refs = [worker.shutdown.remote() for worker in workers]
+    try:
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    except Exception as exc:  # a dead or busy worker is killed anyway
+        logger.info("worker shutdown skipped", extra={"error_class": type(exc).__name__})
 
 
 def _list_named_actors(namespace: str) -> list[str]:

@@ -51,3 +51,20 @@ def test_a_redelivered_attempt_waits_for_the_running_attempt_of_the_same_job() -
     second.join(5)
     assert [r["kind"] for r in results] == ["succeeded", "succeeded"]
     assert recorder.overlap["a"] == 1
+
+
+def test_shutdown_closes_the_process_clients_before_a_kill() -> None:
+    from actors.models.clients import worker_clients
+
+    closed: list[str] = []
+
+    class Client:
+        def close(self) -> None:
+            closed.append("x")
+
+    pool = worker_clients()
+    pool.close()
+    pool.get(("test", "endpoint"), Client)
+    worker = WorkerActor("h", lambda envelope, attempt, context: None, context=None)  # type: ignore[arg-type]
+    assert worker.shutdown() == 1
+    assert closed == ["x"] and len(pool) == 0
