@@ -647,7 +647,6 @@ class Store:
         A job whose key ``(db_path, job_id)`` is already pending or running (earlier in the batch
         included) is not queued twice: its result names the existing row with ``created=False``.
         """
-        table = schema.omray_job
         results: list[EnqueueResult] = []
         with self.atomic():
             conn = self._conn()
@@ -657,20 +656,21 @@ class Store:
                 if queued is not None:
                     results.append(EnqueueResult(job_seq=queued, job_id=envelope.job_id, created=False))
                     continue
-                result = conn.execute(
-                    table.insert().values(
-                        job_id=envelope.job_id,
-                        handler_id=envelope.handler_id,
-                        correlation_id=envelope.correlation_id,
-                        run_id=envelope.payload.run_id,
-                        db_path=db_path,
-                        payload_json=JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
-                        state="pending",
-                        attempts=0,
-                        accepted_at=accepted_at,
-                    )
+                # The hot path of a busy queue: a plain prepared statement.
+                cursor = conn.exec_driver_sql(
+                    "INSERT INTO omray_job (job_id, handler_id, correlation_id, run_id, db_path,"
+                    " payload_json, state, attempts, accepted_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+                    (
+                        envelope.job_id,
+                        envelope.handler_id,
+                        envelope.correlation_id,
+                        envelope.payload.run_id,
+                        db_path,
+                        JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
+                        accepted_at,
+                    ),
                 )
-                job_seq = result.inserted_primary_key[0] if result.inserted_primary_key else None
+                job_seq = cursor.lastrowid
                 if not isinstance(job_seq, int):  # pragma: no cover - SQLite always returns the rowid
                     raise StorageError(f"no job_seq returned for job {envelope.job_id!r}")
                 results.append(EnqueueResult(job_seq=job_seq, job_id=envelope.job_id, created=True))
@@ -684,15 +684,29 @@ class Store:
         """
         applied = 0
         with self.atomic():
+            conn = self._conn()
             for write in writes:
                 if isinstance(write, JobStarted):
-                    self.mark_job_running(write.job_seq, write.attempt, write.started_at)
+                    if write.attempt < 1:
+                        raise InvalidPayloadError(f"attempt must be >= 1 for job seq {write.job_seq!r}")
+                    # The hot path of a busy queue: plain prepared statements, no savepoint each.
+                    changed = conn.exec_driver_sql(
+                        "UPDATE omray_job SET state = 'running', attempts = ?, started_at = ?,"
+                        " not_before = NULL WHERE job_seq = ? AND state IN ('pending', 'running')",
+                        (write.attempt, write.started_at, write.job_seq),
+                    ).rowcount
+                    if changed != 1:
+                        raise NotFoundError(f"no job with seq {write.job_seq!r} in state 'pending/running'")
                 elif isinstance(write, JobRetry):
                     self.mark_job_retry(write.job_seq, write.not_before, write.failure_reason)
                 elif isinstance(write, JobFinished):
-                    try:
-                        self.finish_job(write.job_seq, write.state, write.finished_at, write.failure_reason)
-                    except NotFoundError:
+                    _check_failure_reason(write.failure_reason)
+                    changed = conn.exec_driver_sql(
+                        "UPDATE omray_job SET state = ?, finished_at = ?, failure_reason = ?"
+                        " WHERE job_seq = ? AND state IN ('pending', 'running')",
+                        (write.state, write.finished_at, write.failure_reason, write.job_seq),
+                    ).rowcount
+                    if changed != 1:
                         continue  # recorded by an earlier try of this batch
                 elif isinstance(write, JobGivenUp):
                     self.give_up_job(
@@ -710,15 +724,12 @@ class Store:
 
     @staticmethod
     def _unfinished_seq(conn: Connection, db_path: str, job_id: str) -> int | None:
-        table = schema.omray_job
-        seq: int | None = conn.execute(
-            select(table.c.job_seq).where(
-                table.c.db_path == db_path,
-                table.c.job_id == job_id,
-                table.c.state.in_(("pending", "running")),
-            )
-        ).scalar_one_or_none()
-        return seq
+        row = conn.exec_driver_sql(
+            "SELECT job_seq FROM omray_job WHERE db_path = ? AND job_id = ?"
+            " AND state IN ('pending', 'running')",
+            (db_path, job_id),
+        ).first()
+        return None if row is None else int(row[0])
 
     def _transition(self, job_seq: int, from_states: tuple[str, ...], **values: Any) -> None:
         table = schema.omray_job
