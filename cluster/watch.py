@@ -114,6 +114,12 @@ class WatchSnapshot:
     """"waiting for …" lines for sources that did not answer this time."""
     session_filter: str | None = None
     """The ``--session`` being watched, or ``None`` for all sessions."""
+    lanes: int | None = None
+    """Lanes (sessions of a database, or a database's index work) with queued jobs."""
+    busy_lanes: int | None = None
+    """Lanes with a job running."""
+    slots: int | None = None
+    """Jobs the worker pools can run at once."""
 
 
 def snapshot_from(
@@ -132,8 +138,13 @@ def snapshot_from(
     in_flight: tuple[InFlightJob, ...] = ()
     failures: list[FailureLine] = []
     depth: int | None = None
+    lanes = busy_lanes = slots = None
     if queue_status is not None:
         depth = int(queue_status.get("depth", 0))
+        lanes = int(queue_status["lanes"]) if "lanes" in queue_status else None
+        busy_lanes = int(queue_status["busy_lanes"]) if "busy_lanes" in queue_status else None
+        if "max_in_flight" in queue_status:
+            slots = int(queue_status["max_in_flight"])
         in_flight = tuple(
             InFlightJob(
                 job_id=str(job.get("job_id", "")),
@@ -172,6 +183,9 @@ def snapshot_from(
         failures=tuple(failures[:MAX_FAILURES_SHOWN]),
         waiting=tuple(waiting),
         session_filter=session_filter,
+        lanes=lanes,
+        busy_lanes=busy_lanes,
+        slots=slots,
     )
 
 
@@ -190,7 +204,11 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
     frame.append(f" · {snapshot.queue_name} · {scope} · {snapshot.taken_at:%H:%M:%S} UTC\n", style="dim")
 
     depth = "?" if snapshot.queue_depth is None else format_count(snapshot.queue_depth)
-    frame.append(f"Queue depth: {depth} · in flight: {len(snapshot.in_flight)}\n")
+    in_flight = f"{len(snapshot.in_flight)}" + ("" if snapshot.slots is None else f"/{snapshot.slots}")
+    lanes = ""
+    if snapshot.lanes is not None:
+        lanes = f" · lanes: {snapshot.lanes} ({snapshot.busy_lanes or 0} running)"
+    frame.append(f"Queue depth: {depth} · in flight: {in_flight}{lanes}\n")
     for job in snapshot.in_flight:
         frame.append("  running ", style="cyan")
         running = _seconds(job.running_s)

@@ -103,3 +103,11 @@ def test_long_running_job_shows_minutes() -> None:
     frame = render_watch(snapshot).plain
     assert "bbbbbbbbbbbb  reflect_generation  attempt 1  2 min 05 s" in frame
     assert "  failed j  r  2 attempts\n" in frame + "\n"
+
+
+def test_lanes_and_pool_slots_are_shown_when_the_queue_reports_them() -> None:
+    status = {**QUEUE_STATUS, "lanes": 12, "busy_lanes": 5, "max_in_flight": 11}
+    snapshot = snapshot_from(taken_at=NOW, queue_name="omray.queue", queue_status=status, activity_rows=ROWS)
+    assert render_watch(snapshot).plain.splitlines()[1] == (
+        "Queue depth: 1,234 · in flight: 1/11 · lanes: 12 (5 running)"
+    )
