@@ -39,6 +39,7 @@ from protocol.outcomes import (
     REASON_INTERRUPTED,
     REASON_RETRY_EXHAUSTED,
     REASON_WORKER_CRASHED,
+    EventsLocation,
     JobFailed,
     JobFailedEvent,
     JobSucceeded,
@@ -258,6 +259,8 @@ class _Job:
     # While running: sequence number of the job whose payload the worker runs (itself, or the
     # coalesced run it rides with).
     carrier: int | None = None
+    # Where the last failure's events file is corrupt, when that was the reason (ids only).
+    events_location: EventsLocation | None = None
 
     @property
     def key(self) -> JobKey:
@@ -586,6 +589,7 @@ class QueueState:
     def _fail(self, job: _Job, failure: JobFailed, now: float) -> list[Command]:
         decision = decide_retry(job.attempts, failure, self._policy)
         job.last_reason = failure.reason
+        job.events_location = failure.events_location
         if isinstance(decision, GiveUpNow):
             self._remove(job)
             return self._give_up(job, decision)
@@ -601,6 +605,7 @@ class QueueState:
             attempts=max(job.attempts, 1),
             event_reason=decision.event_reason,
             last_failure=last,
+            events_location=job.events_location,
         )
         return [
             GiveUp(job.seq, job.envelope.job_id, job.attempts, last),

@@ -305,3 +305,16 @@ def test_snapshot_is_json_and_has_no_payload() -> None:
             "carrier": 2,
         },
     ]
+
+
+def test_a_give_up_after_a_corrupt_events_line_says_where() -> None:
+    from protocol.outcomes import EventsLocation
+
+    q = QueueState(RetryPolicy(max_retries=0))
+    q.accept(envelope("a", run_id="r"), 1, now=0.0)
+    q.next_dispatch(0.0)
+    where = EventsLocation(path="/data/r/events.jsonl", line_no=28, seq=None, after_seq=27)
+    failure = JobFailed(job_id="a", retryable=True, reason="events_file_corrupt", events_location=where)
+    give_up, emit = q.on_outcome(1, failure, 1.0, attempt=1)
+    assert isinstance(give_up, GiveUp) and isinstance(emit, EmitJobFailed)
+    assert emit.event.events_location == where
