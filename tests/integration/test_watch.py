@@ -40,7 +40,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[=>]|\r")
 
 
 def _job(n: int) -> JobEnvelope:
-    payload = SemanticIndexJob(run_id="s-watch", db_path="/nonexistent/om.sqlite").model_dump()
+    # A database each: waiting index jobs of one database would be coalesced into one run.
+    payload = SemanticIndexJob(run_id="s-watch", db_path=f"/nonexistent/{n}/om.sqlite").model_dump()
     return JobEnvelope.model_validate(
         {"job_id": f"watch-job-{n:04d}", "correlation_id": "s-watch", "payload": payload}
     )
@@ -119,7 +120,7 @@ def test_watch_in_a_pseudo_terminal(names: RuntimeNames, tmp_path: Path) -> None
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
         deadline = time.monotonic() + 120
         wanted = (
-            "Queue depth: 1 · in flight: 1",
+            "Queue depth: 1 · in flight: 1/",
             "running watch-job-00  ",
             "semantic_index  attempt 1",
             STAGE_LINE,
