@@ -20,8 +20,10 @@ Scoring (questions with the ``_abs`` suffix are skipped, as upstream does):
 
 ``recall_any@k`` = some gold item in the first k, ``recall_all@k`` = every gold item in the first k,
 overall and by question type. The same-run baseline is plain ``bm25s`` over the raw turns of the
-same store (omray's keyword tokenizer, one document per turn). ``search_p50_ms`` times the whole
-``memory_search`` call, query embedding included.
+same store (omray's keyword tokenizer, one document per turn); ``omray_rrf`` is the same index
+searched with the reference's rank-only fusion (RRF, k 60) instead of the default score-aware
+fusion. ``search_p50_ms`` times the whole ``memory_search`` call (default fusion), query embedding
+included.
 
 ``longmemeval-s``: each question has its own store (its 43-55 sessions incl. distractors).
 ``longmemeval-oracle``: the sessions of every selected question are pooled into one store (ids
@@ -234,6 +236,7 @@ class CachedEmbedder:
         np.savez(
             self.path, keys=np.asarray(keys), vectors=np.asarray([self.vectors[k] for k in keys], np.float32)
         )
+        self.computed = 0
 
 
 @dataclass
@@ -380,6 +383,7 @@ class RecallBenchResult(BaseModel):
     search_p50_ms: float
     search_p99_ms: float
     omray: RecallFigures
+    omray_rrf: RecallFigures
     baseline_bm25_turns: RecallFigures
     omray_by_type: dict[str, RecallFigures]
     baseline_by_type: dict[str, RecallFigures]
@@ -420,6 +424,7 @@ def run_recall_bench(
         groups = [(question.sessions, [question]) for question in corpus.questions]
     omray_rows: list[tuple[Question, list[Any], list[str]]] = []
     base_rows: list[tuple[Question, list[Any], list[str]]] = []
+    rrf_rows: list[tuple[Question, list[Any], list[str]]] = []
     latencies: list[float] = []
     observations = chunks = 0
     observe_s = index_s = 0.0
@@ -428,11 +433,13 @@ def run_recall_bench(
     for sessions, asked in groups:
         with tempfile.TemporaryDirectory(prefix="omray-bench-recall-") as tmp:
             run = build_store(Path(tmp), corpus, sessions, embedder)
+            embedder.save()  # after each store, so an interrupted run keeps its vectors
             observations += run.observations
             chunks += run.chunks
             observe_s += run.observe_s
             index_s += run.index_s
             search = hybrid_search_for(run.db_path, semantic)
+            search_rrf = hybrid_search_for(run.db_path, semantic, fusion="rrf")
             labels = [(turn.session, turn.seq) for session in sessions for turn in corpus.turns[session]]
             keyword = KeywordIndex.build(
                 [(i, turn.content) for i, turn in enumerate(t for s in sessions for t in corpus.turns[s])]
@@ -448,6 +455,12 @@ def run_recall_bench(
                 results = answer["results"]
                 assert isinstance(results, list)
                 omray_rows.append((question, *rank_hits(results, run.refs)))
+                rrf = memory_search(
+                    run.db_path, {"query": question.question, "limit": SEARCH_LIMIT}, hybrid_search=search_rrf
+                )
+                rrf_results = rrf.get("results")
+                assert isinstance(rrf_results, list)
+                rrf_rows.append((question, *rank_hits(rrf_results, run.refs)))
                 base_rows.append(
                     (question, *baseline_ranking(corpus, sessions, question.question, keyword, labels))
                 )
@@ -465,6 +478,7 @@ def run_recall_bench(
         search_p50_ms=round(statistics.median(latencies), 1),
         search_p99_ms=round(float(np.percentile(latencies, 99)), 1),
         omray=figures(omray_rows),
+        omray_rrf=figures(rrf_rows),
         baseline_bm25_turns=figures(base_rows),
         omray_by_type=_by_type(omray_rows),
         baseline_by_type=_by_type(base_rows),

@@ -364,6 +364,46 @@ def rrf_fuse(
     return ordered[:limit]
 
 
+FusionMode = Literal["convex", "rrf"]
+"""How the vector and keyword rankings are fused: score-aware convex combination, or rank-only RRF."""
+CONVEX_VECTOR_WEIGHT: Final[float] = 0.5
+"""Weight of the normalized vector score in the convex fusion (the keyword score gets the rest)."""
+
+
+def convex_fuse(
+    vector_hits: Sequence[str],
+    vector_scores: Mapping[str, float],
+    keyword_hits: Sequence[str],
+    keyword_scores: Mapping[str, float],
+    weight: float = CONVEX_VECTOR_WEIGHT,
+    limit: int = FUSED_CANDIDATE_LIMIT,
+) -> list[str]:
+    """Score-aware fusion: ``weight * cosine + (1 - weight) * bm25 / best bm25``.
+
+    Unlike RRF it keeps how far apart the scores are: a chunk that BM25 scores far above the rest
+    (a rare name, a number) is not levelled with the runner-up, and two nearly equal vector hits
+    stay nearly equal. ``vector_scores`` are cosine similarities (clipped to 0..1), keyword scores
+    are divided by the best one (the theoretical minimum of both is 0, so no per-query min-max
+    stretches small differences). A chunk missing from a store scores 0 there. Ties keep the
+    better vector rank, then the keyword rank.
+    """
+    vector = {item: min(1.0, max(0.0, vector_scores[item])) for item in vector_hits}
+    best = max((keyword_scores[item] for item in keyword_hits), default=0.0)
+    keyword = {item: keyword_scores[item] / best for item in keyword_hits} if best > 0 else {}
+    rank = {item: position for position, item in enumerate(vector_hits)}
+    keyword_rank = {item: position for position, item in enumerate(keyword_hits)}
+    combined = {
+        item: weight * vector.get(item, 0.0) + (1 - weight) * keyword.get(item, 0.0)
+        for item in (*vector_hits, *keyword_hits)
+    }
+    missing = len(vector_hits) + len(keyword_hits)
+    ordered = sorted(
+        combined,
+        key=lambda item: (-combined[item], rank.get(item, missing), keyword_rank.get(item, missing)),
+    )
+    return ordered[:limit]
+
+
 def apply_rerank(hits: Sequence[str], order: Sequence[int]) -> list[str]:
     """``hits`` reordered (and filtered) to the reranker's offsets; bad offsets are a failure."""
     if any(not 0 <= offset < len(hits) for offset in order) or len(set(order)) != len(order):

@@ -54,7 +54,7 @@ from persistence.semantic.files import (
     VECTOR_FILE,
     DerivedIndexError,
 )
-from persistence.semantic.keyword import KeywordStore, query_tokens
+from persistence.semantic.keyword import KeywordStore, search_tokens
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.source_events import SourceEvents
 from persistence.semantic.sources import (
@@ -74,6 +74,7 @@ from protocol.semantic import (
     ChunkingRules,
     DateBounds,
     Embedder,
+    FusionMode,
     MemoryChunk,
     Reranker,
     Retrieval,
@@ -81,6 +82,7 @@ from protocol.semantic import (
     SourceMemory,
     apply_rerank,
     collapse_with_excerpts,
+    convex_fuse,
     filter_store_hits,
     query_text_for_embedding,
     rrf_fuse,
@@ -171,10 +173,12 @@ class SemanticIndex:
         *,
         events_root: str | os.PathLike[str] | None = None,
         lock_wait_s: float = LOCK_WAIT_S,
+        fusion: FusionMode = "convex",
     ) -> None:
         """``events_root``: the folder holding ``<session>/events.jsonl``; when given (or recorded by
         an earlier build), the cited events' text is indexed as source chunks of each observation."""
         self._lock_wait_s = lock_wait_s
+        self._fusion: FusionMode = fusion
         self._events_root = None if events_root is None else os.path.abspath(os.fspath(events_root))
         self._effective_root = self._events_root or ""
         self._db_path = os.fspath(db_path)
@@ -625,15 +629,20 @@ class SemanticIndex:
             index = self._vectors.load(manifest, state.dimensions)
             k = min(fetch, chunk_count)
             index.set_ef(max(k, 64))
-            found, _distances = index.knn_query(np.asarray([vector], dtype=np.float32), k=k)
+            found, distances = index.knn_query(np.asarray([vector], dtype=np.float32), k=k)
             vector_labels = [int(label) for label in found[0]]
+            # hnswlib's cosine distance is 1 - cosine similarity
+            vector_scores = {
+                int(label): 1.0 - float(d) for label, d in zip(found[0], distances[0], strict=True)
+            }
             keyword_count = manifest.meta_int("keyword_count")
             keyword_lagging = keyword_count != chunk_count
-            keyword_labels: list[int] = []
-            tokens = query_tokens(query)
+            keyword_scored: list[tuple[int, float]] = []
+            tokens = search_tokens(query)
             if tokens and keyword_count:
                 keyword = self._keyword.for_search(manifest)
-                keyword_labels = keyword.query(tokens, min(fetch, len(keyword.labels)))
+                keyword_scored = keyword.query_scored(tokens, min(fetch, len(keyword.labels)))
+            keyword_labels = [label for label, _ in keyword_scored]
             rows = manifest.chunks_by_labels(set(vector_labels) | set(keyword_labels))
         if len(rows) != len(set(vector_labels) | set(keyword_labels)):
             raise DerivedIndexError("semantic index returned labels the manifest does not know")
@@ -653,7 +662,16 @@ class SemanticIndex:
         keyword_hits = filter_store_hits(
             [rows[label].chunk_id for label in keyword_labels], accept, fetch, keyword_count
         )
-        fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
+        if self._fusion == "convex":
+            fused = convex_fuse(
+                vector_hits.chunk_ids,
+                {rows[label].chunk_id: score for label, score in vector_scores.items()},
+                keyword_hits.chunk_ids,
+                {rows[label].chunk_id: score for label, score in keyword_scored},
+                limit=FUSED_CANDIDATE_LIMIT,
+            )
+        else:
+            fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
         truncated = len(fused) >= FUSED_CANDIDATE_LIMIT or vector_hits.truncated or keyword_hits.truncated
         return _Candidates(
             fused, texts, parent_of, memories, truncated, keyword_lagging or bool(stale), excerpts
