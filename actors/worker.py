@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
-from protocol.errors import ConflictError, InvalidPayloadError, SettingsError
+from protocol.errors import ConflictError, EventsFileError, InvalidPayloadError, SettingsError
 from protocol.jobs import JobEnvelope
-from protocol.outcomes import JobFailed, JobSucceeded
+from protocol.outcomes import REASON_EVENTS_FILE_CORRUPT, EventsLocation, JobFailed, JobSucceeded
 
 logger = logging.getLogger("omray.worker")
 
@@ -47,6 +47,8 @@ JobHandler = Callable[[JobEnvelope, int, WorkerContext], Mapping[str, Any] | Non
 
 def failure_reason(exc: BaseException) -> tuple[str, bool]:
     """Short category code for an exception and whether retrying can help."""
+    if isinstance(exc, EventsFileError):
+        return REASON_EVENTS_FILE_CORRUPT, True  # the user may repair the line before the next attempt
     if isinstance(exc, InvalidPayloadError):
         return "invalid_payload", True
     if isinstance(exc, ConflictError):
@@ -132,10 +134,20 @@ class WorkerActor:
                     "attempt": attempt,
                     "reason": reason,
                     "error_class": type(exc).__name__,
+                    **(exc.location() if isinstance(exc, EventsFileError) else {}),
                 },
             )
+            location = None
+            if isinstance(exc, EventsFileError):
+                location = EventsLocation(
+                    path=exc.path, line_no=exc.line_no, seq=exc.seq, after_seq=exc.after_seq
+                )
             return JobFailed(
-                job_id=envelope.job_id, retryable=retryable, reason=reason, error_class=type(exc).__name__
+                job_id=envelope.job_id,
+                retryable=retryable,
+                reason=reason,
+                error_class=type(exc).__name__,
+                events_location=location,
             ).model_dump()
         elapsed_ms = (time.monotonic() - started) * 1000.0
         return JobSucceeded(

@@ -22,7 +22,7 @@ from actors.models.registry import model_for
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
-from persistence.events_reader import iter_events, read_event_range
+from persistence.events_reader import iter_events, read_event_window
 from persistence.importers import import_transcript
 from persistence.queries import MemoryReader
 from persistence.store import Store
@@ -83,7 +83,7 @@ def run_observer_bench(
         ports = ObserverPorts(
             memory=MemoryReader(db_path),
             store=store,
-            read_events=lambda start, end: read_event_range(events_path, start, end),
+            read_events=lambda start, end: read_event_window(events_path, start, end),
             resolve_model=lambda model: model_for(settings, model, max_retries=0),
             count_tokens=count,
             now_utc=lambda: "2026-11-30T00:00:00+00:00",

@@ -21,9 +21,10 @@ Definitions (per accepted job, i.e. a job whose ``dispatch`` returned its id):
   handed out a job it had already completed). At-least-once plus idempotency must keep this 0.
 - ``redelivered``: extra executions that started before its success was recorded (a worker or the
   queue died mid-job); at-least-once delivery allows them.
-- ``order_kept``: the first handler executions started in acceptance order. The queue orders
-  *attempts*; an attempt that dies before reaching the handler, or a retry waiting out its
-  backoff, lets later jobs reach the handler first, so a chaos run may report ``false``.
+- ``order_kept``: within each lane (a session, or one database's index work), the first handler
+  executions started in acceptance order. Lanes run in parallel, so there is no order across
+  lanes. The queue orders *attempts*; an attempt that dies before reaching the handler lets a
+  later job of its lane reach the handler first, so a chaos run may report ``false``.
 
 ``jobs_per_s`` is accepted jobs divided by the time from the first dispatch to a drained queue.
 ``dispatch_overhead_ms_p50``/``p99`` is the latency of one ``dispatch`` call (the job is durable
@@ -244,11 +245,33 @@ def machine_info() -> MachineInfo:
     return MachineInfo(cores=os.cpu_count() or 1, memory_gb=round(memory / 2**30, 1), cluster_cpus=cpus)
 
 
+BENCH_LANES = 16
+"""Sessions the benchmark jobs are spread over (lanes of the queue)."""
+
+
+def bench_lane(job_id: str) -> str:
+    """The lane of a benchmark job, from its id (see :func:`bench_job`); other ids share one lane."""
+    run_id, _, number = job_id.rpartition("-")
+    if not number.isdigit():
+        return "other"
+    n = int(number)
+    if (n // BENCH_LANES) % 3 == 0:
+        return f"index:{job_id}"
+    return f"{run_id}-lane{n % BENCH_LANES}"
+
+
 def bench_job(run_id: str, n: int) -> JobEnvelope:
-    """Job number ``n``: the three kinds in turn, with paths that no handler opens."""
-    kind = ("semantic_index", "observe_boundary", "reflect_generation")[n % 3]
+    """Job number ``n``, with paths that no handler opens.
+
+    Jobs go round-robin over :data:`BENCH_LANES` sessions; within a session the kinds alternate
+    so that no two observe jobs are adjacent, and every index job has a database (a lane) of its
+    own, so nothing is coalesced and every accepted job runs its handler.
+    """
+    kind = ("semantic_index", "observe_boundary", "reflect_generation")[(n // BENCH_LANES) % 3]
     job_id = f"{run_id}-{n:06d}"
-    payload: dict[str, Any] = {"kind": kind, "run_id": run_id, "db_path": "/nonexistent/om.sqlite"}
+    session = f"{run_id}-lane{n % BENCH_LANES}"
+    db_path = f"/nonexistent/{n}/om.sqlite" if kind == "semantic_index" else "/nonexistent/om.sqlite"
+    payload: dict[str, Any] = {"kind": kind, "run_id": session, "db_path": db_path}
     if kind == "observe_boundary":
         payload |= {
             "terminal_end_seq": n + 1,
@@ -264,7 +287,7 @@ def bench_job(run_id: str, n: int) -> JobEnvelope:
             "reflector_model": "bench/noop",
             "reflector_schema_version": "1",
         }
-    return JobEnvelope.model_validate({"job_id": job_id, "correlation_id": run_id, "payload": payload})
+    return JobEnvelope.model_validate({"job_id": job_id, "correlation_id": session, "payload": payload})
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -345,6 +368,12 @@ def audit_jobs(jobs: int, accepted: list[str], rows: list[JobRow], ledger: list[
         redelivered += max(len(before) - 1, 0)
     accepted_set = set(accepted)
     order = [job_id for job_id in first_start_order if job_id in accepted_set]
+    expected = [job_id for job_id in accepted if job_id in starts]
+    order_kept = all(
+        [job_id for job_id in order if bench_lane(job_id) == lane]
+        == [job_id for job_id in expected if bench_lane(job_id) == lane]
+        for lane in {bench_lane(job_id) for job_id in expected}
+    )
     return JobAudit(
         jobs=jobs,
         accepted=len(accepted),
@@ -354,7 +383,7 @@ def audit_jobs(jobs: int, accepted: list[str], rows: list[JobRow], ledger: list[
         duplicated=duplicated,
         redelivered=redelivered,
         executions=sum(len(v) for v in starts.values()),
-        order_kept=order == [job_id for job_id in accepted if job_id in starts],
+        order_kept=order_kept,
     )
 
 
@@ -433,14 +462,25 @@ def _close_workspace(ws: _Workspace, accepted: list[str], jobs: int) -> JobAudit
     return audit_jobs(jobs, accepted, read_job_rows(ws.queue_db), read_ledger(ws.ledger))
 
 
-class _Dispatcher(threading.Thread):
-    """Dispatches the jobs in order from its own thread, recording each call's latency."""
+DISPATCHERS = 8
+"""Concurrent dispatching agents (each owns the lanes ``n % DISPATCHERS`` of its jobs)."""
 
-    def __init__(self, ws: _Workspace, jobs: int, deadline: float) -> None:
+
+class _Dispatcher(threading.Thread):
+    """Dispatches the jobs from :data:`DISPATCHERS` threads, like concurrent agents, timing each call.
+
+    Thread ``i`` dispatches jobs ``n`` with ``n % DISPATCHERS == i`` in order; since lanes are
+    ``n % BENCH_LANES`` (a multiple of the thread count), each lane is fed by one thread, in order.
+    """
+
+    def __init__(self, ws: _Workspace, jobs: int, deadline: float, threads: int = DISPATCHERS) -> None:
         super().__init__(name="omray-bench-dispatch", daemon=True)
+        if BENCH_LANES % threads:
+            raise BenchError(f"dispatch threads must divide {BENCH_LANES}, got {threads!r}")
         self._ws = ws
         self._jobs = jobs
         self._deadline = deadline
+        self._threads = threads
         self._lock = threading.Lock()
         self.accepted: list[str] = []
         self.latencies_ms: list[float] = []
@@ -453,21 +493,30 @@ class _Dispatcher(threading.Thread):
     def _dispatch_once(self, job: JobEnvelope) -> Any:
         return _get(self._ws.queue.dispatch.remote(job))
 
+    def _feed(self, first: int) -> None:
+        for n in range(first, self._jobs, self._threads):
+            job = bench_job(self._ws.run_id, n)
+            started = time.perf_counter()
+            try:
+                job_id = _retrying(functools.partial(self._dispatch_once, job), self._deadline)
+            except RayError as exc:
+                logger.warning(
+                    "dispatch gave up", extra={"job_id": job.job_id, "error_class": type(exc).__name__}
+                )
+                continue
+            with self._lock:
+                self.latencies_ms.append((time.perf_counter() - started) * 1000.0)
+                self.accepted.append(str(job_id))
+
     def run(self) -> None:
         try:
-            for n in range(self._jobs):
-                job = bench_job(self._ws.run_id, n)
-                started = time.perf_counter()
-                try:
-                    job_id = _retrying(functools.partial(self._dispatch_once, job), self._deadline)
-                except RayError as exc:
-                    logger.warning(
-                        "dispatch gave up", extra={"job_id": job.job_id, "error_class": type(exc).__name__}
-                    )
-                    continue
-                with self._lock:
-                    self.latencies_ms.append((time.perf_counter() - started) * 1000.0)
-                    self.accepted.append(str(job_id))
+            feeders = [
+                threading.Thread(target=self._feed, args=(i,), daemon=True) for i in range(self._threads)
+            ]
+            for feeder in feeders:
+                feeder.start()
+            for feeder in feeders:
+                feeder.join()
         finally:
             self.finished.set()
 

@@ -57,12 +57,11 @@ from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.read.hybrid import hybrid_search_for
 from actors.read.service import memory_search
-from persistence.events_reader import read_event_range
+from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from persistence.semantic import SemanticIndex
 from persistence.semantic.keyword import KeywordIndex, query_tokens
 from persistence.store import Store
-from protocol.events import SessionEvent
 from protocol.jobs import ObserveBoundaryJob
 from protocol.semantic import Embedder
 from protocol.settings import settings_from_mapping
@@ -251,10 +250,6 @@ class StoreRun:
     index_s: float
 
 
-def _read_range(path: Path, start: int, end: int) -> list[SessionEvent]:
-    return read_event_range(path, start, end)
-
-
 def build_store(work: Path, corpus: Corpus, sessions: Sequence[str], embedder: Embedder) -> StoreRun:
     """Events -> Observer (builtin model) -> Store -> SemanticIndex (with source chunks), complete."""
     root = work / "sessions"
@@ -270,7 +265,7 @@ def build_store(work: Path, corpus: Corpus, sessions: Sequence[str], embedder: E
         ports = ObserverPorts(
             memory=MemoryReader(db_path),
             store=store,
-            read_events=functools.partial(_read_range, events_path),
+            read_events=functools.partial(read_event_window, events_path),
             resolve_model=lambda model: model_for(settings, model),
             count_tokens=count,
             now_utc=lambda: "2024-01-01T00:00:00+00:00",

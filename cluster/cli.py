@@ -35,10 +35,33 @@ def up(
     address: Annotated[
         str | None, typer.Option(help="Join an existing Ray cluster instead of starting one.")
     ] = None,
+    observers: Annotated[
+        int | None, typer.Option(min=1, max=64, help="ObserverActors in the pool (default 2).")
+    ] = None,
+    reflectors: Annotated[
+        int | None, typer.Option(min=1, max=64, help="ReflectorActors in the pool (default 1).")
+    ] = None,
+    indexers: Annotated[
+        int | None, typer.Option(min=1, max=64, help="IndexerActors in the pool (default 1).")
+    ] = None,
+    observer_slots: Annotated[
+        int | None, typer.Option(min=1, max=64, help="Observe jobs one observer runs at once (default 4).")
+    ] = None,
 ) -> None:
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
+    import os
+
     from cluster.bootstrap import up as bootstrap_up
 
+    # Through the environment: `omray up` re-executes itself once after starting the head.
+    for variable, value in (
+        ("OMRAY_OBSERVERS", observers),
+        ("OMRAY_REFLECTORS", reflectors),
+        ("OMRAY_INDEXERS", indexers),
+        ("OMRAY_OBSERVER_SLOTS", observer_slots),
+    ):
+        if value is not None:
+            os.environ[variable] = str(value)
     try:
         info = bootstrap_up(address)
     except OmrayError as exc:

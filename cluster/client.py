@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from pydantic import ValidationError
 
 import actors.read.service as read_service
 from actors.read.status_view import format_activity, fresh_activity
 from cluster.naming import RuntimeNames
 from persistence.queries import MemoryReader
-from protocol.errors import RuntimeNotRunningError
+from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.events import (
     AfterTurnCommit,
     BeforeCompactionContext,
@@ -59,8 +60,10 @@ def default_events_path(cwd: str | Path, session_id: str) -> Path:
 class OmrayClient:
     """Typed access to one omray runtime.
 
-    ``settings`` is the ``observational_memory`` block (as in a Hatfield settings file); it is
-    validated here and travels with every job, so workers in any process use the same settings.
+    ``settings`` is the ``observational_memory`` block (as in a Hatfield settings file), validated
+    here. ``settings_file`` is the file it was read from, if any: jobs then name that file and
+    workers read it when each job runs (a changed model applies to queued and retried jobs). Without
+    a file, the block itself travels with every job.
     """
 
     def __init__(
@@ -68,8 +71,10 @@ class OmrayClient:
         names: RuntimeNames | None = None,
         settings: Mapping[str, Any] | None = None,
         cwd: str | Path | None = None,
+        settings_file: str | Path | None = None,
     ) -> None:
         self.names = names or RuntimeNames()
+        self.settings_file = str(Path(settings_file).resolve()) if settings_file is not None else None
         self.settings_block: dict[str, Any] = dict(settings or {})
         self.settings: OmSettings = settings_from_mapping(self.settings_block)
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
@@ -86,22 +91,44 @@ class OmrayClient:
 
     # --- agent hooks ----------------------------------------------------------------------------
 
-    def after_turn_commit(self, ctx: AfterTurnCommit, *, events_path: str | Path | None = None) -> str | None:
+    def after_turn_commit(
+        self, ctx: AfterTurnCommit | Mapping[str, Any], *, events_path: str | Path | None = None
+    ) -> str | None:
         """Dispatch an observe job when the committed batch ends a turn (§7.1); returns its job id.
 
-        Never raises into the agent: a dispatch failure is logged (ids and error class only) and
-        the turn goes on; a later boundary catches coverage up.
+        Never raises into the agent. ``ctx`` may also be the JSON form of :class:`AfterTurnCommit` (a
+        mapping); anything else, or a mapping that does not validate, is rejected with
+        :class:`protocol.errors.InvalidPayloadError` internally: nothing is dispatched, ``None`` is
+        returned and the rejection is logged once per client and input type (class names only, never
+        values). A dispatch failure is logged (ids and error class only) and the turn goes on; a later
+        boundary catches coverage up.
         """
-        boundary = detect_terminal_boundary(ctx)
+        try:
+            context = _turn_commit_context(ctx)
+        except InvalidPayloadError as exc:
+            self._log_rejection_once(ctx, exc)
+            return None
+        boundary = detect_terminal_boundary(context)
         if boundary is None:
             return None
         try:
-            return self.observe(ctx.run_id, boundary.end_seq, boundary.status, events_path=events_path)
+            return self.observe(context.run_id, boundary.end_seq, boundary.status, events_path=events_path)
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
-                "observe dispatch failed", extra={"run_id": ctx.run_id, "error_class": type(exc).__name__}
+                "observe dispatch failed", extra={"run_id": context.run_id, "error_class": type(exc).__name__}
             )
             return None
+
+    def _log_rejection_once(self, ctx: object, exc: InvalidPayloadError) -> None:
+        kind = type(ctx).__name__
+        rejected: set[str] = self.__dict__.setdefault("_rejected_turn_inputs", set())
+        if kind in rejected:
+            return
+        rejected.add(kind)
+        logger.warning(
+            "after_turn_commit input rejected",
+            extra={"input_type": kind, "error_class": type(exc).__name__},
+        )
 
     def observe(
         self,
@@ -120,7 +147,8 @@ class OmrayClient:
             observer_schema_version=self.settings.observer_schema_version,
             db_path=str(self.db_path.resolve()),
             events_path=str(Path(events_path or self.events_path(session_id)).resolve()),
-            settings=self.settings_block,
+            settings_file=self.settings_file,
+            settings={} if self.settings_file else self.settings_block,
         )
         job_id = observe_job_id(
             session_id, end_seq, status, self.settings.renderer_version, self.settings.observer_schema_version
@@ -179,12 +207,26 @@ class OmrayClient:
 
             writer: Any = None
             if ray.is_initialized():
-                from cluster.proxies import StoreProxy
-                from cluster.runtime import store_handle
-
-                writer = StoreProxy(store_handle(self.names, self.db_path), durable=False)
+                writer = self._state_writer()
             self._hybrid = hybrid_search_for(str(self.db_path), self.settings.semantic, writer)
         return self._hybrid
+
+    def _state_writer(self) -> Any:
+        """The database's StoreActor, created on the runtime's data node; ``None`` without a runtime.
+
+        Never on this process's node: a client on another node must not create a writer (and an
+        empty database) where the files do not live. Without a writer, search skips only the
+        "mark the index dirty" write, which the next index job would redo anyway.
+        """
+        from cluster.proxies import StoreProxy
+        from cluster.runtime import store_handle
+
+        try:
+            node = str(ray.get(self.queue_handle().data_node.remote(), timeout=10))
+        except Exception as exc:  # no runtime, or a queue without a data node: search read-only
+            logger.info("no state writer for hybrid search", extra={"error_class": type(exc).__name__})
+            return None
+        return StoreProxy(store_handle(self.names, self.db_path, data_node_id=node), durable=False)
 
     def memory_search(self, arguments: Mapping[str, object]) -> dict[str, object]:
         """The ``memory_search`` tool over every session (hybrid when ``semantic`` is configured)."""
@@ -285,6 +327,19 @@ class OmrayClient:
         return [view for view in views if view is not None]
 
 
+def _turn_commit_context(ctx: object) -> AfterTurnCommit:
+    """``ctx`` as an :class:`AfterTurnCommit`; :class:`InvalidPayloadError` (no values in it) otherwise."""
+    if isinstance(ctx, AfterTurnCommit):
+        return ctx
+    if not isinstance(ctx, Mapping):
+        raise InvalidPayloadError(f"after_turn_commit needs an AfterTurnCommit, got {type(ctx).__name__}")
+    try:
+        return AfterTurnCommit.model_validate(dict(ctx))
+    except ValidationError as error:
+        fields = sorted({".".join(str(p) for p in item["loc"]) for item in error.errors()})
+        raise InvalidPayloadError(f"after_turn_commit context has invalid fields {fields!r}") from None
+
+
 def _activity_view(record: ActivityRecord, now: datetime) -> dict[str, Any] | None:
     if not fresh_activity(record, now):
         return None
@@ -312,13 +367,16 @@ def connect(
 ) -> OmrayClient:
     """Connect to a running omray runtime and return its client.
 
-    ``settings`` defaults to the file found by ``persistence.settings_file.find_settings_file``.
+    ``settings`` defaults to the file found by ``persistence.settings_file.find_settings_file``;
+    jobs then name that file, and workers read it when each job runs.
     """
+    settings_file: Path | None = None
     if settings is None:
-        from persistence.settings_file import load_settings_block
+        from persistence.settings_file import find_settings_file, load_settings_block
 
-        settings = load_settings_block(cwd=cwd)
+        settings_file = find_settings_file(Path(cwd) if cwd is not None else Path.cwd())
+        settings = load_settings_block(settings_file, cwd=cwd)
     init_ray(address)
-    client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=cwd)
+    client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=cwd, settings_file=settings_file)
     client.queue_handle()  # fail fast with RuntimeNotRunningError
     return client

@@ -37,18 +37,22 @@ class RuntimeNames:
 
     @property
     def observer(self) -> str:
-        """The ObserverActor."""
-        return f"{self.prefix}.observer"
+        """The first ObserverActor of the pool (``<prefix>.observer.0``)."""
+        return self.worker("observer", 0)
 
     @property
     def reflector(self) -> str:
-        """The ReflectorActor."""
-        return f"{self.prefix}.reflector"
+        """The first ReflectorActor of the pool."""
+        return self.worker("reflector", 0)
 
     @property
     def indexer(self) -> str:
-        """The IndexerActor."""
-        return f"{self.prefix}.indexer"
+        """The first IndexerActor of the pool."""
+        return self.worker("indexer", 0)
+
+    def worker(self, role: str, index: int) -> str:
+        """Member ``index`` of a worker pool: ``<prefix>.<role>.<index>``."""
+        return f"{self.prefix}.{role}.{index}"
 
     def store(self, db_path: str | Path) -> str:
         """The StoreActor of one SQLite file."""

@@ -57,23 +57,45 @@ class StoreProxy:
 
 
 class RayWorkerPool:
-    """Starts job attempts on worker actors and collects their outcomes without blocking long.
+    """Starts job attempts on the worker pools and collects their outcomes without blocking long.
 
-    ``start`` may run on an actor-method thread (the queue catching up inside ``dispatch``) while
-    the loop thread polls, so the bookkeeping is guarded by a lock (never held across ``ray.wait``).
+    Each handler id has a pool of worker actors; an attempt goes to the member with the fewest
+    attempts in flight (the queue never sends a pool more attempts than its members have slots). ``start``
+    may run on an actor-method thread (the queue catching up inside ``dispatch``) while the loop
+    thread polls, so the bookkeeping is guarded by a lock (never held across ``ray.wait``).
     """
 
-    def __init__(self, handles: Mapping[str, Any]) -> None:
-        self._handles = dict(handles)
-        self._in_flight: dict[Any, int] = {}
+    def __init__(self, pools: Mapping[str, Any]) -> None:
+        self._pools: dict[str, list[Any]] = {
+            hid: list(handles) if isinstance(handles, list | tuple) else [handles]
+            for hid, handles in pools.items()
+        }
+        self._in_flight: dict[Any, tuple[int, str, int]] = {}
+        self._busy: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
-        """Send one attempt of one job to the worker that owns ``handler_id``."""
-        handle = self._handles[handler_id]
-        ref = handle.handle.remote(dict(envelope), attempt)
+        """Send one attempt of one job to the least busy worker of the pool serving ``handler_id``."""
+        pool = self._pools[handler_id]
         with self._lock:
-            self._in_flight[ref] = job_seq
+            member = min(range(len(pool)), key=lambda i: (self._busy.get((handler_id, i), 0), i))
+            self._busy[(handler_id, member)] = self._busy.get((handler_id, member), 0) + 1
+        try:
+            ref = pool[member].handle.remote(dict(envelope), attempt)
+        except BaseException:
+            with self._lock:
+                self._busy[(handler_id, member)] -= 1
+            raise
+        with self._lock:
+            self._in_flight[ref] = (job_seq, handler_id, member)
+
+    def busy_members(self) -> dict[str, int]:
+        """Workers with an attempt in flight, per handler id."""
+        with self._lock:
+            counts: dict[str, int] = {hid: 0 for hid in self._pools}
+            for (hid, _member), n in self._busy.items():
+                counts[hid] += 1 if n > 0 else 0
+            return counts
 
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
         """Finished attempts as ``(job_seq, outcome)``; ``None`` means the worker died mid-job."""
@@ -85,7 +107,8 @@ class RayWorkerPool:
         finished: list[tuple[int, dict[str, Any] | None]] = []
         for ref in ready:
             with self._lock:
-                job_seq = self._in_flight.pop(ref)
+                job_seq, handler_id, member = self._in_flight.pop(ref)
+                self._busy[(handler_id, member)] -= 1
             try:
                 finished.append((job_seq, ray.get(ref)))
             except RayError as exc:
@@ -99,6 +122,7 @@ class RayWorkerPool:
         """Drop every in-flight reference (used when the queue rebuilds its state)."""
         with self._lock:
             self._in_flight.clear()
+            self._busy.clear()
 
     @property
     def in_flight(self) -> int:

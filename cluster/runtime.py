@@ -3,6 +3,11 @@
 Every actor is detached, lives in namespace ``omray``, restarts without limit and asks for no CPU
 (they mostly wait on SQLite or on a model endpoint; on a 2-core machine a CPU reservation per actor
 would starve the cluster). The actor classes themselves are plain Python in ``actors/``.
+
+Each worker role runs as a pool (``omray.observer.0`` … ``omray.observer.N-1``, and so on, sized by
+:class:`PoolSizes`); every worker, the queue and the StoreActors are pinned to the *data node*,
+the node that ran ``omray up`` and holds the databases and events files, so no worker ever opens
+a file on a node that does not have it.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,7 @@ from actors.store.actor import StoreActor
 from actors.worker import RoleActor, WorkerContext
 from cluster.naming import RuntimeNames, omray_home
 from cluster.proxies import RayWorkerPool, StoreProxy
+from persistence.connection import Synchronous
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
     REFLECT_GENERATION_HANDLER,
@@ -44,6 +51,88 @@ DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in R
 
 _COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
 
+QUEUE_SYNCHRONOUS: Synchronous = "NORMAL"
+"""The queue database survives any process, actor or cluster crash without a sync per commit; a
+power loss may lose the last accepted jobs, which the next turn boundary of their session
+re-dispatches (the events files stay the source of truth)."""
+
+ROLE_NAMES: dict[str, str] = {
+    OBSERVE_BOUNDARY_HANDLER: "observer",
+    REFLECT_GENERATION_HANDLER: "reflector",
+    SEMANTIC_INDEX_HANDLER: "indexer",
+}
+"""Actor name part of each role's pool."""
+
+
+@dataclass(frozen=True)
+class PoolSizes:
+    """How many worker actors each role runs, and how many jobs one worker runs at once.
+
+    Model-bound roles mostly wait on an endpoint and reserve no CPU: several observers cost
+    memory (one process each), not cores, and one observer can wait on several model calls at
+    once (``observer_slots``). Index work embeds on the CPU: one job per indexer. The defaults
+    suit a laptop; ``omray up --observers N`` and the ``OMRAY_OBSERVERS`` / ``OMRAY_REFLECTORS`` /
+    ``OMRAY_INDEXERS`` / ``OMRAY_OBSERVER_SLOTS`` / ``OMRAY_REFLECTOR_SLOTS`` variables change them.
+    """
+
+    observers: int = 2
+    """ObserverActors."""
+    reflectors: int = 1
+    """ReflectorActors."""
+    indexers: int = 1
+    """IndexerActors."""
+    observer_slots: int = 4
+    """Observe jobs one ObserverActor runs at once (each waits on its model calls)."""
+    reflector_slots: int = 2
+    """Reflect jobs one ReflectorActor runs at once."""
+    indexer_slots: int = 1
+    """Index jobs one IndexerActor runs at once (CPU-bound)."""
+
+    def __post_init__(self) -> None:
+        for field_name in _POOL_FIELDS:
+            value = getattr(self, field_name)
+            if not isinstance(value, int) or not 1 <= value <= 64:
+                raise ValueError(f"{field_name} must be an integer from 1 to 64, got {value!r}")
+
+    def of(self, handler_id: str) -> int:
+        """Pool size of the role serving ``handler_id``."""
+        return {
+            OBSERVE_BOUNDARY_HANDLER: self.observers,
+            REFLECT_GENERATION_HANDLER: self.reflectors,
+            SEMANTIC_INDEX_HANDLER: self.indexers,
+        }[handler_id]
+
+    def slots_of(self, handler_id: str) -> int:
+        """Jobs one worker of the role serving ``handler_id`` runs at once."""
+        return {
+            OBSERVE_BOUNDARY_HANDLER: self.observer_slots,
+            REFLECT_GENERATION_HANDLER: self.reflector_slots,
+            SEMANTIC_INDEX_HANDLER: self.indexer_slots,
+        }[handler_id]
+
+    @property
+    def total(self) -> int:
+        """Jobs all pools run at once."""
+        return sum(self.of(hid) * self.slots_of(hid) for hid in ROLE_NAMES)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PoolSizes:
+        """Sizes from ``OMRAY_<FIELD>`` variables (``OMRAY_OBSERVERS``, …); defaults otherwise."""
+        env = os.environ if environ is None else environ
+        values: dict[str, int] = {}
+        for field_name in _POOL_FIELDS:
+            variable = f"OMRAY_{field_name.upper()}"
+            raw = env.get(variable, "").strip()
+            if raw:
+                try:
+                    values[field_name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{variable} must be an integer, got {raw!r}") from None
+        return cls(**values)
+
+
+_POOL_FIELDS = ("observers", "reflectors", "indexers", "observer_slots", "reflector_slots", "indexer_slots")
+
 
 def current_node_id() -> str:
     """Id of the Ray node this process runs on."""
@@ -55,12 +144,20 @@ def _node_affinity(node_id: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
-def store_handle(names: RuntimeNames, db_path: str | Path, *, data_node_id: str | None = None) -> Any:
+def store_handle(
+    names: RuntimeNames,
+    db_path: str | Path,
+    *,
+    data_node_id: str | None = None,
+    synchronous: Synchronous = "FULL",
+) -> Any:
     """The StoreActor of ``db_path``, created on demand on the data node (the one holding the files).
 
     ``data_node_id`` defaults to the caller's node; workers pass the node recorded by
     :func:`ensure_runtime`, so a worker on another node never creates a store (and an empty file)
-    where the database does not live.
+    where the database does not live. ``synchronous`` applies when this call creates the actor:
+    memory databases keep ``FULL``; the queue's own database uses ``NORMAL`` (see
+    :data:`persistence.connection.Synchronous`).
     """
     path = str(Path(db_path).resolve())
     options: dict[str, Any] = {
@@ -71,7 +168,7 @@ def store_handle(names: RuntimeNames, db_path: str | Path, *, data_node_id: str 
         "max_task_retries": 0,
         "scheduling_strategy": _node_affinity(data_node_id or current_node_id()),
     }
-    return ray.remote(StoreActor).options(**options).remote(path)
+    return ray.remote(StoreActor).options(**options).remote(path, synchronous=synchronous)
 
 
 class RayWorkerContext:
@@ -104,28 +201,47 @@ def worker_handle(
     handler_path: str,
     env_vars: Mapping[str, str] | None = None,
     data_node_id: str | None = None,
+    index: int = 0,
+    slots: int = 1,
 ) -> Any:
-    """The worker actor that owns ``handler_id`` (created if missing)."""
-    actor_name = {
-        OBSERVE_BOUNDARY_HANDLER: names.observer,
-        REFLECT_GENERATION_HANDLER: names.reflector,
-        SEMANTIC_INDEX_HANDLER: names.indexer,
-    }[handler_id]
+    """Worker ``index`` of the pool that serves ``handler_id`` (created if missing), on the data node."""
+    node = data_node_id or current_node_id()
     options: dict[str, Any] = {
         **_COMMON_OPTIONS,
-        "name": actor_name,
+        "name": names.worker(ROLE_NAMES[handler_id], index),
         "namespace": names.namespace,
         "get_if_exists": True,
         "max_task_retries": 0,  # the queue's retry policy decides, not Ray
-        # Three threads: ``ping`` (liveness, pid) answers while a job runs, even while a restarted
-        # queue's redelivery of that job waits for it (``WorkerActor`` never overlaps two attempts
-        # of one job). The queue sends one job at a time by default.
-        "max_concurrency": 3,
+        # ``slots`` jobs at once, plus two threads: ``ping`` (liveness, pid) answers while jobs run,
+        # even while a restarted queue's redelivery of a job waits for its old attempt
+        # (``WorkerActor`` never overlaps two attempts of one job).
+        "max_concurrency": slots + 2,
+        # Workers read the database and the events files: they run where those files are.
+        "scheduling_strategy": _node_affinity(node),
     }
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
-    context: WorkerContext = RayWorkerContext(names, data_node_id or current_node_id())
+    context: WorkerContext = RayWorkerContext(names, node)
     return ray.remote(ROLE_ACTORS[handler_id]).options(**options).remote(context, handler_path)
+
+
+def worker_pools(
+    names: RuntimeNames,
+    handler_paths: Mapping[str, str],
+    sizes: PoolSizes,
+    env_vars: Mapping[str, str] | None = None,
+    data_node_id: str | None = None,
+) -> dict[str, list[Any]]:
+    """Every pool's worker handles, by handler id (created if missing)."""
+    return {
+        hid: [
+            worker_handle(
+                names, hid, path, env_vars, data_node_id=data_node_id, index=i, slots=sizes.slots_of(hid)
+            )
+            for i in range(sizes.of(hid))
+        ]
+        for hid, path in handler_paths.items()
+    }
 
 
 class QueueRuntime(QueueActor):
@@ -138,29 +254,36 @@ class QueueRuntime(QueueActor):
         handler_paths: Mapping[str, str],
         worker_env: Mapping[str, str] | None = None,
         retry_base_delay_s: float = 1.0,
-        max_in_flight: int = 1,
+        max_in_flight: int | None = None,
         data_node_id: str | None = None,
+        pools: PoolSizes | None = None,
     ) -> None:
         node = data_node_id or current_node_id()
-        store = StoreProxy(store_handle(names, queue_db, data_node_id=node), durable=True)
-        workers = {
-            hid: worker_handle(names, hid, path, worker_env, data_node_id=node)
-            for hid, path in handler_paths.items()
-        }
+        sizes = pools or PoolSizes()
+        store = StoreProxy(
+            store_handle(names, queue_db, data_node_id=node, synchronous=QUEUE_SYNCHRONOUS), durable=True
+        )
+        workers = worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node)
         policy = RetryPolicy(base_delay_s=retry_base_delay_s)
         from cluster.metrics import RayQueueMetrics
 
+        self.data_node_id = node
         super().__init__(
             store,
             RayWorkerPool(workers),
             policy=policy,
-            max_in_flight=max_in_flight,
+            max_in_flight=max_in_flight or sizes.total,
+            capacity={hid: len(handles) * sizes.slots_of(hid) for hid, handles in workers.items()},
             metrics=RayQueueMetrics(names.prefix),
         )
 
     def ping(self) -> dict[str, Any]:
         """Liveness probe with the process id (tests kill it by pid)."""
         return {"pid": os.getpid(), "depth": self.status()["depth"]}
+
+    def data_node(self) -> str:
+        """Id of the node that holds the databases (where StoreActors are created)."""
+        return self.data_node_id
 
 
 def queue_db_path(names: RuntimeNames) -> str:
@@ -175,20 +298,25 @@ def ensure_runtime(
     handler_paths: Mapping[str, str] | None = None,
     worker_env: Mapping[str, str] | None = None,
     retry_base_delay_s: float = 1.0,
-    max_in_flight: int = 1,
+    max_in_flight: int | None = None,
+    pools: PoolSizes | None = None,
+    data_node_id: str | None = None,
 ) -> Any:
-    """Create (or find) the queue, its store and the workers; returns the queue handle.
+    """Create (or find) the queue, its store and the worker pools; returns the queue handle.
 
     Must be called from a process connected to Ray (``ray.init``). Idempotent: existing named
     actors are reused, so calling it after a whole-cluster restart resumes the pending jobs.
+    ``max_in_flight`` defaults to the number of workers in all pools. ``data_node_id`` is the node
+    that holds the databases and events files (default: this process's node, as for ``omray up``
+    run there); every actor of the runtime is placed on it.
     """
     names = names or RuntimeNames()
     db = queue_db or queue_db_path(names)
     paths = dict(handler_paths or DEFAULT_HANDLERS)
-    data_node = current_node_id()  # the node running `omray up` holds the databases
-    store_handle(names, db, data_node_id=data_node)
-    for hid, path in paths.items():
-        worker_handle(names, hid, path, worker_env, data_node_id=data_node)
+    sizes = pools or PoolSizes.from_env()
+    data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
+    store_handle(names, db, data_node_id=data_node, synchronous=QUEUE_SYNCHRONOUS)
+    worker_pools(names, paths, sizes, worker_env, data_node_id=data_node)
     queue = (
         ray.remote(QueueRuntime)
         .options(
@@ -196,11 +324,12 @@ def ensure_runtime(
             name=names.queue,
             namespace=names.namespace,
             get_if_exists=True,
-            max_task_retries=-1,  # dispatch is idempotent for a pending job id
-            max_concurrency=16,
+            max_task_retries=-1,  # dispatch is idempotent for a pending job key
+            # Concurrent dispatch calls wait together for one group commit.
+            max_concurrency=32,
             scheduling_strategy=_node_affinity(data_node),
         )
-        .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight, data_node)
+        .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight, data_node, sizes)
     )
     ray.get(queue.ping.remote())  # type: ignore[attr-defined]  # a Ray actor handle
     return queue
@@ -211,8 +340,9 @@ def remove_runtime(names: RuntimeNames | None = None, db_paths: list[str] | None
     names = names or RuntimeNames()
     removed: list[str] = []
     candidates = [names.queue, names.observer, names.reflector, names.indexer]
+    members = tuple(f"{names.prefix}.{role}." for role in ROLE_NAMES.values())
     for info in _list_named_actors(names.namespace):
-        if info.startswith(f"{names.prefix}.store.") and info not in candidates:
+        if info.startswith((f"{names.prefix}.store.", *members)) and info not in candidates:
             candidates.append(info)
     for actor_name in candidates:
         try:

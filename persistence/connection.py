@@ -8,8 +8,10 @@
   that never migrates and never writes, and reads concurrently with the writer thanks to WAL.
   Each transaction is a plain deferred ``BEGIN``, so one call sees one consistent snapshot.
 
-Both engines use a ``NullPool``: every ``connect()`` opens a fresh SQLite connection, so no
-connection is ever shared across threads or processes. Engines stay inside ``persistence``;
+The read engine uses a ``NullPool``: every ``connect()`` opens a fresh SQLite connection. The write
+engine keeps its connections in a small pool (one thread at a time per connection, never shared
+across processes): closing the last connection of a WAL file checkpoints and deletes the WAL, which
+cost a checkpoint per transaction. Engines stay inside ``persistence``;
 callers outside only use ``Store`` and ``MemoryReader``. ``hide_parameters`` keeps bound values
 (memory text, queries) out of error messages.
 """
@@ -21,10 +23,10 @@ import sqlite3
 import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import NullPool, QueuePool
 
 from persistence.migrations import migrate
 from protocol.errors import StorageError
@@ -79,12 +81,15 @@ def _create_file(db_path: Path) -> None:
     os.close(fd)
 
 
-def _configure_write_connection(dbapi_connection: sqlite3.Connection, db_path: Path) -> None:
+def _configure_write_connection(
+    dbapi_connection: sqlite3.Connection, db_path: Path, synchronous: Synchronous = "FULL"
+) -> None:
     # The driver must not open transactions on its own: the "begin" hook does (BEGIN IMMEDIATE),
     # which also makes savepoints and transactional DDL behave.
     dbapi_connection.isolation_level = None
     dbapi_connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     dbapi_connection.execute("PRAGMA foreign_keys = ON")
+    dbapi_connection.execute(f"PRAGMA synchronous = {synchronous}")
     mode = _switch_to_wal(dbapi_connection)
     if mode != "wal":
         raise StorageError(f'Failed to set OM SQLite journal_mode to WAL (got "{mode}").')
@@ -108,7 +113,14 @@ def _switch_to_wal(dbapi_connection: sqlite3.Connection) -> str:
             delay = min(delay * 2, 0.1)
 
 
-def open_write_engine(db_path: str | os.PathLike[str]) -> Engine:
+Synchronous = Literal["FULL", "NORMAL"]
+"""``PRAGMA synchronous`` of a writer: ``FULL`` (the default) syncs the WAL on every commit, so a
+commit survives a power loss; ``NORMAL`` survives any process or actor crash (the WAL is in the
+OS page cache) and may lose the last commits only on a power loss or OS crash, never corrupting
+the file. omray uses ``NORMAL`` for its own job queue only (see ``docs/operations.md``)."""
+
+
+def open_write_engine(db_path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL") -> Engine:
     """Engine of the single writer of ``db_path``: creates dir/file as needed and migrates."""
     path = Path(db_path).absolute()
     _ensure_directory(path.parent)
@@ -118,11 +130,21 @@ def open_write_engine(db_path: str | os.PathLike[str]) -> Engine:
     def connect() -> sqlite3.Connection:
         return sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
 
-    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool, hide_parameters=True)
+    # Connections are kept between transactions: closing the last connection of a WAL database
+    # checkpoints and deletes the WAL, which made every transaction cost a checkpoint.
+    engine = create_engine(
+        "sqlite://",
+        creator=connect,
+        poolclass=QueuePool,
+        pool_size=1,
+        max_overflow=8,
+        pool_reset_on_return="rollback",
+        hide_parameters=True,
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-        _configure_write_connection(dbapi_connection, path)
+        _configure_write_connection(dbapi_connection, path, synchronous)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

@@ -175,11 +175,30 @@ REFLECTION_ORDER_INDEX = "idx_omray_reflection_time_id"
 """``om_reflection(created_at DESC, reflection_id ASC)``: exact search's result order."""
 
 
+_OMRAY_001_STATEMENTS: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS omray_job (\n\tjob_seq INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT, "
+    "\n\tjob_id TEXT NOT NULL, \n\thandler_id TEXT NOT NULL, \n\tcorrelation_id TEXT, \n\trun_id TEXT "
+    "NOT NULL, \n\tpayload_json TEXT NOT NULL, \n\tstate TEXT NOT NULL, \n\tattempts INTEGER DEFAULT 0 "
+    "NOT NULL, \n\tnot_before TEXT, \n\taccepted_at TEXT NOT NULL, \n\tstarted_at TEXT, \n\tfinished_at "
+    "TEXT, \n\tfailure_reason TEXT, \n\tCHECK (state IN ('pending', 'running', 'succeeded', 'failed')), "
+    "\n\tCHECK (attempts >= 0)\n)",
+    "CREATE TABLE IF NOT EXISTS omray_runtime_event (\n\tevent_seq INTEGER NOT NULL PRIMARY KEY "
+    "AUTOINCREMENT, \n\trun_id TEXT NOT NULL, \n\tevent_type TEXT NOT NULL, \n\tpayload_json TEXT NOT "
+    "NULL, \n\tcreated_at TEXT NOT NULL\n)",
+    "CREATE INDEX IF NOT EXISTS idx_omray_job_state_seq ON omray_job (state, job_seq)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS idx_omray_job_unfinished_job_id ON omray_job (job_id) "
+    "WHERE state IN ('pending', 'running')",
+    "CREATE INDEX IF NOT EXISTS idx_omray_runtime_event_run_seq ON omray_runtime_event (run_id, event_seq)",
+)
+"""DDL of ``omray_001_job_queue`` exactly as first released (the table's version-1 shape)."""
+
+
 OMRAY_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "omray_001_job_queue",
         "omray durable job queue FIFO and runtime events",
-        _ddl(schema.OMRAY_TABLES, _table_indexes(*schema.OMRAY_TABLES)),
+        # Frozen text: later steps alter omray_job, so this must stay the version-1 shape.
+        _OMRAY_001_STATEMENTS,
     ),
     Migration(
         "omray_002_exact_search_trigram",
@@ -200,6 +219,22 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
             f"CREATE INDEX IF NOT EXISTS {REFLECTION_ORDER_INDEX} ON {schema.om_reflection.name} "
             "(created_at DESC, reflection_id ASC)",
         ),
+    ),
+    Migration(
+        "omray_004_job_identity_per_database",
+        "Queue job identity per database: a db_path column and a unique (db_path, job_id) while unfinished",
+        (
+            "ALTER TABLE omray_job ADD COLUMN db_path TEXT NOT NULL DEFAULT ''",
+            "UPDATE omray_job SET db_path = coalesce(json_extract(payload_json, '$.db_path'), '')",
+            "DROP INDEX IF EXISTS idx_omray_job_unfinished_job_id",
+            "CREATE UNIQUE INDEX IF NOT EXISTS idx_omray_job_unfinished_key ON omray_job (db_path, job_id) "
+            "WHERE state IN ('pending', 'running')",
+        ),
+    ),
+    Migration(
+        "omray_005_observe_start",
+        "Where each observe job started planning, so a retried job replays the same plan",
+        _ddl([schema.omray_observe_start]),
     ),
 )
 """omray's own additive migrations, in order."""

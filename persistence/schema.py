@@ -288,12 +288,14 @@ omray_job = Table(
     Column("started_at", Text, nullable=True),
     Column("finished_at", Text, nullable=True),
     Column("failure_reason", Text, nullable=True),
+    Column("db_path", Text, nullable=False, server_default=text("''")),
     CheckConstraint("state IN ('pending', 'running', 'succeeded', 'failed')"),
     CheckConstraint("attempts >= 0"),
     sqlite_autoincrement=True,
 )
 Index(
-    "idx_omray_job_unfinished_job_id",
+    "idx_omray_job_unfinished_key",
+    omray_job.c.db_path,
     omray_job.c.job_id,
     unique=True,
     sqlite_where=text("state IN ('pending', 'running')"),
@@ -311,6 +313,21 @@ omray_runtime_event = Table(
     sqlite_autoincrement=True,
 )
 Index("idx_omray_runtime_event_run_seq", omray_runtime_event.c.run_id, omray_runtime_event.c.event_seq)
+
+omray_observe_start = Table(
+    "omray_observe_start",
+    metadata,
+    Column("plan_key", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("job_id", Text, nullable=False),
+    Column("start_seq", Integer, nullable=False),
+    Column("terminal_end_seq", Integer, nullable=False),
+    Column("pinned_at", Text, nullable=False),
+    CheckConstraint("start_seq >= 1"),
+)
+"""The first seq a session's observe plan started from (one row per session and versions while a plan
+is unfinished), pinned by the first attempt: a retry, or the job a retry was coalesced into, plans the
+same parts from the same memory, so the result does not depend on when a crash happened."""
 
 PHP_TABLES: tuple[Table, ...] = (
     om_observation,

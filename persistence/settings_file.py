@@ -79,3 +79,14 @@ def load_settings(
 ) -> OmSettings:
     """Settings from ``path`` (or the file :func:`find_settings_file` finds) plus ``KEY=VALUE`` overrides."""
     return settings_from_mapping(load_settings_block(path, overrides, cwd))
+
+
+def job_settings_block(settings_file: str | None, inline_block: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a job runs with, read when it runs: ``settings_file`` if the job names one (a
+    missing or bad file is a ``SettingsError``: the attempt fails and the queue retries), else the
+    inline block the job carries (settings given in code, or a payload from before ``settings_file``)."""
+    if settings_file is not None:
+        return load_settings_block(settings_file)
+    block = dict(inline_block)
+    settings_from_mapping(block)
+    return block

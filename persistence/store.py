@@ -32,7 +32,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from persistence import schema
-from persistence.connection import open_write_engine
+from persistence.connection import Synchronous, open_write_engine
 from persistence.queries import select_coverage, select_generation
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, OmrayError, StorageError
@@ -80,6 +80,60 @@ class EnqueueResult(_Result):
     """Job id."""
     created: bool
     """False when the same job id was already pending or running."""
+
+
+class JobStarted(_Result):
+    """Queue write: attempt ``attempt`` of job ``job_seq`` started (row -> ``running``)."""
+
+    kind: Literal["started"] = "started"
+    job_seq: int
+    attempt: int
+    started_at: str
+
+
+class JobRetry(_Result):
+    """Queue write: a running job waits for a retry until ``not_before`` (row -> ``pending``)."""
+
+    kind: Literal["retry"] = "retry"
+    job_seq: int
+    not_before: str
+    failure_reason: str
+
+
+class JobFinished(_Result):
+    """Queue write: the job left the FIFO as ``succeeded`` or ``failed``."""
+
+    kind: Literal["finished"] = "finished"
+    job_seq: int
+    state: Literal["succeeded", "failed"]
+    finished_at: str
+    failure_reason: str | None = None
+
+
+class JobGivenUp(_Result):
+    """Queue write: the job failed for good, together with its ``job_failed`` runtime event."""
+
+    kind: Literal["given_up"] = "given_up"
+    job_seq: int
+    finished_at: str
+    failure_reason: str
+    run_id: str
+    event_type: str
+    event_payload: dict[str, Any]
+
+
+class RuntimeEventWrite(_Result):
+    """Queue write: a sanitized runtime event for a session."""
+
+    kind: Literal["runtime_event"] = "runtime_event"
+    run_id: str
+    event_type: str
+    payload: dict[str, Any]
+    created_at: str
+
+
+JobWrite = JobStarted | JobRetry | JobFinished | JobGivenUp | RuntimeEventWrite
+"""One durable write of the queue; a loop step applies its writes in one transaction."""
 
 
 class StoredJob(_Result):
@@ -156,9 +210,9 @@ class Store:
     thread gets its own connection).
     """
 
-    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+    def __init__(self, db_path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL") -> None:
         self._db_path = os.fspath(db_path)
-        self._engine = open_write_engine(self._db_path)
+        self._engine = open_write_engine(self._db_path, synchronous=synchronous)
         self._local = threading.local()
 
     @property
@@ -312,6 +366,38 @@ class Store:
             result = self._conn().execute(
                 table.delete().where(table.c.run_id == run_id, table.c.job_id == job_id)
             )
+            return result.rowcount == 1
+
+    # --- observe plans ---------------------------------------------------------------------------
+
+    def pin_observe_start(
+        self, plan_key: str, run_id: str, job_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
+    ) -> int:
+        """The seq the unfinished observe plan ``plan_key`` starts from: ``start_seq`` when none is pinned,
+        else what the first attempt pinned (a retry replays the same plan whatever its coverage start)."""
+        table = schema.omray_observe_start
+        with self.atomic():
+            conn = self._conn()
+            conn.execute(
+                sqlite_insert(table)
+                .values(
+                    plan_key=plan_key,
+                    run_id=run_id,
+                    job_id=job_id,
+                    start_seq=start_seq,
+                    terminal_end_seq=terminal_end_seq,
+                    pinned_at=pinned_at,
+                )
+                .on_conflict_do_nothing(index_elements=[table.c.plan_key])
+            )
+            pinned = conn.execute(select(table.c.start_seq).where(table.c.plan_key == plan_key)).scalar_one()
+        return int(pinned)
+
+    def release_observe_start(self, plan_key: str) -> bool:
+        """Forget the pinned start of a finished observe plan; True when a row was deleted."""
+        table = schema.omray_observe_start
+        with self.atomic():
+            result = self._conn().execute(table.delete().where(table.c.plan_key == plan_key))
             return result.rowcount == 1
 
     # --- generations (reference §9.3, §9.4, §9.8) ------------------------------------------------
@@ -552,35 +638,85 @@ class Store:
     # --- durable job queue --------------------------------------------------------------------
 
     def enqueue_job(self, envelope: JobEnvelope, accepted_at: str) -> EnqueueResult:
-        """Append a job to the FIFO; a job id already pending or running is not queued twice."""
+        """Append one job to the FIFO (see :meth:`enqueue_jobs`)."""
+        return self.enqueue_jobs([envelope], accepted_at)[0]
+
+    def enqueue_jobs(self, envelopes: Sequence[JobEnvelope], accepted_at: str) -> list[EnqueueResult]:
+        """Append jobs to the FIFO in order, in ONE transaction (the queue's group commit).
+
+        A job whose key ``(db_path, job_id)`` is already pending or running (earlier in the batch
+        included) is not queued twice: its result names the existing row with ``created=False``.
+        """
         table = schema.omray_job
+        results: list[EnqueueResult] = []
         with self.atomic():
             conn = self._conn()
-            queued = self._unfinished_seq(conn, envelope.job_id)
-            if queued is not None:
-                return EnqueueResult(job_seq=queued, job_id=envelope.job_id, created=False)
-            result = conn.execute(
-                table.insert().values(
-                    job_id=envelope.job_id,
-                    handler_id=envelope.handler_id,
-                    correlation_id=envelope.correlation_id,
-                    run_id=envelope.payload.run_id,
-                    payload_json=JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
-                    state="pending",
-                    attempts=0,
-                    accepted_at=accepted_at,
+            for envelope in envelopes:
+                db_path = envelope.payload.db_path
+                queued = self._unfinished_seq(conn, db_path, envelope.job_id)
+                if queued is not None:
+                    results.append(EnqueueResult(job_seq=queued, job_id=envelope.job_id, created=False))
+                    continue
+                result = conn.execute(
+                    table.insert().values(
+                        job_id=envelope.job_id,
+                        handler_id=envelope.handler_id,
+                        correlation_id=envelope.correlation_id,
+                        run_id=envelope.payload.run_id,
+                        db_path=db_path,
+                        payload_json=JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
+                        state="pending",
+                        attempts=0,
+                        accepted_at=accepted_at,
+                    )
                 )
-            )
-            job_seq = result.inserted_primary_key[0] if result.inserted_primary_key else None
-            if not isinstance(job_seq, int):  # pragma: no cover - SQLite always returns the rowid
-                raise StorageError(f"no job_seq returned for job {envelope.job_id!r}")
-            return EnqueueResult(job_seq=job_seq, job_id=envelope.job_id, created=True)
+                job_seq = result.inserted_primary_key[0] if result.inserted_primary_key else None
+                if not isinstance(job_seq, int):  # pragma: no cover - SQLite always returns the rowid
+                    raise StorageError(f"no job_seq returned for job {envelope.job_id!r}")
+                results.append(EnqueueResult(job_seq=job_seq, job_id=envelope.job_id, created=True))
+        return results
+
+    def apply_job_writes(self, writes: Sequence[JobWrite]) -> int:
+        """Apply one loop step's queue writes in order, in ONE transaction; returns how many changed a row.
+
+        Each write is idempotent, so a batch repeated after a lost reply changes nothing more: a
+        ``finished`` write for a job already finished is skipped.
+        """
+        applied = 0
+        with self.atomic():
+            for write in writes:
+                if isinstance(write, JobStarted):
+                    self.mark_job_running(write.job_seq, write.attempt, write.started_at)
+                elif isinstance(write, JobRetry):
+                    self.mark_job_retry(write.job_seq, write.not_before, write.failure_reason)
+                elif isinstance(write, JobFinished):
+                    try:
+                        self.finish_job(write.job_seq, write.state, write.finished_at, write.failure_reason)
+                    except NotFoundError:
+                        continue  # recorded by an earlier try of this batch
+                elif isinstance(write, JobGivenUp):
+                    self.give_up_job(
+                        write.job_seq,
+                        write.finished_at,
+                        write.failure_reason,
+                        write.run_id,
+                        write.event_type,
+                        write.event_payload,
+                    )
+                else:
+                    self.record_runtime_event(write.run_id, write.event_type, write.payload, write.created_at)
+                applied += 1
+        return applied
 
     @staticmethod
-    def _unfinished_seq(conn: Connection, job_id: str) -> int | None:
+    def _unfinished_seq(conn: Connection, db_path: str, job_id: str) -> int | None:
         table = schema.omray_job
         seq: int | None = conn.execute(
-            select(table.c.job_seq).where(table.c.job_id == job_id, table.c.state.in_(("pending", "running")))
+            select(table.c.job_seq).where(
+                table.c.db_path == db_path,
+                table.c.job_id == job_id,
+                table.c.state.in_(("pending", "running")),
+            )
         ).scalar_one_or_none()
         return seq
 

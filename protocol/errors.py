@@ -33,13 +33,27 @@ class MigrationError(StorageError):
 
 
 class EventsFileError(OmrayError):
-    """A line of ``events.jsonl`` is corrupt (not a partial last line)."""
+    """A line of ``events.jsonl`` is corrupt (not a partial last line).
 
-    def __init__(self, path: str, line_no: int, reason: str) -> None:
+    Says where, never what: the file, the 1-based line number, the line's ``seq`` when it could be
+    read (``None`` otherwise) and ``after_seq``, the seq of the last good event before the line
+    (0 when there is none). ``reason`` is a fixed phrase with field names and seqs, never content.
+    """
+
+    def __init__(
+        self, path: str, line_no: int, reason: str, *, seq: int | None = None, after_seq: int = 0
+    ) -> None:
         self.path = path
         self.line_no = line_no
         self.reason = reason
-        super().__init__(f"corrupt events line {line_no} in {path!r}: {reason}")
+        self.seq = seq
+        self.after_seq = after_seq
+        where = f"seq {seq}" if seq is not None else f"after seq {after_seq}"
+        super().__init__(f"corrupt events line {line_no} ({where}) in {path!r}: {reason}")
+
+    def location(self) -> dict[str, str | int | None]:
+        """Where the corrupt line is, safe to log and to put in a runtime event."""
+        return {"path": self.path, "line_no": self.line_no, "seq": self.seq, "after_seq": self.after_seq}
 
 
 class InvalidPayloadError(OmrayError, ValueError):

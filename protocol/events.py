@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
@@ -23,6 +24,9 @@ SUPPORTED_SCHEMA_MAJOR = 1
 
 _SCHEMA_VERSION_RE = re.compile(r"^([0-9]+)(\.[0-9]+)*$")
 
+MAX_SEQ = 2**63 - 1
+"""Largest seq omray accepts: SQLite's largest integer (every seq ends up in a coverage row)."""
+
 TERMINAL_AGENT_END_REASONS: frozenset[str] = frozenset({"completed", "cancelled"})
 """``agent_end`` reasons that end a run and trigger observation."""
 
@@ -32,8 +36,18 @@ COMPACTION_FAILURE_PREFIX = "observational_memory active-memory projection faile
 
 def is_compatible_schema_version(version: str) -> bool:
     """True when ``version`` (``"x.y"``) has the supported major part; malformed versions are not."""
-    match = _SCHEMA_VERSION_RE.match(version) if isinstance(version, str) else None
+    match = _SCHEMA_VERSION_RE.fullmatch(version) if isinstance(version, str) else None
     return match is not None and int(match.group(1)) == SUPPORTED_SCHEMA_MAJOR
+
+
+def is_well_formed_schema_version(version: object) -> bool:
+    """True when ``version`` is dot-separated ASCII digit groups (``"1"``, ``"1.0"``, ``"2.3.1"``).
+
+    Only a well-formed version of another major may be skipped; ``"abc"`` or ``" 1.0"`` is a corrupt line.
+    """
+    if not isinstance(version, str) or not version.isascii():
+        return False
+    return _SCHEMA_VERSION_RE.fullmatch(version) is not None
 
 
 class InvalidSessionEventError(InvalidPayloadError):
@@ -70,8 +84,8 @@ class SessionEvent(BaseModel):
     """Envelope version ``"x.y"``; only the major part matters (:func:`is_compatible_schema_version`)."""
     run_id: SessionId = Field(strict=True)
     """Session id, always a string."""
-    seq: StrictInt = Field(ge=1)
-    """Position of the event in its session, from 1; holes are possible."""
+    seq: StrictInt = Field(ge=1, le=MAX_SEQ)
+    """Position of the event in its session, from 1, strictly increasing in file order; holes are possible."""
     turn_no: StrictInt
     """Turn the event belongs to."""
     type: StrictStr = Field(min_length=1)
@@ -97,6 +111,21 @@ class SessionEvent(BaseModel):
         return is_compatible_schema_version(self.schema_version)
 
 
+@dataclass(frozen=True)
+class EventWindow:
+    """What one range read of ``events.jsonl`` found.
+
+    ``through`` is how far the file has been read for this range: ``end_seq`` once an event at or past
+    it was seen, else the seq of the file's last complete event (the agent has not written the rest
+    yet). Coverage may only claim seqs up to ``through``; holes below it are real holes.
+    """
+
+    events: tuple[SessionEvent, ...]
+    """Events with ``start_seq <= seq <= end_seq``, in file (= seq) order."""
+    through: int
+    """Every event with ``seq <= through`` has been read."""
+
+
 class _Hook(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -104,7 +133,7 @@ class _Hook(BaseModel):
 class EventSummary(_Hook):
     """A committed event as summarized in the after-turn hook's context (the "hot batch")."""
 
-    seq: int = Field(ge=1)
+    seq: int = Field(ge=1, le=MAX_SEQ)
     """Sequence number of the event."""
     type: str
     """Event type."""
@@ -130,7 +159,7 @@ class AfterTurnCommit(_Hook):
 class TerminalBoundary(_Hook):
     """Where a run ended: observe through ``end_seq`` with this ``status``."""
 
-    end_seq: int = Field(ge=1)
+    end_seq: int = Field(ge=1, le=MAX_SEQ)
     """Seq of the terminal event."""
     status: Literal["completed", "cancelled", "failed"]
     """How the run ended."""

@@ -2,6 +2,12 @@
 
 Each job kind maps to one stable handler id (the id the original registers), and the queue
 dispatches by that id. Payloads are plain JSON-safe values so a job survives any restart.
+
+Observe and reflect jobs freeze only versions (and the reflector model the generation id is derived
+from), never the settings: they say where the settings come from (``settings_file``) and the worker
+reads them when the job runs, so a queued or retried job follows a changed model (reference §7.2,
+§9.2). Without a file (settings given in code) the block travels inline in ``settings``; payloads
+accepted before ``settings_file`` existed carry that inline block too and still load.
 """
 
 from __future__ import annotations
@@ -50,9 +56,12 @@ class ObserveBoundaryJob(_Job):
     """Absolute path of the memory database."""
     events_path: str = Field(min_length=1)
     """Absolute path of the session's ``events.jsonl``."""
+    settings_file: str | None = Field(default=None, min_length=1)
+    """Absolute path of the settings file in effect at dispatch; the worker reads it when the job runs."""
     settings: dict[str, Any] = Field(default_factory=dict)
-    """The ``observational_memory`` settings block in effect at dispatch, so a worker in any process
-    runs the job with the same settings (names of API-key variables only, never keys)."""
+    """Inline ``observational_memory`` block, used only when there is no ``settings_file`` (settings
+    given in code, or a payload accepted before ``settings_file`` existed); names of API-key
+    variables only, never keys."""
 
     @property
     def handler_id(self) -> str:
@@ -89,9 +98,11 @@ class ReflectGenerationJob(_Job):
     """Source watermark at dispatch (fallback for the claim when the live set has none)."""
     required_start_seq: int = 1
     """Always 1."""
+    settings_file: str | None = Field(default=None, min_length=1)
+    """Absolute path of the settings file; the worker reads it when the job runs, and the job fails as
+    specified (§9.2) when its model or schema no longer matches."""
     settings: dict[str, Any] = Field(default_factory=dict)
-    """The ``observational_memory`` settings block in effect at dispatch, so a worker in any process
-    runs the job with the same settings (names of API-key variables only, never keys)."""
+    """Inline ``observational_memory`` block, used only when there is no ``settings_file``."""
 
     @property
     def handler_id(self) -> str:

@@ -9,9 +9,18 @@ safe to persist, log and show (DESIGN.md invariant 8).
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    TypeAdapter,
+    model_serializer,
+)
 
 _REASON_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 
@@ -34,12 +43,28 @@ REASON_INTERRUPTED = "interrupted"
 REASON_RETRY_EXHAUSTED = "retry_exhausted"
 """Event reason when every allowed attempt failed (reference §2.4)."""
 
+REASON_EVENTS_FILE_CORRUPT = "events_file_corrupt"
+"""A line the job needs in ``events.jsonl`` is corrupt; the failure says where (:class:`EventsLocation`)."""
+
 JOB_FAILED_EVENT_TYPE = "extension_agent.job_failed"
 """Runtime event type emitted once for a job that gave up (reference §2.4)."""
 
 
 class _Outcome(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EventsLocation(_Outcome):
+    """Where a corrupt ``events.jsonl`` line is: file, line and seq, never the line's content."""
+
+    path: str = Field(min_length=1)
+    """The events file."""
+    line_no: int = Field(ge=1)
+    """1-based line number of the corrupt line."""
+    seq: int | None = None
+    """The line's seq when it could be read."""
+    after_seq: int = Field(default=0, ge=0)
+    """Seq of the last good event before the line (0 when there is none)."""
 
 
 class JobSucceeded(_Outcome):
@@ -66,6 +91,8 @@ class JobFailed(_Outcome):
     """Short failure category code."""
     error_class: ErrorClassName | None = None
     """Class name of the exception behind the failure, if any."""
+    events_location: EventsLocation | None = None
+    """Where the corrupt events line is, for ``events_file_corrupt`` failures."""
 
     @classmethod
     def from_exception(
@@ -105,10 +132,27 @@ class JobFailedEvent(_Outcome):
     """Retries made after the first attempt (``attempts - 1``)."""
     attempts: int = Field(ge=1)
     """Attempts made in total."""
+    events_location: EventsLocation | None = None
+    """Where the corrupt events line is, when the last failure was ``events_file_corrupt`` (only then is
+    the key in the payload, so other events keep exactly the reference's keys)."""
+
+    @model_serializer(mode="wrap")
+    def _reference_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("events_location") is None:
+            data.pop("events_location", None)
+        return data
 
     @classmethod
     def for_job(
-        cls, *, job_id: str, handler_id: str, attempts: int, event_reason: str, last_failure: str
+        cls,
+        *,
+        job_id: str,
+        handler_id: str,
+        attempts: int,
+        event_reason: str,
+        last_failure: str,
+        events_location: EventsLocation | None = None,
     ) -> JobFailedEvent:
         """The event for a job that gave up after ``attempts`` attempts; ``last_failure`` is a category."""
         if re.fullmatch(_REASON_PATTERN, last_failure) is None:
@@ -121,4 +165,5 @@ class JobFailedEvent(_Outcome):
             job_id=job_id,
             retry_count=attempts - 1,
             attempts=attempts,
+            events_location=events_location,
         )

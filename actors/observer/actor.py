@@ -1,9 +1,10 @@
 """ObserverActor: the thin shell that runs ``observe_boundary`` jobs (reference §7.2–§7.8).
 
-The handler builds the pipeline's ports from the job payload (database path, events path,
-settings snapshot) and the worker's context (the StoreActor of the database, the queue), then runs
-the orchestration in :mod:`actors.observer.pipeline`. It raises on failure; the shell
-(:class:`actors.worker.WorkerActor`) turns that into a failure value.
+The handler builds the pipeline's ports from the job payload (database path, events path, and the
+settings, read when the job runs from the file the job names) and the worker's context (the
+StoreActor of the database, the queue), then runs the orchestration in
+:mod:`actors.observer.pipeline`. It raises on failure; the shell (:class:`actors.worker.WorkerActor`)
+turns that into a failure value.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from actors.models.registry import model_for
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
-from persistence.events_reader import read_event_range
+from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
+from persistence.settings_file import job_settings_block
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
 from protocol.settings import settings_from_mapping
@@ -28,13 +30,14 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     job = envelope.payload
     if not isinstance(job, ObserveBoundaryJob):
         raise InvalidPayloadError(f"job {envelope.job_id!r} is not an observe_boundary job")
-    settings = settings_from_mapping(job.settings)
+    block = job_settings_block(job.settings_file, job.settings)  # current settings, not a snapshot
+    settings = settings_from_mapping(block)
     store = context.store_for(job.db_path)
     store.ping()  # creates and migrates the database before the first read
     ports = ObserverPorts(
         memory=MemoryReader(job.db_path),
         store=store,
-        read_events=partial(read_event_range, job.events_path),
+        read_events=partial(read_event_window, job.events_path),
         resolve_model=partial(model_for, settings),
         count_tokens=token_counter(settings.token_encoding).count,
         now_utc=utc_now,
@@ -44,7 +47,7 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     result = observe_through(job, envelope.job_id, settings, ports).as_dict()
     # After success only (§7.2 step 4): index what was just committed.
     root = events_root_of(job.events_path, job.run_id)
-    schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, job.settings, root)
+    schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block, root)
     return result
 
 

@@ -4,6 +4,13 @@ Pure orchestration over injected ports (memory reader, store writer, events read
 clocks), so it runs the same inside the ObserverActor and in unit tests. Each chunk part commits its
 observations and coverage row in one transaction; parts already committed are skipped without a
 model call, so a redelivered job never duplicates anything and resumes where it stopped.
+
+Replay is deterministic: the first attempt pins the seq it plans from (``Store.pin_observe_start``,
+one pin per session and versions until a job finishes), and every attempt plans from that seq with
+the memory as it was then (observations that end before it), so a retry after a crash sends the same
+remaining parts with the same memory as an uninterrupted run would. Coverage never claims what was
+not read: when the events file does not reach the terminal seq yet (a half-written last line, a
+terminal seq beyond the file), the job fails before any model call and the queue retries it.
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ from actors.observer.blocks import build_source_blocks, empty_source_block
 from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
 from actors.observer.tool import RecordObservationsHandler
 from actors.reflector.core import CandidatePool, threshold_check
-from protocol.canonical import canonical_json
+from protocol.canonical import canonical_json, sha256_hex
 from protocol.errors import ConflictError, OmrayError
-from protocol.events import SessionEvent
+from protocol.events import EventWindow
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob
 from protocol.records import ActiveReflection, ActivityRecord, CoveragePart, ObservationRecord
 from protocol.settings import AGENT_HTTP_MAX_DURATION_SECONDS, OBSERVER_MAX_TOOL_CALLS, OmSettings
@@ -63,6 +70,10 @@ class StorePort(Protocol):
     def commit_observer_part(self, part: CoveragePart, observations: Sequence[ObservationRecord]) -> Any: ...
     def upsert_activity(self, activity: ActivityRecord) -> None: ...
     def clear_activity(self, run_id: str, job_id: str) -> bool: ...
+    def pin_observe_start(
+        self, plan_key: str, run_id: str, job_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
+    ) -> int: ...
+    def release_observe_start(self, plan_key: str) -> bool: ...
 
 
 @dataclass
@@ -73,8 +84,9 @@ class ObserverPorts:
     """Read-only queries."""
     store: StorePort
     """The single writer of the database."""
-    read_events: Callable[[int, int], list[SessionEvent]]
-    """Inclusive seq range of the session's ``events.jsonl``."""
+    read_events: Callable[[int, int], EventWindow]
+    """Inclusive seq range of the session's ``events.jsonl`` and how far the file was read
+    (``persistence.events_reader.read_event_window``)."""
     resolve_model: Callable[[str], tuple[ChatModel, int]]
     """``provider/model`` -> (chat model, context window); called only when a model is needed."""
     count_tokens: Callable[[str], int]
@@ -135,23 +147,44 @@ def fixed_overhead_tokens(count_tokens: Callable[[str], int]) -> int:
     )
 
 
-def plan_parts(
-    job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts, start: int, context_window: int
-) -> list[ChunkPart]:
-    """Render and pack the uncovered range ``start..terminal_end_seq`` into normalized parts."""
-    if context_window <= 0:
-        raise ObserverError(f"Observer model context_window is missing or nonpositive ({context_window}).")
-    envelope = settings.envelope(context_window)
-    events = ports.read_events(start, job.terminal_end_seq)
-    if not events:
+class EventsNotReadyError(ObserverError):
+    """The events file does not reach the job's terminal seq yet; coverage must not claim unread seqs."""
+
+
+def read_range(job: ObserveBoundaryJob, ports: ObserverPorts, start: int) -> EventWindow:
+    """The events ``start..terminal_end_seq``; raises unless the file was read through the terminal seq."""
+    window = ports.read_events(start, job.terminal_end_seq)
+    if window.through < job.terminal_end_seq:
+        raise EventsNotReadyError(
+            f"events of run {job.run_id!r} are readable through seq {window.through}, "
+            f"not yet through the terminal seq {job.terminal_end_seq}."
+        )
+    if not window.events:
         raise ObserverError(
             f"Observer received empty event range {start}..{job.terminal_end_seq} for run {job.run_id!r}."
         )
+    return window
+
+
+def plan_parts(
+    job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts, start: int, context_window: int
+) -> list[ChunkPart]:
+    """Render and pack the range ``start..terminal_end_seq`` into normalized parts.
+
+    The memory context is the memory as it was before ``start``: active reflections and the active
+    observations that end before ``start`` (so observations this job committed itself never change
+    its own plan).
+    """
+    if context_window <= 0:
+        raise ObserverError(f"Observer model context_window is missing or nonpositive ({context_window}).")
+    envelope = settings.envelope(context_window)
+    events = list(read_range(job, ports, start).events)
     blocks = build_source_blocks(events, ports.now_local(), ports.count_tokens)
     if not blocks:
         blocks = [empty_source_block(job.run_id, start)]
     candidate = ports.memory.active_candidate_set(job.run_id)
-    lines = memory_context_lines(ports.memory.active_reflections(job.run_id), list(candidate.observations))
+    before = [o for o in candidate.observations if o.source_end_seq < start]
+    lines = memory_context_lines(ports.memory.active_reflections(job.run_id), before)
     parts = pack_parts(
         run_id=job.run_id,
         blocks=blocks,
@@ -164,6 +197,31 @@ def plan_parts(
         count_tokens=ports.count_tokens,
     )
     return normalize_coverage(parts, start, job.terminal_end_seq)
+
+
+def _replayable(parts: Sequence[ChunkPart], ports: ObserverPorts, covered: int) -> bool:
+    """True when the committed parts are a prefix of ``parts`` that ends exactly at ``covered``."""
+    end = parts[0].source_start_seq - 1 if parts else covered
+    for part in parts:
+        if not _already_committed(part, ports):
+            break
+        end = max(end, part.source_end_seq)
+    return end == covered
+
+
+def observe_plan_key(job: ObserveBoundaryJob) -> str:
+    """One unfinished observe plan per session and versions: a session's observe jobs run one at a time
+    (FIFO lane), and a retry may be coalesced into a later boundary's job with another job id."""
+    return sha256_hex(
+        canonical_json(["observe-plan", job.run_id, job.renderer_version, job.observer_schema_version])
+    )
+
+
+def _pinned_start(job: ObserveBoundaryJob, job_id: str, ports: ObserverPorts, start: int) -> int:
+    pinned = ports.store.pin_observe_start(
+        observe_plan_key(job), job.run_id, job_id, start, job.terminal_end_seq, ports.now_utc()
+    )
+    return min(pinned, start)
 
 
 def _already_committed(part: ChunkPart, ports: ObserverPorts) -> bool:
@@ -205,6 +263,7 @@ def observe_through(
     try:
         result = _observe(job, job_id, settings, ports)
         result.reflect_job_id = maybe_dispatch_reflect(job, settings, ports)
+        ports.store.release_observe_start(observe_plan_key(job))
         return result
     finally:
         if job_id:
@@ -231,9 +290,19 @@ def _observe(
         )
     model = settings.require_model()
     chat_model, context_window = ports.resolve_model(model)
-    parts = plan_parts(job, settings, ports, start, context_window)
+    plan_start = _pinned_start(job, job_id, ports, start)
+    parts = plan_parts(job, settings, ports, plan_start, context_window)
+    if plan_start < start and not _replayable(parts, ports, start - 1):
+        # The plan changed since the first attempt (another context window, a rewritten file): what is
+        # committed stays, and the rest is planned from the coverage end.
+        logger.warning(
+            "observe plan changed between attempts",
+            extra={"run_id": job.run_id, "job_id": job_id, "pinned_start": plan_start, "start": start},
+        )
+        plan_start = start
+        parts = plan_parts(job, settings, ports, start, context_window)
     result = ObserveResult(
-        status="noop", source_start_seq=start, source_end_seq=job.terminal_end_seq, parts=len(parts)
+        status="noop", source_start_seq=plan_start, source_end_seq=job.terminal_end_seq, parts=len(parts)
     )
     spec = record_observations_spec()
     for part in parts:
@@ -289,6 +358,8 @@ def maybe_dispatch_reflect(job: ObserveBoundaryJob, settings: OmSettings, ports:
     if payload is None:
         return None
     reflect = payload.to_job(job.db_path)
-    reflect = ReflectGenerationJob.model_validate({**reflect.model_dump(), "settings": job.settings})
+    # The reflect job reads its settings where this job does, when it runs (never a snapshot).
+    source = {"settings_file": job.settings_file, "settings": job.settings}
+    reflect = ReflectGenerationJob.model_validate({**reflect.model_dump(), **source})
     envelope = JobEnvelope(job_id=reflect.generation_id, correlation_id=job.run_id, payload=reflect)
     return ports.dispatch(envelope)

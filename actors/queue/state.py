@@ -17,7 +17,8 @@ How the actor drives it:
 
 Store effect of each command (the actor persists *before* acting on it):
 
-- :class:`Dispatch`: row -> ``running`` with ``attempts = attempt``; then call the handler.
+- :class:`Dispatch`: every member row -> ``running`` with its own attempt count (``members``); then
+  call the handler once, with the carrier's payload.
 - :class:`ScheduleRetry`: row -> ``pending`` with ``not_before``.
 - :class:`MarkSucceeded`, :class:`GiveUp`: the row leaves the active queue (succeeded / failed).
 - :class:`AlreadyQueued`: if ``job_seq != existing_seq``, delete the surplus row ``job_seq``.
@@ -26,13 +27,14 @@ Store effect of each command (the actor persists *before* acting on it):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 from actors.queue.retry import GiveUpNow, RetryPolicy, decide_retry
 from protocol.errors import OmrayError
-from protocol.jobs import JobEnvelope, JobPayload
+from protocol.jobs import JobEnvelope, JobPayload, ObserveBoundaryJob, SemanticIndexJob
 from protocol.outcomes import (
     REASON_INTERRUPTED,
     REASON_RETRY_EXHAUSTED,
@@ -44,6 +46,53 @@ from protocol.outcomes import (
 
 JobStatus = Literal["pending", "running"]
 """Durable status of a job that is still in the queue."""
+
+JobKey = tuple[str, str]
+"""A job's identity in the queue: ``(db_path, job_id)``; ids of different databases never collide."""
+
+MAX_COALESCED = 64
+"""Most waiting jobs one dispatch may cover (bounds one batch of durable writes)."""
+
+
+def job_key(envelope: JobEnvelope) -> JobKey:
+    """``(db_path, job_id)`` of a job."""
+    return (envelope.payload.db_path, envelope.job_id)
+
+
+def lane_of(envelope: JobEnvelope) -> str:
+    """The lane a job runs in: one session of one database, or one database's index work.
+
+    Jobs of a lane start in acceptance order and never overlap; lanes run in parallel.
+    """
+    payload = envelope.payload
+    if isinstance(payload, SemanticIndexJob):
+        return f"index\x00{payload.db_path}"
+    return f"session\x00{payload.db_path}\x00{payload.run_id}"
+
+
+def _coalesce_key(payload: JobPayload) -> tuple[str, ...] | None:
+    """Jobs with one key may run as one; ``None``: never coalesced (reflect jobs)."""
+    if isinstance(payload, ObserveBoundaryJob):
+        # Observing through the latest boundary covers every earlier one of the same events file
+        # (coverage is contiguous and parts are idempotent), so one run serves them all.
+        return (
+            "observe",
+            payload.db_path,
+            payload.run_id,
+            payload.events_path,
+            payload.renderer_version,
+            payload.observer_schema_version,
+        )
+    if isinstance(payload, SemanticIndexJob):
+        # An index batch synchronizes the whole database and queues its own continuation.
+        return ("index", payload.db_path)
+    return None
+
+
+def _carrier_rank(job: _Job) -> tuple[int, int]:
+    payload = job.envelope.payload
+    end = payload.terminal_end_seq if isinstance(payload, ObserveBoundaryJob) else 0
+    return (end, job.seq)
 
 
 class QueueStateError(OmrayError):
@@ -67,6 +116,17 @@ class Dispatch:
     """1-based attempt number; pass it back with the outcome."""
     payload: JobPayload
     """What to do."""
+    members: tuple[tuple[int, int], ...] = field(default=())
+    """``(job_seq, attempt)`` of every job this run covers, carrier included, in sequence order.
+
+    More than one when waiting jobs of one lane were coalesced; each member's row is marked
+    running with its own attempt, and all of them finish with this run's outcome.
+    """
+
+    @property
+    def covered(self) -> tuple[tuple[int, int], ...]:
+        """The members, or the carrier alone when none are listed."""
+        return self.members or ((self.job_seq, self.attempt),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,42 +255,77 @@ class _Job:
     last_reason: str | None
     # Restored from a 'running' row: goes before everything else, ignoring not_before.
     interrupted: bool = False
+    # While running: sequence number of the job whose payload the worker runs (itself, or the
+    # coalesced run it rides with).
+    carrier: int | None = None
+
+    @property
+    def key(self) -> JobKey:
+        return job_key(self.envelope)
+
+    @property
+    def lane(self) -> str:
+        return lane_of(self.envelope)
 
 
 # --- the state machine --------------------------------------------------------------------------
 
 
 class QueueState:
-    """In-memory state of the durable FIFO; every step returns the commands the actor must execute.
+    """In-memory state of the durable queue; every step returns the commands the actor must execute.
 
     Guarantees:
 
-    - **Start order.** Jobs start (first attempt) in the order of their queue sequence numbers,
-      never in the order Ray happens to deliver calls.
-    - **Retries do not block the line.** A job waiting for its retry backoff does not hold back
-      the jobs behind it: the original host re-queues a failing message with a delay and the
-      transport keeps serving the others meanwhile; holding the whole queue for one broken job
-      would stall every session. Once its ``not_before`` has passed the job competes by its
-      original sequence number, so it goes before anything accepted after it. Handlers are
-      idempotent and resume from durable coverage, so a later job overtaking a retry is safe.
-    - **At most ``max_in_flight`` attempts at once** (default 1, the original's serial worker).
+    - **Lanes.** A lane is one session of one database (observe and reflect jobs), or the index
+      work of one database. Within a lane, jobs start in the order of their queue sequence numbers
+      (never in the order Ray happens to deliver calls) and never overlap: the next one starts only
+      after the previous one left the queue or went back to waiting for a retry. Different lanes
+      run concurrently.
+    - **Retries hold their own lane only.** A job waiting for its retry backoff holds back the
+      jobs behind it in its lane (a session's order is kept: observe before the reflect it
+      triggered) and nothing else.
+    - **Coalescing.** When the head of a lane is an observe job and the jobs right behind it are
+      observe jobs of the same events file and versions, one run covers them all: the worker runs
+      the one with the latest boundary, and all of them finish with its outcome. Index jobs of one
+      database coalesce the same way. Reflect jobs never do.
+    - **Limits.** At most ``max_in_flight`` runs at once, and at most ``capacity[handler_id]`` of
+      one handler (the size of its worker pool).
     - **At-least-once, finished once.** A job leaves the queue only with :class:`MarkSucceeded` or
       :class:`GiveUp`; results for anything not in flight are ignored, so a finished job is never
       dispatched or finished again.
     - **At most ``policy.max_attempts`` attempts per job**, counting attempts lost to a worker
       crash or to a restart of the queue itself.
-    - A job id is never queued twice while it is pending or running.
+    - A job key ``(db_path, job_id)`` is never queued twice while it is pending or running.
 
-    Only the owning ``QueueActor`` calls it, from one thread.
+    Only the owning ``QueueActor`` calls it, from one thread at a time.
     """
 
-    def __init__(self, policy: RetryPolicy | None = None, *, max_in_flight: int = 1) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy | None = None,
+        *,
+        max_in_flight: int = 1,
+        capacity: Mapping[str, int] | None = None,
+        coalesce: bool = True,
+    ) -> None:
         if max_in_flight < 1:
             raise QueueStateError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
+        for handler_id, size in (capacity or {}).items():
+            if size < 1:
+                raise QueueStateError(f"capacity of {handler_id!r} must be >= 1, got {size!r}")
         self._policy = policy if policy is not None else RetryPolicy()
         self._max_in_flight = max_in_flight
+        self._capacity = dict(capacity or {})
+        self._coalesce = coalesce
         self._jobs: dict[int, _Job] = {}
-        self._seq_by_job_id: dict[str, int] = {}
+        self._seq_by_key: dict[JobKey, int] = {}
+        # Every unfinished job of a lane, in sequence order (running ones first, as a prefix).
+        self._lanes: dict[str, list[int]] = {}
+        # Running carriers (one per run in flight), the lanes they hold and the jobs they cover.
+        self._carriers: dict[int, _Job] = {}
+        self._members: dict[int, list[int]] = {}
+        self._busy_lanes: set[str] = set()
+        self._running_jobs = 0
 
     # --- restart -----------------------------------------------------------------------------
 
@@ -242,21 +337,23 @@ class QueueState:
         policy: RetryPolicy | None = None,
         *,
         max_in_flight: int = 1,
+        capacity: Mapping[str, int] | None = None,
+        coalesce: bool = True,
     ) -> tuple[QueueState, list[Command]]:
         """Rebuild the state from the durable rows after the actor restarted.
 
-        A ``running`` row was interrupted: that attempt counts, and the job is dispatched again
-        before anything else (in sequence order), without backoff; if it has no attempts left it
-        gives up now. If two rows share a job id (a crash between storing a duplicate and
-        discarding it), the lowest sequence number wins and the others come back as
-        :class:`AlreadyQueued` so the actor deletes them.
+        A ``running`` row was interrupted: that attempt counts, and its lane starts again before
+        any other lane (in sequence order), without backoff; if it has no attempts left it gives
+        up now. If two rows share a job key (a crash between storing a duplicate and discarding
+        it), the lowest sequence number wins and the others come back as :class:`AlreadyQueued`
+        so the actor deletes them.
         """
-        state = cls(policy, max_in_flight=max_in_flight)
+        state = cls(policy, max_in_flight=max_in_flight, capacity=capacity, coalesce=coalesce)
         commands: list[Command] = []
         for row in sorted(stored_jobs, key=lambda r: r.job_seq):
             if row.job_seq in state._jobs:
                 raise QueueStateError(f"two stored rows with job_seq {row.job_seq!r}")
-            existing = state._seq_by_job_id.get(row.envelope.job_id)
+            existing = state._seq_by_key.get(job_key(row.envelope))
             if existing is not None:
                 commands.append(AlreadyQueued(row.envelope.job_id, row.job_seq, existing))
                 continue
@@ -274,8 +371,7 @@ class QueueState:
                 # Every allowed attempt has started already: never start another one.
                 commands.extend(state._give_up(job, GiveUpNow(event_reason=REASON_RETRY_EXHAUSTED)))
                 continue
-            state._jobs[job.seq] = job
-            state._seq_by_job_id[row.envelope.job_id] = job.seq
+            state._add(job)
         return state, commands
 
     # --- steps -------------------------------------------------------------------------------
@@ -283,51 +379,44 @@ class QueueState:
     def accept(self, envelope: JobEnvelope, job_seq: int, now: float) -> list[Command]:
         """Queue a job that was just stored durably under ``job_seq``.
 
-        Returns ``[]`` for a new job, or ``[AlreadyQueued]`` if the job id is already pending or
+        Returns ``[]`` for a new job, or ``[AlreadyQueued]`` if its key is already pending or
         running (then nothing changes). ``now`` is unused today; it keeps every step's signature
         uniform for the actor and the tests.
         """
         del now
-        existing = self._seq_by_job_id.get(envelope.job_id)
+        existing = self._seq_by_key.get(job_key(envelope))
         if existing is not None:
             return [AlreadyQueued(envelope.job_id, job_seq, existing)]
         if job_seq in self._jobs:
             raise QueueStateError(f"job_seq {job_seq!r} is already used by another queued job")
-        self._jobs[job_seq] = _Job(job_seq, envelope, "pending", 0, None, None)
-        self._seq_by_job_id[envelope.job_id] = job_seq
+        self._add(_Job(job_seq, envelope, "pending", 0, None, None))
         return []
 
     def next_dispatch(self, now: float) -> list[Command]:
-        """Start as many eligible jobs as free slots allow; or say when the next retry is due.
+        """Start the head of every free lane, as far as the limits allow; or say when a retry is due.
 
-        Order: interrupted jobs from a restart first, then the lowest sequence number whose
-        ``not_before`` has passed. Adds :class:`WakeAt` when a slot stays free only because every
-        waiting job is still in its backoff.
+        Lanes whose head was interrupted by a restart go first, then lanes by the sequence number of
+        their head. Adds :class:`WakeAt` when a slot stays free only because a lane head is still in
+        its backoff.
         """
         commands: list[Command] = []
         free = self._max_in_flight - self.in_flight
-        while free > 0:
-            job = self._next_eligible(now)
-            if job is None:
-                break
-            job.status = "running"
-            job.attempts += 1
-            job.not_before = None
-            job.interrupted = False
-            commands.append(
-                Dispatch(
-                    job.seq, job.envelope.job_id, job.envelope.handler_id, job.attempts, job.envelope.payload
-                )
-            )
-            free -= 1
+        waits: list[float] = []
         if free > 0:
-            waits = [
-                j.not_before
-                for j in self._jobs.values()
-                if j.status == "pending" and j.not_before is not None and j.not_before > now
-            ]
-            if waits:
-                commands.append(WakeAt(min(waits)))
+            for head in self._lane_heads():
+                if free == 0:
+                    break
+                if not head.interrupted and head.not_before is not None and head.not_before > now:
+                    waits.append(head.not_before)
+                    continue
+                handler_id = head.envelope.handler_id
+                limit = self._capacity.get(handler_id)
+                if limit is not None and self._running_of(handler_id) >= limit:
+                    continue
+                commands.append(self._start(self._group_from(head)))
+                free -= 1
+        if free > 0 and waits:
+            commands.append(WakeAt(min(waits)))
         return commands
 
     def on_outcome(
@@ -338,49 +427,54 @@ class QueueState:
         *,
         attempt: int | None = None,
     ) -> list[Command]:
-        """Apply a worker's result for the attempt in flight.
+        """Apply a worker's result for the run in flight whose carrier is ``job_seq``.
 
         Pass the ``attempt`` from the :class:`Dispatch`: without it, a late result of an older
         attempt of the same job cannot be told apart from the current one.
         """
-        job = self._in_flight_job(job_seq, attempt)
-        if isinstance(job, OutcomeIgnored):
-            return [job]
-        if outcome.job_id != job.envelope.job_id:
+        carrier = self._in_flight_carrier(job_seq, attempt)
+        if isinstance(carrier, OutcomeIgnored):
+            return [carrier]
+        if outcome.job_id != carrier.envelope.job_id:
             return [OutcomeIgnored(job_seq, "job_id_mismatch")]
+        members = self._finish_run(carrier)
         if isinstance(outcome, JobSucceeded):
-            self._remove(job)
-            return [MarkSucceeded(job.seq, job.envelope.job_id, job.attempts)]
-        return self._fail(job, outcome, now)
+            commands: list[Command] = []
+            for job in members:
+                self._remove(job)
+                commands.append(MarkSucceeded(job.seq, job.envelope.job_id, job.attempts))
+            return commands
+        return self._fail_all(members, outcome, now)
 
     def on_worker_lost(self, job_seq: int, now: float, *, attempt: int | None = None) -> list[Command]:
-        """The worker died mid-job: one failed, retryable attempt (``worker_crashed``)."""
-        job = self._in_flight_job(job_seq, attempt)
-        if isinstance(job, OutcomeIgnored):
-            return [job]
-        failure = JobFailed(job_id=job.envelope.job_id, retryable=True, reason=REASON_WORKER_CRASHED)
-        return self._fail(job, failure, now)
+        """The worker died mid-run: one failed, retryable attempt (``worker_crashed``) for each member."""
+        carrier = self._in_flight_carrier(job_seq, attempt)
+        if isinstance(carrier, OutcomeIgnored):
+            return [carrier]
+        members = self._finish_run(carrier)
+        failure = JobFailed(job_id=carrier.envelope.job_id, retryable=True, reason=REASON_WORKER_CRASHED)
+        return self._fail_all(members, failure, now)
 
     # --- queries -----------------------------------------------------------------------------
 
     @property
     def depth(self) -> int:
         """Jobs waiting to run (including those waiting for a retry); not counting in-flight ones."""
-        return sum(1 for j in self._jobs.values() if j.status == "pending")
+        return len(self._jobs) - self._running_jobs
 
     @property
     def in_flight(self) -> int:
-        """Attempts currently running."""
-        return sum(1 for j in self._jobs.values() if j.status == "running")
+        """Runs currently in flight (a coalesced run counts once)."""
+        return len(self._carriers)
 
     @property
     def max_in_flight(self) -> int:
-        """Most attempts allowed to run at once."""
+        """Most runs allowed at once."""
         return self._max_in_flight
 
-    def active_seq(self, job_id: str) -> int | None:
-        """Sequence number of the pending or running job with this id, if any."""
-        return self._seq_by_job_id.get(job_id)
+    def active_seq(self, job_id: str, db_path: str) -> int | None:
+        """Sequence number of the pending or running job with this key, if any."""
+        return self._seq_by_key.get((db_path, job_id))
 
     def snapshot(self) -> dict[str, object]:
         """JSON-able view for ``omray status``: counts and per-job ids, never payload contents."""
@@ -388,16 +482,21 @@ class QueueState:
             "depth": self.depth,
             "in_flight": self.in_flight,
             "max_in_flight": self._max_in_flight,
+            "capacity": dict(self._capacity),
             "max_attempts": self._policy.max_attempts,
+            "lanes": len(self._lanes),
+            "busy_lanes": len(self._busy_lanes),
             "jobs": [
                 {
                     "job_seq": j.seq,
                     "job_id": j.envelope.job_id,
                     "handler_id": j.envelope.handler_id,
+                    "run_id": j.envelope.payload.run_id,
                     "status": j.status,
                     "attempts": j.attempts,
                     "not_before": j.not_before,
                     "last_reason": j.last_reason,
+                    "carrier": j.carrier,
                 }
                 for j in sorted(self._jobs.values(), key=lambda j: j.seq)
             ],
@@ -405,24 +504,84 @@ class QueueState:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _next_eligible(self, now: float) -> _Job | None:
-        best: _Job | None = None
-        for job in self._jobs.values():
-            if job.status != "pending":
-                continue
-            if not job.interrupted and job.not_before is not None and job.not_before > now:
-                continue
-            if best is None or (not job.interrupted, job.seq) < (not best.interrupted, best.seq):
-                best = job
-        return best
+    def _add(self, job: _Job) -> None:
+        self._jobs[job.seq] = job
+        self._seq_by_key[job.key] = job.seq
+        lane = self._lanes.setdefault(job.lane, [])
+        if lane and lane[-1] > job.seq:  # only a restore or an out-of-order seq lands here
+            bisect.insort(lane, job.seq)
+        else:
+            lane.append(job.seq)
 
-    def _in_flight_job(self, job_seq: int, attempt: int | None) -> _Job | OutcomeIgnored:
-        job = self._jobs.get(job_seq)
-        if job is None or job.status != "running":
+    def _lane_heads(self) -> list[_Job]:
+        """The first waiting job of every lane with nothing running, in start priority order."""
+        heads = [
+            self._jobs[seqs[0]] for lane, seqs in self._lanes.items() if seqs and lane not in self._busy_lanes
+        ]
+        return sorted(heads, key=lambda j: (not j.interrupted, j.seq))
+
+    def _group_from(self, head: _Job) -> list[_Job]:
+        """The head and, when coalescing applies, the waiting jobs right behind it in its lane."""
+        key = _coalesce_key(head.envelope.payload) if self._coalesce else None
+        group = [head]
+        if key is None:
+            return group
+        for seq in self._lanes[head.lane][1:]:
+            job = self._jobs[seq]
+            if _coalesce_key(job.envelope.payload) != key or len(group) >= MAX_COALESCED:
+                break
+            group.append(job)
+        return group
+
+    def _start(self, group: list[_Job]) -> Dispatch:
+        carrier = max(group, key=_carrier_rank)
+        for job in group:
+            job.status = "running"
+            job.attempts += 1
+            job.not_before = None
+            job.interrupted = False
+            job.carrier = carrier.seq
+        self._carriers[carrier.seq] = carrier
+        self._members[carrier.seq] = [job.seq for job in group]
+        self._busy_lanes.add(carrier.lane)
+        self._running_jobs += len(group)
+        members = tuple((job.seq, job.attempts) for job in group) if len(group) > 1 else ()
+        return Dispatch(
+            carrier.seq,
+            carrier.envelope.job_id,
+            carrier.envelope.handler_id,
+            carrier.attempts,
+            carrier.envelope.payload,
+            members,
+        )
+
+    def _running_of(self, handler_id: str) -> int:
+        return sum(1 for job in self._carriers.values() if job.envelope.handler_id == handler_id)
+
+    def _in_flight_carrier(self, job_seq: int, attempt: int | None) -> _Job | OutcomeIgnored:
+        job = self._carriers.get(job_seq)
+        if job is None:
             return OutcomeIgnored(job_seq, "not_in_flight")
         if attempt is not None and attempt != job.attempts:
             return OutcomeIgnored(job_seq, "attempt_mismatch")
         return job
+
+    def _finish_run(self, carrier: _Job) -> list[_Job]:
+        """End the run of ``carrier``: free its lane and slot; returns its members in seq order."""
+        del self._carriers[carrier.seq]
+        self._busy_lanes.discard(carrier.lane)
+        members = [self._jobs[seq] for seq in self._members.pop(carrier.seq)]
+        self._running_jobs -= len(members)
+        for job in members:
+            job.carrier = None
+            job.status = "pending"  # until the outcome removes it or schedules its retry
+        return members
+
+    def _fail_all(self, members: list[_Job], failure: JobFailed, now: float) -> list[Command]:
+        commands: list[Command] = []
+        for job in members:
+            commands.extend(self._fail(job, failure.model_copy(update={"job_id": job.envelope.job_id}), now))
+        return commands
 
     def _fail(self, job: _Job, failure: JobFailed, now: float) -> list[Command]:
         decision = decide_retry(job.attempts, failure, self._policy)
@@ -450,4 +609,8 @@ class QueueState:
 
     def _remove(self, job: _Job) -> None:
         del self._jobs[job.seq]
-        del self._seq_by_job_id[job.envelope.job_id]
+        del self._seq_by_key[job.key]
+        lane = self._lanes[job.lane]
+        lane.remove(job.seq)  # finished jobs are at the front of their lane: cheap
+        if not lane:
+            del self._lanes[job.lane]

@@ -17,6 +17,7 @@ from actors.reflector.pipeline import ReflectorPorts
 from actors.reflector.pipeline import reflect_generation as run_reflection
 from actors.worker import RoleActor, WorkerContext, utc_now
 from persistence.queries import MemoryReader
+from persistence.settings_file import job_settings_block
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import REFLECT_GENERATION_HANDLER, JobEnvelope, ReflectGenerationJob
 from protocol.settings import settings_from_mapping
@@ -27,7 +28,8 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
     job = envelope.payload
     if not isinstance(job, ReflectGenerationJob):
         raise InvalidPayloadError(f"job {envelope.job_id!r} is not a reflect_generation job")
-    settings = settings_from_mapping(job.settings)
+    block = job_settings_block(job.settings_file, job.settings)  # current settings, not a snapshot
+    settings = settings_from_mapping(block)
     store = context.store_for(job.db_path)
     store.ping()
     ports = ReflectorPorts(
@@ -37,7 +39,7 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
         count_tokens=token_counter(settings.token_encoding).count,
         now_utc=utc_now,
         schedule_index=lambda run_id: schedule_index(
-            context.dispatch, settings.semantic, job.db_path, run_id, job.settings
+            context.dispatch, settings.semantic, job.db_path, run_id, block
         ),
     )
     return run_reflection(job, envelope.job_id, settings, ports, attempt=attempt).as_dict()

@@ -45,6 +45,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInf
     os.environ["OMRAY_HOME"] = str(tmp_path_factory.mktemp("omray-home"))
     dashboard_port, metrics_port = free_port(), free_port()
     ray.init(
+        address="local",  # always a cluster of our own, never a `ray start` head found on the machine
         num_cpus=2,
         namespace="omray",
         include_dashboard=True,

@@ -1,8 +1,11 @@
 """The runtime on a two-node ``ray.cluster_utils.Cluster``; run as a script, prints one JSON object.
 
 Ray allows one cluster connection per driver process, so ``test_multinode.py`` runs this module in
-a subprocess instead of on the shared session cluster. The head node holds the queue database; the
-second node has a custom resource that two of the three workers ask for, so jobs cross nodes.
+a subprocess instead of on the shared session cluster. The driver runs on the head node; the
+*data node* (the one that holds the databases and events files, where ``omray up`` would run) is
+the second node. The same sample sessions are observed, reflected and indexed twice with the
+scripted model: once with the runtime on the data node, once with it on the driver's node. The
+memory must be the same, and every actor of the first run must sit on the data node.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import sqlite3
 import sys
 import tempfile
 import time
@@ -25,22 +29,18 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
-from actors.bench_handlers import LEDGER_ENV, for_every_role, read_ledger
+from bench.sample_session import demo_session, event_line
+from bench.scripted_models import ScriptedMemoryModel
+from bench.scripted_server import ScriptedServer
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
-from cluster.runtime import ROLE_ACTORS, RayWorkerContext, ensure_runtime, remove_runtime
-from protocol.jobs import (
-    OBSERVE_BOUNDARY_HANDLER,
-    SEMANTIC_INDEX_HANDLER,
-    JobEnvelope,
-)
+from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
+from protocol.events import AfterTurnCommit, EventSummary
 
-JOBS = 30
-"""Jobs dispatched in the scenario."""
-WORKER_NODE_RESOURCE = "omray_worker_node"
+SESSIONS = ("mn-a", "mn-b")
+"""Sessions observed in each run."""
+DATA_NODE_RESOURCE = "omray_data_node"
 """Custom resource only the second node has."""
-NOOP = "actors.bench_handlers:noop"
-HANDLERS = for_every_role(NOOP)
 
 
 def _free_port() -> int:
@@ -50,38 +50,104 @@ def _free_port() -> int:
         return port
 
 
-def _job(run_id: str, n: int) -> JobEnvelope:
-    payload: dict[str, Any] = {"run_id": run_id, "db_path": "/nonexistent/om.sqlite"}
-    if n % 2:
-        payload |= {
-            "kind": "observe_boundary",
-            "terminal_end_seq": n + 1,
-            "terminal_status": "completed",
-            "renderer_version": "1",
-            "observer_schema_version": "1",
-            "events_path": "/nonexistent/events.jsonl",
+def _settings(project: Path, server: ScriptedServer) -> dict[str, Any]:
+    return {
+        "model": "scripted/memory",
+        "providers": {"scripted": {"base_url": server.base_url, "context_window": 16384}},
+        "storage": {"database": str(project / "om.sqlite")},
+        "reflector": {"reflect_after_observation_tokens": 150},
+        "pools": {"observations_max_tokens": 100},
+        "semantic": {"embedding_api": {"base_url": server.base_url, "model_id": "hash-embedder"}},
+    }
+
+
+def _drive(client: OmrayClient, project: Path) -> None:
+    """Append each session's turns and call the after-turn hook, as an agent would.
+
+    Each turn is left to finish before the next one, so both runs see the same jobs (no
+    coalescing that depends on timing) and their memory can be compared row for row.
+    """
+    for session_id in SESSIONS:
+        client.session_started(session_id)
+        events_path = project / session_id / "events.jsonl"
+        events_path.parent.mkdir(parents=True, exist_ok=True)
+        for turn in demo_session(session_id):
+            with events_path.open("a", encoding="utf-8") as handle:
+                handle.writelines(event_line(e) for e in turn)
+            client.after_turn_commit(
+                AfterTurnCommit(
+                    run_id=session_id,
+                    turn_no=turn[0]["turn_no"],
+                    status="completed",
+                    events=tuple(
+                        EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn
+                    ),
+                ),
+                events_path=events_path,
+            )
+            if not client.wait_idle(timeout_s=60):
+                raise RuntimeError("the queue did not drain")
+
+
+def memory_fingerprint(db_path: Path) -> dict[str, Any]:
+    """What memory holds, without times and ids that depend on the clock."""
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        observations = sorted(
+            conn.execute("SELECT run_id, timestamp, content, relevance, source_refs_json FROM om_observation")
+        )
+        coverage = sorted(
+            conn.execute(
+                "SELECT run_id, source_start_seq, source_end_seq, part_index, part_count FROM om_coverage"
+            )
+        )
+        reflections = sorted(conn.execute("SELECT run_id, content FROM om_reflection"))
+        generations = sorted(conn.execute("SELECT run_id, status FROM om_memory_generation"))
+        index = conn.execute("SELECT dirty, complete FROM om_semantic_state").fetchall()
+    return {
+        "observations": [list(row) for row in observations],
+        "coverage": [list(row) for row in coverage],
+        "reflections": [list(row) for row in reflections],
+        "generations": [list(row) for row in generations],
+        "index_state": [list(row) for row in index],
+    }
+
+
+def _run(
+    project: Path, server: ScriptedServer, data_node: str, tag: str
+) -> tuple[dict[str, Any], dict[str, str], dict[str, Any], str]:
+    names = RuntimeNames(prefix=f"mn{tag}{uuid.uuid4().hex[:6]}")
+    project.mkdir(parents=True)
+    try:
+        ensure_runtime(
+            names,
+            queue_db=str(project / "queue.sqlite"),
+            handler_paths=DEFAULT_HANDLERS,
+            retry_base_delay_s=0.1,
+            pools=PoolSizes(observers=2, reflectors=1, indexers=1),
+            data_node_id=data_node,
+        )
+        client = OmrayClient(names, settings=_settings(project, server), cwd=project)
+        _drive(client, project)
+        if not client.wait_idle(timeout_s=150):
+            raise RuntimeError("the queue did not drain")
+        for session_id in SESSIONS:  # a last batch after the final observations
+            client.session_started(session_id)
+        if not client.wait_idle(timeout_s=60):
+            raise RuntimeError("the queue did not drain")
+        search = client.memory_search({"query": "billing tests", "limit": 5})
+        actor_nodes = {
+            actor.name: actor.node_id
+            for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+            if actor.name and actor.name.startswith(names.prefix)
         }
-    else:
-        payload |= {"kind": "semantic_index"}
-    return JobEnvelope.model_validate({"job_id": f"mn-{n:04d}", "correlation_id": run_id, "payload": payload})
-
-
-def _place_worker_on_second_node(names: RuntimeNames, actor_name: str, handler_id: str, ledger: str) -> None:
-    """Create a named worker that only the second node can host; ``ensure_runtime`` then reuses it."""
-    ray.remote(ROLE_ACTORS[handler_id]).options(
-        name=actor_name,
-        namespace=names.namespace,
-        lifetime="detached",
-        max_restarts=-1,
-        max_task_retries=0,
-        num_cpus=0,
-        resources={WORKER_NODE_RESOURCE: 0.1},
-        runtime_env={"env_vars": {LEDGER_ENV: ledger}},
-    ).remote(RayWorkerContext(names, ray.get_runtime_context().get_node_id()), NOOP)
+        counts = client.job_counts()
+        return memory_fingerprint(project / "om.sqlite"), actor_nodes, counts, str(search.get("ok"))
+    finally:
+        remove_runtime(names)
 
 
 def run_scenario(workdir: Path) -> dict[str, Any]:
-    """Build the cluster, run the jobs, report where everything ran and in what order jobs started."""
+    """Build the cluster, run both placements, report placement and whether memory matched."""
     started = time.monotonic()
     cluster = Cluster(
         initialize_head=True,
@@ -94,55 +160,36 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
         },
     )
     try:
-        cluster.add_node(
-            num_cpus=1, resources={WORKER_NODE_RESOURCE: 1}, object_store_memory=128 * 1024 * 1024
-        )
+        cluster.add_node(num_cpus=1, resources={DATA_NODE_RESOURCE: 1}, object_store_memory=128 * 1024 * 1024)
         cluster.wait_for_nodes()
         ray.init(
             address=cluster.address, namespace="omray", logging_level=logging.WARNING, log_to_driver=False
         )
-        head_node = ray.get_runtime_context().get_node_id()  # the driver's node holds the files
-        names = RuntimeNames(prefix=f"mn{uuid.uuid4().hex[:8]}")
-        ledger = str(workdir / "ledger.jsonl")
-        queue_db = str(workdir / "queue.sqlite")
         try:
-            _place_worker_on_second_node(names, names.observer, OBSERVE_BOUNDARY_HANDLER, ledger)
-            _place_worker_on_second_node(names, names.indexer, SEMANTIC_INDEX_HANDLER, ledger)
-            ensure_runtime(
-                names,
-                queue_db=queue_db,
-                handler_paths=HANDLERS,
-                worker_env={LEDGER_ENV: ledger},
-                retry_base_delay_s=0.05,
-            )
-            client = OmrayClient(names)
-            job_ids = [client.dispatch(_job("mn-session", n)) for n in range(JOBS)]
-            idle = client.wait_idle(timeout_s=90)
-            starts = [line for line in read_ledger(ledger) if line["event"] == "start"]
-            actor_nodes = {
-                actor.name: actor.node_id
-                for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
-                if actor.name and actor.name.startswith(names.prefix)
-            }
+            driver_node = ray.get_runtime_context().get_node_id()
             nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-            other_nodes = [node["NodeID"] for node in nodes if node["Alive"] and node["NodeID"] != head_node]
+            data_node = next(
+                node["NodeID"] for node in nodes if node["Alive"] and node["NodeID"] != driver_node
+            )
+            with ScriptedServer(chat_default=ScriptedMemoryModel()) as server:
+                remote, remote_nodes, remote_counts, remote_search = _run(
+                    workdir / "remote", server, data_node, "r"
+                )
+                local, _local_nodes, local_counts, _ = _run(workdir / "local", server, driver_node, "l")
             return {
-                "jobs": JOBS,
-                "idle": idle,
-                "counts": client.job_counts(),
-                "fifo": [line["job_id"] for line in starts] == job_ids,
-                "executions": len(starts),
-                "nodes": len(other_nodes) + 1,
-                "head_node": head_node,
-                "second_node": other_nodes[0] if other_nodes else None,
-                "store_node": actor_nodes.get(names.store(queue_db)),
-                "queue_node": actor_nodes.get(names.queue),
-                "actor_nodes": actor_nodes,
-                "worker_pids": sorted({int(line["pid"]) for line in starts}),
+                "driver_node": driver_node,
+                "data_node": data_node,
+                "actor_nodes": remote_nodes,
+                "counts": remote_counts,
+                "local_counts": local_counts,
+                "search_ok": remote_search,
+                "memory_identical": remote == local,
+                "observations": len(remote["observations"]),
+                "reflections": len(remote["reflections"]),
+                "index_state": remote["index_state"],
                 "seconds": round(time.monotonic() - started, 1),
             }
         finally:
-            remove_runtime(names)
             ray.shutdown()
     finally:
         cluster.shutdown()  # type: ignore[no-untyped-call]

@@ -152,3 +152,21 @@ def test_observer_killed_mid_part_commits_every_part_once(names: RuntimeNames, t
         assert seqs == sorted(set(seqs)) and seqs  # every block observed exactly once
         assert reader.contiguous_covered_end("s-kill", "1", "1") == turns[-1][-1]["seq"]
         assert client.job_counts() == {"pending": 0, "running": 0, "succeeded": 1, "failed": 0}
+
+
+def test_workers_read_the_settings_file_when_the_job_runs(names: RuntimeNames, tmp_path: Path) -> None:
+    # Jobs name the settings file; the ObserverActor (another process) reads it when the job runs.
+    import yaml
+
+    ensure_runtime(names, queue_db=str(tmp_path / "queue.sqlite"), handler_paths=DEFAULT_HANDLERS)
+    settings_file = tmp_path / "omray.yaml"
+    block = _settings(tmp_path, "builtin/extractive")
+    settings_file.write_text(yaml.safe_dump({"observational_memory": block}), encoding="utf-8")
+    client = OmrayClient(names, settings=block, cwd=tmp_path, settings_file=settings_file)
+    turns = demo_session("s-file")
+    _write_and_commit(client, "s-file", tmp_path / "events.jsonl", turns[:2])
+    assert client.wait_idle(timeout_s=120)
+    reader = MemoryReader(tmp_path / "om.sqlite")
+    assert reader.contiguous_covered_end("s-file", "1", "1") == turns[1][-1]["seq"]
+    assert {o.observer_model for o in reader.all_observations("s-file")} == {"builtin/extractive"}
+    assert client.job_counts()["succeeded"] == 2

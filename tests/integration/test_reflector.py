@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,8 @@ import ray
 from typer.testing import CliRunner
 
 from bench.sample_session import demo_session, event_line
-from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
+from bench.scripted_models import ScriptedMemoryModel
+from bench.scripted_server import ScriptedServer
 from cluster.client import OmrayClient
 from cluster.memory_cli import memory_app
 from cluster.naming import RuntimeNames
@@ -25,49 +24,6 @@ from protocol.events import AfterTurnCommit, EventSummary
 from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
-
-_LABEL = re.compile(r"\[Source entry id: ([^:\]]+):(\d+)\]\n\[[^\]@]+ @ (\d{4}-\d{2}-\d{2} \d{2}:\d{2})\]")
-_LOCAL_ID = re.compile(r"^\[(\d+)\] ", re.MULTILINE)
-
-
-class ScriptedMemoryModel:
-    """Answers the Observer (one observation per block), the Reflector and the Dropper."""
-
-    def __init__(self) -> None:
-        self.reflector_requests = 0
-        self.hold_reflector_s = 0.0
-
-    def __call__(self, body: Mapping[str, Any]) -> Reply:
-        messages = body["messages"]
-        if messages[-1]["role"] == "tool":
-            return chat_text("Done.")
-        tool = body["tools"][0]["function"]["name"]
-        text = str(messages[-1]["content"])
-        if tool == "record_observations":
-            chunk = text.split("NEW SOURCE-ADDRESSED CONVERSATION CHUNK:", 1)[1]
-            items = [
-                {
-                    "timestamp": ts,
-                    "content": f"Entry {seq} of {run} was handled with care and recorded for later",
-                    "relevance": "low",
-                    "source_refs": [{"run_id": run, "seq": int(seq)}],
-                }
-                for run, seq, ts in _LABEL.findall(chunk)
-            ]
-            return chat_tool_calls(("record_observations", {"observations": items}))
-        local_ids = _LOCAL_ID.findall(text.split("CURRENT OBSERVATIONS:", 1)[-1])
-        if tool == "record_reflections":
-            self.reflector_requests += 1
-            reflection = {
-                "content": "The session fixed date parsing in the billing importer.",
-                "supporting_observation_ids": local_ids[:4],
-            }
-            reply = chat_tool_calls(("record_reflections", {"reflections": [reflection]}))
-            if self.hold_reflector_s:
-                hold, self.hold_reflector_s = self.hold_reflector_s, 0.0
-                return Reply(status=reply.status, body=reply.body, delay_s=hold)
-            return reply
-        return chat_tool_calls(("drop_observations", {"ids": local_ids[:3]}))
 
 
 def _settings(tmp_path: Path, server: ScriptedServer) -> dict[str, Any]:

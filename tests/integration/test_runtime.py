@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import uuid
@@ -13,7 +14,7 @@ import ray
 from actors.bench_handlers import LEDGER_ENV, for_every_role, read_ledger
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
-from cluster.runtime import ensure_runtime
+from cluster.runtime import PoolSizes, ensure_runtime
 from protocol.errors import RuntimeNotRunningError
 from protocol.jobs import (
     SEMANTIC_INDEX_HANDLER,
@@ -23,8 +24,6 @@ from protocol.jobs import (
 from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
-
-ALL_NOOP = for_every_role("actors.bench_handlers:noop")
 
 
 def _job(run_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:
@@ -40,8 +39,19 @@ def _job(run_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:
             "db_path": "/nonexistent/om.sqlite",
             "events_path": "/nonexistent/events.jsonl",
         }
+    elif kind == "reflect_generation":
+        payload = {
+            "kind": kind,
+            "run_id": run_id,
+            "generation_id": f"{n:064x}",
+            "observation_set_hash": "b" * 64,
+            "reflector_model": "builtin/extractive",
+            "reflector_schema_version": "1",
+            "db_path": "/nonexistent/om.sqlite",
+        }
     else:
-        payload = SemanticIndexJob(run_id=run_id, db_path="/nonexistent/om.sqlite").model_dump()
+        # Each index job gets a database, hence a lane, of its own: no coalescing between them.
+        payload = SemanticIndexJob(run_id=run_id, db_path=f"/nonexistent/{n}/om.sqlite").model_dump()
     return JobEnvelope.model_validate(
         {"job_id": f"job-{n:04d}", "correlation_id": run_id, "payload": payload}
     )
@@ -65,13 +75,53 @@ def _starts(ledger: Path) -> list[str]:
     return [line["job_id"] for line in read_ledger(str(ledger)) if line["event"] == "start"]
 
 
-def test_fifo_order_over_200_jobs(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
-    client = _start(names, tmp_path, ledger, ALL_NOOP)
-    kinds = ["semantic_index", "observe_boundary"]
-    job_ids = [client.dispatch(_job("s1", n, kinds[n % 2])) for n in range(200)]
-    assert client.wait_idle(timeout_s=120)
-    assert _starts(ledger) == job_ids
+def _lane_runs(ledger: Path, lane_of_job: dict[str, str]) -> dict[str, list[tuple[float, float]]]:
+    """Per lane, the (start, end) times of each execution, in start order."""
+    opened: dict[tuple[str, int], float] = {}
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for line in read_ledger(str(ledger)):
+        key = (line["job_id"], line["attempt"])
+        if line["event"] == "start":
+            opened[key] = line["t"]
+        elif line["event"] == "end":
+            runs.setdefault(lane_of_job[line["job_id"]], []).append((opened.pop(key), line["t"]))
+    return {lane: sorted(spans) for lane, spans in runs.items()}
+
+
+def test_lanes_keep_their_order_over_200_jobs_and_run_side_by_side(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    handlers = for_every_role("actors.bench_handlers:slow")
+    ensure_runtime(
+        names,
+        queue_db=str(tmp_path / "queue.sqlite"),
+        handler_paths=handlers,
+        worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "0.02"},
+        retry_base_delay_s=0.05,
+        pools=PoolSizes(observers=1, reflectors=3, indexers=1),
+    )
+    client = OmrayClient(names)
+    sessions = ["s1", "s2", "s3", "s4"]
+    # Reflect jobs never coalesce, so every one of them runs on its own.
+    jobs = [_job(sessions[n % 4], n, "reflect_generation") for n in range(200)]
+    lane_of_job = {job.job_id: job.payload.run_id for job in jobs}
+    job_ids = [client.dispatch(job) for job in jobs]
+    assert client.wait_idle(timeout_s=180)
     assert client.job_counts()["succeeded"] == 200
+    starts = _starts(ledger)
+    assert sorted(starts) == sorted(job_ids)  # each job ran exactly once
+    for session in sessions:
+        accepted = [job_id for job_id in job_ids if lane_of_job[job_id] == session]
+        assert [job_id for job_id in starts if lane_of_job[job_id] == session] == accepted
+    runs = _lane_runs(ledger, lane_of_job)
+    for spans in runs.values():  # one session's jobs never overlap
+        assert all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(spans))
+    everything = sorted((start, end, lane) for lane, spans in runs.items() for start, end in spans)
+    overlapping = any(
+        later_start < end and lane != other
+        for (_, end, lane), (later_start, _, other) in itertools.pairwise(everything)
+    )
+    assert overlapping  # different sessions' jobs ran at the same time
 
 
 def test_pending_job_id_is_not_queued_twice(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
@@ -191,3 +241,44 @@ def test_pending_jobs_resume_after_the_whole_runtime_stops(
     assert client.wait_idle(timeout_s=120)
     assert client.job_counts() == {"pending": 0, "running": 0, "succeeded": 30, "failed": 0}
     assert set(_starts(ledger)) == set(job_ids)
+
+
+def test_queue_sigkill_with_many_lanes_in_flight_loses_nothing(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    ensure_runtime(
+        names,
+        queue_db=str(tmp_path / "queue.sqlite"),
+        handler_paths=for_every_role("actors.bench_handlers:slow"),
+        worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "0.1"},
+        retry_base_delay_s=0.05,
+        pools=PoolSizes(observers=1, reflectors=3, indexers=1),
+    )
+    client = OmrayClient(names)
+    jobs = [_job(f"lane-{n % 6}", n, "reflect_generation") for n in range(60)]
+    job_ids = [client.dispatch(job) for job in jobs]
+    assert_eventually(lambda: len(_starts(ledger)) >= 6, message="jobs did not start")
+    os.kill(ray.get(client.queue_handle().ping.remote())["pid"], signal.SIGKILL)
+    assert client.wait_idle(timeout_s=180)
+    assert client.job_counts() == {"pending": 0, "running": 0, "succeeded": 60, "failed": 0}
+    assert set(_starts(ledger)) == set(job_ids)
+    lane_of_job = {job.job_id: job.payload.run_id for job in jobs}
+    for lane in {job.payload.run_id for job in jobs}:  # a redelivery never overlaps the lane's order
+        started = [job_id for job_id in dict.fromkeys(_starts(ledger)) if lane_of_job[job_id] == lane]
+        assert started == [job_id for job_id in job_ids if lane_of_job[job_id] == lane]
+
+
+def test_sessions_of_two_projects_with_one_job_id_both_run(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    client = _start(names, tmp_path, ledger, for_every_role("actors.bench_handlers:noop"))
+    one = _job("shared-session", 5, "observe_boundary")
+    two = JobEnvelope(
+        job_id=one.job_id,
+        correlation_id="shared-session",
+        payload=one.payload.model_copy(update={"db_path": "/other-project/om.sqlite"}),
+    )
+    assert client.dispatch(one) == client.dispatch(two) == one.job_id
+    assert client.wait_idle(timeout_s=60)
+    assert client.job_counts()["succeeded"] == 2
+    assert _starts(ledger) == [one.job_id, one.job_id]

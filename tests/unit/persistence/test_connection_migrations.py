@@ -167,8 +167,10 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
     omray_objects = {
         ("table", "omray_job"),
         ("table", "omray_runtime_event"),
+        ("table", "omray_observe_start"),
+        ("index", "sqlite_autoindex_omray_observe_start_1"),
         ("table", "sqlite_sequence"),
-        ("index", "idx_omray_job_unfinished_job_id"),
+        ("index", "idx_omray_job_unfinished_key"),
         ("index", "idx_omray_job_state_seq"),
         ("index", "idx_omray_runtime_event_run_seq"),
         ("index", "idx_omray_observation_time_id"),
@@ -182,8 +184,10 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_001_job_queue",
         "omray_002_exact_search_trigram",
         "omray_003_exact_search_order_indexes",
+        "omray_004_job_identity_per_database",
+        "omray_005_observe_start",
     }
-    assert omray_versions <= set(versions) and len(versions) == 8
+    assert omray_versions <= set(versions) and len(versions) == 10
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

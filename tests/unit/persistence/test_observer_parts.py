@@ -156,3 +156,14 @@ def test_sqlite_errors_surface_as_storage_errors_without_values(store: Store, db
     with pytest.raises(StorageError) as raised:
         store.upsert_activity(activity)
     assert secret not in str(raised.value)
+
+
+def test_observe_start_is_pinned_by_the_first_attempt(store: Store) -> None:
+    at = "2026-07-23T10:00:00+00:00"
+    assert store.pin_observe_start("plan-s1", "s1", "job-a", 10, 40, at) == 10
+    # A retry (or the job it was coalesced into) whose coverage start moved on plans from the pin.
+    assert store.pin_observe_start("plan-s1", "s1", "job-b", 25, 60, at) == 10
+    assert store.pin_observe_start("plan-s2", "s2", "job-c", 41, 50, at) == 41
+    assert store.release_observe_start("plan-s1") is True
+    assert store.release_observe_start("plan-s1") is False
+    assert store.pin_observe_start("plan-s1", "s1", "job-d", 61, 70, at) == 61

@@ -2,13 +2,50 @@
 
 from __future__ import annotations
 
-from protocol.jobs import JobEnvelope, SemanticIndexJob
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob, SemanticIndexJob
 
 
-def envelope(job_id: str, run_id: str = "session-1") -> JobEnvelope:
-    """A small valid job envelope (semantic index job) with the given ids."""
+def envelope(job_id: str, run_id: str = "session-1", db_path: str | None = None) -> JobEnvelope:
+    """A small valid job envelope (semantic index job) with the given ids.
+
+    Without ``db_path`` each job id gets a database of its own, hence a lane of its own, so tests
+    of the queue's global behaviour see one job per lane.
+    """
     return JobEnvelope(
         job_id=job_id,
         correlation_id=run_id,
-        payload=SemanticIndexJob(run_id=run_id, db_path="/data/om.sqlite"),
+        payload=SemanticIndexJob(run_id=run_id, db_path=db_path or f"/data/{job_id}/om.sqlite"),
+    )
+
+
+def observe(job_id: str, run_id: str, end_seq: int, db_path: str = "/data/om.sqlite") -> JobEnvelope:
+    """An observe job of session ``run_id`` through ``end_seq``."""
+    return JobEnvelope(
+        job_id=job_id,
+        correlation_id=run_id,
+        payload=ObserveBoundaryJob(
+            run_id=run_id,
+            terminal_end_seq=end_seq,
+            terminal_status="completed",
+            renderer_version="1",
+            observer_schema_version="1",
+            db_path=db_path,
+            events_path=f"/data/{run_id}/events.jsonl",
+        ),
+    )
+
+
+def reflect(job_id: str, run_id: str, db_path: str = "/data/om.sqlite") -> JobEnvelope:
+    """A reflect job of session ``run_id``."""
+    return JobEnvelope(
+        job_id=job_id,
+        correlation_id=run_id,
+        payload=ReflectGenerationJob(
+            run_id=run_id,
+            generation_id="a" * 64,
+            observation_set_hash="b" * 64,
+            reflector_model="builtin/extractive",
+            reflector_schema_version="1",
+            db_path=db_path,
+        ),
     )

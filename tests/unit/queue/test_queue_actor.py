@@ -50,8 +50,10 @@ class ExplodingMetrics:
     attempt_finished = job_failed = model_tokens = queue_depth  # type: ignore[assignment]
 
 
-def _job(n: int) -> JobEnvelope:
-    return JobEnvelope(job_id=f"j{n}", correlation_id="s", payload=SemanticIndexJob(run_id="s", db_path="/x"))
+def _job(n: int, db_path: str | None = None) -> JobEnvelope:
+    """An index job; each ``n`` has a database (so a lane) of its own unless ``db_path`` is given."""
+    payload = SemanticIndexJob(run_id="s", db_path=db_path or f"/x/{n}")
+    return JobEnvelope(job_id=f"j{n}", correlation_id="s", payload=payload)
 
 
 def _ok(job_id: str, attempt: int) -> dict[str, Any]:
@@ -144,7 +146,7 @@ def _drain_through_errors(queue: QueueActor, clock: Clock, steps: int = 50) -> N
 
 def test_a_failed_start_write_does_not_leave_the_job_stuck_running(tmp_path: Path) -> None:
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
-    flaky = FlakyStore(store, {"mark_job_running": 1})
+    flaky = FlakyStore(store, {"apply_job_writes": 1})
     workers = FakeWorkers(_ok)
     queue = QueueActor(flaky, workers, clock=clock, start_loop=False)
     queue.dispatch(_job(1))
@@ -157,7 +159,7 @@ def test_a_failed_start_write_does_not_leave_the_job_stuck_running(tmp_path: Pat
 
 def test_a_failed_outcome_write_loses_no_other_outcome(tmp_path: Path) -> None:
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
-    flaky = FlakyStore(store, {"finish_job": 1})
+    flaky = FlakyStore(store, {"apply_job_writes": 2})
     workers = FakeWorkers(_ok)
     queue = QueueActor(flaky, workers, clock=clock, start_loop=False, max_in_flight=2)
     queue.dispatch(_job(1))
@@ -170,9 +172,7 @@ def test_a_failed_outcome_write_loses_no_other_outcome(tmp_path: Path) -> None:
 
 def test_retried_writes_whose_reply_was_lost_are_idempotent(tmp_path: Path) -> None:
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
-    flaky = FlakyStore(
-        store, {"mark_job_retry": 1, "finish_job": 1, "record_runtime_event": 1}, after_commit=True
-    )
+    flaky = FlakyStore(store, {"apply_job_writes": 3}, after_commit=True)
 
     def fail(job_id: str, attempt: int) -> dict[str, Any]:
         return JobFailed(job_id=job_id, retryable=True, reason="transient_runtime").model_dump()
@@ -216,3 +216,51 @@ def test_a_malformed_worker_outcome_costs_one_attempt(tmp_path: Path) -> None:
     _drain_through_errors(queue, clock)
     assert workers.started == [("j1", 1), ("j1", 2)]
     assert store.job_counts().succeeded == 1 and queue.is_idle()
+
+
+def test_concurrent_dispatches_are_group_committed_and_all_durable(tmp_path: Path) -> None:
+    import threading
+
+    store = Store(tmp_path / "q.sqlite")
+    first_write_started, release = threading.Event(), threading.Event()
+    batches: list[int] = []
+
+    class SlowFirstCommit:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def enqueue_jobs(self, envelopes: Any, accepted_at: str) -> Any:
+            batches.append(len(envelopes))
+            if len(batches) == 1:
+                first_write_started.set()
+                release.wait(5)
+            return store.enqueue_jobs(envelopes, accepted_at)
+
+    queue = QueueActor(SlowFirstCommit(), FakeWorkers(_ok), start_loop=False)  # type: ignore[arg-type]
+    first = threading.Thread(target=queue.dispatch, args=(_job(0),))
+    first.start()
+    assert first_write_started.wait(5)
+    others = [threading.Thread(target=queue.dispatch, args=(_job(n),)) for n in range(1, 6)]
+    for thread in others:
+        thread.start()
+    # The five wait behind the first commit; whoever gets the lock next writes all of them at once.
+    while len(queue._accepts) < 5:
+        threading.Event().wait(0.01)
+    release.set()
+    for thread in [first, *others]:
+        thread.join(5)
+    assert batches == [1, 5]
+    assert sorted(row.envelope.job_id for row in store.list_unfinished_jobs()) == [f"j{n}" for n in range(6)]
+
+
+def test_jobs_of_two_databases_with_one_id_are_two_jobs(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    workers = FakeWorkers(_ok)
+    queue = QueueActor(store, workers, clock=clock, start_loop=False, max_in_flight=2)
+    one = JobEnvelope(job_id="same", payload=SemanticIndexJob(run_id="s", db_path="/project-a/om.sqlite"))
+    two = JobEnvelope(job_id="same", payload=SemanticIndexJob(run_id="s", db_path="/project-b/om.sqlite"))
+    queue.dispatch(one)
+    queue.dispatch(two)
+    queue.dispatch(one)  # truly the same job: not queued twice
+    _drain(queue, clock)
+    assert store.job_counts().succeeded == 2 and workers.started == [("same", 1), ("same", 1)]

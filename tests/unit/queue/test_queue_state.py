@@ -150,14 +150,14 @@ def test_duplicate_pending_or_running_id_is_not_queued_twice() -> None:
     q = QueueState()
     q.accept(envelope("a"), 1, now=0.0)
     assert q.accept(envelope("a"), 2, now=0.0) == [AlreadyQueued("a", 2, 1)]
-    assert q.depth == 1 and q.active_seq("a") == 1
+    assert q.depth == 1 and q.active_seq("a", "/data/a/om.sqlite") == 1
     q.next_dispatch(0.0)
     assert q.accept(envelope("a"), 3, now=0.0) == [AlreadyQueued("a", 3, 1)]
     assert (q.depth, q.in_flight) == (0, 1)
     q.on_outcome(1, ok("a"), 0.0)
     # Finished: the same id may be queued again as a new job.
     assert q.accept(envelope("a"), 4, now=0.0) == []
-    assert q.active_seq("a") == 4
+    assert q.active_seq("a", "/data/a/om.sqlite") == 4
 
 
 def test_seq_reused_by_another_job_is_a_contract_error() -> None:
@@ -262,7 +262,7 @@ def test_restore_keeps_lowest_seq_of_duplicate_rows() -> None:
     rows = [StoredJobState(7, envelope("a"), "pending"), StoredJobState(3, envelope("a"), "pending")]
     q, cmds = QueueState.restore(rows, now=0.0)
     assert cmds == [AlreadyQueued("a", 7, 3)]
-    assert q.active_seq("a") == 3 and q.depth == 1
+    assert q.active_seq("a", "/data/a/om.sqlite") == 3 and q.depth == 1
 
 
 def test_restore_rejects_two_rows_with_one_seq() -> None:
@@ -286,18 +286,22 @@ def test_snapshot_is_json_and_has_no_payload() -> None:
             "job_seq": 1,
             "job_id": "a",
             "handler_id": SEMANTIC_INDEX_HANDLER,
+            "run_id": "session-1",
             "status": "pending",
             "attempts": 1,
             "not_before": 1.0,
             "last_reason": "transient_runtime",
+            "carrier": None,
         },
         {
             "job_seq": 2,
             "job_id": "b",
             "handler_id": SEMANTIC_INDEX_HANDLER,
+            "run_id": "session-1",
             "status": "running",
             "attempts": 1,
             "not_before": None,
             "last_reason": None,
+            "carrier": 2,
         },
     ]

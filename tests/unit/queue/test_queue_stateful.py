@@ -3,6 +3,12 @@
 The harness plays the actor: it writes a simulated durable store exactly when a command says so
 (and stores a job before ``accept``), delivers worker results in any order (including late and
 duplicate ones), loses workers, and crashes the actor, rebuilding the state from the durable rows.
+
+Jobs belong to a few lanes (sessions of two databases, plus index work) and mix observe, reflect
+and index jobs, so runs are coalesced. Checked under any interleaving: no accepted job is lost, no
+job finishes twice or starts again after it succeeded, no two runs of one lane overlap, a lane's
+jobs first start in acceptance order, an observe job succeeds only through a run that observed at
+least as far as its own boundary (coverage stays contiguous), and limits are respected.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from actors.queue.state import (
     ScheduleRetry,
     StoredJobState,
     WakeAt,
+    lane_of,
 )
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.outcomes import JobFailed, JobSucceeded
 
-from .helpers import envelope
+from .helpers import envelope, observe, reflect
 
 MAX_ATTEMPTS = 4
 
@@ -37,12 +45,13 @@ MAX_ATTEMPTS = 4
 class QueueActorModel(RuleBasedStateMachine):
     """The actor around the pure queue, with the durable store it keeps in step."""
 
-    @initialize(max_in_flight=st.integers(min_value=1, max_value=3))
-    def start(self, max_in_flight: int) -> None:
+    @initialize(max_in_flight=st.integers(min_value=1, max_value=3), observers=st.integers(1, 2))
+    def start(self, max_in_flight: int, observers: int) -> None:
         self.max_in_flight = max_in_flight
+        self.capacity = {"observational_memory.observe_boundary": observers}
         self.policy = RetryPolicy()
         assert self.policy.max_attempts == MAX_ATTEMPTS
-        self.queue = QueueState(self.policy, max_in_flight=max_in_flight)
+        self.queue = QueueState(self.policy, max_in_flight=max_in_flight, capacity=self.capacity)
         self.now = 0.0
         self.next_seq = 1
         self.next_job = 1
@@ -55,6 +64,10 @@ class QueueActorModel(RuleBasedStateMachine):
         self.attempts_run: dict[int, list[int]] = {}
         self.live: set[tuple[int, int]] = set()  # (seq, attempt) running under this actor life
         self.history: set[tuple[int, int]] = set()  # every (seq, attempt) ever dispatched
+        self.envelopes: dict[int, JobEnvelope] = {}  # seq -> what was accepted
+        self.run_members: dict[tuple[int, int], tuple[int, ...]] = {}  # live run -> member seqs
+        self.end_seq: dict[str, int] = {}  # next boundary per session
+        self.first_start_by_lane: dict[str, list[int]] = {}
 
     # --- the actor executing commands --------------------------------------------------------
 
@@ -84,51 +97,89 @@ class QueueActorModel(RuleBasedStateMachine):
                 assert isinstance(cmd, OutcomeIgnored)
 
     def _dispatched(self, cmd: Dispatch) -> None:
-        seq = cmd.job_seq
-        assert seq not in self.finished, "a finished job was dispatched again"
-        assert cmd.attempt <= MAX_ATTEMPTS, "more than 4 attempts"
-        runs = self.attempts_run.setdefault(seq, [])
-        assert not runs or cmd.attempt > runs[-1]
-        if not runs:
-            assert not self.first_dispatch_order or seq > self.first_dispatch_order[-1], "FIFO start order"
-            self.first_dispatch_order.append(seq)
-        runs.append(cmd.attempt)
-        assert len(runs) <= MAX_ATTEMPTS
-        self.durable[seq] = dataclasses.replace(
-            self.durable[seq], status="running", attempts=cmd.attempt, not_before=None
+        lane = lane_of(self.envelopes[cmd.job_seq])
+        busy = {lane_of(self.envelopes[seq]) for seq, _ in self.live}
+        assert lane not in busy, "two runs of one lane overlap"
+        running_observe = sum(
+            1 for seq, _ in self.live if self.envelopes[seq].handler_id.endswith("observe_boundary")
         )
-        self.live.add((seq, cmd.attempt))
-        self.history.add((seq, cmd.attempt))
+        if cmd.handler_id.endswith("observe_boundary"):
+            assert running_observe < self.capacity[cmd.handler_id], "pool capacity exceeded"
+        for seq, attempt in cmd.covered:
+            assert seq not in self.finished, "a finished job was dispatched again"
+            assert lane_of(self.envelopes[seq]) == lane, "a run covers jobs of another lane"
+            assert attempt <= MAX_ATTEMPTS, "more than 4 attempts"
+            runs = self.attempts_run.setdefault(seq, [])
+            assert not runs or attempt > runs[-1]
+            if not runs:
+                order = self.first_start_by_lane.setdefault(lane, [])
+                assert not order or seq > order[-1], "lane start order"
+                order.append(seq)
+            runs.append(attempt)
+            assert len(runs) <= MAX_ATTEMPTS
+            self.durable[seq] = dataclasses.replace(
+                self.durable[seq], status="running", attempts=attempt, not_before=None
+            )
+        self.live.add((cmd.job_seq, cmd.attempt))
+        self.history.add((cmd.job_seq, cmd.attempt))
+        self.run_members[(cmd.job_seq, cmd.attempt)] = tuple(seq for seq, _ in cmd.covered)
+        carrier = cmd.payload
+        for seq, _ in cmd.covered:
+            member = self.envelopes[seq].payload
+            assert member.kind == carrier.kind, "only jobs of one kind run as one"
+            assert member.kind != "reflect" or len(cmd.covered) == 1, "reflect jobs never coalesce"
+            if isinstance(member, ObserveBoundaryJob):
+                assert isinstance(carrier, ObserveBoundaryJob)
+                assert member.terminal_end_seq <= carrier.terminal_end_seq, "coverage would not reach"
 
-    def _store(self, job_id: str) -> int:
+    def _store(self, job: JobEnvelope) -> int:
         seq = self.next_seq
         self.next_seq += 1
-        self.durable[seq] = StoredJobState(seq, envelope(job_id), "pending")
-        self.accepted[seq] = job_id
+        self.durable[seq] = StoredJobState(seq, job, "pending")
+        self.accepted[seq] = job.job_id
+        self.envelopes[seq] = job
         return seq
+
+    def _make_job(self, kind: str, session: str, db: str) -> JobEnvelope:
+        job_id = self._new_job_id()
+        db_path = f"/data/{db}/om.sqlite"
+        if kind == "index":
+            return envelope(job_id, run_id=session, db_path=db_path)
+        if kind == "reflect":
+            return reflect(job_id, session, db_path=db_path)
+        lane = f"{db}/{session}"
+        self.end_seq[lane] = self.end_seq.get(lane, 0) + 3
+        return observe(job_id, session, self.end_seq[lane], db_path=db_path)
 
     def _new_job_id(self) -> str:
         job_id = f"job-{self.next_job}"
         self.next_job += 1
         return job_id
 
-    def _active_job_ids(self) -> list[str]:
-        return sorted({row.envelope.job_id for row in self.durable.values()})
+    def _active_jobs(self) -> list[JobEnvelope]:
+        unique = {
+            (row.envelope.payload.db_path, row.envelope.job_id): row.envelope for row in self.durable.values()
+        }
+        return [unique[key] for key in sorted(unique)]
 
     # --- rules -------------------------------------------------------------------------------
 
-    @rule()
-    def accept_new_job(self) -> None:
-        job_id = self._new_job_id()
-        seq = self._store(job_id)
-        assert self.queue.accept(envelope(job_id), seq, self.now) == []
+    @rule(
+        kind=st.sampled_from(["observe", "observe", "reflect", "index"]),
+        session=st.sampled_from(["s1", "s2"]),
+        db=st.sampled_from(["a", "a", "b"]),
+    )
+    def accept_new_job(self, kind: str, session: str, db: str) -> None:
+        job = self._make_job(kind, session, db)
+        seq = self._store(job)
+        assert self.queue.accept(job, seq, self.now) == []
 
     @precondition(lambda self: bool(self.durable))
     @rule(data=st.data())
     def accept_duplicate_job(self, data: st.DataObject) -> None:
-        job_id = data.draw(st.sampled_from(self._active_job_ids()))
-        seq = self._store(job_id)
-        commands = self.queue.accept(envelope(job_id), seq, self.now)
+        job = data.draw(st.sampled_from(self._active_jobs()))
+        seq = self._store(job)
+        commands = self.queue.accept(job, seq, self.now)
         assert len(commands) == 1 and isinstance(commands[0], AlreadyQueued)
         self.execute(commands)
 
@@ -181,22 +232,26 @@ class QueueActorModel(RuleBasedStateMachine):
     def crash_and_restore(self) -> None:
         self._restart()
 
-    @rule()
-    def crash_after_storing_before_accept(self) -> None:
-        self._store(self._new_job_id())
+    @rule(session=st.sampled_from(["s1", "s2"]))
+    def crash_after_storing_before_accept(self, session: str) -> None:
+        self._store(self._make_job("observe", session, "a"))
         self._restart()
 
     @precondition(lambda self: bool(self.durable))
     @rule(data=st.data())
     def crash_after_storing_a_duplicate(self, data: st.DataObject) -> None:
-        self._store(data.draw(st.sampled_from(self._active_job_ids())))
+        self._store(data.draw(st.sampled_from(self._active_jobs())))
         self._restart()
 
     def _restart(self) -> None:
         # Results of attempts started by the dead actor can no longer be matched to a live call.
         self.live.clear()
         self.queue, commands = QueueState.restore(
-            list(self.durable.values()), self.now, self.policy, max_in_flight=self.max_in_flight
+            list(self.durable.values()),
+            self.now,
+            self.policy,
+            max_in_flight=self.max_in_flight,
+            capacity=self.capacity,
         )
         self.execute(commands)
 

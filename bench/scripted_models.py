@@ -1,0 +1,69 @@
+"""Scripted memory models for the scripted OpenAI-compatible server (tests and benchmarks).
+
+:class:`ScriptedMemoryModel` answers all three memory roles through native tool calls, the way a
+diligent real model would: the Observer gets one observation per source block of its chunk, the
+Reflector one reflection supported by the first observations it was shown, the Dropper a few
+drop proposals. An optional latency per request stands in for a real model's response time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from bench.scripted_server import Reply, chat_text, chat_tool_calls
+
+_LABEL = re.compile(r"\[Source entry id: ([^:\]]+):(\d+)\]\n\[[^\]@]+ @ (\d{4}-\d{2}-\d{2} \d{2}:\d{2})\]")
+_LOCAL_ID = re.compile(r"^\[(\d+)\] ", re.MULTILINE)
+
+
+class ScriptedMemoryModel:
+    """Answers the Observer (one observation per block), the Reflector and the Dropper.
+
+    ``latency_s`` delays every answer. Thread-safe enough for a threaded server: the counters are
+    informational only.
+    """
+
+    def __init__(self, latency_s: float = 0.0) -> None:
+        self.latency_s = latency_s
+        self.reflector_requests = 0
+        self.hold_reflector_s = 0.0
+
+    def __call__(self, body: Mapping[str, Any]) -> Reply:
+        reply = self._answer(body)
+        if self.latency_s:
+            return Reply(status=reply.status, body=reply.body, delay_s=reply.delay_s + self.latency_s)
+        return reply
+
+    def _answer(self, body: Mapping[str, Any]) -> Reply:
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool":
+            return chat_text("Done.")
+        tool = body["tools"][0]["function"]["name"]
+        text = str(messages[-1]["content"])
+        if tool == "record_observations":
+            chunk = text.split("NEW SOURCE-ADDRESSED CONVERSATION CHUNK:", 1)[-1]
+            items = [
+                {
+                    "timestamp": ts,
+                    "content": f"Entry {seq} of {run} was handled with care and recorded for later",
+                    "relevance": "low",
+                    "source_refs": [{"run_id": run, "seq": int(seq)}],
+                }
+                for run, seq, ts in _LABEL.findall(chunk)
+            ]
+            return chat_tool_calls(("record_observations", {"observations": items}))
+        local_ids = _LOCAL_ID.findall(text.split("CURRENT OBSERVATIONS:", 1)[-1])
+        if tool == "record_reflections":
+            self.reflector_requests += 1
+            reflection = {
+                "content": "The session fixed date parsing in the billing importer.",
+                "supporting_observation_ids": local_ids[:4],
+            }
+            reply = chat_tool_calls(("record_reflections", {"reflections": [reflection]}))
+            if self.hold_reflector_s:
+                hold, self.hold_reflector_s = self.hold_reflector_s, 0.0
+                return Reply(status=reply.status, body=reply.body, delay_s=hold)
+            return reply
+        return chat_tool_calls(("drop_observations", {"ids": local_ids[:3]}))
