@@ -17,8 +17,8 @@ left out, which the index holds as a source chunk of that observation.
   the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
   approach, so ``backfill_vs_embedding`` isolates the index's own overhead (measured on the first
   4,000 chunks at larger sizes; the single-store baselines reuse the backfill's vectors). CPU
-  seconds are given too because wall time on a shared machine is noisy. The original's figure (§17.2) is quoted
-  next to it.
+  seconds are given too because wall time on a shared machine is noisy. The original's figure
+  (§17.2) is quoted next to it.
 * **Latency**: every labelled query is embedded first; ``search_p50_ms`` / ``search_p99_ms`` time
   ``SemanticIndex.search(query, query_vector=..., limit=10)`` only. ``exact_p50_ms`` times
   :func:`actors.read.service.exact_search` on the same query texts.
