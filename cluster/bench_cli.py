@@ -159,12 +159,18 @@ def hybrid_command(
         None, "--batch-size", min=1, help="Chunks per synchronize call (default: the settings default, 4)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of corpus sampling and labelled queries."),
+    source_share: float = typer.Option(
+        0.2, "--source-share", min=0.0, max=1.0, help="Share of memories whose cited event adds a detail."
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """Hybrid search with the offline embedder: backfill speed, search latency, recall@10 by mode."""
     from bench.hybrid_bench import run_hybrid_bench
 
-    emit(run_hybrid_bench(size, targets=targets, batch_size=batch_size, seed=seed), as_json)
+    result = run_hybrid_bench(
+        size, targets=targets, batch_size=batch_size, seed=seed, source_share=source_share
+    )
+    emit(result, as_json)
 
 
 @bench_app.command("all")
@@ -278,3 +284,37 @@ def load_command(
     else:
         for name, value in result.items():
             typer.echo(f"{name}: {value}")
+
+
+@bench_app.command("recall")
+def recall_command(
+    dataset: str = typer.Option("longmemeval-s", "--dataset", help="longmemeval-s | longmemeval-oracle"),
+    questions: int | None = typer.Option(
+        None, "--questions", min=0, help="Questions to ask (0: all; default: a few minutes' worth)."
+    ),
+    data_dir: str | None = typer.Option(None, "--data-dir", help="Folder of the LongMemEval files."),
+    embedding_cache: str | None = typer.Option(
+        None,
+        "--embedding-cache",
+        help="Reuse chunk vectors between runs (.npz file; timing then excludes them).",
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Recall of memory_search (hybrid, source-grounded) on LongMemEval, next to plain bm25s over turns."""
+    from pathlib import Path
+
+    from bench.recall_bench import DATA_DIR, DataMissingError, run_recall_bench
+
+    if dataset not in ("longmemeval-s", "longmemeval-oracle"):
+        raise typer.BadParameter("use longmemeval-s or longmemeval-oracle", param_hint="--dataset")
+    try:
+        result = run_recall_bench(
+            dataset,  # type: ignore[arg-type]
+            questions,
+            Path(data_dir) if data_dir else DATA_DIR,
+            Path(embedding_cache) if embedding_cache else None,
+        )
+    except DataMissingError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    emit(result, as_json)

@@ -207,6 +207,7 @@ class OmrayClient:
                 str(self.db_path.resolve()),
                 session_id,
                 self.settings_block,
+                str(self.events_path(session_id).resolve().parent.parent),
             )
         except Exception as exc:  # never fail the host's session start
             logger.warning(

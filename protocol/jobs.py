@@ -122,6 +122,9 @@ class SemanticIndexJob(_Job):
     settings: dict[str, Any] = Field(default_factory=dict)
     """The ``observational_memory`` settings block in effect at dispatch (its ``semantic`` block
     says what to index with; without it the job has nothing to do)."""
+    events_root: str | None = None
+    """Absolute folder holding ``<session>/events.jsonl``: the cited events' text is indexed too
+    (source-grounded search). ``None`` keeps the root an earlier job recorded."""
 
     @property
     def handler_id(self) -> str:

@@ -18,6 +18,7 @@ from protocol.errors import OmrayError
 from protocol.identities import semantic_chunk_id
 from protocol.ids import display_id
 from protocol.settings import EmbeddingApiSettings
+from protocol.source_text import SourceExcerpt, already_held, source_chunk_id
 
 MemoryKind = Literal["observation", "reflection"]
 """The two kinds of memory that are indexed (reference §14.2)."""
@@ -175,6 +176,17 @@ class MemoryChunk:
     """0-based position of the chunk in its memory."""
     text: str
     """Chunk text."""
+    seq_start: int | None = None
+    """For a source chunk: first seq of the cited events it comes from (``None``: memory text)."""
+    seq_end: int | None = None
+    """For a source chunk: last seq of the cited events it comes from."""
+
+    @property
+    def excerpt(self) -> SourceExcerpt | None:
+        """The source excerpt of a source chunk; ``None`` for a chunk of memory text."""
+        if self.seq_start is None or self.seq_end is None:
+            return None
+        return SourceExcerpt(self.seq_start, self.seq_end, condense(self.text))
 
 
 def chunk_memory(kind: str, memory_id: str, content: str, rules: ChunkingRules) -> list[MemoryChunk]:
@@ -202,6 +214,8 @@ class SourceMemory:
     """Memory text."""
     importance: str | None = None
     """Observation relevance; ``None`` for reflections."""
+    source_seqs: tuple[int, ...] = ()
+    """Seqs of the events of its own session that the memory cites (observations only)."""
 
     @property
     def parent_key(self) -> str:
@@ -209,8 +223,22 @@ class SourceMemory:
         return parent_key(self.kind, self.memory_id)
 
     def chunks(self, rules: ChunkingRules) -> list[MemoryChunk]:
-        """The memory's current chunks."""
+        """The memory's current chunks of its own text."""
         return chunk_memory(self.kind, self.memory_id, self.content, rules)
+
+    def source_chunks(self, rules: ChunkingRules, texts: Mapping[int, str]) -> list[MemoryChunk]:
+        """Chunks of the cited events' text (``texts``: seq -> text); events whose text the memory
+        already holds verbatim are skipped (``protocol.source_text``)."""
+        key = self.parent_key
+        chunks: list[MemoryChunk] = []
+        for seq in self.source_seqs:
+            text = texts.get(seq, "")
+            if already_held(self.content, text):
+                continue
+            for position, piece in enumerate(split_text(text, rules)):
+                chunk_id = source_chunk_id(key, seq, position, piece)
+                chunks.append(MemoryChunk(chunk_id, key, position, piece, seq, seq))
+        return chunks
 
 
 # ------------------------------------------------------------------------------- date filtering
@@ -336,11 +364,91 @@ def rrf_fuse(
     return ordered[:limit]
 
 
+FusionMode = Literal["convex", "rrf"]
+"""How the vector and keyword rankings are fused: score-aware convex combination, or rank-only RRF."""
+CONVEX_VECTOR_WEIGHT: Final[float] = 0.5
+"""Weight of the normalized vector score in the convex fusion (the keyword score gets the rest)."""
+
+
+def convex_fuse(
+    vector_hits: Sequence[str],
+    vector_scores: Mapping[str, float],
+    keyword_hits: Sequence[str],
+    keyword_scores: Mapping[str, float],
+    weight: float = CONVEX_VECTOR_WEIGHT,
+    limit: int = FUSED_CANDIDATE_LIMIT,
+) -> list[str]:
+    """Score-aware fusion: ``weight * cosine + (1 - weight) * bm25 / best bm25``.
+
+    Unlike RRF it keeps how far apart the scores are: a chunk that BM25 scores far above the rest
+    (a rare name, a number) is not levelled with the runner-up, and two nearly equal vector hits
+    stay nearly equal. ``vector_scores`` are cosine similarities (clipped to 0..1), keyword scores
+    are divided by the best one (the theoretical minimum of both is 0, so no per-query min-max
+    stretches small differences). A chunk missing from a store scores 0 there. Ties keep the
+    better vector rank, then the keyword rank.
+    """
+    vector = {item: min(1.0, max(0.0, vector_scores[item])) for item in vector_hits}
+    best = max((keyword_scores[item] for item in keyword_hits), default=0.0)
+    keyword = {item: keyword_scores[item] / best for item in keyword_hits} if best > 0 else {}
+    rank = {item: position for position, item in enumerate(vector_hits)}
+    keyword_rank = {item: position for position, item in enumerate(keyword_hits)}
+    combined = {
+        item: weight * vector.get(item, 0.0) + (1 - weight) * keyword.get(item, 0.0)
+        for item in (*vector_hits, *keyword_hits)
+    }
+    missing = len(vector_hits) + len(keyword_hits)
+    ordered = sorted(
+        combined,
+        key=lambda item: (-combined[item], rank.get(item, missing), keyword_rank.get(item, missing)),
+    )
+    return ordered[:limit]
+
+
 def apply_rerank(hits: Sequence[str], order: Sequence[int]) -> list[str]:
     """``hits`` reordered (and filtered) to the reranker's offsets; bad offsets are a failure."""
     if any(not 0 <= offset < len(hits) for offset in order) or len(set(order)) != len(order):
         raise SemanticSearchError("reranker_unavailable", RERANKER_UNAVAILABLE_MESSAGE)
     return [hits[offset] for offset in order]
+
+
+def collapse_with_excerpts(
+    chunk_ids: Iterable[str],
+    parent_of: Mapping[str, str],
+    memories: Mapping[str, SourceMemory],
+    excerpts: Mapping[str, SourceExcerpt],
+) -> list[tuple[SourceMemory, SourceExcerpt | None]]:
+    """Chunk hits to memories in hit order (first occurrence wins), each with its best source excerpt.
+
+    A memory's excerpt is that of its best-ranked source-chunk hit (``excerpts``: chunk id ->
+    excerpt); ``None`` when only its own text matched. A memory whose only hits are excerpts
+    already returned under an earlier memory of the same session is left out (query-time
+    de-duplication of memories citing the same events).
+    """
+    order: list[str] = []
+    best: dict[str, SourceExcerpt | None] = {}
+    own_text_hit: set[str] = set()
+    seen_sources: set[tuple[str, int, int, str]] = set()
+    novel: set[str] = set()
+    for chunk_id in chunk_ids:
+        key = parent_of.get(chunk_id)
+        memory = memories.get(key) if key is not None else None
+        if memory is None:
+            raise SemanticSearchError("semantic_search_failed", NO_CANONICAL_MEMORY_MESSAGE)
+        key = memory.parent_key
+        if key not in best:
+            order.append(key)
+            best[key] = None
+        excerpt = excerpts.get(chunk_id)
+        if excerpt is None:
+            own_text_hit.add(key)
+            continue
+        source = (memory.session_id, excerpt.seq_start, excerpt.seq_end, excerpt.text)
+        if source not in seen_sources:
+            seen_sources.add(source)
+            novel.add(key)
+        if best[key] is None:
+            best[key] = excerpt
+    return [(memories[key], best[key]) for key in order if key in own_text_hit or key in novel]
 
 
 def collapse_to_memories(
@@ -379,10 +487,17 @@ class Retrieval:
     """A candidate bound was hit, so more relevant memories may exist."""
     partial: bool
     """The index is still catching up (incomplete or stale): results come from indexed chunks only."""
+    excerpts: tuple[SourceExcerpt | None, ...] = ()
+    """Per result (same order), the matching source excerpt, when a cited event's text matched."""
+
+    def excerpt_of(self, position: int) -> SourceExcerpt | None:
+        """The source excerpt of result ``position`` (``None`` when its own text matched)."""
+        return self.excerpts[position] if position < len(self.excerpts) else None
 
 
-def memory_result_item(memory: SourceMemory) -> dict[str, object]:
-    """One hybrid search result (reference §13.4); importance only for observations."""
+def memory_result_item(memory: SourceMemory, excerpt: SourceExcerpt | None = None) -> dict[str, object]:
+    """One hybrid search result (reference §13.4); importance only for observations; ``source``
+    (``{seq_start, seq_end, excerpt}``) when the match was in the text of an event it cites."""
     item: dict[str, object] = {
         "kind": memory.kind,
         "session_id": memory.session_id,
@@ -393,12 +508,17 @@ def memory_result_item(memory: SourceMemory) -> dict[str, object]:
     }
     if memory.kind == "observation":
         item["importance"] = memory.importance
+    if excerpt is not None:
+        item["source"] = excerpt.as_dict()
     return item
 
 
 def hybrid_answer(query: str, limit: int, retrieval: Retrieval) -> dict[str, object]:
     """``{ok, query, limit, truncated, partial, count, results}`` for a retrieval."""
-    results = [memory_result_item(memory) for memory in retrieval.results[:limit]]
+    results = [
+        memory_result_item(memory, retrieval.excerpt_of(position))
+        for position, memory in enumerate(retrieval.results[:limit])
+    ]
     return {
         "ok": True,
         "query": query,

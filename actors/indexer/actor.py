@@ -32,12 +32,12 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
         return {"status": "semantic_not_configured"}
     store = context.store_for(job.db_path)
     store.ping()
-    index = SemanticIndex(job.db_path, settings.semantic, state_writer=store)
+    index = SemanticIndex(job.db_path, settings.semantic, state_writer=store, events_root=job.events_root)
     result = index.synchronize(embedder_for(settings.semantic, worker_clients()))
     continuation = None
     if not result.complete:
         continuation = schedule_index(
-            context.dispatch, settings.semantic, job.db_path, job.run_id, job.settings
+            context.dispatch, settings.semantic, job.db_path, job.run_id, job.settings, job.events_root
         )
     return {
         "status": "complete" if result.complete else "partial",

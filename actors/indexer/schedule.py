@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from protocol.jobs import JobEnvelope, SemanticIndexJob
 from protocol.settings import SemanticSettings
 
 
-def index_job(db_path: str, run_id: str, settings_block: Mapping[str, Any]) -> JobEnvelope:
+def events_root_of(events_path: str, session_id: str) -> str | None:
+    """The events root of a session's ``<root>/<session>/events.jsonl``; ``None`` for another layout."""
+    path = Path(events_path)
+    if path.name != "events.jsonl" or path.parent.name != session_id:
+        return None
+    return str(path.parent.parent)
+
+
+def index_job(
+    db_path: str, run_id: str, settings_block: Mapping[str, Any], events_root: str | None = None
+) -> JobEnvelope:
     """A ``semantic_index`` job for one database; the id is 32 random hex chars (reference §5.2)."""
-    payload = SemanticIndexJob(run_id=run_id, db_path=db_path, settings=dict(settings_block))
+    payload = SemanticIndexJob(
+        run_id=run_id, db_path=db_path, settings=dict(settings_block), events_root=events_root
+    )
     return JobEnvelope(job_id=uuid.uuid4().hex, correlation_id=run_id, payload=payload)
 
 
@@ -22,8 +35,9 @@ def schedule_index(
     db_path: str,
     run_id: str,
     settings_block: Mapping[str, Any],
+    events_root: str | None = None,
 ) -> str | None:
     """Dispatch an index batch when hybrid retrieval is configured; returns its job id."""
     if dispatch is None or semantic is None:
         return None
-    return dispatch(index_job(db_path, run_id, settings_block))
+    return dispatch(index_job(db_path, run_id, settings_block, events_root))

@@ -6,7 +6,11 @@ understand anything. It copies and labels lines of the input by simple rules:
 
 * ``record_observations`` (§7.4 chunk format): one observation per user request (high), assistant
   answer (medium), failing tool result or model step (high), run outcome (medium) and set of file
-  paths seen in tool calls/results (low), each with its block's timestamp and source ref;
+  paths seen in tool calls/results (low), each with its block's timestamp and source ref. A user
+  or assistant message of up to :data:`MAX_MESSAGE_CHARS` characters is kept whole (whitespace
+  collapsed): a real model would summarize it, this stand-in copies it. Longer messages and every
+  other kind of observation are cut at :data:`MAX_CONTENT_CHARS`; hybrid search still finds their
+  full text through the cited events (source chunks);
 * ``record_reflections`` (§9.5 input): one reflection per group of >= 2 observations sharing a
   file path, an identifier or a keyword, citing the group's request-local ids;
 * ``drop_observations`` (§9.7 input): the oldest low/medium observations that a reflection
@@ -33,7 +37,10 @@ from protocol.tools import looks_like_secret
 log = logging.getLogger("omray.models.builtin")
 
 MAX_CONTENT_CHARS = 240
-"""Longest observation/reflection text the built-in model writes (cut at a word, then ``…``)."""
+"""Longest observation/reflection text the built-in model writes (cut at a word, then ``…``),
+except for user and assistant messages of up to :data:`MAX_MESSAGE_CHARS`."""
+MAX_MESSAGE_CHARS = 2000
+"""Longest user or assistant message the built-in model keeps whole."""
 MAX_OBSERVATIONS_PER_CALL = 100
 """Observations per ``record_observations`` call."""
 MAX_REFLECTIONS_PER_CALL = 10
@@ -140,9 +147,9 @@ def _offered_tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
     return names
 
 
-def _clean(content: str) -> str | None:
+def _clean(content: str, limit: int = MAX_CONTENT_CHARS) -> str | None:
     """Usable single-line content, or ``None`` when empty or it looks like it carries a secret."""
-    text = _one_line(content)
+    text = _one_line(content, limit)
     if text == "" or looks_like_secret(text):
         return None
     return text
@@ -294,8 +301,15 @@ def extract_observations(text: str) -> list[dict[str, Any]]:
     seen_paths: set[str] = set()
     observations: list[dict[str, Any]] = []
 
-    def add(content: str, relevance: str, timestamp: str | None, run_id: str, seq: int) -> None:
-        cleaned = _clean(content)
+    def add(
+        content: str,
+        relevance: str,
+        timestamp: str | None,
+        run_id: str,
+        seq: int,
+        limit: int = MAX_CONTENT_CHARS,
+    ) -> None:
+        cleaned = _clean(content, limit)
         timestamp = timestamp or fallback
         if cleaned is None or timestamp is None or cleaned in known:
             return
@@ -313,7 +327,11 @@ def extract_observations(text: str) -> list[dict[str, Any]]:
         if isinstance(item, _Entry):
             found = _entry_observation(item)
             if found is not None:
-                add(found[0], found[1], item.timestamp, item.run_id, item.seq)
+                whole = item.label.lower() in ("user", "assistant") and len(" ".join(item.text.split())) <= (
+                    MAX_MESSAGE_CHARS
+                )
+                limit = MAX_MESSAGE_CHARS + len("Assistant replied: ") if whole else MAX_CONTENT_CHARS
+                add(found[0], found[1], item.timestamp, item.run_id, item.seq, limit)
             if not item.label.lower().startswith("tool result for"):
                 continue
             source = item.text

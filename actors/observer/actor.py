@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from actors.indexer.schedule import schedule_index
+from actors.indexer.schedule import events_root_of, schedule_index
 from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
@@ -47,7 +47,8 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     )
     result = observe_through(job, envelope.job_id, settings, ports).as_dict()
     # After success only (§7.2 step 4): index what was just committed.
-    schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block)
+    root = events_root_of(job.events_path, job.run_id)
+    schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block, root)
     return result
 
 

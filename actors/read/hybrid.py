@@ -13,7 +13,7 @@ from typing import Any
 from actors.models.embeddings import embedder_for, reranker_for
 from actors.read.search import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter
-from protocol.semantic import DateBounds, run_hybrid_search
+from protocol.semantic import DateBounds, FusionMode, run_hybrid_search
 from protocol.settings import SemanticSettings
 
 logger = logging.getLogger("omray.hybrid")
@@ -36,10 +36,17 @@ HybridSearch = Callable[[SearchRequest], dict[str, object]]
 
 
 def hybrid_search_for(
-    db_path: str, semantic: SemanticSettings, state_writer: SemanticStateWriter | None = None
+    db_path: str,
+    semantic: SemanticSettings,
+    state_writer: SemanticStateWriter | None = None,
+    *,
+    fusion: FusionMode = "convex",
 ) -> HybridSearch:
-    """``memory_search`` in hybrid mode over ``db_path``; errors are visible answers, never exact results."""
-    index = SemanticIndex(db_path, semantic, state_writer or NoStateWrites())
+    """``memory_search`` in hybrid mode over ``db_path``; errors are visible answers, never exact results.
+
+    ``fusion`` picks how vector and keyword hits are merged (``rrf`` is the reference's rule; it is
+    kept for comparison in ``omray bench recall``)."""
+    index = SemanticIndex(db_path, semantic, state_writer or NoStateWrites(), fusion=fusion)
     embedder = embedder_for(semantic)
     reranker = reranker_for(semantic)
 

@@ -2,7 +2,9 @@
 
 Memories are taken per table in ``rowid`` order after the cursors; a memory already indexed with
 the same content digest only moves the cursor; a memory is added whole or, when it does not fit
-the batch, its first chunks are embedded and it is completed by the next batch.
+the batch, its first chunks are embedded and it is completed by the next batch. A memory's chunks
+are those of its own text followed by its source chunks (the cited events' text, when an events
+root is known: :mod:`persistence.semantic.source_events`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from persistence.semantic.manifest import Manifest
+from persistence.semantic.source_events import SourceEvents
 from persistence.semantic.sources import (
     KINDS,
     SemanticSourceReader,
@@ -41,7 +44,12 @@ class BatchPlan:
 
 
 def collect(
-    reader: SemanticSourceReader, manifest: Manifest, plan: BatchPlan, size: int, rules: ChunkingRules
+    reader: SemanticSourceReader,
+    manifest: Manifest,
+    plan: BatchPlan,
+    size: int,
+    rules: ChunkingRules,
+    sources: SourceEvents | None = None,
 ) -> None:
     """Fill ``plan`` with the next chunks after the cursors; stop before a memory that does not fit."""
     for kind in KINDS:
@@ -51,7 +59,7 @@ def collect(
             if not rows:
                 break
             for row in rows:
-                if not _take(manifest, plan, row, size, rules):
+                if not _take(manifest, plan, row, size, rules, sources):
                     return
             if len(plan.chunks) >= size:
                 return
@@ -59,7 +67,14 @@ def collect(
             return
 
 
-def _take(manifest: Manifest, plan: BatchPlan, row: SourceRow, size: int, rules: ChunkingRules) -> bool:
+def _take(
+    manifest: Manifest,
+    plan: BatchPlan,
+    row: SourceRow,
+    size: int,
+    rules: ChunkingRules,
+    sources: SourceEvents | None,
+) -> bool:
     """Add one memory's missing chunks; False when it does not fit whole (the batch is full)."""
     memory = row.memory
     digest = content_digest(memory.content)
@@ -68,6 +83,8 @@ def _take(manifest: Manifest, plan: BatchPlan, row: SourceRow, size: int, rules:
         plan.cursors_changed = True
         return True
     chunks = memory.chunks(rules)
+    if sources is not None and memory.source_seqs:
+        chunks += memory.source_chunks(rules, sources.texts(memory.session_id, memory.source_seqs))
     plan.memories_chunked += 1
     done = manifest.chunk_ids_of(memory.parent_key)
     todo = [chunk for chunk in chunks if chunk.chunk_id not in done]

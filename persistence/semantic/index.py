@@ -4,7 +4,9 @@ Everything under ``<database>.semantic/`` (directory 0700, files 0600) is *deriv
 from the canonical ``om_observation`` / ``om_reflection`` rows whenever it is missing, stale,
 inconsistent or corrupt, and is never the source of any memory. It holds the chunk manifest
 (:mod:`.manifest`), the vector file (:mod:`.vectors`), the keyword index (:mod:`.keyword`) and
-``index.lock``, the per-project ``flock`` lock (busy -> ``index_busy``).
+``index.lock``, the per-project ``flock`` lock: shared by searches, exclusive for writes; each side
+waits briefly for the other, then answers ``index_busy``. A file where the directory belongs, or a
+directory where the lock file belongs, is derived damage and is replaced.
 
 The durable status lives in the canonical ``om_semantic_state`` row, written through a
 :class:`~persistence.semantic.sources.SemanticStateWriter` (the database's ``Store``): ``dirty`` is
@@ -21,9 +23,14 @@ never returned.
 Network calls (embedding the query or a batch) never run under the lock: the snapshot is
 re-validated after re-acquiring it. Logs carry counts, codes and reasons only.
 
-Length: just over 600 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
-(dirty marker, snapshot re-validation, corruption handling) is kept in one class to make it
-reviewable as a whole.
+Source grounding: given an events root, each observation's cited events are indexed too (source
+chunks, :mod:`.source_events`), and a hit through one carries its excerpt and seq range. Fusion
+is score-aware by default (cosine + max-normalized BM25, ``protocol.semantic.convex_fuse``); the
+reference's RRF stays available (``fusion="rrf"``).
+
+Length: about 700 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
+(dirty marker, snapshot re-validation, corruption handling) and the retrieval it guards are kept
+in one class to make them reviewable as a whole.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -51,8 +59,9 @@ from persistence.semantic.files import (
     VECTOR_FILE,
     DerivedIndexError,
 )
-from persistence.semantic.keyword import KeywordStore, query_tokens
+from persistence.semantic.keyword import KeywordStore, search_tokens
 from persistence.semantic.manifest import Manifest
+from persistence.semantic.source_events import SourceEvents
 from persistence.semantic.sources import (
     KINDS,
     SemanticSourceReader,
@@ -70,23 +79,29 @@ from protocol.semantic import (
     ChunkingRules,
     DateBounds,
     Embedder,
+    FusionMode,
     MemoryChunk,
     Reranker,
     Retrieval,
     SemanticSearchError,
     SourceMemory,
     apply_rerank,
-    collapse_to_memories,
+    collapse_with_excerpts,
+    convex_fuse,
     filter_store_hits,
     query_text_for_embedding,
     rrf_fuse,
     store_fetch_size,
 )
 from protocol.settings import SemanticSettings
+from protocol.source_text import SourceExcerpt
 
 logger = logging.getLogger("omray.semantic")
 
 FUSED_CANDIDATE_LIMIT: Final[int] = 200
+LOCK_WAIT_S: Final[float] = 5.0
+"""How long a search waits for a write (or a write for searches) before ``index_busy``."""
+LOCK_POLL_S: Final[float] = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +149,8 @@ class _Candidates:
     truncated: bool
     lagging: bool = False
     """The keyword index lags the manifest, or a hit came from a deleted or edited memory."""
+    excerpts: dict[str, SourceExcerpt] | None = None
+    """Chunk id -> excerpt, for the source chunks among the hits."""
 
 
 def _is_transient(exc: sqlite3.Error) -> bool:
@@ -154,8 +171,21 @@ class SemanticIndex:
     """
 
     def __init__(
-        self, db_path: str | os.PathLike[str], settings: SemanticSettings, state_writer: SemanticStateWriter
+        self,
+        db_path: str | os.PathLike[str],
+        settings: SemanticSettings,
+        state_writer: SemanticStateWriter,
+        *,
+        events_root: str | os.PathLike[str] | None = None,
+        lock_wait_s: float = LOCK_WAIT_S,
+        fusion: FusionMode = "convex",
     ) -> None:
+        """``events_root``: the folder holding ``<session>/events.jsonl``; when given (or recorded by
+        an earlier build), the cited events' text is indexed as source chunks of each observation."""
+        self._lock_wait_s = lock_wait_s
+        self._fusion: FusionMode = fusion
+        self._events_root = None if events_root is None else os.path.abspath(os.fspath(events_root))
+        self._effective_root = self._events_root or ""
         self._db_path = os.fspath(db_path)
         self._directory = Path(f"{os.path.abspath(self._db_path)}.semantic")
         self._settings = settings
@@ -174,19 +204,39 @@ class SemanticIndex:
     # --- lock and files --------------------------------------------------------------------------
 
     def _ensure_directory(self) -> None:
-        if not self._directory.is_dir():
-            self._directory.mkdir(mode=DIRECTORY_MODE, parents=False, exist_ok=True)
-        os.chmod(self._directory, DIRECTORY_MODE)
+        """Create ``<db>.semantic`` (0700); a non-directory in its place is derived damage: replaced."""
+        directory = self._directory
+        if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+            logger.warning("om.semantic.directory_repaired", extra={"reason": "not_a_directory"})
+            directory.unlink()
+        if not directory.is_dir():
+            directory.mkdir(mode=DIRECTORY_MODE, parents=False, exist_ok=True)
+        os.chmod(directory, DIRECTORY_MODE)
+        lock = directory / LOCK_FILE
+        if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+            logger.warning("om.semantic.lock_repaired", extra={"reason": "not_a_file"})
+            if lock.is_dir() and not lock.is_symlink():
+                shutil.rmtree(lock)
+            else:
+                lock.unlink()
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, shared: bool = False) -> Iterator[None]:
+        """The per-project lock: shared for searches (readers never refuse each other), exclusive for
+        writes. Both wait up to ``lock_wait_s`` for the other kind, then raise ``index_busy``."""
         self._ensure_directory()
         fd = os.open(self._directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise SemanticSearchError("index_busy", INDEX_BUSY_MESSAGE) from None
+            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+            deadline = time.monotonic() + self._lock_wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise SemanticSearchError("index_busy", INDEX_BUSY_MESSAGE) from None
+                    time.sleep(LOCK_POLL_S)
             try:
                 yield
             finally:
@@ -290,13 +340,16 @@ class SemanticIndex:
                 rebuild_reason=reason,
                 keyword_invalid=keyword_invalid,
             )
-            collect(self._reader, manifest, plan, size, self._rules)
+            root = manifest.meta("events_root") or ""
+            sources = SourceEvents(root) if root else None
+            collect(self._reader, manifest, plan, size, self._rules, sources)
         return plan
 
     def _check(
         self, state: SemanticState | None, fingerprint: SourceFingerprint, full_check: bool
     ) -> tuple[str | None, dict[str, int]]:
         """The rebuild reason (``None`` when the index can be extended) and the cursors to resume from."""
+        self._effective_root = self._events_root or self._recorded_root()
         if state is None:
             return "no_state", {}
         if state.dirty:
@@ -307,6 +360,9 @@ class SemanticIndex:
             with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
                 if manifest.meta("signature") != self._signature:
                     return "derived_inconsistent", {}
+                recorded_root = manifest.meta("events_root") or ""
+                if self._events_root is not None and recorded_root != self._events_root:
+                    return "events_root_changed", {}
                 dimensions = manifest.meta_int("dimensions")
                 if dimensions != state.dimensions:
                     return "derived_inconsistent", {}
@@ -323,6 +379,14 @@ class SemanticIndex:
         except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
             logger.warning("om.semantic.derived_invalid", extra={"exception_class": type(exc).__name__})
             return "derived_invalid", {}
+
+    def _recorded_root(self) -> str:
+        """The events root an earlier build recorded (kept across a rebuild by a job that names none)."""
+        try:
+            with closing(Manifest.open(self._path(MANIFEST_FILE), verify=False)) as manifest:
+                return manifest.meta("events_root") or ""
+        except (DerivedIndexError, sqlite3.Error):
+            return ""
 
     def _appended_only(self, previous: SourceFingerprint, current: SourceFingerprint) -> bool:
         if previous == current:
@@ -351,7 +415,8 @@ class SemanticIndex:
             memory = memories.get(key)
             if memory is None:
                 return "stale_chunk", {}
-            if not manifest.chunk_ids_of(key) <= {chunk.chunk_id for chunk in memory.chunks(self._rules)}:
+            own = manifest.chunk_ids_of(key, own_text_only=True)
+            if not own <= {chunk.chunk_id for chunk in memory.chunks(self._rules)}:
                 return "stale_chunk", {}
         resumed = dict(cursors)
         indexed = manifest.memory_digests()
@@ -364,7 +429,7 @@ class SemanticIndex:
         # The marker precedes any derived write, so a crash mid-rebuild is rebuilt again.
         self._save_state(fingerprint.digest(), 0, dirty=True, complete=False)
         self._remove_derived()
-        Manifest.create(self._path(MANIFEST_FILE), self._signature, fingerprint).close()
+        Manifest.create(self._path(MANIFEST_FILE), self._signature, fingerprint, self._effective_root).close()
         self._save_state(fingerprint.digest(), 0, dirty=False, complete=False)
         log = logger.info if first_build else logger.warning
         log("om.semantic.rebuild", extra={"reason": reason, "source_count": fingerprint.total})
@@ -480,7 +545,7 @@ class SemanticIndex:
         mismatched or corrupt index.
         """
         date_bounds = bounds or DateBounds()
-        with self._locked():
+        with self._locked(shared=True):
             state, fingerprint = self._reader.semantic_state(), self._reader.fingerprint()
             if state is None or state.dirty or state.signature != self._signature:
                 raise self._building()
@@ -490,7 +555,7 @@ class SemanticIndex:
                 raise self._building()
             partial = not state.complete or state.source_hash != fingerprint.digest()
         vector = self._query_vector(query, embedder, query_vector)
-        with self._locked():
+        with self._locked(shared=True):
             if self._reader.semantic_state() != state or self._reader.fingerprint() != fingerprint:
                 raise self._building()
             if len(vector) != state.dimensions:
@@ -502,16 +567,21 @@ class SemanticIndex:
         if reranker is not None and hits:
             order = reranker.rerank(query, [candidates.texts[chunk_id] for chunk_id in hits])
             hits = apply_rerank(hits, order)
-        memories = collapse_to_memories(hits, candidates.parent_of, candidates.memories)
+        found = collapse_with_excerpts(
+            hits, candidates.parent_of, candidates.memories, candidates.excerpts or {}
+        )
         truncated = candidates.truncated
         if limit is not None:
-            truncated = truncated or len(memories) > limit
-            memories = memories[:limit]
+            truncated = truncated or len(found) > limit
+            found = found[:limit]
+        memories = [memory for memory, _ in found]
         logger.info(
             "om.semantic.search",
             extra={"results": len(memories), "truncated": truncated, "partial": partial},
         )
-        return Retrieval(tuple(memories), truncated, partial or candidates.lagging)
+        return Retrieval(
+            tuple(memories), truncated, partial or candidates.lagging, tuple(excerpt for _, excerpt in found)
+        )
 
     def _query_vector(
         self, query: str, embedder: Embedder | None, query_vector: Sequence[float] | None
@@ -564,34 +634,53 @@ class SemanticIndex:
             index = self._vectors.load(manifest, state.dimensions)
             k = min(fetch, chunk_count)
             index.set_ef(max(k, 64))
-            found, _distances = index.knn_query(np.asarray([vector], dtype=np.float32), k=k)
+            found, distances = index.knn_query(np.asarray([vector], dtype=np.float32), k=k)
             vector_labels = [int(label) for label in found[0]]
+            # hnswlib's cosine distance is 1 - cosine similarity
+            vector_scores = {
+                int(label): 1.0 - float(d) for label, d in zip(found[0], distances[0], strict=True)
+            }
             keyword_count = manifest.meta_int("keyword_count")
             keyword_lagging = keyword_count != chunk_count
-            keyword_labels: list[int] = []
-            tokens = query_tokens(query)
+            keyword_scored: list[tuple[int, float]] = []
+            tokens = search_tokens(query)
             if tokens and keyword_count:
                 keyword = self._keyword.for_search(manifest)
-                keyword_labels = keyword.query(tokens, min(fetch, len(keyword.labels)))
+                keyword_scored = keyword.query_scored(tokens, min(fetch, len(keyword.labels)))
+            keyword_labels = [label for label, _ in keyword_scored]
             rows = manifest.chunks_by_labels(set(vector_labels) | set(keyword_labels))
         if len(rows) != len(set(vector_labels) | set(keyword_labels)):
             raise DerivedIndexError("semantic index returned labels the manifest does not know")
-        parent_of = {chunk_id: key for chunk_id, key, _ in rows.values()}
-        texts = {chunk_id: chunk_text for chunk_id, _, chunk_text in rows.values()}
+        parent_of = {chunk.chunk_id: chunk.parent_key for chunk in rows.values()}
+        texts = {chunk.chunk_id: chunk.text for chunk in rows.values()}
+        excerpts = {
+            chunk.chunk_id: excerpt for chunk in rows.values() if (excerpt := chunk.excerpt) is not None
+        }
         memories = self._reader.memories_by_keys(set(parent_of.values()))
         # A hit of a deleted or edited memory proves the index lags the source (an in-place edit
         # or a reused rowid leaves the cheap fingerprint unchanged): the answer is then partial.
         stale: set[str] = set()
-        accept = self._acceptor(parent_of, memories, bounds, stale)
+        accept = self._acceptor(parent_of, memories, bounds, stale, set(excerpts))
         vector_hits = filter_store_hits(
-            [rows[label][0] for label in vector_labels], accept, fetch, chunk_count
+            [rows[label].chunk_id for label in vector_labels], accept, fetch, chunk_count
         )
         keyword_hits = filter_store_hits(
-            [rows[label][0] for label in keyword_labels], accept, fetch, keyword_count
+            [rows[label].chunk_id for label in keyword_labels], accept, fetch, keyword_count
         )
-        fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
+        if self._fusion == "convex":
+            fused = convex_fuse(
+                vector_hits.chunk_ids,
+                {rows[label].chunk_id: score for label, score in vector_scores.items()},
+                keyword_hits.chunk_ids,
+                {rows[label].chunk_id: score for label, score in keyword_scored},
+                limit=FUSED_CANDIDATE_LIMIT,
+            )
+        else:
+            fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
         truncated = len(fused) >= FUSED_CANDIDATE_LIMIT or vector_hits.truncated or keyword_hits.truncated
-        return _Candidates(fused, texts, parent_of, memories, truncated, keyword_lagging or bool(stale))
+        return _Candidates(
+            fused, texts, parent_of, memories, truncated, keyword_lagging or bool(stale), excerpts
+        )
 
     def _acceptor(
         self,
@@ -599,8 +688,11 @@ class SemanticIndex:
         memories: dict[str, SourceMemory],
         bounds: DateBounds,
         stale: set[str],
+        source_chunks: set[str],
     ) -> Callable[[str], bool]:
-        """Keeps hits of current chunks inside the bounds; adds deleted or edited parents to ``stale``."""
+        """Keeps hits of current chunks inside the bounds; adds deleted or edited parents to ``stale``.
+
+        A source chunk stays current while its memory exists: the cited events are append-only."""
         current: dict[str, set[str]] = {}
 
         def accept(chunk_id: str) -> bool:
@@ -611,6 +703,8 @@ class SemanticIndex:
                 return False
             if not bounds.accepts(memory.kind, memory.timestamp):
                 return False
+            if chunk_id in source_chunks:
+                return True
             if key not in current:
                 current[key] = {chunk.chunk_id for chunk in memory.chunks(self._rules)}
             if chunk_id not in current[key]:

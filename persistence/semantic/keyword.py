@@ -42,6 +42,24 @@ def query_tokens(query: str) -> list[str]:
     return list(dict.fromkeys(tokenize(query)))
 
 
+STOP_WORDS: frozenset[str] = frozenset(
+    """a about after again all am an and any are as at be been before being between both but by
+    can could did do does doing down during each few for from had has have having he her here
+    hers him his how i if in into is it its itself just me more most my no nor not of off on
+    once only or other our ours out over own same she should so some such than that the their
+    theirs them then there these they this those through to too under until up very was we
+    were what when where which while who whom why will with would you your yours""".split()  # noqa: SIM905
+)
+"""English function words left out of keyword queries (the documents keep them)."""
+
+
+def search_tokens(query: str) -> list[str]:
+    """Query tokens without function words (all tokens when nothing else is left)."""
+    tokens = query_tokens(query)
+    content = [token for token in tokens if token not in STOP_WORDS]
+    return content or tokens
+
+
 @dataclass
 class KeywordIndex:
     """A bm25s index over chunk texts; document ``i`` is chunk ``labels[i]``."""
@@ -62,12 +80,20 @@ class KeywordIndex:
 
     def query(self, tokens: Sequence[str], k: int) -> list[int]:
         """Labels of up to ``k`` chunks matching at least one token, best first."""
+        return [label for label, _ in self.query_scored(tokens, k)]
+
+    def query_scored(self, tokens: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """(label, BM25 score) of up to ``k`` chunks matching at least one token, best first."""
         known = [token for token in tokens if token in self.vocabulary]
         if self.retriever is None or not known or k <= 0:
             return []
         scores = np.asarray(self.retriever.get_scores(known), dtype=np.float64)
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [self.labels[int(i)] for i in order if scores[int(i)] > 0]
+        if k < len(scores):
+            top = np.argpartition(-scores, k - 1)[:k]
+            order = top[np.lexsort((top, -scores[top]))]
+        else:
+            order = np.argsort(-scores, kind="stable")
+        return [(self.labels[int(i)], float(scores[int(i)])) for i in order if scores[int(i)] > 0]
 
     def save(self, directory: Path) -> str:
         directory.mkdir(mode=DIRECTORY_MODE)

@@ -18,7 +18,8 @@ from persistence.semantic.files import FILE_MODE, DerivedIndexError, seal, verif
 from persistence.semantic.sources import ID_BATCH, KINDS, SourceFingerprint
 from protocol.semantic import MemoryChunk
 
-MANIFEST_FORMAT: Final[str] = "omray-semantic-manifest-1"
+MANIFEST_FORMAT: Final[str] = "omray-semantic-manifest-2"
+"""Version 2 adds source chunks (the cited events' text) and the events root."""
 
 
 class Manifest:
@@ -29,7 +30,9 @@ class Manifest:
         self._path = path
 
     @classmethod
-    def create(cls, path: Path, signature: str, fingerprint: SourceFingerprint) -> Manifest:
+    def create(
+        cls, path: Path, signature: str, fingerprint: SourceFingerprint, events_root: str = ""
+    ) -> Manifest:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
         os.close(fd)
         conn = sqlite3.connect(path, isolation_level=None)
@@ -38,7 +41,8 @@ class Manifest:
             conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute(
                 "CREATE TABLE chunk (label INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE,"
-                " parent_key TEXT NOT NULL, position INTEGER NOT NULL, text TEXT NOT NULL)"
+                " parent_key TEXT NOT NULL, position INTEGER NOT NULL, text TEXT NOT NULL,"
+                " seq_start INTEGER, seq_end INTEGER)"
             )
             conn.execute("CREATE INDEX chunk_parent ON chunk (parent_key)")
             conn.execute("CREATE TABLE memory (parent_key TEXT PRIMARY KEY, digest TEXT NOT NULL)")
@@ -54,6 +58,7 @@ class Manifest:
                 vector_sha="",
                 keyword_sha="",
                 keyword_count=0,
+                events_root=events_root,
             )
         return manifest
 
@@ -140,11 +145,12 @@ class Manifest:
             for key, digest in self._conn.execute("SELECT parent_key, digest FROM memory")
         }
 
-    def chunk_ids_of(self, key: str) -> set[str]:
-        return {
-            str(row[0])
-            for row in self._conn.execute("SELECT chunk_id FROM chunk WHERE parent_key = ?", (key,))
-        }
+    def chunk_ids_of(self, key: str, own_text_only: bool = False) -> set[str]:
+        """Chunk ids of a memory (with ``own_text_only``, without its source chunks)."""
+        sql = "SELECT chunk_id FROM chunk WHERE parent_key = ?"
+        if own_text_only:
+            sql += " AND seq_start IS NULL"
+        return {str(row[0]) for row in self._conn.execute(sql, (key,))}
 
     def in_progress_parents(self) -> set[str]:
         rows = self._conn.execute(
@@ -152,17 +158,26 @@ class Manifest:
         )
         return {str(row[0]) for row in rows}
 
-    def chunks_by_labels(self, labels: Collection[int]) -> dict[int, tuple[str, str, str]]:
-        found: dict[int, tuple[str, str, str]] = {}
+    def chunks_by_labels(self, labels: Collection[int]) -> dict[int, MemoryChunk]:
+        found: dict[int, MemoryChunk] = {}
         wanted = list(labels)
         for start in range(0, len(wanted), ID_BATCH):
             batch = wanted[start : start + ID_BATCH]
             marks = ", ".join("?" for _ in batch)
             rows = self._conn.execute(
-                f"SELECT label, chunk_id, parent_key, text FROM chunk WHERE label IN ({marks})", batch
+                "SELECT label, chunk_id, parent_key, position, text, seq_start, seq_end FROM chunk"
+                f" WHERE label IN ({marks})",
+                batch,
             )
-            for label, chunk_id, key, chunk_text in rows:
-                found[int(label)] = (str(chunk_id), str(key), str(chunk_text))
+            for label, chunk_id, key, position, chunk_text, seq_start, seq_end in rows:
+                found[int(label)] = MemoryChunk(
+                    str(chunk_id),
+                    str(key),
+                    int(position),
+                    str(chunk_text),
+                    None if seq_start is None else int(seq_start),
+                    None if seq_end is None else int(seq_end),
+                )
         return found
 
     def all_chunk_texts(self) -> list[tuple[int, str]]:
@@ -173,8 +188,12 @@ class Manifest:
 
     def add(self, chunks: Sequence[tuple[int, MemoryChunk]], memories: Sequence[tuple[str, str]]) -> None:
         self._conn.executemany(
-            "INSERT INTO chunk (label, chunk_id, parent_key, position, text) VALUES (?, ?, ?, ?, ?)",
-            [(label, c.chunk_id, c.parent_key, c.position, c.text) for label, c in chunks],
+            "INSERT INTO chunk (label, chunk_id, parent_key, position, text, seq_start, seq_end)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (label, c.chunk_id, c.parent_key, c.position, c.text, c.seq_start, c.seq_end)
+                for label, c in chunks
+            ],
         )
         self._conn.executemany(
             "INSERT INTO memory (parent_key, digest) VALUES (?, ?)"

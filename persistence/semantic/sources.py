@@ -16,6 +16,7 @@ from sqlalchemy import Connection, text
 from persistence.queries import MemoryReader
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.semantic import MemoryKind, SourceMemory
+from protocol.source_text import cited_seqs
 
 TABLES: Final = ("om_observation", "om_reflection")
 KINDS: Final[tuple[MemoryKind, MemoryKind]] = ("observation", "reflection")
@@ -122,9 +123,27 @@ def content_digest(content: str) -> str:
     return sha256_hex(content)
 
 
+def _source_seqs(raw: object, session_id: str) -> tuple[int, ...]:
+    try:
+        refs = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return ()
+    return (
+        cited_seqs([ref for ref in refs if isinstance(ref, dict)], session_id)
+        if isinstance(refs, list)
+        else ()
+    )
+
+
 def _observation(row: Any) -> SourceMemory:
     return SourceMemory(
-        "observation", row.observation_id, row.run_id, row.timestamp, row.content, row.relevance
+        "observation",
+        row.observation_id,
+        row.run_id,
+        row.timestamp,
+        row.content,
+        row.relevance,
+        _source_seqs(row.source_refs_json, row.run_id),
     )
 
 
@@ -134,7 +153,8 @@ def _reflection(row: Any) -> SourceMemory:
 
 _SELECT: Final = {
     "observation": (
-        "SELECT rowid AS rid, observation_id, run_id, timestamp, content, relevance FROM om_observation",
+        "SELECT rowid AS rid, observation_id, run_id, timestamp, content, relevance, source_refs_json"
+        " FROM om_observation",
         _observation,
         "observation_id",
         "om_observation",

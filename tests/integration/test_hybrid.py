@@ -93,3 +93,56 @@ def test_failing_embeddings_endpoint_is_a_visible_error(names: RuntimeNames, tmp
         answer = client.memory_search({"query": "billing", "limit": 3})
         assert answer == {"ok": False, "error": "embedding_unavailable", "message": answer["message"]}
         assert "results" not in answer  # never replaced by exact results
+
+
+def test_a_detail_only_in_the_events_is_found_under_its_observation(
+    names: RuntimeNames, tmp_path: Path
+) -> None:
+    with ScriptedServer() as server:
+        ensure_runtime(
+            names,
+            queue_db=str(tmp_path / "queue.sqlite"),
+            handler_paths=DEFAULT_HANDLERS,
+            retry_base_delay_s=0.1,
+        )
+        client = OmrayClient(names, settings=_settings(tmp_path, server), cwd=tmp_path)
+        session = "s-grounded"
+        # Longer than the builtin model keeps whole: its observation is cut at 240 characters.
+        request = (
+            "Please review the quarterly import pipeline notes. " * 50 + "The vault code is walnut-4471."
+        )
+        events = [
+            {"type": "agent_command_applied", "payload": {"text": request}},
+            {"type": "agent_end", "payload": {"reason": "completed"}},
+        ]
+        lines = [
+            {
+                "schema_version": "1.0",
+                "run_id": session,
+                "seq": seq,
+                "turn_no": 1,
+                "ts": "2026-11-30T09:00:00+00:00",
+            }
+            | event
+            for seq, event in enumerate(events, start=1)
+        ]
+        events_path = client.events_path(session)
+        events_path.parent.mkdir(parents=True)
+        events_path.write_text("".join(event_line(line) for line in lines), encoding="utf-8")
+        client.after_turn_commit(
+            AfterTurnCommit(
+                run_id=session,
+                turn_no=1,
+                status="completed",
+                events=(EventSummary(seq=2, type="agent_end", payload={"reason": "completed"}),),
+            )
+        )
+        assert client.wait_idle(timeout_s=120)
+        answer = client.memory_search({"query": "walnut-4471 vault code", "limit": 3})
+        assert answer["ok"] is True
+        first = answer["results"][0]
+        assert "walnut" not in first["content"]  # the observation dropped it
+        assert first["source"]["seq_start"] == first["source"]["seq_end"] == 1
+        assert "walnut-4471" in first["source"]["excerpt"]
+        recalled = client.recall(session, {"id": first["id"]})
+        assert recalled["ok"] is True and [event["seq"] for event in recalled["events"]] == [1]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from actors.models.builtin import (
     MAX_CONTENT_CHARS,
+    MAX_MESSAGE_CHARS,
     BuiltinExtractiveModel,
     extract_observations,
     find_paths,
@@ -160,9 +161,23 @@ def test_outcomes_and_model_step_failures() -> None:
     ]
 
 
+def test_short_messages_are_kept_whole_on_one_line() -> None:
+    said = "The invoice total was 4,512.30 EUR and it is due on the 14th, paid by transfer. " * 12
+    chunk = (
+        "[Source entry id: r:1]\n[User @ 2026-01-01 00:00]: " + said + "\nsecond line\n\n"
+        "[Source entry id: r:2]\n[Assistant @ 2026-01-01 00:01]: " + said + "\n"
+    )
+    assert len(said) > MAX_CONTENT_CHARS
+    observations = extract_observations(chunk)
+    assert [o["content"] for o in observations] == [
+        "User request: " + " ".join((said + " second line").split()),
+        "Assistant replied: " + " ".join(said.split()),
+    ]
+
+
 def test_long_text_is_trimmed_to_one_line_and_secrets_are_not_copied() -> None:
     chunk = (
-        "[Source entry id: r:1]\n[User @ 2026-01-01 00:00]: " + "word " * 200 + "\n\n"
+        "[Source entry id: r:1]\n[User @ 2026-01-01 00:00]: " + "word " * (MAX_MESSAGE_CHARS // 4) + "\n\n"
         "[Source entry id: r:2]\n[User @ 2026-01-01 00:01]: my api_key=sk-live-123 please store it\n"
     )
     observations = extract_observations(chunk)

@@ -267,7 +267,10 @@ def test_dirty_marker_precedes_derived_writes_and_a_crash_leads_to_rebuild(
     assert result.indexed_memories == 2
 
 
-def test_lock_held_gives_index_busy(index: SemanticIndex, memories: Memories, embedder: HashEmbedder) -> None:
+def test_lock_held_gives_index_busy(
+    db_path: Path, writer: RecordingWriter, memories: Memories, embedder: HashEmbedder
+) -> None:
+    index = SemanticIndex(db_path, semantic_settings(), writer, lock_wait_s=0.05)
     memories.observation("m")
     sync_all(index, embedder)
     fd = os.open(index.directory / "index.lock", os.O_RDWR)
