@@ -16,7 +16,7 @@ Figures (per run):
 - ``ideal_parallel_s``: the last turn's time plus one observe job's model time (two requests:
   the tool call and its receipt round) -- what unlimited, instant workers would achieve.
 - ``visible_lag_p50_s`` / ``p95``: per turn, from ``after_turn_commit`` to the moment the
-  session's coverage first reaches that turn's last event (polled every 50 ms).
+  session's coverage first reaches that turn's last event (polled every 100 ms).
 - ``after_turn_commit_p95_ms``: how long the hook held the agent.
 - ``lost`` (turns never covered), ``duplicated`` (observations recorded twice for one source
   event, or a coverage row written twice), ``lane_order_violations`` (coverage of a session that
@@ -105,25 +105,32 @@ def _turn_events(session_id: str, turn_no: int, first_seq: int) -> list[dict[str
     ]
 
 
-def _coverage_end(db_path: Path, session_id: str) -> int:
-    """Highest contiguous covered seq of a session (0 when none), read-only."""
+def _coverage_ends(db_path: Path) -> dict[str, int]:
+    """Highest contiguous covered seq of every session of one database (read-only, one query)."""
     if not db_path.exists():
-        return 0
+        return {}
     try:
         with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as conn:
             rows = conn.execute(
-                "SELECT source_start_seq, source_end_seq FROM om_coverage WHERE run_id = ?"
-                " ORDER BY source_start_seq",
-                (session_id,),
+                "SELECT run_id, source_start_seq, source_end_seq FROM om_coverage"
+                " ORDER BY run_id, source_start_seq"
             ).fetchall()
     except sqlite3.Error:
-        return 0
-    end = 0
-    for start, stop in rows:
-        if start > end + 1:
-            break
-        end = max(end, stop)
-    return end
+        return {}
+    ends: dict[str, int] = {}
+    broken: set[str] = set()
+    for run_id, start, stop in rows:
+        end = ends.get(run_id, 0)
+        if run_id in broken or start > end + 1:
+            broken.add(run_id)
+            continue
+        ends[run_id] = max(end, stop)
+    return ends
+
+
+def _coverage_end(db_path: Path, session_id: str) -> int:
+    """Highest contiguous covered seq of one session (0 when none)."""
+    return _coverage_ends(db_path).get(session_id, 0)
 
 
 class _Agent(threading.Thread):
@@ -259,14 +266,15 @@ def run_load(
             deadline = t0 + timeout_s
             while pending and time.monotonic() < deadline:
                 now = time.monotonic()
+                ends = {project: _coverage_ends(client.db_path) for project, client in clients}
                 for agent in agents:
-                    covered = _coverage_end(agent.client.db_path, agent.session_id)
+                    covered = ends[agent.project].get(agent.session_id, 0)
                     for n, (last_seq, at) in enumerate(list(agent.turn_ends)):
                         key = (id(agent), n)
                         if key in pending and covered >= last_seq:
                             visible[(agent.name, n)] = now - at
                             pending.discard(key)
-                time.sleep(0.05)
+                time.sleep(0.1)
             for agent in agents:
                 agent.join(timeout=5)
             clients[0][1].wait_idle(timeout_s=max(5.0, deadline - time.monotonic()))

@@ -370,27 +370,43 @@ def _error_from(answer: Mapping[str, Any]) -> OmrayError:
 
 
 class Outbox:
-    """Hook dispatches not accepted yet, sent in order by one background thread until accepted.
+    """Hook dispatches not accepted yet, sent in the background until accepted, in order per session.
 
-    ``send(envelope, timeout_s)`` returns the job id or raises. The hook waits for its own job at
-    most its deadline; a job still pending then is sent later, with a backoff between attempts
-    (0.2 s doubling to 5 s). Job ids are deterministic and the queue accepts a pending id once, so a
-    send whose answer was lost is harmless when repeated. At most ``limit`` jobs wait; past that the
-    oldest is dropped (a later boundary of the same session covers its events again).
+    ``send(envelope, timeout_s)`` returns the job id or raises. Jobs of different sessions are sent
+    at the same time (up to ``parallel``), so many agents' hooks share the queue's group commit
+    instead of waiting behind each other; the jobs of one session are sent one after the other, in
+    submission order. The hook waits for its own job at most its deadline; a job still pending then
+    is sent later, with a backoff per session between attempts (0.2 s doubling to 5 s). Job ids are
+    deterministic and the queue accepts a pending id once, so a send whose answer was lost is
+    harmless when repeated. At most ``limit`` jobs wait; past that the oldest is dropped (a later
+    boundary of the same session covers its events again).
     """
 
-    def __init__(self, send: Callable[[Any, float], str], call_timeout_s: float, limit: int = 1000) -> None:
+    def __init__(
+        self, send: Callable[[Any, float], str], call_timeout_s: float, limit: int = 1000, parallel: int = 16
+    ) -> None:
         self._send = send
         self._call_timeout_s = call_timeout_s
         self._limit = limit
+        self._parallel = parallel
         self._pending: dict[str, Any] = {}
         self._accepted: dict[str, str] = {}
+        self._sending: set[str] = set()  # sessions with a send in flight
+        self._not_before: dict[str, float] = {}  # per session, after a failed send
+        self._backoff: dict[str, float] = {}
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
     def __len__(self) -> int:
         with self._changed:
             return len(self._pending)
+
+    @staticmethod
+    def _session_of(job_id: str, envelope: Any) -> str:
+        payload = getattr(envelope, "payload", None)
+        if payload is None:
+            return job_id
+        return f"{getattr(payload, 'db_path', '')}\x00{getattr(payload, 'run_id', job_id)}"
 
     def submit(self, job_id: str, envelope: Any, timeout_s: float) -> str | None:
         """Queue ``envelope`` for sending; its job id once accepted within ``timeout_s``, else ``None``."""
@@ -424,33 +440,69 @@ class Outbox:
                 self._changed.wait(remaining)
             return True
 
+    def _ready(self, now: float) -> tuple[list[tuple[str, Any, str]], float | None]:
+        """The first pending job of every session that may send now; else when one may (under lock)."""
+        picked: list[tuple[str, Any, str]] = []
+        seen: set[str] = set()
+        wake: float | None = None
+        for job_id, envelope in self._pending.items():
+            session = self._session_of(job_id, envelope)
+            if session in seen:
+                continue
+            seen.add(session)
+            if session in self._sending:
+                continue
+            due = self._not_before.get(session, 0.0)
+            if due > now:
+                wake = due if wake is None else min(wake, due)
+                continue
+            if len(self._sending) + len(picked) >= self._parallel:
+                break
+            picked.append((job_id, envelope, session))
+        return picked, wake
+
     def _run(self) -> None:
-        backoff = 0.2
         while True:
             with self._changed:
-                while not self._pending:
-                    self._changed.wait()
-                job_id, envelope = next(iter(self._pending.items()))
-            try:
-                accepted = self._send(envelope, self._call_timeout_s)
-            except Exception as exc:  # the loop must outlive any failure; it retries after a pause
-                logger.info(
-                    "hook job not accepted yet", extra={"job_id": job_id, "error_class": type(exc).__name__}
-                )
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            backoff = 0.2
+                while True:
+                    picked, wake = self._ready(time.monotonic())
+                    if picked:
+                        break
+                    self._changed.wait(None if wake is None else max(0.0, wake - time.monotonic()))
+                for _, _, session in picked:
+                    self._sending.add(session)
+            for job_id, envelope, session in picked:
+                threading.Thread(
+                    target=self._send_one,
+                    args=(job_id, envelope, session),
+                    name="omray-outbox-send",
+                    daemon=True,
+                ).start()
+
+    def _send_one(self, job_id: str, envelope: Any, session: str) -> None:
+        try:
+            accepted = self._send(envelope, self._call_timeout_s)
+        except Exception as exc:  # retried after a pause; the hook never sees it
+            logger.info(
+                "hook job not accepted yet", extra={"job_id": job_id, "error_class": type(exc).__name__}
+            )
             with self._changed:
-                if self._pending.get(job_id) is envelope:
-                    del self._pending[job_id]
-                self._accepted[job_id] = accepted
-                if len(self._accepted) > self._limit:  # answers nobody waits for any more
-                    self._accepted.pop(next(iter(self._accepted)))
+                backoff = self._backoff.get(session, 0.2)
+                self._not_before[session] = time.monotonic() + backoff
+                self._backoff[session] = min(backoff * 2, 5.0)
+                self._sending.discard(session)
                 self._changed.notify_all()
-
-
-# --- the child: a Ray driver that serves one parent over its stdin/stdout ---------------------------
+            return
+        with self._changed:
+            self._backoff.pop(session, None)
+            self._not_before.pop(session, None)
+            self._sending.discard(session)
+            if self._pending.get(job_id) is envelope:
+                del self._pending[job_id]
+            self._accepted[job_id] = accepted
+            if len(self._accepted) > self._limit:  # answers nobody waits for any more
+                self._accepted.pop(next(iter(self._accepted)))
+            self._changed.notify_all()
 
 
 def _classify(exc: BaseException) -> dict[str, Any]:

@@ -38,11 +38,10 @@ def test_state_api_lists_omray_actors_by_name(
         rows = data["data"]["result"]["result"]
         return {row["name"] for row in rows if row.get("state") == "ALIVE" and row.get("name")}
 
-    found = assert_eventually(
-        lambda: {n for n in alive_names() if n.startswith(f"{names.prefix}.")} or None, timeout_s=30
-    )
-    assert names.queue in found and names.indexer in found
-    assert names.store(tmp_path / "queue.sqlite") in found
+    wanted = {names.queue, names.indexer, names.store(tmp_path / "queue.sqlite")}
+    # Worker actors start lazily: wait until every one of them is listed alive, not just the first.
+    found = assert_eventually(lambda: wanted <= alive_names() or None, timeout_s=60)
+    assert found
 
 
 def test_custom_metrics_reach_the_prometheus_endpoint(

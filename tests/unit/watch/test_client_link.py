@@ -168,3 +168,30 @@ def test_nothing_listening_is_reported_at_once_not_after_retries() -> None:
     with pytest.raises(RuntimeNotRunningError, match="omray up"):
         probe_gcs(f"127.0.0.1:{port}")
     assert time.monotonic() - started <= 5.0
+
+
+def test_outbox_sends_sessions_side_by_side_and_each_session_in_order() -> None:
+    import threading
+    from types import SimpleNamespace
+
+    started: list[str] = []
+    lock, release = threading.Lock(), threading.Event()
+
+    def send(envelope: Any, timeout_s: float) -> str:
+        with lock:
+            started.append(envelope.job_id)
+        if envelope.job_id == "a1":
+            release.wait(5)  # session A's first job is slow to be accepted
+        return str(envelope.job_id)
+
+    def job(job_id: str, session: str) -> Any:
+        return SimpleNamespace(job_id=job_id, payload=SimpleNamespace(db_path="/d", run_id=session))
+
+    outbox = Outbox(send, call_timeout_s=5.0)
+    assert outbox.submit("a1", job("a1", "A"), 0.05) is None  # still waiting on the slow send
+    assert outbox.submit("a2", job("a2", "A"), 0.05) is None  # behind a1: same session
+    assert outbox.submit("b1", job("b1", "B"), 2.0) == "b1"  # another session is not held back
+    assert started == ["a1", "b1"]
+    release.set()
+    assert outbox.wait_empty(5.0)
+    assert started == ["a1", "b1", "a2"]
