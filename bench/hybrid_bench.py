@@ -6,13 +6,19 @@ user/assistant sentences of the real transcripts in ``../shared/data/transcripts
 ``bench.search_bench``), paired into two-sentence observations once the distinct sentences run
 out; without that folder, generated sentences from a small coding vocabulary. Then:
 
+Each session's cited events are written too (``<tmp>/sessions/<session>/events.jsonl``) and the
+index is given that events root: an event holds its observation's text (not indexed twice), and
+for ``--source-share`` of them (default 0.2) one more corpus sentence, a detail the observation
+left out, which the index holds as a source chunk of that observation.
+
 * **Backfill**: :meth:`persistence.semantic.SemanticIndex.synchronize` with the DEFAULT
   offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing) and the settings' default
   batch of 4 chunks is called until it reports ``complete``. ``embedding_sentences_per_s`` embeds
   the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
-  approach, so ``backfill_vs_embedding`` isolates the index's own overhead. CPU seconds are given
-  too because wall time on a shared machine is noisy. The original's figure (§17.2) is quoted
-  next to it.
+  approach, so ``backfill_vs_embedding`` isolates the index's own overhead (measured on the first
+  4,000 chunks at larger sizes; the single-store baselines reuse the backfill's vectors). CPU
+  seconds are given too because wall time on a shared machine is noisy. The original's figure
+  (§17.2) is quoted next to it.
 * **Latency**: every labelled query is embedded first; ``search_p50_ms`` / ``search_p99_ms`` time
   ``SemanticIndex.search(query, query_vector=..., limit=10)`` only. ``exact_p50_ms`` times
   :func:`actors.read.service.exact_search` on the same query texts.

@@ -23,9 +23,14 @@ never returned.
 Network calls (embedding the query or a batch) never run under the lock: the snapshot is
 re-validated after re-acquiring it. Logs carry counts, codes and reasons only.
 
-Length: just over 600 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
-(dirty marker, snapshot re-validation, corruption handling) is kept in one class to make it
-reviewable as a whole.
+Source grounding: given an events root, each observation's cited events are indexed too (source
+chunks, :mod:`.source_events`), and a hit through one carries its excerpt and seq range. Fusion
+is score-aware by default (cosine + max-normalized BM25, ``protocol.semantic.convex_fuse``); the
+reference's RRF stays available (``fusion="rrf"``).
+
+Length: about 700 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
+(dirty marker, snapshot re-validation, corruption handling) and the retrieval it guards are kept
+in one class to make them reviewable as a whole.
 """
 
 from __future__ import annotations
