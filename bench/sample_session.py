@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+from protocol.events import AfterTurnCommit, EventSummary
 
 SCHEMA_VERSION = "1.0"
 
@@ -156,3 +159,16 @@ def demo_session(session_id: str, start: datetime | None = None) -> list[list[di
 def event_line(event: dict[str, Any]) -> str:
     """One ``events.jsonl`` line."""
     return json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def commit_turn(events_path: Path, turn: list[dict[str, Any]]) -> AfterTurnCommit:
+    """Append one turn's events to ``events_path``; return the after-turn context an agent then sends."""
+    events_path.parent.mkdir(parents=True, exist_ok=True)
+    with events_path.open("a", encoding="utf-8") as handle:
+        handle.writelines(event_line(event) for event in turn)
+    return AfterTurnCommit(
+        run_id=turn[0]["run_id"],
+        turn_no=turn[0]["turn_no"],
+        status="completed",
+        events=tuple(EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn),
+    )

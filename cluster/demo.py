@@ -23,13 +23,12 @@ import ray
 
 import actors.read.service as read_service
 from actors.models.tokens import token_counter
-from bench.sample_session import demo_session, event_line
+from bench.sample_session import commit_turn, demo_session
 from cluster.client import OmrayClient, init_ray
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from persistence.queries import MemoryReader
 from protocol.errors import OmrayError
-from protocol.events import AfterTurnCommit, EventSummary
 from protocol.settings import apply_overrides, settings_from_mapping
 
 DEMO_SESSION_ID = "demo-session"
@@ -81,19 +80,7 @@ def run_demo(overrides: Sequence[str] = (), keep: bool = False) -> dict[str, Any
         turns = demo_session(DEMO_SESSION_ID)
         client.session_started(DEMO_SESSION_ID)
         for turn in turns:
-            with events_path.open("a", encoding="utf-8") as handle:
-                handle.writelines(event_line(event) for event in turn)
-            client.after_turn_commit(
-                AfterTurnCommit(
-                    run_id=DEMO_SESSION_ID,
-                    turn_no=turn[0]["turn_no"],
-                    status="completed",
-                    events=tuple(
-                        EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn
-                    ),
-                ),
-                events_path=events_path,
-            )
+            client.after_turn_commit(commit_turn(events_path, turn), events_path=events_path)
         drained = client.wait_idle(timeout_s=100)
         db_path = client.db_path
         reader = MemoryReader(db_path)

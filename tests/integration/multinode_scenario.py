@@ -29,13 +29,12 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
-from bench.sample_session import demo_session, event_line
+from bench.sample_session import commit_turn, demo_session
 from bench.scripted_models import ScriptedMemoryModel
 from bench.scripted_server import ScriptedServer
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
-from protocol.events import AfterTurnCommit, EventSummary
 
 SESSIONS = ("mn-a", "mn-b")
 """Sessions observed in each run."""
@@ -70,21 +69,8 @@ def _drive(client: OmrayClient, project: Path) -> None:
     for session_id in SESSIONS:
         client.session_started(session_id)
         events_path = project / session_id / "events.jsonl"
-        events_path.parent.mkdir(parents=True, exist_ok=True)
         for turn in demo_session(session_id):
-            with events_path.open("a", encoding="utf-8") as handle:
-                handle.writelines(event_line(e) for e in turn)
-            client.after_turn_commit(
-                AfterTurnCommit(
-                    run_id=session_id,
-                    turn_no=turn[0]["turn_no"],
-                    status="completed",
-                    events=tuple(
-                        EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn
-                    ),
-                ),
-                events_path=events_path,
-            )
+            client.after_turn_commit(commit_turn(events_path, turn), events_path=events_path)
             if not client.wait_idle(timeout_s=60):
                 raise RuntimeError("the queue did not drain")
 

@@ -13,9 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.sample_session import demo_session, event_line
+from bench.sample_session import commit_turn, demo_session
 from cluster.client import connect
-from protocol.events import AfterTurnCommit, EventSummary
 
 SESSION = "restart-session"
 SETTINGS = {"model": "builtin/extractive"}
@@ -38,20 +37,9 @@ def main() -> None:
         command = line.split()
         if command[0] == "turn":
             turn = turns[int(command[1]) - 1]
-            with events_path.open("a", encoding="utf-8") as handle:
-                handle.writelines(event_line(event) for event in turn)
+            context = commit_turn(events_path, turn)
             started = time.monotonic()
-            job_id = client.after_turn_commit(
-                AfterTurnCommit(
-                    run_id=SESSION,
-                    turn_no=turn[0]["turn_no"],
-                    status="completed",
-                    events=tuple(
-                        EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn
-                    ),
-                ),
-                events_path=events_path,
-            )
+            job_id = client.after_turn_commit(context, events_path=events_path)
             answer = {"job_id": job_id, "seconds": time.monotonic() - started, "end_seq": turn[-1]["seq"]}
             print(json.dumps(answer), flush=True)
         elif command[0] == "drain":

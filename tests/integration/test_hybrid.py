@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.sample_session import demo_session, event_line
+from bench.sample_session import commit_turn, demo_session, event_line
 from bench.scripted_server import ScriptedServer, http_error
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
@@ -32,17 +32,7 @@ def _settings(tmp_path: Path, server: ScriptedServer) -> dict[str, Any]:
 def _observe_demo(client: OmrayClient, tmp_path: Path, session_id: str) -> None:
     events_path = tmp_path / "events.jsonl"
     for turn in demo_session(session_id):
-        with events_path.open("a", encoding="utf-8") as handle:
-            handle.writelines(event_line(e) for e in turn)
-        client.after_turn_commit(
-            AfterTurnCommit(
-                run_id=session_id,
-                turn_no=turn[0]["turn_no"],
-                status="completed",
-                events=tuple(EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn),
-            ),
-            events_path=events_path,
-        )
+        client.after_turn_commit(commit_turn(events_path, turn), events_path=events_path)
 
 
 def test_indexing_in_batches_partial_until_complete_and_rebuild(names: RuntimeNames, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench.sample_session import demo_session, event_line
+from bench.sample_session import commit_turn, demo_session
 from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
@@ -46,16 +46,9 @@ def _observer_reply(body: Mapping[str, Any]) -> Reply:
 def _write_and_commit(
     client: OmrayClient, session_id: str, events_path: Path, turns: list[list[dict[str, Any]]]
 ) -> None:
-    events_path.parent.mkdir(parents=True, exist_ok=True)
     for turn in turns:
-        with events_path.open("a", encoding="utf-8") as handle:
-            handle.writelines(event_line(event) for event in turn)
-        ctx = AfterTurnCommit(
-            run_id=session_id,
-            turn_no=turn[0]["turn_no"],
-            status="completed",
-            events=tuple(EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn),
-        )
+        ctx = commit_turn(events_path, turn)
+        assert ctx.run_id == session_id
         assert client.after_turn_commit(ctx, events_path=events_path) is not None
 
 

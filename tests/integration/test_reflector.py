@@ -12,7 +12,7 @@ import pytest
 import ray
 from typer.testing import CliRunner
 
-from bench.sample_session import demo_session, event_line
+from bench.sample_session import commit_turn, demo_session
 from bench.scripted_models import ScriptedMemoryModel
 from bench.scripted_server import ScriptedServer
 from cluster.client import OmrayClient
@@ -20,7 +20,6 @@ from cluster.memory_cli import memory_app
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader
-from protocol.events import AfterTurnCommit, EventSummary
 from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -39,17 +38,7 @@ def _settings(tmp_path: Path, server: ScriptedServer) -> dict[str, Any]:
 def _observe(client: OmrayClient, tmp_path: Path, session_id: str, turns: int) -> None:
     events_path = tmp_path / "events.jsonl"
     for turn in demo_session(session_id)[:turns]:
-        with events_path.open("a", encoding="utf-8") as handle:
-            handle.writelines(event_line(e) for e in turn)
-        client.after_turn_commit(
-            AfterTurnCommit(
-                run_id=session_id,
-                turn_no=turn[0]["turn_no"],
-                status="completed",
-                events=tuple(EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn),
-            ),
-            events_path=events_path,
-        )
+        client.after_turn_commit(commit_turn(events_path, turn), events_path=events_path)
 
 
 def _generations(db: Path, session_id: str) -> list[tuple[str, str]]:
