@@ -29,8 +29,9 @@ its candidates are few enough, else the scan. Every bounded probe caps the work 
 :class:`SearchReader` extends :class:`persistence.queries.MemoryReader`: same guarantees (read
 only, one snapshot per call, a missing file or missing tables give the empty answer).
 
-Length: over 600 lines, on purpose. The three plans and the probes that choose between them share
-their SQL builders, and the differential property test checks them as one unit.
+Length: about 850 lines, on purpose. The plans (scan, trigram, ordered walk, session) and the probes
+that choose between them share their SQL builders and scope filter, and the differential property
+test checks them as one unit against the scan.
 """
 
 from __future__ import annotations
