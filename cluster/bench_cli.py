@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import ray
 import typer
 from pydantic import BaseModel
 
@@ -37,6 +36,8 @@ JsonOption = typer.Option(False, "--json", help="Print one JSON object.")
 @contextmanager
 def ray_for_bench(address: str | None) -> Iterator[None]:
     """Connect to ``address``, or start a private 2-CPU cluster that is stopped afterwards."""
+    import ray  # here, not at the top: `omray hook` and `omray mcp` must start without Ray
+
     if ray.is_initialized():
         yield
         return

@@ -155,6 +155,13 @@ def _mount_subcommands() -> None:
     from cluster.bench_cli import bench_app
 
     app.add_typer(bench_app, name="bench", help="Benchmarks: print figures as JSON with --json.")
+    from cluster.agent_hooks import hook_app
+    from cluster.integrate import integrate_command
+    from cluster.mcp_server import mcp_command
+
+    app.add_typer(hook_app, name="hook", help="Agent hooks for Claude Code and Codex (run by the agent).")
+    app.command("mcp")(mcp_command)
+    app.command("integrate")(integrate_command)
 
 
 _mount_subcommands()

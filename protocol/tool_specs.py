@@ -20,6 +20,10 @@ MEMORY_SEARCH = "memory_search"
 """Agent search tool name."""
 RECALL = "recall"
 """Agent provenance tool name."""
+MEMORY_STATUS = "memory_status"
+"""Status of one session's memory (``/om-status``), for MCP clients."""
+MEMORY_VIEW = "memory_view"
+"""Active memory of one session (``/om-view``), for MCP clients."""
 
 MEMORY_SEARCH_DEFAULT_LIMIT = 20
 """Results returned when ``limit`` is omitted."""
@@ -265,6 +269,39 @@ def recall_spec() -> dict[str, Any]:
         "Fetch one memory by id with the exact events it came from: its full text, its sources and, for a "
         "reflection, the observations behind it.",
         parameters,
+    )
+
+
+def _session_tool_spec(name: str, description: str) -> dict[str, Any]:
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["session_id"],
+        "properties": {
+            "session_id": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Session id, as memory_search returns it.",
+            }
+        },
+    }
+    return _function(name, description, parameters)
+
+
+def memory_status_spec() -> dict[str, Any]:
+    """Spec of ``memory_status``: counts, coverage and thresholds of one session's memory."""
+    return _session_tool_spec(
+        MEMORY_STATUS,
+        "Show how much of one session has been observed: memory counts, covered events, token pools "
+        "and the reflection threshold.",
+    )
+
+
+def memory_view_spec() -> dict[str, Any]:
+    """Spec of ``memory_view``: the active reflections and observations of one session."""
+    return _session_tool_spec(
+        MEMORY_VIEW,
+        "Show one session's active memory: its reflections and observations, with their ids for recall.",
     )
 
 

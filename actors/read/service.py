@@ -25,6 +25,7 @@ from pathlib import Path
 from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
 from actors.read.projector import assemble_active_memory
 from actors.read.search import (
+    INVALID_SESSION_ID_MESSAGE,
     SearchRequest,
     ToolResult,
     error_result,
@@ -55,7 +56,7 @@ from protocol.events import (
 from protocol.records import ObservationRecord, ReflectionRecord
 from protocol.semantic import FUSED_CANDIDATE_LIMIT
 from protocol.settings import OmSettings
-from protocol.tool_specs import MEMORY_SEARCH, RECALL
+from protocol.tool_specs import MEMORY_SEARCH, MEMORY_STATUS, MEMORY_VIEW, RECALL
 
 logger = logging.getLogger("omray.read")
 
@@ -358,6 +359,30 @@ def _decode_arguments(arguments: object) -> Mapping[str, object] | None:
     return arguments if isinstance(arguments, Mapping) else None
 
 
+def _session_answer(
+    name: str,
+    arguments: Mapping[str, object],
+    db_path: DbPath,
+    settings: OmSettings,
+    count_tokens: CountTokens,
+) -> ToolResult:
+    """``memory_status`` / ``memory_view`` for one ``session_id``: markdown and JSON in one answer."""
+    unknown = sorted(str(key)[:40] for key in arguments if key != "session_id")
+    if unknown:
+        return error_result(
+            "unknown_arguments", f"{name} takes only session_id; got {', '.join(map(repr, unknown[:5]))}."
+        )
+    raw = arguments.get("session_id")
+    session_id = php_trim(raw) if isinstance(raw, str) else ""
+    if session_id == "":
+        return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
+    if name == MEMORY_STATUS:
+        text, data = memory_status(db_path, session_id, settings, count_tokens)
+    else:
+        text, data = memory_view(db_path, session_id)
+    return json_safe_result({"ok": True, "session_id": session_id, "markdown": text, name: data})
+
+
 def call_tool(
     name: str,
     arguments: Mapping[str, object] | str,
@@ -367,9 +392,12 @@ def call_tool(
     events_path_for: EventsPathFor,
     hybrid_search: HybridSearch | None = None,
     interrupt: ToolInterrupt = NO_INTERRUPT,
+    status_settings: tuple[OmSettings, CountTokens] | None = None,
 ) -> ToolResult:
     """Run ``memory_search`` or ``recall`` for an agent framework; always returns an answer dict.
 
+    With ``status_settings`` (the settings and token counter in effect), ``memory_status`` and
+    ``memory_view`` (argument ``session_id``) are served too, as MCP clients use them.
     ``arguments`` may be the decoded object or its JSON text. Unknown tool names get
     ``unknown_tool``; unreadable memory or events get ``storage_unavailable`` /
     ``events_unreadable`` (naming only the exception class); a cancelled or timed-out
@@ -383,10 +411,15 @@ def call_tool(
             return memory_search(db_path, decoded, hybrid_search, session_id=session_id, interrupt=interrupt)
         if name == RECALL:
             return recall(db_path, events_path_for, session_id, decoded, interrupt=interrupt)
+        if name in (MEMORY_STATUS, MEMORY_VIEW) and status_settings is not None:
+            return _session_answer(name, decoded, db_path, *status_settings)
     except (EventsFileError, EventsUnreadableError) as exc:
         logger.warning("om.tool.events_unreadable", extra={"tool": name, "run_id": session_id})
         return _events_unreadable(exc)
     except OmrayError as exc:
         logger.warning("om.tool.read_failed", extra={"tool": name, "exception_class": type(exc).__name__})
         return error_result("storage_unavailable", f"Memory could not be read ({type(exc).__name__}).")
-    return error_result("unknown_tool", f"Unknown tool {name!r}; available: {MEMORY_SEARCH!r}, {RECALL!r}.")
+    available = [MEMORY_SEARCH, RECALL, *((MEMORY_STATUS, MEMORY_VIEW) if status_settings else ())]
+    return error_result(
+        "unknown_tool", f"Unknown tool {name!r}; available: {', '.join(map(repr, available))}."
+    )

@@ -386,20 +386,35 @@ def iter_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
     A line longer than :data:`MAX_LINE_BYTES`, a line that is not a JSON object (or is nested too
     deeply to decode) and a read error are typed errors naming the file and line.
     """
+    for line_no, _end, record in iter_record_spans(path):
+        yield line_no, record
+
+
+def iter_record_spans(
+    path: Path, end_offset: int | None = None
+) -> Iterator[tuple[int, int, Mapping[str, Any]]]:
+    """Yield ``(line_no, end_offset, record)`` for every non-blank line, as :func:`iter_records` does.
+
+    ``end_offset`` is the byte offset just past the record's line. With ``end_offset`` given, reading
+    stops there: a transcript that is still being written is read only up to what was complete then.
+    """
     try:
         handle = path.open("rb")
     except OSError as exc:
         raise TranscriptSourceError(str(path), type(exc).__name__) from None
     with handle:
         line_no = 0
-        while True:
+        offset = 0
+        while end_offset is None or offset < end_offset:
+            limit = MAX_LINE_BYTES + 1 if end_offset is None else min(MAX_LINE_BYTES + 1, end_offset - offset)
             try:
-                raw = handle.readline(MAX_LINE_BYTES + 1)
+                raw = handle.readline(limit)
             except OSError as exc:
                 raise TranscriptSourceError(str(path), type(exc).__name__) from None
             if not raw:
                 return
             line_no += 1
+            offset += len(raw)
             if len(raw) > MAX_LINE_BYTES:
                 raise ImportFormatError(str(path), line_no, f"line longer than {MAX_LINE_BYTES} bytes")
             if not raw.strip():
@@ -412,7 +427,7 @@ def iter_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
                 raise ImportFormatError(str(path), line_no, "JSON nested too deeply") from None
             if not isinstance(record, dict):
                 raise ImportFormatError(str(path), line_no, "not a JSON object")
-            yield line_no, record
+            yield line_no, offset, record
 
 
 def _file_mtime_ts(path: Path) -> str:

@@ -1,0 +1,381 @@
+"""Live import: a transcript that is still being written, turned into ``events.jsonl`` as it grows.
+
+An agent hook (``omray hook claude-code``, ``omray hook codex``) must return at once, so it only
+records a *mark*: how many bytes of the transcript were complete when the hook ran and whether a
+turn ended there (:func:`append_mark`, one short append). A background process then brings the
+session's events up to date (:func:`sync_session`) and dispatches the turns that ended.
+
+Files, next to the session's ``events.jsonl`` (``.hatfield/sessions/<session>/``):
+
+* ``live.marks.jsonl``: the marks, appended by hooks (one ``write`` of one short line each);
+* ``live.cursor.json``: what :func:`sync_session` did: marks applied, events appended, turns
+  waiting for dispatch (written atomically);
+* ``live.lock``: held while syncing or dispatching, so concurrent calls never append twice.
+
+Guarantees. The conversion is a pure function of the transcript bytes up to the last mark and
+the offsets of the closing marks (:func:`convert_through`): the same importer
+(``persistence.importers``) runs from the first record each time, closes the turn (``agent_end``)
+at every closing mark, and stops at the last mark without flushing what is still open. So its
+output for more marks always extends its output for fewer, and the events file only ever grows:
+events already in the file (by seq) are never written again, a half-written last transcript line
+is never read (a mark counts complete lines only), and a half-written last events line left by a
+crash is cut before appending. A turn is waiting for dispatch from the moment its ``agent_end``
+is appended until :func:`mark_dispatched` says the queue accepted it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from persistence.importers.claude_code import ClaudeCodeConverter
+from persistence.importers.codex import CodexConverter
+from persistence.importers.common import (
+    RecordConverter,
+    TranscriptBuilder,
+    TranscriptFormat,
+    TranscriptImportError,
+    iter_record_spans,
+)
+from protocol.errors import OmrayError
+
+MARKS_FILE = "live.marks.jsonl"
+CURSOR_FILE = "live.cursor.json"
+LOCK_FILE = "live.lock"
+EVENTS_FILE = "events.jsonl"
+
+DIRECTORY_MODE = 0o700
+FILE_MODE = 0o600
+
+LIVE_FALLBACK_TS = "1970-01-01T00:00:00+00:00"
+"""Timestamp of records before the first dated one: fixed, so every re-conversion is identical."""
+
+LOCK_TIMEOUT_S = 120.0
+"""Longest wait for another process's sync of the same session."""
+
+_TAIL_CHUNK = 64 * 1024
+
+LIVE_CONVERTERS: dict[TranscriptFormat, type[RecordConverter]] = {
+    "claude-code": ClaudeCodeConverter,
+    "codex": CodexConverter,
+}
+"""Formats a live hook follows."""
+
+
+class LiveImportError(OmrayError):
+    """The session's live state cannot be read or written (names the file and the error class)."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"live import state {self.path!r} unusable: {reason}")
+
+
+class Mark(BaseModel):
+    """One hook call: the transcript had ``offset`` complete bytes; ``close`` ends the turn there."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    transcript: str
+    """Absolute path of the transcript."""
+    format: TranscriptFormat
+    """Transcript format."""
+    offset: int = Field(ge=0)
+    """Bytes of the transcript, through its last newline, when the hook ran."""
+    close: bool
+    """Whether a turn ended at this point (Stop, PreCompact, SessionEnd, a Codex turn)."""
+
+
+class Boundary(BaseModel):
+    """A turn's terminal ``agent_end`` in the events file, waiting for dispatch."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    end_seq: int = Field(ge=1)
+    """Seq of the ``agent_end`` event."""
+    turn_no: int = Field(ge=0)
+    """Its turn number."""
+
+
+class LiveCursor(BaseModel):
+    """What :func:`sync_session` did for one session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    marks_applied: int = 0
+    """Marks the events file reflects."""
+    last_seq: int = 0
+    """Seq of the last event appended by a sync."""
+    pending: tuple[Boundary, ...] = ()
+    """Turns appended but not accepted by the queue yet, in seq order."""
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """Output of :func:`convert_through`: the events past ``after_seq`` and the turns they close."""
+
+    lines: tuple[str, ...]
+    """Events lines with ``seq > after_seq``, in order (newline-terminated)."""
+    last_seq: int
+    """Seq of the last event of the whole conversion (0 when none)."""
+    boundaries: tuple[Boundary, ...]
+    """``agent_end`` events with ``seq > after_seq``."""
+
+
+# ----------------------------------------------------------------------------------- pure parts
+
+
+def close_points(marks: Sequence[Mark]) -> tuple[int, tuple[int, ...]]:
+    """``(target, closes)``: read through the furthest mark, close turns at the closing marks' offsets.
+
+    Offsets never move backwards: a mark below an earlier one (a transcript that was truncated or
+    replaced) counts at the furthest offset seen before it.
+    """
+    furthest = 0
+    closes: list[int] = []
+    for mark in marks:
+        furthest = max(furthest, mark.offset)
+        if mark.close and (not closes or closes[-1] != furthest):
+            closes.append(furthest)
+    return furthest, tuple(closes)
+
+
+def convert_through(
+    transcript_format: TranscriptFormat,
+    source: Path,
+    session_id: str,
+    target: int,
+    closes: Sequence[int],
+    after_seq: int,
+) -> Conversion:
+    """Convert ``source[:target]`` with the importer, ending the open turn at each offset of ``closes``.
+
+    Deterministic in its inputs. Raises the importer's typed errors for a malformed record.
+    """
+    lines: list[str] = []
+    boundaries: list[Boundary] = []
+
+    def keep(line: str) -> None:
+        event = json.loads(line)
+        if event["seq"] <= after_seq:
+            return
+        lines.append(line)
+        if event["type"] == "agent_end":
+            boundaries.append(Boundary(end_seq=event["seq"], turn_no=event["turn_no"]))
+
+    builder = TranscriptBuilder(session_id, keep, LIVE_FALLBACK_TS)
+    converter = LIVE_CONVERTERS[transcript_format](builder, str(source))
+    pending_closes = list(closes)
+    for line_no, end, record in iter_record_spans(source, target):
+        while pending_closes and pending_closes[0] < end:
+            pending_closes.pop(0)
+            builder.finish()
+        converter.handle(record, line_no)
+    if pending_closes:
+        builder.finish()
+    return Conversion(lines=tuple(lines), last_seq=builder.stats.last_seq, boundaries=tuple(boundaries))
+
+
+def pending_after_dispatch(pending: Iterable[Boundary], accepted_through: int) -> tuple[Boundary, ...]:
+    """The boundaries still waiting once every turn through ``accepted_through`` was accepted."""
+    return tuple(boundary for boundary in pending if boundary.end_seq > accepted_through)
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def complete_length(path: Path) -> int:
+    """Bytes of ``path`` through its last newline (0 when it has none or does not exist)."""
+    try:
+        with path.open("rb") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            position = end
+            while position > 0:
+                start = max(0, position - _TAIL_CHUNK)
+                handle.seek(start)
+                chunk = handle.read(position - start)
+                newline = chunk.rfind(b"\n")
+                if newline >= 0:
+                    return start + newline + 1
+                position = start
+    except FileNotFoundError:
+        return 0
+    return 0
+
+
+def _ensure_dir(directory: Path) -> None:
+    directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+
+
+def append_mark(session_dir: Path, mark: Mark) -> None:
+    """Append ``mark`` durably (one ``write`` of one line, then fsync); never takes the lock."""
+    _ensure_dir(session_dir)
+    path = session_dir / MARKS_FILE
+    line = (mark.model_dump_json() + "\n").encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise LiveImportError(path, type(exc).__name__) from None
+
+
+def read_marks(session_dir: Path) -> list[Mark]:
+    """The complete, valid marks of a session, in order (a half-written or foreign line is skipped)."""
+    path = session_dir / MARKS_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise LiveImportError(path, type(exc).__name__) from None
+    marks: list[Mark] = []
+    for raw in data[: data.rfind(b"\n") + 1].splitlines():
+        try:
+            marks.append(Mark.model_validate_json(raw))
+        except ValidationError:
+            continue  # not a mark this version wrote: skip it rather than stop the session
+    return marks
+
+
+def read_cursor(session_dir: Path) -> LiveCursor:
+    """The session's cursor (a fresh one when there is none yet)."""
+    path = session_dir / CURSOR_FILE
+    try:
+        return LiveCursor.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return LiveCursor()
+    except (OSError, ValidationError) as exc:
+        raise LiveImportError(path, type(exc).__name__) from None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, FILE_MODE)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _write_cursor(session_dir: Path, cursor: LiveCursor) -> None:
+    try:
+        _write_atomically(session_dir / CURSOR_FILE, cursor.model_dump_json().encode("utf-8"))
+    except OSError as exc:
+        raise LiveImportError(session_dir / CURSOR_FILE, type(exc).__name__) from None
+
+
+def _last_seq_repairing_tail(events_path: Path) -> int:
+    """Seq of the events file's last complete line; a half-written line after it is cut off."""
+    length = complete_length(events_path)
+    try:
+        size = events_path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size > length:
+        with events_path.open("r+b") as handle:
+            handle.truncate(length)
+            os.fsync(handle.fileno())
+    if length == 0:
+        return 0
+    with events_path.open("rb") as handle:
+        handle.seek(max(0, length - _TAIL_CHUNK))
+        tail = handle.read(length - max(0, length - _TAIL_CHUNK))
+    last_line = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    try:
+        seq = json.loads(last_line)["seq"]
+    except (ValueError, KeyError, TypeError):
+        raise LiveImportError(events_path, "last line is not an omray event") from None
+    if not isinstance(seq, int):
+        raise LiveImportError(events_path, "last line is not an omray event")
+    return seq
+
+
+def _append_lines(events_path: Path, lines: Sequence[str]) -> None:
+    fd = os.open(events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(lines)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def session_lock(session_dir: Path, timeout_s: float = LOCK_TIMEOUT_S) -> FileLock:
+    """The session's lock file (held by a sync or a dispatch bookkeeping step)."""
+    _ensure_dir(session_dir)
+    return FileLock(str(session_dir / LOCK_FILE), timeout=timeout_s, mode=FILE_MODE)
+
+
+def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
+    """Bring ``events.jsonl`` up to the session's marks; returns the cursor (turns waiting included).
+
+    Idempotent and safe to call from several processes at once (the session lock). Raises
+    :class:`LiveImportError` for unusable state files and the importer's typed errors
+    (:class:`~persistence.importers.TranscriptImportError`) for a malformed transcript line; in
+    both cases nothing is appended.
+    """
+    with session_lock(session_dir):
+        cursor = read_cursor(session_dir)
+        marks = read_marks(session_dir)
+        if not marks or cursor.marks_applied >= len(marks):
+            return cursor
+        first = marks[0]
+        target, closes = close_points(marks)
+        events_path = session_dir / EVENTS_FILE
+        in_file = _last_seq_repairing_tail(events_path)
+        conversion = convert_through(
+            first.format, Path(first.transcript), session_id, target, closes, min(in_file, cursor.last_seq)
+        )
+        new_lines = [line for line in conversion.lines if json.loads(line)["seq"] > in_file]
+        try:
+            if new_lines:
+                _append_lines(events_path, new_lines)
+        except OSError as exc:
+            raise LiveImportError(events_path, type(exc).__name__) from None
+        known = {boundary.end_seq for boundary in cursor.pending}
+        added = [b for b in conversion.boundaries if b.end_seq > cursor.last_seq and b.end_seq not in known]
+        updated = LiveCursor(
+            marks_applied=len(marks),
+            last_seq=max(conversion.last_seq, cursor.last_seq),
+            pending=(*cursor.pending, *added),
+        )
+        _write_cursor(session_dir, updated)
+        return updated
+
+
+def mark_dispatched(session_dir: Path, accepted_through: int) -> LiveCursor:
+    """Drop the waiting turns through ``accepted_through`` (the queue accepted them)."""
+    with session_lock(session_dir):
+        cursor = read_cursor(session_dir)
+        updated = cursor.model_copy(
+            update={"pending": pending_after_dispatch(cursor.pending, accepted_through)}
+        )
+        _write_cursor(session_dir, updated)
+        return updated
+
+
+def has_work(session_dir: Path) -> bool:
+    """Whether the session has marks not applied yet or turns waiting for dispatch (no lock taken)."""
+    try:
+        cursor = read_cursor(session_dir)
+        return bool(cursor.pending) or cursor.marks_applied < len(read_marks(session_dir))
+    except LiveImportError:
+        return False  # unusable state: a sync would fail the same way; reported when it runs
+
+
+SYNC_ERRORS: tuple[type[OmrayError], ...] = (LiveImportError, TranscriptImportError)
+"""What :func:`sync_session` raises for bad input or state (typed, without content)."""
