@@ -255,7 +255,8 @@ def codex_changes(config_path: Path, command: str, project: Path | None, remove:
             del document["notify"]
         else:
             document["notify"] = notify  # tomlkit puts a new top-level key before the first table
-    return [Change(config_path, before, tomlkit.dumps(document))]
+    after = tomlkit.dumps(document)
+    return [Change(config_path, before, after if after.strip() else "")]
 
 
 def write_change(change: Change) -> None:

@@ -1,0 +1,155 @@
+"""`omray integrate` on temporary settings files that already hold other hooks and servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import tomlkit
+from typer.testing import CliRunner
+
+from cluster.cli import app
+from cluster.integrate import (
+    CLAUDE_CODE_HOOKS,
+    merge_claude_hooks,
+    merge_codex_notify,
+    remove_claude_hooks,
+    remove_codex_notify,
+)
+
+HOOK = "omray hook claude-code"
+THEIR_SETTINGS = {
+    "permissions": {"allow": ["Bash(npm test)"]},
+    "hooks": {
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./guard.sh"}]}],
+        "SessionStart": [
+            {"matcher": "startup", "hooks": [{"type": "command", "command": "cat NOTES.md"}]},
+        ],
+    },
+}
+THEIR_MCP = {"mcpServers": {"github": {"command": "gh-mcp", "args": ["--stdio"]}}}
+THEIR_CODEX = """# my Codex setup
+model = "o4-mini"
+notify = ["python3", "/home/me/notify.py"]
+
+[mcp_servers.docs]
+command = "docs-server"
+args = ["--port", "0"]
+
+[profiles.fast]
+model = "o4-mini"
+"""
+
+
+def test_claude_hooks_merge_keeps_theirs_is_idempotent_and_removes_cleanly() -> None:
+    merged = merge_claude_hooks(THEIR_SETTINGS, HOOK)
+    assert merge_claude_hooks(merged, HOOK) == merged
+    assert merged["permissions"] == THEIR_SETTINGS["permissions"]
+    assert merged["hooks"]["PreToolUse"] == THEIR_SETTINGS["hooks"]["PreToolUse"]
+    assert merged["hooks"]["Stop"][0] == THEIR_SETTINGS["hooks"]["Stop"][0]
+    for event, matcher in CLAUDE_CODE_HOOKS:
+        ours = [g for g in merged["hooks"][event] if any(h["command"] == HOOK for h in g["hooks"])]
+        assert len(ours) == 1 and ours[0].get("matcher") == matcher
+    assert remove_claude_hooks(merged, HOOK) == THEIR_SETTINGS
+    assert remove_claude_hooks(merge_claude_hooks({}, HOOK), HOOK) == {}
+
+
+def test_remove_keeps_other_hooks_in_a_shared_group() -> None:
+    shared = {
+        "hooks": {
+            "Stop": [{"hooks": [{"type": "command", "command": HOOK}, {"type": "command", "command": "x"}]}]
+        }
+    }
+    assert remove_claude_hooks(shared, HOOK) == {
+        "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}
+    }
+
+
+def test_codex_notify_chains_an_existing_program_and_restores_it() -> None:
+    hook = ["omray", "hook", "codex"]
+    theirs = ["python3", "/home/me/notify.py"]
+    chained = merge_codex_notify(theirs, hook)
+    assert chained == [*hook, "--", *theirs]
+    assert merge_codex_notify(chained, hook) == chained
+    assert remove_codex_notify(chained, hook) == theirs
+    assert merge_codex_notify(None, hook) == hook and remove_codex_notify(hook, hook) is None
+    assert remove_codex_notify(theirs, hook) == theirs
+
+
+def _claude_project(tmp_path: Path) -> Path:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(json.dumps(THEIR_SETTINGS, indent=4))
+    (tmp_path / ".mcp.json").write_text(json.dumps(THEIR_MCP))
+    return tmp_path
+
+
+def test_cli_claude_code_dry_run_apply_again_and_remove(tmp_path: Path) -> None:
+    project = _claude_project(tmp_path)
+    before = {p: p.read_text() for p in (project / ".claude" / "settings.json", project / ".mcp.json")}
+    runner = CliRunner()
+    dry = runner.invoke(app, ["integrate", "claude-code", "--project", str(project), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "+++" in dry.output and "hook claude-code" in dry.output and '"omray"' in dry.output
+    assert {p: p.read_text() for p in before} == before  # dry run wrote nothing
+
+    applied = runner.invoke(app, ["integrate", "claude-code", "--project", str(project)])
+    assert applied.exit_code == 0, applied.output
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    servers = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert servers["github"] == THEIR_MCP["mcpServers"]["github"] and servers["omray"]["args"] == ["mcp"]
+    assert settings["hooks"]["PreToolUse"] == THEIR_SETTINGS["hooks"]["PreToolUse"]
+    again = runner.invoke(app, ["integrate", "claude-code", "--project", str(project)])
+    assert again.output.count("unchanged") == 2
+
+    removed = runner.invoke(app, ["integrate", "claude-code", "--project", str(project), "--remove"])
+    assert removed.exit_code == 0, removed.output
+    assert json.loads((project / ".claude" / "settings.json").read_text()) == THEIR_SETTINGS
+    assert json.loads((project / ".mcp.json").read_text()) == THEIR_MCP
+
+
+def test_cli_refuses_a_file_that_does_not_parse(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text("{not json")
+    result = CliRunner().invoke(app, ["integrate", "claude-code", "--project", str(tmp_path)])
+    assert result.exit_code == 2 and "not valid JSON" in result.output
+    assert (tmp_path / ".claude" / "settings.json").read_text() == "{not json"
+    assert not (tmp_path / ".mcp.json").exists()
+
+
+def test_cli_codex_keeps_comments_servers_and_notify_and_removes_exactly(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(THEIR_CODEX)
+    runner = CliRunner()
+    applied = runner.invoke(app, ["integrate", "codex", "--codex-config", str(config)])
+    assert applied.exit_code == 0, applied.output
+    text = config.read_text()
+    assert text.startswith("# my Codex setup\n")
+    document = tomlkit.parse(text)
+    assert document["mcp_servers"]["docs"]["command"] == "docs-server"
+    assert document["mcp_servers"]["omray"]["args"] == ["mcp"]
+    assert list(document["notify"])[-3:] == ["--", "python3", "/home/me/notify.py"]
+    assert list(document["notify"])[1:3] == ["hook", "codex"]
+    assert document["profiles"]["fast"]["model"] == "o4-mini"
+    assert "unchanged" in runner.invoke(app, ["integrate", "codex", "--codex-config", str(config)]).output
+
+    removed = runner.invoke(app, ["integrate", "codex", "--codex-config", str(config), "--remove"])
+    assert removed.exit_code == 0, removed.output
+    assert config.read_text() == THEIR_CODEX
+
+
+def test_cli_codex_on_a_fresh_config(tmp_path: Path) -> None:
+    config = tmp_path / "codex" / "config.toml"
+    runner = CliRunner()
+    project = tmp_path / "proj"
+    result = runner.invoke(
+        app, ["integrate", "codex", "--codex-config", str(config), "--project", str(project)]
+    )
+    assert result.exit_code == 0, result.output
+    document = tomlkit.parse(config.read_text())
+    assert list(document["notify"])[1:] == ["hook", "codex", "--project", str(project.resolve())]
+    assert list(document["mcp_servers"]["omray"]["args"]) == ["mcp", "--project", str(project.resolve())]
+    runner.invoke(
+        app, ["integrate", "codex", "--codex-config", str(config), "--project", str(project), "--remove"]
+    )
+    assert not config.exists()
