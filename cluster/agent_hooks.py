@@ -41,8 +41,8 @@ from persistence.importers.live import (
     Mark,
     append_mark,
     complete_length,
-    has_work,
     mark_dispatched,
+    read_marks,
     sync_session,
 )
 from protocol.agent_hooks import (
@@ -126,23 +126,26 @@ def _write_status(project: Path, status: dict[str, Any]) -> None:
         logger.info("hook status not written", extra={"error_class": type(exc).__name__})
 
 
-def record_runtime(project: Path, running: bool, reason: str = "") -> None:
-    """The dispatcher's finding; a change resets "shown", so each outage is reported once."""
+def record_problem(project: Path, message: str | None) -> None:
+    """The dispatcher's finding (``None``: all well). A new problem is shown once by the next hook.
+
+    ``message`` names files, lines and error classes only, never transcript or memory text.
+    """
     previous = _read_status(project)
-    state = "running" if running else "missing"
-    if previous.get("runtime") == state:
+    if previous.get("message") == message:
         return
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    _write_status(project, {"runtime": state, "reason": reason, "since": now, "shown": False})
+    _write_status(project, {"message": message, "since": now, "shown": False})
 
 
-def runtime_notice(project: Path) -> str | None:
-    """The message to show the user now, once per outage (marks it shown)."""
+def problem_notice(project: Path) -> str | None:
+    """The problem to show the user now, once per problem (marks it shown)."""
     status = _read_status(project)
-    if status.get("runtime") != "missing" or status.get("shown"):
+    message = status.get("message")
+    if not isinstance(message, str) or status.get("shown"):
         return None
     _write_status(project, {**status, "shown": True})
-    return RUNTIME_MISSING_MESSAGE
+    return message
 
 
 # ------------------------------------------------------------------------------ the dispatcher
@@ -191,24 +194,28 @@ def dispatch_project(project: Path, connect: Connect = _connect) -> bool:
     from protocol.events import AfterTurnCommit, EventSummary
 
     client: Any = None
+    problem: str | None = None
     try:
         for directory in live_sessions(project):
             try:
                 cursor = sync_session(directory, directory.name)
-            except SYNC_ERRORS as exc:
+            except SYNC_ERRORS as exc:  # this session waits for a fix; the others go on
                 logger.warning(
                     "live import failed", extra={"run_id": directory.name, "error_class": type(exc).__name__}
                 )
+                problem = f"omray: session {directory.name!r} is not observed: {exc}"
                 continue
             if not cursor.pending:
                 continue
             if client is None:
                 try:
                     client = connect(project)
-                except RuntimeNotRunningError as exc:
-                    record_runtime(project, running=False, reason=type(exc).__name__)
+                except RuntimeNotRunningError:
+                    record_problem(project, RUNTIME_MISSING_MESSAGE)
                     return False
-                record_runtime(project, running=True)
+                except OmrayError as exc:  # bad settings, a rejected token: say which
+                    record_problem(project, f"omray: cannot observe this project's sessions: {exc}")
+                    return False
             events_path = directory / "events.jsonl"
             for boundary in cursor.pending:
                 context = AfterTurnCommit(
@@ -225,14 +232,16 @@ def dispatch_project(project: Path, connect: Connect = _connect) -> bool:
     finally:
         if client is not None:
             client.close()
+    record_problem(project, problem)
     return True
 
 
 def run_dispatcher(project: Path, connect: Connect = _connect) -> None:
-    """Be the project's one dispatcher until no work is left (exits at once when another runs).
+    """Be the project's one dispatcher while marks keep arriving (exits at once when another runs).
 
-    After releasing the lock it looks for work once more: a hook that wrote a mark while this
-    process was finishing, and found the lock still held, relies on it.
+    After releasing the lock it looks once more for marks that arrived during its pass: a hook
+    that wrote one then, and found the lock still held, relies on it. Work it could not finish
+    (no runtime, a transcript line that does not parse) waits for the next hook call.
     """
     lock = FileLock(str(project / ".hatfield" / DISPATCH_LOCK), timeout=0, mode=0o600)
     while True:
@@ -241,13 +250,16 @@ def run_dispatcher(project: Path, connect: Connect = _connect) -> None:
         except Timeout:
             return
         try:
+            seen = _mark_counts(project)
             runtime_up = dispatch_project(project, connect)
         finally:
             lock.release()
-        if not runtime_up:
+        if not runtime_up or _mark_counts(project) == seen:
             return
-        if not any(has_work(directory) for directory in live_sessions(project)):
-            return
+
+
+def _mark_counts(project: Path) -> dict[Path, int]:
+    return {directory: len(read_marks(directory)) for directory in live_sessions(project)}
 
 
 # ---------------------------------------------------------------------------------- hook calls
@@ -298,7 +310,7 @@ def claude_code_hook(raw: str, explicit_project: Path | None) -> dict[str, Any] 
     if not event.transcript_path:
         return None
     observe_mark(project, event.session_id, Path(event.transcript_path), "claude-code", action == "close")
-    notice = runtime_notice(project)
+    notice = problem_notice(project)
     return system_message_output(notice) if notice else None
 
 

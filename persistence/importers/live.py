@@ -368,14 +368,5 @@ def mark_dispatched(session_dir: Path, accepted_through: int) -> LiveCursor:
         return updated
 
 
-def has_work(session_dir: Path) -> bool:
-    """Whether the session has marks not applied yet or turns waiting for dispatch (no lock taken)."""
-    try:
-        cursor = read_cursor(session_dir)
-        return bool(cursor.pending) or cursor.marks_applied < len(read_marks(session_dir))
-    except LiveImportError:
-        return False  # unusable state: a sync would fail the same way; reported when it runs
-
-
 SYNC_ERRORS: tuple[type[OmrayError], ...] = (LiveImportError, TranscriptImportError)
 """What :func:`sync_session` raises for bad input or state (typed, without content)."""

@@ -15,7 +15,8 @@ from cluster.agent_hooks import (
     codex_hook,
     codex_rollout,
     dispatch_project,
-    runtime_notice,
+    problem_notice,
+    run_dispatcher,
     session_dir,
 )
 from persistence.importers.live import read_cursor
@@ -140,7 +141,7 @@ def test_a_missing_runtime_keeps_the_turns_and_is_reported_once(tmp_path: Path, 
     first = claude_code_hook(_hook("Stop", tmp_path, transcript), tmp_path)
     assert first == {"systemMessage": RUNTIME_MISSING_MESSAGE}
     assert claude_code_hook(_hook("Stop", tmp_path, transcript), tmp_path) is None
-    assert runtime_notice(tmp_path) is None
+    assert problem_notice(tmp_path) is None
     client = FakeClient()
     assert dispatch_project(tmp_path, lambda project: client) is True
     assert client.calls and read_cursor(session_dir(tmp_path, SESSION)).pending == ()
@@ -174,3 +175,17 @@ def test_codex_notification_marks_the_threads_rollout(
     client = FakeClient()
     assert dispatch_project(project.resolve(), lambda p: client) is True
     assert client.calls and all(ctx.run_id == thread for ctx in client.calls)
+
+
+def test_a_corrupt_transcript_line_is_reported_once_and_never_spins_the_dispatcher(
+    tmp_path: Path, no_spawn: list[Path]
+) -> None:
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes((FIXTURES / "claude-code-session.jsonl").read_bytes() + b"{not json\n")
+    claude_code_hook(_hook("Stop", tmp_path, transcript), tmp_path)
+    client = FakeClient()
+    run_dispatcher(tmp_path, lambda project: client)  # returns: the bad line waits for a fix
+    assert client.calls == [] and not (session_dir(tmp_path, SESSION) / "events.jsonl").exists()
+    notice = claude_code_hook(_hook("Stop", tmp_path, transcript), tmp_path)
+    assert notice is not None and "line 19" in notice["systemMessage"] and "not json" not in str(notice)
+    assert claude_code_hook(_hook("Stop", tmp_path, transcript), tmp_path) is None
