@@ -1,4 +1,6 @@
-"""Real Claude Code transcripts replayed line by line through `omray hook claude-code`, on real Ray.
+"""Agent sessions replayed through `omray hook claude-code` / `omray hook codex`, on real Ray.
+
+Claude Code: the real transcripts of ``shared/data/transcripts/claude-code``.
 
 The transcript is written the way Claude Code writes it, one record at a time, and the hook is
 run as Claude Code runs it (a fresh process, the hook JSON on stdin, with the next line already
@@ -143,10 +145,19 @@ def _coverage_ranges(db_path: Path, session_id: str) -> list[tuple[int, int]]:
     return [(int(start), int(end)) for start, end in rows]
 
 
-@pytest.mark.skipif(not TRANSCRIPTS, reason="shared/data/transcripts/claude-code is not present")
-def test_real_sessions_replayed_through_the_hook_are_observed_once(
-    names: RuntimeNames, tmp_path: Path
-) -> None:
+def _assert_observed_once(db_path: Path, session_id: str, events_path: Path) -> list[int]:
+    """Events count 1..N, the last one ends a turn, and coverage ranges tile 1..N (each event once)."""
+    seqs = [event.seq for event in iter_events(events_path)]
+    assert seqs == list(range(1, len(seqs) + 1)) and seqs
+    assert [e.type for e in iter_events(events_path, seqs[-1], seqs[-1])] == ["agent_end"]
+    ranges = _coverage_ranges(db_path, session_id)
+    assert ranges[0][0] == 1 and ranges[-1][1] == seqs[-1]
+    assert all(later[0] == earlier[1] + 1 for earlier, later in itertools.pairwise(ranges))
+    return seqs
+
+
+def _project(names: RuntimeNames, tmp_path: Path) -> tuple[Path, dict[str, str], OmrayClient]:
+    """A project observed with the builtin model, the hook environment, and a client to wait with."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "omray.yaml").write_text(
@@ -159,40 +170,87 @@ def test_real_sessions_replayed_through_the_hook_are_observed_once(
         "OMRAY_PREFIX": names.prefix,
         "CLAUDE_PROJECT_DIR": str(project),
     }
+    settings = {"model": "builtin/extractive", "storage": {"database": str(project / "om.sqlite")}}
+    return project, env, OmrayClient(names, settings=settings, cwd=project)
+
+
+def _dispatched(session_dir: Path) -> bool:
+    cursor = read_cursor(session_dir)
+    return not cursor.pending and cursor.marks_applied == len(read_marks(session_dir))
+
+
+@pytest.mark.skipif(not TRANSCRIPTS, reason="shared/data/transcripts/claude-code is not present")
+def test_real_sessions_replayed_through_the_hook_are_observed_once(
+    names: RuntimeNames, tmp_path: Path
+) -> None:
+    project, env, client = _project(names, tmp_path)
     replays = [Replay(source, project, env) for source in TRANSCRIPTS]
     for replay in replays:
         replay.run()
         assert replay.stops >= 1
 
-    def all_dispatched() -> bool:
-        for replay in replays:
-            cursor = read_cursor(replay.session_dir)
-            if cursor.pending or cursor.marks_applied < len(read_marks(replay.session_dir)):
-                return False
-        return True
-
-    assert_eventually(all_dispatched, timeout_s=240, interval_s=0.5, message="hook turns not dispatched")
-    db_path = project / "om.sqlite"
-    client = OmrayClient(
-        names, settings={"model": "builtin/extractive", "storage": {"database": str(db_path)}}, cwd=project
+    assert_eventually(
+        lambda: all(_dispatched(replay.session_dir) for replay in replays),
+        timeout_s=240,
+        interval_s=0.5,
+        message="hook turns not dispatched",
     )
     assert client.wait_idle(timeout_s=240)
-
+    db_path = project / "om.sqlite"
     for replay in replays:
-        events = list(iter_events(replay.session_dir / "events.jsonl"))
-        seqs = [event.seq for event in events]
-        assert seqs == list(range(1, len(events) + 1))
-        turn_ends = [event.seq for event in events if event.type == "agent_end"]
-        assert turn_ends and turn_ends[-1] == seqs[-1]  # PreCompact closed the last turn
-        ranges = _coverage_ranges(db_path, replay.session_id)
-        # Observed once: coverage ranges never overlap, leave no hole, and reach the last event.
-        assert ranges[0][0] == 1 and ranges[-1][1] == seqs[-1]
-        assert all(later[0] == earlier[1] + 1 for earlier, later in itertools.pairwise(ranges))
+        _assert_observed_once(db_path, replay.session_id, replay.session_dir / "events.jsonl")
         assert not [e for e in client.runtime_events(replay.session_id) if "failed" in str(e.get("type"))]
-
         projection = project_memory(db_path, replay.session_id)
         assert projection.strip()
         output = replay.hook("SessionStart", source="compact", model="claude-sonnet-4-5")
         assert output is not None
         context = output["hookSpecificOutput"]
         assert context["hookEventName"] == "SessionStart" and projection in context["additionalContext"]
+
+
+CODEX_THREAD = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+CODEX_TURN_ENDS = (16, 24)
+"""Lines of ``tests/fixtures/transcripts/codex-rollout.jsonl`` after which Codex notifies a completed turn."""
+
+
+def test_codex_rollout_observed_as_it_grows(names: RuntimeNames, tmp_path: Path) -> None:
+    project, env, client = _project(names, tmp_path)
+    codex_home = tmp_path / "codex"
+    rollout = (
+        codex_home / "sessions" / "2026" / "03" / "04" / f"rollout-2026-03-04T10-00-00-{CODEX_THREAD}.jsonl"
+    )
+    rollout.parent.mkdir(parents=True)
+    lines = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "codex-rollout.jsonl"
+    ).read_bytes()
+    records = lines.splitlines(keepends=True)
+    env = {**env, "CODEX_HOME": str(codex_home)}
+    env.pop("CLAUDE_PROJECT_DIR")
+    written = 0
+    for turn, end in enumerate(CODEX_TURN_ENDS, start=1):
+        rollout.write_bytes(b"".join(records[:end]))
+        notification = {
+            "type": "agent-turn-complete",
+            "thread-id": CODEX_THREAD,
+            "turn-id": str(turn),
+            "cwd": str(project),
+            "input-messages": ["..."],
+            "last-assistant-message": "...",
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", "cluster.cli", "hook", "codex", json.dumps(notification)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
+        written = end
+    assert written == len(records)
+    session_dir = project / ".hatfield" / "sessions" / CODEX_THREAD
+    assert_eventually(lambda: _dispatched(session_dir), timeout_s=240, interval_s=0.5)
+    assert client.wait_idle(timeout_s=240)
+    seqs = _assert_observed_once(project / "om.sqlite", CODEX_THREAD, session_dir / "events.jsonl")
+    turn_ends = [e.seq for e in iter_events(session_dir / "events.jsonl") if e.type == "agent_end"]
+    assert len(turn_ends) == len(CODEX_TURN_ENDS) and turn_ends[-1] == seqs[-1]
+    assert project_memory(project / "om.sqlite", CODEX_THREAD).strip()
