@@ -68,7 +68,7 @@ hook_app = typer.Typer(
 SESSIONS_SUBDIR = Path(".hatfield") / "sessions"
 """Session folders under the project (the layout ``OmrayClient.events_path`` reads)."""
 STATUS_FILE = "omray-hook.status.json"
-"""Under ``<project>/.hatfield``: the dispatcher's last word on the runtime, and whether it was shown."""
+"""Under ``<project>/.hatfield``: the dispatcher's last problem (if any) and whether it was shown."""
 DISPATCH_LOCK = "omray-hook.dispatch.lock"
 """Under ``<project>/.hatfield``: held by the one dispatcher of the project."""
 PREFIX_ENV = "OMRAY_PREFIX"
@@ -99,7 +99,7 @@ def session_dir(project: Path, session_id: str) -> Path:
     return project / SESSIONS_SUBDIR / validate_session_id(session_id)
 
 
-# ------------------------------------------------------------------------- runtime status file
+# --------------------------------------------------------------------------------- status file
 
 
 def _status_path(project: Path) -> Path:
@@ -326,7 +326,7 @@ def codex_hook(raw: str, explicit_project: Path | None) -> None:
     notification = CodexNotification.model_validate_json(raw)
     if codex_action(notification) != "close":
         return
-    rollout = codex_rollout(notification.thread_id)
+    rollout = codex_rollout(validate_session_id(notification.thread_id))  # no path or glob tricks
     if rollout is None:
         logger.info("codex rollout not found", extra={"run_id": notification.thread_id})
         return
@@ -374,7 +374,7 @@ def codex_command(
     ] = None,
     project: ProjectOption = None,
 ) -> None:
-    """Codex ``notify`` program: observe the rollout after each turn (the JSON is the last argument).
+    """Codex notify program: observe the rollout after each turn (the JSON is the last argument).
 
     Words before the JSON are another notify program, run with the same JSON (so an existing
     ``notify`` keeps working).
