@@ -121,9 +121,11 @@ def chaos_command(
 
 
 def _register_more() -> None:
+    from bench.hook_bench import bench_hook_command
     from bench.search_bench import bench_search_command
 
     bench_app.command("search")(bench_search_command)
+    bench_app.command("hook")(bench_hook_command)
 
 
 _register_more()
