@@ -19,6 +19,7 @@ import difflib
 import enum
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -59,28 +60,46 @@ class SettingsFileError(OmrayError):
 # ----------------------------------------------------------------------------- pure: Claude Code
 
 
-def _is_ours(hook: object, command: str) -> bool:
-    return isinstance(hook, dict) and hook.get("type") == "command" and hook.get("command") == command
+def is_omray_command(words: Sequence[str], subcommand: str) -> bool:
+    """Whether ``words`` start an ``omray hook <subcommand>`` (``omray`` by name or by any path)."""
+    return len(words) >= 3 and Path(words[0]).name == "omray" and list(words[1:3]) == ["hook", subcommand]
+
+
+def _is_ours(hook: object) -> bool:
+    if not isinstance(hook, dict) or hook.get("type") != "command":
+        return False
+    try:
+        words = shlex.split(str(hook.get("command", "")))
+    except ValueError:  # unbalanced quotes: somebody else's command
+        return False
+    return is_omray_command(words, "claude-code")
 
 
 def merge_claude_hooks(settings: dict[str, Any], command: str) -> dict[str, Any]:
-    """``settings`` with omray's hook groups added where missing; everything else untouched."""
+    """``settings`` with omray's hook on each of its events; everything else untouched.
+
+    An omray hook already there (also one written with another path to ``omray``) is updated in
+    place, so running again never adds a second one.
+    """
     merged = copy.deepcopy(settings)
     hooks = merged.setdefault("hooks", {})
+    ours = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}
     for event, matcher in CLAUDE_CODE_HOOKS:
         groups = hooks.setdefault(event, [])
-        if any(_is_ours(hook, command) for group in groups for hook in group.get("hooks", [])):
-            continue
-        group: dict[str, Any] = {
-            "hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}]
-        }
-        if matcher is not None:
-            group = {"matcher": matcher, **group}
-        groups.append(group)
+        found = False
+        for group in groups:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            for index, hook in enumerate(inner if isinstance(inner, list) else []):
+                if _is_ours(hook):
+                    inner[index] = {**hook, "command": command}  # type: ignore[index]
+                    found = True
+        if not found:
+            group = {"hooks": [ours]} if matcher is None else {"matcher": matcher, "hooks": [ours]}
+            groups.append(group)
     return merged
 
 
-def remove_claude_hooks(settings: dict[str, Any], command: str) -> dict[str, Any]:
+def remove_claude_hooks(settings: dict[str, Any]) -> dict[str, Any]:
     """``settings`` without omray's hooks; groups and events left empty by that are dropped."""
     merged = copy.deepcopy(settings)
     hooks = merged.get("hooks")
@@ -93,10 +112,10 @@ def remove_claude_hooks(settings: dict[str, Any], command: str) -> dict[str, Any
         kept = []
         for group in groups:
             inner = group.get("hooks") if isinstance(group, dict) else None
-            if not isinstance(inner, list) or not any(_is_ours(hook, command) for hook in inner):
+            if not isinstance(inner, list) or not any(_is_ours(hook) for hook in inner):
                 kept.append(group)
                 continue
-            remaining = [hook for hook in inner if not _is_ours(hook, command)]
+            remaining = [hook for hook in inner if not _is_ours(hook)]
             if remaining:
                 kept.append({**group, "hooks": remaining})
         if kept:
@@ -131,23 +150,23 @@ def remove_mcp_server(config: dict[str, Any], key: str = "mcpServers") -> dict[s
 # ------------------------------------------------------------------------------------ pure: Codex
 
 
+def _chained(words: Sequence[str]) -> list[str]:
+    """The program an omray ``notify`` runs after itself (the words after ``--``), if any."""
+    return list(words[list(words).index("--") + 1 :]) if "--" in words else []
+
+
 def merge_codex_notify(current: Sequence[str] | None, hook: Sequence[str]) -> list[str]:
     """The ``notify`` command running omray's ``hook``, then the program that was there (if any)."""
     words = list(current or [])
-    if words[: len(hook)] == list(hook):
-        return words  # already ours (with or without a chained program)
-    return [*hook, "--", *words] if words else list(hook)
+    theirs = _chained(words) if is_omray_command(words, "codex") else words
+    return [*hook, "--", *theirs] if theirs else list(hook)
 
 
-def remove_codex_notify(current: Sequence[str] | None, hook: Sequence[str]) -> list[str] | None:
+def remove_codex_notify(current: Sequence[str] | None) -> list[str] | None:
     """The ``notify`` command without omray's hook: the chained program, or ``None`` for none."""
     words = list(current or [])
-    if words[: len(hook)] != list(hook):
-        return words or None
-    rest = words[len(hook) :]
-    if rest[:1] == ["--"]:
-        rest = rest[1:]
-    return rest or None
+    theirs = _chained(words) if is_omray_command(words, "codex") else words
+    return theirs or None
 
 
 # -------------------------------------------------------------------------------------- the files
@@ -206,13 +225,11 @@ def _json_change(path: Path, edit: Any) -> Change:
 
 def claude_code_changes(project: Path, command: str, remove: bool) -> list[Change]:
     """The changes to ``.claude/settings.json`` and ``.mcp.json`` of ``project``."""
-    hook_command = f"{command} hook claude-code"
+    hook_command = f"{shlex.quote(command)} hook claude-code"
     server = {"command": command, "args": ["mcp"]}
     if remove:
         return [
-            _json_change(
-                project / ".claude" / "settings.json", lambda d: remove_claude_hooks(d, hook_command)
-            ),
+            _json_change(project / ".claude" / "settings.json", remove_claude_hooks),
             _json_change(project / ".mcp.json", remove_mcp_server),
         ]
     return [
@@ -236,7 +253,7 @@ def codex_changes(config_path: Path, command: str, project: Path | None, remove:
     words = [str(word) for word in current] if isinstance(current, list) else None
     servers = document.get("mcp_servers")
     if remove:
-        notify = remove_codex_notify(words, hook)
+        notify = remove_codex_notify(words)
         if isinstance(servers, dict) and MCP_SERVER_NAME in servers:
             del servers[MCP_SERVER_NAME]
             if not servers:

@@ -51,8 +51,19 @@ def test_claude_hooks_merge_keeps_theirs_is_idempotent_and_removes_cleanly() -> 
     for event, matcher in CLAUDE_CODE_HOOKS:
         ours = [g for g in merged["hooks"][event] if any(h["command"] == HOOK for h in g["hooks"])]
         assert len(ours) == 1 and ours[0].get("matcher") == matcher
-    assert remove_claude_hooks(merged, HOOK) == THEIR_SETTINGS
-    assert remove_claude_hooks(merge_claude_hooks({}, HOOK), HOOK) == {}
+    assert remove_claude_hooks(merged) == THEIR_SETTINGS
+    assert remove_claude_hooks(merge_claude_hooks({}, HOOK)) == {}
+
+
+def test_an_omray_hook_written_with_another_path_is_updated_not_doubled() -> None:
+    old = merge_claude_hooks(THEIR_SETTINGS, "/old/venv/bin/omray hook claude-code")
+    merged = merge_claude_hooks(old, HOOK)
+    assert merged == merge_claude_hooks(THEIR_SETTINGS, HOOK)
+    assert remove_claude_hooks(old) == THEIR_SETTINGS
+    moved = merge_codex_notify(
+        ["/old/bin/omray", "hook", "codex", "--", "notify.py"], ["omray", "hook", "codex"]
+    )
+    assert moved == ["omray", "hook", "codex", "--", "notify.py"]
 
 
 def test_remove_keeps_other_hooks_in_a_shared_group() -> None:
@@ -61,7 +72,7 @@ def test_remove_keeps_other_hooks_in_a_shared_group() -> None:
             "Stop": [{"hooks": [{"type": "command", "command": HOOK}, {"type": "command", "command": "x"}]}]
         }
     }
-    assert remove_claude_hooks(shared, HOOK) == {
+    assert remove_claude_hooks(shared) == {
         "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}
     }
 
@@ -72,9 +83,9 @@ def test_codex_notify_chains_an_existing_program_and_restores_it() -> None:
     chained = merge_codex_notify(theirs, hook)
     assert chained == [*hook, "--", *theirs]
     assert merge_codex_notify(chained, hook) == chained
-    assert remove_codex_notify(chained, hook) == theirs
-    assert merge_codex_notify(None, hook) == hook and remove_codex_notify(hook, hook) is None
-    assert remove_codex_notify(theirs, hook) == theirs
+    assert remove_codex_notify(chained) == theirs
+    assert merge_codex_notify(None, hook) == hook and remove_codex_notify(hook) is None
+    assert remove_codex_notify(theirs) == theirs
 
 
 def _claude_project(tmp_path: Path) -> Path:
