@@ -34,10 +34,11 @@ import typer
 from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
-from persistence.importers import TranscriptFormat, validate_session_id
+from persistence.importers import validate_session_id
 from persistence.importers.live import (
     MARKS_FILE,
     SYNC_ERRORS,
+    LiveFormat,
     Mark,
     append_mark,
     complete_length,
@@ -275,7 +276,7 @@ def _read_stdin() -> str:
 
 
 def observe_mark(
-    project: Path, session_id: str, transcript: Path, transcript_format: TranscriptFormat, close: bool
+    project: Path, session_id: str, transcript: Path, transcript_format: LiveFormat, close: bool
 ) -> None:
     """Record how far ``transcript`` is complete (ending the turn there if ``close``); start a dispatcher."""
     mark = Mark(

@@ -31,6 +31,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -40,7 +41,6 @@ from persistence.importers.codex import CodexConverter
 from persistence.importers.common import (
     RecordConverter,
     TranscriptBuilder,
-    TranscriptFormat,
     TranscriptImportError,
     iter_record_spans,
 )
@@ -62,7 +62,10 @@ LOCK_TIMEOUT_S = 120.0
 
 _TAIL_CHUNK = 64 * 1024
 
-LIVE_CONVERTERS: dict[TranscriptFormat, type[RecordConverter]] = {
+LiveFormat = Literal["claude-code", "codex"]
+"""Transcript formats a live hook follows."""
+
+LIVE_CONVERTERS: dict[LiveFormat, type[RecordConverter]] = {
     "claude-code": ClaudeCodeConverter,
     "codex": CodexConverter,
 }
@@ -85,7 +88,7 @@ class Mark(BaseModel):
 
     transcript: str
     """Absolute path of the transcript."""
-    format: TranscriptFormat
+    format: LiveFormat
     """Transcript format."""
     offset: int = Field(ge=0)
     """Bytes of the transcript, through its last newline, when the hook ran."""
@@ -148,7 +151,7 @@ def close_points(marks: Sequence[Mark]) -> tuple[int, tuple[int, ...]]:
 
 
 def convert_through(
-    transcript_format: TranscriptFormat,
+    transcript_format: LiveFormat,
     source: Path,
     session_id: str,
     target: int,
