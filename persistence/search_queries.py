@@ -649,10 +649,14 @@ class SearchReader(MemoryReader):
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
         super().__init__(db_path)
         self._snapshots = SnapshotReader(db_path, _create_vocabularies)
+        # Projection gets a connection of its own: compaction in a fresh process then skips
+        # creating the vocabulary tables that only 1-2 character searches read.
+        self._projection_snapshots = SnapshotReader(db_path)
 
     def close(self) -> None:
-        """Close this thread's reused read connection (the next call reopens it)."""
+        """Close this thread's reused read connections (the next call reopens them)."""
         self._snapshots.close()
+        self._projection_snapshots.close()
 
     def trigram_index_present(self) -> bool:
         """Whether both trigram index tables exist and this SQLite can query them."""
@@ -710,7 +714,7 @@ class SearchReader(MemoryReader):
         its retained observations plus those past its watermark, or every observation before the first
         generation), read on the reused connection in projection order, without full records.
         """
-        return self._snapshots.run(
+        return self._projection_snapshots.run(
             lambda conn, names: select_projection(conn, run_id),
             ProjectionRows(reflections=(), observations=()),
             ACTIVE_MEMORY_TABLES,
@@ -722,7 +726,7 @@ class SearchReader(MemoryReader):
         Memoized per connection until any commit to the database (see
         :meth:`SnapshotReader.run`): a repeated compaction of an unchanged session reads nothing.
         """
-        return self._snapshots.run(
+        return self._projection_snapshots.run(
             lambda conn, names: select_projection_lines(conn, run_id, names),
             ProjectionLines(reflection_lines=(), observation_text=""),
             ACTIVE_MEMORY_TABLES,
