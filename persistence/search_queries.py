@@ -10,8 +10,10 @@ the plain scan returns; only the work differs:
 * ``trigram``: a quoted-phrase ``MATCH`` on the FTS5 trigram index (migration ``omray_002``) picks
   candidate rows by id and the very same ``LIKE`` decides. The tokenizer folds case (Unicode, a
   superset of the ASCII folding ``LIKE`` does), so every ``LIKE`` match is a candidate and ``LIKE``
-  alone removes the extra ones. Only for literal queries of 3+ characters with no NUL. Costs about
-  one id lookup per candidate: the plan for rare substrings.
+  alone removes the extra ones. A 1-2 character query takes instead the index terms that start
+  with it and the rows that end with it (``persistence.search_candidates``, migration
+  ``omray_006``). Only for literal queries with no NUL. Costs about one id lookup per candidate:
+  the plan for rare substrings, short ones too.
 * ``ordered``: walks the index in result order (migration ``omray_003``: time descending, id
   ascending), inside the date range, and stops at the ``fetch_limit``-th match. Costs one row per
   row visited: the plan for common substrings, short queries that match often, and narrow dates.
@@ -29,7 +31,7 @@ its candidates are few enough, else the scan. Every bounded probe caps the work 
 :class:`SearchReader` extends :class:`persistence.queries.MemoryReader`: same guarantees (read
 only, one snapshot per call, a missing file or missing tables give the empty answer).
 
-Length: about 850 lines, on purpose. The plans (scan, trigram, ordered walk, session) and the probes
+Length: about 780 lines, on purpose. The plans (scan, trigram, ordered walk, session) and the probes
 that choose between them share their SQL builders and scope filter, and the differential property
 test checks them as one unit against the scan.
 """
