@@ -551,12 +551,33 @@ def full_record_projection(db_path: Path, run_id: str) -> str:
     return render_active_memory(memory.reflections, memory.candidates.observations)
 
 
+def _commit_elsewhere(db_path: Path) -> None:
+    """A commit by another connection (a row in a bench-only table): every memoized read is stale."""
+    connection = sqlite3.connect(db_path)
+    try:
+        with connection:
+            connection.execute("CREATE TABLE IF NOT EXISTS bench_tick (tick INTEGER)")
+            connection.execute("INSERT INTO bench_tick (tick) VALUES (1)")
+    finally:
+        connection.close()
+
+
+def _after_commit_ms(db_path: Path) -> float:
+    _commit_elsewhere(db_path)
+    return _timed(lambda: project(db_path, ACTIVE_SESSION))[0]
+
+
 def measure_active_projection(db_path: Path, size: int, seed: int) -> dict[str, object]:
-    """Projection of one session with ``size`` active memories: cold process, warm process, baseline."""
+    """Projection of one session with ``size`` active memories: cold process, warm process, baseline.
+
+    Warm: repeated calls in this process (answered from the per-snapshot memo); after a commit: the
+    same process and connection right after another connection committed, so it reads again.
+    """
     build_active_session(db_path, size, seed)
     cold = [_cold_projection_ms(db_path) for _ in range(COLD_PROCESSES)]
     first_ms, text = _timed(lambda: project(db_path, ACTIVE_SESSION))
     warm = [_timed(lambda: project(db_path, ACTIVE_SESSION))[0] for _ in range(PROJECTION_REPEATS)]
+    after_commit = [_after_commit_ms(db_path) for _ in range(PROJECTION_REPEATS)]
     baseline_ms, baseline_text = _timed(lambda: full_record_projection(db_path, ACTIVE_SESSION))
     baseline = [baseline_ms] + [
         _timed(lambda: full_record_projection(db_path, ACTIVE_SESSION))[0] for _ in range(4)
@@ -569,6 +590,8 @@ def measure_active_projection(db_path: Path, size: int, seed: int) -> dict[str, 
         "active_projection_first_in_process_ms": round(first_ms, 3),
         "active_projection_warm_p50_ms": _percentile(warm, 0.5),
         "active_projection_warm_p99_ms": _percentile(warm, 0.99),
+        "active_projection_after_commit_p50_ms": _percentile(after_commit, 0.5),
+        "active_projection_after_commit_p99_ms": _percentile(after_commit, 0.99),
         "active_projection_baseline_p50_ms": _percentile(baseline, 0.5),
         "active_projection_baseline_max_ms": _percentile(baseline, 1.0),
     }
@@ -625,6 +648,8 @@ def bench_search_command(
                 f"    projection of {row['active_memories']} active memories: "
                 f"cold p50/max={figures['cold_p50_ms']}/{figures['cold_max_ms']} ms  "
                 f"warm p50/p99={figures['warm_p50_ms']}/{figures['warm_p99_ms']} ms  "
+                f"after a commit p50/p99={figures['after_commit_p50_ms']}/"
+                f"{figures['after_commit_p99_ms']} ms  "
                 f"baseline (full records) p50={figures['baseline_p50_ms']} ms  "
                 f"identical={figures['identical']}"
             )

@@ -176,8 +176,8 @@ def run_variant(variant: str, up_args: list[str], settle_s: float) -> UpRun:
         )
 
 
-VARIANTS: dict[str, list[str]] = {"dashboard": ["--dashboard"], "no-dashboard": ["--no-dashboard"]}
-"""``omray up`` as shipped, and without the dashboard (its modules are what a user can trade away)."""
+VARIANTS: dict[str, list[str]] = {"default": [], "dashboard": ["--dashboard"]}
+"""``omray up`` as shipped, and with Ray's dashboard (its modules, the state API, the log monitor)."""
 
 
 def run_up_bench(variants: list[str] | None = None, settle_s: float = 15.0) -> UpBenchResult:

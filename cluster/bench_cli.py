@@ -235,7 +235,7 @@ def all_command(
 
 
 VariantOption = typer.Option(
-    None, "--variant", help="dashboard and/or no-dashboard (default: both, in this order)."
+    None, "--variant", help="default and/or dashboard (default: both, in this order)."
 )
 
 

@@ -1,10 +1,12 @@
 """``omray up`` / ``omray down``: a local Ray head sized for this machine, plus omray's actors.
 
-``omray up`` starts a Ray head (dashboard on 127.0.0.1:8265, the GCS on port 6380 because Redis
-uses 6379) with token authentication on, or joins an existing cluster with ``--address``, then
-creates the named actors. It records the head it started (address, session directory) so
-``omray down`` stops exactly that head's processes and nothing else: never ``ray stop``, which
-stops every Ray cluster of the machine.
+``omray up`` starts a Ray head (the GCS on port 6380 because Redis uses 6379) with token
+authentication on, or joins an existing cluster with ``--address``, then creates the named actors.
+The head runs what omray uses: with ``--dashboard`` it also runs Ray's dashboard (web UI on
+127.0.0.1:8265, its module processes, the state API) and what only the dashboard's users read (the
+log monitor, which streams every worker's output to drivers, and the autoscaler monitor). It
+records the head it started (address, session directory) so ``omray down`` stops exactly that
+head's processes and nothing else: never ``ray stop``, which stops every Ray cluster of the machine.
 """
 
 from __future__ import annotations
@@ -89,9 +91,9 @@ def start_head(
     *,
     port: int = GCS_PORT,
     dashboard_port: int = DASHBOARD_PORT,
-    include_dashboard: bool = True,
+    include_dashboard: bool = False,
 ) -> RuntimeRecord:
-    """Start a local Ray head with the dashboard on loopback and token authentication on by default."""
+    """Start a local Ray head with token authentication on by default (the dashboard on loopback)."""
     env = dict(os.environ)
     auth = _auth_mode()
     env["RAY_AUTH_MODE"] = auth
@@ -110,6 +112,10 @@ def start_head(
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         "--disable-usage-stats",
     ]
+    if not include_dashboard:
+        # Ray keeps a minimal API server (usage stats only) without the dashboard; the monitors
+        # below serve only dashboard and `ray status` users. omray logs to files either way.
+        command += ["--include-log-monitor=false", "--no-monitor"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     if result.returncode != 0:
         raise BootstrapError(f"`ray start --head` failed with exit code {result.returncode}")
@@ -198,7 +204,7 @@ def up(
     *,
     port: int = GCS_PORT,
     dashboard_port: int = DASHBOARD_PORT,
-    include_dashboard: bool = True,
+    include_dashboard: bool = False,
 ) -> dict[str, Any]:
     """Start or join Ray, create omray's actors (resuming pending jobs) and record what was done.
 

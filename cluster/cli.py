@@ -49,7 +49,10 @@ def up(
     ] = None,
     port: Annotated[int, typer.Option(help="GCS port of the head omray starts or joins.")] = 6380,
     dashboard_port: Annotated[int, typer.Option(help="Dashboard port (on 127.0.0.1).")] = 8265,
-    dashboard: Annotated[bool, typer.Option(help="Start the Ray dashboard with the head.")] = True,
+    dashboard: Annotated[
+        bool,
+        typer.Option(help="Also run Ray's dashboard (web UI, state API) and log monitor with the head."),
+    ] = False,
 ) -> None:
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
     import os

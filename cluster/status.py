@@ -15,17 +15,7 @@ def runtime_status(address: str = "auto", names: RuntimeNames | None = None) -> 
     """Actors of the runtime with their state, plus the queue's status (ids and counts only)."""
     names = names or RuntimeNames()
     init_ray(address)
-    from ray.util.state import list_actors
-
-    actors = [
-        {"name": a.name, "state": a.state, "pid": a.pid, "node_id": a.node_id}
-        for a in list_actors(
-            address=ray.get_runtime_context().gcs_address,
-            filters=[("ray_namespace", "=", names.namespace)],
-            limit=1000,
-        )
-        if a.name and a.name.startswith(f"{names.prefix}.")
-    ]
+    actors = _actors(names)
     actors.sort(key=lambda a: (a["name"], a["state"] != "ALIVE"))
     queue: dict[str, Any] | None
     try:
@@ -37,3 +27,36 @@ def runtime_status(address: str = "auto", names: RuntimeNames | None = None) -> 
     except ray.exceptions.RayError:
         queue = None
     return {"actors": actors, "queue": queue}
+
+
+UNKNOWN_STATE = "UNKNOWN"
+"""An actor's state when the head runs no state API (``omray up`` without ``--dashboard``)."""
+
+
+def _actors(names: RuntimeNames) -> list[dict[str, Any]]:
+    """omray's actors with their state from Ray's state API, or only their names from the GCS.
+
+    The state API is a dashboard module; a head started without the dashboard still lists its
+    named actors.
+    """
+    from ray.util.state import list_actors
+    from ray.util.state.exception import RayStateApiException
+
+    prefix = f"{names.prefix}."
+    try:
+        found = list_actors(
+            address=ray.get_runtime_context().gcs_address,
+            filters=[("ray_namespace", "=", names.namespace)],
+            limit=1000,
+        )
+    except RayStateApiException:
+        return [
+            {"name": entry["name"], "state": UNKNOWN_STATE, "pid": None, "node_id": None}
+            for entry in ray.util.list_named_actors(all_namespaces=True)
+            if entry["namespace"] == names.namespace and entry["name"].startswith(prefix)
+        ]
+    return [
+        {"name": a.name, "state": a.state, "pid": a.pid, "node_id": a.node_id}
+        for a in found
+        if a.name and a.name.startswith(prefix)
+    ]

@@ -28,6 +28,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Final
 
 from sqlalchemy import Connection, Engine, Index, Table, select, text
 from sqlalchemy.dialects import sqlite
@@ -169,6 +170,61 @@ def _trigram_ddl(table: str, source: str, id_column: str) -> tuple[str, ...]:
     )
 
 
+OBSERVATION_LINE_TABLE = "omray_observation_line"
+"""Each observation's projection entry line, clustered by ``(run_id, timestamp, observation_id)``."""
+
+OBSERVATION_LINE_SQL: Final = (
+    "'[' || lower(substr({row}observation_id, 1, 12)) || '] ' || {row}timestamp || ' [' || {row}relevance"
+    " || '] ' || {row}content"
+)
+"""An observation's projection line in SQL (``{row}``: a row prefix such as ``new.``), the format of
+``actors.read.projector.render_active_memory``; a differential test keeps the two equal."""
+
+
+def _observation_line_ddl() -> tuple[str, ...]:
+    # Compaction renders a session's whole active pool at once; reading lines rendered at insert
+    # time, stored in projection order and clustered by session, costs a fraction of rendering
+    # each row on every call. Triggers keep it exact whoever writes om_observation (the PHP
+    # extension too); the table is derived data, rebuilt from om_observation here.
+    table, source = OBSERVATION_LINE_TABLE, schema.om_observation.name
+    columns = "run_id, timestamp, observation_id, source_end_seq, line"
+    insert = (
+        f"INSERT INTO {table} ({columns}) VALUES (new.run_id, new.timestamp, new.observation_id, "
+        f"new.source_end_seq, {OBSERVATION_LINE_SQL.format(row='new.')});"
+    )
+    delete = (
+        f"DELETE FROM {table} WHERE run_id = old.run_id AND timestamp = old.timestamp "
+        "AND observation_id = old.observation_id;"
+    )
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} (run_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
+        "observation_id TEXT NOT NULL, source_end_seq INTEGER NOT NULL, line TEXT NOT NULL, "
+        "PRIMARY KEY (run_id, timestamp, observation_id)) WITHOUT ROWID",
+        f"CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON {source} BEGIN {insert} END",
+        f"CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON {source} BEGIN {delete} END",
+        f"CREATE TRIGGER IF NOT EXISTS {table}_au AFTER UPDATE ON {source} BEGIN {delete} {insert} END",
+        f"DELETE FROM {table}",
+        f"INSERT INTO {table} ({columns}) SELECT run_id, timestamp, observation_id, source_end_seq, "
+        f"{OBSERVATION_LINE_SQL.format(row='')} FROM {source}",
+    )
+
+
+TAIL_INDEXES: Final = {
+    schema.om_observation.name: ("idx_omray_observation_tail1", "idx_omray_observation_tail2"),
+    schema.om_reflection.name: ("idx_omray_reflection_tail1", "idx_omray_reflection_tail2"),
+}
+"""Per memory table, its indexes on ``substr(content, -1)`` and ``substr(content, -2)``: with the
+trigram index they find every row holding a 1-2 character query (``persistence.search_queries``)."""
+
+
+def _tail_index_ddl() -> tuple[str, ...]:
+    return tuple(
+        f"CREATE INDEX IF NOT EXISTS {name} ON {table} (substr(content, -{length}))"
+        for table, names in TAIL_INDEXES.items()
+        for length, name in enumerate(names, start=1)
+    )
+
+
 OBSERVATION_ORDER_INDEX = "idx_omray_observation_time_id"
 """``om_observation(timestamp DESC, observation_id ASC)``: exact search's result order."""
 
@@ -236,6 +292,11 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "omray_005_observe_start",
         "Where each observe job started planning, so a retried job replays the same plan",
         _ddl([schema.omray_observe_start]),
+    ),
+    Migration(
+        "omray_006_read_path",
+        "Projection lines rendered at insert time, and content-tail indexes for 1-2 character exact search",
+        (*_observation_line_ddl(), *_tail_index_ddl()),
     ),
 )
 """omray's own additive migrations, in order."""

@@ -10,6 +10,10 @@ Guarantees, the same as :class:`persistence.queries.MemoryReader`: never creates
 writes the file; a missing file, or missing tables, give the caller's empty answer. The file's
 identity (device, inode) is checked on every call, so a deleted or replaced database is reopened,
 never read through a stale handle. A connection is never shared across threads or processes.
+
+A call may be memoized (``memo_key``): its answer is kept with the connection and returned again
+until ``PRAGMA data_version`` says another connection committed to the file (any commit, to any
+table), so a memoized answer is always the one the query would give on the current snapshot.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from stat import S_ISREG
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from persistence.connection import BUSY_TIMEOUT_MS
 from persistence.migrations import known_tables, tables_created_by
@@ -28,31 +32,59 @@ from protocol.errors import StorageError
 
 T = TypeVar("T")
 
-MMAP_BYTES: Final[int] = 256 * 1024 * 1024
-"""``PRAGMA mmap_size``: pages are read from the OS page cache without a copy (address space only)."""
+MMAP_BYTES: Final[int] = 2 * 1024 * 1024 * 1024
+"""``PRAGMA mmap_size``: pages are read from the OS page cache without a copy (address space only).
+Large enough for a 500,000-observation database (about 1.7 GB) to be mapped whole; SQLite caps it
+at its compile-time maximum."""
 
 STATEMENT_CACHE: Final[int] = 256
 """Prepared statements kept per connection."""
+
+MEMO_ENTRIES: Final[int] = 8
+"""Memoized answers kept per connection (the oldest goes first)."""
 
 Query = Callable[[sqlite3.Connection, frozenset[str]], T]
 """A read run inside one snapshot: the connection and the database's table and index names."""
 
 
 class _Cached:
-    __slots__ = ("connection", "identity", "names", "schema_version")
+    __slots__ = ("connection", "data_version", "identity", "memo", "names", "schema_version")
 
     def __init__(self, connection: sqlite3.Connection, identity: tuple[int, int, int]) -> None:
         self.connection = connection
         self.identity = identity
         self.schema_version = -1
         self.names: frozenset[str] = frozenset()
+        self.data_version = -1
+        self.memo: dict[Hashable, Any] = {}
+
+    def memo_for(self, key: Hashable) -> tuple[bool, Any]:
+        """``(True, answer)`` when ``key``'s answer is still that of this snapshot, else ``(False, None)``."""
+        version = int(self.connection.execute("PRAGMA data_version").fetchone()[0])
+        if version != self.data_version:
+            self.memo.clear()  # another connection committed: every kept answer may be stale
+            self.data_version = version
+        if key in self.memo:
+            return True, self.memo[key]
+        return False, None
+
+    def remember(self, key: Hashable, answer: Any) -> None:
+        """Keep ``answer`` for ``key`` (dropping the oldest beyond :data:`MEMO_ENTRIES`)."""
+        self.memo[key] = answer
+        while len(self.memo) > MEMO_ENTRIES:
+            del self.memo[next(iter(self.memo))]
 
 
 class SnapshotReader:
     """Read-only snapshots of one database file through a reused per-thread connection."""
 
-    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, db_path: str | os.PathLike[str], setup: Callable[[sqlite3.Connection], None] | None = None
+    ) -> None:
+        """``setup`` runs on each new connection before it turns query-only (it may create ``temp``
+        objects)."""
         self._path = Path(db_path).absolute()
+        self._setup = setup
         self._local = threading.local()
 
     def _connect(self) -> sqlite3.Connection:
@@ -65,6 +97,8 @@ class SnapshotReader:
             cached_statements=STATEMENT_CACHE,
         )
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if self._setup is not None:
+            self._setup(connection)
         connection.execute("PRAGMA query_only = ON")
         connection.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         return connection
@@ -110,8 +144,14 @@ class SnapshotReader:
             cached.schema_version = version
         return cached.names
 
-    def run(self, query: Query[T], empty: T, tables: Sequence[str] = ()) -> T:
-        """``query`` in one read snapshot; ``empty`` when the file or one of ``tables`` is missing."""
+    def run(
+        self, query: Query[T], empty: T, tables: Sequence[str] = (), memo_key: Hashable | None = None
+    ) -> T:
+        """``query`` in one read snapshot; ``empty`` when the file or one of ``tables`` is missing.
+
+        With ``memo_key`` the answer is memoized (see the module docstring): the key must name the
+        query and its arguments.
+        """
         try:
             cached = self._cached()
             if cached is None:
@@ -119,11 +159,17 @@ class SnapshotReader:
             connection = cached.connection
             connection.execute("BEGIN")
             try:
-                names = self._names(cached)
+                names = self._names(cached)  # reads the schema cookie: the snapshot starts here
                 _check_not_damaged(connection, names, self._path)
                 if not names.issuperset(tables):
                     return empty
-                return query(connection, names)
+                if memo_key is None:
+                    return query(connection, names)
+                found, answer = cached.memo_for(memo_key)
+                if not found:
+                    answer = query(connection, names)
+                    cached.remember(memo_key, answer)
+                return cast(T, answer)
             finally:
                 connection.execute("COMMIT")
         except sqlite3.Error as exc:

@@ -10,8 +10,10 @@ the plain scan returns; only the work differs:
 * ``trigram``: a quoted-phrase ``MATCH`` on the FTS5 trigram index (migration ``omray_002``) picks
   candidate rows by id and the very same ``LIKE`` decides. The tokenizer folds case (Unicode, a
   superset of the ASCII folding ``LIKE`` does), so every ``LIKE`` match is a candidate and ``LIKE``
-  alone removes the extra ones. Only for literal queries of 3+ characters with no NUL. Costs about
-  one id lookup per candidate: the plan for rare substrings.
+  alone removes the extra ones. A 1-2 character query takes instead the index terms that start
+  with it and the rows that end with it (``persistence.search_candidates``, migration
+  ``omray_006``). Only for literal queries with no NUL. Costs about one id lookup per candidate:
+  the plan for rare substrings, short ones too.
 * ``ordered``: walks the index in result order (migration ``omray_003``: time descending, id
   ascending), inside the date range, and stops at the ``fetch_limit``-th match. Costs one row per
   row visited: the plan for common substrings, short queries that match often, and narrow dates.
@@ -29,7 +31,7 @@ its candidates are few enough, else the scan. Every bounded probe caps the work 
 :class:`SearchReader` extends :class:`persistence.queries.MemoryReader`: same guarantees (read
 only, one snapshot per call, a missing file or missing tables give the empty answer).
 
-Length: about 850 lines, on purpose. The plans (scan, trigram, ordered walk, session) and the probes
+Length: about 780 lines, on purpose. The plans (scan, trigram, ordered walk, session) and the probes
 that choose between them share their SQL builders and scope filter, and the differential property
 test checks them as one unit against the scan.
 """
@@ -43,7 +45,7 @@ import math
 import os
 import re
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -55,7 +57,15 @@ from persistence.migrations import (
     OBSERVATION_TRIGRAM_TABLE,
     REFLECTION_ORDER_INDEX,
     REFLECTION_TRIGRAM_TABLE,
+    TAIL_INDEXES,
     trigram_supported,
+)
+from persistence.projection_queries import (
+    ACTIVE_MEMORY_TABLES,
+    ProjectionLines,
+    ProjectionRows,
+    select_projection,
+    select_projection_lines,
 )
 from persistence.queries import (
     ActiveCandidateSet,
@@ -65,6 +75,13 @@ from persistence.queries import (
     select_active_candidate_set,
 )
 from persistence.read_connection import SnapshotReader
+from persistence.search_candidates import (
+    SHORT_QUERY_CHARACTERS,
+    Candidates,
+    tail_sql,
+    vocabulary_ddl,
+    vocabulary_sql,
+)
 from protocol.errors import SettingsError
 from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord, Relevance
 
@@ -78,9 +95,6 @@ SearchStrategy = Literal["auto", "trigram", "ordered", "session", "scan"]
 UsedStrategy = Literal["trigram", "ordered", "session", "scan"]
 """What a search actually did on one table."""
 
-TRIGRAM_MIN_CHARACTERS: Final[int] = 3
-"""Shortest literal query a trigram index can pre-filter."""
-
 RECALL_LOOKUP_LIMIT: Final[int] = 3
 """Rows fetched per id/prefix lookup: two are enough to tell "ambiguous"."""
 
@@ -91,14 +105,6 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 _OBSERVATION_TABLES: Final = ("om_observation",)
 _REFLECTION_TABLES: Final = ("om_reflection",)
-_ACTIVE_MEMORY_TABLES: Final = (
-    "om_observation",
-    "om_reflection",
-    "om_active_generation",
-    "om_memory_generation",
-    "om_generation_reflection",
-    "om_generation_retained_observation",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,57 +188,6 @@ class ReflectionHit:
     """ISO-8601 creation time."""
     content: str
     """Text."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectedObservation:
-    """What the projection shows of an active observation."""
-
-    observation_id: str
-    """Observation id."""
-    timestamp: str
-    """``YYYY-MM-DD HH:MM``."""
-    relevance: Relevance
-    """Observer's rating."""
-    content: str
-    """Text."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectedReflection:
-    """What the projection shows of an active reflection."""
-
-    reflection_id: str
-    """Reflection id."""
-    position: int
-    """Position in the active generation."""
-    content: str
-    """Text."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectionLines:
-    """A session's active memory as projection entry lines, in projection order, from one snapshot.
-
-    The lines are rendered by SQLite in the format of ``actors.read.projector.render_active_memory``
-    (a differential test keeps the two equal): for tens of thousands of active memories, building
-    one Python object per column costs more than the whole query.
-    """
-
-    reflection_lines: tuple[str, ...]
-    """``[<display id>] <content>``, by position, then id."""
-    observation_lines: tuple[str, ...]
-    """``[<display id>] <timestamp> [<relevance>] <content>``, by timestamp, then id."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectionRows:
-    """A session's active reflections and observations, in projection order, from one snapshot."""
-
-    reflections: tuple[ProjectedReflection, ...]
-    """By position, then id."""
-    observations: tuple[ProjectedObservation, ...]
-    """By timestamp, then id."""
 
 
 _OBSERVATION_HIT_COLUMNS: Final = "observation_id, run_id, timestamp, relevance, content"
@@ -322,12 +277,25 @@ def trigram_phrase(query: str) -> str:
 
 
 def uses_trigram(query: str) -> bool:
-    """Whether a literal query is long enough (and clean enough) for the trigram pre-filter.
+    """Whether a literal query is clean enough for the trigram pre-filter (see :func:`can_prefilter`).
 
     SQLite's ``LIKE`` stops reading its pattern at a NUL character, so such queries keep the scan
     to keep exactly its semantics.
     """
-    return len(query) >= TRIGRAM_MIN_CHARACTERS and "\0" not in query
+    return bool(query) and "\0" not in query
+
+
+def can_prefilter(query: str, search: SearchTable, names: Collection[str]) -> bool:
+    """Whether the trigram pre-filter applies to ``query`` on this table (``names``: the database's).
+
+    3+ characters need the trigram index; 1-2 characters also need the table's tail indexes and
+    ``json_each`` (``persistence.search_candidates``).
+    """
+    if not (uses_trigram(query) and trigram_supported() and search.trigram_table in names):
+        return False
+    if len(query) not in SHORT_QUERY_CHARACTERS:
+        return True
+    return json_each_supported() and all(index in names for index in TAIL_INDEXES[search.table])
 
 
 @functools.lru_cache(maxsize=1)
@@ -418,25 +386,30 @@ class TableSearch:
         """The plain scan: every row tested, every match sorted (``NOT INDEXED`` keeps that plan)."""
         return self._matching(f"{self.names.table} NOT INDEXED", "", self.names.time_column)
 
-    def trigram_sql(self, candidates: Sequence[int] | None = None) -> tuple[str, dict[str, Any]]:
+    def trigram_sql(self, candidates: Candidates | None = None) -> tuple[str, dict[str, Any]]:
         """Candidates by id from the trigram index, then the same ``LIKE`` and date bounds.
 
-        ``candidates`` are trigram-index rowids a probe already matched (so the phrase is not
-        matched twice); ``None`` matches the phrase here. The unary ``+`` keeps the date bounds off
-        every index, so candidates are always looked up by id rather than walked in time order.
+        ``candidates`` are what a probe already found (so the phrase is not matched twice);
+        ``None`` matches the phrase here. The unary ``+`` keeps the date bounds off every index, so
+        candidates are always looked up by id rather than walked in time order.
         """
         names = self.names
+        index = names.trigram_table
         if candidates is None:
-            selector = f"{names.trigram_table} MATCH :phrase"
+            candidate_ids = f"SELECT {names.id_column} FROM {index} WHERE {index} MATCH :phrase"
         else:
             selector = "rowid IN (SELECT value FROM json_each(:candidates))"
-        candidate_ids = f"SELECT {names.id_column} FROM {names.trigram_table} WHERE {selector}"
+            candidate_ids = f"SELECT {names.id_column} FROM {index} WHERE {selector}"
+            if candidates.tail_ids:
+                candidate_ids += " UNION ALL SELECT value FROM json_each(:tail_ids)"
         prefilter = f"{names.id_column} IN ({candidate_ids}) AND "
         sql, params = self._matching(names.table, prefilter, f"+{names.time_column}")
         if candidates is None:
             params["phrase"] = trigram_phrase(self.spec.query)
         else:
-            params["candidates"] = json.dumps(list(candidates))
+            params["candidates"] = json.dumps(list(candidates.trigram_rowids))
+            if candidates.tail_ids:
+                params["tail_ids"] = json.dumps(list(candidates.tail_ids))
         return sql, params
 
     def ordered_sql(self, stop: _OrderKey | None) -> tuple[str, dict[str, Any]]:
@@ -480,7 +453,9 @@ class TableSearch:
         return self._rows(self.scan_sql())
 
     def trigram_rows(self) -> list[_HitRow]:
-        """Matches by the trigram pre-filter."""
+        """Matches by the trigram pre-filter (a 1-2 character query: by all its candidates)."""
+        if len(self.spec.query) in SHORT_QUERY_CHARACTERS:
+            return self.candidate_rows(self.trigram_candidates(None))
         return self._rows(self.trigram_sql())
 
     def ordered_rows(self, stop: _OrderKey | None = None) -> list[_HitRow]:
@@ -502,24 +477,35 @@ class TableSearch:
         row = self._conn.execute(f"SELECT max(rowid) FROM {self.names.table}").fetchone()
         return int(row[0] or 0)
 
-    def trigram_candidates(self, cap: int) -> list[int] | None:
-        """Rowids of the trigram index's candidates, or ``None`` when there are ``cap`` or more.
+    def trigram_candidates(self, cap: int | None) -> Candidates | None:
+        """The rows that may match, or ``None`` when there are ``cap`` or more (``None``: no cap).
 
-        Reading stops at the cap, and rowids come from the index alone, so the probe stays cheap
-        for a common phrase.
+        A phrase of 3+ characters is matched on the trigram index; a 1-2 character query takes the
+        index terms that start with it and the rows that end with it (``persistence.search_candidates``).
+        Reading stops at the cap, and ids come from indexes alone, so the probe stays cheap for a
+        common query.
         """
-        index = self.names.trigram_table
-        rows = self._conn.execute(
-            f"SELECT rowid FROM {index} WHERE {index} MATCH :phrase LIMIT :cap",
-            {"phrase": trigram_phrase(self.spec.query), "cap": cap},
-        ).fetchall()
-        return None if len(rows) >= cap else [row[0] for row in rows]
+        query, names = self.spec.query, self.names
+        if len(query) in SHORT_QUERY_CHARACTERS:
+            rowids = self._conn.execute(*vocabulary_sql(names.trigram_table, query, cap)).fetchall()
+            tails = self._conn.execute(*tail_sql(names.table, names.id_column, query, cap)).fetchall()
+        else:
+            index = names.trigram_table
+            sql = f"SELECT rowid FROM {index} WHERE {index} MATCH :phrase"
+            params: dict[str, Any] = {"phrase": trigram_phrase(query)}
+            if cap is not None:
+                sql += " LIMIT :cap"
+                params["cap"] = cap
+            rowids, tails = self._conn.execute(sql, params).fetchall(), []
+        candidates = Candidates(tuple(row[0] for row in rowids), tuple(row[0] for row in tails))
+        return None if cap is not None and len(candidates) >= cap else candidates
 
-    def candidate_rows(self, candidates: list[int]) -> list[_HitRow]:
-        """Matches among probed trigram candidates (see :meth:`trigram_candidates`)."""
-        if not candidates:
+    def candidate_rows(self, candidates: Candidates | None) -> list[_HitRow]:
+        """Matches among probed candidates (see :meth:`trigram_candidates`)."""
+        if candidates is not None and not candidates:
             return []
-        return self._rows(self.trigram_sql(candidates if json_each_supported() else None))
+        short = len(self.spec.query) in SHORT_QUERY_CHARACTERS
+        return self._rows(self.trigram_sql(candidates if short or json_each_supported() else None))
 
 
 def choose_and_fetch(
@@ -562,12 +548,7 @@ def search_table(
 
     ``names`` are the database's table and index names.
     """
-    trigram_ok = (
-        strategy in ("auto", "trigram")
-        and uses_trigram(search.spec.query)
-        and trigram_supported()
-        and search.names.trigram_table in names
-    )
+    trigram_ok = strategy in ("auto", "trigram") and can_prefilter(search.spec.query, search.names, names)
     ordered_ok = strategy in ("auto", "ordered") and search.names.order_index in names
     session_ok = strategy in ("auto", "session") and search.scoped and search.names.session_index in names
     if strategy == "auto":
@@ -653,69 +634,11 @@ def _prefix_lookup(
     return list(conn.execute(text(sql), params))
 
 
-_ACTIVE_GENERATION_SQL: Final = (
-    "SELECT g.generation_id, g.status, g.required_end_seq FROM om_memory_generation g "
-    "JOIN om_active_generation a ON a.generation_id = g.generation_id WHERE a.run_id = :run_id"
-)
-_PROJECTED_REFLECTIONS_SQL: Final = (
-    "SELECT r.reflection_id, l.position, r.content FROM om_reflection r "
-    "JOIN om_generation_reflection l ON l.reflection_id = r.reflection_id "
-    "JOIN om_active_generation a ON a.generation_id = l.generation_id "
-    "WHERE a.run_id = :run_id ORDER BY l.position ASC, r.reflection_id ASC"
-)
-_PROJECTED_OBSERVATIONS_SQL: Final = (
-    "SELECT observation_id, timestamp, relevance, content FROM om_observation WHERE run_id = :run_id{pool} "
-    "ORDER BY timestamp ASC, observation_id ASC"
-)
-_POOL_AFTER_GENERATION: Final = (
-    " AND (observation_id IN (SELECT observation_id FROM om_generation_retained_observation"
-    " WHERE generation_id = :generation_id) OR source_end_seq > :required_end_seq)"
-)
-
-
-_REFLECTION_LINE: Final = "'[' || lower(substr(r.reflection_id, 1, 12)) || '] ' || r.content"
-_OBSERVATION_LINE: Final = (
-    "'[' || lower(substr(observation_id, 1, 12)) || '] ' || timestamp || ' [' || relevance || '] ' || content"
-)
-
-
-def select_projection_lines(conn: sqlite3.Connection, run_id: str) -> ProjectionLines:
-    """:meth:`SearchReader.projection_lines` on an open connection (the rows of :func:`select_projection`)."""
-    params: dict[str, Any] = {"run_id": run_id}
-    reflections = conn.execute(
-        _PROJECTED_REFLECTIONS_SQL.replace("r.reflection_id, l.position, r.content", _REFLECTION_LINE, 1),
-        params,
-    ).fetchall()
-    generation = conn.execute(_ACTIVE_GENERATION_SQL, params).fetchone()
-    pool = ""
-    if generation is not None and generation[1] == "succeeded" and isinstance(generation[2], int):
-        pool = _POOL_AFTER_GENERATION
-        params["generation_id"], params["required_end_seq"] = generation[0], generation[2]
-    sql = _PROJECTED_OBSERVATIONS_SQL.format(pool=pool).replace(
-        "observation_id, timestamp, relevance, content", _OBSERVATION_LINE, 1
-    )
-    observations = conn.execute(sql, params).fetchall()
-    return ProjectionLines(
-        reflection_lines=tuple(row[0] for row in reflections),
-        observation_lines=tuple(row[0] for row in observations),
-    )
-
-
-def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:
-    """:meth:`SearchReader.projection` on an open connection (rules of ``select_active_candidate_set``)."""
-    params: dict[str, Any] = {"run_id": run_id}
-    reflections = tuple(
-        ProjectedReflection(*row) for row in conn.execute(_PROJECTED_REFLECTIONS_SQL, params).fetchall()
-    )
-    generation = conn.execute(_ACTIVE_GENERATION_SQL, params).fetchone()
-    pool = ""
-    if generation is not None and generation[1] == "succeeded" and isinstance(generation[2], int):
-        pool = _POOL_AFTER_GENERATION
-        params["generation_id"], params["required_end_seq"] = generation[0], generation[2]
-    rows = conn.execute(_PROJECTED_OBSERVATIONS_SQL.format(pool=pool), params).fetchall()
-    return ProjectionRows(
-        reflections=reflections, observations=tuple(ProjectedObservation(*row) for row in rows)
-    )
+def _create_vocabularies(conn: sqlite3.Connection) -> None:
+    """The trigram indexes' vocabulary tables, on a new read connection (1-2 character searches)."""
+    if trigram_supported():
+        for names in (OBSERVATION_SEARCH, REFLECTION_SEARCH):
+            conn.execute(vocabulary_ddl(names.trigram_table))
 
 
 class SearchReader(MemoryReader):
@@ -727,11 +650,15 @@ class SearchReader(MemoryReader):
 
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
         super().__init__(db_path)
-        self._snapshots = SnapshotReader(db_path)
+        self._snapshots = SnapshotReader(db_path, _create_vocabularies)
+        # Projection gets a connection of its own: compaction in a fresh process then skips
+        # creating the vocabulary tables that only 1-2 character searches read.
+        self._projection_snapshots = SnapshotReader(db_path)
 
     def close(self) -> None:
-        """Close this thread's reused read connection (the next call reopens it)."""
+        """Close this thread's reused read connections (the next call reopens them)."""
         self._snapshots.close()
+        self._projection_snapshots.close()
 
     def trigram_index_present(self) -> bool:
         """Whether both trigram index tables exist and this SQLite can query them."""
@@ -789,18 +716,23 @@ class SearchReader(MemoryReader):
         its retained observations plus those past its watermark, or every observation before the first
         generation), read on the reused connection in projection order, without full records.
         """
-        return self._snapshots.run(
+        return self._projection_snapshots.run(
             lambda conn, names: select_projection(conn, run_id),
             ProjectionRows(reflections=(), observations=()),
-            _ACTIVE_MEMORY_TABLES,
+            ACTIVE_MEMORY_TABLES,
         )
 
     def projection_lines(self, run_id: str) -> ProjectionLines:
-        """:meth:`projection` as rendered entry lines (:class:`ProjectionLines`): compaction's fast path."""
-        return self._snapshots.run(
-            lambda conn, names: select_projection_lines(conn, run_id),
-            ProjectionLines(reflection_lines=(), observation_lines=()),
-            _ACTIVE_MEMORY_TABLES,
+        """:meth:`projection` as rendered entry lines (:class:`ProjectionLines`): compaction's path.
+
+        Memoized per connection until any commit to the database (see
+        :meth:`SnapshotReader.run`): a repeated compaction of an unchanged session reads nothing.
+        """
+        return self._projection_snapshots.run(
+            lambda conn, names: select_projection_lines(conn, run_id, names),
+            ProjectionLines(reflection_lines=(), observation_text=""),
+            ACTIVE_MEMORY_TABLES,
+            memo_key=("projection_lines", run_id),
         )
 
     def active_memory(self, run_id: str) -> ActiveMemory:
@@ -813,7 +745,7 @@ class SearchReader(MemoryReader):
             )
 
         empty = ActiveMemory(reflections=(), candidates=_empty_candidate_set(run_id))
-        return self._run(query, empty, _ACTIVE_MEMORY_TABLES)
+        return self._run(query, empty, ACTIVE_MEMORY_TABLES)
 
     def find_observations(self, run_id: str, memory_id: str) -> list[ObservationRecord]:
         """Observations of ``run_id`` with this full id, or up to 3 whose id starts with this prefix."""

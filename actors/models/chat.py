@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, cast
 
-import openai
-from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocol.errors import ModelSettingsError, OmrayError, SettingsError
@@ -286,7 +284,13 @@ def run_tool_loop(
 # --- OpenAI-compatible endpoints -----------------------------------------------------------------
 
 
+# ``openai`` is imported where a client is made or used, not with this module: its types cost a
+# worker actor about half a second and tens of MB at start, before its first model call.
+
+
 def _category_for(exc: Exception) -> tuple[ModelErrorCategory, int | None]:
+    import openai
+
     # Order matters: the timeout and rate-limit classes are subclasses of the broader ones.
     if isinstance(exc, openai.APITimeoutError):
         return "timeout", None
@@ -322,6 +326,8 @@ class OpenAIChatModel:
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.thinking_off_body = dict(thinking_off_body) if thinking_off_body else None
+        import openai
+
         self._client = openai.OpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
         )
@@ -340,6 +346,8 @@ class OpenAIChatModel:
         thinking_off: bool = False,
     ) -> ChatResponse:
         """One ``chat.completions.create`` request with native tool calling."""
+        import openai
+
         extra: dict[str, Any] = {}
         if tools:
             extra["tools"] = [dict(tool) for tool in tools]
@@ -365,6 +373,8 @@ class OpenAIChatModel:
 
 
 def _chat_response(completion: Any) -> ChatResponse:
+    from openai.types.chat import ChatCompletionMessageFunctionToolCall
+
     choices = getattr(completion, "choices", None)
     if not choices:
         raise ModelCallError("bad_response")

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import httpx
-import openai
 
 from actors.models.chat import NO_KEY_PLACEHOLDER, MissingApiKeyError
 from actors.models.clients import ClientPool
@@ -207,7 +206,12 @@ def _api_key(api_key_env: str | None, environ: Mapping[str, str] | None) -> str:
     return value
 
 
+# ``openai`` is imported where a client is made or used (see ``actors.models.chat``).
+
+
 def _openai_reason(exc: Exception) -> tuple[str, int | None]:
+    import openai
+
     # Order matters: the timeout class is a subclass of the connection class.
     if isinstance(exc, openai.APITimeoutError):
         return "timeout", None
@@ -257,6 +261,8 @@ class OpenAIEmbedder:
         self._model_id = model_id
         self.timeout_s = timeout_s
         self._dimensions: int | None = None
+        import openai
+
         self._client = openai.OpenAI(
             base_url=base_url,
             api_key=_api_key(api_key_env, environ),
@@ -280,6 +286,8 @@ class OpenAIEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Vectors for ``texts`` in input order (no request for an empty list)."""
+        import openai
+
         inputs = list(texts)
         if not inputs:
             return []

@@ -95,7 +95,8 @@ def project(db_path: DbPath, session_id: str) -> str:
     committed state of the database.
     """
     lines = reader_for(db_path).projection_lines(session_id)
-    return assemble_active_memory(lines.reflection_lines, lines.observation_lines)
+    observation_lines = (lines.observation_text,) if lines.observation_text else ()
+    return assemble_active_memory(lines.reflection_lines, observation_lines)
 
 
 def before_compaction(db_path: DbPath, ctx: BeforeCompactionContext) -> CompactionDecision:

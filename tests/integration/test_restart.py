@@ -59,6 +59,13 @@ def omray_home(tmp_path: Path, ray_cluster: ClusterInfo) -> Iterator[Path]:
         stop_head(session_dir, grace_s=5)  # no-op when down already stopped it
 
 
+def _cmdline(process: Any) -> list[str]:
+    try:
+        return list(process.cmdline())
+    except Exception:  # the process ended meanwhile
+        return []
+
+
 def covered_end(project: Path) -> int:
     settings = settings_from_mapping(SETTINGS)
     db = project / "om.sqlite"
@@ -174,6 +181,15 @@ def test_down_stops_only_the_head_up_started(omray_home: Path) -> None:
     ours = record(omray_home)["session_dir"]
     assert ours and ours != shared_session
     assert head_processes(ours)
+    # Without --dashboard the head runs no dashboard modules and no monitors, and `omray status`
+    # still names the actors (their state needs the dashboard's state API).
+    commands = [" ".join(_cmdline(process)) for process in head_processes(ours)]
+    assert not [c for c in commands if "ray-dashboard-" in c or "monitor.py" in c]
+    status = omray(omray_home, "status", "--json", f"--address=127.0.0.1:{port}")
+    assert status.returncode == 0, status.stderr[-2000:]
+    actors = json.loads(status.stdout)["actors"]
+    assert "omray.queue" in {actor["name"] for actor in actors}
+    assert {actor["state"] for actor in actors} == {"UNKNOWN"}
 
     stopped = omray(omray_home, "down")
     assert stopped.returncode == 0, stopped.stderr[-2000:]

@@ -175,6 +175,13 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("index", "idx_omray_runtime_event_run_seq"),
         ("index", "idx_omray_observation_time_id"),
         ("index", "idx_omray_reflection_time_id"),
+        ("table", "omray_observation_line"),
+        *[("trigger", f"omray_observation_line{suffix}") for suffix in ("_ai", "_ad", "_au")],
+        *[
+            ("index", f"idx_omray_{memory}_tail{n}")
+            for memory in ("observation", "reflection")
+            for n in (1, 2)
+        ],
     }
     assert added == omray_objects | trigram
     assert all(name.startswith(("omray_", "idx_omray_", "sqlite_")) for _, name in added)
@@ -186,8 +193,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_003_exact_search_order_indexes",
         "omray_004_job_identity_per_database",
         "omray_005_observe_start",
+        "omray_006_read_path",
     }
-    assert omray_versions <= set(versions) and len(versions) == 10
+    assert omray_versions <= set(versions) and len(versions) == 11
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from actors.read.projector import assemble_active_memory, render_active_memory
 from actors.read.service import project
-from persistence.read_connection import SnapshotReader
+from persistence.migrations import OBSERVATION_LINE_TABLE
+from persistence.projection_queries import ProjectionLines, select_projection_lines
+from persistence.read_connection import MEMO_ENTRIES, SnapshotReader
 from persistence.search_queries import SearchReader
 from persistence.store import Store
 from protocol.errors import StorageError
@@ -148,6 +150,44 @@ def test_projection_rows_render_like_the_full_active_memory(
     expected = render_active_memory(memory.reflections, memory.candidates.observations)
     assert render_active_memory(slim.reflections, slim.observations) == expected
     lines = reader.projection_lines("s1")
-    assert assemble_active_memory(lines.reflection_lines, lines.observation_lines) == expected
+    assert _assembled(lines) == expected
     assert project(db_path, "s1") == expected
     reader.close()
+    # A database without the stored lines (not migrated to omray_006 yet) renders them per row.
+    with sqlite3.connect(db_path) as conn:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")} - {OBSERVATION_LINE_TABLE}
+        assert _assembled(select_projection_lines(conn, "s1", names)) == expected
+
+
+def _assembled(lines: ProjectionLines) -> str:
+    return assemble_active_memory(
+        lines.reflection_lines, (lines.observation_text,) if lines.observation_text else ()
+    )
+
+
+def test_memoized_projection_is_reused_until_a_commit_then_read_again(store: Store, db_path: Path) -> None:
+    commit(store, [observation("a1", "first", run_id="s1")])
+    reader = SearchReader(db_path)
+    first = reader.projection_lines("s1")
+    assert reader.projection_lines("s1") is first  # nothing committed: the kept answer
+    commit(store, [observation("a2", "second", run_id="s2")])  # any commit, even another session's
+    again = reader.projection_lines("s1")
+    assert again is not first and again == first
+    commit(store, [observation("a3", "third", run_id="s1", timestamp="2026-07-28 00:00")])
+    assert reader.projection_lines("s1").observation_text.endswith("third")
+    reader.close()
+
+
+def test_memo_keeps_a_bounded_number_of_answers(store: Store, db_path: Path) -> None:
+    commit(store, [observation("a1", run_id="s1")])
+    reader = SnapshotReader(db_path)
+    calls: list[int] = []
+
+    def counted(key: int) -> int:
+        return reader.run(lambda conn, names: calls.append(key) or key, -1, memo_key=("count", key))
+
+    for key in range(MEMO_ENTRIES + 1):
+        counted(key)
+    counted(MEMO_ENTRIES)  # the newest is kept
+    counted(0)  # the oldest was dropped
+    assert calls == [*range(MEMO_ENTRIES + 1), 0]

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from actors.read.search import SearchRequest, search_in_memory, validate_search_arguments
 from actors.read.service import exact_search
-from persistence.migrations import OBSERVATION_TRIGRAM_TABLE, REFLECTION_TRIGRAM_TABLE, trigram_supported
+from persistence.migrations import (
+    OBSERVATION_TRIGRAM_TABLE,
+    REFLECTION_TRIGRAM_TABLE,
+    TAIL_INDEXES,
+    trigram_supported,
+)
+from persistence.search_candidates import Candidates, ascii_case_variants, tail_sql, trigram_fold
 from persistence.search_queries import (
     OBSERVATION_SEARCH,
     REFLECTION_SEARCH,
@@ -219,13 +225,53 @@ def test_migration_backfills_rows_written_before_it(tmp_path: Path) -> None:
     assert len(_search(db_path, "before the index", "trigram")) == 2
 
 
-def test_short_queries_and_missing_index_fall_back_to_the_scan(corpus: Corpus) -> None:
+def test_short_queries_without_tail_indexes_fall_back_to_the_scan(corpus: Corpus) -> None:
     corpus.add(["ab cd"], [], 0)
     request = validate_search_arguments({"query": "ab"})
     assert isinstance(request, SearchRequest)
-    assert SearchReader(corpus.db_path).exact_search(_spec(request), "trigram").strategy == "scan"
-    assert not uses_trigram("a\0bc") and uses_trigram("abc") and not uses_trigram("ab")
+    assert SearchReader(corpus.db_path).exact_search(_spec(request), "trigram").strategy == "trigram"
+    connection = sqlite3.connect(corpus.db_path)
+    with connection:
+        connection.execute(f"DROP INDEX {TAIL_INDEXES['om_observation'][1]}")
+    connection.close()
+    rows = SearchReader(corpus.db_path).exact_search(_spec(request), "trigram")
+    assert rows.observation_strategy == "scan" and len(rows.observations) == 1
+    assert not uses_trigram("a\0bc") and uses_trigram("abc") and uses_trigram("a")
     assert trigram_phrase('say "hi"') == '"say ""hi"""'
+
+
+@pytest.mark.parametrize(
+    ("text", "folded"), [("aB", "ab"), ("É", "é"), ("x_", "x_"), ("%", "%"), ("\u212a", "k")]
+)
+def test_trigram_fold_is_the_tokenizers(text: str, folded: str) -> None:
+    assert trigram_fold(text) == folded
+
+
+def test_ascii_case_variants_are_what_like_treats_as_equal() -> None:
+    assert ascii_case_variants("x_") == ["X_", "x_"]
+    assert ascii_case_variants("ab") == ["AB", "Ab", "aB", "ab"]
+    assert ascii_case_variants("é") == ["é"]
+
+
+@pytest.mark.parametrize("query", ["é", "x_", "%", "_", "d!", "q"])
+def test_short_rare_queries_find_rows_holding_them_anywhere(corpus: Corpus, query: str) -> None:
+    texts = [
+        f"{query}",
+        f"{query} at the start",
+        f"in the {query} middle",
+        f"ends with {query}",
+        f"tail{query}",
+    ]
+    texts += [f"{query.upper()}{query.upper()}", "nothing here"]
+    corpus.add(texts, [f"reflection ending {query}"], 0)
+    request = validate_search_arguments({"query": query, "limit": 50})
+    assert isinstance(request, SearchRequest)
+    reader = SearchReader(corpus.db_path)
+    forced = reader.exact_search(_spec(request), "trigram")
+    scan = reader.exact_search(_spec(request), "scan")
+    assert forced.strategy == "trigram"
+    assert forced.observations == scan.observations and forced.reflections == scan.reflections
+    assert len(scan.observations) >= 5 and len(scan.reflections) == 1
 
 
 def test_missing_database_gives_empty_answers(tmp_path: Path) -> None:
@@ -277,7 +323,7 @@ def _minute(index: int) -> str:
 @pytest.fixture
 def branch_db(tmp_path: Path) -> Path:
     """120 observations a minute apart: 'zeta' and 'a' everywhere, 'needle' twice, 'oldword' in the
-    oldest 40, 'q!' in the oldest 5; one reflection."""
+    oldest 40, 'q!' in the oldest 12; one reflection."""
     db_path = tmp_path / "om.sqlite"
     rows = []
     for index in range(120):
@@ -286,7 +332,7 @@ def branch_db(tmp_path: Path) -> Path:
             words.append("needle")
         if index < 40:
             words.append("oldword")
-        if index < 5:
+        if index < 12:
             words.append("q!")
         rows.append(observation(f"{index:04x}", " ".join(words), timestamp=_minute(index), run_id="s"))
     with Store(db_path) as store:
@@ -301,7 +347,8 @@ def branch_db(tmp_path: Path) -> Path:
         ({"query": "needle"}, BRANCH_TUNING, "trigram"),  # 2 candidates < rare cap
         ({"query": "zeta"}, BRANCH_TUNING, "ordered"),  # common: the bounded walk finds 6 matches
         ({"query": "a"}, BRANCH_TUNING, "ordered"),  # short and common
-        ({"query": "q!"}, BRANCH_TUNING, "scan"),  # short and rare: the walk fails, no dates
+        ({"query": "q!"}, BRANCH_TUNING, "scan"),  # 12 candidates, all old: the walk fails, no dates
+        ({"query": "q!"}, dataclasses.replace(BRANCH_TUNING, min_candidate_cap=13), "trigram"),  # rare cap 13
         ({"query": "oldword"}, dataclasses.replace(BRANCH_TUNING, selective_fraction=2), "trigram"),
         ({"query": "oldword"}, dataclasses.replace(BRANCH_TUNING, selective_fraction=4), "scan"),
         ({"query": "q!", "before": _minute(29)}, BRANCH_TUNING, "ordered"),  # narrow range: walked whole
@@ -389,7 +436,8 @@ def test_result_order_queries_walk_the_new_index_without_sorting(branch_db: Path
 @pytest.mark.parametrize("names", [OBSERVATION_SEARCH, REFLECTION_SEARCH])
 def test_trigram_and_scan_plans_stay_off_the_order_index(branch_db: Path, names: SearchTable) -> None:
     for search in (_table_search(names), _table_search(names, "2026-07-01", "2026-07-01 01:00")):
-        for sql, params in (search.trigram_sql(), search.trigram_sql([1, 2])):
+        probed = (Candidates((1, 2)), Candidates((1,), ("a" * 64,)))
+        for sql, params in (search.trigram_sql(), *(search.trigram_sql(c) for c in probed)):
             plan = _plan(branch_db, sql, params)
             assert f"({names.id_column}=?)" in plan and names.order_index not in plan
             assert f"SCAN {names.trigram_table} VIRTUAL TABLE" in plan
@@ -397,6 +445,15 @@ def test_trigram_and_scan_plans_stay_off_the_order_index(branch_db: Path, names:
         plan = _plan(branch_db, sql, params)
         assert plan.startswith(f"SCAN {names.table}") and "INDEX" not in plan.split(" | ")[0]
         assert "TEMP B-TREE FOR ORDER BY" in plan
+
+
+@pytest.mark.parametrize("names", [OBSERVATION_SEARCH, REFLECTION_SEARCH])
+@pytest.mark.parametrize("query", ["a", "é!"])
+def test_tail_probes_read_the_tail_indexes(branch_db: Path, names: SearchTable, query: str) -> None:
+    plan = _plan(branch_db, *tail_sql(names.table, names.id_column, query, 10))
+    tail1, tail2 = TAIL_INDEXES[names.table]
+    assert "SCAN" not in plan.replace("SCAN 1 CONSTANT ROW", "")
+    assert tail2 in plan and (tail1 in plan) == (len(query) == 1)
 
 
 @pytest.mark.parametrize("names", [OBSERVATION_SEARCH, REFLECTION_SEARCH])

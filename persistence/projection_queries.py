@@ -1,0 +1,151 @@
+"""Read-only queries of the compaction projection (reference §8, §10.2), on a plain ``sqlite3`` connection.
+
+The selection is that of ``persistence.queries.select_active_candidate_set``: the active
+generation's reflections; its retained observations plus those past its watermark, or every
+observation of the session before the first generation succeeded.
+
+Two shapes: :class:`ProjectionRows` (the shown columns of each memory) and :class:`ProjectionLines`
+(the entry lines already rendered, compaction's path). The observation lines come from
+``omray_observation_line`` (migration ``omray_006``: each line rendered once, when its row was
+written, stored in projection order and clustered by session), or are rendered by SQLite per row
+on a database without that table. Both follow ``actors.read.projector.render_active_memory``,
+which a differential test keeps them equal to.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Final
+
+from persistence.migrations import OBSERVATION_LINE_SQL, OBSERVATION_LINE_TABLE
+from protocol.records import Relevance
+
+ACTIVE_MEMORY_TABLES: Final = (
+    "om_observation",
+    "om_reflection",
+    "om_active_generation",
+    "om_memory_generation",
+    "om_generation_reflection",
+    "om_generation_retained_observation",
+)
+"""The tables the active-memory selection reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedObservation:
+    """What the projection shows of an active observation."""
+
+    observation_id: str
+    """Observation id."""
+    timestamp: str
+    """``YYYY-MM-DD HH:MM``."""
+    relevance: Relevance
+    """Observer's rating."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedReflection:
+    """What the projection shows of an active reflection."""
+
+    reflection_id: str
+    """Reflection id."""
+    position: int
+    """Position in the active generation."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionLines:
+    """A session's active memory as rendered entry lines, in projection order, from one snapshot.
+
+    For tens of thousands of active memories, building one Python object per column (or per
+    row) costs more than the query, so the observations come as one text.
+    """
+
+    reflection_lines: tuple[str, ...]
+    """``[<display id>] <content>``, by position, then id."""
+    observation_text: str
+    """The lines ``[<display id>] <timestamp> [<relevance>] <content>``, by timestamp, then id,
+    joined by ``"\\n"`` (``""`` when there are none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionRows:
+    """A session's active reflections and observations, in projection order, from one snapshot."""
+
+    reflections: tuple[ProjectedReflection, ...]
+    """By position, then id."""
+    observations: tuple[ProjectedObservation, ...]
+    """By timestamp, then id."""
+
+
+_ACTIVE_GENERATION_SQL: Final = (
+    "SELECT g.generation_id, g.status, g.required_end_seq FROM om_memory_generation g "
+    "JOIN om_active_generation a ON a.generation_id = g.generation_id WHERE a.run_id = :run_id"
+)
+_REFLECTIONS_SQL: Final = (
+    "SELECT {columns} FROM om_reflection r "
+    "JOIN om_generation_reflection l ON l.reflection_id = r.reflection_id "
+    "JOIN om_active_generation a ON a.generation_id = l.generation_id "
+    "WHERE a.run_id = :run_id ORDER BY l.position ASC, r.reflection_id ASC"
+)
+_OBSERVATIONS_SQL: Final = (
+    "SELECT {columns} FROM {source} WHERE run_id = :run_id{pool} ORDER BY timestamp ASC, observation_id ASC"
+)
+_POOL_AFTER_GENERATION: Final = (
+    " AND (observation_id IN (SELECT observation_id FROM om_generation_retained_observation"
+    " WHERE generation_id = :generation_id) OR source_end_seq > :required_end_seq)"
+)
+_REFLECTION_LINE: Final = "'[' || lower(substr(r.reflection_id, 1, 12)) || '] ' || r.content"
+
+
+def _pool(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
+    """The pool filter of the session's active generation (``""``: every observation), binding its values."""
+    generation = conn.execute(_ACTIVE_GENERATION_SQL, params).fetchone()
+    if generation is None or generation[1] != "succeeded" or not isinstance(generation[2], int):
+        return ""
+    params["generation_id"], params["required_end_seq"] = generation[0], generation[2]
+    return _POOL_AFTER_GENERATION
+
+
+def select_projection_lines(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> ProjectionLines:
+    """The session's active memory as :class:`ProjectionLines` (``names``: the database's table names)."""
+    params: dict[str, Any] = {"run_id": run_id}
+    reflections = conn.execute(_REFLECTIONS_SQL.format(columns=_REFLECTION_LINE), params).fetchall()
+    pool = _pool(conn, params)
+    if OBSERVATION_LINE_TABLE in names:
+        # One text built by SQLite: a Python string per row costs more than the rest of the query.
+        # The subquery's order is the stored lines' clustered primary key, the table's only access
+        # path, so the rows reach group_concat in projection order.
+        lines = _OBSERVATIONS_SQL.format(columns="line", source=OBSERVATION_LINE_TABLE, pool=pool)
+        joined = conn.execute(f"SELECT group_concat(line, char(10)) FROM ({lines})", params).fetchone()[0]
+        observation_text = joined or ""
+    else:
+        line = OBSERVATION_LINE_SQL.format(row="")
+        sql = _OBSERVATIONS_SQL.format(columns=line, source="om_observation", pool=pool)
+        observation_text = "\n".join([row[0] for row in conn.execute(sql, params).fetchall()])
+    return ProjectionLines(
+        reflection_lines=tuple(row[0] for row in reflections), observation_text=observation_text
+    )
+
+
+def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:
+    """The session's active memory as :class:`ProjectionRows`."""
+    params: dict[str, Any] = {"run_id": run_id}
+    reflection_rows = conn.execute(
+        _REFLECTIONS_SQL.format(columns="r.reflection_id, l.position, r.content"), params
+    ).fetchall()
+    pool = _pool(conn, params)
+    columns = "observation_id, timestamp, relevance, content"
+    rows = conn.execute(
+        _OBSERVATIONS_SQL.format(columns=columns, source="om_observation", pool=pool), params
+    ).fetchall()
+    return ProjectionRows(
+        reflections=tuple(ProjectedReflection(*row) for row in reflection_rows),
+        observations=tuple(ProjectedObservation(*row) for row in rows),
+    )
