@@ -29,6 +29,7 @@ from actors.reflector.core import (
     ReflectorError,
     ReflectorInput,
     ReflectPayload,
+    RequestLocalIdMap,
     build_reflector_input,
     claim_conflict_error,
     claim_reaction,
@@ -88,6 +89,7 @@ class MemoryPort(Protocol):
     def generation(self, generation_id: str) -> GenerationRecord | None: ...
     def active_reflections(self, run_id: str) -> list[ActiveReflection]: ...
     def active_candidate_set(self, run_id: str) -> CandidateSetLike: ...
+    def all_observations(self, run_id: str) -> list[ObservationRecord]: ...
 
 
 class StorePort(Protocol):
@@ -319,7 +321,11 @@ def _work(
 
     if job_id:
         _set_activity(ports, reflector_activity(run_id, job_id, pool.token_count, ports.now_utc()))
-    reflector_input = build_reflector_input(ports.memory.active_reflections(run_id), pool.observations)
+    reflector_input = build_reflector_input(
+        ports.memory.active_reflections(run_id),
+        pool.observations,
+        RequestLocalIdMap.for_session(ports.memory.all_observations(run_id)),
+    )
     chat_model, _context_window = ports.resolve_model(payload.reflector_model)
     new_reflections = _run_reflector(payload, reflector_input, chat_model, ports, result)
     drops = _run_dropper(
