@@ -140,7 +140,7 @@ class OmrayClient:
             self._log_rejection_once(ctx, exc)
             return None
         try:
-            envelope = self._turn_envelope(context, events_path)
+            envelope = self.turn_envelope(context, events_path)
             if envelope is None:
                 return None
             return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s)
@@ -150,8 +150,11 @@ class OmrayClient:
             )
             return None
 
-    def _turn_envelope(self, context: AfterTurnCommit, events_path: str | Path | None) -> JobEnvelope | None:
-        """The observe job a committed batch sends, if any (``actors.observer.trigger.dispatch_signal``).
+    def turn_envelope(
+        self, context: AfterTurnCommit, events_path: str | Path | None = None
+    ) -> JobEnvelope | None:
+        """The observe job :meth:`after_turn_commit` sends for a committed batch, if any, not dispatched
+        (``actors.observer.trigger.dispatch_signal``).
 
         A turn end observes through its terminal event (§7.1); a session end or a checkpoint under
         context pressure through the batch's last event.

@@ -237,6 +237,11 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "Where each observe job started planning, so a retried job replays the same plan",
         _ddl([schema.omray_observe_start]),
     ),
+    Migration(
+        "omray_006_token_usage",
+        "Token usage of every model tool loop per session, stage and model, for the cost report",
+        _ddl([schema.omray_token_usage], _table_indexes(schema.omray_token_usage)),
+    ),
 )
 """omray's own additive migrations, in order."""
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.models.chat import ChatModel, run_tool_loop
 from actors.models.prompts import OBSERVER_SYSTEM_PROMPT
+from actors.models.usage import record_loop_usage
 from actors.observer.blocks import build_source_blocks, empty_source_block
 from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
 from actors.observer.tool import RecordObservationsHandler
@@ -103,6 +105,8 @@ class ObserverPorts:
     """Enqueue a follow-up job (reflect, idle flush); ``None`` disables both."""
     clock: Callable[[], float] = time.time
     """Epoch seconds now (the idle flush's ``not_before``)."""
+    new_id: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+    """A fresh id (one per model tool loop, the key of its token usage row)."""
 
 
 @dataclass
@@ -351,6 +355,15 @@ def _observe(
             skip_receipt_round=True,
         )
         covered_at = ports.now_utc()
+        record_loop_usage(
+            ports.store,
+            loop,
+            usage_id=ports.new_id(),
+            run_id=job.run_id,
+            job_kind="observe",
+            model=model,
+            recorded_at=covered_at,
+        )
         records = handler.to_records(part, covered_at)
         commit = ports.store.commit_observer_part(part.to_coverage_part(covered_at), records)
         result.parts_committed += 1

@@ -427,10 +427,11 @@ class QueueState:
                 if free == 0:
                     break
                 group = self._group_from(head)
-                if not head.interrupted and head.not_before is not None and head.not_before > now:
-                    if not (_held_until_absorbed(head) and len(group) > 1):
-                        waits.append(head.not_before)
-                        continue
+                waiting = not head.interrupted and head.not_before is not None and head.not_before > now
+                if waiting and not (_held_until_absorbed(head) and len(group) > 1):
+                    assert head.not_before is not None
+                    waits.append(head.not_before)
+                    continue
                 handler_id = head.envelope.handler_id
                 limit = self._capacity.get(handler_id)
                 if limit is not None and self._running_of(handler_id) >= limit:

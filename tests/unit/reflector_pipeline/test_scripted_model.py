@@ -18,6 +18,7 @@ from protocol.records import ActivityRecord, ObservationRecord, Relevance
 
 from .helpers import (
     RUN,
+    SCRIPTED_MODEL,
     Clock,
     FlakyStatusStore,
     HookedModel,
@@ -104,8 +105,15 @@ def test_promotes_reflections_applies_capped_drops_and_keeps_later_observations(
         "retained": 3,
         "model_rounds": 4,
         "prompt_tokens": 40,
+        "cached_prompt_tokens": 0,
         "completion_tokens": 20,
     }
+    # The cost report: one usage row per stage, counts only.
+    usage = {
+        (u.job_kind, u.model): (u.requests, u.prompt_tokens, u.completion_tokens)
+        for u in reader.token_usage(RUN)
+    }
+    assert usage == {("reflect", SCRIPTED_MODEL): (2, 20, 10), ("drop", SCRIPTED_MODEL): (2, 20, 10)}
     active = reader.active_generation(RUN)
     assert active is not None and active.generation_id == job.generation_id
     assert active.status == "succeeded" and active.required_end_seq == 6
