@@ -255,11 +255,14 @@ class OmrayClient:
     # --- read side (this process, read-only connections) ------------------------------------------
 
     def before_compaction(self, ctx: BeforeCompactionContext) -> CompactionDecision:
-        """Replace the summary with durable memory, continue when there is none, cancel on error (§10.1).
+        """Replace the summary with durable memory, continue when there is none, cancel on error (§10.1),
+        and cancel while the range the host replaces is not observed yet.
 
         Never dispatches a job, calls a model, reads events, polls or sleeps.
         """
-        return read_service.before_compaction(self.db_path, ctx)
+        return read_service.before_compaction(
+            self.db_path, ctx, self.settings.renderer_version, self.settings.observer_schema_version
+        )
 
     def project(self, session_id: str) -> str:
         """The compaction text of a session's active memory (``''`` when empty)."""

@@ -298,6 +298,16 @@ def projection_metadata(has_coverage_watermark: bool) -> dict[str, Any]:
     }
 
 
+COVERAGE_INCOMPLETE_PREFIX = "observational_memory coverage incomplete: "
+"""Prefix of the cancel reason when memory does not cover the range a compaction replaces yet."""
+
+
+def coverage_incomplete_reason(covered_end: int, required_end: int) -> str:
+    """Cancel reason for a compaction whose range is not observed yet (seqs only, never text)."""
+    where = f"observed through seq {covered_end}, compaction replaces through {required_end}"
+    return COVERAGE_INCOMPLETE_PREFIX + where
+
+
 def projection_failure_reason(exception_class: str) -> str:
     """Cancel reason for a failed projection: fixed prefix plus the exception class name only."""
     return COMPACTION_FAILURE_PREFIX + exception_class
