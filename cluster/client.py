@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 import actors.read.service as read_service
 from actors.observer.trigger import TriggerPolicy, dispatch_signal
-from actors.read.status_view import format_activity, fresh_activity
+from actors.read.status_view import format_activity, fresh_activity, usage_json
 from cluster.link import (
     CALL_TIMEOUT_S,
     HOOK_TIMEOUT_S,
@@ -275,6 +275,11 @@ class OmrayClient:
         return read_service.memory_status(
             self.db_path, session_id, self.settings, token_counter(self.settings.token_encoding).count
         )
+
+    def token_usage(self, session_id: str | None = None) -> dict[str, object]:
+        """The cost report of one session, or of every session: tokens per job kind and model, money
+        when the settings have a price table (read-only, like ``memory_status``)."""
+        return usage_json(MemoryReader(self.db_path).token_usage(session_id), self.settings.prices)
 
     def memory_view(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-view`` of a session as (text, JSON)."""
