@@ -22,7 +22,7 @@ from protocol.records import CoveragePart, SourceRef
 
 MEMORY_ENVELOPE_FRACTION = 0.55
 """Share of ``envelope - fixed overhead`` the memory context may use before it is trimmed."""
-MEMORY_PAGE_FRACTION = 0.25
+MEMORY_PAGE_FRACTION = 0.5
 """Share of the memory budget dropped at once when the memory context is trimmed."""
 MIN_BUDGET_TOKENS = 64
 """Floor of the memory and source budgets."""

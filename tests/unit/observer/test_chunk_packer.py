@@ -348,7 +348,7 @@ def test_memory_trimming_drops_whole_pages_of_the_oldest_observations_then_last_
         ["o1", "o2", "o3", "o4"],
     )
 
-    # Budget 40: pages of floor(40 * 0.25) = 10 tokens (one line); the two oldest go.
+    # Budget 40: pages of floor(40 * 0.5) = 20 tokens (two lines); the oldest page goes.
     kept_r, kept_o = trim_memory_lines(lines, 40, simple_count)
     assert [r.memory_id for r in kept_r] == ["r1", "r2"]
     assert [o.memory_id for o in kept_o] == ["o3", "o4"]
@@ -361,7 +361,7 @@ def test_memory_trimming_drops_whole_pages_of_the_oldest_observations_then_last_
 
 
 def test_trimmed_memory_stays_a_prefix_while_observations_are_appended() -> None:
-    # Budget 200 -> pages of 50 tokens (5 lines). Appending one line at a time moves the cut only
+    # Budget 200 -> pages of 100 tokens (10 lines). Appending one line at a time moves the cut only
     # every page, so consecutive calls mostly share their whole memory section.
     def kept(count: int) -> list[str]:
         lines = [obs_line(f"o{i:03}", "2026-07-01 00:00", "low") for i in range(count)]
@@ -374,15 +374,15 @@ def test_trimmed_memory_stays_a_prefix_while_observations_are_appended() -> None
             cuts += 1
             assert after[0] != before[0]  # the cut moved by a whole page
         assert sum(10 for _ in after) <= 200
-    assert cuts <= (60 - 21) // 5 + 1
+    assert 0 < cuts <= (60 - 21) // 10 + 1
 
 
 def test_packer_trims_memory_to_its_share_of_the_envelope() -> None:
     lines = [obs_line(f"o{i:03}", f"2026-07-01 00:{i:02}", "medium") for i in range(60)]
     parts = pack([block(1, "x")], envelope=500, overhead=100, memory=lines)
-    # memory budget = max(64, floor(400 * 0.55)) = 220 tokens; pages of floor(220 * 0.25) = 55 tokens
-    # (5 lines): the oldest 8 pages go, the newest 20 lines stay.
-    assert parts[0].user_message.count("o" * 36) == 20
+    # memory budget = max(64, floor(400 * 0.55)) = 220 tokens; pages of floor(220 * 0.5) = 110 tokens
+    # (11 lines): the oldest 4 pages go, the newest 16 lines stay.
+    assert parts[0].user_message.count("o" * 36) == 16
 
 
 def test_split_parts_depend_on_their_count_not_on_the_budget() -> None:
