@@ -28,7 +28,7 @@ from actors.models.usage import record_loop_usage
 from actors.observer.blocks import build_source_blocks, empty_source_block
 from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
 from actors.observer.tool import RecordObservationsHandler
-from actors.observer.trigger import Defer, ObserveReason, TriggerPolicy, decide_observe
+from actors.observer.trigger import Defer, ObserveNow, TriggerPolicy, decide_observe
 from actors.reflector.core import CandidatePool, RequestLocalIdMap, threshold_check
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.errors import ConflictError, OmrayError
@@ -385,26 +385,17 @@ def _observe(
     return result
 
 
-@dataclass(frozen=True, slots=True)
-class _Decided:
-    reason: ObserveReason
-    uncovered_tokens: int
-
-
 def _trigger_decision(
     job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts, start: int
-) -> _Decided | Defer:
+) -> ObserveNow | Defer:
     """The trigger policy over the uncovered range's rendered source (a read of the range, no model)."""
     policy = TriggerPolicy(settings.observe_after_tokens, settings.pressure_context_fill)
     if policy.observe_after_tokens <= 0:  # per boundary: nothing to measure
-        return _Decided("every_boundary", 0)
+        return ObserveNow("every_boundary")
     events = list(read_range(job, ports, start).events)
     blocks = build_source_blocks(events, ports.now_local(), ports.count_tokens)
     uncovered = sum(ports.count_tokens(block.rendered_text) for block in blocks)
-    decision = decide_observe(uncovered, job.signal, job.context_fill, policy)
-    if isinstance(decision, Defer):
-        return decision
-    return _Decided(decision.reason, uncovered)
+    return decide_observe(uncovered, job.signal, job.context_fill, policy)
 
 
 def _schedule_idle_flush(

@@ -50,6 +50,8 @@ class ObserveNow:
 
     reason: ObserveReason
     """Which rule fired."""
+    uncovered_tokens: int = 0
+    """Source tokens the call will observe (0 when they were not measured: the per-boundary policy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +70,14 @@ def decide_observe(
     The end of a session and an expired idle timer always observe; so does the per-boundary policy.
     """
     if signal in ("session_end", "idle_flush"):
-        return ObserveNow(signal)
+        return ObserveNow(signal, uncovered_tokens)
     if policy.observe_after_tokens <= 0:
-        return ObserveNow("every_boundary")
+        return ObserveNow("every_boundary", uncovered_tokens)
     if uncovered_tokens >= policy.observe_after_tokens:
-        return ObserveNow("threshold")
+        return ObserveNow("threshold", uncovered_tokens)
     pressed = context_fill is not None and context_fill >= policy.pressure_context_fill
     if pressed and uncovered_tokens >= policy.pressure_tokens:
-        return ObserveNow("pressure")
+        return ObserveNow("pressure", uncovered_tokens)
     return Defer(uncovered_tokens)
 
 

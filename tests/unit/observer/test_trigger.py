@@ -15,16 +15,16 @@ fills = st.none() | st.floats(min_value=0.0, max_value=1.5)
 
 def test_threshold_pressure_and_session_end() -> None:
     assert decide_observe(7999, "turn_end", None, POLICY) == Defer(7999)
-    assert decide_observe(8000, "turn_end", None, POLICY) == ObserveNow("threshold")
+    assert decide_observe(8000, "turn_end", None, POLICY) == ObserveNow("threshold", 8000)
     # Under pressure, half the threshold is enough, inside a turn too.
-    assert decide_observe(4000, "checkpoint", 0.5, POLICY) == ObserveNow("pressure")
+    assert decide_observe(4000, "checkpoint", 0.5, POLICY) == ObserveNow("pressure", 4000)
     assert decide_observe(3999, "checkpoint", 0.9, POLICY) == Defer(3999)
     assert decide_observe(4000, "turn_end", 0.49, POLICY) == Defer(4000)
     # The end of a session and an expired idle timer observe whatever is there.
-    assert decide_observe(1, "session_end", None, POLICY) == ObserveNow("session_end")
-    assert decide_observe(1, "idle_flush", 0.1, POLICY) == ObserveNow("idle_flush")
+    assert decide_observe(1, "session_end", None, POLICY) == ObserveNow("session_end", 1)
+    assert decide_observe(1, "idle_flush", 0.1, POLICY) == ObserveNow("idle_flush", 1)
     # Threshold 0 is the original policy: every job observes.
-    assert decide_observe(1, "turn_end", None, TriggerPolicy(0, 0.5)) == ObserveNow("every_boundary")
+    assert decide_observe(1, "turn_end", None, TriggerPolicy(0, 0.5)) == ObserveNow("every_boundary", 1)
 
 
 @given(st.integers(0, 50_000), st.integers(0, 50_000), signals, fills)
