@@ -195,9 +195,15 @@ class OmrayClient:
         status: str = "completed",
         *,
         events_path: str | Path | None = None,
+        signal: ObserveSignal = "session_end",
     ) -> str:
-        """Dispatch an observe job through ``end_seq`` (deterministic job id, §5.2); returns the job id."""
-        return self.dispatch(self.observe_envelope(session_id, end_seq, status, events_path=events_path))
+        """Dispatch an observe job through ``end_seq`` (deterministic job id, §5.2); returns the job id.
+
+        An explicit call (``omray import``) observes now, whatever the amount of new source: its
+        signal is ``session_end`` unless given.
+        """
+        envelope = self.observe_envelope(session_id, end_seq, status, events_path=events_path, signal=signal)
+        return self.dispatch(envelope)
 
     def observe_envelope(
         self,
