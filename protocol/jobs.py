@@ -52,7 +52,8 @@ class ObserveBoundaryJob(_Job):
     terminal_end_seq: int = Field(ge=1)
     """Seq of the terminal event; observation covers through it."""
     terminal_status: str = Field(min_length=1)
-    """``completed``, ``cancelled`` or ``failed``."""
+    """``completed``, ``cancelled`` or ``failed`` for a turn end; the batch's status (e.g. ``running``)
+    for a checkpoint or a session end."""
     renderer_version: str = Field(min_length=1)
     """Renderer version frozen at dispatch."""
     observer_schema_version: str = Field(min_length=1)
