@@ -402,6 +402,7 @@ def _run_reflector(
         tools=[(record_reflections_spec(), handler.handle)],
         max_tool_calls=REFLECTOR_MAX_TOOL_CALLS,
         max_duration_s=REFLECTOR_MAX_DURATION_SECONDS,
+        skip_receipt_round=True,
     )
     result.add_loop(loop, ports, payload, "reflect")
     return handler.accepted
@@ -442,6 +443,7 @@ def _run_dropper(
         max_tool_calls=DROPPER_MAX_TOOL_CALLS,
         max_duration_s=DROPPER_MAX_DURATION_SECONDS,
         thinking_off=True,
+        skip_receipt_round=True,
     )
     result.add_loop(loop, ports, payload, "drop")
     return select_drop_candidates(handler.proposals, observations, reflections, max_drops)
