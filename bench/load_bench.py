@@ -243,6 +243,8 @@ def run_load(
                 project = work / f"project-{p}"
                 settings = {
                     "model": "scripted/memory",
+                    # Every turn end observes: this bench loads the queue, not the trigger policy.
+                    "observer": {"observe_after_tokens": 0},
                     "providers": {"scripted": {"base_url": server.base_url, "context_window": 32768}},
                     "storage": {"database": str(project / "om.sqlite")},
                 }

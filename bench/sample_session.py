@@ -161,8 +161,11 @@ def event_line(event: dict[str, Any]) -> str:
     return json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def commit_turn(events_path: Path, turn: list[dict[str, Any]]) -> AfterTurnCommit:
-    """Append one turn's events to ``events_path``; return the after-turn context an agent then sends."""
+def commit_turn(
+    events_path: Path, turn: list[dict[str, Any]], *, session_end: bool = False
+) -> AfterTurnCommit:
+    """Append one turn's events to ``events_path``; return the after-turn context an agent then sends
+    (``session_end`` on the session's last turn)."""
     events_path.parent.mkdir(parents=True, exist_ok=True)
     with events_path.open("a", encoding="utf-8") as handle:
         handle.writelines(event_line(event) for event in turn)
@@ -171,4 +174,5 @@ def commit_turn(events_path: Path, turn: list[dict[str, Any]]) -> AfterTurnCommi
         turn_no=turn[0]["turn_no"],
         status="completed",
         events=tuple(EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn),
+        session_end=session_end,
     )

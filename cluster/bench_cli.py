@@ -131,27 +131,43 @@ def _register_more() -> None:
 _register_more()
 
 
+TranscriptsOption = typer.Option(
+    [], "--transcript", help="Transcript(s) to replay (default: every real one, large-session first)."
+)
+
+
 @bench_app.command("observer")
 def observer_command(
-    transcript: str | None = typer.Option(None, "--transcript", help="pi transcript (default: a real one)."),
-    context_window: int = typer.Option(32768, "--context-window", min=1024, help="Model context window."),
+    transcript: list[str] = TranscriptsOption,
+    context_window: int = typer.Option(
+        32768, "--context-window", min=1024, help="Observer model context window."
+    ),
+    agent_context_window: int = typer.Option(
+        128000, "--agent-context-window", min=32768, help="Context window of the replayed agent."
+    ),
     as_json: bool = JsonOption,
 ) -> None:
-    """The Observer on a real transcript with the scripted model: prompt tokens per source token, parts."""
+    """Observer cost per trigger policy (prompt, uncached tokens per source token) and compaction coverage."""
     import json
     from pathlib import Path
 
     from bench.observer_bench import run_observer_bench
 
-    result = run_observer_bench(Path(transcript) if transcript else None, context_window=context_window)
+    result = run_observer_bench(
+        [Path(t) for t in transcript] or None,
+        context_window=context_window,
+        agent_context_window=agent_context_window,
+    )
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True))
         return
-    typer.echo(
-        f"{result['transcript']}: {result['events']} events, {result['parts']} parts "
-        f"({result['parts_per_1000_events']} per 1,000 events), "
-        f"{result['prompt_tokens_per_source_token']} prompt tokens per source token, {result['seconds']} s"
-    )
+    for name, figures in result["policies"].items():
+        typer.echo(
+            f"{name}: {figures['model_requests']} requests, {figures['parts']} parts, "
+            f"{figures['prompt_tokens_per_source_token']} prompt / "
+            f"{figures['uncached_prompt_tokens_per_source_token']} uncached tokens per source token, "
+            f"compactions fully covered {figures['compactions_fully_covered']} of {figures['compactions']}"
+        )
 
 
 @bench_app.command("hybrid")

@@ -18,7 +18,8 @@ import ray
 from pydantic import ValidationError
 
 import actors.read.service as read_service
-from actors.read.status_view import format_activity, fresh_activity
+from actors.observer.trigger import TriggerPolicy, dispatch_signal
+from actors.read.status_view import format_activity, fresh_activity, usage_json
 from cluster.link import (
     CALL_TIMEOUT_S,
     HOOK_TIMEOUT_S,
@@ -42,8 +43,8 @@ from protocol.events import (
     CompactionDecision,
     detect_terminal_boundary,
 )
-from protocol.identities import observe_job_id
-from protocol.jobs import JobEnvelope, ObserveBoundaryJob
+from protocol.identities import observe_job_id, signalled_observe_job_id
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal
 from protocol.records import ActivityRecord
 from protocol.settings import OmSettings, settings_from_mapping
 
@@ -121,6 +122,9 @@ class OmrayClient:
     ) -> str | None:
         """Dispatch an observe job when the committed batch ends a turn (§7.1); returns its job id.
 
+        ``ctx.session_end`` and, under context pressure (``ctx.context_fill``), any batch also send
+        one; the Observer then decides when to call its model (``actors.observer.trigger``).
+
         Returns within ``hook_timeout_s`` and never raises into the agent. ``None`` means nothing
         was dispatched (no terminal boundary, or a rejected input) or the runtime has not accepted
         the job yet (stopped, restarting): the client then keeps sending it in the background, in
@@ -136,18 +140,42 @@ class OmrayClient:
             self._log_rejection_once(ctx, exc)
             return None
         try:
-            boundary = detect_terminal_boundary(context)
-            if boundary is None:
+            envelope = self.turn_envelope(context, events_path)
+            if envelope is None:
                 return None
-            envelope = self.observe_envelope(
-                context.run_id, boundary.end_seq, boundary.status, events_path=events_path
-            )
             return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s)
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
                 "observe dispatch failed", extra={"run_id": context.run_id, "error_class": type(exc).__name__}
             )
             return None
+
+    def turn_envelope(
+        self, context: AfterTurnCommit, events_path: str | Path | None = None
+    ) -> JobEnvelope | None:
+        """The observe job :meth:`after_turn_commit` sends for a committed batch, if any, not dispatched
+        (``actors.observer.trigger.dispatch_signal``).
+
+        A turn end observes through its terminal event (§7.1); a session end or a checkpoint under
+        context pressure through the batch's last event.
+        """
+        boundary = detect_terminal_boundary(context)
+        policy = TriggerPolicy(self.settings.observe_after_tokens, self.settings.pressure_context_fill)
+        signal = dispatch_signal(boundary is not None, context.context_fill, context.session_end, policy)
+        last_seq = context.last_seq
+        if signal is None or last_seq is None:
+            return None
+        end_seq, status = last_seq, context.status
+        if signal == "turn_end" and boundary is not None:
+            end_seq, status = boundary.end_seq, boundary.status
+        return self.observe_envelope(
+            context.run_id,
+            end_seq,
+            status,
+            events_path=events_path,
+            signal=signal,
+            context_fill=context.context_fill,
+        )
 
     def _log_rejection_once(self, ctx: object, exc: InvalidPayloadError) -> None:
         kind = type(ctx).__name__
@@ -167,9 +195,15 @@ class OmrayClient:
         status: str = "completed",
         *,
         events_path: str | Path | None = None,
+        signal: ObserveSignal = "session_end",
     ) -> str:
-        """Dispatch an observe job through ``end_seq`` (deterministic job id, §5.2); returns the job id."""
-        return self.dispatch(self.observe_envelope(session_id, end_seq, status, events_path=events_path))
+        """Dispatch an observe job through ``end_seq`` (deterministic job id, §5.2); returns the job id.
+
+        An explicit call (``omray import``) observes now, whatever the amount of new source: its
+        signal is ``session_end`` unless given.
+        """
+        envelope = self.observe_envelope(session_id, end_seq, status, events_path=events_path, signal=signal)
+        return self.dispatch(envelope)
 
     def observe_envelope(
         self,
@@ -178,8 +212,13 @@ class OmrayClient:
         status: str = "completed",
         *,
         events_path: str | Path | None = None,
+        signal: ObserveSignal = "turn_end",
+        context_fill: float | None = None,
     ) -> JobEnvelope:
-        """The observe job through ``end_seq`` with its deterministic job id (§5.2), not dispatched."""
+        """The observe job through ``end_seq`` with its deterministic job id (§5.2), not dispatched.
+
+        Jobs sent for another ``signal`` than a turn end get their own id (one per seq and signal).
+        """
         job = ObserveBoundaryJob(
             run_id=session_id,
             terminal_end_seq=end_seq,
@@ -190,10 +229,14 @@ class OmrayClient:
             events_path=str(Path(events_path or self.events_path(session_id)).resolve()),
             settings_file=self.settings_file,
             settings={} if self.settings_file else self.settings_block,
+            signal=signal,
+            context_fill=context_fill,
         )
         job_id = observe_job_id(
             session_id, end_seq, status, self.settings.renderer_version, self.settings.observer_schema_version
         )
+        if signal != "turn_end":
+            job_id = signalled_observe_job_id(job_id, signal)
         return JobEnvelope(job_id=job_id, correlation_id=session_id, payload=job)
 
     def session_started(self, session_id: str) -> str | None:
@@ -218,11 +261,14 @@ class OmrayClient:
     # --- read side (this process, read-only connections) ------------------------------------------
 
     def before_compaction(self, ctx: BeforeCompactionContext) -> CompactionDecision:
-        """Replace the summary with durable memory, continue when there is none, cancel on error (§10.1).
+        """Replace the summary with durable memory, continue when there is none, cancel on error (§10.1),
+        and cancel while the range the host replaces is not observed yet.
 
         Never dispatches a job, calls a model, reads events, polls or sleeps.
         """
-        return read_service.before_compaction(self.db_path, ctx)
+        return read_service.before_compaction(
+            self.db_path, ctx, self.settings.renderer_version, self.settings.observer_schema_version
+        )
 
     def project(self, session_id: str) -> str:
         """The compaction text of a session's active memory (``''`` when empty)."""
@@ -235,6 +281,11 @@ class OmrayClient:
         return read_service.memory_status(
             self.db_path, session_id, self.settings, token_counter(self.settings.token_encoding).count
         )
+
+    def token_usage(self, session_id: str | None = None) -> dict[str, object]:
+        """The cost report of one session, or of every session: tokens per job kind and model, money
+        when the settings have a price table (read-only, like ``memory_status``)."""
+        return usage_json(MemoryReader(self.db_path).token_usage(session_id), self.settings.prices)
 
     def memory_view(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-view`` of a session as (text, JSON)."""

@@ -79,8 +79,9 @@ def run_demo(overrides: Sequence[str] = (), keep: bool = False) -> dict[str, Any
         events_path.parent.mkdir(parents=True, exist_ok=True)
         turns = demo_session(DEMO_SESSION_ID)
         client.session_started(DEMO_SESSION_ID)
-        for turn in turns:
-            client.after_turn_commit(commit_turn(events_path, turn), events_path=events_path)
+        for number, turn in enumerate(turns, start=1):
+            context = commit_turn(events_path, turn, session_end=number == len(turns))
+            client.after_turn_commit(context, events_path=events_path)
         drained = client.wait_idle(timeout_s=100)
         db_path = client.db_path
         reader = MemoryReader(db_path)

@@ -44,7 +44,8 @@ class RayQueueMetrics:
         self._failures.set_default_tags(tags)
         self._tokens = Counter(
             "omray_model_tokens_total",
-            "Model tokens reported by the Observer/Reflector/Dropper, by handler and direction.",
+            "Model tokens reported by the Observer/Reflector/Dropper, by handler and direction "
+            "(prompt, cached_prompt, completion).",
             ("runtime", "handler_id", "direction"),
         )
         self._tokens.set_default_tags(tags)
@@ -64,9 +65,14 @@ class RayQueueMetrics:
         """A job left the queue as failed."""
         self._failures.inc(1, tags={"handler_id": handler_id, "reason": reason})
 
-    def model_tokens(self, handler_id: str, prompt_tokens: int, completion_tokens: int) -> None:
-        """Tokens a job's model calls reported."""
+    def model_tokens(
+        self, handler_id: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+    ) -> None:
+        """Tokens a job's model calls reported (``cached_prompt`` is part of ``prompt``)."""
         if prompt_tokens:
             self._tokens.inc(prompt_tokens, tags={"handler_id": handler_id, "direction": "prompt"})
+        if cached_prompt_tokens:
+            tags = {"handler_id": handler_id, "direction": "cached_prompt"}
+            self._tokens.inc(cached_prompt_tokens, tags=tags)
         if completion_tokens:
             self._tokens.inc(completion_tokens, tags={"handler_id": handler_id, "direction": "completion"})

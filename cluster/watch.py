@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from actors.read.status_view import format_count
+from actors.read.status_view import format_count, format_usage
 from protocol.errors import OmrayError
 
 logger = logging.getLogger("omray.watch")
@@ -120,6 +120,8 @@ class WatchSnapshot:
     """Lanes with a job running."""
     slots: int | None = None
     """Jobs the worker pools can run at once."""
+    usage: str | None = None
+    """The cost report's line (model requests, tokens, money) of the watched sessions, when read."""
 
 
 def snapshot_from(
@@ -130,6 +132,7 @@ def snapshot_from(
     activity_rows: Sequence[Mapping[str, Any]],
     session_filter: str | None = None,
     waiting: Sequence[str] = (),
+    usage: str | None = None,
 ) -> WatchSnapshot:
     """Build a snapshot from the queue's ``status()`` dict and ``client.activities()`` rows.
 
@@ -186,6 +189,7 @@ def snapshot_from(
         lanes=lanes,
         busy_lanes=busy_lanes,
         slots=slots,
+        usage=usage,
     )
 
 
@@ -222,6 +226,9 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
         frame.append(f"  {line.session_id}  ", style="bold")
         frame.append(f"{line.status_text}\n")
 
+    if snapshot.usage is not None:
+        frame.append(f"Model usage: {snapshot.usage}\n")
+
     if snapshot.failures:
         frame.append("Recent failures:\n")
         for failure in snapshot.failures:
@@ -251,6 +258,9 @@ QueueStatusReader = Callable[[], Mapping[str, Any]]
 ActivityReader = Callable[[datetime], Sequence[Mapping[str, Any]]]
 """Returns the fresh activity rows at a given time (``client.activities``); may raise."""
 
+UsageReader = Callable[[str | None], str]
+"""Returns the cost report line of one session (or all, for ``None``); may raise."""
+
 
 @dataclass
 class WatchSource:
@@ -266,6 +276,8 @@ class WatchSource:
     """Reads fresh activity rows."""
     session_filter: str | None = None
     """Only this session's stage line and failures, when set."""
+    read_usage: UsageReader | None = None
+    """Reads the cost report line of the watched sessions."""
     now: Callable[[], datetime] = utc_now
     """Current UTC time (injected in tests)."""
 
@@ -280,11 +292,13 @@ class WatchSource:
             logger.debug("queue status unavailable", extra={"error_class": type(exc).__name__})
             waiting.append(f"waiting for the queue {self.queue_name!r} …")
         rows: Sequence[Mapping[str, Any]] = ()
+        usage: str | None = None
         if not self.db_path.is_file():
             waiting.append(f"waiting for the memory database {str(self.db_path)!r} …")
         else:
             try:
                 rows = self.read_activity(taken_at)
+                usage = self.read_usage(self.session_filter) if self.read_usage is not None else None
             except Exception as exc:  # a busy or half-written database is retried on the next refresh
                 logger.debug("activity unavailable", extra={"error_class": type(exc).__name__})
                 waiting.append("waiting for the memory database (busy) …")
@@ -295,6 +309,7 @@ class WatchSource:
             activity_rows=rows,
             session_filter=self.session_filter,
             waiting=waiting,
+            usage=usage,
         )
 
 
@@ -487,6 +502,7 @@ def watch_runtime(
             read_queue=queue.read,
             read_activity=lambda now: client.activities(now=now),
             session_filter=session_filter,
+            read_usage=lambda session: format_usage(client.token_usage(session)),
         )
         return run_watch(source.snapshot, interval_s=interval_s, once=once, console=console)
     finally:

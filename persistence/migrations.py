@@ -298,6 +298,11 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "Projection lines rendered at insert time, and content-tail indexes for 1-2 character exact search",
         (*_observation_line_ddl(), *_tail_index_ddl()),
     ),
+    Migration(
+        "omray_007_token_usage",
+        "Token usage of every model tool loop per session, stage and model, for the cost report",
+        _ddl([schema.omray_token_usage], _table_indexes(schema.omray_token_usage)),
+    ),
 )
 """omray's own additive migrations, in order."""
 

@@ -34,6 +34,7 @@ from protocol.records import (
     CoveragePart,
     GenerationRecord,
     ObservationRecord,
+    TokenUsageTotal,
 )
 
 T = TypeVar("T")
@@ -492,6 +493,23 @@ class MemoryReader:
             return [observation_from_row(row) for row in rows]
 
         return self._run(query, [], ("om_observation",))
+
+    def token_usage(self, run_id: str | None = None) -> list[TokenUsageTotal]:
+        """Summed token usage per session, job kind and model (one session's, or every session's)."""
+
+        def query(conn: Connection) -> list[TokenUsageTotal]:
+            table = schema.omray_token_usage
+            keys = (table.c.run_id, table.c.job_kind, table.c.model)
+            sums = [
+                func.sum(table.c[name]).label(name)
+                for name in ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens")
+            ]
+            statement = select(*keys, *sums).group_by(*keys).order_by(*keys)
+            if run_id is not None:
+                statement = statement.where(table.c.run_id == run_id)
+            return [TokenUsageTotal(**row._asdict()) for row in conn.execute(statement)]
+
+        return self._run(query, [], ("omray_token_usage",))
 
     def activity(self, run_id: str) -> ActivityRecord | None:
         """The session's live activity row as stored (freshness is the caller's decision)."""

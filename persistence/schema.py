@@ -329,6 +329,27 @@ omray_observe_start = Table(
 is unfinished), pinned by the first attempt: a retry, or the job a retry was coalesced into, plans the
 same parts from the same memory, so the result does not depend on when a crash happened."""
 
+omray_token_usage = Table(
+    "omray_token_usage",
+    metadata,
+    Column("usage_id", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("job_kind", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("requests", Integer, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("cached_prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    CheckConstraint("job_kind IN ('observe', 'reflect', 'drop')"),
+    CheckConstraint("requests >= 0 AND prompt_tokens >= 0 AND completion_tokens >= 0"),
+    CheckConstraint("cached_prompt_tokens >= 0 AND cached_prompt_tokens <= prompt_tokens"),
+    Index("idx_omray_token_usage_run", "run_id", "job_kind", "model"),
+)
+"""Tokens each model tool loop spent, per session, stage and model: counts and ids only, never text.
+One row per loop (a retried part is spent again and counted again); ``usage_id`` makes a repeated
+write of one loop a no-op."""
+
 PHP_TABLES: tuple[Table, ...] = (
     om_observation,
     om_coverage,

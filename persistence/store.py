@@ -39,7 +39,13 @@ from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, OmrayError, StorageError
 from protocol.identities import source_refs_json
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
-from protocol.records import ActivityRecord, CoveragePart, ObservationRecord, ReflectionRecord
+from protocol.records import (
+    ActivityRecord,
+    CoveragePart,
+    ObservationRecord,
+    ReflectionRecord,
+    TokenUsageRecord,
+)
 
 ClaimOutcome = Literal["claimed", "already_running", "already_succeeded", "conflict"]
 """Result of :meth:`Store.claim_generation` (reference §9.3); a reclaimed failed row is ``claimed``."""
@@ -367,6 +373,15 @@ class Store:
             result = self._conn().execute(
                 table.delete().where(table.c.run_id == run_id, table.c.job_id == job_id)
             )
+            return result.rowcount == 1
+
+    # --- token usage ------------------------------------------------------------------------------
+
+    def record_token_usage(self, usage: TokenUsageRecord) -> bool:
+        """Store what one model tool loop spent; False when ``usage_id`` was already stored (a retry)."""
+        statement = sqlite_insert(schema.omray_token_usage).values(**usage.model_dump())
+        with self.atomic():
+            result = self._conn().execute(statement.on_conflict_do_nothing(index_elements=["usage_id"]))
             return result.rowcount == 1
 
     # --- observe plans ---------------------------------------------------------------------------

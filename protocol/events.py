@@ -154,6 +154,17 @@ class AfterTurnCommit(_Hook):
     """Events committed by this turn, in commit order."""
     effects_count: int = Field(default=0, ge=0)
     """Number of side effects the turn committed (informational)."""
+    context_fill: float | None = Field(default=None, ge=0)
+    """Share of the agent's context window in use after this batch (0..1; above 1 is read as full),
+    if the host knows it. From ``observer.pressure_context_fill`` on, omray observes sooner, inside
+    turns too, so a coming compaction finds the range it replaces covered."""
+    session_end: bool = False
+    """True on the session's last batch: everything committed so far is observed now."""
+
+    @property
+    def last_seq(self) -> int | None:
+        """Largest seq of the batch, if it has events."""
+        return max((event.seq for event in self.events), default=None)
 
 
 class TerminalBoundary(_Hook):
@@ -285,6 +296,16 @@ def projection_metadata(has_coverage_watermark: bool) -> dict[str, Any]:
         "om_projection": "active_durable_memory",
         "om_has_coverage_watermark": has_coverage_watermark,
     }
+
+
+COVERAGE_INCOMPLETE_PREFIX = "observational_memory coverage incomplete: "
+"""Prefix of the cancel reason when memory does not cover the range a compaction replaces yet."""
+
+
+def coverage_incomplete_reason(covered_end: int, required_end: int) -> str:
+    """Cancel reason for a compaction whose range is not observed yet (seqs only, never text)."""
+    where = f"observed through seq {covered_end}, compaction replaces through {required_end}"
+    return COVERAGE_INCOMPLETE_PREFIX + where
 
 
 def projection_failure_reason(exception_class: str) -> str:

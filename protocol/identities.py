@@ -186,6 +186,12 @@ def observe_job_id(
     )
 
 
+def signalled_observe_job_id(base_job_id: str, signal: str) -> str:
+    """Id of an observe job sent for another reason than a turn end (``checkpoint``, ``session_end``,
+    ``idle_flush``): distinct from the turn-end job of the same seq, so neither absorbs the other."""
+    return sha256_hex(canonical_json(["observe-signal-v1", base_job_id, signal]))
+
+
 def semantic_chunk_id(kind: str, memory_id: str, position: int, chunk_text: str) -> str:
     """Id of one semantic index chunk: 32 hex chars; the separator is the two characters ``\\0``."""
     parent_key = f"{kind}:{memory_id}"

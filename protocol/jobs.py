@@ -33,6 +33,11 @@ HandlerId = Literal[
 """The stable handler ids."""
 
 
+ObserveSignal = Literal["turn_end", "checkpoint", "session_end", "idle_flush"]
+"""Why an observe job was sent: a turn ended; a batch inside a turn under context pressure; the
+session ended; or the idle timer of a deferred tail (``actors.observer.trigger``)."""
+
+
 class _Job(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -47,7 +52,8 @@ class ObserveBoundaryJob(_Job):
     terminal_end_seq: int = Field(ge=1)
     """Seq of the terminal event; observation covers through it."""
     terminal_status: str = Field(min_length=1)
-    """``completed``, ``cancelled`` or ``failed``."""
+    """``completed``, ``cancelled`` or ``failed`` for a turn end; the batch's status (e.g. ``running``)
+    for a checkpoint or a session end."""
     renderer_version: str = Field(min_length=1)
     """Renderer version frozen at dispatch."""
     observer_schema_version: str = Field(min_length=1)
@@ -62,6 +68,10 @@ class ObserveBoundaryJob(_Job):
     """Inline ``observational_memory`` block, used only when there is no ``settings_file`` (settings
     given in code, or a payload accepted before ``settings_file`` existed); names of API-key
     variables only, never keys."""
+    signal: ObserveSignal = "turn_end"
+    """Why the job was sent; the worker's trigger policy reads it (payloads without it: a turn end)."""
+    context_fill: float | None = Field(default=None, ge=0)
+    """The agent's context fill (0..1) when the job was sent, if the agent reported it."""
 
     @property
     def handler_id(self) -> str:
@@ -159,6 +169,9 @@ class JobEnvelope(_Job):
     """Usually the session id."""
     payload: JobPayload
     """What to do."""
+    not_before: float | None = None
+    """Earliest start, in epoch seconds (``None``: now). The queue holds the job until then, unless a
+    later job of its lane coalesces with it first (the idle flush of a deferred observe tail)."""
 
     @property
     def handler_id(self) -> str:

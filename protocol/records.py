@@ -198,3 +198,38 @@ class ActivityRecord(_Record):
     """Target (Dropper only)."""
     updated_at: str
     """UTC ISO-8601 time of the last write."""
+
+
+UsageJobKind = Literal["observe", "reflect", "drop"]
+"""Which model stage spent the tokens (the Dropper runs inside reflect jobs)."""
+
+
+class TokenUsageTotal(_Record):
+    """Tokens spent for one session (or all, summed), job kind and model; counts only, never text."""
+
+    run_id: SessionId | None
+    """Session, or ``None`` for a total over sessions."""
+    job_kind: UsageJobKind
+    """Stage that called the model."""
+    model: str = Field(min_length=1)
+    """``provider/model``."""
+    requests: int = Field(ge=0)
+    """Model requests."""
+    prompt_tokens: int = Field(ge=0)
+    """Input tokens the endpoint reported."""
+    cached_prompt_tokens: int = Field(ge=0)
+    """Input tokens it reported as served from its prompt cache (part of ``prompt_tokens``; 0 when it
+    reports none)."""
+    completion_tokens: int = Field(ge=0)
+    """Output tokens it reported."""
+
+
+class TokenUsageRecord(TokenUsageTotal):
+    """What one model tool loop spent: one row of ``omray_token_usage``."""
+
+    usage_id: str = Field(min_length=1)
+    """Idempotency key of the write (one per tool loop; a repeated write is ignored)."""
+    run_id: SessionId
+    """Session the work was for."""
+    recorded_at: str
+    """UTC ISO-8601 time of the write."""

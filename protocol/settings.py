@@ -31,6 +31,12 @@ DEFAULT_OBSERVATIONS_MAX_TOKENS = 30000
 """Default Dropper gate and target."""
 DEFAULT_VERSION = "1"
 """Default renderer and schema versions."""
+DEFAULT_OBSERVE_AFTER_TOKENS = 8000
+"""Default ``observer.observe_after_tokens``: uncovered source tokens that make one observer call."""
+DEFAULT_PRESSURE_CONTEXT_FILL = 0.5
+"""Default ``observer.pressure_context_fill``: the agent's context fill from which it nears compaction."""
+DEFAULT_IDLE_FLUSH_SECONDS = 120.0
+"""Default ``observer.idle_flush_seconds``: how long a deferred tail waits for a newer signal."""
 
 DEFAULT_AGENT_MAX_TOOL_CALLS = 16
 """Tool-call budget of the Reflector and the Dropper."""
@@ -175,6 +181,35 @@ BUILTIN_PROVIDER_SETTINGS = ProviderSettings(
 """The provider that is always defined."""
 
 
+class ModelPrice(_Settings):
+    """Price of one model's tokens, per million tokens, in the table's currency."""
+
+    prompt: float = Field(ge=0)
+    """Uncached input tokens."""
+    cached_prompt: float | None = Field(default=None, ge=0)
+    """Input tokens served from the provider's cache (``None``: priced as ``prompt``)."""
+    completion: float = Field(ge=0)
+    """Output tokens."""
+
+    def cost(self, prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int) -> float:
+        """Money for these counts (``cached_prompt_tokens`` is part of ``prompt_tokens``)."""
+        cached_rate = self.prompt if self.cached_prompt is None else self.cached_prompt
+        uncached = max(0, prompt_tokens - cached_prompt_tokens)
+        total = (
+            uncached * self.prompt + cached_prompt_tokens * cached_rate + completion_tokens * self.completion
+        )
+        return total / 1_000_000
+
+
+class PriceTable(_Settings):
+    """Optional ``prices`` block: turns token usage into money in the cost report."""
+
+    currency: str = Field(default="USD", min_length=1)
+    """Label of the amounts (no conversion)."""
+    models: dict[str, ModelPrice] = Field(default_factory=dict)
+    """``provider/model`` -> price per million tokens."""
+
+
 class OmSettings(_Settings):
     """Validated, immutable settings. Build with :func:`settings_from_mapping`."""
 
@@ -200,6 +235,17 @@ class OmSettings(_Settings):
     """Model providers; ``builtin`` is always first."""
     token_encoding: TokenEncoding = "o200k_base"
     """``tokens.encoding``: tiktoken encoding used for token counts."""
+    observe_after_tokens: int = Field(default=DEFAULT_OBSERVE_AFTER_TOKENS, ge=0)
+    """``observer.observe_after_tokens``: observe once this many source tokens are uncovered (0: at
+    every turn end, the original policy)."""
+    pressure_context_fill: float = Field(default=DEFAULT_PRESSURE_CONTEXT_FILL, gt=0, le=1)
+    """``observer.pressure_context_fill``: from this reported context fill on, observe at half the
+    threshold, inside turns too, so compaction finds its range covered."""
+    idle_flush_seconds: float = Field(default=DEFAULT_IDLE_FLUSH_SECONDS, gt=0)
+    """``observer.idle_flush_seconds``: a deferred tail is observed after this long without a newer
+    signal of its session."""
+    prices: PriceTable | None = None
+    """Optional price table of the cost report."""
 
     def require_model(self) -> str:
         """The model reference, or :class:`ModelSettingsError` when missing or not ``provider/model``."""
@@ -481,6 +527,50 @@ def _context_window_ratio(observer: Mapping[str, Any]) -> float:
     return ratio
 
 
+def _observer_int(observer: Mapping[str, Any], key: str, default: int) -> int:
+    value = observer.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SettingsError(f"observer.{key} must be an integer >= 0.")
+    return value
+
+
+def _observer_number(
+    observer: Mapping[str, Any], key: str, default: float, maximum: float = math.inf
+) -> float:
+    value = observer.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= maximum:
+        bound = f" and <= {maximum:g}" if math.isfinite(maximum) else ""
+        raise SettingsError(f"observer.{key} must be a number > 0{bound}.")
+    return float(value)
+
+
+def _prices(value: object) -> PriceTable | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SettingsError("observational_memory.prices must be a mapping.")
+    currency = value.get("currency", "USD")
+    models = value.get("models", {})
+    if not isinstance(currency, str) or not currency.strip() or not isinstance(models, Mapping):
+        raise SettingsError("prices needs a currency name and a models mapping of provider/model to prices.")
+    table: dict[str, ModelPrice] = {}
+    for model, entry in models.items():
+        if not isinstance(model, str) or "/" not in model or not isinstance(entry, Mapping):
+            raise SettingsError(f"prices.models entry {model!r} must map provider/model to prices.")
+        try:
+            table[model] = ModelPrice.model_validate(dict(entry))
+        except ValueError:
+            raise SettingsError(
+                f"prices.models[{model!r}] needs prompt and completion (and may give cached_prompt), "
+                "each a number >= 0 per million tokens."
+            ) from None
+    return PriceTable(currency=currency.strip(), models=table)
+
+
 def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     """Build settings from the ``observational_memory`` block (``None`` -> all defaults).
 
@@ -514,6 +604,12 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
         semantic=semantic_from_mapping(data.get("semantic")),
         providers=_providers_from_mapping(data.get("providers")),
         token_encoding=_token_encoding(data.get("tokens")),
+        observe_after_tokens=_observer_int(observer, "observe_after_tokens", DEFAULT_OBSERVE_AFTER_TOKENS),
+        pressure_context_fill=_observer_number(
+            observer, "pressure_context_fill", DEFAULT_PRESSURE_CONTEXT_FILL, maximum=1.0
+        ),
+        idle_flush_seconds=_observer_number(observer, "idle_flush_seconds", DEFAULT_IDLE_FLUSH_SECONDS),
+        prices=_prices(data.get("prices")),
     )
 
 

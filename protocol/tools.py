@@ -79,6 +79,15 @@ class _Receipt(BaseModel):
         """The JSON object returned to the model (fields in declaration order, unset optionals left out)."""
         return {key: value for key, value in self.model_dump().items() if value is not None}
 
+    @property
+    def accepted_in_full(self) -> bool:
+        """True when the call needs no correction: every item it sent was valid.
+
+        A tool loop may then end without sending the receipt back (no wasted round); a receipt that
+        reports anything rejected or unknown always goes back to the model.
+        """
+        return False
+
 
 class InvalidArgumentsReceipt(_Receipt):
     """Answer to a reflector/dropper call whose top-level arguments are unusable; nothing changed."""
@@ -176,6 +185,11 @@ class ObservationReceipt(_Receipt):
     """Guidance for the model."""
     error: Literal["invalid_arguments", "all_rejected"] | None = None
     """Machine-readable reason for a rejected call."""
+
+    @property
+    def accepted_in_full(self) -> bool:
+        """Accepted with nothing rejected."""
+        return self.status == "accepted" and self.rejected == 0
 
 
 def observation_receipt(added: int, duplicates: int, rejected: int, total: int) -> ObservationReceipt:
@@ -277,6 +291,11 @@ class ReflectionReceipt(_Receipt):
     guidance: str
     """``Recorded <a> reflection[s]; <d> duplicate[s]; <r> rejected. Total this run: <n>.``"""
 
+    @property
+    def accepted_in_full(self) -> bool:
+        """Nothing rejected."""
+        return self.rejected == 0
+
 
 def reflection_receipt(added: int, duplicates: int, rejected: int, total_this_run: int) -> ReflectionReceipt:
     """Receipt with the original's guidance line (singular only for exactly 1; "rejected" never plural)."""
@@ -327,6 +346,11 @@ class DropReceipt(_Receipt):
     """Hard cap on drops for this run."""
     guidance: str
     """``Queued <a> drop candidate[s]. Candidates this run: <n>. Maximum drops allowed: <m>.``"""
+
+    @property
+    def accepted_in_full(self) -> bool:
+        """Every id was known."""
+        return self.missing == 0
 
 
 def drop_receipt(

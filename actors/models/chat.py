@@ -95,6 +95,9 @@ class TokenUsage(_Value):
 
     prompt_tokens: int = Field(default=0, ge=0)
     """Input tokens."""
+    cached_prompt_tokens: int = Field(default=0, ge=0)
+    """Input tokens served from the provider's prompt cache (``prompt_tokens_details.cached_tokens``),
+    0 when the endpoint does not report it; included in ``prompt_tokens``."""
     completion_tokens: int = Field(default=0, ge=0)
     """Output tokens."""
 
@@ -113,8 +116,9 @@ class ChatResponse(_Value):
 class ToolLoopResult(_Value):
     """Counts of one tool loop; never content."""
 
-    stop_reason: Literal["model_stopped", "tool_call_limit"]
-    """``model_stopped``: a reply without tool calls; ``tool_call_limit``: the budget was spent."""
+    stop_reason: Literal["model_stopped", "tool_call_limit", "all_accepted"]
+    """``model_stopped``: a reply without tool calls; ``tool_call_limit``: the budget was spent;
+    ``all_accepted``: every call of a reply was accepted in full, so no receipt round was sent."""
     tool_calls: int = Field(ge=0)
     """Tool calls executed (handlers run)."""
     refused_tool_calls: int = Field(ge=0)
@@ -123,6 +127,8 @@ class ToolLoopResult(_Value):
     """Model requests made."""
     prompt_tokens: int = Field(ge=0)
     """Sum of reported input tokens."""
+    cached_prompt_tokens: int = Field(default=0, ge=0)
+    """Sum of reported cached input tokens (part of ``prompt_tokens``)."""
     completion_tokens: int = Field(ge=0)
     """Sum of reported output tokens."""
 
@@ -173,6 +179,10 @@ def _parse_arguments(arguments: str) -> object:
         return arguments
 
 
+def _accepted_in_full(receipt: BaseModel | dict[str, Any]) -> bool:
+    return bool(getattr(receipt, "accepted_in_full", False))
+
+
 def _receipt_json(receipt: BaseModel | dict[str, Any]) -> str:
     if isinstance(receipt, BaseModel):
         to_tool_result = getattr(receipt, "to_tool_result", None)
@@ -215,6 +225,7 @@ def run_tool_loop(
     max_tool_calls: int,
     max_duration_s: float,
     thinking_off: bool = False,
+    skip_receipt_round: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> ToolLoopResult:
     """Run one agent call: ask, execute tool calls, send receipts back, until the model stops.
@@ -223,6 +234,11 @@ def run_tool_loop(
     further calls in the same reply are answered with :data:`TOOL_CALL_LIMIT_MESSAGE` and the
     loop stops. The whole call must fit in ``max_duration_s`` (each request gets what is left);
     past it, :class:`ModelCallError` ``timeout``. Handler exceptions propagate unchanged.
+
+    With ``skip_receipt_round``, a reply whose every tool call returned a receipt that is
+    ``accepted_in_full`` ends the loop (``all_accepted``): the receipts would only tell the model
+    that all went well, and the request carrying them costs a whole prompt. A receipt reporting a
+    rejection, an unknown tool or unusable arguments is always sent back for correction.
     """
     if max_tool_calls < 1:
         raise SettingsError(f"max_tool_calls must be >= 1, got {max_tool_calls!r}.")
@@ -236,8 +252,8 @@ def run_tool_loop(
         {"role": "user", "content": input_text},
     ]
     deadline = clock() + max_duration_s
-    executed = refused = rounds = prompt_tokens = completion_tokens = 0
-    stop_reason: Literal["model_stopped", "tool_call_limit"] = "model_stopped"
+    executed = refused = rounds = prompt_tokens = cached_tokens = completion_tokens = 0
+    stop_reason: Literal["model_stopped", "tool_call_limit", "all_accepted"] = "model_stopped"
     while True:
         remaining = deadline - clock()
         if remaining <= 0:
@@ -245,21 +261,30 @@ def run_tool_loop(
         response = client.complete(model_name, messages, specs, remaining, thinking_off=thinking_off)
         rounds += 1
         prompt_tokens += response.usage.prompt_tokens
+        cached_tokens += response.usage.cached_prompt_tokens
         completion_tokens += response.usage.completion_tokens
         messages.append(_assistant_message(response))
         if not response.tool_calls:
             break
+        settled = True
         for call in response.tool_calls:
             if executed >= max_tool_calls:
                 refused += 1
+                settled = False
                 content = json.dumps({"status": "rejected", "message": TOOL_CALL_LIMIT_MESSAGE})
             elif call.name not in handlers:
                 executed += 1
+                settled = False
                 content = _unknown_tool_json(call.name, sorted(handlers))
             else:
                 executed += 1
-                content = _receipt_json(handlers[call.name](_parse_arguments(call.arguments)))
+                receipt = handlers[call.name](_parse_arguments(call.arguments))
+                settled = settled and _accepted_in_full(receipt)
+                content = _receipt_json(receipt)
             messages.append({"role": "tool", "tool_call_id": call.call_id, "content": content})
+        if skip_receipt_round and settled:
+            stop_reason = "all_accepted"
+            break
         if executed >= max_tool_calls:
             stop_reason = "tool_call_limit"
             break
@@ -269,6 +294,7 @@ def run_tool_loop(
         refused_tool_calls=refused,
         rounds=rounds,
         prompt_tokens=prompt_tokens,
+        cached_prompt_tokens=cached_tokens,
         completion_tokens=completion_tokens,
     )
     log.debug(
@@ -385,11 +411,14 @@ def _chat_response(completion: Any) -> ChatResponse:
         if isinstance(call, ChatCompletionMessageFunctionToolCall)
     )
     usage = completion.usage
+    details = getattr(usage, "prompt_tokens_details", None)
+    prompt = max(0, int(getattr(usage, "prompt_tokens", 0) or 0))
     return ChatResponse(
         text=message.content if isinstance(message.content, str) else None,
         tool_calls=calls,
         usage=TokenUsage(
-            prompt_tokens=max(0, int(getattr(usage, "prompt_tokens", 0) or 0)),
+            prompt_tokens=prompt,
+            cached_prompt_tokens=min(prompt, max(0, int(getattr(details, "cached_tokens", 0) or 0))),
             completion_tokens=max(0, int(getattr(usage, "completion_tokens", 0) or 0)),
         ),
     )

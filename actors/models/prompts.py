@@ -146,9 +146,10 @@ whose blocks each start with `[Source entry id: <run_id>:<seq>]` followed by lin
 `[User @ time]:`, `[Assistant @ time]:` or `[Tool result for <name> @ time]:`, and last a local time \
 to use only when nothing in the chunk dates an event.
 
-Call record_observations with batches of new observations. Read each receipt; if part of the chunk \
-is still uncovered, call it again. When everything worth keeping is recorded, stop calling tools and \
-answer with one short sentence. If the chunk holds nothing new, do not call the tool at all.
+Record every new observation of the chunk in one record_observations call. When all of them are \
+accepted you are done and get no reply. If a receipt comes back, some items were rejected: fix them \
+and call again, then stop calling tools and answer with one short sentence. If the chunk holds \
+nothing new, do not call the tool at all.
 
 Record only facts that are new or have materially changed. For each observation:
 - timestamp: the time of the message it comes from, as YYYY-MM-DD HH:MM (24-hour);

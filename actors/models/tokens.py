@@ -38,6 +38,10 @@ class TokenCounter:
         """Number of tokens in ``text`` (special-token strings are counted as plain text)."""
         return len(self._encoding.encode(text, disallowed_special=()))
 
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special-token text is counted as plain text)."""
+        return list(self._encoding.encode(text, disallowed_special=()))
+
     def __call__(self, text: str) -> int:
         return self.count(text)
 

@@ -45,11 +45,12 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
         now_local=local_now,
         dispatch=context.dispatch,
     )
-    result = observe_through(job, envelope.job_id, settings, ports).as_dict()
-    # After success only (§7.2 step 4): index what was just committed.
-    root = events_root_of(job.events_path, job.run_id)
-    schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block, root)
-    return result
+    result = observe_through(job, envelope.job_id, settings, ports)
+    if result.status != "deferred":
+        # After success only (§7.2 step 4): index what was just committed (a deferral committed nothing).
+        root = events_root_of(job.events_path, job.run_id)
+        schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block, root)
+    return result.as_dict()
 
 
 class ObserverActor(RoleActor):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,10 +18,12 @@ from actors.observer.blocks import SourceBlock
 from protocol.errors import OmrayError
 from protocol.identities import chunk_key, coverage_key, normalize_source_refs, part_digest, source_digest
 from protocol.ids import SessionId
-from protocol.records import CoveragePart, SourceRef, relevance_rank
+from protocol.records import CoveragePart, SourceRef
 
 MEMORY_ENVELOPE_FRACTION = 0.55
 """Share of ``envelope - fixed overhead`` the memory context may use before it is trimmed."""
+MEMORY_PAGE_FRACTION = 0.5
+"""Share of the memory budget dropped at once when the memory context is trimmed."""
 MIN_BUDGET_TOKENS = 64
 """Floor of the memory and source budgets."""
 BLOCK_SEPARATOR = "\n\n"
@@ -145,19 +147,32 @@ class ChunkPart(BaseModel):
 
 
 def memory_context_lines(
-    reflections: Sequence[_ReflectionLike], observations: Sequence[_ObservationLike]
+    reflections: Sequence[_ReflectionLike],
+    observations: Sequence[_ObservationLike],
+    local_ids: Mapping[str, str] | None = None,
 ) -> list[MemoryLine]:
-    """Memory lines in the Observer's order: reflections as given (position order), then observations as
-    given (timestamp, id order). ``[<id>] <content>`` and ``[<id>] <timestamp> [<relevance>] <content>``."""
+    """Memory lines in the order given: reflections (position order), then observations.
+
+    ``[<id>] <content>`` and ``[<id>] <timestamp> [<relevance>] <content>``. With ``local_ids``
+    (observation id -> the session's stable short id, :meth:`RequestLocalIdMap.for_session`) the
+    lines carry short ids instead of the 64-character canonical ones (reflections ``R1``, ``R2``…
+    by position): the Observer never cites memory ids, and a canonical id costs dozens of tokens.
+    Observations missing from ``local_ids`` keep their canonical id.
+    """
+    if local_ids is None:
+        reflection_lines = [(r.reflection_id, r.reflection_id, r.content) for r in reflections]
+    else:
+        reflection_lines = [(r.reflection_id, f"R{n}", r.content) for n, r in enumerate(reflections, 1)]
     lines = [
-        MemoryLine(kind="reflection", memory_id=r.reflection_id, text=f"[{r.reflection_id}] {r.content}")
-        for r in reflections
+        MemoryLine(kind="reflection", memory_id=memory_id, text=f"[{shown}] {content}")
+        for memory_id, shown, content in reflection_lines
     ]
+    ids = local_ids or {}
     lines.extend(
         MemoryLine(
             kind="observation",
             memory_id=o.observation_id,
-            text=f"[{o.observation_id}] {o.timestamp} [{o.relevance}] {o.content}",
+            text=f"[{ids.get(o.observation_id, o.observation_id)}] {o.timestamp} [{o.relevance}] {o.content}",
             timestamp=o.timestamp,
             relevance=o.relevance,
         )
@@ -173,29 +188,50 @@ def memory_budget(envelope_tokens: int, fixed_overhead_tokens: int) -> int:
     )
 
 
+def memory_pages(tokens: Sequence[int], page_tokens: int) -> list[tuple[int, int]]:
+    """``(lines, tokens)`` of consecutive pages of lines with these token counts: each page holds at
+    most ``page_tokens`` (at least one line). Pages are cut from the first line on, so appending
+    lines never moves an earlier cut."""
+    pages: list[tuple[int, int]] = []
+    lines = used = 0
+    for count in tokens:
+        if lines and used + count > page_tokens:
+            pages.append((lines, used))
+            lines = used = 0
+        lines += 1
+        used += count
+    if lines:
+        pages.append((lines, used))
+    return pages
+
+
 def trim_memory_lines(
     lines: Sequence[MemoryLine], budget: int, count_tokens: Callable[[str], int]
 ) -> tuple[list[MemoryLine], list[MemoryLine]]:
     """Reflections and observations to show, within ``budget`` tokens (sum of per-line counts).
 
-    Over budget: observations are ordered by timestamp, relevance rank, id and dropped from the front
-    (oldest, least relevant first); if still over, reflections are dropped from the end.
+    Observations are taken in the order given (the session's source order, oldest first). Over
+    budget, whole pages of :data:`MEMORY_PAGE_FRACTION` of the budget are dropped from the front
+    (oldest first) until the rest fits; if still over, reflections are dropped from the end.
+    Dropping whole pages instead of single lines keeps the memory section a stable prefix of the
+    next requests: as new observations are appended, the cut moves only once a page's worth has
+    accumulated, so a provider's prompt cache keeps matching (the original dropped one line at a
+    time, which changed the start of the section on nearly every call).
     """
     counted = [(line, count_tokens(line.text)) for line in lines]
     reflections = [item for item in counted if item[0].kind == "reflection"]
     observations = [item for item in counted if item[0].kind == "observation"]
     total = sum(tokens for _, tokens in counted)
-    if total > budget:
-        observations.sort(
-            key=lambda item: (item[0].timestamp, relevance_rank(item[0].relevance), item[0].memory_id)
-        )
-        dropped = 0
-        while dropped < len(observations) and total > budget:
-            total -= observations[dropped][1]
-            dropped += 1
-        observations = observations[dropped:]
-        while reflections and total > budget:
-            total -= reflections.pop()[1]
+    dropped = 0
+    page_tokens = max(1, math.floor(budget * MEMORY_PAGE_FRACTION))
+    for page_lines, page_used in memory_pages([tokens for _, tokens in observations], page_tokens):
+        if total <= budget:
+            break
+        total -= page_used
+        dropped += page_lines
+    observations = observations[dropped:]
+    while reflections and total > budget:
+        total -= reflections.pop()[1]
     return [line for line, _ in reflections], [line for line, _ in observations]
 
 

@@ -16,19 +16,24 @@ terminal seq beyond the file), the job fails before any model call and the queue
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.models.chat import ChatModel, run_tool_loop
 from actors.models.prompts import OBSERVER_SYSTEM_PROMPT
+from actors.models.usage import record_loop_usage
 from actors.observer.blocks import build_source_blocks, empty_source_block
 from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
 from actors.observer.tool import RecordObservationsHandler
-from actors.reflector.core import CandidatePool, threshold_check
+from actors.observer.trigger import Defer, ObserveNow, TriggerPolicy, decide_observe
+from actors.reflector.core import CandidatePool, RequestLocalIdMap, threshold_check
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.errors import ConflictError, OmrayError
 from protocol.events import EventWindow
+from protocol.identities import signalled_observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob
 from protocol.records import ActiveReflection, ActivityRecord, CoveragePart, ObservationRecord
 from protocol.settings import AGENT_HTTP_MAX_DURATION_SECONDS, OBSERVER_MAX_TOOL_CALLS, OmSettings
@@ -59,6 +64,7 @@ class MemoryPort(Protocol):
     ) -> int | None: ...
     def active_reflections(self, run_id: str) -> list[ActiveReflection]: ...
     def active_candidate_set(self, run_id: str) -> Any: ...
+    def all_observations(self, run_id: str) -> list[ObservationRecord]: ...
     def stored_coverage_part(self, coverage_key: str) -> CoveragePart | None: ...
     def active_generation(self, run_id: str) -> Any: ...
     def generation_exists_for_set(self, run_id: str, observation_set_hash: str) -> bool: ...
@@ -96,7 +102,11 @@ class ObserverPorts:
     now_local: Callable[[], str]
     """Local ``YYYY-MM-DD HH:MM`` now (fallback time shown to the model)."""
     dispatch: Callable[[JobEnvelope], str] | None = None
-    """Enqueue a follow-up job (reflect); ``None`` disables the threshold dispatch."""
+    """Enqueue a follow-up job (reflect, idle flush); ``None`` disables both."""
+    clock: Callable[[], float] = time.time
+    """Epoch seconds now (the idle flush's ``not_before``)."""
+    new_id: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+    """A fresh id (one per model tool loop, the key of its token usage row)."""
 
 
 @dataclass
@@ -104,7 +114,11 @@ class ObserveResult:
     """Counts of one observe job; never content."""
 
     status: str
-    """``already_covered``, ``inserted`` or ``noop``."""
+    """``already_covered``, ``deferred``, ``inserted`` or ``noop``."""
+    trigger: str = ""
+    """Why the model was called (``actors.observer.trigger.ObserveReason``), empty when it was not."""
+    uncovered_tokens: int = 0
+    """Source tokens of the uncovered range when the job decided."""
     source_start_seq: int = 0
     """First seq observed."""
     source_end_seq: int = 0
@@ -121,6 +135,8 @@ class ObserveResult:
     """Model requests made."""
     prompt_tokens: int = 0
     """Input tokens reported by the model."""
+    cached_prompt_tokens: int = 0
+    """Input tokens the endpoint reported as served from its prompt cache."""
     completion_tokens: int = 0
     """Output tokens reported by the model."""
     source_tokens: int = 0
@@ -184,7 +200,12 @@ def plan_parts(
         blocks = [empty_source_block(job.run_id, start)]
     candidate = ports.memory.active_candidate_set(job.run_id)
     before = [o for o in candidate.observations if o.source_end_seq < start]
-    lines = memory_context_lines(ports.memory.active_reflections(job.run_id), before)
+    # Stable short ids in source order: consecutive calls of a session share the memory section as a
+    # prefix (new observations are appended at its end), so a provider's prompt cache applies.
+    session_ids = RequestLocalIdMap.for_session(ports.memory.all_observations(job.run_id))
+    lines = memory_context_lines(
+        ports.memory.active_reflections(job.run_id), session_ids.order(before), session_ids.local_ids
+    )
     parts = pack_parts(
         run_id=job.run_id,
         blocks=blocks,
@@ -262,19 +283,14 @@ def observe_through(
     """Observe ``job.run_id`` from its contiguous coverage end through ``job.terminal_end_seq``."""
     try:
         result = _observe(job, job_id, settings, ports)
+        if result.status == "deferred":
+            return result  # nothing observed: a pinned plan (an earlier attempt's) stays for the next job
         result.reflect_job_id = maybe_dispatch_reflect(job, settings, ports)
         ports.store.release_observe_start(observe_plan_key(job))
         return result
     finally:
         if job_id:
             _clear_activity(ports, job_id, job.run_id)
-
-
-def _receipt_function(handler: RecordObservationsHandler) -> Callable[[object], dict[str, Any]]:
-    def call(arguments: object) -> dict[str, Any]:
-        return handler.handle(arguments).to_tool_result()
-
-    return call
 
 
 def _observe(
@@ -287,6 +303,15 @@ def _observe(
     if start > job.terminal_end_seq:
         return ObserveResult(
             status="already_covered", source_start_seq=start, source_end_seq=job.terminal_end_seq
+        )
+    decision = _trigger_decision(job, settings, ports, start)
+    if isinstance(decision, Defer):
+        _schedule_idle_flush(job, job_id, settings, ports)
+        return ObserveResult(
+            status="deferred",
+            source_start_seq=start,
+            source_end_seq=job.terminal_end_seq,
+            uncovered_tokens=decision.uncovered_tokens,
         )
     model = settings.require_model()
     chat_model, context_window = ports.resolve_model(model)
@@ -302,7 +327,12 @@ def _observe(
         plan_start = start
         parts = plan_parts(job, settings, ports, start, context_window)
     result = ObserveResult(
-        status="noop", source_start_seq=plan_start, source_end_seq=job.terminal_end_seq, parts=len(parts)
+        status="noop",
+        source_start_seq=plan_start,
+        source_end_seq=job.terminal_end_seq,
+        parts=len(parts),
+        trigger=decision.reason,
+        uncovered_tokens=decision.uncovered_tokens,
     )
     spec = record_observations_spec()
     for part in parts:
@@ -319,17 +349,28 @@ def _observe(
             model=model,
             instructions=OBSERVER_SYSTEM_PROMPT,
             input_text=part.user_message,
-            tools=[(spec, _receipt_function(handler))],
+            tools=[(spec, handler.handle)],
             max_tool_calls=OBSERVER_MAX_TOOL_CALLS,
             max_duration_s=AGENT_HTTP_MAX_DURATION_SECONDS,
+            skip_receipt_round=True,
         )
         covered_at = ports.now_utc()
+        record_loop_usage(
+            ports.store,
+            loop,
+            usage_id=ports.new_id(),
+            run_id=job.run_id,
+            job_kind="observe",
+            model=model,
+            recorded_at=covered_at,
+        )
         records = handler.to_records(part, covered_at)
         commit = ports.store.commit_observer_part(part.to_coverage_part(covered_at), records)
         result.parts_committed += 1
         result.observations += int(getattr(commit, "observation_count", len(records)))
         result.model_rounds += loop.rounds
         result.prompt_tokens += loop.prompt_tokens
+        result.cached_prompt_tokens += loop.cached_prompt_tokens
         result.completion_tokens += loop.completion_tokens
         result.source_tokens += ports.count_tokens(part.rendered_part)
     result.status = "inserted" if result.parts_committed else "noop"
@@ -342,6 +383,35 @@ def _observe(
         },
     )
     return result
+
+
+def _trigger_decision(
+    job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts, start: int
+) -> ObserveNow | Defer:
+    """The trigger policy over the uncovered range's rendered source (a read of the range, no model)."""
+    policy = TriggerPolicy(settings.observe_after_tokens, settings.pressure_context_fill)
+    if policy.observe_after_tokens <= 0:  # per boundary: nothing to measure
+        return ObserveNow("every_boundary")
+    events = list(read_range(job, ports, start).events)
+    blocks = build_source_blocks(events, ports.now_local(), ports.count_tokens)
+    uncovered = sum(ports.count_tokens(block.rendered_text) for block in blocks)
+    return decide_observe(uncovered, job.signal, job.context_fill, policy)
+
+
+def _schedule_idle_flush(
+    job: ObserveBoundaryJob, job_id: str, settings: OmSettings, ports: ObserverPorts
+) -> None:
+    """Queue the deferred tail's idle flush; the lane's next observe job absorbs it (coalescing)."""
+    if ports.dispatch is None:
+        return
+    flush = job.model_copy(update={"signal": "idle_flush"})
+    envelope = JobEnvelope(
+        job_id=signalled_observe_job_id(job_id or job.run_id, "idle_flush"),
+        correlation_id=job.run_id,
+        payload=flush,
+        not_before=ports.clock() + settings.idle_flush_seconds,
+    )
+    ports.dispatch(envelope)
 
 
 def maybe_dispatch_reflect(job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts) -> str | None:

@@ -74,7 +74,9 @@ class QueueMetricsPort(Protocol):
     def queue_depth(self, depth: int, in_flight: int) -> None: ...
     def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None: ...
     def job_failed(self, handler_id: str, reason: str) -> None: ...
-    def model_tokens(self, handler_id: str, prompt_tokens: int, completion_tokens: int) -> None: ...
+    def model_tokens(
+        self, handler_id: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+    ) -> None: ...
 
 
 class NoMetrics:
@@ -89,7 +91,9 @@ class NoMetrics:
     def job_failed(self, handler_id: str, reason: str) -> None:
         """Ignore."""
 
-    def model_tokens(self, handler_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+    def model_tokens(
+        self, handler_id: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+    ) -> None:
         """Ignore."""
 
 
@@ -350,8 +354,10 @@ class QueueActor:
 
     def _report_tokens(self, handler_id: str, detail: Mapping[str, Any]) -> None:
         prompt, completion = detail.get("prompt_tokens"), detail.get("completion_tokens")
+        cached = detail.get("cached_prompt_tokens", 0)
         if isinstance(prompt, int) and isinstance(completion, int):
-            self._safe_metric(self._metrics.model_tokens, handler_id, prompt, completion)
+            cached = cached if isinstance(cached, int) else 0
+            self._safe_metric(self._metrics.model_tokens, handler_id, prompt, completion, cached)
 
     @staticmethod
     def _safe_metric(record: Callable[..., None], *args: Any) -> None:

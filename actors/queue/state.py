@@ -96,6 +96,20 @@ def _carrier_rank(job: _Job) -> tuple[int, int]:
     return (end, job.seq)
 
 
+def _held_until_absorbed(job: _Job) -> bool:
+    """A job accepted with its own ``not_before`` and never started (an observe tail's idle flush): it
+    waits for its time only while no later job of its lane coalesces with it; one that does starts the
+    group at once, and the flush rides along."""
+    return job.attempts == 0 and job.envelope.not_before is not None
+
+
+def _restored_not_before(row: StoredJobState) -> float | None:
+    # A job held since its acceptance has no not_before of its own in the row (only retries write it).
+    if row.not_before is None and row.attempts == 0:
+        return row.envelope.not_before
+    return row.not_before
+
+
 class QueueStateError(OmrayError):
     """The actor called the state machine against its contract (e.g. two jobs with one sequence number)."""
 
@@ -287,6 +301,9 @@ class QueueState:
     - **Retries hold their own lane only.** A job waiting for its retry backoff holds back the
       jobs behind it in its lane (a session's order is kept: observe before the reflect it
       triggered) and nothing else.
+    - **Held jobs.** A job accepted with ``not_before`` (an observe tail's idle flush) waits until
+      then like a retry, except that a later job of its lane that coalesces with it starts the
+      group at once: the flush is absorbed by the lane's next observe run.
     - **Coalescing.** When the head of a lane is an observe job and the jobs right behind it are
       observe jobs of the same events file and versions, one run covers them all: the worker runs
       the one with the latest boundary, and all of them finish with its outcome. Index jobs of one
@@ -366,7 +383,7 @@ class QueueState:
                 envelope=row.envelope,
                 status="pending",
                 attempts=row.attempts,
-                not_before=None if interrupted else row.not_before,
+                not_before=None if interrupted else _restored_not_before(row),
                 last_reason=REASON_INTERRUPTED if interrupted else row.last_reason,
                 interrupted=interrupted,
             )
@@ -392,7 +409,7 @@ class QueueState:
             return [AlreadyQueued(envelope.job_id, job_seq, existing)]
         if job_seq in self._jobs:
             raise QueueStateError(f"job_seq {job_seq!r} is already used by another queued job")
-        self._add(_Job(job_seq, envelope, "pending", 0, None, None))
+        self._add(_Job(job_seq, envelope, "pending", 0, envelope.not_before, None))
         return []
 
     def next_dispatch(self, now: float) -> list[Command]:
@@ -409,14 +426,17 @@ class QueueState:
             for head in self._lane_heads():
                 if free == 0:
                     break
-                if not head.interrupted and head.not_before is not None and head.not_before > now:
+                group = self._group_from(head)
+                waiting = not head.interrupted and head.not_before is not None and head.not_before > now
+                if waiting and not (_held_until_absorbed(head) and len(group) > 1):
+                    assert head.not_before is not None
                     waits.append(head.not_before)
                     continue
                 handler_id = head.envelope.handler_id
                 limit = self._capacity.get(handler_id)
                 if limit is not None and self._running_of(handler_id) >= limit:
                     continue
-                commands.append(self._start(self._group_from(head)))
+                commands.append(self._start(group))
                 free -= 1
         if free > 0 and waits:
             commands.append(WakeAt(min(waits)))

@@ -42,7 +42,14 @@ from actors.read.search import (
     validate_recall_arguments,
     validate_search_arguments,
 )
-from actors.read.status_view import StatusInputs, format_status, format_view, status_json, view_json
+from actors.read.status_view import (
+    StatusInputs,
+    format_status,
+    format_view,
+    status_json,
+    usage_json,
+    view_json,
+)
 from persistence.events_reader import iter_events
 from persistence.search_queries import ExactSearchSpec, SearchReader, SearchStrategy
 from protocol.canonical import php_trim
@@ -50,12 +57,13 @@ from protocol.errors import EventsFileError, EventsUnreadableError, OmrayError
 from protocol.events import (
     BeforeCompactionContext,
     CompactionDecision,
+    coverage_incomplete_reason,
     projection_failure_reason,
     projection_metadata,
 )
 from protocol.records import ObservationRecord, ReflectionRecord
 from protocol.semantic import FUSED_CANDIDATE_LIMIT
-from protocol.settings import OmSettings
+from protocol.settings import DEFAULT_VERSION, OmSettings
 from protocol.tool_specs import MEMORY_SEARCH, MEMORY_STATUS, MEMORY_VIEW, RECALL
 
 logger = logging.getLogger("omray.read")
@@ -99,17 +107,45 @@ def project(db_path: DbPath, session_id: str) -> str:
     return assemble_active_memory(lines.reflection_lines, observation_lines)
 
 
-def before_compaction(db_path: DbPath, ctx: BeforeCompactionContext) -> CompactionDecision:
+def before_compaction(
+    db_path: DbPath,
+    ctx: BeforeCompactionContext,
+    renderer_version: str = DEFAULT_VERSION,
+    observer_schema_version: str = DEFAULT_VERSION,
+) -> CompactionDecision:
     """Answer the before-compaction hook from durable memory only (reference §10.1).
 
     Non-empty memory -> ``replace_summary`` with the projection metadata; empty -> ``continue``;
     any exception -> ``cancel`` naming only the exception class (fail closed: the host must not
     fall back to a model summary). Never dispatches, calls a model, reads events, polls or sleeps.
+
+    When the host names the range the summary replaces (``required_end_seq``) and the session's
+    contiguous coverage (of these versions) does not reach it yet, memory would silently lose the
+    unobserved events: the hook cancels (fail closed, reason :data:`COVERAGE_INCOMPLETE_PREFIX` with
+    the two seqs), and the host compacts on a later turn, once the Observer has caught up. The
+    trigger policy (``actors.observer.trigger``) keeps this rare: under context pressure the
+    uncovered tail stays short.
     """
     try:
         text = php_trim(project(db_path, ctx.run_id))
         if text == "":
             return CompactionDecision.continue_()
+        if ctx.required_end_seq is not None:
+            covered = reader_for(db_path).contiguous_covered_end(
+                ctx.run_id, renderer_version, observer_schema_version
+            )
+            if (covered or 0) < ctx.required_end_seq:
+                logger.warning(
+                    "om.compaction.coverage_incomplete",
+                    extra={
+                        "run_id": ctx.run_id,
+                        "covered_end": covered,
+                        "required_end": ctx.required_end_seq,
+                    },
+                )
+                return CompactionDecision.cancel(
+                    coverage_incomplete_reason(covered or 0, ctx.required_end_seq)
+                )
         return CompactionDecision.replace_summary(text, projection_metadata(ctx.has_coverage_watermark))
     except Exception as exc:  # fail closed on anything, by design (§10.1)
         exception_class = type(exc).__name__
@@ -146,7 +182,8 @@ def memory_status(
         reflect_after_tokens=settings.reflect_after_observation_tokens,
         observations_max_tokens=settings.observations_max_tokens,
     )
-    return format_status(inputs), {"session_id": session_id, **status_json(inputs)}
+    usage = usage_json(reader.token_usage(session_id), settings.prices)
+    return format_status(inputs), {"session_id": session_id, **status_json(inputs), "token_usage": usage}
 
 
 def memory_view(db_path: DbPath, session_id: str) -> tuple[str, dict[str, object]]:

@@ -15,7 +15,8 @@ from typing import Final
 from protocol.canonical import PHP_TRIM_CHARACTERS, condense
 from protocol.errors import OmrayError
 from protocol.ids import display_id
-from protocol.records import ActiveReflection, ActivityRecord, ObservationRecord
+from protocol.records import ActiveReflection, ActivityRecord, ObservationRecord, TokenUsageTotal
+from protocol.settings import PriceTable
 
 ACTIVITY_FRESH_SECONDS: Final[int] = 300
 """An activity row older than this (strictly) is a crash leftover and is hidden."""
@@ -288,3 +289,57 @@ def fresh_activity(record: ActivityRecord, now: datetime) -> bool:
     except ValueError:
         return False
     return _epoch_seconds(now) - _epoch_seconds(updated_at) <= ACTIVITY_FRESH_SECONDS
+
+
+# --- cost report ---------------------------------------------------------------------------------
+
+_USAGE_COUNTS: Final = ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens")
+
+
+def usage_json(totals: Sequence[TokenUsageTotal], prices: PriceTable | None) -> dict[str, object]:
+    """The cost report: token usage per job kind and model, a total, and money when a price table is set.
+
+    Models missing from the price table are listed under ``unpriced_models`` and left out of the
+    amounts (never guessed).
+    """
+    rows: list[dict[str, object]] = []
+    total = dict.fromkeys(_USAGE_COUNTS, 0)
+    money = 0.0
+    unpriced: set[str] = set()
+    for usage in totals:
+        counts = {name: int(getattr(usage, name)) for name in _USAGE_COUNTS}
+        row: dict[str, object] = {"job_kind": usage.job_kind, "model": usage.model, **counts}
+        price = prices.models.get(usage.model) if prices is not None else None
+        if price is not None:
+            row["cost"] = round(
+                price.cost(usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens), 6
+            )
+            money += float(row["cost"])  # type: ignore[arg-type]
+        elif prices is not None:
+            unpriced.add(usage.model)
+        rows.append(row)
+        for name in _USAGE_COUNTS:
+            total[name] += counts[name]
+    report: dict[str, object] = {"by_job_kind_and_model": rows, "total": total}
+    if prices is not None:
+        report["cost"] = {
+            "currency": prices.currency,
+            "total": round(money, 6),
+            "unpriced_models": sorted(unpriced),
+        }
+    return report
+
+
+def format_usage(report: dict[str, object]) -> str:
+    """One status line of a cost report: requests and tokens, and money when priced."""
+    total = report["total"]
+    assert isinstance(total, dict)
+    line = (
+        f"{format_count(total['requests'])} model requests, {format_count(total['prompt_tokens'])} prompt "
+        f"({format_count(total['cached_prompt_tokens'])} cached), "
+        f"{format_count(total['completion_tokens'])} completion tokens"
+    )
+    cost = report.get("cost")
+    if isinstance(cost, dict):
+        line += f", {cost['total']:.4f} {cost['currency']}"
+    return line

@@ -420,6 +420,42 @@ class RequestLocalIdMap:
             mapping[observation.observation_id] = str(len(mapping) + 1)
         return cls(mapping)
 
+    @classmethod
+    def for_session(cls, session_observations: Iterable[ObservationRecord]) -> RequestLocalIdMap:
+        """Number every observation of a session, dropped ones included, in source order.
+
+        Order: ``source_start_seq``, ``timestamp``, ``observation_id``. Coverage is contiguous and
+        parts commit in seq order, so a new observation always sorts after every earlier one: the
+        numbers never change once given, and dropping an observation leaves a gap instead of
+        renumbering the rest. Prompts of consecutive calls of a session therefore show the same
+        observation under the same id, which keeps their shared prefix cacheable.
+        """
+        ordered = sorted(
+            session_observations, key=lambda o: (o.source_start_seq, o.timestamp, o.observation_id)
+        )
+        mapping: dict[str, str] = {}
+        for observation in ordered:
+            if observation.observation_id and observation.observation_id not in mapping:
+                mapping[observation.observation_id] = str(len(mapping) + 1)
+        return cls(mapping)
+
+    def restricted(self, observations: Iterable[ObservationRecord]) -> RequestLocalIdMap:
+        """This map limited to ``observations`` (the ones one request shows)."""
+        wanted = {o.observation_id for o in observations}
+        return RequestLocalIdMap({k: v for k, v in self._local.items() if k in wanted})
+
+    def order(self, observations: Iterable[ObservationRecord]) -> list[ObservationRecord]:
+        """``observations`` in the order of their ids (unknown ones last, in candidate order)."""
+        known = [o for o in observations if o.observation_id in self._local]
+        unknown = [o for o in observations if o.observation_id not in self._local]
+        known.sort(key=lambda o: int(self._local[o.observation_id]))
+        return known + _candidate_order(unknown)
+
+    @property
+    def local_ids(self) -> Mapping[str, str]:
+        """Canonical id -> request-local id."""
+        return self._local
+
     def local_id(self, canonical_id: str) -> str | None:
         """Request-local id of a canonical observation id, or ``None``."""
         return self._local.get(canonical_id)
@@ -454,7 +490,7 @@ def observation_lines(
     """``[<local id>] <timestamp> [<relevance>] [coverage: <tier>] <content>`` per observation, in order."""
     lines: list[str] = []
     seen: set[str] = set()
-    for observation in _candidate_order(observations):
+    for observation in id_map.order(observations):
         local = id_map.local_id(observation.observation_id)
         if local is None or observation.observation_id in seen:
             continue
@@ -489,14 +525,23 @@ class ReflectorInput:
 
 
 def build_reflector_input(
-    prior_reflections: Iterable[ActiveReflection], active_observations: Iterable[ObservationRecord]
+    prior_reflections: Iterable[ActiveReflection],
+    active_observations: Iterable[ObservationRecord],
+    session_ids: RequestLocalIdMap | None = None,
 ) -> ReflectorInput:
-    """Build the Reflector request; raises ``ReflectorError('no_active_memory')`` when both are empty."""
+    """Build the Reflector request; raises ``ReflectorError('no_active_memory')`` when both are empty.
+
+    ``session_ids`` (:meth:`RequestLocalIdMap.for_session`) numbers observations stably across the
+    session's calls; without it they are numbered 1..n for this request (§9.6).
+    """
     prior = tuple(sorted(prior_reflections, key=lambda r: (r.position, r.reflection_id)))
     observations = tuple(_candidate_order(active_observations))
     if not prior and not observations:
         raise ReflectorError("no_active_memory", NO_ACTIVE_MEMORY_MESSAGE)
-    id_map = RequestLocalIdMap.for_observations(observations)
+    if session_ids is None:
+        id_map = RequestLocalIdMap.for_observations(observations)
+    else:
+        id_map = session_ids.restricted(observations)
     counts = support_counts(r.supporting_observation_ids for r in prior)
     lines = ["CURRENT REFLECTIONS:"]
     lines += [f"[{r.reflection_id}] {r.content}" for r in prior] or ["(none yet)"]

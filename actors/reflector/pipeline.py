@@ -14,12 +14,14 @@ whose generation already ran, or is running elsewhere, makes no model call.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from actors.models.chat import ChatModel, ToolLoopResult, run_tool_loop
 from actors.models.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
+from actors.models.usage import record_loop_usage
 from actors.reflector.core import (
     REFLECTOR_MAX_DURATION_SECONDS,
     REFLECTOR_MAX_TOOL_CALLS,
@@ -29,6 +31,7 @@ from actors.reflector.core import (
     ReflectorError,
     ReflectorInput,
     ReflectPayload,
+    RequestLocalIdMap,
     build_reflector_input,
     claim_conflict_error,
     claim_reaction,
@@ -59,6 +62,7 @@ from protocol.records import (
     GenerationRecord,
     ObservationRecord,
     ReflectionRecord,
+    UsageJobKind,
 )
 from protocol.settings import OmSettings
 from protocol.tool_specs import drop_observations_spec, record_reflections_spec
@@ -88,6 +92,7 @@ class MemoryPort(Protocol):
     def generation(self, generation_id: str) -> GenerationRecord | None: ...
     def active_reflections(self, run_id: str) -> list[ActiveReflection]: ...
     def active_candidate_set(self, run_id: str) -> CandidateSetLike: ...
+    def all_observations(self, run_id: str) -> list[ObservationRecord]: ...
 
 
 class StorePort(Protocol):
@@ -135,6 +140,8 @@ class ReflectorPorts:
     """UTC ISO-8601 now; sampled afresh for every timestamp written."""
     schedule_index: Callable[[str], object] | None = None
     """Schedule a semantic index job for a session after a success; ``None`` when search is exact."""
+    new_id: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+    """A fresh id (one per model tool loop, the key of its token usage row)."""
 
 
 @dataclass
@@ -157,6 +164,8 @@ class ReflectResult:
     """Model requests made (Reflector + Dropper)."""
     prompt_tokens: int = 0
     """Input tokens reported by the model."""
+    cached_prompt_tokens: int = 0
+    """Input tokens the endpoint reported as served from its prompt cache."""
     completion_tokens: int = 0
     """Output tokens reported by the model."""
 
@@ -164,11 +173,23 @@ class ReflectResult:
         """JSON-able counters."""
         return dict(self.__dict__)
 
-    def add_loop(self, loop: ToolLoopResult) -> None:
-        """Add one tool loop's model counters."""
+    def add_loop(
+        self, loop: ToolLoopResult, ports: ReflectorPorts, payload: ReflectPayload, kind: UsageJobKind
+    ) -> None:
+        """Add one tool loop's model counters and store its token usage."""
         self.model_rounds += loop.rounds
         self.prompt_tokens += loop.prompt_tokens
+        self.cached_prompt_tokens += loop.cached_prompt_tokens
         self.completion_tokens += loop.completion_tokens
+        record_loop_usage(
+            ports.store,
+            loop,
+            usage_id=ports.new_id(),
+            run_id=payload.run_id,
+            job_kind=kind,
+            model=payload.reflector_model,
+            recorded_at=ports.now_utc(),
+        )
 
 
 # --- status writes (never fail the job: invariant 7) --------------------------------------------------
@@ -319,7 +340,11 @@ def _work(
 
     if job_id:
         _set_activity(ports, reflector_activity(run_id, job_id, pool.token_count, ports.now_utc()))
-    reflector_input = build_reflector_input(ports.memory.active_reflections(run_id), pool.observations)
+    reflector_input = build_reflector_input(
+        ports.memory.active_reflections(run_id),
+        pool.observations,
+        RequestLocalIdMap.for_session(ports.memory.all_observations(run_id)),
+    )
     chat_model, _context_window = ports.resolve_model(payload.reflector_model)
     new_reflections = _run_reflector(payload, reflector_input, chat_model, ports, result)
     drops = _run_dropper(
@@ -377,8 +402,9 @@ def _run_reflector(
         tools=[(record_reflections_spec(), handler.handle)],
         max_tool_calls=REFLECTOR_MAX_TOOL_CALLS,
         max_duration_s=REFLECTOR_MAX_DURATION_SECONDS,
+        skip_receipt_round=True,
     )
-    result.add_loop(loop)
+    result.add_loop(loop, ports, payload, "reflect")
     return handler.accepted
 
 
@@ -417,6 +443,7 @@ def _run_dropper(
         max_tool_calls=DROPPER_MAX_TOOL_CALLS,
         max_duration_s=DROPPER_MAX_DURATION_SECONDS,
         thinking_off=True,
+        skip_receipt_round=True,
     )
-    result.add_loop(loop)
+    result.add_loop(loop, ports, payload, "drop")
     return select_drop_candidates(handler.proposals, observations, reflections, max_drops)

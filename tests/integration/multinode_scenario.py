@@ -52,6 +52,7 @@ def _free_port() -> int:
 def _settings(project: Path, server: ScriptedServer) -> dict[str, Any]:
     return {
         "model": "scripted/memory",
+        "observer": {"observe_after_tokens": 0},  # every turn end observes
         "providers": {"scripted": {"base_url": server.base_url, "context_window": 16384}},
         "storage": {"database": str(project / "om.sqlite")},
         "reflector": {"reflect_after_observation_tokens": 150},

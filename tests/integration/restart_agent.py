@@ -17,7 +17,7 @@ from bench.sample_session import commit_turn, demo_session
 from cluster.client import connect
 
 SESSION = "restart-session"
-SETTINGS = {"model": "builtin/extractive"}
+SETTINGS = {"model": "builtin/extractive", "observer": {"observe_after_tokens": 0}}
 
 
 def main() -> None:

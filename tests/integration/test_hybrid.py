@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 def _settings(tmp_path: Path, server: ScriptedServer) -> dict[str, Any]:
     return {
         "model": "builtin/extractive",
+        "observer": {"observe_after_tokens": 0},  # every turn end observes
         "storage": {"database": str(tmp_path / "om.sqlite")},
         "semantic": {
             "embedding_api": {"base_url": server.base_url, "model_id": "hash-embedder", "batch_size": 2},

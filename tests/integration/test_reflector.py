@@ -28,6 +28,7 @@ pytestmark = pytest.mark.integration
 def _settings(tmp_path: Path, server: ScriptedServer) -> dict[str, Any]:
     return {
         "model": "scripted/memory",
+        "observer": {"observe_after_tokens": 0},  # every turn end observes
         "providers": {"scripted": {"base_url": server.base_url, "context_window": 16384}},
         "storage": {"database": str(tmp_path / "om.sqlite")},
         "reflector": {"reflect_after_observation_tokens": 150},

@@ -11,7 +11,7 @@ import pytest
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from protocol.events import AfterTurnCommit, EventSummary
-from protocol.jobs import JobEnvelope
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 
 
 class RecordingClient(OmrayClient):
@@ -82,3 +82,27 @@ def test_seq_beyond_sqlite_integers_is_rejected(tmp_path: Path) -> None:
 def test_dispatch_failure_never_raises(tmp_path: Path) -> None:
     client = OmrayClient(RuntimeNames(prefix="t"), settings={"model": "builtin/extractive"}, cwd=tmp_path)
     assert client.after_turn_commit(TERMINAL) is None  # no Ray here: RuntimeNotRunningError is swallowed
+
+
+def test_context_pressure_and_session_end_send_their_own_jobs(tmp_path: Path) -> None:
+    client = RecordingClient(tmp_path)
+    step = {
+        "run_id": "7",
+        "turn_no": 2,
+        "status": "running",
+        "events": [{"seq": 3, "type": "tool_execution_end"}],
+    }
+    assert client.turn_envelope(AfterTurnCommit.model_validate(step)) is None  # inside a turn, no pressure
+    assert client.turn_envelope(AfterTurnCommit.model_validate({**step, "context_fill": 0.3})) is None
+    checkpoint = client.turn_envelope(AfterTurnCommit.model_validate({**step, "context_fill": 0.7}))
+    assert checkpoint is not None and isinstance(checkpoint.payload, ObserveBoundaryJob)
+    assert (checkpoint.payload.signal, checkpoint.payload.terminal_end_seq) == ("checkpoint", 3)
+    assert checkpoint.payload.context_fill == 0.7
+    turn_end = client.turn_envelope(AfterTurnCommit.model_validate(TERMINAL))
+    ended = client.turn_envelope(AfterTurnCommit.model_validate({**TERMINAL, "session_end": True}))
+    assert turn_end is not None and ended is not None and isinstance(ended.payload, ObserveBoundaryJob)
+    assert ended.payload.signal == "session_end" and ended.payload.terminal_end_seq == 5
+    # One seq, two reasons: two jobs, so a queued turn end never swallows the session's end.
+    assert ended.job_id != turn_end.job_id == client.observe_envelope("7", 5).job_id
+    # Older callers (no new fields) behave as before.
+    assert client.after_turn_commit(TERMINAL) == turn_end.job_id

@@ -336,14 +336,9 @@ def ref_line(memory_id: str) -> MemoryLine:
     return MemoryLine(kind="reflection", memory_id=memory_id, text="r" * 36)
 
 
-def test_memory_trimming_drops_oldest_least_relevant_observations_then_last_reflections() -> None:
-    # Each line counts 10 tokens with the simple counter.
-    observations = [
-        obs_line("o1", "2026-07-02 00:00", "low"),
-        obs_line("o2", "2026-07-01 00:00", "critical"),
-        obs_line("o3", "2026-07-01 00:00", "low"),
-        obs_line("o4", "2026-07-01 00:00", "low"),
-    ]
+def test_memory_trimming_drops_whole_pages_of_the_oldest_observations_then_last_reflections() -> None:
+    # Each line counts 10 tokens with the simple counter; observations come in source order.
+    observations = [obs_line(f"o{i}", "2026-07-01 00:00", "low") for i in range(1, 5)]
     reflections = [ref_line("r1"), ref_line("r2")]
     lines = [*reflections, *observations]
 
@@ -353,9 +348,10 @@ def test_memory_trimming_drops_oldest_least_relevant_observations_then_last_refl
         ["o1", "o2", "o3", "o4"],
     )
 
+    # Budget 40: pages of floor(40 * 0.5) = 20 tokens (two lines); the oldest page goes.
     kept_r, kept_o = trim_memory_lines(lines, 40, simple_count)
     assert [r.memory_id for r in kept_r] == ["r1", "r2"]
-    assert [o.memory_id for o in kept_o] == ["o2", "o1"]
+    assert [o.memory_id for o in kept_o] == ["o3", "o4"]
 
     kept_r, kept_o = trim_memory_lines(lines, 10, simple_count)
     assert ([r.memory_id for r in kept_r], kept_o) == (["r1"], [])
@@ -364,11 +360,29 @@ def test_memory_trimming_drops_oldest_least_relevant_observations_then_last_refl
     assert (kept_r, kept_o) == ([], [])
 
 
+def test_trimmed_memory_stays_a_prefix_while_observations_are_appended() -> None:
+    # Budget 200 -> pages of 100 tokens (10 lines). Appending one line at a time moves the cut only
+    # every page, so consecutive calls mostly share their whole memory section.
+    def kept(count: int) -> list[str]:
+        lines = [obs_line(f"o{i:03}", "2026-07-01 00:00", "low") for i in range(count)]
+        return [o.memory_id for o in trim_memory_lines(lines, 200, simple_count)[1]]
+
+    cuts = 0
+    for count in range(21, 60):
+        before, after = kept(count), kept(count + 1)
+        if after[: len(before)] != before:
+            cuts += 1
+            assert after[0] != before[0]  # the cut moved by a whole page
+        assert sum(10 for _ in after) <= 200
+    assert 0 < cuts <= (60 - 21) // 10 + 1
+
+
 def test_packer_trims_memory_to_its_share_of_the_envelope() -> None:
     lines = [obs_line(f"o{i:03}", f"2026-07-01 00:{i:02}", "medium") for i in range(60)]
     parts = pack([block(1, "x")], envelope=500, overhead=100, memory=lines)
-    # memory budget = max(64, floor(400 * 0.55)) = 220 tokens = 22 lines of 10 tokens; the newest are kept.
-    assert parts[0].user_message.count("o" * 36) == 22
+    # memory budget = max(64, floor(400 * 0.55)) = 220 tokens; pages of floor(220 * 0.5) = 110 tokens
+    # (11 lines): the oldest 4 pages go, the newest 16 lines stay.
+    assert parts[0].user_message.count("o" * 36) == 16
 
 
 def test_split_parts_depend_on_their_count_not_on_the_budget() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from actors.observer.actor import ObserverActor
 from bench.sample_session import demo_session, event_line
@@ -11,6 +12,9 @@ from persistence.queries import MemoryReader
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.outcomes import EventsLocation, JobFailed, JobFailedEvent, JobSucceeded
 from tests.unit.observer_pipeline.test_settings_at_run_time import FakeContext
+
+# The per-boundary policy (the original): these tests observe at every job, whatever its size.
+PER_BOUNDARY: dict[str, Any] = {"observer": {"observe_after_tokens": 0}}
 
 SESSION = "s-corrupt"
 SECRET = "{secret memory text that must never be echoed"
@@ -25,7 +29,7 @@ def _envelope(tmp_path: Path, end_seq: int) -> dict[str, object]:
         observer_schema_version="1",
         db_path=str(tmp_path / "om.sqlite"),
         events_path=str(tmp_path / "events.jsonl"),
-        settings={"model": "builtin/extractive"},
+        settings={"model": "builtin/extractive", **PER_BOUNDARY},
     )
     return JobEnvelope(job_id=f"observe-{end_seq}", correlation_id=SESSION, payload=job).model_dump()
 

@@ -22,6 +22,9 @@ from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.records import ActivityRecord
 from protocol.settings import settings_from_mapping
 
+# The per-boundary policy (the original): these tests observe at every job, whatever its size.
+PER_BOUNDARY: dict[str, Any] = {"observer": {"observe_after_tokens": 0}}
+
 SESSION = "s-unit"
 
 
@@ -94,7 +97,7 @@ def _job(tmp_path: Path, end_seq: int, block: dict[str, Any]) -> ObserveBoundary
     )
 
 
-BLOCK = {"model": "builtin/extractive"}
+BLOCK = {"model": "builtin/extractive", **PER_BOUNDARY}
 
 
 def test_observes_commits_and_redelivery_makes_no_model_call(tmp_path: Path) -> None:
@@ -139,7 +142,11 @@ def test_later_boundary_observes_only_the_new_range(tmp_path: Path) -> None:
 
 def test_threshold_crossing_dispatches_one_reflect_job(tmp_path: Path) -> None:
     end = _write_events(tmp_path / "events.jsonl", 3)
-    block = {"model": "builtin/extractive", "reflector": {"reflect_after_observation_tokens": 50}}
+    block = {
+        "model": "builtin/extractive",
+        **PER_BOUNDARY,
+        "reflector": {"reflect_after_observation_tokens": 50},
+    }
     dispatched: list[JobEnvelope] = []
     ports = _ports(tmp_path, CountingModel(), Store(tmp_path / "om.sqlite"), dispatched)
     result = observe_through(_job(tmp_path, end, block), "j", settings_from_mapping(block), ports)
@@ -153,7 +160,7 @@ def test_missing_model_and_empty_range_are_typed_errors(tmp_path: Path) -> None:
     end = _write_events(tmp_path / "events.jsonl", 1)
     ports = _ports(tmp_path, CountingModel(), Store(tmp_path / "om.sqlite"), [])
     with pytest.raises(ModelSettingsError):
-        observe_through(_job(tmp_path, end, {}), "j", settings_from_mapping({}), ports)
+        observe_through(_job(tmp_path, end, PER_BOUNDARY), "j", settings_from_mapping(PER_BOUNDARY), ports)
     (tmp_path / "events.jsonl").write_text("", encoding="utf-8")
     with pytest.raises(ObserverError, match="readable through seq 0"):
         observe_through(_job(tmp_path, end, BLOCK), "j", settings_from_mapping(BLOCK), ports)

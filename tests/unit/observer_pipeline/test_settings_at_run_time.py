@@ -17,6 +17,9 @@ from persistence.store import Store
 from protocol.errors import ModelSettingsError
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob
 
+# The per-boundary policy (the original): these tests observe at every job, whatever its size.
+PER_BOUNDARY: dict[str, Any] = {"observer": {"observe_after_tokens": 0}}
+
 SESSION = "s-settings"
 
 
@@ -62,18 +65,23 @@ def _observe_envelope(tmp_path: Path, settings_file: Path) -> JobEnvelope:
 
 
 def test_observe_job_reads_the_settings_file_when_it_runs(tmp_path: Path) -> None:
-    settings_file = _write_settings(tmp_path / "omray.yaml", {"model": "builtin/extractive"})
+    settings_file = _write_settings(tmp_path / "omray.yaml", {"model": "builtin/extractive", **PER_BOUNDARY})
     envelope = _observe_envelope(tmp_path, settings_file)
     assert "model" not in envelope.model_dump_json()  # only where the settings are, not what they say
     # The user removes the model after the job was queued: the attempt fails on the current settings.
-    _write_settings(settings_file, {"reflector": {"reflect_after_observation_tokens": 50}})
+    _write_settings(settings_file, {**PER_BOUNDARY, "reflector": {"reflect_after_observation_tokens": 50}})
     context = FakeContext()
     with pytest.raises(ModelSettingsError):
         observe_boundary(envelope, 1, context)
     assert MemoryReader(tmp_path / "om.sqlite").all_observations(SESSION) == []
     # The retry picks up the model the user sets back, and the reflect job it dispatches names the file.
     _write_settings(
-        settings_file, {"model": "builtin/extractive", "reflector": {"reflect_after_observation_tokens": 50}}
+        settings_file,
+        {
+            "model": "builtin/extractive",
+            **PER_BOUNDARY,
+            "reflector": {"reflect_after_observation_tokens": 50},
+        },
     )
     detail = observe_boundary(envelope, 2, context)
     assert detail["status"] == "inserted"
@@ -83,7 +91,11 @@ def test_observe_job_reads_the_settings_file_when_it_runs(tmp_path: Path) -> Non
 
 
 def test_reflect_job_fails_as_specified_when_the_model_no_longer_matches(tmp_path: Path) -> None:
-    block = {"model": "builtin/extractive", "reflector": {"reflect_after_observation_tokens": 50}}
+    block = {
+        "model": "builtin/extractive",
+        **PER_BOUNDARY,
+        "reflector": {"reflect_after_observation_tokens": 50},
+    }
     settings_file = _write_settings(tmp_path / "omray.yaml", block)
     context = FakeContext()
     observe_boundary(_observe_envelope(tmp_path, settings_file), 1, context)
@@ -111,7 +123,7 @@ def test_payloads_with_a_settings_block_still_load_and_run_with_it(tmp_path: Pat
         "observer_schema_version": "1",
         "db_path": str(tmp_path / "om.sqlite"),
         "events_path": str(tmp_path / "events.jsonl"),
-        "settings": {"model": "builtin/extractive"},
+        "settings": {"model": "builtin/extractive", **PER_BOUNDARY},
     }
     job = JOB_PAYLOAD_ADAPTER.validate_python(old)
     assert isinstance(job, ObserveBoundaryJob) and job.settings_file is None

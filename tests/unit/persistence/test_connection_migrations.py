@@ -169,6 +169,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("table", "omray_runtime_event"),
         ("table", "omray_observe_start"),
         ("index", "sqlite_autoindex_omray_observe_start_1"),
+        ("table", "omray_token_usage"),
+        ("index", "sqlite_autoindex_omray_token_usage_1"),
+        ("index", "idx_omray_token_usage_run"),
         ("table", "sqlite_sequence"),
         ("index", "idx_omray_job_unfinished_key"),
         ("index", "idx_omray_job_state_seq"),
@@ -194,6 +197,7 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_004_job_identity_per_database",
         "omray_005_observe_start",
         "omray_006_read_path",
+        "omray_007_token_usage",
     }
     assert omray_versions <= set(versions) and len(versions) == 11
 

@@ -8,7 +8,8 @@ Jobs belong to a few lanes (sessions of two databases, plus index work) and mix 
 and index jobs, so runs are coalesced. Checked under any interleaving: no accepted job is lost, no
 job finishes twice or starts again after it succeeded, no two runs of one lane overlap, a lane's
 jobs first start in acceptance order, an observe job succeeds only through a run that observed at
-least as far as its own boundary (coverage stays contiguous), and limits are respected.
+least as far as its own boundary (coverage stays contiguous), a held job (an idle flush) never
+starts before its time unless it rides with another job of its lane, and limits are respected.
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ class QueueActorModel(RuleBasedStateMachine):
                 order = self.first_start_by_lane.setdefault(lane, [])
                 assert not order or seq > order[-1], "lane start order"
                 order.append(seq)
+            held = self.envelopes[seq].not_before
+            if not runs and held is not None and self.now < held:
+                assert len(cmd.covered) > 1, "a held job started early alone"
             runs.append(attempt)
             assert len(runs) <= MAX_ATTEMPTS
             self.durable[seq] = dataclasses.replace(
@@ -171,6 +175,17 @@ class QueueActorModel(RuleBasedStateMachine):
     )
     def accept_new_job(self, kind: str, session: str, db: str) -> None:
         job = self._make_job(kind, session, db)
+        seq = self._store(job)
+        assert self.queue.accept(job, seq, self.now) == []
+
+    @rule(session=st.sampled_from(["s1", "s2"]), delay=st.floats(min_value=0.5, max_value=30.0))
+    def accept_held_idle_flush(self, session: str, delay: float) -> None:
+        # What a deferring observe run sends: its tail again, held until the idle timer.
+        lane = f"a/{session}"
+        flush = observe(
+            self._new_job_id(), session, max(1, self.end_seq.get(lane, 1)), db_path="/data/a/om.sqlite"
+        )
+        job = flush.model_copy(update={"not_before": self.now + delay})
         seq = self._store(job)
         assert self.queue.accept(job, seq, self.now) == []
 

@@ -24,13 +24,15 @@ from actors.read.service import before_compaction, memory_search, memory_status,
 from persistence.store import Store
 from protocol.events import BeforeCompactionContext, projection_metadata
 from protocol.settings import settings_from_mapping
+from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER
 from tests.unit.read_service.helpers import commit, promote
 from tests.unit.read_side.factories import hex_id, observation, reflection
 
 COMPACT_RUN = BeforeCompactionContext(
-    run_id="s1", turn_no=4, trigger="compact_run", required_start_seq=1, required_end_seq=9
+    run_id="s1", turn_no=4, trigger="compact_run", required_start_seq=1, required_end_seq=3
 )
 FORK = BeforeCompactionContext(run_id="s1", turn_no=4, trigger="snapshot")
+VERSIONS = (RENDERER, OBSERVER_SCHEMA)  # the versions the fixture's coverage rows were written with
 
 
 @pytest.fixture
@@ -67,11 +69,19 @@ def test_project_renders_active_reflections_and_pool(memory: Store) -> None:
 
 
 def test_before_compaction_replaces_continues_and_cancels(memory: Store, tmp_path: Path) -> None:
-    replaced = before_compaction(memory.db_path, COMPACT_RUN)
+    replaced = before_compaction(memory.db_path, COMPACT_RUN, *VERSIONS)
     assert replaced.action == "replace_summary"
     assert replaced.summary_text == project(memory.db_path, "s1")
     assert replaced.metadata == projection_metadata(True)
     assert before_compaction(memory.db_path, FORK).metadata["om_has_coverage_watermark"] is False
+    # Coverage ends at seq 3: replacing through seq 9 would lose seqs 4..9, so the hook fails closed.
+    ahead = before_compaction(
+        memory.db_path, COMPACT_RUN.model_copy(update={"required_end_seq": 9}), *VERSIONS
+    )
+    assert ahead.action == "cancel"
+    assert ahead.reason == (
+        "observational_memory coverage incomplete: observed through seq 3, compaction replaces through 9"
+    )
     empty = before_compaction(memory.db_path, COMPACT_RUN.model_copy(update={"run_id": "empty"}))
     assert empty.action == "continue"
     assert before_compaction(tmp_path / "missing.sqlite", COMPACT_RUN).action == "continue"
@@ -117,7 +127,7 @@ def test_before_compaction_never_dispatches_calls_models_reads_events_polls_or_s
         time.sleep(0)  # the traps are armed
     with pytest.raises(AssertionError):
         queue_actor.QueueActor.dispatch(None, {})  # type: ignore[arg-type]
-    decision = before_compaction(memory.db_path, COMPACT_RUN)
+    decision = before_compaction(memory.db_path, COMPACT_RUN, *VERSIONS)
     assert decision.action == "replace_summary"
 
 

@@ -241,3 +241,51 @@ def test_activity_freshness_other_offsets_and_garbage() -> None:
     assert fresh_activity(_activity("2026-07-26T11:55:00Z"), NOW) is True
     assert fresh_activity(_activity("not a time"), NOW) is False
     assert fresh_activity(_activity(""), NOW) is False
+
+
+def test_cost_report_sums_usage_and_prices_only_known_models() -> None:
+    from actors.read.status_view import format_usage, usage_json
+    from protocol.records import TokenUsageTotal
+    from protocol.settings import settings_from_mapping
+
+    rows = [
+        TokenUsageTotal(
+            run_id="s",
+            job_kind="observe",
+            model="p/a",
+            requests=3,
+            prompt_tokens=2_000_000,
+            cached_prompt_tokens=1_000_000,
+            completion_tokens=100_000,
+        ),
+        TokenUsageTotal(
+            run_id="s",
+            job_kind="reflect",
+            model="p/b",
+            requests=1,
+            prompt_tokens=10,
+            cached_prompt_tokens=0,
+            completion_tokens=5,
+        ),
+    ]
+    assert "cost" not in usage_json(rows, None)
+    prices = settings_from_mapping(
+        {
+            "prices": {
+                "currency": "EUR",
+                "models": {"p/a": {"prompt": 1.0, "cached_prompt": 0.1, "completion": 4.0}},
+            }
+        }
+    ).prices
+    report = usage_json(rows, prices)
+    # 1M uncached at 1.0 + 1M cached at 0.1 + 0.1M completion at 4.0 per million.
+    assert report["cost"] == {"currency": "EUR", "total": 1.5, "unpriced_models": ["p/b"]}
+    assert report["total"] == {
+        "requests": 4,
+        "prompt_tokens": 2_000_010,
+        "cached_prompt_tokens": 1_000_000,
+        "completion_tokens": 100_005,
+    }
+    assert format_usage(report) == (
+        "4 model requests, 2,000,010 prompt (1,000,000 cached), 100,005 completion tokens, 1.5000 EUR"
+    )

@@ -18,6 +18,7 @@ from protocol.records import ActivityRecord, ObservationRecord, Relevance
 
 from .helpers import (
     RUN,
+    SCRIPTED_MODEL,
     Clock,
     FlakyStatusStore,
     HookedModel,
@@ -61,9 +62,9 @@ def script_first_generation(server: ScriptedServer) -> None:
     server.push_chat(
         chat_tool_calls(("record_reflections", reflections)),
         chat_text("Recorded one reflection."),
-        # Worst-first proposals; the server keeps the 3 best-covered, least relevant, oldest.
+        # Worst-first proposals; the server keeps the 3 best-covered, least relevant, oldest. Every id
+        # is known, so no receipt round follows (the Reflector's call had a rejected item: it did).
         chat_tool_calls(("drop_observations", {"ids": ["5", "6", "2", "1", "3", "4"], "reason": "r"})),
-        chat_text("Proposed drops."),
     )
 
 
@@ -102,10 +103,17 @@ def test_promotes_reflections_applies_capped_drops_and_keeps_later_observations(
         "new_reflections": 1,
         "dropped": 3,
         "retained": 3,
-        "model_rounds": 4,
-        "prompt_tokens": 40,
-        "completion_tokens": 20,
+        "model_rounds": 3,
+        "prompt_tokens": 30,
+        "cached_prompt_tokens": 0,
+        "completion_tokens": 15,
     }
+    # The cost report: one usage row per stage, counts only.
+    usage = {
+        (u.job_kind, u.model): (u.requests, u.prompt_tokens, u.completion_tokens)
+        for u in reader.token_usage(RUN)
+    }
+    assert usage == {("reflect", SCRIPTED_MODEL): (2, 20, 10), ("drop", SCRIPTED_MODEL): (1, 10, 5)}
     active = reader.active_generation(RUN)
     assert active is not None and active.generation_id == job.generation_id
     assert active.status == "succeeded" and active.required_end_seq == 6
@@ -119,7 +127,7 @@ def test_promotes_reflections_applies_capped_drops_and_keeps_later_observations(
     assert set(remaining) == {observations[seq].observation_id for seq in (4, 5, 6)}
 
     requests = server.chat_requests
-    assert len(requests) == 4
+    assert len(requests) == 3
     assert [t["function"]["name"] for t in requests[0].body["tools"]] == ["record_reflections"]
     assert [t["function"]["name"] for t in requests[2].body["tools"]] == ["drop_observations"]
     assert "chat_template_kwargs" not in requests[0].body  # Reflector: default thinking
@@ -159,8 +167,7 @@ def test_second_generation_keeps_prior_reflections_first(
                 {"reflections": [{"content": R2, "supporting_observation_ids": ["4", "5"]}]},
             )
         ),
-        chat_text("Done."),
-        chat_text("Nothing is clearly safe to drop."),
+        chat_text("Nothing is clearly safe to drop."),  # the Reflector's call was accepted in full
     )
 
     result = reflect_generation(job, job.generation_id, settings(), ports(reader, store, chat))
@@ -169,7 +176,7 @@ def test_second_generation_keeps_prior_reflections_first(
     assert [(r.content, r.position) for r in reader.active_reflections(RUN)] == [(R1, 0), (R2, 1)]
     active = reader.active_generation(RUN)
     assert active is not None and active.generation_id == job.generation_id
-    assert len(server.chat_requests) == 4 + 3
+    assert len(server.chat_requests) == 3 + 2
 
 
 def test_zero_new_reflections_still_promotes_without_the_dropper(
@@ -185,7 +192,7 @@ def test_zero_new_reflections_still_promotes_without_the_dropper(
 
     assert (result.status, result.new_reflections, result.dropped, result.retained) == ("promoted", 0, 0, 6)
     assert result.model_rounds == 1
-    assert len(server.chat_requests) == 4 + 1  # no Dropper request
+    assert len(server.chat_requests) == 3 + 1  # no Dropper request
     assert [r.content for r in reader.active_reflections(RUN)] == [R1]
     active = reader.active_generation(RUN)
     assert active is not None and active.generation_id == job.generation_id
@@ -270,7 +277,7 @@ def test_set_changed_during_the_model_calls_fails_the_generation_stale(
     result = reflect_generation(job, job.generation_id, settings(), ports(reader, store, model))
 
     assert (result.status, result.failure_code) == ("stale", "stale_observation_set")
-    assert len(server.chat_requests) == 4  # the re-check comes after both models
+    assert len(server.chat_requests) == 3  # the re-check comes after both models
     generation = reader.generation(job.generation_id)
     assert generation is not None
     assert (generation.status, generation.failure_code) == ("failed", "stale_observation_set")
@@ -420,9 +427,7 @@ def test_a_generation_on_the_retained_set_never_resurrects_earlier_drops(
                 {"reflections": [{"content": R1, "supporting_observation_ids": ["1", "3"]}]},
             )
         ),
-        chat_text("Recorded."),
-        chat_tool_calls(("drop_observations", {"ids": ["6"]})),
-        chat_text("Proposed."),
+        chat_tool_calls(("drop_observations", {"ids": ["6"]})),  # both accepted in full: no receipts
     )
     assert reflect_generation(first, first.generation_id, settings(), ports(reader, store, chat)).dropped == 1
     retained = {observations[seq].observation_id for seq in (1, 2, 3, 4, 5)}

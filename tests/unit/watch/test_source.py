@@ -158,3 +158,41 @@ def test_watch_runtime_once_renders_queue_and_sessions(
     frame = out.getvalue()
     assert "Queue depth: 2 · in flight: 0" in frame
     assert "  s-now  Observational memory: observer running on ~1,234-token chunk" in frame
+
+
+def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClient, store: Store) -> None:
+    from actors.read.status_view import format_usage
+    from cluster.watch import render_watch
+    from protocol.records import TokenUsageRecord
+
+    records = [
+        TokenUsageRecord(
+            usage_id=f"u{index}",
+            run_id=session,
+            job_kind="observe",
+            model="p/m",
+            requests=1 + index,
+            prompt_tokens=1000,
+            cached_prompt_tokens=400,
+            completion_tokens=50,
+            recorded_at="2026-11-30T10:00:00+00:00",
+        )
+        for index, session in enumerate(["s-a", "s-b"])
+    ]
+    assert all(store.record_token_usage(record) for record in records)
+    assert not store.record_token_usage(records[0])  # a repeated write of one loop counts once
+    source = _source(
+        client,
+        Clock(),
+        session_filter="s-b",
+        read_usage=lambda session: format_usage(client.token_usage(session)),
+    )
+    frame = render_watch(source.snapshot()).plain
+    assert "Model usage: 2 model requests, 1,000 prompt (400 cached), 50 completion tokens" in frame
+    every = client.token_usage(None)["total"]
+    assert every == {
+        "requests": 3,
+        "prompt_tokens": 2000,
+        "cached_prompt_tokens": 800,
+        "completion_tokens": 100,
+    }
