@@ -199,7 +199,7 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_006_read_path",
         "omray_007_token_usage",
     }
-    assert omray_versions <= set(versions) and len(versions) == 11
+    assert omray_versions <= set(versions) and len(versions) == 12
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:
