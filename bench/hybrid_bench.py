@@ -12,9 +12,10 @@ for ``--source-share`` of them (default 0.2) one more corpus sentence, a detail 
 left out, which the index holds as a source chunk of that observation.
 
 * **Backfill**: :meth:`persistence.semantic.SemanticIndex.synchronize` with the DEFAULT
-  offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing) and the settings' default
-  batch of 4 chunks is called until it reports ``complete``. ``embedding_sentences_per_s`` embeds
-  the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
+  offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing), the settings' batch size
+  (32 chunks for the offline model) and :data:`persistence.semantic.JOB_BATCHES` batches per call,
+  as the indexer runs it, is called until it reports ``complete``. ``embedding_sentences_per_s``
+  embeds the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
   approach, so ``backfill_vs_embedding`` isolates the index's own overhead (measured on the first
   4,000 chunks at larger sizes; the single-store baselines reuse the backfill's vectors). CPU
   seconds are given too because wall time on a shared machine is noisy. The original's figure
@@ -67,7 +68,8 @@ from actors.models.embeddings import default_offline_embedder
 from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search
 from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
-from persistence.semantic import SemanticIndex, query_tokens, tokenize
+from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
+from persistence.semantic.index import embed_in_batches
 from persistence.store import Store
 from protocol.records import ObservationRecord
 from protocol.semantic import (
@@ -646,11 +648,11 @@ def corpus_chunks(memories: Sequence[CorpusMemory], rules: ChunkingRules) -> tup
 
 
 def backfill(index: SemanticIndex, embedder: Embedder, batch_size: int) -> Backfill:
-    """Call ``synchronize`` until it reports ``complete``."""
+    """Call ``synchronize`` as the indexer does (:data:`JOB_BATCHES` batches a call) until ``complete``."""
     started, cpu_started = time.perf_counter(), time.process_time()
     calls = embedded = 0
     while True:
-        result = index.synchronize(embedder, batch_size)
+        result = index.synchronize(embedder, batch_size, batches=JOB_BATCHES)
         calls += 1
         embedded += result.embedded_chunks
         if result.complete:
@@ -661,14 +663,6 @@ def backfill(index: SemanticIndex, embedder: Embedder, batch_size: int) -> Backf
                 embedded,
                 result.indexed_memories,
             )
-
-
-def embed_in_batches(embedder: Embedder, chunks: Sequence[MemoryChunk], batch_size: int) -> list[list[float]]:
-    """The chunk vectors, embedded in the batches a backfill of ``batch_size`` uses."""
-    vectors: list[list[float]] = []
-    for start in range(0, len(chunks), batch_size):
-        vectors.extend(embedder.embed([chunk.text for chunk in chunks[start : start + batch_size]]))
-    return vectors
 
 
 @dataclass
@@ -760,8 +754,14 @@ def run_hybrid_bench(
             chunks, source_chunks = corpus_chunks(memories, rules)
             vectors = [embedder.vectors[chunk.text].tolist() for chunk in chunks]
             sample = chunks[:EMBEDDING_SAMPLE]
+            commit = sync_batch * JOB_BATCHES
             baseline_cpu = time.process_time()
-            baseline_ms, _ = _timed_ms(lambda: embed_in_batches(offline, sample, sync_batch))
+            baseline_ms, _ = _timed_ms(
+                lambda: [
+                    embed_in_batches(offline, [c.text for c in sample[start : start + commit]], sync_batch)
+                    for start in range(0, len(sample), commit)
+                ]
+            )
             baseline_cpu = time.process_time() - baseline_cpu
             queries = labelled_set(memories, targets, seed)
             measured = measure_queries(

@@ -59,7 +59,7 @@ from actors.read.hybrid import hybrid_search_for
 from actors.read.service import memory_search
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
-from persistence.semantic import SemanticIndex
+from persistence.semantic import JOB_BATCHES, SemanticIndex
 from persistence.semantic.keyword import KeywordIndex, query_tokens
 from persistence.store import Store
 from protocol.jobs import ObserveBoundaryJob
@@ -285,7 +285,7 @@ def build_store(work: Path, corpus: Corpus, sessions: Sequence[str], embedder: E
     observe_s = time.monotonic() - started
     started = time.monotonic()
     index = SemanticIndex(db_path, settings.semantic, store, events_root=root)
-    while not index.synchronize(embedder).complete:
+    while not index.synchronize(embedder, batches=JOB_BATCHES).complete:
         pass
     index_s = time.monotonic() - started
     refs: dict[str, list[tuple[str, int]]] = {}
