@@ -299,8 +299,7 @@ class SemanticIndex:
 
     def progress(self) -> IndexProgress:
         """Indexed and source memory counts (indexed is 0 unless the state is clean and current)."""
-        fingerprint = self._reader.fingerprint()
-        state = self._reader.semantic_state()
+        state, fingerprint = self._reader.snapshot()
         indexed = 0
         if state is not None and not state.dirty and state.signature == self._signature:
             try:
@@ -344,8 +343,7 @@ class SemanticIndex:
             return self._commit(plan, vectors)
 
     def _plan(self, size: int, full_check: bool) -> BatchPlan:
-        state = self._reader.semantic_state()
-        fingerprint = self._reader.fingerprint()
+        state, fingerprint = self._reader.snapshot()
         reason, cursors = self._check(state, fingerprint, full_check)
         rebuilt = reason is not None
         if reason is not None:
@@ -574,19 +572,26 @@ class SemanticIndex:
         mismatched or corrupt index.
         """
         date_bounds = bounds or DateBounds()
+        expected: tuple[SemanticState | None, SourceFingerprint] | None = None
+        vector: list[float] | None = None
+        if query_vector is None:
+            # The embedding call runs outside the lock; the snapshot is checked again after it.
+            with self._locked(shared=True):
+                expected = self._reader.snapshot()
+                if self._searchable(*expected) is None:
+                    return Retrieval((), False, False)
+            vector = self._query_vector(query, embedder, None)
         with self._locked(shared=True):
-            state, fingerprint = self._reader.semantic_state(), self._reader.fingerprint()
-            if state is None or state.dirty or state.signature != self._signature:
+            snapshot = self._reader.snapshot()
+            if expected is not None and snapshot != expected:
                 raise self._building()
-            if fingerprint.total == 0:
+            partial = self._searchable(*snapshot)
+            if partial is None:
                 return Retrieval((), False, False)
-            if state.dimensions == 0:
-                raise self._building()
-            partial = not state.complete or state.source_hash != fingerprint.digest()
-        vector = self._query_vector(query, embedder, query_vector)
-        with self._locked(shared=True):
-            if self._reader.semantic_state() != state or self._reader.fingerprint() != fingerprint:
-                raise self._building()
+            state = snapshot[0]
+            assert state is not None  # _searchable raised otherwise
+            if vector is None:
+                vector = self._query_vector(query, None, query_vector)
             if len(vector) != state.dimensions:
                 self._mark_dirty(state)
                 logger.warning("om.semantic.query_dimensions_changed", extra={"dimensions": len(vector)})
@@ -611,6 +616,17 @@ class SemanticIndex:
         return Retrieval(
             tuple(memories), truncated, partial or candidates.lagging, tuple(excerpt for _, excerpt in found)
         )
+
+    def _searchable(self, state: SemanticState | None, fingerprint: SourceFingerprint) -> bool | None:
+        """Whether results would be partial; ``None`` when there is nothing to search. Raises
+        ``index_building`` for a missing, dirty, mismatched or never-embedded index."""
+        if state is None or state.dirty or state.signature != self._signature:
+            raise self._building()
+        if fingerprint.total == 0:
+            return None
+        if state.dimensions == 0:
+            raise self._building()
+        return not state.complete or state.source_hash != fingerprint.digest()
 
     def _query_vector(
         self, query: str, embedder: Embedder | None, query_vector: Sequence[float] | None

@@ -168,37 +168,48 @@ _SELECT: Final = {
 }
 
 
+def _state_row(conn: Connection) -> SemanticState | None:
+    row = conn.execute(
+        text("SELECT signature, source_hash, dimensions, dirty, complete FROM om_semantic_state")
+    ).first()
+    if row is None:
+        return None
+    return SemanticState(
+        row.signature, row.source_hash, int(row.dimensions), bool(row.dirty), bool(row.complete)
+    )
+
+
+def _fingerprint(conn: Connection) -> SourceFingerprint:
+    parts = []
+    for kind in KINDS:
+        _, _, id_column, table = _SELECT[kind]
+        row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
+        last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": row[1]})
+        parts.append(TableFingerprint(int(row[0]), int(row[1]), str(last.scalar() or "")))
+    return SourceFingerprint(parts[0], parts[1])
+
+
 class SemanticSourceReader(MemoryReader):
     """Read-only queries the semantic index needs (same guarantees as :class:`MemoryReader`)."""
 
     def semantic_state(self) -> SemanticState | None:
         """The state row, or ``None`` when there is none."""
-
-        def query(conn: Connection) -> SemanticState | None:
-            row = conn.execute(
-                text("SELECT signature, source_hash, dimensions, dirty, complete FROM om_semantic_state")
-            ).first()
-            if row is None:
-                return None
-            return SemanticState(
-                row.signature, row.source_hash, int(row.dimensions), bool(row.dirty), bool(row.complete)
-            )
-
-        return self._run(query, None, ("om_semantic_state",))
+        return self._run(_state_row, None, ("om_semantic_state",))
 
     def fingerprint(self) -> SourceFingerprint:
         """Row count and max rowid of both memory tables, in one snapshot."""
+        return self._run(_fingerprint, EMPTY_FINGERPRINT, TABLES)
 
-        def query(conn: Connection) -> SourceFingerprint:
-            parts = []
-            for kind in KINDS:
-                _, _, id_column, table = _SELECT[kind]
-                row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
-                last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": row[1]})
-                parts.append(TableFingerprint(int(row[0]), int(row[1]), str(last.scalar() or "")))
-            return SourceFingerprint(parts[0], parts[1])
+    def snapshot(self) -> tuple[SemanticState | None, SourceFingerprint]:
+        """The state row and the fingerprint, read in one snapshot (one connection: what every
+        search checks first)."""
 
-        return self._run(query, EMPTY_FINGERPRINT, TABLES)
+        def query(conn: Connection) -> tuple[SemanticState | None, SourceFingerprint]:
+            tables = set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars())
+            state = _state_row(conn) if "om_semantic_state" in tables else None
+            return state, (_fingerprint(conn) if set(TABLES) <= tables else EMPTY_FINGERPRINT)
+
+        return self._run(query, (None, EMPTY_FINGERPRINT), ())
 
     def rows_after(self, kind: MemoryKind, rowid: int, limit: int) -> list[SourceRow]:
         """Up to ``limit`` memories of ``kind`` with a rowid above ``rowid``, in rowid order."""
