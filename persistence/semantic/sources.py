@@ -209,7 +209,8 @@ class SemanticSourceReader(MemoryReader):
             state = _state_row(conn) if "om_semantic_state" in tables else None
             return state, (_fingerprint(conn) if set(TABLES) <= tables else EMPTY_FINGERPRINT)
 
-        return self._run(query, (None, EMPTY_FINGERPRINT), ())
+        empty: tuple[SemanticState | None, SourceFingerprint] = (None, EMPTY_FINGERPRINT)
+        return self._run(query, empty, ())
 
     def rows_after(self, kind: MemoryKind, rowid: int, limit: int) -> list[SourceRow]:
         """Up to ``limit`` memories of ``kind`` with a rowid above ``rowid``, in rowid order."""
