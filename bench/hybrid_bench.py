@@ -17,7 +17,7 @@ left out, which the index holds as a source chunk of that observation.
   as the indexer runs it, is called until it reports ``complete``. ``embedding_sentences_per_s``
   embeds the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
   approach, so ``backfill_vs_embedding`` isolates the index's own overhead (measured on the first
-  4,000 chunks at larger sizes; the single-store baselines reuse the backfill's vectors). CPU
+  2,000 chunks at larger sizes; the single-store baselines reuse the backfill's vectors). CPU
   seconds are given too because wall time on a shared machine is noisy. The original's figure
   (§17.2) is quoted next to it.
 * **Latency**: every labelled query is embedded first; ``search_p50_ms`` / ``search_p99_ms`` time
@@ -86,7 +86,7 @@ DEFAULT_SIZE: Final[int] = 2000
 """Memories in the default corpus."""
 DEFAULT_SOURCE_SHARE: Final[float] = 0.2
 """Share of observations whose cited event holds a detail they left out (a source chunk each)."""
-EMBEDDING_SAMPLE: Final[int] = 4000
+EMBEDDING_SAMPLE: Final[int] = 2000
 """Chunks the bare embedder embeds for the backfill's ceiling (all of them below this size)."""
 DEFAULT_TARGETS: Final[int] = 100
 """Target memories of the labelled set (each gives three queries)."""

@@ -57,6 +57,7 @@ from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.read.hybrid import hybrid_search_for
 from actors.read.service import memory_search
+from bench.shared_data import shared_data_dir
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from persistence.semantic import JOB_BATCHES, SemanticIndex
@@ -67,7 +68,7 @@ from protocol.semantic import Embedder
 from protocol.settings import settings_from_mapping
 
 Dataset = Literal["longmemeval-s", "longmemeval-oracle"]
-DATA_DIR: Final[Path] = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval"
+DATA_DIR: Final[Path] = shared_data_dir() / "longmemeval"
 FILES: Final[dict[str, str]] = {
     "longmemeval-s": "longmemeval_s_subset26.json.gz",
     "longmemeval-oracle": "longmemeval_oracle.json.gz",
