@@ -36,7 +36,7 @@ The index keeps its keyword and vector stores private, so the single-store ranki
 directly over the same chunks (``protocol.semantic.chunk_memory`` with the index's chunking rules):
 ``bm25`` is a ``bm25s.BM25`` index of the index's own tokenizer output, queried with the index's
 query tokens (unknown tokens dropped, zero scores cut); ``vector`` is an ``hnswlib`` cosine index
-with the index's construction parameters (M 16, ef_construction 200, ef max(k, 64)) over the
+with the index's construction parameters (``persistence.semantic.vectors``, ef max(k, 64)) over the
 baseline vectors. Each reads 100 chunk hits, as a store does inside hybrid search, and collapses
 them to memories in rank order. Figures are printed, never asserted.
 
@@ -70,6 +70,7 @@ from actors.read.service import exact_search
 from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
 from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
 from persistence.semantic.index import embed_in_batches
+from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
 from persistence.store import Store
 from protocol.records import ObservationRecord
 from protocol.semantic import (
@@ -533,7 +534,12 @@ class SingleStores:
         self._vocabulary = frozenset(key for key in self._bm25.vocab_dict if key)
         data = np.asarray(vectors, dtype=np.float32)
         self._hnsw = hnswlib.Index(space="cosine", dim=int(data.shape[1]))
-        self._hnsw.init_index(max_elements=max(1, len(chunks)), M=16, ef_construction=200, random_seed=100)
+        self._hnsw.init_index(
+            max_elements=max(1, len(chunks)),
+            M=HNSW_M,
+            ef_construction=HNSW_EF_CONSTRUCTION,
+            random_seed=HNSW_SEED,
+        )
         self._hnsw.add_items(data, np.arange(len(chunks), dtype=np.uint64))
 
     def _collapse(self, positions: Iterable[int]) -> list[str]:
