@@ -44,5 +44,5 @@ def test_function_words_of_the_query_count_in_keyword_scoring(
     embedder = SameVector()
     sync_all(index, embedder)  # type: ignore[arg-type]
     # "my" is the only word that tells the two apart; without it the shorter text would win
-    results = index.search("what did my sister love", embedder).results  # type: ignore[arg-type]
+    results = index.search("what did my sister love", embedder).results
     assert results[0].memory_id == mine

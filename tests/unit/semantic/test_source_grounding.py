@@ -10,14 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from actors.read.search import SearchRequest
 from actors.read.service import memory_search
 from persistence.semantic import SemanticIndex
 from persistence.semantic.manifest import Manifest
 from protocol.events import SessionEvent
-from protocol.semantic import DateBounds, hybrid_answer, run_hybrid_search
+from protocol.semantic import hybrid_answer
 from protocol.source_text import already_held, event_search_text
-from tests.unit.semantic.conftest import HashEmbedder, RecordingWriter, semantic_settings, sync_all
+from tests.unit.semantic.conftest import (
+    HashEmbedder,
+    RecordingWriter,
+    hybrid_tool,
+    semantic_settings,
+    sync_all,
+)
 
 
 def _event(session: str, seq: int, event_type: str, payload: dict[str, object]) -> dict[str, object]:
@@ -192,15 +197,7 @@ def test_session_scoped_hybrid_search_returns_no_excerpt_of_another_session(
     theirs = add_observation(db_path, "s2", "Assistant replied: about keys", [("s2", 1)])
     sync_all(grounded, embedder)
 
-    def hybrid(request: SearchRequest) -> dict[str, object]:
-        return run_hybrid_search(
-            lambda: grounded.search(
-                request.query, embedder, bounds=DateBounds.from_request(request), limit=request.limit
-            ),
-            request.query,
-            request.limit,
-        )
-
+    hybrid = hybrid_tool(grounded, embedder)
     wide = memory_search(db_path, {"query": "spare key walnut cabinet", "limit": 10}, hybrid)
     assert isinstance(wide["results"], list) and wide["results"][0]["id"] == theirs  # the detail is s2's
     arguments = {"query": "spare key walnut cabinet", "scope": "session", "limit": 10}
