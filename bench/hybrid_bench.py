@@ -40,8 +40,9 @@ with the index's construction parameters (``persistence.semantic.vectors``, ef m
 baseline vectors. Each reads 100 chunk hits, as a store does inside hybrid search, and collapses
 them to memories in rank order. Figures are printed, never asserted.
 
-Length: over 600 lines, on purpose. Corpus, labelled queries, backfill and latency runs of one
-benchmark share their fixtures and its JSON report.
+Length: about 750 lines, on purpose (its word lists are in ``bench.hybrid_words``). Corpus,
+labelled queries, backfill and latency runs of one benchmark share their fixtures and its JSON
+report.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from pydantic import BaseModel, ConfigDict
 from actors.models.embeddings import default_offline_embedder
 from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search
+from bench.hybrid_words import STOP_WORDS, SYNONYMS
 from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
 from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
 from persistence.semantic.index import embed_in_batches
@@ -131,77 +133,6 @@ _OBSERVER_SCHEMA = "bench-observer-v1"
 _MODEL = "bench/model"
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['_-][A-Za-z0-9]+)*")
 _ROLE_PREFIX = re.compile(r"^(?:User|Assistant):\s*")
-
-_STOP_WORDS_TEXT: Final[
-    str
-] = """a about above after again all also am an and any are as at be because been before being below
-    between both but by can could did do does doing done don down during each few for from further get
-    got had has have having he her here hers him his how i if in into is it its itself just let lets
-    like may me might more most must my no nor not now of off on once only or other our ours out over
-    own same she should so some such than that the their them then there these they this those through
-    to too under until up very was we were what when where which while who whom why will with would
-    you your yours yes okay ok now still already really sure user assistant i'll i'm it's let's that's
-    there's we'll we're you're don't doesn't isn't won't can't need needs want wants use used using
-    one two make makes see look"""
-STOP_WORDS: Final[frozenset[str]] = frozenset(_STOP_WORDS_TEXT.split())
-"""Words left out of paraphrase and keyword queries."""
-
-SYNONYMS: Final[dict[str, str]] = {
-    "fix": "repair",
-    "fixed": "repaired",
-    "error": "failure",
-    "errors": "failures",
-    "bug": "defect",
-    "test": "check",
-    "tests": "checks",
-    "file": "document",
-    "files": "documents",
-    "function": "routine",
-    "method": "routine",
-    "create": "generate",
-    "created": "generated",
-    "update": "modify",
-    "updated": "modified",
-    "add": "append",
-    "added": "appended",
-    "remove": "delete",
-    "removed": "deleted",
-    "command": "instruction",
-    "commands": "instructions",
-    "run": "execute",
-    "running": "executing",
-    "build": "compile",
-    "theme": "styling",
-    "session": "conversation",
-    "message": "note",
-    "messages": "notes",
-    "component": "widget",
-    "components": "widgets",
-    "change": "modification",
-    "changes": "modifications",
-    "show": "display",
-    "shows": "displays",
-    "check": "verify",
-    "issue": "problem",
-    "problem": "issue",
-    "implement": "build",
-    "implementation": "realization",
-    "directory": "folder",
-    "folder": "directory",
-    "text": "content",
-    "output": "result",
-    "input": "entry",
-    "new": "fresh",
-    "old": "previous",
-    "start": "begin",
-    "works": "functions",
-    "correct": "right",
-    "properly": "correctly",
-    "now": "currently",
-    "called": "invoked",
-    "call": "invoke",
-}
-"""A small hand-made synonym table for paraphrase queries (deliberately generic)."""
 
 LABELLING_METHOD: Final[str] = (
     "Targets: memories with unique content and >= 5 content words, sampled with the seed. Per target: "

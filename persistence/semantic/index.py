@@ -28,7 +28,7 @@ chunks, :mod:`.source_events`), and a hit through one carries its excerpt and se
 is score-aware by default (cosine + max-normalized BM25, ``protocol.semantic.convex_fuse``); the
 reference's RRF stays available (``fusion="rrf"``).
 
-Length: about 700 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
+Length: about 770 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
 (dirty marker, snapshot re-validation, corruption handling) and the retrieval it guards are kept
 in one class to make them reviewable as a whole.
 """
