@@ -59,7 +59,7 @@ from persistence.semantic.files import (
     VECTOR_FILE,
     DerivedIndexError,
 )
-from persistence.semantic.keyword import KeywordStore, query_tokens
+from persistence.semantic.keyword import KeywordStore, search_tokens
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.source_events import SourceEvents
 from persistence.semantic.sources import (
@@ -688,9 +688,7 @@ class SemanticIndex:
             keyword_count = manifest.meta_int("keyword_count")
             keyword_lagging = keyword_count != chunk_count
             keyword_scored: list[tuple[int, float]] = []
-            # Every query word: BM25's IDF weighs function words; a list dropping them also
-            # dropped the words that mark a person's own statements ("I", "my").
-            tokens = query_tokens(query)
+            tokens = search_tokens(query)
             if tokens and keyword_count:
                 keyword = self._keyword.for_search(manifest)
                 keyword_scored = keyword.query_scored(tokens, min(fetch, len(keyword.labels)))

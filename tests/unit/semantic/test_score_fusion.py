@@ -1,12 +1,9 @@
-"""Score-aware fusion of vector and keyword hits, and the keyword query's tokens."""
+"""Score-aware fusion of vector and keyword hits, and keyword query tokens without function words."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from persistence.semantic import SemanticIndex
+from persistence.semantic.keyword import search_tokens
 from protocol.semantic import convex_fuse, rrf_fuse
-from tests.unit.semantic.conftest import Memories, sync_all
 
 
 def test_the_margin_between_scores_decides_where_ranks_alone_cannot() -> None:
@@ -29,20 +26,6 @@ def test_similarities_outside_zero_to_one_are_clipped() -> None:
     assert convex_fuse(["a", "b"], {"a": -0.2, "b": 1.7}, [], {}) == ["b", "a"]
 
 
-class SameVector:
-    """Every text gets the same vector: only the keyword side can order the hits."""
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return [[1.0, 0.5] for _ in texts]
-
-
-def test_function_words_of_the_query_count_in_keyword_scoring(
-    index: SemanticIndex, memories: Memories
-) -> None:
-    mine = memories.observation("User request: my sister has always loved listening to jazz on sundays")
-    memories.observation("Assistant replied: a sister loved jazz")
-    embedder = SameVector()
-    sync_all(index, embedder)  # type: ignore[arg-type]
-    # "my" is the only word that tells the two apart; without it the shorter text would win
-    results = index.search("what did my sister love", embedder).results
-    assert results[0].memory_id == mine
+def test_search_tokens_drop_function_words_unless_nothing_else_is_left() -> None:
+    assert search_tokens("What did I buy for my sister's birthday?") == ["buy", "sister", "s", "birthday"]
+    assert search_tokens("who am I") == ["who", "am", "i"]
