@@ -12,11 +12,12 @@ for ``--source-share`` of them (default 0.2) one more corpus sentence, a detail 
 left out, which the index holds as a source chunk of that observation.
 
 * **Backfill**: :meth:`persistence.semantic.SemanticIndex.synchronize` with the DEFAULT
-  offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing) and the settings' default
-  batch of 4 chunks is called until it reports ``complete``. ``embedding_sentences_per_s`` embeds
-  the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
+  offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing), the settings' batch size
+  (32 chunks for the offline model) and :data:`persistence.semantic.JOB_BATCHES` batches per call,
+  as the indexer runs it, is called until it reports ``complete``. ``embedding_sentences_per_s``
+  embeds the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
   approach, so ``backfill_vs_embedding`` isolates the index's own overhead (measured on the first
-  4,000 chunks at larger sizes; the single-store baselines reuse the backfill's vectors). CPU
+  2,000 chunks at larger sizes; the single-store baselines reuse the backfill's vectors). CPU
   seconds are given too because wall time on a shared machine is noisy. The original's figure
   (§17.2) is quoted next to it.
 * **Latency**: every labelled query is embedded first; ``search_p50_ms`` / ``search_p99_ms`` time
@@ -35,12 +36,13 @@ The index keeps its keyword and vector stores private, so the single-store ranki
 directly over the same chunks (``protocol.semantic.chunk_memory`` with the index's chunking rules):
 ``bm25`` is a ``bm25s.BM25`` index of the index's own tokenizer output, queried with the index's
 query tokens (unknown tokens dropped, zero scores cut); ``vector`` is an ``hnswlib`` cosine index
-with the index's construction parameters (M 16, ef_construction 200, ef max(k, 64)) over the
+with the index's construction parameters (``persistence.semantic.vectors``, ef max(k, 64)) over the
 baseline vectors. Each reads 100 chunk hits, as a store does inside hybrid search, and collapses
 them to memories in rank order. Figures are printed, never asserted.
 
-Length: over 600 lines, on purpose. Corpus, labelled queries, backfill and latency runs of one
-benchmark share their fixtures and its JSON report.
+Length: about 750 lines, on purpose (its word lists are in ``bench.hybrid_words``). Corpus,
+labelled queries, backfill and latency runs of one benchmark share their fixtures and its JSON
+report.
 """
 
 from __future__ import annotations
@@ -66,8 +68,11 @@ from pydantic import BaseModel, ConfigDict
 from actors.models.embeddings import default_offline_embedder
 from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search
+from bench.hybrid_words import STOP_WORDS, SYNONYMS
 from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
-from persistence.semantic import SemanticIndex, query_tokens, tokenize
+from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
+from persistence.semantic.index import embed_in_batches
+from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
 from persistence.store import Store
 from protocol.records import ObservationRecord
 from protocol.semantic import (
@@ -84,7 +89,7 @@ DEFAULT_SIZE: Final[int] = 2000
 """Memories in the default corpus."""
 DEFAULT_SOURCE_SHARE: Final[float] = 0.2
 """Share of observations whose cited event holds a detail they left out (a source chunk each)."""
-EMBEDDING_SAMPLE: Final[int] = 4000
+EMBEDDING_SAMPLE: Final[int] = 2000
 """Chunks the bare embedder embeds for the backfill's ceiling (all of them below this size)."""
 DEFAULT_TARGETS: Final[int] = 100
 """Target memories of the labelled set (each gives three queries)."""
@@ -128,77 +133,6 @@ _OBSERVER_SCHEMA = "bench-observer-v1"
 _MODEL = "bench/model"
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['_-][A-Za-z0-9]+)*")
 _ROLE_PREFIX = re.compile(r"^(?:User|Assistant):\s*")
-
-_STOP_WORDS_TEXT: Final[
-    str
-] = """a about above after again all also am an and any are as at be because been before being below
-    between both but by can could did do does doing done don down during each few for from further get
-    got had has have having he her here hers him his how i if in into is it its itself just let lets
-    like may me might more most must my no nor not now of off on once only or other our ours out over
-    own same she should so some such than that the their them then there these they this those through
-    to too under until up very was we were what when where which while who whom why will with would
-    you your yours yes okay ok now still already really sure user assistant i'll i'm it's let's that's
-    there's we'll we're you're don't doesn't isn't won't can't need needs want wants use used using
-    one two make makes see look"""
-STOP_WORDS: Final[frozenset[str]] = frozenset(_STOP_WORDS_TEXT.split())
-"""Words left out of paraphrase and keyword queries."""
-
-SYNONYMS: Final[dict[str, str]] = {
-    "fix": "repair",
-    "fixed": "repaired",
-    "error": "failure",
-    "errors": "failures",
-    "bug": "defect",
-    "test": "check",
-    "tests": "checks",
-    "file": "document",
-    "files": "documents",
-    "function": "routine",
-    "method": "routine",
-    "create": "generate",
-    "created": "generated",
-    "update": "modify",
-    "updated": "modified",
-    "add": "append",
-    "added": "appended",
-    "remove": "delete",
-    "removed": "deleted",
-    "command": "instruction",
-    "commands": "instructions",
-    "run": "execute",
-    "running": "executing",
-    "build": "compile",
-    "theme": "styling",
-    "session": "conversation",
-    "message": "note",
-    "messages": "notes",
-    "component": "widget",
-    "components": "widgets",
-    "change": "modification",
-    "changes": "modifications",
-    "show": "display",
-    "shows": "displays",
-    "check": "verify",
-    "issue": "problem",
-    "problem": "issue",
-    "implement": "build",
-    "implementation": "realization",
-    "directory": "folder",
-    "folder": "directory",
-    "text": "content",
-    "output": "result",
-    "input": "entry",
-    "new": "fresh",
-    "old": "previous",
-    "start": "begin",
-    "works": "functions",
-    "correct": "right",
-    "properly": "correctly",
-    "now": "currently",
-    "called": "invoked",
-    "call": "invoke",
-}
-"""A small hand-made synonym table for paraphrase queries (deliberately generic)."""
 
 LABELLING_METHOD: Final[str] = (
     "Targets: memories with unique content and >= 5 content words, sampled with the seed. Per target: "
@@ -531,7 +465,12 @@ class SingleStores:
         self._vocabulary = frozenset(key for key in self._bm25.vocab_dict if key)
         data = np.asarray(vectors, dtype=np.float32)
         self._hnsw = hnswlib.Index(space="cosine", dim=int(data.shape[1]))
-        self._hnsw.init_index(max_elements=max(1, len(chunks)), M=16, ef_construction=200, random_seed=100)
+        self._hnsw.init_index(
+            max_elements=max(1, len(chunks)),
+            M=HNSW_M,
+            ef_construction=HNSW_EF_CONSTRUCTION,
+            random_seed=HNSW_SEED,
+        )
         self._hnsw.add_items(data, np.arange(len(chunks), dtype=np.uint64))
 
     def _collapse(self, positions: Iterable[int]) -> list[str]:
@@ -646,11 +585,11 @@ def corpus_chunks(memories: Sequence[CorpusMemory], rules: ChunkingRules) -> tup
 
 
 def backfill(index: SemanticIndex, embedder: Embedder, batch_size: int) -> Backfill:
-    """Call ``synchronize`` until it reports ``complete``."""
+    """Call ``synchronize`` as the indexer does (:data:`JOB_BATCHES` batches a call) until ``complete``."""
     started, cpu_started = time.perf_counter(), time.process_time()
     calls = embedded = 0
     while True:
-        result = index.synchronize(embedder, batch_size)
+        result = index.synchronize(embedder, batch_size, batches=JOB_BATCHES)
         calls += 1
         embedded += result.embedded_chunks
         if result.complete:
@@ -661,14 +600,6 @@ def backfill(index: SemanticIndex, embedder: Embedder, batch_size: int) -> Backf
                 embedded,
                 result.indexed_memories,
             )
-
-
-def embed_in_batches(embedder: Embedder, chunks: Sequence[MemoryChunk], batch_size: int) -> list[list[float]]:
-    """The chunk vectors, embedded in the batches a backfill of ``batch_size`` uses."""
-    vectors: list[list[float]] = []
-    for start in range(0, len(chunks), batch_size):
-        vectors.extend(embedder.embed([chunk.text for chunk in chunks[start : start + batch_size]]))
-    return vectors
 
 
 @dataclass
@@ -760,8 +691,14 @@ def run_hybrid_bench(
             chunks, source_chunks = corpus_chunks(memories, rules)
             vectors = [embedder.vectors[chunk.text].tolist() for chunk in chunks]
             sample = chunks[:EMBEDDING_SAMPLE]
+            commit = sync_batch * JOB_BATCHES
             baseline_cpu = time.process_time()
-            baseline_ms, _ = _timed_ms(lambda: embed_in_batches(offline, sample, sync_batch))
+            baseline_ms, _ = _timed_ms(
+                lambda: [
+                    embed_in_batches(offline, [c.text for c in sample[start : start + commit]], sync_batch)
+                    for start in range(0, len(sample), commit)
+                ]
+            )
             baseline_cpu = time.process_time() - baseline_cpu
             queries = labelled_set(memories, targets, seed)
             measured = measure_queries(

@@ -57,9 +57,10 @@ from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.read.hybrid import hybrid_search_for
 from actors.read.service import memory_search
+from bench.shared_data import shared_data_dir
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
-from persistence.semantic import SemanticIndex
+from persistence.semantic import JOB_BATCHES, SemanticIndex
 from persistence.semantic.keyword import KeywordIndex, query_tokens
 from persistence.store import Store
 from protocol.jobs import ObserveBoundaryJob
@@ -67,7 +68,7 @@ from protocol.semantic import Embedder
 from protocol.settings import settings_from_mapping
 
 Dataset = Literal["longmemeval-s", "longmemeval-oracle"]
-DATA_DIR: Final[Path] = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval"
+DATA_DIR: Final[Path] = shared_data_dir() / "longmemeval"
 FILES: Final[dict[str, str]] = {
     "longmemeval-s": "longmemeval_s_subset26.json.gz",
     "longmemeval-oracle": "longmemeval_oracle.json.gz",
@@ -285,7 +286,7 @@ def build_store(work: Path, corpus: Corpus, sessions: Sequence[str], embedder: E
     observe_s = time.monotonic() - started
     started = time.monotonic()
     index = SemanticIndex(db_path, settings.semantic, store, events_root=root)
-    while not index.synchronize(embedder).complete:
+    while not index.synchronize(embedder, batches=JOB_BATCHES).complete:
         pass
     index_s = time.monotonic() - started
     refs: dict[str, list[tuple[str, int]]] = {}

@@ -40,6 +40,7 @@ import typer
 from actors.read.projector import render_active_memory
 from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search, project, reader_for
+from bench.shared_data import shared_data_dir
 from persistence.search_queries import ExactSearchSpec, SearchReader
 from persistence.store import Store
 from protocol.identities import (
@@ -56,7 +57,7 @@ from protocol.identities import (
 )
 from protocol.records import CoveragePart, ObservationRecord, ReflectionRecord, Relevance, SourceRef
 
-TRANSCRIPTS_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
+TRANSCRIPTS_DIR = shared_data_dir() / "transcripts"
 """Real agent transcripts (third-party data; optional)."""
 
 OBSERVATIONS_PER_SESSION = 1000

@@ -12,14 +12,15 @@ from actors.indexer.schedule import schedule_index
 from actors.models.clients import worker_clients
 from actors.models.embeddings import embedder_for
 from actors.worker import RoleActor, WorkerContext
-from persistence.semantic import SemanticIndex
+from persistence.semantic import JOB_BATCHES, SemanticIndex
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.settings import settings_from_mapping
 
 
 def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
-    """Handler of ``observational_memory.semantic_index``: one bounded batch (reference §14.4).
+    """Handler of ``observational_memory.semantic_index``: one bounded commit of
+    :data:`~persistence.semantic.JOB_BATCHES` embedding batches (reference §14.4).
 
     Without a ``semantic`` setting there is nothing to index and the job succeeds at once. When
     the batch did not complete the index, a continuation job is queued behind it.
@@ -33,7 +34,7 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
     store = context.store_for(job.db_path)
     store.ping()
     index = SemanticIndex(job.db_path, settings.semantic, state_writer=store, events_root=job.events_root)
-    result = index.synchronize(embedder_for(settings.semantic, worker_clients()))
+    result = index.synchronize(embedder_for(settings.semantic, worker_clients()), batches=JOB_BATCHES)
     continuation = None
     if not result.complete:
         continuation = schedule_index(

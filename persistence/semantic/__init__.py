@@ -10,7 +10,13 @@
 """
 
 from persistence.semantic.files import KEYWORD_DIR, MANIFEST_FILE, VECTOR_FILE, DerivedIndexError
-from persistence.semantic.index import IndexProgress, SemanticIndex, SyncResult, semantic_directory
+from persistence.semantic.index import (
+    JOB_BATCHES,
+    IndexProgress,
+    SemanticIndex,
+    SyncResult,
+    semantic_directory,
+)
 from persistence.semantic.keyword import query_tokens, tokenize
 from persistence.semantic.sources import (
     SemanticSourceReader,
@@ -20,6 +26,7 @@ from persistence.semantic.sources import (
 )
 
 __all__ = [
+    "JOB_BATCHES",
     "KEYWORD_DIR",
     "MANIFEST_FILE",
     "VECTOR_FILE",

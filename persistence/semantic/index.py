@@ -28,7 +28,7 @@ chunks, :mod:`.source_events`), and a hit through one carries its excerpt and se
 is score-aware by default (cosine + max-normalized BM25, ``protocol.semantic.convex_fuse``); the
 reference's RRF stays available (``fusion="rrf"``).
 
-Length: about 700 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
+Length: about 770 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
 (dirty marker, snapshot re-validation, corruption handling) and the retrieval it guards are kept
 in one class to make them reviewable as a whole.
 """
@@ -102,6 +102,11 @@ FUSED_CANDIDATE_LIMIT: Final[int] = 200
 LOCK_WAIT_S: Final[float] = 5.0
 """How long a search waits for a write (or a write for searches) before ``index_busy``."""
 LOCK_POLL_S: Final[float] = 0.005
+JOB_BATCHES: Final[int] = 32
+"""Embedding batches one indexer job commits at once. Every commit rewrites and checksums the
+whole vector file, so one batch per commit made a backfill quadratic (at 50,000 memories most of
+its time went to rewriting the file); 32 batches of the offline model's 32 chunks keep that
+write a few percent of the embedding time at that size, and a job under a minute."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +156,23 @@ class _Candidates:
     """The keyword index lags the manifest, or a hit came from a deleted or edited memory."""
     excerpts: dict[str, SourceExcerpt] | None = None
     """Chunk id -> excerpt, for the source chunks among the hits."""
+
+
+def embed_in_batches(embedder: Embedder, texts: Sequence[str], size: int) -> list[list[float]]:
+    """Vectors of ``texts`` (in their order), embedded ``size`` at a time, shortest texts first.
+
+    Batching texts of similar length spares the padding an embedder adds to the longest text of
+    a batch (half the work on mixed conversation turns with the offline model)."""
+    order = sorted(range(len(texts)), key=lambda position: (len(texts[position]), position))
+    vectors: list[list[float]] = [[] for _ in texts]
+    for start in range(0, len(order), size):
+        positions = order[start : start + size]
+        embedded = embedder.embed([texts[position] for position in positions])
+        if len(embedded) != len(positions):
+            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+        for position, vector in zip(positions, embedded, strict=True):
+            vectors[position] = vector
+    return vectors
 
 
 def _is_transient(exc: sqlite3.Error) -> bool:
@@ -277,8 +299,7 @@ class SemanticIndex:
 
     def progress(self) -> IndexProgress:
         """Indexed and source memory counts (indexed is 0 unless the state is clean and current)."""
-        fingerprint = self._reader.fingerprint()
-        state = self._reader.semantic_state()
+        state, fingerprint = self._reader.snapshot()
         indexed = 0
         if state is not None and not state.dirty and state.signature == self._signature:
             try:
@@ -294,29 +315,35 @@ class SemanticIndex:
     # --- synchronization -------------------------------------------------------------------------
 
     def synchronize(
-        self, embedder: Embedder, batch_size: int | None = None, *, full_check: bool = False
+        self,
+        embedder: Embedder,
+        batch_size: int | None = None,
+        *,
+        batches: int = 1,
+        full_check: bool = False,
     ) -> SyncResult:
-        """Index one bounded batch (at most ``batch_size`` chunks); ``complete`` when nothing is left.
+        """Index up to ``batches`` batches of at most ``batch_size`` chunks, committed once;
+        ``complete`` when nothing is left.
 
-        Rebuilds first when any rebuild condition holds. The embedding call runs outside the lock;
-        if the index changed meanwhile the batch is dropped (``complete=False``, nothing written).
-        Raises ``SemanticSearchError`` (``index_busy``, ``embedding_dimensions_changed``, or the
-        embedder's own ``embedding_unavailable``).
+        Each batch is one embedding call; the vector file is saved and checksummed once per call of
+        this method, so ``batches`` amortizes that O(index) write (the indexer passes
+        :data:`JOB_BATCHES`). Rebuilds first when any rebuild condition holds. The embedding calls
+        run outside the lock; if the index changed meanwhile the work is dropped (``complete=False``,
+        nothing written), and a failing call leaves the index as it was. Raises
+        ``SemanticSearchError`` (``index_busy``, ``embedding_dimensions_changed``, or the embedder's
+        own ``embedding_unavailable``).
         """
         size = batch_size if batch_size is not None else self._settings.embedding_api.batch_size
-        if size < 1:
-            raise ValueError("batch_size must be >= 1")
+        if size < 1 or batches < 1:
+            raise ValueError("batch_size and batches must be >= 1")
         with self._locked():
-            plan = self._plan(size, full_check)
-        vectors: list[list[float]] = []
-        if plan.chunks:
-            vectors = embedder.embed([chunk.text for chunk in plan.chunks])
+            plan = self._plan(size * batches, full_check)
+        vectors = embed_in_batches(embedder, [chunk.text for chunk in plan.chunks], size)
         with self._locked():
             return self._commit(plan, vectors)
 
     def _plan(self, size: int, full_check: bool) -> BatchPlan:
-        state = self._reader.semantic_state()
-        fingerprint = self._reader.fingerprint()
+        state, fingerprint = self._reader.snapshot()
         reason, cursors = self._check(state, fingerprint, full_check)
         rebuilt = reason is not None
         if reason is not None:
@@ -545,19 +572,26 @@ class SemanticIndex:
         mismatched or corrupt index.
         """
         date_bounds = bounds or DateBounds()
+        expected: tuple[SemanticState | None, SourceFingerprint] | None = None
+        vector: list[float] | None = None
+        if query_vector is None:
+            # The embedding call runs outside the lock; the snapshot is checked again after it.
+            with self._locked(shared=True):
+                expected = self._reader.snapshot()
+                if self._searchable(*expected) is None:
+                    return Retrieval((), False, False)
+            vector = self._query_vector(query, embedder, None)
         with self._locked(shared=True):
-            state, fingerprint = self._reader.semantic_state(), self._reader.fingerprint()
-            if state is None or state.dirty or state.signature != self._signature:
+            snapshot = self._reader.snapshot()
+            if expected is not None and snapshot != expected:
                 raise self._building()
-            if fingerprint.total == 0:
+            partial = self._searchable(*snapshot)
+            if partial is None:
                 return Retrieval((), False, False)
-            if state.dimensions == 0:
-                raise self._building()
-            partial = not state.complete or state.source_hash != fingerprint.digest()
-        vector = self._query_vector(query, embedder, query_vector)
-        with self._locked(shared=True):
-            if self._reader.semantic_state() != state or self._reader.fingerprint() != fingerprint:
-                raise self._building()
+            state = snapshot[0]
+            assert state is not None  # _searchable raised otherwise
+            if vector is None:
+                vector = self._query_vector(query, None, query_vector)
             if len(vector) != state.dimensions:
                 self._mark_dirty(state)
                 logger.warning("om.semantic.query_dimensions_changed", extra={"dimensions": len(vector)})
@@ -582,6 +616,17 @@ class SemanticIndex:
         return Retrieval(
             tuple(memories), truncated, partial or candidates.lagging, tuple(excerpt for _, excerpt in found)
         )
+
+    def _searchable(self, state: SemanticState | None, fingerprint: SourceFingerprint) -> bool | None:
+        """Whether results would be partial; ``None`` when there is nothing to search. Raises
+        ``index_building`` for a missing, dirty, mismatched or never-embedded index."""
+        if state is None or state.dirty or state.signature != self._signature:
+            raise self._building()
+        if fingerprint.total == 0:
+            return None
+        if state.dimensions == 0:
+            raise self._building()
+        return not state.complete or state.source_hash != fingerprint.digest()
 
     def _query_vector(
         self, query: str, embedder: Embedder | None, query_vector: Sequence[float] | None

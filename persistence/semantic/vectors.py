@@ -14,10 +14,16 @@ from persistence.semantic.files import VECTOR_FILE, DerivedIndexError, file_dige
 from persistence.semantic.manifest import Manifest
 from protocol.semantic import MemoryChunk
 
-_HNSW_M: Final[int] = 16
-_HNSW_EF_CONSTRUCTION: Final[int] = 200
+HNSW_M: Final[int] = 16
+"""Graph degree of the vector index."""
+HNSW_EF_CONSTRUCTION: Final[int] = 100
+"""Candidate list while inserting. Searches read 100 hits with ef 100, and hnswlib's guide sizes
+ef_construction so that such a search finds >= 0.9 of the true neighbours. On 20,919 MiniLM
+vectors of the LongMemEval chunks, 100 gave recall@100 0.981 (200: 0.984; recall@10 1.0 for
+both) in 40 % of the insert time; inserts were the largest cost of a backfill after embedding."""
+HNSW_SEED: Final[int] = 100
+"""Seed of the level generator (same input, same graph)."""
 _HNSW_MIN_CAPACITY: Final[int] = 64
-_HNSW_SEED: Final[int] = 100
 
 
 class VectorStore:
@@ -82,9 +88,9 @@ class VectorStore:
                 index = hnswlib.Index(space="cosine", dim=dimensions)
                 index.init_index(
                     max_elements=max(_HNSW_MIN_CAPACITY, len(labels)),
-                    M=_HNSW_M,
-                    ef_construction=_HNSW_EF_CONSTRUCTION,
-                    random_seed=_HNSW_SEED,
+                    M=HNSW_M,
+                    ef_construction=HNSW_EF_CONSTRUCTION,
+                    random_seed=HNSW_SEED,
                 )
             else:
                 index = self.load(manifest, dimensions)

@@ -117,8 +117,8 @@ def tiny_run() -> HybridBenchResult:
 
 def test_tiny_run_backfills_everything_and_scores_every_mode(tiny_run: HybridBenchResult) -> None:
     assert tiny_run.memories == 40 and tiny_run.chunks >= 40
-    # 40 one-chunk memories at the default of 32 chunks per call
-    assert tiny_run.batch_size == 32 and tiny_run.sync_calls >= 2
+    # 40 one-chunk memories (and their source chunks) fit one call of 32 batches of 32 chunks
+    assert tiny_run.batch_size == 32 and tiny_run.sync_calls == 1
     assert tiny_run.labelled_set["queries"] == 15 and tiny_run.queries_timed == 10
     assert set(tiny_run.recall_at_10) == set(MODES)
     assert all(0.0 <= value <= 1.0 for value in tiny_run.recall_at_10.values())

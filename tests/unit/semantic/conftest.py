@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from actors.read.search import SearchRequest
 from persistence.semantic import SemanticIndex
 from persistence.store import Store
+from protocol.semantic import DateBounds, run_hybrid_search
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
 
 _WORD = re.compile(r"[^\W_]+")
@@ -147,3 +149,18 @@ def sync_all(index: SemanticIndex, embedder: HashEmbedder, batch_size: int | Non
         if index.synchronize(embedder, batch_size).complete:
             return batches
     raise AssertionError("indexing never completed")
+
+
+def hybrid_tool(index: SemanticIndex, embedder: HashEmbedder) -> Callable[[SearchRequest], dict[str, object]]:
+    """The ``hybrid_search`` hook ``actors.read.hybrid.hybrid_search_for`` builds, with a fake embedder."""
+
+    def search(request: SearchRequest) -> dict[str, object]:
+        return run_hybrid_search(
+            lambda: index.search(
+                request.query, embedder, bounds=DateBounds.from_request(request), limit=request.limit
+            ),
+            request.query,
+            request.limit,
+        )
+
+    return search

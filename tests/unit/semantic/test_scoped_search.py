@@ -8,28 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.read.search import SearchRequest
 from actors.read.service import memory_search
 from persistence.semantic import SemanticIndex
-from protocol.semantic import DateBounds, run_hybrid_search
-from tests.unit.semantic.conftest import HashEmbedder, Memories, sync_all
+from tests.unit.semantic.conftest import HashEmbedder, Memories, hybrid_tool, sync_all
 
 SESSIONS = ("s1", "s2", "s3")
 WORDS = ("deploy", "pipeline", "broke", "fixed", "lunch", "tests", "cache")
-
-
-def _hybrid(index: SemanticIndex, embedder: HashEmbedder):  # type: ignore[no-untyped-def]
-    # What actors.read.hybrid.hybrid_search_for builds, with the offline fake embedder.
-    def search(request: SearchRequest) -> dict[str, object]:
-        return run_hybrid_search(
-            lambda: index.search(
-                request.query, embedder, bounds=DateBounds.from_request(request), limit=request.limit
-            ),
-            request.query,
-            request.limit,
-        )
-
-    return search
 
 
 @pytest.fixture
@@ -58,13 +42,14 @@ def test_scoped_hybrid_search_returns_only_scoped_sessions(
     scope: str | list[str],
     limit: int,
 ) -> None:
-    hybrid = _hybrid(indexed, embedder)
+    hybrid = hybrid_tool(indexed, embedder)
     arguments = {"query": query, "scope": scope, "limit": limit}
     result = memory_search(db_path, arguments, hybrid, session_id="s1")
     allowed = {"s1"} if scope == "session" else set(scope)
     assert result["ok"] is True and result["limit"] == limit
     results = result["results"]
-    assert isinstance(results, list) and len(results) == result["count"] <= limit
+    assert isinstance(results, list) and len(results) == result["count"]
+    assert len(results) <= limit
     assert all(item["session_id"] in allowed for item in results)
     # The same hits, in the same order, as the unscoped ranking filtered to those sessions.
     wide = memory_search(db_path, {"query": query, "limit": 50}, hybrid)

@@ -10,12 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from actors.read.service import memory_search
 from persistence.semantic import SemanticIndex
 from persistence.semantic.manifest import Manifest
 from protocol.events import SessionEvent
 from protocol.semantic import hybrid_answer
 from protocol.source_text import already_held, event_search_text
-from tests.unit.semantic.conftest import HashEmbedder, RecordingWriter, semantic_settings, sync_all
+from tests.unit.semantic.conftest import (
+    HashEmbedder,
+    RecordingWriter,
+    hybrid_tool,
+    semantic_settings,
+    sync_all,
+)
 
 
 def _event(session: str, seq: int, event_type: str, payload: dict[str, object]) -> dict[str, object]:
@@ -179,3 +186,22 @@ def test_event_search_text_covers_messages_tool_calls_and_results() -> None:
     assert event_search_text(outcome) == ""
     assert already_held("User request: Please book the train.", "User: please  BOOK the\ntrain.")
     assert not already_held("User request: Please book.", "User: Please book the train.")
+
+
+def test_session_scoped_hybrid_search_returns_no_excerpt_of_another_session(
+    store: object, db_path: Path, grounded: SemanticIndex, events_root: Path, embedder: HashEmbedder
+) -> None:
+    write_events(events_root, "s1", [_assistant("s1", 1, "Spare keys hang on the hook in the hallway.")])
+    write_events(events_root, "s2", [_assistant("s2", 1, "The spare key sits in the walnut cabinet.")])
+    mine = add_observation(db_path, "s1", "Assistant replied: about keys", [("s1", 1)])
+    theirs = add_observation(db_path, "s2", "Assistant replied: about keys", [("s2", 1)])
+    sync_all(grounded, embedder)
+
+    hybrid = hybrid_tool(grounded, embedder)
+    wide = memory_search(db_path, {"query": "spare key walnut cabinet", "limit": 10}, hybrid)
+    assert isinstance(wide["results"], list) and wide["results"][0]["id"] == theirs  # the detail is s2's
+    arguments = {"query": "spare key walnut cabinet", "scope": "session", "limit": 10}
+    scoped = memory_search(db_path, arguments, hybrid, session_id="s1")
+    results = scoped["results"]
+    assert isinstance(results, list) and [item["id"] for item in results] == [mine]
+    assert "walnut" not in json.dumps(results)
