@@ -38,6 +38,7 @@ from persistence.importers import validate_session_id
 from persistence.importers.live import (
     MARKS_FILE,
     SYNC_ERRORS,
+    FlushSignal,
     LiveFormat,
     Mark,
     append_mark,
@@ -47,6 +48,7 @@ from persistence.importers.live import (
     sync_session,
 )
 from protocol.agent_hooks import (
+    FLUSH_EVENTS,
     ClaudeCodeHookInput,
     CodexNotification,
     HookAction,
@@ -206,7 +208,7 @@ def dispatch_project(project: Path, connect: Connect = _connect) -> bool:
                 )
                 problem = f"omray: session {directory.name!r} is not observed: {exc}"
                 continue
-            if not cursor.pending:
+            if not cursor.pending and cursor.flush is None:
                 continue
             if client is None:
                 try:
@@ -228,8 +230,23 @@ def dispatch_project(project: Path, connect: Connect = _connect) -> bool:
                     ),
                 )
                 client.after_turn_commit(context, events_path=events_path)
-            if client.outbox.wait_empty(ACCEPT_TIMEOUT_S):
-                mark_dispatched(directory, cursor.pending[-1].end_seq)
+            accepted = client.outbox.wait_empty(ACCEPT_TIMEOUT_S)
+            if accepted and cursor.flush is not None and cursor.last_seq > 0:
+                # After the turns (their lane order): everything so far is observed now, however
+                # little is new, so a coming compaction or the session's end finds it in memory.
+                try:
+                    client.observe(
+                        directory.name, cursor.last_seq, events_path=events_path, signal=cursor.flush
+                    )
+                except OmrayError as exc:  # the runtime went away: the flush waits for the next pass
+                    logger.warning("live flush not accepted", extra={"error_class": type(exc).__name__})
+                    accepted = False
+            if accepted:
+                mark_dispatched(
+                    directory,
+                    cursor.pending[-1].end_seq if cursor.pending else 0,
+                    cursor.flush_mark if cursor.flush is not None else None,
+                )
     finally:
         if client is not None:
             client.close()
@@ -276,14 +293,21 @@ def _read_stdin() -> str:
 
 
 def observe_mark(
-    project: Path, session_id: str, transcript: Path, transcript_format: LiveFormat, close: bool
+    project: Path,
+    session_id: str,
+    transcript: Path,
+    transcript_format: LiveFormat,
+    close: bool,
+    flush: FlushSignal | None = None,
 ) -> None:
-    """Record how far ``transcript`` is complete (ending the turn there if ``close``); start a dispatcher."""
+    """Record how far ``transcript`` is complete (ending the turn there if ``close``; observing all of
+    it at once if ``flush``); start a dispatcher."""
     mark = Mark(
         transcript=str(transcript.resolve()),
         format=transcript_format,
         offset=complete_length(transcript),
         close=close,
+        flush=flush,
     )
     append_mark(session_dir(project, session_id), mark)
     start_dispatcher(project)
@@ -310,7 +334,14 @@ def claude_code_hook(raw: str, explicit_project: Path | None) -> dict[str, Any] 
         return None
     if not event.transcript_path:
         return None
-    observe_mark(project, event.session_id, Path(event.transcript_path), "claude-code", action == "close")
+    observe_mark(
+        project,
+        event.session_id,
+        Path(event.transcript_path),
+        "claude-code",
+        action == "close",
+        FLUSH_EVENTS.get(event.hook_event_name),
+    )
     notice = problem_notice(project)
     return system_message_output(notice) if notice else None
 

@@ -24,6 +24,13 @@ CLOSING_EVENTS = frozenset({"Stop", "PreCompact", "SessionEnd"})
 """Claude Code events after which the turn so far is observed."""
 SYNC_EVENTS = frozenset({"SubagentStop"})
 """Events after which the transcript is converted, but the main agent's turn continues."""
+FLUSH_EVENTS: dict[str, Literal["compaction", "session_end"]] = {
+    "PreCompact": "compaction",
+    "SessionEnd": "session_end",
+}
+"""Claude Code events after which everything so far is observed at once, however little is new:
+the host is about to compact (the memory it gets back at ``SessionStart`` must hold the range), or
+the session ended."""
 INJECT_SOURCES = frozenset({"compact", "resume"})
 """``SessionStart`` sources after which the session's memory is added to the context."""
 

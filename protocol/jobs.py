@@ -33,9 +33,10 @@ HandlerId = Literal[
 """The stable handler ids."""
 
 
-ObserveSignal = Literal["turn_end", "checkpoint", "session_end", "idle_flush"]
+ObserveSignal = Literal["turn_end", "checkpoint", "session_end", "compaction", "idle_flush"]
 """Why an observe job was sent: a turn ended; a batch inside a turn under context pressure; the
-session ended; or the idle timer of a deferred tail (``actors.observer.trigger``)."""
+session ended; the host is about to compact its context (Claude Code's ``PreCompact``); or the idle
+timer of a deferred tail (``actors.observer.trigger``)."""
 
 
 class _Job(BaseModel):

@@ -9,6 +9,8 @@ and observes when one of these holds:
   half the threshold has accumulated: compaction is coming, and it needs the range it replaces
   covered, so the uncovered tail is kept short from here on;
 * ``session_end``: the agent said the session ended;
+* ``compaction``: the host said it is about to compact its context (the summary it is about to
+  make replaces the range, so memory must hold it now);
 * ``idle_flush``: a deferred tail waited ``idle_flush_seconds`` without a newer signal of its lane
   (an agent that stopped without saying so still gets its last turns observed);
 * ``every_boundary``: ``observe_after_tokens`` is 0, the original per-boundary policy.
@@ -25,7 +27,7 @@ from typing import Literal
 
 from protocol.jobs import ObserveSignal
 
-ObserveReason = Literal["every_boundary", "threshold", "pressure", "session_end", "idle_flush"]
+ObserveReason = Literal["every_boundary", "threshold", "pressure", "session_end", "compaction", "idle_flush"]
 """Why a job observes now."""
 
 
@@ -67,9 +69,10 @@ def decide_observe(
 ) -> ObserveNow | Defer:
     """Observe now or defer, from the uncovered source tokens and the job's signal.
 
-    The end of a session and an expired idle timer always observe; so does the per-boundary policy.
+    The end of a session, a coming compaction and an expired idle timer always observe; so does the
+    per-boundary policy.
     """
-    if signal in ("session_end", "idle_flush"):
+    if signal in ("session_end", "compaction", "idle_flush"):
         return ObserveNow(signal, uncovered_tokens)
     if policy.observe_after_tokens <= 0:
         return ObserveNow("every_boundary", uncovered_tokens)

@@ -64,6 +64,8 @@ _TAIL_CHUNK = 64 * 1024
 
 LiveFormat = Literal["claude-code", "codex"]
 """Transcript formats a live hook follows."""
+FlushSignal = Literal["compaction", "session_end"]
+"""Why a mark asks to observe everything so far at once (``protocol.jobs.ObserveSignal``)."""
 
 LIVE_CONVERTERS: dict[LiveFormat, type[RecordConverter]] = {
     "claude-code": ClaudeCodeConverter,
@@ -94,6 +96,8 @@ class Mark(BaseModel):
     """Bytes of the transcript, through its last newline, when the hook ran."""
     close: bool
     """Whether a turn ended at this point (Stop, PreCompact, SessionEnd, a Codex turn)."""
+    flush: FlushSignal | None = None
+    """The host is about to compact, or the session ended: observe everything through here now."""
 
 
 class Boundary(BaseModel):
@@ -118,6 +122,10 @@ class LiveCursor(BaseModel):
     """Seq of the last event appended by a sync."""
     pending: tuple[Boundary, ...] = ()
     """Turns appended but not accepted by the queue yet, in seq order."""
+    flush: FlushSignal | None = None
+    """A flush a mark asked for that the queue has not accepted yet (observe through ``last_seq``)."""
+    flush_mark: int = 0
+    """``marks_applied`` when that flush was asked for: only its own dispatch clears it."""
 
 
 @dataclass(frozen=True)
@@ -351,22 +359,27 @@ def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
             raise LiveImportError(events_path, type(exc).__name__) from None
         known = {boundary.end_seq for boundary in cursor.pending}
         added = [b for b in conversion.boundaries if b.end_seq > cursor.last_seq and b.end_seq not in known]
+        flushes = [mark.flush for mark in marks[cursor.marks_applied :] if mark.flush is not None]
         updated = LiveCursor(
             marks_applied=len(marks),
             last_seq=max(conversion.last_seq, cursor.last_seq),
             pending=(*cursor.pending, *added),
+            flush=flushes[-1] if flushes else cursor.flush,
+            flush_mark=len(marks) if flushes else cursor.flush_mark,
         )
         _write_cursor(session_dir, updated)
         return updated
 
 
-def mark_dispatched(session_dir: Path, accepted_through: int) -> LiveCursor:
-    """Drop the waiting turns through ``accepted_through`` (the queue accepted them)."""
+def mark_dispatched(session_dir: Path, accepted_through: int, flushed_mark: int | None = None) -> LiveCursor:
+    """Drop the waiting turns through ``accepted_through`` (the queue accepted them), and the flush
+    asked for at ``flushed_mark`` if that one was sent (a flush asked for since then stays)."""
     with session_lock(session_dir):
         cursor = read_cursor(session_dir)
-        updated = cursor.model_copy(
-            update={"pending": pending_after_dispatch(cursor.pending, accepted_through)}
-        )
+        update: dict[str, object] = {"pending": pending_after_dispatch(cursor.pending, accepted_through)}
+        if flushed_mark is not None and cursor.flush_mark == flushed_mark:
+            update["flush"] = None
+        updated = cursor.model_copy(update=update)
         _write_cursor(session_dir, updated)
         return updated
 

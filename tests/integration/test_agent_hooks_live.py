@@ -156,12 +156,15 @@ def _assert_observed_once(db_path: Path, session_id: str, events_path: Path) -> 
     return seqs
 
 
-def _project(names: RuntimeNames, tmp_path: Path) -> tuple[Path, dict[str, str], OmrayClient]:
+def _project(
+    names: RuntimeNames, tmp_path: Path, extra_yaml: str = ""
+) -> tuple[Path, dict[str, str], OmrayClient]:
     """A project observed with the builtin model, the hook environment, and a client to wait with."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "omray.yaml").write_text(
         "observational_memory:\n  model: builtin/extractive\n  storage:\n    database: om.sqlite\n"
+        + extra_yaml
     )
     ensure_runtime(names, queue_db=str(tmp_path / "queue.sqlite"), handler_paths=DEFAULT_HANDLERS)
     env = {
@@ -214,7 +217,9 @@ CODEX_TURN_ENDS = (16, 24)
 
 
 def test_codex_rollout_observed_as_it_grows(names: RuntimeNames, tmp_path: Path) -> None:
-    project, env, client = _project(names, tmp_path)
+    # Codex says when a turn completes, never when a session ends: its deferred tail is observed by
+    # the idle flush (shortened here from its default so the test does not wait minutes).
+    project, env, client = _project(names, tmp_path, "  observer:\n    idle_flush_seconds: 2\n")
     codex_home = tmp_path / "codex"
     rollout = (
         codex_home / "sessions" / "2026" / "03" / "04" / f"rollout-2026-03-04T10-00-00-{CODEX_THREAD}.jsonl"

@@ -81,8 +81,14 @@ class FakeClient:
 
     def __init__(self) -> None:
         self.calls: list[AfterTurnCommit] = []
+        self.flushes: list[tuple[str, int, str]] = []
         self.outbox = FakeOutbox()
         self.closed = False
+
+    def observe(self, session_id: str, end_seq: int, *, events_path: Path, signal: str) -> str:
+        assert events_path.exists()
+        self.flushes.append((session_id, end_seq, signal))
+        return f"flush-{end_seq}"
 
     def after_turn_commit(self, ctx: AfterTurnCommit, *, events_path: Path) -> str:
         assert events_path.exists()
@@ -127,6 +133,27 @@ def test_stop_records_a_mark_and_the_dispatcher_sends_each_turn_once(
     assert all(ctx.run_id == SESSION and ctx.status == "completed" for ctx in client.calls)
     assert read_cursor(session_dir(tmp_path, SESSION)).pending == ()
     assert client.closed
+
+
+@pytest.mark.parametrize(("event", "signal"), [("PreCompact", "compaction"), ("SessionEnd", "session_end")])
+def test_pre_compact_and_session_end_observe_everything_so_far_once(
+    tmp_path: Path, no_spawn: list[Path], monkeypatch: pytest.MonkeyPatch, event: str, signal: str
+) -> None:
+    # A Stop, then the flushing event with nothing new in the transcript: no new turn to send, but
+    # the deferred tail must be observed now (after the turns), once.
+    monkeypatch.delenv("CLAUDE_PROJECT_DIR", raising=False)
+    transcript = FIXTURES / "claude-code-session.jsonl"
+    claude_code_hook(_hook("Stop", tmp_path, transcript), None)
+    client = FakeClient()
+    dispatch_project(tmp_path, lambda project: client)
+    assert client.flushes == []
+    claude_code_hook(_hook(event, tmp_path, transcript), None)
+    dispatch_project(tmp_path, lambda project: client)
+    dispatch_project(tmp_path, lambda project: client)  # the flush was accepted: not sent again
+    last_seq = read_cursor(session_dir(tmp_path, SESSION)).last_seq
+    assert client.flushes == [(SESSION, last_seq, signal)]
+    assert last_seq == max(ctx.events[0].seq for ctx in client.calls)
+    assert read_cursor(session_dir(tmp_path, SESSION)).flush is None
 
 
 def test_a_missing_runtime_keeps_the_turns_and_is_reported_once(tmp_path: Path, no_spawn: list[Path]) -> None:

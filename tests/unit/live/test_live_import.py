@@ -124,6 +124,25 @@ def test_dispatched_turns_leave_the_cursor(tmp_path: Path) -> None:
     assert read_cursor(session_dir) == LiveCursor(marks_applied=1, last_seq=cursor.last_seq, pending=())
 
 
+def test_a_flush_is_cleared_only_by_its_own_dispatch(tmp_path: Path) -> None:
+    session_dir = tmp_path / "s"
+    append_mark(session_dir, _mark(SOURCE, len(DATA), close=True))
+    append_mark(
+        session_dir,
+        Mark(transcript=str(SOURCE), format="claude-code", offset=len(DATA), close=True, flush="compaction"),
+    )
+    asked = sync_session(session_dir, SESSION)
+    assert (asked.flush, asked.flush_mark) == ("compaction", 2)
+    # The session ends while the compaction flush is being sent: that dispatch clears only its own.
+    append_mark(
+        session_dir,
+        Mark(transcript=str(SOURCE), format="claude-code", offset=len(DATA), close=True, flush="session_end"),
+    )
+    assert sync_session(session_dir, SESSION).flush == "session_end"
+    assert mark_dispatched(session_dir, asked.pending[-1].end_seq, asked.flush_mark).flush == "session_end"
+    assert mark_dispatched(session_dir, 0, 3).flush is None
+
+
 def test_a_torn_mark_line_is_skipped(tmp_path: Path) -> None:
     session_dir = tmp_path / "s"
     append_mark(session_dir, _mark(SOURCE, LINE_ENDS[3], close=True))

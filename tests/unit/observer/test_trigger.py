@@ -23,6 +23,7 @@ def test_threshold_pressure_and_session_end() -> None:
     # The end of a session and an expired idle timer observe whatever is there.
     assert decide_observe(1, "session_end", None, POLICY) == ObserveNow("session_end", 1)
     assert decide_observe(1, "idle_flush", 0.1, POLICY) == ObserveNow("idle_flush", 1)
+    assert decide_observe(1, "compaction", None, POLICY) == ObserveNow("compaction", 1)
     # Threshold 0 is the original policy: every job observes.
     assert decide_observe(1, "turn_end", None, TriggerPolicy(0, 0.5)) == ObserveNow("every_boundary", 1)
 
