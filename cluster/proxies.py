@@ -68,11 +68,8 @@ class RayWorkerPool:
     queue's committer thread and ``poll`` on its collector; outcomes are handed over under a lock.
     """
 
-    def __init__(self, pools: Mapping[str, Any]) -> None:
-        self._members: dict[str, dict[int, Any]] = {
-            hid: dict(enumerate(handles)) if isinstance(handles, list | tuple) else {0: handles}
-            for hid, handles in pools.items()
-        }
+    def __init__(self, pools: Mapping[str, Mapping[int, Any]]) -> None:
+        self._members: dict[str, dict[int, Any]] = {hid: dict(members) for hid, members in pools.items()}
         self._in_flight: dict[Any, tuple[int, str, int]] = {}
         self._busy: dict[tuple[str, int], int] = {}
         self._finished: list[tuple[int, dict[str, Any] | None]] = []

@@ -185,6 +185,7 @@ class QueueActor:
         self._in_flight_attempts: dict[int, tuple[str, int, str, float]] = {}
         self._completed = 0
         self._coalesced = 0
+        self._commits = collections.Counter[str]()  # transactions, writes, microseconds (committer only)
         # What the committer has not written yet, in order, each with the time it was issued (so a
         # repeated write is byte-identical to the first try).
         self._unwritten: collections.deque[tuple[Pending, float]] = collections.deque()
@@ -297,9 +298,33 @@ class QueueActor:
                 "coalesced_since_start": self._coalesced,
                 "recent_failures": list(self._recent_failures),
                 "unwritten": len(self._unwritten),
+                "commits": self._commit_figures(),
                 "state": snapshot,
                 "loop_alive": bool(self._threads) and all(t.is_alive() for t in self._threads),
             }
+
+    def _commit_figures(self) -> dict[str, float]:
+        """Group commits since start: transactions, writes, mean writes and milliseconds per transaction."""
+        count = self._commits["transactions"]
+        return {
+            "transactions": count,
+            "writes": self._commits["writes"],
+            "writes_per_transaction": round(self._commits["writes"] / count, 2) if count else 0.0,
+            "ms_per_transaction": round(self._commits["micros"] / 1000 / count, 3) if count else 0.0,
+        }
+
+    def waiting_by_handler(self) -> dict[str, int]:
+        """Runs ready to start that wait for a free slot, by handler id (what autoscaling grows on)."""
+        with self._lock:
+            return self._state.waiting_by_handler(self._clock())
+
+    def set_capacity(self, handler_id: str, size: int) -> None:
+        """The pool serving ``handler_id`` now runs ``size`` jobs at once; start what that allows."""
+        with self._lock:
+            self._state.set_capacity(handler_id, size)
+            now = self._clock()
+            self._enqueue(self._state.next_dispatch(now), now)
+        self._commit_wanted.set()
 
     def runtime_events(self, run_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
         """Sanitized runtime events (e.g. ``extension_agent.job_failed``) recorded for a session."""
@@ -365,8 +390,10 @@ class QueueActor:
                 self._unwritten.clear()
                 generation = self._generation
                 self._generation += 1
+            writes = self._writes_for(batch)
+            started = time.perf_counter()
             try:
-                self._store.apply_job_writes(self._writes_for(batch))
+                self._store.apply_job_writes(writes)
             except BaseException:
                 with self._lock:
                     self._unwritten.extendleft(reversed(batch))
@@ -377,6 +404,9 @@ class QueueActor:
                     if isinstance(item, _Accept):
                         self._unwritten_accepts.pop(item.job_seq, None)
                 self._durable.notify_all()
+            self._commits.update(
+                transactions=1, writes=len(writes), micros=round((time.perf_counter() - started) * 1e6)
+            )
             for item, _issued in batch:
                 self._effect(item)
             return True
