@@ -35,6 +35,7 @@ from cluster.autoscale import PoolAutoscaler
 from cluster.naming import RuntimeNames, omray_home
 from cluster.proxies import RayWorkerPool, StoreProxy
 from persistence.connection import Synchronous
+from persistence.store import Store
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
     REFLECT_GENERATION_HANDLER,
@@ -179,15 +180,13 @@ def store_handle(
     db_path: str | Path,
     *,
     data_node_id: str | None = None,
-    synchronous: Synchronous = "FULL",
 ) -> Any:
-    """The StoreActor of ``db_path``, created on demand on the data node (the one holding the files).
+    """The StoreActor of memory database ``db_path``, created on demand on the data node.
 
     ``data_node_id`` defaults to the caller's node; workers pass the node recorded by
     :func:`ensure_runtime`, so a worker on another node never creates a store (and an empty file)
-    where the database does not live. ``synchronous`` applies when this call creates the actor:
-    memory databases keep ``FULL``; the queue's own database uses ``NORMAL`` (see
-    :data:`persistence.connection.Synchronous`).
+    where the database does not live. (The queue's own database has no StoreActor: the QueueActor
+    is its one writer.)
     """
     path = str(Path(db_path).resolve())
     options: dict[str, Any] = {
@@ -198,7 +197,7 @@ def store_handle(
         "max_task_retries": 0,
         "scheduling_strategy": _node_affinity(data_node_id or current_node_id()),
     }
-    return ray.remote(StoreActor).options(**options).remote(path, synchronous=synchronous)
+    return ray.remote(StoreActor).options(**options).remote(path)
 
 
 class RayWorkerContext:
@@ -291,9 +290,9 @@ class QueueRuntime(QueueActor):
     ) -> None:
         node = data_node_id or current_node_id()
         sizes = pools or PoolSizes()
-        store = StoreProxy(
-            store_handle(names, queue_db, data_node_id=node, synchronous=QUEUE_SYNCHRONOUS), durable=True
-        )
+        # The queue's own file has one writer, this actor: its group commits run in-process, with no
+        # StoreActor round trip on the path of every dispatch (memory databases keep theirs).
+        store = Store(queue_db, synchronous=QUEUE_SYNCHRONOUS)
         workers = _with_grown_members(
             names, worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node), sizes
         )
@@ -382,7 +381,6 @@ def ensure_runtime(
     paths = dict(handler_paths or DEFAULT_HANDLERS)
     sizes = pools or PoolSizes.from_env()
     data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
-    store_handle(names, db, data_node_id=data_node, synchronous=QUEUE_SYNCHRONOUS)
     worker_pools(names, paths, sizes, worker_env, data_node_id=data_node)
     queue = (
         ray.remote(QueueRuntime)
