@@ -4,15 +4,16 @@ It owns the durable ``extension_agent`` queue of one runtime. Every accepted job
 queue's own SQLite file (through that file's StoreActor) *before* ``dispatch`` returns, so no
 crash loses an accepted job; the pure state machine decides lanes, order, coalescing and retries.
 
-Three kinds of threads, one lock that covers only the in-memory state (never a store call):
+Four kinds of threads, one lock that covers only the in-memory state (never a store call):
 
 - ``dispatch`` callers (the actor serves many at once) number the job, hand it to the state
   machine, queue its durable write and wait for the commit that includes it;
 - the *committer* thread owns every queue-store transaction: it takes every write queued so far
   (accepts, starts, retries, finishes, give-ups, in order), applies them in ONE transaction, wakes
-  the ``dispatch`` callers whose jobs it made durable, and only then carries out what the writes
-  allow (starting workers). Callers that arrive while a commit is in flight ride in the next one
-  (group commit);
+  the ``dispatch`` callers whose jobs it made durable, and hands the batch to the *starter*
+  thread, which carries out what the writes allow (starting workers), in commit order, while the
+  next commit runs. Callers that arrive while a commit is in flight ride in the next one (group
+  commit);
 - the *collector* thread waits for worker outcomes, feeds them to the state machine and queues
   the resulting writes and starts.
 
@@ -193,6 +194,10 @@ class QueueActor:
         self._generation = 1
         self._durable_generation = 0
         self._unwritten_accepts: dict[int, int] = {}  # job_seq -> generation carrying its accept
+        # Durable batches whose effects (worker starts) the starter thread has not carried out yet.
+        self._effects: collections.deque[list[tuple[Pending, float]]] = collections.deque()
+        self._effects_ready = threading.Condition()
+        self._threads: list[threading.Thread] = []
         rows = [
             StoredJobState(
                 job_seq=row.job_seq,
@@ -214,10 +219,10 @@ class QueueActor:
         self.commit()
         if rows:
             logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
-        self._threads: list[threading.Thread] = []
         if start_loop:
             for target, name in (
                 (self._commit_forever, "omray-queue-commit"),
+                (self._start_forever, "omray-queue-start"),
                 (self._collect_forever, "omray-queue-loop"),
             ):
                 thread = threading.Thread(target=target, name=name, daemon=True)
@@ -338,12 +343,19 @@ class QueueActor:
     def is_idle(self) -> bool:
         """True when no job is waiting or running."""
         with self._lock:
-            return self._state.depth == 0 and self._state.in_flight == 0 and not self._unwritten
+            return (
+                self._state.depth == 0
+                and self._state.in_flight == 0
+                and not self._unwritten
+                and not self._effects
+            )
 
     def stop(self) -> None:
         """Stop the committer and collector threads (tests and shutdown; a restart starts new ones)."""
         self._stop.set()
         self._commit_wanted.set()
+        with self._effects_ready:
+            self._effects_ready.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
 
@@ -407,9 +419,32 @@ class QueueActor:
             self._commits.update(
                 transactions=1, writes=len(writes), micros=round((time.perf_counter() - started) * 1e6)
             )
-            for item, _issued in batch:
-                self._effect(item)
+            if self._threads:
+                with self._effects_ready:  # the starter carries them out while the next commit runs
+                    self._effects.append(batch)
+                    self._effects_ready.notify()
+            else:
+                self._carry_out(batch)
             return True
+
+    def _carry_out(self, batch: Sequence[tuple[Pending, float]]) -> None:
+        for item, _issued in batch:
+            self._effect(item)
+
+    def _start_forever(self) -> None:
+        while not self._stop.is_set():
+            with self._effects_ready:
+                while not self._effects and not self._stop.is_set():
+                    self._effects_ready.wait(TICK_S)
+                batches = list(self._effects)
+                self._effects.clear()
+            for batch in batches:
+                try:
+                    self._carry_out(batch)
+                except Exception as exc:
+                    # Never dies: a start that fails is a lost attempt already (``_start``); this
+                    # only keeps the thread alive, logged, for anything else.
+                    logger.error("queue start step failed", extra={"error_class": type(exc).__name__})
 
     def collect(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for outcomes, apply them and queue what they free (and due retries)."""
@@ -573,7 +608,6 @@ class QueueActor:
             self._report_job_failed(command.run_id, command.event, self._clock())
 
     def _start(self, command: Dispatch) -> None:
-        envelope = JobEnvelope(job_id=command.job_id, payload=command.payload)
         with self._lock:
             self._in_flight_attempts[command.job_seq] = (
                 command.job_id,
@@ -583,7 +617,8 @@ class QueueActor:
             )
             self._coalesced += len(command.covered) - 1
         try:
-            self._workers.start(command.handler_id, command.job_seq, envelope.model_dump(), command.attempt)
+            envelope = JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
+            self._workers.start(command.handler_id, command.job_seq, envelope, command.attempt)
         except Exception as exc:
             # The attempt never reached a worker: it counts as a lost one (retried by policy),
             # never as a job left "running" with nobody to report on it.
