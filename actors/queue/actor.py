@@ -8,12 +8,13 @@ Four kinds of threads, one lock that covers only the in-memory state (never a st
 
 - ``dispatch`` callers (the actor serves many at once) number the job, hand it to the state
   machine, queue its durable write and wait for the commit that includes it;
-- the *committer* thread owns every queue-store transaction: it takes every write queued so far
-  (accepts, starts, retries, finishes, give-ups, in order), applies them in ONE transaction, wakes
-  the ``dispatch`` callers whose jobs it made durable, and hands the batch to the *starter*
-  thread, which carries out what the writes allow (starting workers), in commit order, while the
-  next commit runs. Callers that arrive while a commit is in flight ride in the next one (group
-  commit);
+- commits run one at a time under one commit lock, each taking every write queued so far
+  (accepts, starts, retries, finishes, give-ups, in order) into ONE transaction. The *committer*
+  thread runs them for the queue's own steps; a ``dispatch`` caller that finds no commit in flight
+  runs the step itself (no hand-over to another thread on an idle queue), and callers that arrive
+  while one is in flight ride in the next (group commit). A commit wakes the callers it made
+  durable and hands the batch to the *starter* thread, which carries out what the writes allow
+  (starting workers), in commit order, while the next commit runs;
 - the *collector* thread waits for worker outcomes, feeds them to the state machine and queues
   the resulting writes and starts.
 
@@ -156,7 +157,7 @@ class QueueActor:
     job stuck as running, a finished job never recorded, a lost job-failed event).
 
     With ``start_loop=False`` no thread runs: tests drive :meth:`commit`, :meth:`collect` and
-    :meth:`tick` by hand, and ``dispatch`` commits its own job before it returns.
+    :meth:`tick` by hand (``dispatch`` still commits its own job before it returns).
     """
 
     def __init__(
@@ -263,19 +264,30 @@ class QueueActor:
         return generation
 
     def _await_durable(self, generation: int) -> None:
-        if not self._threads:  # nobody else commits: do it here
-            while self._durable_generation < generation:
-                self.commit()
-            return
+        """Return once the commit carrying ``generation`` is durable.
+
+        A caller that finds no commit in flight runs the commit step itself (no hand-over to another
+        thread on an idle queue); otherwise it waits for the one in flight, whose successor (its own
+        step or the committer's) carries its job. Commits are serialized by one lock either way. A
+        commit step of its own that fails raises: the job stays queued for the committer.
+        """
         deadline = time.monotonic() + DURABLE_WAIT_S
-        with self._durable:
-            while self._durable_generation < generation:
+        while True:
+            if self._commit_lock.acquire(blocking=False):
+                try:
+                    self._commit_locked()
+                finally:
+                    self._commit_lock.release()
+            with self._durable:
+                if self._durable_generation >= generation:
+                    return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     # The job stays queued and is written once the store answers; a repeated
                     # dispatch of it finds it and returns.
                     raise StorageError("the queue store did not confirm the job in time; dispatch it again")
-                self._durable.wait(remaining)
+                if self._commit_lock.locked():
+                    self._durable.wait(remaining)
 
     def status(self) -> dict[str, Any]:
         """Queue depth, runs in flight, lanes, recent failures and counters (ids and counts only)."""
@@ -395,37 +407,41 @@ class QueueActor:
         newer. Returns False when there was nothing to write.
         """
         with self._commit_lock:
-            with self._lock:
-                if not self._unwritten:
-                    return False
-                batch = list(self._unwritten)
-                self._unwritten.clear()
-                generation = self._generation
-                self._generation += 1
-            writes = self._writes_for(batch)
-            started = time.perf_counter()
-            try:
-                self._store.apply_job_writes(writes)
-            except BaseException:
-                with self._lock:
-                    self._unwritten.extendleft(reversed(batch))
-                raise
+            return self._commit_locked()
+
+    def _commit_locked(self) -> bool:
+        with self._lock:
+            if not self._unwritten:
+                return False
+            batch = list(self._unwritten)
+            self._unwritten.clear()
+            generation = self._generation
+            self._generation += 1
+        writes = self._writes_for(batch)
+        started = time.perf_counter()
+        try:
+            self._store.apply_job_writes(writes)
+        except BaseException:
             with self._durable:
-                self._durable_generation = generation
-                for item, _issued in batch:
-                    if isinstance(item, _Accept):
-                        self._unwritten_accepts.pop(item.job_seq, None)
-                self._durable.notify_all()
-            self._commits.update(
-                transactions=1, writes=len(writes), micros=round((time.perf_counter() - started) * 1e6)
-            )
-            if self._threads:
-                with self._effects_ready:  # the starter carries them out while the next commit runs
-                    self._effects.append(batch)
-                    self._effects_ready.notify()
-            else:
-                self._carry_out(batch)
-            return True
+                self._unwritten.extendleft(reversed(batch))
+                self._durable.notify_all()  # waiting callers try the next commit themselves
+            raise
+        with self._durable:
+            self._durable_generation = generation
+            for item, _issued in batch:
+                if isinstance(item, _Accept):
+                    self._unwritten_accepts.pop(item.job_seq, None)
+            self._durable.notify_all()
+        self._commits.update(
+            transactions=1, writes=len(writes), micros=round((time.perf_counter() - started) * 1e6)
+        )
+        if self._threads:
+            with self._effects_ready:  # the starter carries them out while the next commit runs
+                self._effects.append(batch)
+                self._effects_ready.notify()
+        else:
+            self._carry_out(batch)
+        return True
 
     def _carry_out(self, batch: Sequence[tuple[Pending, float]]) -> None:
         for item, _issued in batch:
