@@ -1,7 +1,7 @@
 """QueueActor: the thin shell that executes :class:`actors.queue.state.QueueState` commands.
 
 It owns the durable ``extension_agent`` queue of one runtime. Every accepted job is written to the
-queue's own SQLite file (through that file's StoreActor) *before* ``dispatch`` returns, so no
+queue's own SQLite file (the queue is that file's one writer) *before* ``dispatch`` returns, so no
 crash loses an accepted job; the pure state machine decides lanes, order, coalescing and retries.
 
 Four kinds of threads, one lock that covers only the in-memory state (never a store call):
