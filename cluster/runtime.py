@@ -381,6 +381,7 @@ def ensure_runtime(
     paths = dict(handler_paths or DEFAULT_HANDLERS)
     sizes = pools or PoolSizes.from_env()
     data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
+    _remove_queue_store_actor(names, db)
     worker_pools(names, paths, sizes, worker_env, data_node_id=data_node)
     queue = (
         ray.remote(QueueRuntime)
@@ -408,6 +409,14 @@ def ensure_runtime(
     )
     ray.get(queue.ping.remote())  # type: ignore[attr-defined]  # a Ray actor handle
     return queue
+
+
+def _remove_queue_store_actor(names: RuntimeNames, queue_db: str) -> None:
+    """Remove a StoreActor an earlier version ran for the queue's file: the queue is now its one writer."""
+    try:
+        ray.kill(ray.get_actor(names.store(queue_db), namespace=names.namespace), no_restart=True)
+    except ValueError:
+        return  # none: the usual case
 
 
 def remove_runtime(names: RuntimeNames | None = None, db_paths: list[str] | None = None) -> list[str]:
