@@ -94,9 +94,10 @@ BENCH_HANDLERS: dict[str, str] = {
 CALL_TIMEOUT_S = 30.0
 """Upper bound of one driver-side call; a call that times out is retried until the deadline."""
 
-ActorKind = Literal["queue", "worker", "store"]
+ActorKind = Literal["queue", "worker"]
 """What the chaos benchmark kills."""
-ACTOR_KINDS: tuple[ActorKind, ...] = ("queue", "worker", "store")
+ACTOR_KINDS: tuple[ActorKind, ...] = ("queue", "worker")
+"""The queue's database has no StoreActor of its own: killing the queue kills its writer too."""
 
 
 class BenchError(OmrayError):
@@ -222,7 +223,7 @@ class ChaosBenchResult(_AuditedRun):
     bench: Literal["chaos"] = "chaos"
     """Which benchmark."""
     kills: dict[str, int]
-    """SIGKILLs delivered, by actor kind (``queue``, ``worker``, ``store``)."""
+    """SIGKILLs delivered, by actor kind (``queue``, ``worker``)."""
     seed: int
     """Seed of the kill schedule."""
     timed_out: bool
@@ -452,7 +453,7 @@ def _wait_drained(
             if done() and _durably_drained(ws, accepted()):
                 return True
         except (GetTimeoutError, RayActorError):
-            pass  # the queue or its store is restarting: ask again
+            pass  # the queue is restarting: ask again
         time.sleep(0.02)
     return False
 
@@ -613,7 +614,6 @@ class _Killer:
         names = self._ws.names
         actor_name = {
             "queue": names.queue,
-            "store": names.store(self._ws.queue_db),
             "worker": self._rng.choice([names.observer, names.reflector, names.indexer]),
         }[kind]
         return ray.get_actor(actor_name, namespace=names.namespace)
@@ -644,7 +644,7 @@ def run_chaos_bench(
     timeout_s: float = 180.0,
     workdir: str | Path | None = None,
 ) -> ChaosBenchResult:
-    """Dispatch ``jobs`` jobs while SIGKILLing the queue, a worker and the store at seeded random moments.
+    """Dispatch ``jobs`` jobs while SIGKILLing the queue (and its database writer) and workers at random.
 
     At most ``max_kills`` kills (each kind once before any repeats, in a seeded order), each after
     a random pause of 0.1–0.6 s and only while jobs are still unfinished; the run ends when the

@@ -114,7 +114,7 @@ def chaos_command(
     kills: int = typer.Option(3, "--kills", min=0, max=12, help="Most SIGKILLs to deliver."),
     timeout: float = typer.Option(180.0, "--timeout", min=10.0, help="Give up after this many seconds."),
 ) -> None:
-    """SIGKILL the queue, a worker and the store at seeded random moments; audit every job."""
+    """SIGKILL the queue (its database writer too) and workers at seeded random moments; audit every job."""
     from bench.queue_bench import run_chaos_bench
 
     _run(address, as_json, lambda: run_chaos_bench(jobs, seed=seed, max_kills=kills, timeout_s=timeout))

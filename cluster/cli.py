@@ -36,13 +36,22 @@ def up(
         str | None, typer.Option(help="Join an existing Ray cluster instead of starting one.")
     ] = None,
     observers: Annotated[
-        int | None, typer.Option(min=1, max=64, help="ObserverActors in the pool (default 2).")
+        int | None, typer.Option(min=1, max=64, help="ObserverActors at least (default 2).")
     ] = None,
     reflectors: Annotated[
-        int | None, typer.Option(min=1, max=64, help="ReflectorActors in the pool (default 1).")
+        int | None, typer.Option(min=1, max=64, help="ReflectorActors at least (default 1).")
     ] = None,
     indexers: Annotated[
-        int | None, typer.Option(min=1, max=64, help="IndexerActors in the pool (default 1).")
+        int | None, typer.Option(min=1, max=64, help="IndexerActors at least (default 1).")
+    ] = None,
+    max_observers: Annotated[
+        int | None, typer.Option(min=1, max=64, help="ObserverActors the pool may grow to (default 8).")
+    ] = None,
+    max_reflectors: Annotated[
+        int | None, typer.Option(min=1, max=64, help="ReflectorActors the pool may grow to (default 2).")
+    ] = None,
+    max_indexers: Annotated[
+        int | None, typer.Option(min=1, max=64, help="IndexerActors the pool may grow to (default 1).")
     ] = None,
     observer_slots: Annotated[
         int | None, typer.Option(min=1, max=64, help="Observe jobs one observer runs at once (default 4).")
@@ -65,6 +74,9 @@ def up(
         ("OMRAY_REFLECTORS", reflectors),
         ("OMRAY_INDEXERS", indexers),
         ("OMRAY_OBSERVER_SLOTS", observer_slots),
+        ("OMRAY_MAX_OBSERVERS", max_observers),
+        ("OMRAY_MAX_REFLECTORS", max_reflectors),
+        ("OMRAY_MAX_INDEXERS", max_indexers),
     ):
         if value is not None:
             os.environ[variable] = str(value)
@@ -106,6 +118,11 @@ def status(
     lines = [f"{a['name']}: {a['state']}" for a in data["actors"]]
     queue = data.get("queue") or {}
     lines.append(f"queue depth: {queue.get('depth', '?')}")
+    for handler_id, pool in sorted((queue.get("pools") or {}).items()):
+        lines.append(
+            f"pool {handler_id}: {pool['workers']} workers ({pool['minimum']}-{pool['maximum']}), "
+            f"{pool['busy_workers']} busy, {pool['waiting']} runs waiting for a slot"
+        )
     for job in queue.get("in_flight", []):
         lines.append(f"in flight: {job['job_id']} ({job['handler_id']}, attempt {job['attempt']})")
     for failure in queue.get("recent_failures", []):

@@ -76,3 +76,34 @@ class RayQueueMetrics:
             self._tokens.inc(cached_prompt_tokens, tags=tags)
         if completion_tokens:
             self._tokens.inc(completion_tokens, tags={"handler_id": handler_id, "direction": "completion"})
+
+
+class RayPoolMetrics:
+    """The autoscaler's metrics port backed by Ray metrics (created inside the QueueActor process)."""
+
+    def __init__(self, runtime: str) -> None:
+        tags = {"runtime": runtime}
+        self._workers = Gauge(
+            "omray_pool_workers", "Worker actors in a role's pool.", ("runtime", "handler_id")
+        )
+        self._waiting = Gauge(
+            "omray_pool_waiting",
+            "Runs ready to start that wait for a free slot of a pool.",
+            ("runtime", "handler_id"),
+        )
+        self._resizes = Counter(
+            "omray_pool_resizes_total",
+            "Pool size changes by the autoscaler, by handler and direction (grow, shrink).",
+            ("runtime", "handler_id", "direction"),
+        )
+        for metric in (self._workers, self._waiting, self._resizes):
+            metric.set_default_tags(tags)
+
+    def pool_size(self, handler_id: str, workers: int, waiting: int) -> None:
+        """Current size of one pool and the runs waiting for it."""
+        self._workers.set(workers, tags={"handler_id": handler_id})
+        self._waiting.set(waiting, tags={"handler_id": handler_id})
+
+    def pool_resized(self, handler_id: str, direction: str) -> None:
+        """The autoscaler grew or shrank one pool."""
+        self._resizes.inc(1, tags={"handler_id": handler_id, "direction": direction})

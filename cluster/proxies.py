@@ -6,6 +6,8 @@ resource, so the actor classes in ``actors/`` stay plain Python and unit-testabl
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -57,75 +59,78 @@ class StoreProxy:
 
 
 class RayWorkerPool:
-    """Starts job attempts on the worker pools and collects their outcomes without blocking long.
+    """Starts job attempts on the worker pools; outcomes arrive by callback, so nothing polls Ray.
 
-    Each handler id has a pool of worker actors; an attempt goes to the member with the fewest
-    attempts in flight (the queue never sends a pool more attempts than its members have slots). ``start``
-    may run on an actor-method thread (the queue catching up inside ``dispatch``) while the loop
-    thread polls, so the bookkeeping is guarded by a lock (never held across ``ray.wait``).
+    Each handler id has a pool of worker actors, by member index; an attempt goes to the active
+    member with the fewest attempts in flight (the queue never sends a pool more attempts than its
+    members have slots). A member can be retired only while it has nothing in flight, and a
+    retired member never gets another attempt, so killing it loses nothing. ``start`` runs on the
+    queue's committer thread and ``poll`` on its collector; outcomes are handed over under a lock.
     """
 
-    def __init__(self, pools: Mapping[str, Any]) -> None:
-        self._pools: dict[str, list[Any]] = {
-            hid: list(handles) if isinstance(handles, list | tuple) else [handles]
-            for hid, handles in pools.items()
-        }
+    def __init__(self, pools: Mapping[str, Mapping[int, Any]]) -> None:
+        self._members: dict[str, dict[int, Any]] = {hid: dict(members) for hid, members in pools.items()}
         self._in_flight: dict[Any, tuple[int, str, int]] = {}
         self._busy: dict[tuple[str, int], int] = {}
-        self._lock = threading.Lock()
+        self._finished: list[tuple[int, dict[str, Any] | None]] = []
+        self._changed = threading.Condition()
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
         """Send one attempt of one job to the least busy worker of the pool serving ``handler_id``."""
-        pool = self._pools[handler_id]
-        with self._lock:
-            member = min(range(len(pool)), key=lambda i: (self._busy.get((handler_id, i), 0), i))
+        with self._changed:
+            pool = self._members[handler_id]
+            member = min(pool, key=lambda i: (self._busy.get((handler_id, i), 0), i))
             self._busy[(handler_id, member)] = self._busy.get((handler_id, member), 0) + 1
+            handle = pool[member]
         try:
-            ref = pool[member].handle.remote(dict(envelope), attempt)
+            ref = handle.handle.remote(dict(envelope), attempt)
         except BaseException:
-            with self._lock:
+            with self._changed:
                 self._busy[(handler_id, member)] -= 1
             raise
-        with self._lock:
+        with self._changed:
             self._in_flight[ref] = (job_seq, handler_id, member)
+        ref.future().add_done_callback(functools.partial(self._done, ref))
 
-    def busy_members(self) -> dict[str, int]:
-        """Workers with an attempt in flight, per handler id."""
-        with self._lock:
-            counts: dict[str, int] = {hid: 0 for hid in self._pools}
-            for (hid, _member), n in self._busy.items():
-                counts[hid] += 1 if n > 0 else 0
-            return counts
+    def _done(self, ref: Any, future: concurrent.futures.Future[Any]) -> None:
+        """Ray's callback thread: hand the outcome to the collector (``None``: the worker died)."""
+        with self._changed:
+            job_seq, handler_id, member = self._in_flight.pop(ref)
+            self._busy[(handler_id, member)] -= 1
+        try:
+            outcome: dict[str, Any] | None = future.result()
+        except (RayError, concurrent.futures.CancelledError) as exc:
+            logger.warning(
+                "worker lost mid-job", extra={"job_seq": job_seq, "error_class": type(exc).__name__}
+            )
+            outcome = None
+        with self._changed:
+            self._finished.append((job_seq, outcome))
+            self._changed.notify_all()
 
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
-        """Finished attempts as ``(job_seq, outcome)``; ``None`` means the worker died mid-job."""
-        with self._lock:
-            refs = list(self._in_flight)
-        if not refs:
-            return []
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        finished: list[tuple[int, dict[str, Any] | None]] = []
-        for ref in ready:
-            with self._lock:
-                job_seq, handler_id, member = self._in_flight.pop(ref)
-                self._busy[(handler_id, member)] -= 1
-            try:
-                finished.append((job_seq, ray.get(ref)))
-            except RayError as exc:
-                logger.warning(
-                    "worker lost mid-job", extra={"job_seq": job_seq, "error_class": type(exc).__name__}
-                )
-                finished.append((job_seq, None))
+        """Finished attempts as ``(job_seq, outcome)``, waiting up to ``timeout_s`` for the first."""
+        with self._changed:
+            if not self._finished:
+                self._changed.wait(timeout_s)
+            finished, self._finished = self._finished, []
         return finished
 
-    def forget_all(self) -> None:
-        """Drop every in-flight reference (used when the queue rebuilds its state)."""
-        with self._lock:
-            self._in_flight.clear()
-            self._busy.clear()
+    def members(self, handler_id: str) -> dict[int, int]:
+        """Active members of one pool and the attempts each has in flight."""
+        with self._changed:
+            return {i: self._busy.get((handler_id, i), 0) for i in self._members[handler_id]}
 
-    @property
-    def in_flight(self) -> int:
-        """Attempts started and not yet collected."""
-        with self._lock:
-            return len(self._in_flight)
+    def add(self, handler_id: str, index: int, handle: Any) -> None:
+        """Make a new worker a member of the pool serving ``handler_id``."""
+        with self._changed:
+            self._members[handler_id][index] = handle
+
+    def retire(self, handler_id: str, index: int) -> Any | None:
+        """Take an idle member out of its pool and return its handle; ``None`` if it is busy or unknown."""
+        with self._changed:
+            pool = self._members[handler_id]
+            if index not in pool or self._busy.get((handler_id, index), 0) > 0 or len(pool) == 1:
+                return None
+            self._busy.pop((handler_id, index), None)
+            return pool.pop(index)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +27,15 @@ from actors.indexer.actor import IndexerActor
 from actors.observer.actor import ObserverActor
 from actors.queue.actor import QueueActor
 from actors.queue.retry import RetryPolicy
+from actors.queue.scaling import PoolLimits, PoolScaler, ScalingPolicy
 from actors.reflector.actor import ReflectorActor
 from actors.store.actor import StoreActor
 from actors.worker import RoleActor, WorkerContext
+from cluster.autoscale import PoolAutoscaler
 from cluster.naming import RuntimeNames, omray_home
 from cluster.proxies import RayWorkerPool, StoreProxy
 from persistence.connection import Synchronous
+from persistence.store import Store
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
     REFLECT_GENERATION_HANDLER,
@@ -66,58 +70,75 @@ ROLE_NAMES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class PoolSizes:
-    """How many worker actors each role runs, and how many jobs one worker runs at once.
+    """How many worker actors each role runs (a minimum and a maximum), and jobs per worker at once.
 
     Model-bound roles mostly wait on an endpoint and reserve no CPU: several observers cost
     memory (one process each), not cores, and one observer can wait on several model calls at
-    once (``observer_slots``). Index work embeds on the CPU: one job per indexer. The defaults
-    suit a laptop; ``omray up --observers N`` and the ``OMRAY_OBSERVERS`` / ``OMRAY_REFLECTORS`` /
-    ``OMRAY_INDEXERS`` / ``OMRAY_OBSERVER_SLOTS`` / ``OMRAY_REFLECTOR_SLOTS`` variables change them.
+    once (``observer_slots``). Index work embeds on the CPU: one job per indexer. Each pool starts
+    at its minimum and the queue's autoscaler (:mod:`actors.queue.scaling`) grows it up to its
+    maximum while runs wait for a slot, and shrinks it back when workers are spare; a maximum left
+    unset is the role's default maximum, or the minimum if that is larger. The defaults suit a
+    laptop; ``omray up --observers N --max-observers M`` and the ``OMRAY_OBSERVERS`` /
+    ``OMRAY_MAX_OBSERVERS`` / ``OMRAY_OBSERVER_SLOTS`` / … variables change them.
     """
 
     observers: int = 2
-    """ObserverActors."""
+    """ObserverActors at least."""
     reflectors: int = 1
-    """ReflectorActors."""
+    """ReflectorActors at least."""
     indexers: int = 1
-    """IndexerActors."""
+    """IndexerActors at least."""
     observer_slots: int = 4
     """Observe jobs one ObserverActor runs at once (each waits on its model calls)."""
     reflector_slots: int = 2
     """Reflect jobs one ReflectorActor runs at once."""
     indexer_slots: int = 1
     """Index jobs one IndexerActor runs at once (CPU-bound)."""
+    max_observers: int | None = None
+    """ObserverActors at most (default 8)."""
+    max_reflectors: int | None = None
+    """ReflectorActors at most (default 2)."""
+    max_indexers: int | None = None
+    """IndexerActors at most (default 1: index work is CPU-bound)."""
 
     def __post_init__(self) -> None:
         for field_name in _POOL_FIELDS:
             value = getattr(self, field_name)
+            if value is None and field_name in _DEFAULT_MAXIMA:
+                minimum = getattr(self, field_name.removeprefix("max_"))
+                object.__setattr__(self, field_name, max(_DEFAULT_MAXIMA[field_name], minimum))
+                continue
             if not isinstance(value, int) or not 1 <= value <= 64:
                 raise ValueError(f"{field_name} must be an integer from 1 to 64, got {value!r}")
+        for maximum in _DEFAULT_MAXIMA:
+            minimum = maximum.removeprefix("max_")
+            if getattr(self, maximum) < getattr(self, minimum):
+                raise ValueError(f"{maximum} must be at least {minimum} ({getattr(self, minimum)!r})")
 
     def of(self, handler_id: str) -> int:
-        """Pool size of the role serving ``handler_id``."""
-        return {
-            OBSERVE_BOUNDARY_HANDLER: self.observers,
-            REFLECT_GENERATION_HANDLER: self.reflectors,
-            SEMANTIC_INDEX_HANDLER: self.indexers,
-        }[handler_id]
+        """Least pool size of the role serving ``handler_id`` (the size it starts with)."""
+        return int(getattr(self, _ROLE_PLURALS[handler_id]))
+
+    def max_of(self, handler_id: str) -> int:
+        """Largest pool size of the role serving ``handler_id``."""
+        return int(getattr(self, f"max_{_ROLE_PLURALS[handler_id]}"))
 
     def slots_of(self, handler_id: str) -> int:
         """Jobs one worker of the role serving ``handler_id`` runs at once."""
-        return {
-            OBSERVE_BOUNDARY_HANDLER: self.observer_slots,
-            REFLECT_GENERATION_HANDLER: self.reflector_slots,
-            SEMANTIC_INDEX_HANDLER: self.indexer_slots,
-        }[handler_id]
+        return int(getattr(self, f"{ROLE_NAMES[handler_id]}_slots"))
+
+    def limits(self) -> dict[str, PoolLimits]:
+        """Every pool's bounds, for the autoscaler."""
+        return {hid: PoolLimits(self.of(hid), self.max_of(hid), self.slots_of(hid)) for hid in ROLE_NAMES}
 
     @property
     def total(self) -> int:
-        """Jobs all pools run at once."""
-        return sum(self.of(hid) * self.slots_of(hid) for hid in ROLE_NAMES)
+        """Jobs all pools run at once at their largest."""
+        return sum(self.max_of(hid) * self.slots_of(hid) for hid in ROLE_NAMES)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PoolSizes:
-        """Sizes from ``OMRAY_<FIELD>`` variables (``OMRAY_OBSERVERS``, …); defaults otherwise."""
+        """Sizes from ``OMRAY_<FIELD>`` variables (``OMRAY_OBSERVERS``, ``OMRAY_MAX_OBSERVERS``, …)."""
         env = os.environ if environ is None else environ
         values: dict[str, int] = {}
         for field_name in _POOL_FIELDS:
@@ -131,7 +152,17 @@ class PoolSizes:
         return cls(**values)
 
 
-_POOL_FIELDS = ("observers", "reflectors", "indexers", "observer_slots", "reflector_slots", "indexer_slots")
+_DEFAULT_MAXIMA = {"max_observers": 8, "max_reflectors": 2, "max_indexers": 1}
+_POOL_FIELDS = (
+    "observers",
+    "reflectors",
+    "indexers",
+    "observer_slots",
+    "reflector_slots",
+    "indexer_slots",
+    *_DEFAULT_MAXIMA,
+)
+_ROLE_PLURALS = {hid: f"{role}s" for hid, role in ROLE_NAMES.items()}
 
 
 def current_node_id() -> str:
@@ -149,15 +180,13 @@ def store_handle(
     db_path: str | Path,
     *,
     data_node_id: str | None = None,
-    synchronous: Synchronous = "FULL",
 ) -> Any:
-    """The StoreActor of ``db_path``, created on demand on the data node (the one holding the files).
+    """The StoreActor of memory database ``db_path``, created on demand on the data node.
 
     ``data_node_id`` defaults to the caller's node; workers pass the node recorded by
     :func:`ensure_runtime`, so a worker on another node never creates a store (and an empty file)
-    where the database does not live. ``synchronous`` applies when this call creates the actor:
-    memory databases keep ``FULL``; the queue's own database uses ``NORMAL`` (see
-    :data:`persistence.connection.Synchronous`).
+    where the database does not live. (The queue's own database has no StoreActor: the QueueActor
+    is its one writer.)
     """
     path = str(Path(db_path).resolve())
     options: dict[str, Any] = {
@@ -168,7 +197,7 @@ def store_handle(
         "max_task_retries": 0,
         "scheduling_strategy": _node_affinity(data_node_id or current_node_id()),
     }
-    return ray.remote(StoreActor).options(**options).remote(path, synchronous=synchronous)
+    return ray.remote(StoreActor).options(**options).remote(path)
 
 
 class RayWorkerContext:
@@ -245,7 +274,7 @@ def worker_pools(
 
 
 class QueueRuntime(QueueActor):
-    """The QueueActor with Ray-backed ports; constructed inside the actor process (also on restart)."""
+    """The QueueActor with Ray ports and pool autoscaling, built in the actor process (and on restart)."""
 
     def __init__(
         self,
@@ -257,25 +286,45 @@ class QueueRuntime(QueueActor):
         max_in_flight: int | None = None,
         data_node_id: str | None = None,
         pools: PoolSizes | None = None,
+        scaling: ScalingPolicy | None = None,
     ) -> None:
         node = data_node_id or current_node_id()
         sizes = pools or PoolSizes()
-        store = StoreProxy(
-            store_handle(names, queue_db, data_node_id=node, synchronous=QUEUE_SYNCHRONOUS), durable=True
+        # The queue's own file has one writer, this actor: its group commits run in-process, with no
+        # StoreActor round trip on the path of every dispatch (memory databases keep theirs).
+        store = Store(queue_db, synchronous=QUEUE_SYNCHRONOUS)
+        workers = _with_grown_members(
+            names, worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node), sizes
         )
-        workers = worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node)
+        pool = RayWorkerPool(workers)
         policy = RetryPolicy(base_delay_s=retry_base_delay_s)
-        from cluster.metrics import RayQueueMetrics
+        from cluster.metrics import RayPoolMetrics, RayQueueMetrics
 
         self.data_node_id = node
         super().__init__(
             store,
-            RayWorkerPool(workers),
+            pool,
             policy=policy,
             max_in_flight=max_in_flight or sizes.total,
             capacity={hid: len(handles) * sizes.slots_of(hid) for hid, handles in workers.items()},
             metrics=RayQueueMetrics(names.prefix),
         )
+        limits = {hid: bounds for hid, bounds in sizes.limits().items() if hid in handler_paths}
+
+        def create(handler_id: str, index: int) -> Any:
+            slots = sizes.slots_of(handler_id)
+            return worker_handle(
+                names, handler_id, handler_paths[handler_id], worker_env, node, index=index, slots=slots
+            )
+
+        self._autoscaler = PoolAutoscaler(
+            self, pool, PoolScaler(limits, scaling), create, RayPoolMetrics(names.prefix), time.time
+        )
+        self._autoscaler.start()
+
+    def status(self) -> dict[str, Any]:
+        """The queue's status plus every worker pool's size, bounds and waiting runs."""
+        return {**super().status(), "pools": self._autoscaler.snapshot()}
 
     def ping(self) -> dict[str, Any]:
         """Liveness probe with the process id (tests kill it by pid)."""
@@ -284,6 +333,21 @@ class QueueRuntime(QueueActor):
     def data_node(self) -> str:
         """Id of the node that holds the databases (where StoreActors are created)."""
         return self.data_node_id
+
+
+def _with_grown_members(
+    names: RuntimeNames, workers: Mapping[str, list[Any]], sizes: PoolSizes
+) -> dict[str, dict[int, Any]]:
+    """Every pool's members by index, with those an earlier life of the queue grew beyond the minimum."""
+    existing = set(_list_named_actors(names.namespace))
+    members: dict[str, dict[int, Any]] = {}
+    for hid, handles in workers.items():
+        members[hid] = dict(enumerate(handles))
+        for index in range(len(handles), sizes.max_of(hid)):
+            name = names.worker(ROLE_NAMES[hid], index)
+            if name in existing:
+                members[hid][index] = ray.get_actor(name, namespace=names.namespace)
+    return members
 
 
 def queue_db_path(names: RuntimeNames) -> str:
@@ -301,12 +365,14 @@ def ensure_runtime(
     max_in_flight: int | None = None,
     pools: PoolSizes | None = None,
     data_node_id: str | None = None,
+    scaling: ScalingPolicy | None = None,
 ) -> Any:
     """Create (or find) the queue, its store and the worker pools; returns the queue handle.
 
     Must be called from a process connected to Ray (``ray.init``). Idempotent: existing named
     actors are reused, so calling it after a whole-cluster restart resumes the pending jobs.
-    ``max_in_flight`` defaults to the number of workers in all pools. ``data_node_id`` is the node
+    ``max_in_flight`` defaults to the slots of all pools at their largest; ``scaling`` sets how
+    quickly pools grow and shrink (:class:`actors.queue.scaling.ScalingPolicy`). ``data_node_id`` is the node
     that holds the databases and events files (default: this process's node, as for ``omray up``
     run there); every actor of the runtime is placed on it.
     """
@@ -315,7 +381,7 @@ def ensure_runtime(
     paths = dict(handler_paths or DEFAULT_HANDLERS)
     sizes = pools or PoolSizes.from_env()
     data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
-    store_handle(names, db, data_node_id=data_node, synchronous=QUEUE_SYNCHRONOUS)
+    _remove_queue_store_actor(names, db)
     worker_pools(names, paths, sizes, worker_env, data_node_id=data_node)
     queue = (
         ray.remote(QueueRuntime)
@@ -329,10 +395,28 @@ def ensure_runtime(
             max_concurrency=32,
             scheduling_strategy=_node_affinity(data_node),
         )
-        .remote(names, db, paths, dict(worker_env or {}), retry_base_delay_s, max_in_flight, data_node, sizes)
+        .remote(
+            names,
+            db,
+            paths,
+            dict(worker_env or {}),
+            retry_base_delay_s,
+            max_in_flight,
+            data_node,
+            sizes,
+            scaling,
+        )
     )
     ray.get(queue.ping.remote())  # type: ignore[attr-defined]  # a Ray actor handle
     return queue
+
+
+def _remove_queue_store_actor(names: RuntimeNames, queue_db: str) -> None:
+    """Remove a StoreActor an earlier version ran for the queue's file: the queue is now its one writer."""
+    try:
+        ray.kill(ray.get_actor(names.store(queue_db), namespace=names.namespace), no_restart=True)
+    except ValueError:
+        return  # none: the usual case
 
 
 def remove_runtime(names: RuntimeNames | None = None, db_paths: list[str] | None = None) -> list[str]:

@@ -122,6 +122,8 @@ class WatchSnapshot:
     """Jobs the worker pools can run at once."""
     usage: str | None = None
     """The cost report's line (model requests, tokens, money) of the watched sessions, when read."""
+    pools: tuple[str, ...] = ()
+    """One line per worker pool: its size, bounds and runs waiting for a slot (autoscaling)."""
 
 
 def snapshot_from(
@@ -142,12 +144,18 @@ def snapshot_from(
     failures: list[FailureLine] = []
     depth: int | None = None
     lanes = busy_lanes = slots = None
+    pools: tuple[str, ...] = ()
     if queue_status is not None:
         depth = int(queue_status.get("depth", 0))
         lanes = int(queue_status["lanes"]) if "lanes" in queue_status else None
         busy_lanes = int(queue_status["busy_lanes"]) if "busy_lanes" in queue_status else None
         if "max_in_flight" in queue_status:
             slots = int(queue_status["max_in_flight"])
+        if queue_status.get("capacity"):  # the pools' current sizes, below the global limit
+            slots = min(slots or 10**9, sum(int(n) for n in queue_status["capacity"].values()))
+        pools = tuple(
+            _pool_line(hid, pool) for hid, pool in sorted((queue_status.get("pools") or {}).items())
+        )
         in_flight = tuple(
             InFlightJob(
                 job_id=str(job.get("job_id", "")),
@@ -190,6 +198,15 @@ def snapshot_from(
         busy_lanes=busy_lanes,
         slots=slots,
         usage=usage,
+        pools=pools,
+    )
+
+
+def _pool_line(handler_id: str, pool: Mapping[str, Any]) -> str:
+    role = handler_id.rpartition(".")[2]
+    return (
+        f"{role}: {pool.get('workers', '?')} workers ({pool.get('minimum', '?')}–{pool.get('maximum', '?')}),"
+        f" {pool.get('busy_workers', 0)} busy, {pool.get('waiting', 0)} waiting for a slot"
     )
 
 
@@ -213,6 +230,8 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
     if snapshot.lanes is not None:
         lanes = f" · lanes: {snapshot.lanes} ({snapshot.busy_lanes or 0} running)"
     frame.append(f"Queue depth: {depth} · in flight: {in_flight}{lanes}\n")
+    for pool in snapshot.pools:
+        frame.append(f"  pool {pool}\n", style="dim")
     for job in snapshot.in_flight:
         frame.append("  running ", style="cyan")
         running = _seconds(job.running_s)

@@ -89,6 +89,15 @@ class EnqueueResult(_Result):
     """False when the same job id was already pending or running."""
 
 
+class JobAccepted(_Result):
+    """Queue write: job ``job_seq`` was accepted (a new ``pending`` row); the QueueActor numbers its jobs."""
+
+    kind: Literal["accepted"] = "accepted"
+    job_seq: int
+    envelope: JobEnvelope
+    accepted_at: str
+
+
 class JobStarted(_Result):
     """Queue write: attempt ``attempt`` of job ``job_seq`` started (row -> ``running``)."""
 
@@ -139,7 +148,7 @@ class RuntimeEventWrite(_Result):
     created_at: str
 
 
-JobWrite = JobStarted | JobRetry | JobFinished | JobGivenUp | RuntimeEventWrite
+JobWrite = JobAccepted | JobStarted | JobRetry | JobFinished | JobGivenUp | RuntimeEventWrite
 """One durable write of the queue; a loop step applies its writes in one transaction."""
 
 
@@ -654,43 +663,31 @@ class Store:
     # --- durable job queue --------------------------------------------------------------------
 
     def enqueue_job(self, envelope: JobEnvelope, accepted_at: str) -> EnqueueResult:
-        """Append one job to the FIFO (see :meth:`enqueue_jobs`)."""
-        return self.enqueue_jobs([envelope], accepted_at)[0]
+        """Append one job under the next sequence number, unless its key is already pending or running.
 
-    def enqueue_jobs(self, envelopes: Sequence[JobEnvelope], accepted_at: str) -> list[EnqueueResult]:
-        """Append jobs to the FIFO in order, in ONE transaction (the queue's group commit).
-
-        A job whose key ``(db_path, job_id)`` is already pending or running (earlier in the batch
-        included) is not queued twice: its result names the existing row with ``created=False``.
+        For tools and tests; the QueueActor numbers its own jobs and writes them with
+        :class:`JobAccepted` in its group commit.
         """
-        results: list[EnqueueResult] = []
         with self.atomic():
-            conn = self._conn()
-            for envelope in envelopes:
-                db_path = envelope.payload.db_path
-                queued = self._unfinished_seq(conn, db_path, envelope.job_id)
-                if queued is not None:
-                    results.append(EnqueueResult(job_seq=queued, job_id=envelope.job_id, created=False))
-                    continue
-                # The hot path of a busy queue: a plain prepared statement.
-                cursor = conn.exec_driver_sql(
-                    "INSERT INTO omray_job (job_id, handler_id, correlation_id, run_id, db_path,"
-                    " payload_json, state, attempts, accepted_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
-                    (
-                        envelope.job_id,
-                        envelope.handler_id,
-                        envelope.correlation_id,
-                        envelope.payload.run_id,
-                        db_path,
-                        JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
-                        accepted_at,
-                    ),
+            queued = self._unfinished_seq(self._conn(), envelope.payload.db_path, envelope.job_id)
+            if queued is not None:
+                return EnqueueResult(job_seq=queued, job_id=envelope.job_id, created=False)
+            job_seq = self.next_job_seq()
+            self.apply_job_writes([JobAccepted(job_seq=job_seq, envelope=envelope, accepted_at=accepted_at)])
+        return EnqueueResult(job_seq=job_seq, job_id=envelope.job_id, created=True)
+
+    def next_job_seq(self) -> int:
+        """The sequence number after every one ever used (the QueueActor numbers new jobs from it)."""
+        with self.atomic():
+            used = (
+                self._conn()
+                .exec_driver_sql(
+                    "SELECT max(coalesce((SELECT max(job_seq) FROM omray_job), 0),"
+                    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'omray_job'), 0))"
                 )
-                job_seq = cursor.lastrowid
-                if not isinstance(job_seq, int):  # pragma: no cover - SQLite always returns the rowid
-                    raise StorageError(f"no job_seq returned for job {envelope.job_id!r}")
-                results.append(EnqueueResult(job_seq=job_seq, job_id=envelope.job_id, created=True))
-        return results
+                .scalar_one()
+            )
+        return int(used) + 1
 
     def apply_job_writes(self, writes: Sequence[JobWrite]) -> int:
         """Apply one loop step's queue writes in order, in ONE transaction; returns how many changed a row.
@@ -702,7 +699,9 @@ class Store:
         with self.atomic():
             conn = self._conn()
             for write in writes:
-                if isinstance(write, JobStarted):
+                if isinstance(write, JobAccepted):
+                    self._insert_accepted(conn, write)
+                elif isinstance(write, JobStarted):
                     if write.attempt < 1:
                         raise InvalidPayloadError(f"attempt must be >= 1 for job seq {write.job_seq!r}")
                     # The hot path of a busy queue: plain prepared statements, no savepoint each.
@@ -737,6 +736,34 @@ class Store:
                     self.record_runtime_event(write.run_id, write.event_type, write.payload, write.created_at)
                 applied += 1
         return applied
+
+    @staticmethod
+    def _insert_accepted(conn: Connection, write: JobAccepted) -> None:
+        envelope = write.envelope
+        # The hot path of a busy queue: a plain prepared statement. A row already there under this
+        # seq is this same write repeated after a lost reply; anything else is a broken contract.
+        inserted = conn.exec_driver_sql(
+            "INSERT INTO omray_job (job_seq, job_id, handler_id, correlation_id, run_id, db_path,"
+            " payload_json, state, attempts, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)"
+            " ON CONFLICT DO NOTHING",
+            (
+                write.job_seq,
+                envelope.job_id,
+                envelope.handler_id,
+                envelope.correlation_id,
+                envelope.payload.run_id,
+                envelope.payload.db_path,
+                JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
+                write.accepted_at,
+            ),
+        ).rowcount
+        if inserted == 1:
+            return
+        row = conn.exec_driver_sql(
+            "SELECT job_id, db_path FROM omray_job WHERE job_seq = ?", (write.job_seq,)
+        ).first()
+        if row is None or (row[0], row[1]) != (envelope.job_id, envelope.payload.db_path):
+            raise ConflictError(f"job seq {write.job_seq!r} or the key of job {envelope.job_id!r} is taken")
 
     @staticmethod
     def _unfinished_seq(conn: Connection, db_path: str, job_id: str) -> int | None:

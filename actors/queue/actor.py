@@ -1,21 +1,33 @@
 """QueueActor: the thin shell that executes :class:`actors.queue.state.QueueState` commands.
 
 It owns the durable ``extension_agent`` queue of one runtime. Every accepted job is written to the
-queue's own SQLite file (through that file's StoreActor) *before* ``dispatch`` returns, so no
-crash loses an accepted job. A background loop started in ``__init__`` (and therefore again after
-every restart) starts eligible jobs on the worker pool of their handler id, collects outcomes and
-records them durably; the pure state machine decides lanes, order, coalescing and retries.
+queue's own SQLite file (the queue is that file's one writer) *before* ``dispatch`` returns, so no
+crash loses an accepted job; the pure state machine decides lanes, order, coalescing and retries.
 
-Group commit: concurrent ``dispatch`` calls (the actor serves several at once) are written in one
-transaction by whichever caller holds the queue lock next, and every store write a loop step
-produces (starts, retries, finishes, give-ups) goes to the store in one transaction too. The
-guarantees are the same as one write per job: a job is durable before its ``dispatch`` returns,
-a start is durable before the worker is called, and every write is idempotent.
+Four kinds of threads, one lock that covers only the in-memory state (never a store call):
+
+- ``dispatch`` callers (the actor serves many at once) number the job, hand it to the state
+  machine, queue its durable write and wait for the commit that includes it;
+- commits run one at a time under one commit lock, each taking every write queued so far
+  (accepts, starts, retries, finishes, give-ups, in order) into ONE transaction. The *committer*
+  thread runs them for the queue's own steps; a ``dispatch`` caller that finds no commit in flight
+  runs the step itself (no hand-over to another thread on an idle queue), and callers that arrive
+  while one is in flight ride in the next (group commit). A commit wakes the callers it made
+  durable and hands the batch to the *starter* thread, which carries out what the writes allow
+  (starting workers), in commit order, while the next commit runs;
+- the *collector* thread waits for worker outcomes, feeds them to the state machine and queues
+  the resulting writes and starts.
+
+The guarantees are those of one write per job: a job is durable before its ``dispatch`` returns,
+a start is durable before the worker is called, a write batch that fails is retried whole and in
+order before anything newer (so the durable rows never diverge from the state), and every write
+is idempotent, so repeating a batch whose reply was lost is safe.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -41,6 +53,7 @@ from actors.queue.state import (
     WakeAt,
 )
 from persistence.store import (
+    JobAccepted,
     JobFinished,
     JobGivenUp,
     JobRetry,
@@ -48,20 +61,23 @@ from persistence.store import (
     JobWrite,
     RuntimeEventWrite,
 )
-from protocol.errors import InvalidPayloadError
+from protocol.errors import InvalidPayloadError, StorageError
 from protocol.jobs import JobEnvelope
 from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobFailedEvent, JobSucceeded
 
 logger = logging.getLogger("omray.queue")
 
 TICK_S = 0.05
-"""Longest wait for a worker outcome in one loop step (keeps ``dispatch`` latency low)."""
+"""Longest wait for a worker outcome in one collector step (retry timers are checked this often)."""
+
+DURABLE_WAIT_S = 60.0
+"""Longest a ``dispatch`` waits for the commit of its job before it raises (the job stays queued)."""
 
 
 class QueueStorePort(Protocol):
     """The queue-database writes the actor needs (a ``persistence.Store`` or a StoreActor proxy)."""
 
-    def enqueue_jobs(self, envelopes: Sequence[JobEnvelope], accepted_at: str) -> Sequence[Any]: ...
+    def next_job_seq(self) -> int: ...
     def apply_job_writes(self, writes: Sequence[JobWrite]) -> int: ...
     def list_unfinished_jobs(self) -> Sequence[Any]: ...
     def runtime_events(self, run_id: str, after_seq: int = 0) -> Sequence[Any]: ...
@@ -101,10 +117,9 @@ class WorkerPoolPort(Protocol):
     """Starts attempts on workers and collects outcomes (``None`` = the worker died mid-job)."""
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None: ...
-    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]: ...
-
-    @property
-    def in_flight(self) -> int: ...
+    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
+        """Finished attempts, waiting up to ``timeout_s`` for the first one."""
+        ...
 
 
 def iso_utc(epoch_s: float) -> str:
@@ -117,13 +132,16 @@ def epoch_of(iso: str | None) -> float | None:
     return None if iso is None else datetime.fromisoformat(iso).timestamp()
 
 
-@dataclass
-class _PendingAccept:
-    """One ``dispatch`` call waiting for the group commit that makes its job durable."""
+@dataclass(frozen=True, slots=True)
+class _Accept:
+    """A job the state machine has taken whose row is not durable yet (its ``dispatch`` waits)."""
 
+    job_seq: int
     envelope: JobEnvelope
-    done: bool = False
-    error: BaseException | None = None
+
+
+Pending = Command | _Accept
+"""Something queued for the committer: a job to store, or a command to record and carry out."""
 
 
 class QueueActor:
@@ -134,13 +152,16 @@ class QueueActor:
     lanes run in parallel up to ``max_in_flight`` runs and the size of each worker pool (the
     queue's own sequence numbers decide, never Ray's delivery order); a job leaves the queue only
     when its handler succeeded or its 4 attempts are used up, then a sanitized ``job_failed`` event
-    is recorded for its session. Safe to call from several threads: every step runs under one lock.
+    is recorded for its session. Safe to call from many threads: the lock guards the in-memory
+    state only, so no caller ever waits behind a store round trip other than its own commit.
 
-    Store writes and worker starts that a step asked for are kept, in order, until they succeeded:
-    a write batch that fails (a StoreActor restarting, a timeout) is retried whole on the next loop
-    step before anything else, so the durable rows catch up with the in-memory state instead of
-    diverging from it (a job stuck as running, a finished job never recorded, a lost job-failed
-    event). Every queue write is idempotent, so repeating a batch whose reply was lost is safe.
+    Writes and worker starts are kept, in order, until they succeeded: a write batch that fails (a
+    StoreActor restarting, a timeout) is put back whole at the front and retried before anything
+    newer, so the durable rows catch up with the in-memory state instead of diverging from it (a
+    job stuck as running, a finished job never recorded, a lost job-failed event).
+
+    With ``start_loop=False`` no thread runs: tests drive :meth:`commit`, :meth:`collect` and
+    :meth:`tick` by hand (``dispatch`` still commits its own job before it returns).
     """
 
     def __init__(
@@ -160,19 +181,28 @@ class QueueActor:
         self._workers = workers
         self._metrics: QueueMetricsPort = metrics or NoMetrics()
         self._clock = clock
-        self._lock = threading.RLock()
-        self._wake = threading.Event()
+        # Guards the state machine and the bookkeeping below; never held across a store or Ray call.
+        self._lock = threading.Lock()
+        self._durable = threading.Condition(self._lock)
+        self._commit_lock = threading.Lock()  # one commit at a time, in order
+        self._commit_wanted = threading.Event()
         self._stop = threading.Event()
         self._recent_failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._in_flight_attempts: dict[int, tuple[str, int, str, float]] = {}
         self._completed = 0
         self._coalesced = 0
-        # Accepts waiting for the next group commit (appended without the queue lock).
-        self._accepts_lock = threading.Lock()
-        self._accepts: list[_PendingAccept] = []
-        # Commands not yet carried out, each with the time it was issued (so a repeated write is
-        # byte-identical to the first try). Only touched under the lock.
-        self._unexecuted: collections.deque[tuple[Command, float]] = collections.deque()
+        self._commits = collections.Counter[str]()  # transactions, writes, microseconds (committer only)
+        # What the committer has not written yet, in order, each with the time it was issued (so a
+        # repeated write is byte-identical to the first try).
+        self._unwritten: collections.deque[tuple[Pending, float]] = collections.deque()
+        # Commit generations: callers wait until the generation that carries their job is durable.
+        self._generation = 1
+        self._durable_generation = 0
+        self._unwritten_accepts: dict[int, int] = {}  # job_seq -> generation carrying its accept
+        # Durable batches whose effects (worker starts) the starter thread has not carried out yet.
+        self._effects: collections.deque[list[tuple[Pending, float]]] = collections.deque()
+        self._effects_ready = threading.Condition()
+        self._threads: list[threading.Thread] = []
         rows = [
             StoredJobState(
                 job_seq=row.job_seq,
@@ -184,16 +214,25 @@ class QueueActor:
             )
             for row in store.list_unfinished_jobs()
         ]
+        self._next_seq = store.next_job_seq()
         self._state, commands = QueueState.restore(
             rows, clock(), policy, max_in_flight=max_in_flight, capacity=capacity, coalesce=coalesce
         )
-        self._execute(commands)
+        now = clock()
+        self._enqueue(commands, now)
+        self._enqueue(self._state.next_dispatch(now), now)
+        self.commit()
         if rows:
             logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
-        self._thread: threading.Thread | None = None
         if start_loop:
-            self._thread = threading.Thread(target=self._run_forever, name="omray-queue-loop", daemon=True)
-            self._thread.start()
+            for target, name in (
+                (self._commit_forever, "omray-queue-commit"),
+                (self._start_forever, "omray-queue-start"),
+                (self._collect_forever, "omray-queue-loop"),
+            ):
+                thread = threading.Thread(target=target, name=name, daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     # --- public API (documented actor-handle methods) ------------------------------------------
 
@@ -203,42 +242,56 @@ class QueueActor:
             job = envelope if isinstance(envelope, JobEnvelope) else JobEnvelope.model_validate(envelope)
         except Exception as exc:
             raise InvalidPayloadError(f"invalid job envelope ({type(exc).__name__})") from None
-        pending = _PendingAccept(job)
-        with self._accepts_lock:
-            self._accepts.append(pending)
-        with self._lock:
-            if not pending.done:
-                self._commit_accepts()
-        if pending.error is not None:
-            raise pending.error
-        self._wake.set()
+        generation = self._accept(job)
+        if generation is not None:
+            self._await_durable(generation)
         return job.job_id
 
-    def _commit_accepts(self) -> None:
-        """Group commit: store every waiting accept in one transaction, then queue them in order."""
-        with self._accepts_lock:
-            batch, self._accepts = self._accepts, []
-        if not batch:
-            return
-        try:
-            # Catch up first: a finished job whose row is not yet recorded would otherwise look
-            # "already queued" to enqueue_jobs and be accepted again under its old row.
-            self._flush()
-            results = self._store.enqueue_jobs([p.envelope for p in batch], iso_utc(self._clock()))
-        except BaseException as exc:
-            for item in batch:
-                item.error = exc
-                item.done = True
-            raise
-        now = self._clock()
-        for item, result in zip(batch, results, strict=True):
-            self._enqueue_commands(self._state.accept(item.envelope, result.job_seq, now), now)
-            item.done = True
-        try:
-            self._flush()
-        except Exception as exc:
-            # The jobs are durable already; the loop retries these writes on its next step.
-            logger.warning("queue writes deferred", extra={"error_class": type(exc).__name__})
+    def _accept(self, job: JobEnvelope) -> int | None:
+        """Number the job, queue it and its start (if a slot is free); the generation to wait for.
+
+        ``None``: the same job is pending or running already, and durable.
+        """
+        with self._lock:
+            now = self._clock()
+            existing = self._state.active_seq(job.job_id, job.payload.db_path)
+            if existing is not None:
+                return self._unwritten_accepts.get(existing)
+            job_seq, self._next_seq = self._next_seq, self._next_seq + 1
+            self._state.accept(job, job_seq, now)  # a new key: no notice to act on
+            self._unwritten.append((_Accept(job_seq, job), now))
+            self._unwritten_accepts[job_seq] = self._generation
+            # Its start (or another lane's) rides in the same transaction as the accept.
+            self._enqueue(self._state.next_dispatch(now), now)
+            generation = self._generation
+        self._commit_wanted.set()
+        return generation
+
+    def _await_durable(self, generation: int) -> None:
+        """Return once the commit carrying ``generation`` is durable.
+
+        A caller that finds no commit in flight runs the commit step itself (no hand-over to another
+        thread on an idle queue); otherwise it waits for the one in flight, whose successor (its own
+        step or the committer's) carries its job. Commits are serialized by one lock either way. A
+        commit step of its own that fails raises: the job stays queued for the committer.
+        """
+        deadline = time.monotonic() + DURABLE_WAIT_S
+        while True:
+            if self._commit_lock.acquire(blocking=False):
+                try:
+                    self._commit_locked()
+                finally:
+                    self._commit_lock.release()
+            with self._durable:
+                if self._durable_generation >= generation:
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    # The job stays queued and is written once the store answers; a repeated
+                    # dispatch of it finds it and returns.
+                    raise StorageError("the queue store did not confirm the job in time; dispatch it again")
+                if self._commit_lock.locked():
+                    self._durable.wait(remaining)
 
     def status(self) -> dict[str, Any]:
         """Queue depth, runs in flight, lanes, recent failures and counters (ids and counts only)."""
@@ -265,9 +318,34 @@ class QueueActor:
                 "completed_since_start": self._completed,
                 "coalesced_since_start": self._coalesced,
                 "recent_failures": list(self._recent_failures),
+                "unwritten": len(self._unwritten),
+                "commits": self._commit_figures(),
                 "state": snapshot,
-                "loop_alive": self._thread is not None and self._thread.is_alive(),
+                "loop_alive": bool(self._threads) and all(t.is_alive() for t in self._threads),
             }
+
+    def _commit_figures(self) -> dict[str, float]:
+        """Group commits since start: transactions, writes, mean writes and milliseconds per transaction."""
+        count = self._commits["transactions"]
+        return {
+            "transactions": count,
+            "writes": self._commits["writes"],
+            "writes_per_transaction": round(self._commits["writes"] / count, 2) if count else 0.0,
+            "ms_per_transaction": round(self._commits["micros"] / 1000 / count, 3) if count else 0.0,
+        }
+
+    def waiting_by_handler(self) -> dict[str, int]:
+        """Runs ready to start that wait for a free slot, by handler id (what autoscaling grows on)."""
+        with self._lock:
+            return self._state.waiting_by_handler(self._clock())
+
+    def set_capacity(self, handler_id: str, size: int) -> None:
+        """The pool serving ``handler_id`` now runs ``size`` jobs at once; start what that allows."""
+        with self._lock:
+            self._state.set_capacity(handler_id, size)
+            now = self._clock()
+            self._enqueue(self._state.next_dispatch(now), now)
+        self._commit_wanted.set()
 
     def runtime_events(self, run_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
         """Sanitized runtime events (e.g. ``extension_agent.job_failed``) recorded for a session."""
@@ -284,52 +362,140 @@ class QueueActor:
             return (
                 self._state.depth == 0
                 and self._state.in_flight == 0
-                and not self._unexecuted
-                and not self._accepts
+                and not self._unwritten
+                and not self._effects
             )
 
     def stop(self) -> None:
-        """Stop the loop thread (used by tests and shutdown; a restart starts a new one)."""
+        """Stop the committer and collector threads (tests and shutdown; a restart starts new ones)."""
         self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._commit_wanted.set()
+        with self._effects_ready:
+            self._effects_ready.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=5)
 
-    # --- the loop --------------------------------------------------------------------------------
+    # --- the threads -----------------------------------------------------------------------------
 
-    def _run_forever(self) -> None:
+    def _commit_forever(self) -> None:
+        delay = 0.0
+        while not self._stop.is_set():
+            self._commit_wanted.wait(TICK_S)
+            self._commit_wanted.clear()
+            try:
+                while self.commit():
+                    pass
+                delay = 0.0
+            except Exception as exc:
+                # The committer must never die: a failed batch (e.g. the StoreActor restarting) is
+                # logged, stays queued in order, and is retried after a growing pause.
+                logger.error("queue commit failed", extra={"error_class": type(exc).__name__})
+                delay = min(max(delay * 2, 0.05), 2.0)
+                self._stop.wait(delay)
+
+    def _collect_forever(self) -> None:
         while not self._stop.is_set():
             try:
-                self.tick(TICK_S)
+                self.collect(TICK_S)
             except Exception as exc:
-                # The loop must never die: a failed step (e.g. the StoreActor restarting) is logged
-                # and its unexecuted commands are retried, in order, on the next step.
+                # The collector must never die either: a failed step is logged and the next one
+                # collects again (outcomes already applied have queued their writes).
                 logger.error("queue loop step failed", extra={"error_class": type(exc).__name__})
                 self._stop.wait(0.5)
 
-    def tick(self, timeout_s: float) -> int:
-        """One loop step: start eligible jobs, wait up to ``timeout_s`` for outcomes, record them."""
+    def commit(self) -> bool:
+        """One group commit: every queued write in ONE transaction, then what they allow.
+
+        Wakes the ``dispatch`` callers whose jobs it made durable, then starts the runs it recorded.
+        Raises when the store write fails; the batch then stays queued, in order, ahead of anything
+        newer. Returns False when there was nothing to write.
+        """
+        with self._commit_lock:
+            return self._commit_locked()
+
+    def _commit_locked(self) -> bool:
         with self._lock:
-            self._flush()
-            self._execute(self._state.next_dispatch(self._clock()))
-        if self._workers.in_flight == 0:
-            self._wake.wait(timeout_s)
-            self._wake.clear()
-            return 0
+            if not self._unwritten:
+                return False
+            batch = list(self._unwritten)
+            self._unwritten.clear()
+            generation = self._generation
+            self._generation += 1
+        writes = self._writes_for(batch)
+        started = time.perf_counter()
+        try:
+            self._store.apply_job_writes(writes)
+        except BaseException:
+            with self._durable:
+                self._unwritten.extendleft(reversed(batch))
+                self._durable.notify_all()  # waiting callers try the next commit themselves
+            raise
+        with self._durable:
+            self._durable_generation = generation
+            for item, _issued in batch:
+                if isinstance(item, _Accept):
+                    self._unwritten_accepts.pop(item.job_seq, None)
+            self._durable.notify_all()
+        self._commits.update(
+            transactions=1, writes=len(writes), micros=round((time.perf_counter() - started) * 1e6)
+        )
+        if self._threads:
+            with self._effects_ready:  # the starter carries them out while the next commit runs
+                self._effects.append(batch)
+                self._effects_ready.notify()
+        else:
+            self._carry_out(batch)
+        return True
+
+    def _carry_out(self, batch: Sequence[tuple[Pending, float]]) -> None:
+        for item, _issued in batch:
+            self._effect(item)
+
+    def _start_forever(self) -> None:
+        while not self._stop.is_set():
+            with self._effects_ready:
+                while not self._effects and not self._stop.is_set():
+                    self._effects_ready.wait(TICK_S)
+                batches = list(self._effects)
+                self._effects.clear()
+            for batch in batches:
+                try:
+                    self._carry_out(batch)
+                except Exception as exc:
+                    # Never dies: a start that fails is a lost attempt already (``_start``); this
+                    # only keeps the thread alive, logged, for anything else.
+                    logger.error("queue start step failed", extra={"error_class": type(exc).__name__})
+
+    def collect(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for outcomes, apply them and queue what they free (and due retries)."""
         finished = self._workers.poll(timeout_s)
+        reports: list[Callable[[], None]] = []
         with self._lock:
-            # Apply every collected outcome to the state before writing anything: the pool has
-            # handed them over, so one failing write must not drop the outcomes after it.
+            # Apply every collected outcome before anything is written: the pool has handed them
+            # over, so one failing write must not drop the outcomes after it.
             now = self._clock()
             for job_seq, outcome in finished:
-                self._enqueue_commands(self._apply_outcome(job_seq, outcome), now)
-            # Start what the outcomes freed in the same step, so one batch records both.
-            self._enqueue_commands(self._state.next_dispatch(now), now)
-            self._flush()
-        self._safe_metric(self._metrics.queue_depth, self._state.depth, self._state.in_flight)
+                self._enqueue(self._apply_outcome(job_seq, outcome, now, reports), now)
+            self._enqueue(self._state.next_dispatch(now), now)
+            wanted = bool(self._unwritten)
+            depth, in_flight = self._state.depth, self._state.in_flight
+        if wanted:
+            self._commit_wanted.set()
+        for report in reports:
+            self._safe_metric(report)
+        self._safe_metric(self._metrics.queue_depth, depth, in_flight)
         return len(finished)
 
-    def _apply_outcome(self, job_seq: int, outcome: dict[str, Any] | None) -> list[Command]:
+    def tick(self, timeout_s: float) -> int:
+        """One step of both threads, for callers that drive the queue by hand (tests)."""
+        self.commit()
+        collected = self.collect(timeout_s)
+        self.commit()
+        return collected
+
+    def _apply_outcome(
+        self, job_seq: int, outcome: dict[str, Any] | None, now: float, reports: list[Callable[[], None]]
+    ) -> list[Command]:
         started = self._in_flight_attempts.pop(job_seq, None)
         attempt = started[1] if started else None
         parsed = None
@@ -339,16 +505,18 @@ class QueueActor:
             except ValidationError:
                 logger.error("malformed worker outcome", extra={"job_seq": job_seq})
         if parsed is None:
-            commands = self._state.on_worker_lost(job_seq, self._clock(), attempt=attempt)
+            commands = self._state.on_worker_lost(job_seq, now, attempt=attempt)
             kind = "worker_lost"
         else:
-            commands = self._state.on_outcome(job_seq, parsed, self._clock(), attempt=attempt)
+            commands = self._state.on_outcome(job_seq, parsed, now, attempt=attempt)
             kind = parsed.kind
             if isinstance(parsed, JobSucceeded) and started is not None:
-                self._report_tokens(started[2], parsed.detail)
+                reports.append(functools.partial(self._report_tokens, started[2], parsed.detail))
         if started is not None:
-            self._safe_metric(
-                self._metrics.attempt_finished, started[2], kind, self._clock() - started[3], started[1]
+            reports.append(
+                functools.partial(
+                    self._metrics.attempt_finished, started[2], kind, now - started[3], started[1]
+                )
             )
         return commands
 
@@ -369,38 +537,19 @@ class QueueActor:
 
     # --- command execution -------------------------------------------------------------------------
 
-    def _execute(self, commands: Sequence[Command]) -> None:
-        self._enqueue_commands(commands, self._clock())
-        self._flush()
-
-    def _enqueue_commands(self, commands: Sequence[Command], now: float) -> None:
+    def _enqueue(self, commands: Sequence[Command], now: float) -> None:
+        """Queue commands for the committer (under the lock); notices need no write and are dropped."""
         for command in commands:
-            if not isinstance(command, AlreadyQueued | OutcomeIgnored | WakeAt):  # notices
-                self._unexecuted.append((command, now))
+            if not isinstance(command, AlreadyQueued | OutcomeIgnored | WakeAt):
+                self._unwritten.append((command, now))
 
-    def _flush(self) -> None:
-        """Carry out the unexecuted commands: their writes in one transaction, then their effects.
-
-        A failed write batch leaves every command queued (retried whole, idempotently, next time).
-        Starting a worker may fail and produce new commands (a lost attempt): those are flushed
-        in a further round.
-        """
-        for _ in range(8):  # each round's lost starts can only add a bounded number of commands
-            if not self._unexecuted:
-                return
-            batch = list(self._unexecuted)
-            writes = self._writes_for(batch)
-            if writes:
-                self._store.apply_job_writes(writes)
-            self._unexecuted.clear()
-            for command, _issued in batch:
-                self._effect(command)
-
-    def _writes_for(self, batch: Sequence[tuple[Command, float]]) -> list[JobWrite]:
+    def _writes_for(self, batch: Sequence[tuple[Pending, float]]) -> list[JobWrite]:
         writes: list[JobWrite] = []
         for index, (command, now) in enumerate(batch):
             at = iso_utc(now)
-            if isinstance(command, Dispatch):
+            if isinstance(command, _Accept):
+                writes.append(JobAccepted(job_seq=command.job_seq, envelope=command.envelope, accepted_at=at))
+            elif isinstance(command, Dispatch):
                 # Durable first: if we die after this write, the restart re-dispatches the run.
                 writes.extend(JobStarted(job_seq=seq, attempt=n, started_at=at) for seq, n in command.covered)
             elif isinstance(command, ScheduleRetry):
@@ -449,7 +598,7 @@ class QueueActor:
 
     @staticmethod
     def _paired_event(
-        batch: Sequence[tuple[Command, float]], index: int, command: GiveUp
+        batch: Sequence[tuple[Pending, float]], index: int, command: GiveUp
     ) -> EmitJobFailed | None:
         following = batch[index + 1][0] if index + 1 < len(batch) else None
         if isinstance(following, EmitJobFailed) and following.event.job_id == command.job_id:
@@ -457,7 +606,7 @@ class QueueActor:
         return None
 
     @staticmethod
-    def _is_paired(batch: Sequence[tuple[Command, float]], index: int) -> bool:
+    def _is_paired(batch: Sequence[tuple[Pending, float]], index: int) -> bool:
         previous = batch[index - 1][0] if index > 0 else None
         command = batch[index][0]
         return (
@@ -466,8 +615,8 @@ class QueueActor:
             and command.event.job_id == previous.job_id
         )
 
-    def _effect(self, command: Command) -> None:
-        """What a command does once its writes are durable (no store access here)."""
+    def _effect(self, command: Pending) -> None:
+        """What a command does once its writes are durable (committer thread; no store access here)."""
         if isinstance(command, Dispatch):
             self._start(command)
         elif isinstance(command, MarkSucceeded):
@@ -481,17 +630,17 @@ class QueueActor:
             self._report_job_failed(command.run_id, command.event, self._clock())
 
     def _start(self, command: Dispatch) -> None:
-        envelope = JobEnvelope(job_id=command.job_id, payload=command.payload)
-        self._in_flight_attempts[command.job_seq] = (
-            command.job_id,
-            command.attempt,
-            command.handler_id,
-            self._clock(),
-        )
-        if len(command.covered) > 1:
+        with self._lock:
+            self._in_flight_attempts[command.job_seq] = (
+                command.job_id,
+                command.attempt,
+                command.handler_id,
+                self._clock(),
+            )
             self._coalesced += len(command.covered) - 1
         try:
-            self._workers.start(command.handler_id, command.job_seq, envelope.model_dump(), command.attempt)
+            envelope = JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
+            self._workers.start(command.handler_id, command.job_seq, envelope, command.attempt)
         except Exception as exc:
             # The attempt never reached a worker: it counts as a lost one (retried by policy),
             # never as a job left "running" with nobody to report on it.
@@ -499,9 +648,11 @@ class QueueActor:
                 "job attempt could not start",
                 extra={"job_id": command.job_id, "error_class": type(exc).__name__},
             )
-            self._in_flight_attempts.pop(command.job_seq, None)
-            lost = self._state.on_worker_lost(command.job_seq, self._clock(), attempt=command.attempt)
-            self._enqueue_commands(lost, self._clock())
+            with self._lock:
+                self._in_flight_attempts.pop(command.job_seq, None)
+                now = self._clock()
+                self._enqueue(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
+            self._commit_wanted.set()
 
     def _report_job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:
         payload = event.model_dump()

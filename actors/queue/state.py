@@ -495,6 +495,27 @@ class QueueState:
         """Most runs allowed at once."""
         return self._max_in_flight
 
+    def waiting_by_handler(self, now: float) -> dict[str, int]:
+        """Lane heads that could start now (lane free, no backoff) but are held by a limit, by handler id.
+
+        Call it after :meth:`next_dispatch`: what it counts is work a bigger pool would start.
+        """
+        waiting: dict[str, int] = {}
+        for head in self._lane_heads():
+            if head.interrupted or head.not_before is None or head.not_before <= now:
+                waiting[head.envelope.handler_id] = waiting.get(head.envelope.handler_id, 0) + 1
+        return waiting
+
+    def set_capacity(self, handler_id: str, size: int) -> None:
+        """Change how many runs of ``handler_id`` may be in flight (its pool grew or shrank).
+
+        Runs already in flight beyond a lowered limit finish normally; no new one starts until the
+        count is under it.
+        """
+        if size < 1:
+            raise QueueStateError(f"capacity of {handler_id!r} must be >= 1, got {size!r}")
+        self._capacity[handler_id] = size
+
     def active_seq(self, job_id: str, db_path: str) -> int | None:
         """Sequence number of the pending or running job with this key, if any."""
         return self._seq_by_key.get((db_path, job_id))

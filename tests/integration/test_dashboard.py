@@ -38,7 +38,7 @@ def test_state_api_lists_omray_actors_by_name(
         rows = data["data"]["result"]["result"]
         return {row["name"] for row in rows if row.get("state") == "ALIVE" and row.get("name")}
 
-    wanted = {names.queue, names.indexer, names.store(tmp_path / "queue.sqlite")}
+    wanted = {names.queue, names.indexer}  # the queue writes its own file: no StoreActor for it
     # Worker actors start lazily: wait until every one of them is listed alive, not just the first.
     found = assert_eventually(lambda: wanted <= alive_names() or None, timeout_s=60)
     assert found
@@ -64,7 +64,12 @@ def test_custom_metrics_reach_the_prometheus_endpoint(
 
     def exported() -> str | None:
         body = _get(ray_cluster.metrics_url).decode("utf-8")
-        wanted = ("omray_queue_depth", "omray_job_attempts_total", "omray_job_duration_seconds")
+        wanted = (
+            "omray_queue_depth",
+            "omray_job_attempts_total",
+            "omray_job_duration_seconds",
+            "omray_pool_workers",
+        )
         runtime_lines = [line for line in body.splitlines() if f'runtime="{names.prefix}"' in line]
         return body if all(any(w in line for line in runtime_lines) for w in wanted) else None
 

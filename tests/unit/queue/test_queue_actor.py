@@ -9,9 +9,11 @@ from typing import Any
 
 from actors.queue.actor import QueueActor
 from actors.queue.retry import RetryPolicy
-from persistence.store import Store
+from persistence.store import JobAccepted, Store
 from protocol.jobs import JobEnvelope, SemanticIndexJob
 from protocol.outcomes import JobFailed, JobSucceeded
+
+from .helpers import reflect
 
 
 class FakeWorkers:
@@ -29,10 +31,6 @@ class FakeWorkers:
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
         done, self._pending = self._pending, []
         return done
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
 
 
 class Clock:
@@ -88,9 +86,8 @@ def test_restart_resumes_the_job_that_was_running(tmp_path: Path) -> None:
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
     first = FakeWorkers(lambda job_id, attempt: None)  # never collected: the "actor" dies
     queue = QueueActor(store, first, clock=clock, start_loop=False)
-    queue.dispatch(_job(1))
+    queue.dispatch(_job(1))  # durable and started at once (a free slot); then the process dies
     queue.dispatch(_job(2))
-    queue._execute(queue._state.next_dispatch(clock()))  # job 1 starts, then the process dies
     assert first.started == [("j1", 1)]
     second = FakeWorkers(_ok)
     restarted = QueueActor(Store(tmp_path / "q.sqlite"), second, clock=clock, start_loop=False)
@@ -137,6 +134,20 @@ class FlakyStore:
         return call
 
 
+def test_a_dispatch_whose_commit_failed_is_written_by_the_next_commit(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    flaky = FlakyStore(store, {"apply_job_writes": 1})
+    workers = FakeWorkers(_ok)
+    queue = QueueActor(flaky, workers, clock=clock, start_loop=False)
+    with contextlib.suppress(TimeoutError):
+        queue.dispatch(_job(1))  # the caller sees the error; the job stays queued, not started
+    assert workers.started == [] and store.job_counts().pending == 0
+    assert queue.dispatch(_job(1)) == "j1"  # dispatching it again is safe: one job, now durable
+    _drain(queue, clock)
+    assert workers.started == [("j1", 1)]
+    assert store.job_counts().model_dump() == {"pending": 0, "running": 0, "succeeded": 1, "failed": 0}
+
+
 def _drain_through_errors(queue: QueueActor, clock: Clock, steps: int = 50) -> None:
     for _ in range(steps):
         with contextlib.suppress(Exception):  # the loop logs a failed step and goes on
@@ -146,11 +157,12 @@ def _drain_through_errors(queue: QueueActor, clock: Clock, steps: int = 50) -> N
 
 def test_a_failed_start_write_does_not_leave_the_job_stuck_running(tmp_path: Path) -> None:
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
-    flaky = FlakyStore(store, {"apply_job_writes": 1})
+    flaky = FlakyStore(store, {})
     workers = FakeWorkers(_ok)
     queue = QueueActor(flaky, workers, clock=clock, start_loop=False)
     queue.dispatch(_job(1))
     queue.dispatch(_job(2))
+    flaky.fail["apply_job_writes"] = 1  # the batch recording j1's outcome and j2's start
     _drain_through_errors(queue, clock)
     assert workers.started == [("j1", 1), ("j2", 1)]
     assert store.job_counts().model_dump() == {"pending": 0, "running": 0, "succeeded": 2, "failed": 0}
@@ -159,11 +171,12 @@ def test_a_failed_start_write_does_not_leave_the_job_stuck_running(tmp_path: Pat
 
 def test_a_failed_outcome_write_loses_no_other_outcome(tmp_path: Path) -> None:
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
-    flaky = FlakyStore(store, {"apply_job_writes": 2})
+    flaky = FlakyStore(store, {})
     workers = FakeWorkers(_ok)
     queue = QueueActor(flaky, workers, clock=clock, start_loop=False, max_in_flight=2)
     queue.dispatch(_job(1))
     queue.dispatch(_job(2))
+    flaky.fail["apply_job_writes"] = 2  # both outcomes' batch fails twice
     _drain_through_errors(queue, clock)
     assert workers.started == [("j1", 1), ("j2", 1)]
     assert store.job_counts().model_dump() == {"pending": 0, "running": 0, "succeeded": 2, "failed": 0}
@@ -172,7 +185,7 @@ def test_a_failed_outcome_write_loses_no_other_outcome(tmp_path: Path) -> None:
 
 def test_retried_writes_whose_reply_was_lost_are_idempotent(tmp_path: Path) -> None:
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
-    flaky = FlakyStore(store, {"apply_job_writes": 3}, after_commit=True)
+    flaky = FlakyStore(store, {}, after_commit=True)
 
     def fail(job_id: str, attempt: int) -> dict[str, Any]:
         return JobFailed(job_id=job_id, retryable=True, reason="transient_runtime").model_dump()
@@ -180,6 +193,7 @@ def test_retried_writes_whose_reply_was_lost_are_idempotent(tmp_path: Path) -> N
     workers = FakeWorkers(fail)
     queue = QueueActor(flaky, workers, clock=clock, policy=RetryPolicy(base_delay_s=1.0), start_loop=False)
     queue.dispatch(_job(9))
+    flaky.fail["apply_job_writes"] = 3
     _drain_through_errors(queue, clock)
     assert [attempt for _, attempt in workers.started] == [1, 2, 3, 4]
     assert len(queue.runtime_events("s")) == 1  # one job_failed event, not one per delivery
@@ -223,34 +237,42 @@ def test_concurrent_dispatches_are_group_committed_and_all_durable(tmp_path: Pat
 
     store = Store(tmp_path / "q.sqlite")
     first_write_started, release = threading.Event(), threading.Event()
-    batches: list[int] = []
+    accepts_per_commit: list[int] = []
 
     class SlowFirstCommit:
         def __getattr__(self, name: str) -> Any:
             return getattr(store, name)
 
-        def enqueue_jobs(self, envelopes: Any, accepted_at: str) -> Any:
-            batches.append(len(envelopes))
-            if len(batches) == 1:
+        def apply_job_writes(self, writes: Any) -> Any:
+            accepts_per_commit.append(sum(1 for w in writes if isinstance(w, JobAccepted)))
+            if len(accepts_per_commit) == 1:
                 first_write_started.set()
                 release.wait(5)
-            return store.enqueue_jobs(envelopes, accepted_at)
+            return store.apply_job_writes(writes)
 
-    queue = QueueActor(SlowFirstCommit(), FakeWorkers(_ok), start_loop=False)  # type: ignore[arg-type]
-    first = threading.Thread(target=queue.dispatch, args=(_job(0),))
-    first.start()
-    assert first_write_started.wait(5)
-    others = [threading.Thread(target=queue.dispatch, args=(_job(n),)) for n in range(1, 6)]
-    for thread in others:
-        thread.start()
-    # The five wait behind the first commit; whoever gets the lock next writes all of them at once.
-    while len(queue._accepts) < 5:
-        threading.Event().wait(0.01)
-    release.set()
-    for thread in [first, *others]:
-        thread.join(5)
-    assert batches == [1, 5]
-    assert sorted(row.envelope.job_id for row in store.list_unfinished_jobs()) == [f"j{n}" for n in range(6)]
+    queue = QueueActor(SlowFirstCommit(), FakeWorkers(_ok), max_in_flight=1)  # type: ignore[arg-type]
+    try:
+        returned: list[str] = []
+        first = threading.Thread(target=lambda: returned.append(queue.dispatch(_job(0))))
+        first.start()
+        assert first_write_started.wait(5)
+        others = [
+            threading.Thread(target=lambda n=n: returned.append(queue.dispatch(_job(n)))) for n in range(1, 6)
+        ]
+        for thread in others:
+            thread.start()
+        # The five queue up while the committer is in the first transaction; none has returned.
+        while queue.status()["unwritten"] < 5:
+            threading.Event().wait(0.01)
+        assert returned == []
+        release.set()
+        for thread in [first, *others]:
+            thread.join(5)
+        assert accepts_per_commit[:2] == [1, 5]
+        assert sorted(returned) == [f"j{n}" for n in range(6)]
+    finally:
+        queue.stop()
+    assert {row.envelope.job_id for row in store.list_unfinished_jobs()} <= {f"j{n}" for n in range(6)}
 
 
 def test_jobs_of_two_databases_with_one_id_are_two_jobs(tmp_path: Path) -> None:
@@ -264,3 +286,77 @@ def test_jobs_of_two_databases_with_one_id_are_two_jobs(tmp_path: Path) -> None:
     queue.dispatch(one)  # truly the same job: not queued twice
     _drain(queue, clock)
     assert store.job_counts().succeeded == 2 and workers.started == [("same", 1), ("same", 1)]
+
+
+class ThreadedWorkers:
+    """Attempts finish on their own threads after a short random hold, like real workers."""
+
+    def __init__(self) -> None:
+        import random
+        import threading
+
+        self._random = random.Random(7)
+        self._changed = threading.Condition()
+        self._finished: list[tuple[int, dict[str, Any] | None]] = []
+        self.running_lanes: set[str] = set()
+        self.overlaps = 0
+        self.starts: list[tuple[str, str]] = []  # (lane, job_id) in start order
+
+    def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
+        import threading
+
+        lane = envelope["payload"]["run_id"]
+        with self._changed:
+            self.overlaps += lane in self.running_lanes
+            self.running_lanes.add(lane)
+            self.starts.append((lane, envelope["job_id"]))
+        hold = self._random.uniform(0, 0.003)
+
+        def finish() -> None:
+            threading.Event().wait(hold)
+            with self._changed:
+                self.running_lanes.discard(lane)
+                self._finished.append((job_seq, _ok(envelope["job_id"], attempt)))
+                self._changed.notify_all()
+
+        threading.Thread(target=finish, daemon=True).start()
+
+    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
+        with self._changed:
+            if not self._finished:
+                self._changed.wait(timeout_s)
+            done, self._finished = self._finished, []
+        return done
+
+
+def test_many_callers_with_the_committer_lose_nothing_and_keep_lane_order(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    store = Store(tmp_path / "q.sqlite", synchronous="NORMAL")
+    workers = ThreadedWorkers()
+    queue = QueueActor(store, workers, max_in_flight=6)
+    returned: dict[str, list[str]] = {}
+
+    def agent(lane: int) -> None:
+        session = f"s{lane}"
+        for n in range(25):
+            job = JobEnvelope(job_id=f"{session}-{n:03d}", payload=reflect(f"x{n}", session).payload)
+            returned.setdefault(session, []).append(queue.dispatch(job))
+
+    try:
+        agents = [threading.Thread(target=agent, args=(lane,)) for lane in range(12)]
+        for thread in agents:
+            thread.start()
+        for thread in agents:
+            thread.join(30)
+        deadline = time.monotonic() + 30
+        while not queue.is_idle() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        queue.stop()
+    counts = store.job_counts()
+    assert counts.model_dump() == {"pending": 0, "running": 0, "succeeded": 300, "failed": 0}
+    assert workers.overlaps == 0
+    for session, job_ids in returned.items():
+        assert [job_id for lane, job_id in workers.starts if lane == session] == job_ids

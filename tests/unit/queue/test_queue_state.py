@@ -318,3 +318,18 @@ def test_a_give_up_after_a_corrupt_events_line_says_where() -> None:
     give_up, emit = q.on_outcome(1, failure, 1.0, attempt=1)
     assert isinstance(give_up, GiveUp) and isinstance(emit, EmitJobFailed)
     assert emit.event.events_location == where
+
+
+def test_waiting_counts_only_heads_a_bigger_pool_could_start() -> None:
+    from actors.queue.state import QueueState
+
+    state = QueueState(max_in_flight=10, capacity={"observational_memory.semantic_index": 1})
+    for n in range(3):
+        state.accept(envelope(f"j{n}"), n + 1, 0.0)
+    state.accept(envelope("same-lane", db_path="/data/j0/om.sqlite"), 4, 0.0)
+    assert len(state.next_dispatch(0.0)) == 1
+    # j1 and j2 wait for a slot; the job behind j0 in its lane waits for its lane, not for a slot.
+    assert state.waiting_by_handler(0.0) == {"observational_memory.semantic_index": 2}
+    state.set_capacity("observational_memory.semantic_index", 3)
+    assert len(state.next_dispatch(0.0)) == 2
+    assert state.waiting_by_handler(0.0) == {}
