@@ -118,6 +118,10 @@ class CountingServer(ScriptedServer):
         self._on_request = on_request
         self._count_lock = threading.Lock()
 
+    def __enter__(self) -> CountingServer:
+        super().__enter__()
+        return self
+
     def reply_for(self, path: str, body: Any) -> Reply:
         kind = request_kind(path, body if isinstance(body, Mapping) else {})
         if kind is not None:
@@ -201,13 +205,19 @@ def drive(client: OmrayClient, project: Path, workload: Workload) -> DriveResult
     )
 
 
+def last_seqs(workload: Workload) -> dict[str, int]:
+    """The last seq of every session of the workload."""
+    return {
+        session: session_turns(session, workload.turns)[-1][-1]["seq"] for session in workload.session_ids()
+    }
+
+
 def uncovered_events(project: Path, workload: Workload) -> int:
     """Input events of the workload that the project's coverage does not reach (read after the run)."""
     settings = settings_from_mapping(workload.settings(project, "http://127.0.0.1:1/v1"))
     reader = MemoryReader(project / "om.sqlite")
     missing = 0
-    for session in workload.session_ids():
-        last = session_turns(session, workload.turns)[-1][-1]["seq"]
+    for session, last in last_seqs(workload).items():
         end = reader.contiguous_covered_end(
             session, settings.renderer_version, settings.observer_schema_version
         )

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,7 @@ class MemorySnapshot:
     @classmethod
     def from_json(cls, data: Mapping[str, Sequence[Sequence[Any]]]) -> MemorySnapshot:
         """The inverse of :meth:`to_json`."""
-        return cls({name: tuple(sorted(tuple(row) for row in rows)) for name, rows in data.items()})
+        return cls({name: _sorted(tuple(row) for row in rows) for name, rows in data.items()})
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,12 @@ class MemoryDiff:
         return not self.differing
 
 
+def _sorted(rows: Iterable[Row]) -> tuple[Row, ...]:
+    return tuple(sorted(rows, key=lambda row: json.dumps(row, default=str)))
+
+
 def _sorted_rows(conn: sqlite3.Connection, query: str) -> tuple[Row, ...]:
-    return tuple(sorted(conn.execute(query).fetchall(), key=lambda row: json.dumps(row, default=str)))
+    return _sorted(conn.execute(query).fetchall())
 
 
 def _read_only(path: Path) -> sqlite3.Connection:

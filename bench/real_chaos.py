@@ -31,10 +31,15 @@ The runs need a Ray cluster this process is connected to (``omray bench`` starts
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import logging
+import os
 import queue
 import random
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -47,7 +52,15 @@ from typing import Any, Literal
 
 import ray
 
-from bench.chaos_workload import CountingServer, RequestKind, Workload, drive, uncovered_events, wait_settled
+from bench.chaos_workload import (
+    CountingServer,
+    RequestKind,
+    Workload,
+    drive,
+    last_seqs,
+    uncovered_events,
+    wait_settled,
+)
 from bench.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 from bench.queue_bench import BenchError, MachineInfo, _Frozen, kill_actor, machine_info
 from cluster.client import OmrayClient
@@ -67,6 +80,8 @@ TRIGGER_OF: dict[KillKind, str] = {
     "store": "any",
 }
 """The request count that triggers each kind's kills."""
+CLUSTER_STOP_TIMEOUT_S = 900.0
+"""Upper bound of the whole-cluster stop run (two heads started, the workload, one head stopped)."""
 ITEM_SECTIONS = ("observations", "coverage", "reflections")
 """Snapshot sections whose rows count as memory items for ``lost`` and ``duplicated``."""
 CHAOS_POOLS = PoolSizes(observers=1, reflectors=1, indexers=1, observer_slots=4, reflector_slots=2)
@@ -96,7 +111,9 @@ def plan_kills(
     request gets no kill. Points of one kind are in request order.
     """
     if kills_per_kind < 0 or max_delay_s < 0:
-        raise BenchError(f"need kills_per_kind >= 0 and max_delay_s >= 0, got {kills_per_kind!r}, {max_delay_s!r}")
+        raise BenchError(
+            f"need kills_per_kind >= 0 and max_delay_s >= 0, got {kills_per_kind!r}, {max_delay_s!r}"
+        )
     rng = random.Random(seed)
     points: list[KillPoint] = []
     for kind in KILL_KINDS:
@@ -217,5 +234,194 @@ def overlapping_coverage(snapshot: MemorySnapshot) -> int:
     """Coverage rows that overlap the previous row of their session (seq order)."""
     rows = sorted((row[1], row[3], row[4]) for row in snapshot.sections.get("coverage", ()))
     return sum(
-        1 for (run_a, _, end_a), (run_b, start_b, _) in itertools.pairwise(rows) if run_a == run_b and start_b <= end_a
+        1
+        for (run_a, _, end_a), (run_b, start_b, _) in itertools.pairwise(rows)
+        if run_a == run_b and start_b <= end_a
+    )
+
+
+# --- results ------------------------------------------------------------------------------------------
+
+
+class MemoryAudit(_Frozen):
+    """How one run's memory compares with the baseline's (definitions in the module docstring)."""
+
+    lost: int
+    """Baseline memory items the run lacks, plus input events its coverage does not reach."""
+    duplicated: int
+    """Memory items the run has and the baseline lacks, plus overlapping coverage rows."""
+    memory_identical: bool
+    """Every snapshot section equals the baseline's."""
+    differing: list[str]
+    """Snapshot sections that differ."""
+    failed_jobs: int
+    """Jobs that used up their attempts."""
+    settled: bool
+    """Every round settled before its timeout."""
+    seconds: float
+    """First turn to the end of the run."""
+
+
+class SeedResult(MemoryAudit):
+    """One seed: its kill schedule delivered while the workload ran."""
+
+    seed: int
+    """Seed of the kill schedule."""
+    kills: dict[str, int]
+    """Kills delivered, by kind."""
+
+
+class ClusterStopResult(MemoryAudit):
+    """The whole Ray cluster stopped mid-run (every process of its head) and started again."""
+
+    stopped_processes: int
+    """Processes of the head that were stopped."""
+    restarted: bool
+    """The second ``omray up`` succeeded."""
+
+
+class RealChaosResult(_Frozen):
+    """``omray bench chaos --real``: memory after seeded kills, compared with an uninterrupted run."""
+
+    bench: Literal["chaos_real"] = "chaos_real"
+    """Which benchmark."""
+    sessions: int
+    """Sessions of the workload."""
+    turns: int
+    """Turns per session."""
+    events: int
+    """Events appended per run."""
+    kills_per_kind: int
+    """Kills scheduled per kind and seed."""
+    lost: int
+    """Summed over every seed and the cluster stop."""
+    duplicated: int
+    """Summed over every seed and the cluster stop."""
+    memory_identical: bool
+    """True when every seed's memory (and the cluster stop's) equals the baseline's."""
+    kills: dict[str, int]
+    """Kills delivered over all seeds, by kind (``cluster``: whole-cluster stops)."""
+    seeds: list[SeedResult]
+    """Per seed."""
+    cluster_stop: ClusterStopResult | None
+    """The whole-cluster stop run (None when skipped)."""
+    baseline: dict[str, Any]
+    """The uninterrupted run: memory sizes, requests by kind, jobs, seconds."""
+    machine: MachineInfo
+    """Where it ran."""
+
+
+def audit_memory(run: RunRecord, reference: MemorySnapshot) -> dict[str, Any]:
+    """The :class:`MemoryAudit` fields of one run against the baseline's memory."""
+    diff = compare_memory(run.snapshot, reference)
+    return {
+        "lost": sum(diff.missing.get(name, 0) for name in ITEM_SECTIONS) + run.uncovered,
+        "duplicated": sum(diff.extra.get(name, 0) for name in ITEM_SECTIONS)
+        + overlapping_coverage(run.snapshot),
+        "memory_identical": diff.identical,
+        "differing": list(diff.differing),
+        "failed_jobs": int(run.job_counts.get("failed", 0)),
+        "settled": run.settled,
+        "seconds": run.seconds,
+    }
+
+
+def run_real_chaos(
+    workload: Workload,
+    seeds: list[int],
+    *,
+    kills_per_kind: int = 1,
+    cluster_stop: bool = True,
+    workdir: str | Path | None = None,
+) -> RealChaosResult:
+    """The baseline, one chaos run per seed, and (``cluster_stop``) the whole-cluster stop run."""
+    if not seeds:
+        raise BenchError("need at least one seed")
+    with tempfile.TemporaryDirectory(prefix="omray-chaos-real-", dir=workdir) as tmp:
+        directory = Path(tmp)
+        baseline = run_workload(workload, directory / "baseline")
+        if not baseline.settled or baseline.uncovered or baseline.job_counts.get("failed", 0):
+            raise BenchError("the uninterrupted run did not finish its work; nothing to compare with")
+        results: list[SeedResult] = []
+        for seed in seeds:
+            schedule = plan_kills(seed, baseline.requests, kills_per_kind, 2 * workload.model_latency_s)
+            run = run_workload(workload, directory / f"seed-{seed}", schedule)
+            results.append(SeedResult(seed=seed, kills=run.kills, **audit_memory(run, baseline.snapshot)))
+        stop = (
+            run_cluster_stop(workload, seeds[0], baseline, directory / "cluster-stop")
+            if cluster_stop
+            else None
+        )
+    kills: dict[str, int] = {kind: sum(r.kills.get(kind, 0) for r in results) for kind in KILL_KINDS}
+    if stop is not None:
+        kills["cluster"] = 1 if stop.stopped_processes else 0
+    audited: list[MemoryAudit] = [*results, *([stop] if stop is not None else [])]
+    return RealChaosResult(
+        sessions=workload.sessions,
+        turns=workload.turns,
+        events=sum(last_seqs(workload).values()),
+        kills_per_kind=kills_per_kind,
+        lost=sum(r.lost for r in audited),
+        duplicated=sum(r.duplicated for r in audited),
+        memory_identical=all(r.memory_identical for r in audited),
+        kills=kills,
+        seeds=results,
+        cluster_stop=stop,
+        baseline={
+            "memory": {name: baseline.snapshot.count(name) for name in sorted(baseline.snapshot.sections)},
+            "requests": baseline.requests,
+            "jobs": baseline.job_counts.get("succeeded", 0),
+            "seconds": baseline.seconds,
+        },
+        machine=machine_info(),
+    )
+
+
+def run_cluster_stop(
+    workload: Workload, seed: int, baseline: RunRecord, directory: Path
+) -> ClusterStopResult:
+    """Run :mod:`bench.cluster_stop` in a subprocess (own ``OMRAY_HOME``); audit it against ``baseline``."""
+    total = int(baseline.requests.get("any", 0))
+    after = random.Random(seed).randint(max(total // 4, 1), max(3 * total // 4, 1))
+    directory.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "OMRAY_HOME": str(directory / "home"),
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        **{
+            f"OMRAY_{field.name.upper()}": str(getattr(CHAOS_POOLS, field.name))
+            for field in dataclasses.fields(CHAOS_POOLS)
+        },
+    }
+    env.pop("RAY_ADDRESS", None)  # its own head, never the benchmark's private cluster
+    spec = {
+        "workload": dataclasses.asdict(workload),
+        "stop_after_requests": after,
+        "directory": str(directory),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cluster_stop", json.dumps(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLUSTER_STOP_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        raise BenchError(f"the cluster-stop run failed with exit code {done.returncode}")
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    run = RunRecord(
+        snapshot=MemorySnapshot.from_json(report["snapshot"]),
+        kills={},
+        requests=report["requests"],
+        job_counts=report["job_counts"],
+        uncovered=int(report["uncovered"]),
+        settled=bool(report["settled"]),
+        seconds=float(report["seconds"]),
+    )
+    return ClusterStopResult(
+        stopped_processes=int(report["stopped_processes"]),
+        restarted=bool(report["restarted"]),
+        **audit_memory(run, baseline.snapshot),
     )
