@@ -231,11 +231,14 @@ def run_workload(
 
 
 def overlapping_coverage(snapshot: MemorySnapshot) -> int:
-    """Coverage rows that overlap the previous row of their session (seq order)."""
-    rows = sorted((row[1], row[3], row[4]) for row in snapshot.sections.get("coverage", ()))
+    """Chunks of coverage that overlap the previous chunk of their session (seq order).
+
+    The parts of one chunk share its seq range, so rows are grouped by chunk key first.
+    """
+    chunks = sorted({(row[1], row[3], row[4], row[5]) for row in snapshot.sections.get("coverage", ())})
     return sum(
         1
-        for (run_a, _, end_a), (run_b, start_b, _) in itertools.pairwise(rows)
+        for (run_a, _, end_a, _), (run_b, start_b, _, _) in itertools.pairwise(chunks)
         if run_a == run_b and start_b <= end_a
     )
 

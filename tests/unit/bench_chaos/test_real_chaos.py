@@ -42,7 +42,10 @@ def test_each_kind_gets_distinct_points_within_its_trigger_count(
         assert len(points) == min(per_kind, available)
         numbers = [p.after_requests for p in points]
         assert numbers == sorted(set(numbers))
-        assert all(1 <= n <= available and p.trigger == TRIGGER_OF[kind] for n, p in zip(numbers, points))
+        assert all(
+            1 <= n <= available and p.trigger == TRIGGER_OF[kind]
+            for n, p in zip(numbers, points, strict=True)
+        )
         assert all(0.0 <= p.delay_s <= max_delay + 0.001 for p in points)
 
 
@@ -52,7 +55,9 @@ def test_workers_are_triggered_by_their_own_requests() -> None:
         "reflector",
         "embeddings",
     )
-    assert plan_kills(0, {"any": 10}, 1) == tuple(p for p in plan_kills(0, {"any": 10}, 1) if p.trigger == "any")
+    assert plan_kills(0, {"any": 10}, 1) == tuple(
+        p for p in plan_kills(0, {"any": 10}, 1) if p.trigger == "any"
+    )
     assert {p.kind for p in plan_kills(0, {"any": 10}, 1)} == {"queue", "store"}
 
 
@@ -139,10 +144,21 @@ def test_a_snapshot_survives_its_json_form(tmp_path: Path) -> None:
     assert compare_memory(MemorySnapshot.from_json(snapshot.to_json()), snapshot).identical
 
 
-def test_overlapping_coverage_rows_of_one_session_are_counted() -> None:
-    def row(run: str, start: int, end: int) -> tuple[object, ...]:
-        return ("key", run, "b", start, end)
+def test_overlapping_coverage_chunks_of_one_session_are_counted() -> None:
+    def row(run: str, start: int, end: int, chunk: str, part: int = 1) -> tuple[object, ...]:
+        return (f"{chunk}-{part}", run, "b", start, end, chunk, part)
 
-    clean = MemorySnapshot({"coverage": (row("a", 1, 5), row("a", 6, 9), row("b", 1, 4))})
-    assert overlapping_coverage(clean) == 0
-    assert overlapping_coverage(MemorySnapshot({"coverage": (row("a", 1, 5), row("a", 5, 9))})) == 1
+    clean = MemorySnapshot(
+        {
+            "coverage": (
+                row("a", 1, 5, "c1"),
+                row("a", 6, 9, "c2", 1),
+                row("a", 6, 9, "c2", 2),
+                row("b", 1, 4, "c3"),
+            )
+        }
+    )
+    assert overlapping_coverage(clean) == 0  # the two parts of chunk c2 share its range
+    assert (
+        overlapping_coverage(MemorySnapshot({"coverage": (row("a", 1, 5, "c1"), row("a", 5, 9, "c2"))})) == 1
+    )
