@@ -26,6 +26,10 @@ from pathlib import Path
 from bench.chaos_workload import CountingServer, RequestKind, Workload, drive, uncovered_events, wait_settled
 from bench.memory_snapshot import memory_snapshot
 
+CALL_TIMEOUT_S = 10.0
+"""Deadline of the driver's calls into the runtime: a call into the stopped cluster gives up by then
+and the client's next call joins the new head."""
+
 
 def _free_port() -> int:
     with socket.socket() as probe:
@@ -65,6 +69,7 @@ class _Stopper(threading.Thread):
         self._done = threading.Event()
         self.stopped_processes = 0
         self.restarted = False
+        self.restart_seconds = 0.0
 
     def on_request(self, kind: RequestKind, count: int) -> None:
         if kind == "any" and count == self._after:
@@ -76,8 +81,10 @@ class _Stopper(threading.Thread):
                 return
         from cluster.bootstrap import stop_head
 
+        started = time.monotonic()
         self.stopped_processes = stop_head(_session_dir(), grace_s=5.0)
         self.restarted = _omray("up", *self._up_args).returncode == 0
+        self.restart_seconds = round(time.monotonic() - started, 2)
 
     def finish(self) -> None:
         self._done.set()
@@ -104,7 +111,10 @@ def main(argv: list[str]) -> None:
             raise RuntimeError(f"omray up failed with exit code {first.returncode}")
         with CountingServer(workload.model_latency_s, on_request=stopper.on_request) as server:
             client = connect(
-                f"127.0.0.1:{port}", settings=workload.settings(project, server.base_url), cwd=project
+                f"127.0.0.1:{port}",
+                settings=workload.settings(project, server.base_url),
+                cwd=project,
+                call_timeout_s=CALL_TIMEOUT_S,
             )
             try:
                 stopper.start()
@@ -131,6 +141,7 @@ def main(argv: list[str]) -> None:
         "seconds": round(seconds, 2),
         "stopped_processes": stopper.stopped_processes,
         "restarted": stopper.restarted,
+        "restart_seconds": stopper.restart_seconds,
     }
     sys.stdout.write(json.dumps(report) + "\n")
 

@@ -281,6 +281,8 @@ class ClusterStopResult(MemoryAudit):
     """Processes of the head that were stopped."""
     restarted: bool
     """The second ``omray up`` succeeded."""
+    restart_seconds: float
+    """From the stop to the end of the second ``omray up``."""
 
 
 class RealChaosResult(_Frozen):
@@ -426,5 +428,6 @@ def run_cluster_stop(
     return ClusterStopResult(
         stopped_processes=int(report["stopped_processes"]),
         restarted=bool(report["restarted"]),
+        restart_seconds=float(report["restart_seconds"]),
         **audit_memory(run, baseline.snapshot),
     )
