@@ -22,8 +22,10 @@ Per seed:
   :mod:`bench.memory_snapshot` for what is compared and what is left out).
 - ``lost``: observations, coverage rows and reflections of the baseline that the run lacks, plus
   input events the run's coverage does not reach.
-- ``duplicated``: observations, coverage rows and reflections the run has and the baseline lacks,
-  plus coverage rows overlapping another of their session.
+- ``duplicated``: observations, coverage rows and reflections the run has and the baseline lacks
+  (an observation recorded twice, a range covered again by another plan). Coverage rows that
+  overlap by design (a tool call and its result packed into different chunks, as in the original)
+  are in the baseline too, so they do not count.
 - ``failed_jobs``: jobs that used up their attempts (each kill costs the jobs it hits one attempt).
 
 The runs need a Ray cluster this process is connected to (``omray bench`` starts a private one).
@@ -32,7 +34,6 @@ The runs need a Ray cluster this process is connected to (``omray bench`` starts
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 import os
@@ -230,19 +231,6 @@ def run_workload(
     )
 
 
-def overlapping_coverage(snapshot: MemorySnapshot) -> int:
-    """Chunks of coverage that overlap the previous chunk of their session (seq order).
-
-    The parts of one chunk share its seq range, so rows are grouped by chunk key first.
-    """
-    chunks = sorted({(row[1], row[3], row[4], row[5]) for row in snapshot.sections.get("coverage", ())})
-    return sum(
-        1
-        for (run_a, _, end_a, _), (run_b, start_b, _, _) in itertools.pairwise(chunks)
-        if run_a == run_b and start_b <= end_a
-    )
-
-
 # --- results ------------------------------------------------------------------------------------------
 
 
@@ -252,7 +240,7 @@ class MemoryAudit(_Frozen):
     lost: int
     """Baseline memory items the run lacks, plus input events its coverage does not reach."""
     duplicated: int
-    """Memory items the run has and the baseline lacks, plus overlapping coverage rows."""
+    """Memory items the run has and the baseline lacks."""
     memory_identical: bool
     """Every snapshot section equals the baseline's."""
     differing: list[str]
@@ -321,8 +309,7 @@ def audit_memory(run: RunRecord, reference: MemorySnapshot) -> dict[str, Any]:
     diff = compare_memory(run.snapshot, reference)
     return {
         "lost": sum(diff.missing.get(name, 0) for name in ITEM_SECTIONS) + run.uncovered,
-        "duplicated": sum(diff.extra.get(name, 0) for name in ITEM_SECTIONS)
-        + overlapping_coverage(run.snapshot),
+        "duplicated": sum(diff.extra.get(name, 0) for name in ITEM_SECTIONS),
         "memory_identical": diff.identical,
         "differing": list(diff.differing),
         "failed_jobs": int(run.job_counts.get("failed", 0)),

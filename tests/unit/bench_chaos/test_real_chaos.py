@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from bench.chaos_workload import Workload, last_seqs, request_kind, session_turns
 from bench.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 from bench.queue_bench import BenchError
-from bench.real_chaos import KILL_KINDS, TRIGGER_OF, overlapping_coverage, plan_kills
+from bench.real_chaos import KILL_KINDS, TRIGGER_OF, plan_kills
 from persistence.store import Store
 
 REQUESTS = {"observer": 50, "reflector": 24, "embeddings": 49, "any": 123}
@@ -142,23 +142,3 @@ def test_missing_and_duplicated_rows_are_counted_per_section() -> None:
 def test_a_snapshot_survives_its_json_form(tmp_path: Path) -> None:
     snapshot = memory_snapshot(_memory(tmp_path, "a", [("o1", "x", "t"), ("o2", "y", "t")]))
     assert compare_memory(MemorySnapshot.from_json(snapshot.to_json()), snapshot).identical
-
-
-def test_overlapping_coverage_chunks_of_one_session_are_counted() -> None:
-    def row(run: str, start: int, end: int, chunk: str, part: int = 1) -> tuple[object, ...]:
-        return (f"{chunk}-{part}", run, "b", start, end, chunk, part)
-
-    clean = MemorySnapshot(
-        {
-            "coverage": (
-                row("a", 1, 5, "c1"),
-                row("a", 6, 9, "c2", 1),
-                row("a", 6, 9, "c2", 2),
-                row("b", 1, 4, "c3"),
-            )
-        }
-    )
-    assert overlapping_coverage(clean) == 0  # the two parts of chunk c2 share its range
-    assert (
-        overlapping_coverage(MemorySnapshot({"coverage": (row("a", 1, 5, "c1"), row("a", 5, 9, "c2"))})) == 1
-    )
