@@ -620,19 +620,27 @@ class _Killer:
 
     def kill(self, kind: ActorKind, deadline: float) -> bool:
         """Kill one actor of ``kind`` and wait until it answers again; False if it could not be killed."""
-        handle = self._handle(kind)
+        return kill_actor(self._handle(kind), deadline)
+
+
+def kill_actor(handle: Any, deadline: float) -> bool:
+    """SIGKILL the actor behind ``handle`` by the pid its ``ping`` reports, then wait for its restart.
+
+    False when it could not be killed: no answer in time, it died on its own meanwhile, or it runs
+    on another node.
+    """
+    try:
+        pid = int(_get(handle.ping.remote())["pid"])
+        os.kill(pid, signal.SIGKILL)
+    except (RayError, ProcessLookupError):
+        return False
+    while time.monotonic() < deadline:
         try:
-            pid = int(_get(handle.ping.remote())["pid"])
-            os.kill(pid, signal.SIGKILL)
-        except (RayError, ProcessLookupError):
-            return False  # no answer in time, or it died on its own meanwhile (or runs on another node)
-        while time.monotonic() < deadline:
-            try:
-                _get(handle.ping.remote(), 5.0)  # the restarted actor (restarts take about a second)
-                break
-            except RayError:
-                continue
-        return True
+            _get(handle.ping.remote(), 5.0)  # the restarted actor (restarts take about a second)
+            break
+        except RayError:
+            continue
+    return True
 
 
 def run_chaos_bench(

@@ -113,8 +113,39 @@ def chaos_command(
     seed: int = typer.Option(0, "--seed", help="Seed of the kill schedule."),
     kills: int = typer.Option(3, "--kills", min=0, max=12, help="Most SIGKILLs to deliver."),
     timeout: float = typer.Option(180.0, "--timeout", min=10.0, help="Give up after this many seconds."),
+    real: bool = typer.Option(False, "--real", help="Real observe, reflect and index jobs; compare memory."),
+    seeds: int = typer.Option(
+        5, "--seeds", min=1, help="With --real: seeds --seed.. --seed+N-1, one run each."
+    ),
+    sessions: int = typer.Option(2, "--sessions", min=1, max=64, help="With --real: agent sessions."),
+    turns: int = typer.Option(5, "--turns", min=1, max=200, help="With --real: turns per session."),
+    kills_per_kind: int = typer.Option(
+        1, "--kills-per-kind", min=0, max=5, help="With --real: kills per kind."
+    ),
+    cluster_stop: bool = typer.Option(
+        True, "--cluster-stop/--no-cluster-stop", help="With --real: also stop the whole cluster once."
+    ),
 ) -> None:
-    """SIGKILL the queue (its database writer too) and workers at seeded random moments; audit every job."""
+    """SIGKILL the queue (its database writer too) and workers at seeded moments; audit every job.
+
+    With ``--real``: real work, the memory StoreActor killed too, memory compared with a clean run.
+    """
+    if real:
+        from bench.chaos_workload import Workload
+        from bench.real_chaos import run_real_chaos
+
+        workload = Workload(sessions=sessions, turns=turns)
+        _run(
+            address,
+            as_json,
+            lambda: run_real_chaos(
+                workload,
+                list(range(seed, seed + seeds)),
+                kills_per_kind=kills_per_kind,
+                cluster_stop=cluster_stop,
+            ),
+        )
+        return
     from bench.queue_bench import run_chaos_bench
 
     _run(address, as_json, lambda: run_chaos_bench(jobs, seed=seed, max_kills=kills, timeout_s=timeout))

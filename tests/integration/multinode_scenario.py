@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import socket
-import sqlite3
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
+from bench.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 from bench.sample_session import commit_turn, demo_session
 from bench.scripted_models import ScriptedMemoryModel
 from bench.scripted_server import ScriptedServer
@@ -76,32 +76,9 @@ def _drive(client: OmrayClient, project: Path) -> None:
                 raise RuntimeError("the queue did not drain")
 
 
-def memory_fingerprint(db_path: Path) -> dict[str, Any]:
-    """What memory holds, without times and ids that depend on the clock."""
-    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
-        observations = sorted(
-            conn.execute("SELECT run_id, timestamp, content, relevance, source_refs_json FROM om_observation")
-        )
-        coverage = sorted(
-            conn.execute(
-                "SELECT run_id, source_start_seq, source_end_seq, part_index, part_count FROM om_coverage"
-            )
-        )
-        reflections = sorted(conn.execute("SELECT run_id, content FROM om_reflection"))
-        generations = sorted(conn.execute("SELECT run_id, status FROM om_memory_generation"))
-        index = conn.execute("SELECT dirty, complete FROM om_semantic_state").fetchall()
-    return {
-        "observations": [list(row) for row in observations],
-        "coverage": [list(row) for row in coverage],
-        "reflections": [list(row) for row in reflections],
-        "generations": [list(row) for row in generations],
-        "index_state": [list(row) for row in index],
-    }
-
-
 def _run(
     project: Path, server: ScriptedServer, data_node: str, tag: str
-) -> tuple[dict[str, Any], dict[str, str], dict[str, Any], str]:
+) -> tuple[MemorySnapshot, dict[str, str], dict[str, Any], str]:
     names = RuntimeNames(prefix=f"mn{tag}{uuid.uuid4().hex[:6]}")
     project.mkdir(parents=True)
     try:
@@ -128,7 +105,7 @@ def _run(
             if actor.name and actor.name.startswith(names.prefix)
         }
         counts = client.job_counts()
-        return memory_fingerprint(project / "om.sqlite"), actor_nodes, counts, str(search.get("ok"))
+        return memory_snapshot(project / "om.sqlite"), actor_nodes, counts, str(search.get("ok"))
     finally:
         remove_runtime(names)
 
@@ -170,10 +147,12 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                 "counts": remote_counts,
                 "local_counts": local_counts,
                 "search_ok": remote_search,
-                "memory_identical": remote == local,
-                "observations": len(remote["observations"]),
-                "reflections": len(remote["reflections"]),
-                "index_state": remote["index_state"],
+                "memory_identical": compare_memory(remote, local).identical,
+                "observations": remote.count("observations"),
+                "reflections": remote.count("reflections"),
+                "index_state": [
+                    [dirty, complete] for _, dirty, complete, *_ in remote.sections["index_state"]
+                ],
                 "seconds": round(time.monotonic() - started, 1),
             }
         finally:
