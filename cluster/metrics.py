@@ -44,9 +44,9 @@ class RayQueueMetrics:
         self._failures.set_default_tags(tags)
         self._tokens = Counter(
             "omray_model_tokens_total",
-            "Model tokens reported by the Observer/Reflector/Dropper, by handler and direction "
+            "Model tokens reported by the Observer/Reflector/Dropper, by handler, model and direction "
             "(prompt, cached_prompt, completion).",
-            ("runtime", "handler_id", "direction"),
+            ("runtime", "handler_id", "model", "direction"),
         )
         self._tokens.set_default_tags(tags)
 
@@ -66,16 +66,24 @@ class RayQueueMetrics:
         self._failures.inc(1, tags={"handler_id": handler_id, "reason": reason})
 
     def model_tokens(
-        self, handler_id: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+        self,
+        handler_id: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_prompt_tokens: int = 0,
+        model: str = "",
     ) -> None:
-        """Tokens a job's model calls reported (``cached_prompt`` is part of ``prompt``)."""
-        if prompt_tokens:
-            self._tokens.inc(prompt_tokens, tags={"handler_id": handler_id, "direction": "prompt"})
-        if cached_prompt_tokens:
-            tags = {"handler_id": handler_id, "direction": "cached_prompt"}
-            self._tokens.inc(cached_prompt_tokens, tags=tags)
-        if completion_tokens:
-            self._tokens.inc(completion_tokens, tags={"handler_id": handler_id, "direction": "completion"})
+        """Tokens a job's model calls reported (``cached_prompt`` is part of ``prompt``), labelled by
+        the ``provider/model`` name from settings (never anything a model wrote)."""
+        counts = {
+            "prompt": prompt_tokens,
+            "cached_prompt": cached_prompt_tokens,
+            "completion": completion_tokens,
+        }
+        for direction, count in counts.items():
+            if count:
+                tags = {"handler_id": handler_id, "model": model or "unknown", "direction": direction}
+                self._tokens.inc(count, tags=tags)
 
 
 class RayPoolMetrics:

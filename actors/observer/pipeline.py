@@ -139,6 +139,8 @@ class ObserveResult:
     """Input tokens the endpoint reported as served from its prompt cache."""
     completion_tokens: int = 0
     """Output tokens reported by the model."""
+    model: str = ""
+    """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
     source_tokens: int = 0
     """Tokens of the rendered source sent (parts that called the model)."""
     reflect_job_id: str | None = None
@@ -369,6 +371,7 @@ def _observe(
         result.parts_committed += 1
         result.observations += int(getattr(commit, "observation_count", len(records)))
         result.model_rounds += loop.rounds
+        result.model = model
         result.prompt_tokens += loop.prompt_tokens
         result.cached_prompt_tokens += loop.cached_prompt_tokens
         result.completion_tokens += loop.completion_tokens

@@ -91,7 +91,12 @@ class QueueMetricsPort(Protocol):
     def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None: ...
     def job_failed(self, handler_id: str, reason: str) -> None: ...
     def model_tokens(
-        self, handler_id: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+        self,
+        handler_id: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_prompt_tokens: int = 0,
+        model: str = "",
     ) -> None: ...
 
 
@@ -108,7 +113,12 @@ class NoMetrics:
         """Ignore."""
 
     def model_tokens(
-        self, handler_id: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+        self,
+        handler_id: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_prompt_tokens: int = 0,
+        model: str = "",
     ) -> None:
         """Ignore."""
 
@@ -525,7 +535,9 @@ class QueueActor:
         cached = detail.get("cached_prompt_tokens", 0)
         if isinstance(prompt, int) and isinstance(completion, int):
             cached = cached if isinstance(cached, int) else 0
-            self._safe_metric(self._metrics.model_tokens, handler_id, prompt, completion, cached)
+            model = detail.get("model")
+            model = model if isinstance(model, str) else ""
+            self._safe_metric(self._metrics.model_tokens, handler_id, prompt, completion, cached, model)
 
     @staticmethod
     def _safe_metric(record: Callable[..., None], *args: Any) -> None:

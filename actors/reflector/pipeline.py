@@ -168,6 +168,8 @@ class ReflectResult:
     """Input tokens the endpoint reported as served from its prompt cache."""
     completion_tokens: int = 0
     """Output tokens reported by the model."""
+    model: str = ""
+    """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able counters."""
@@ -178,6 +180,7 @@ class ReflectResult:
     ) -> None:
         """Add one tool loop's model counters and store its token usage."""
         self.model_rounds += loop.rounds
+        self.model = payload.reflector_model
         self.prompt_tokens += loop.prompt_tokens
         self.cached_prompt_tokens += loop.cached_prompt_tokens
         self.completion_tokens += loop.completion_tokens

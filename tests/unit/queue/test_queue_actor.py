@@ -82,6 +82,43 @@ def test_jobs_run_in_order_and_finish_once_even_with_failing_metrics(tmp_path: P
     assert store.job_counts().succeeded == 5 and queue.is_idle()
 
 
+class RecordingMetrics:
+    def __init__(self) -> None:
+        self.tokens: list[tuple[str, int, int, int, str]] = []
+
+    def queue_depth(self, depth: int, in_flight: int) -> None:
+        """Ignore."""
+
+    def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None:
+        """Ignore."""
+
+    def job_failed(self, handler_id: str, reason: str) -> None:
+        """Ignore."""
+
+    def model_tokens(
+        self, handler_id: str, prompt: int, completion: int, cached: int = 0, model: str = ""
+    ) -> None:
+        self.tokens.append((handler_id, prompt, completion, cached, model))
+
+
+def test_token_metrics_carry_the_model_a_job_reports(tmp_path: Path) -> None:
+    store, clock, metrics = Store(tmp_path / "q.sqlite"), Clock(), RecordingMetrics()
+
+    def with_model(job_id: str, attempt: int) -> dict[str, Any]:
+        detail = {
+            "prompt_tokens": 9,
+            "cached_prompt_tokens": 4,
+            "completion_tokens": 2,
+            "model": "local/qwen",
+        }
+        return JobSucceeded(job_id=job_id, detail=detail).model_dump()
+
+    queue = QueueActor(store, FakeWorkers(with_model), clock=clock, start_loop=False, metrics=metrics)
+    queue.dispatch(_job(1))
+    _drain(queue, clock)
+    assert [entry[1:] for entry in metrics.tokens] == [(9, 2, 4, "local/qwen")]
+
+
 def test_restart_resumes_the_job_that_was_running(tmp_path: Path) -> None:
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
     first = FakeWorkers(lambda job_id, attempt: None)  # never collected: the "actor" dies

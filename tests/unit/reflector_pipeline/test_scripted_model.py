@@ -107,6 +107,7 @@ def test_promotes_reflections_applies_capped_drops_and_keeps_later_observations(
         "prompt_tokens": 30,
         "cached_prompt_tokens": 0,
         "completion_tokens": 15,
+        "model": job.reflector_model,
     }
     # The cost report: one usage row per stage, counts only.
     usage = {
