@@ -63,6 +63,9 @@ class Workload:
             "model": "scripted/memory",
             "providers": {"scripted": {"base_url": base_url, "context_window": self.context_window}},
             "storage": {"database": str(project / "om.sqlite")},
+            # Every turn end observes (the original policy): each round settles on its own turn's
+            # coverage, and kills land in observer calls of every turn, not the trigger policy's.
+            "observer": {"observe_after_tokens": 0},
             "reflector": {"reflect_after_observation_tokens": 150},
             "pools": {"observations_max_tokens": 100},
             "semantic": {"embedding_api": {"base_url": base_url, "model_id": "hash-embedder"}},
