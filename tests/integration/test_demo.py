@@ -8,12 +8,15 @@ import subprocess
 import sys
 
 import pytest
+import ray
 
 pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_every_stage_offline(ray_cluster: object) -> None:
-    env = {**os.environ, "RAY_ADDRESS": "auto"}
+    # The shared cluster's own address: "auto" could pick another cluster of this machine, or a
+    # stopped head that a test before this one left as Ray's latest.
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     result = subprocess.run(
         [sys.executable, "-m", "cluster.cli", "demo", "--json"],
         capture_output=True,

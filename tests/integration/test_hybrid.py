@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bench.sample_session import commit_turn, demo_session, event_line
-from bench.scripted_server import ScriptedServer, http_error
+from bench.scripted_server import ScriptedServer, hash_vector, http_error
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
@@ -36,8 +36,15 @@ def _observe_demo(client: OmrayClient, tmp_path: Path, session_id: str) -> None:
         client.after_turn_commit(commit_turn(events_path, turn), events_path=events_path)
 
 
+def _slow_embedding(text: str) -> list[float]:
+    # An index job embeds many batches at once (``JOB_BATCHES``): a slow endpoint keeps the index
+    # behind the committed memories long enough for searches to see it partial.
+    time.sleep(0.05)
+    return list(hash_vector(text))
+
+
 def test_indexing_in_batches_partial_until_complete_and_rebuild(names: RuntimeNames, tmp_path: Path) -> None:
-    with ScriptedServer() as server:
+    with ScriptedServer(embed=_slow_embedding) as server:
         ensure_runtime(
             names,
             queue_db=str(tmp_path / "queue.sqlite"),
@@ -47,6 +54,11 @@ def test_indexing_in_batches_partial_until_complete_and_rebuild(names: RuntimeNa
         client = OmrayClient(names, settings=_settings(tmp_path, server), cwd=tmp_path)
         client.session_started("s-hybrid")
         _observe_demo(client, tmp_path, "s-hybrid")
+        assert client.wait_idle(timeout_s=120)
+        # A second session's memories while the (slow) endpoint indexes them: the index lags.
+        second = tmp_path / "second"
+        second.mkdir()
+        _observe_demo(client, second, "s-hybrid-2")
         answers: list[dict[str, Any]] = []
         deadline = time.monotonic() + 120
         while not client.queue_is_idle() and time.monotonic() < deadline:
