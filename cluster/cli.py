@@ -87,6 +87,8 @@ def up(
     typer.echo(f"omray is up: queue {info['queue']!r} in namespace {info['namespace']!r}")
     if info.get("dashboard_url"):
         typer.echo(f"Ray dashboard: {info['dashboard_url']} (token auth: {info['auth']})")
+    elif not dashboard and address is None:
+        typer.echo("Ray dashboard: off (start with `omray up --dashboard` to watch the actors there)")
 
 
 @app.command()
