@@ -26,10 +26,14 @@ Definitions (per accepted job, i.e. a job whose ``dispatch`` returned its id):
   lanes. The queue orders *attempts*; an attempt that dies before reaching the handler lets a
   later job of its lane reach the handler first, so a chaos run may report ``false``.
 
-``jobs_per_s`` is accepted jobs divided by the time from the first dispatch to a drained queue.
+``jobs_per_s`` is the jobs accepted in the throughput run (``--jobs``, from :data:`DISPATCHERS`
+agents at once) divided by the time from its first dispatch to a drained queue.
 ``dispatch_overhead_ms_p50``/``p99`` is the latency of one ``dispatch`` call (the job is durable
-when it returns). The baseline sends the same jobs as plain calls to one Ray actor that runs the
-same handler with no queue and no durability.
+when it returns) by one agent alone: :data:`PROBE_JOBS` more jobs dispatched in turn once the
+throughput run drained, so ``jobs`` counts ``--jobs`` plus the probes. The same calls during the
+throughput run are ``dispatch_ms_p50_concurrent``/``p99``. The baseline sends the same jobs as
+plain calls to one Ray actor that runs the same handler with no queue and no durability, pipelined,
+one caller at a time, and from :data:`DISPATCHERS` callers at once.
 
 The audit compares timestamps written by workers and by the queue, so it assumes they share a
 clock (one machine, or well-synchronized nodes), and the ledger must be on a filesystem every
@@ -66,7 +70,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from actors.bench_handlers import LEDGER_ENV, read_ledger
 from cluster.naming import RuntimeNames
-from cluster.runtime import ensure_runtime, remove_runtime
+from cluster.runtime import ROLE_NAMES, PoolSizes, ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
@@ -179,7 +183,7 @@ class _AuditedRun(_Frozen):
     """The audit figures every queue benchmark reports (see :class:`JobAudit`)."""
 
     jobs: int
-    """Jobs dispatched."""
+    """Jobs dispatched (and audited)."""
     completed: int
     """See :class:`JobAudit`."""
     failed: int
@@ -208,13 +212,28 @@ class QueueBenchResult(_AuditedRun):
     jobs_per_s: float
     """Accepted jobs per second through the durable queue."""
     dispatch_overhead_ms_p50: float
-    """Median latency of one durable ``dispatch`` call."""
+    """Median latency of one durable ``dispatch`` call by one agent alone (``probe_jobs`` calls in
+    turn after the throughput run drained; compare ``baseline_call_ms_p50``)."""
     dispatch_overhead_ms_p99: float
-    """99th percentile latency of one durable ``dispatch`` call."""
+    """99th percentile of the same calls."""
+    dispatch_ms_p50_concurrent: float
+    """Median latency of one ``dispatch`` call during the throughput run, with :data:`DISPATCHERS`
+    agents dispatching at once (compare ``baseline_call_ms_p50_concurrent``)."""
+    dispatch_ms_p99_concurrent: float
+    """99th percentile of the same calls."""
+    probe_jobs: int
+    """Jobs dispatched one at a time for the single-agent latency (audited with the others)."""
+    dispatchers: int
+    """Agents dispatching at once in the throughput run."""
+    pools: dict[str, int]
+    """Workers x slots of each pool in this run (fixed, :data:`THROUGHPUT_POOLS`)."""
     baseline_jobs_per_s: float | None
     """The same jobs as pipelined calls on one plain Ray actor (no durability); None when skipped."""
     baseline_call_ms_p50: float | None
-    """Median round trip of one synchronous plain actor call; None when skipped."""
+    """Median round trip of one synchronous plain actor call by one caller; None when skipped."""
+    baseline_call_ms_p50_concurrent: float | None
+    """Median round trip of one plain actor call with :data:`DISPATCHERS` callers at once; None when
+    skipped."""
 
 
 class ChaosBenchResult(_AuditedRun):
@@ -414,7 +433,25 @@ class _Workspace:
     run_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:8]}")
 
 
-def _open_workspace(directory: Path, hold_s: float, retry_base_delay_s: float) -> _Workspace:
+THROUGHPUT_POOLS = PoolSizes(
+    observers=2,
+    reflectors=2,
+    indexers=2,
+    observer_slots=8,
+    reflector_slots=8,
+    indexer_slots=8,
+    max_observers=2,
+    max_reflectors=2,
+    max_indexers=2,
+)
+"""Worker pools of the throughput run: fixed (no process starts mid-run) and with slots enough for every
+lane, so the figure is the queue's own rate, not that of a one-slot pool running no-op jobs in turn
+(the production pools give index work one slot, since real index work is CPU-bound)."""
+
+
+def _open_workspace(
+    directory: Path, hold_s: float, retry_base_delay_s: float, pools: PoolSizes | None = None
+) -> _Workspace:
     if not ray.is_initialized():
         raise BenchError("not connected to Ray: call ray.init() (or use `omray bench`) first")
     names = RuntimeNames(prefix=f"bench{uuid.uuid4().hex[:10]}")
@@ -432,6 +469,7 @@ def _open_workspace(directory: Path, hold_s: float, retry_base_delay_s: float) -
         handler_paths=BENCH_HANDLERS,
         worker_env={LEDGER_ENV: ws.ledger, EFFECTS_ENV: str(effects), HOLD_ENV: str(hold_s)},
         retry_base_delay_s=retry_base_delay_s,
+        pools=pools,
     )
     # Workers start lazily: wait until each answers so startup is not billed to the first jobs.
     for actor_name in (names.observer, names.reflector, names.indexer):
@@ -466,6 +504,9 @@ def _close_workspace(ws: _Workspace, accepted: list[str], jobs: int) -> JobAudit
 DISPATCHERS = 8
 """Concurrent dispatching agents (each owns the lanes ``n % DISPATCHERS`` of its jobs)."""
 
+PROBE_JOBS = 200
+"""Jobs one agent dispatches in turn, after the throughput run, for the single-agent latency."""
+
 
 class _Dispatcher(threading.Thread):
     """Dispatches the jobs from :data:`DISPATCHERS` threads, like concurrent agents, timing each call.
@@ -495,7 +536,11 @@ class _Dispatcher(threading.Thread):
         return _get(self._ws.queue.dispatch.remote(job))
 
     def _feed(self, first: int) -> None:
-        for n in range(first, self._jobs, self._threads):
+        self.feed(range(first, self._jobs, self._threads))
+
+    def feed(self, numbers: range) -> None:
+        """Dispatch jobs ``numbers`` in order from the calling thread, timing each call."""
+        for n in numbers:
             job = bench_job(self._ws.run_id, n)
             started = time.perf_counter()
             try:
@@ -537,9 +582,21 @@ class _PlainActor:
         return idempotent_noop(JobEnvelope.model_validate(envelope_data), attempt, None)
 
 
-def run_baseline(jobs: int, directory: Path) -> tuple[float, float]:
-    """Plain-actor throughput (pipelined calls) and the median synchronous call in ms."""
-    actor: Any = ray.remote(_PlainActor).options(num_cpus=0).remote(str(directory))
+@dataclass
+class Baseline:
+    """Plain Ray figures of one run (see :func:`run_baseline`)."""
+
+    jobs_per_s: float
+    call_ms_p50: float
+    call_ms_p50_concurrent: float
+
+
+def run_baseline(jobs: int, directory: Path, probes: int) -> Baseline:
+    """Plain-actor throughput (pipelined calls), and the median synchronous call in ms, alone and
+    with :data:`DISPATCHERS` callers at once (the actor runs that many calls at a time)."""
+    actor: Any = (
+        ray.remote(_PlainActor).options(num_cpus=0, max_concurrency=DISPATCHERS).remote(str(directory))
+    )
     try:
         envelopes = [bench_job("baseline", n).model_dump() for n in range(jobs)]
         _get(actor.handle.remote(envelopes[0], 0), 120.0)  # warm up: process start and imports
@@ -547,11 +604,26 @@ def run_baseline(jobs: int, directory: Path) -> tuple[float, float]:
         _get([actor.handle.remote(e, 1) for e in envelopes], 300.0)
         jobs_per_s = jobs / max(time.perf_counter() - started, 1e-9)
         calls: list[float] = []
-        for envelope in envelopes[: min(jobs, 200)]:
+        for envelope in envelopes[:probes]:
             t0 = time.perf_counter()
             _get(actor.handle.remote(envelope, 2))
             calls.append((time.perf_counter() - t0) * 1000.0)
-        return jobs_per_s, statistics.median(calls)
+        concurrent: list[float] = []
+        lock = threading.Lock()
+
+        def call_in_turn(first: int) -> None:
+            for envelope in envelopes[first::DISPATCHERS]:
+                t0 = time.perf_counter()
+                _get(actor.handle.remote(envelope, 3))
+                with lock:
+                    concurrent.append((time.perf_counter() - t0) * 1000.0)
+
+        callers = [threading.Thread(target=call_in_turn, args=(i,), daemon=True) for i in range(DISPATCHERS)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join()
+        return Baseline(jobs_per_s, statistics.median(calls), statistics.median(concurrent))
     finally:
         ray.kill(actor, no_restart=True)
 
@@ -571,34 +643,48 @@ def run_queue_bench(
         raise BenchError(f"jobs must be at least 1, got {jobs!r}")
     with tempfile.TemporaryDirectory(prefix="omray-bench-", dir=workdir) as tmp:
         directory = Path(tmp)
-        ws = _open_workspace(directory, hold_s=0.0, retry_base_delay_s=0.05)
+        ws = _open_workspace(directory, hold_s=0.0, retry_base_delay_s=0.05, pools=THROUGHPUT_POOLS)
         deadline = time.monotonic() + timeout_s
         dispatcher = _Dispatcher(ws, jobs, deadline)
+        probes = min(jobs, PROBE_JOBS)
+        prober = _Dispatcher(ws, jobs + probes, deadline, threads=1)
         started = time.perf_counter()
         try:
             dispatcher.start()
             _wait_drained(ws, dispatcher.accepted_count, dispatcher.finished.is_set, deadline)
             seconds = time.perf_counter() - started
             dispatcher.join(timeout=CALL_TIMEOUT_S)
+            # One agent alone: the same kind of jobs, dispatched in turn on the drained queue.
+            prober.feed(range(jobs, jobs + probes))
+            _wait_drained(ws, lambda: len(dispatcher.accepted) + len(prober.accepted), lambda: True, deadline)
         finally:
-            audit = _close_workspace(ws, list(dispatcher.accepted), jobs)
-        base_rate, base_call = run_baseline(jobs, directory) if baseline else (None, None)
+            audit = _close_workspace(ws, list(dispatcher.accepted) + list(prober.accepted), jobs + probes)
+        base = run_baseline(jobs, directory, probes) if baseline else None
     latencies = sorted(dispatcher.latencies_ms)
+    alone = sorted(prober.latencies_ms)
     return QueueBenchResult(
-        jobs=jobs,
+        jobs=jobs + probes,
         completed=audit.completed,
         failed=audit.failed,
         lost=audit.lost,
-        rejected=jobs - audit.accepted,
+        rejected=jobs + probes - audit.accepted,
         duplicated=audit.duplicated,
         redelivered=audit.redelivered,
         order_kept=audit.order_kept,
         seconds=round(seconds, 3),
-        jobs_per_s=round(audit.accepted / max(seconds, 1e-9), 1),
-        dispatch_overhead_ms_p50=round(percentile(latencies, 0.5), 3),
-        dispatch_overhead_ms_p99=round(percentile(latencies, 0.99), 3),
-        baseline_jobs_per_s=None if base_rate is None else round(base_rate, 1),
-        baseline_call_ms_p50=None if base_call is None else round(base_call, 3),
+        jobs_per_s=round(len(dispatcher.accepted) / max(seconds, 1e-9), 1),
+        dispatch_overhead_ms_p50=round(percentile(alone, 0.5), 3),
+        dispatch_overhead_ms_p99=round(percentile(alone, 0.99), 3),
+        dispatch_ms_p50_concurrent=round(percentile(latencies, 0.5), 3),
+        dispatch_ms_p99_concurrent=round(percentile(latencies, 0.99), 3),
+        probe_jobs=probes,
+        dispatchers=DISPATCHERS,
+        pools={
+            role: THROUGHPUT_POOLS.max_of(h) * THROUGHPUT_POOLS.slots_of(h) for h, role in ROLE_NAMES.items()
+        },
+        baseline_jobs_per_s=None if base is None else round(base.jobs_per_s, 1),
+        baseline_call_ms_p50=None if base is None else round(base.call_ms_p50, 3),
+        baseline_call_ms_p50_concurrent=None if base is None else round(base.call_ms_p50_concurrent, 3),
         machine=machine_info(),
     )
 

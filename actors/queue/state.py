@@ -28,6 +28,7 @@ Store effect of each command (the actor persists *before* acting on it):
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -275,14 +276,18 @@ class _Job:
     carrier: int | None = None
     # Where the last failure's events file is corrupt, when that was the reason (ids only).
     events_location: EventsLocation | None = None
+    # Derived from the envelope once (the envelope never changes): the dispatch loop reads them for
+    # every lane head on every step.
+    key: JobKey = field(init=False)
+    lane: str = field(init=False)
+    handler_id: str = field(init=False)
+    coalesce_key: tuple[str, ...] | None = field(init=False)
 
-    @property
-    def key(self) -> JobKey:
-        return job_key(self.envelope)
-
-    @property
-    def lane(self) -> str:
-        return lane_of(self.envelope)
+    def __post_init__(self) -> None:
+        self.key = job_key(self.envelope)
+        self.lane = lane_of(self.envelope)
+        self.handler_id = self.envelope.handler_id
+        self.coalesce_key = _coalesce_key(self.envelope.payload)
 
 
 # --- the state machine --------------------------------------------------------------------------
@@ -346,6 +351,17 @@ class QueueState:
         self._members: dict[int, list[int]] = {}
         self._busy_lanes: set[str] = set()
         self._running_jobs = 0
+        self._runs_by_handler: dict[str, int] = {}  # runs in flight per handler id
+        # The index of free lane heads that makes a step cost what it starts, not the backlog:
+        # per handler, a heap of ``(not interrupted, seq)`` entries, checked when popped (an entry
+        # is live only while ``_pushed`` holds its rank and the job heads a free lane); lanes
+        # changed since the last step are refreshed first; ``_timed`` holds the free heads with a
+        # ``not_before`` (only they can be waiting).
+        self._ready: dict[str, list[tuple[bool, int]]] = {}
+        self._pushed: dict[int, bool] = {}
+        self._indexed_head: dict[str, int] = {}
+        self._timed: set[int] = set()
+        self._dirty: set[str] = set()
 
     # --- restart -----------------------------------------------------------------------------
 
@@ -421,25 +437,27 @@ class QueueState:
         """
         commands: list[Command] = []
         free = self._max_in_flight - self.in_flight
-        waits: list[float] = []
+        if free <= 0:
+            return commands
+        self._refresh_index()
+        passed: list[tuple[bool, int]] = []  # waiting heads popped on the way; they go back
+        while free > 0:
+            head = self._pop_next_head()
+            if head is None:
+                break
+            if self._waiting(head, now):
+                passed.append((not head.interrupted, head.seq))
+                continue
+            commands.append(self._start(self._group_from(head)))
+            free -= 1
+        for rank in passed:
+            self._pushed[rank[1]] = rank[0]
+            heapq.heappush(self._ready[self._jobs[rank[1]].handler_id], rank)
         if free > 0:
-            for head in self._lane_heads():
-                if free == 0:
-                    break
-                group = self._group_from(head)
-                waiting = not head.interrupted and head.not_before is not None and head.not_before > now
-                if waiting and not (_held_until_absorbed(head) and len(group) > 1):
-                    assert head.not_before is not None
-                    waits.append(head.not_before)
-                    continue
-                handler_id = head.envelope.handler_id
-                limit = self._capacity.get(handler_id)
-                if limit is not None and self._running_of(handler_id) >= limit:
-                    continue
-                commands.append(self._start(group))
-                free -= 1
-        if free > 0 and waits:
-            commands.append(WakeAt(min(waits)))
+            timed = (self._jobs[seq] for seq in self._timed)
+            waits = [job.not_before for job in timed if self._waiting(job, now) and job.not_before]
+            if waits:
+                commands.append(WakeAt(min(waits)))
         return commands
 
     def on_outcome(
@@ -501,9 +519,9 @@ class QueueState:
         Call it after :meth:`next_dispatch`: what it counts is work a bigger pool would start.
         """
         waiting: dict[str, int] = {}
-        for head in self._lane_heads():
+        for head in self._free_lane_heads():
             if head.interrupted or head.not_before is None or head.not_before <= now:
-                waiting[head.envelope.handler_id] = waiting.get(head.envelope.handler_id, 0) + 1
+                waiting[head.handler_id] = waiting.get(head.handler_id, 0) + 1
         return waiting
 
     def set_capacity(self, handler_id: str, size: int) -> None:
@@ -534,7 +552,7 @@ class QueueState:
                 {
                     "job_seq": j.seq,
                     "job_id": j.envelope.job_id,
-                    "handler_id": j.envelope.handler_id,
+                    "handler_id": j.handler_id,
                     "run_id": j.envelope.payload.run_id,
                     "status": j.status,
                     "attempts": j.attempts,
@@ -551,28 +569,89 @@ class QueueState:
     def _add(self, job: _Job) -> None:
         self._jobs[job.seq] = job
         self._seq_by_key[job.key] = job.seq
+        self._dirty.add(job.lane)
         lane = self._lanes.setdefault(job.lane, [])
         if lane and lane[-1] > job.seq:  # only a restore or an out-of-order seq lands here
             bisect.insort(lane, job.seq)
         else:
             lane.append(job.seq)
 
-    def _lane_heads(self) -> list[_Job]:
-        """The first waiting job of every lane with nothing running, in start priority order."""
-        heads = [
-            self._jobs[seqs[0]] for lane, seqs in self._lanes.items() if seqs and lane not in self._busy_lanes
-        ]
-        return sorted(heads, key=lambda j: (not j.interrupted, j.seq))
+    def _refresh_index(self) -> None:
+        """Bring the free-head index up to date for every lane changed since the last step."""
+        for lane in self._dirty:
+            old = self._indexed_head.pop(lane, None)
+            if old is not None:
+                self._timed.discard(old)
+            seqs = self._lanes.get(lane)
+            if not seqs or lane in self._busy_lanes:
+                continue
+            head = self._jobs[seqs[0]]
+            self._indexed_head[lane] = head.seq
+            if head.not_before is not None and not head.interrupted:
+                self._timed.add(head.seq)
+            rank = not head.interrupted
+            if self._pushed.get(head.seq) is not rank:
+                self._pushed[head.seq] = rank
+                heapq.heappush(self._ready.setdefault(head.handler_id, []), (rank, head.seq))
+        self._dirty.clear()
+
+    def _live_entry(self, entry: tuple[bool, int]) -> bool:
+        rank, seq = entry
+        job = self._jobs.get(seq)
+        if job is None or self._pushed.get(seq) is not rank or self._indexed_head.get(job.lane) != seq:
+            if self._pushed.get(seq) is rank:
+                del self._pushed[seq]
+            return False
+        return True
+
+    def _pop_next_head(self) -> _Job | None:
+        """Take the free lane head that starts first among the handlers with a free slot."""
+        best: tuple[bool, int] | None = None
+        for handler_id, heap in self._ready.items():
+            while heap and not self._live_entry(heap[0]):
+                heapq.heappop(heap)
+            if heap and not self._is_full(handler_id) and (best is None or heap[0] < best):
+                best = heap[0]
+        if best is None:
+            return None
+        job = self._jobs[best[1]]
+        heapq.heappop(self._ready[job.handler_id])
+        del self._pushed[job.seq]
+        return job
+
+    def _free_lane_heads(self) -> list[_Job]:
+        """The first waiting job of every lane with nothing running, in no particular order."""
+        busy = self._busy_lanes
+        jobs = self._jobs
+        return [jobs[seqs[0]] for lane, seqs in self._lanes.items() if lane not in busy]
+
+    def _waiting(self, head: _Job, now: float) -> bool:
+        """The lane head may not start yet: its retry backoff or hold runs, and no later job absorbs it."""
+        if head.interrupted or head.not_before is None or head.not_before <= now:
+            return False
+        return not (_held_until_absorbed(head) and self._coalesces_with_next(head))
+
+    def _is_full(self, handler_id: str) -> bool:
+        limit = self._capacity.get(handler_id)
+        return limit is not None and self._runs_by_handler.get(handler_id, 0) >= limit
+
+    def _coalesces_with_next(self, head: _Job) -> bool:
+        """The job right behind ``head`` in its lane would run in ``head``'s group."""
+        if not self._coalesce or head.coalesce_key is None or MAX_COALESCED < 2:
+            return False
+        seqs = self._lanes[head.lane]
+        return len(seqs) > 1 and self._jobs[seqs[1]].coalesce_key == head.coalesce_key
 
     def _group_from(self, head: _Job) -> list[_Job]:
         """The head and, when coalescing applies, the waiting jobs right behind it in its lane."""
-        key = _coalesce_key(head.envelope.payload) if self._coalesce else None
+        key = head.coalesce_key if self._coalesce else None
         group = [head]
         if key is None:
             return group
-        for seq in self._lanes[head.lane][1:]:
-            job = self._jobs[seq]
-            if _coalesce_key(job.envelope.payload) != key or len(group) >= MAX_COALESCED:
+        seqs = self._lanes[head.lane]
+        for index in range(1, min(len(seqs), MAX_COALESCED)):
+            job = self._jobs[seqs[index]]
+            if job.coalesce_key != key:
                 break
             group.append(job)
         return group
@@ -588,19 +667,18 @@ class QueueState:
         self._carriers[carrier.seq] = carrier
         self._members[carrier.seq] = [job.seq for job in group]
         self._busy_lanes.add(carrier.lane)
+        self._dirty.add(carrier.lane)
         self._running_jobs += len(group)
+        self._runs_by_handler[carrier.handler_id] = self._runs_by_handler.get(carrier.handler_id, 0) + 1
         members = tuple((job.seq, job.attempts) for job in group) if len(group) > 1 else ()
         return Dispatch(
             carrier.seq,
             carrier.envelope.job_id,
-            carrier.envelope.handler_id,
+            carrier.handler_id,
             carrier.attempts,
             carrier.envelope.payload,
             members,
         )
-
-    def _running_of(self, handler_id: str) -> int:
-        return sum(1 for job in self._carriers.values() if job.envelope.handler_id == handler_id)
 
     def _in_flight_carrier(self, job_seq: int, attempt: int | None) -> _Job | OutcomeIgnored:
         job = self._carriers.get(job_seq)
@@ -614,6 +692,8 @@ class QueueState:
         """End the run of ``carrier``: free its lane and slot; returns its members in seq order."""
         del self._carriers[carrier.seq]
         self._busy_lanes.discard(carrier.lane)
+        self._dirty.add(carrier.lane)
+        self._runs_by_handler[carrier.handler_id] -= 1
         members = [self._jobs[seq] for seq in self._members.pop(carrier.seq)]
         self._running_jobs -= len(members)
         for job in members:
@@ -636,6 +716,7 @@ class QueueState:
             return self._give_up(job, decision)
         job.status = "pending"
         job.not_before = now + decision.delay_s
+        self._dirty.add(job.lane)
         return [ScheduleRetry(job.seq, job.envelope.job_id, job.attempts, job.not_before, failure.reason)]
 
     def _give_up(self, job: _Job, decision: GiveUpNow) -> list[Command]:
@@ -656,6 +737,8 @@ class QueueState:
     def _remove(self, job: _Job) -> None:
         del self._jobs[job.seq]
         del self._seq_by_key[job.key]
+        self._pushed.pop(job.seq, None)
+        self._dirty.add(job.lane)
         lane = self._lanes[job.lane]
         lane.remove(job.seq)  # finished jobs are at the front of their lane: cheap
         if not lane:

@@ -16,10 +16,14 @@ pytestmark = pytest.mark.integration
 
 def test_queue_bench_completes_every_job_once(ray_cluster: object) -> None:
     result = run_queue_bench(50)
-    assert (result.completed, result.lost, result.duplicated, result.failed) == (50, 0, 0, 0)
+    # 50 jobs from 8 agents at once, then 50 probes dispatched by one agent in turn.
+    assert (result.jobs, result.probe_jobs) == (100, 50)
+    assert (result.completed, result.lost, result.duplicated, result.failed) == (100, 0, 0, 0)
     assert result.redelivered == 0 and result.order_kept
     assert result.jobs_per_s > 0 and result.baseline_jobs_per_s is not None
+    assert result.baseline_call_ms_p50_concurrent is not None
     assert 0 < result.dispatch_overhead_ms_p50 <= result.dispatch_overhead_ms_p99
+    assert 0 < result.dispatch_ms_p50_concurrent <= result.dispatch_ms_p99_concurrent
     assert result.machine.cores >= 1
 
 
@@ -39,7 +43,8 @@ def test_bench_queue_command_prints_one_json_object(ray_cluster: object) -> None
     assert {"jobs", "completed", "lost", "duplicated", "jobs_per_s", "dispatch_overhead_ms_p50"} <= set(
         figures
     )
-    assert (figures["jobs"], figures["completed"], figures["baseline_jobs_per_s"]) == (12, 12, None)
+    assert (figures["jobs"], figures["completed"], figures["baseline_jobs_per_s"]) == (24, 24, None)
+    assert figures["probe_jobs"] == 12 and figures["dispatch_ms_p50_concurrent"] > 0
     assert {"cores", "memory_gb"} <= set(figures["machine"])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from actors.queue.state import Command, QueueState, WakeAt
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob, SemanticIndexJob
 
 
@@ -49,3 +50,29 @@ def reflect(job_id: str, run_id: str, db_path: str = "/data/om.sqlite") -> JobEn
             db_path=db_path,
         ),
     )
+
+
+def scan_next_dispatch(state: QueueState, now: float) -> list[Command]:
+    """``QueueState.next_dispatch`` as first written: sort every free lane head, then start in order.
+
+    The reference the indexed implementation is checked against (same commands, same state after).
+    """
+    commands: list[Command] = []
+    free = state.max_in_flight - state.in_flight
+    waits: list[float] = []
+    if free > 0:
+        heads = sorted(state._free_lane_heads(), key=lambda j: (not j.interrupted, j.seq))
+        for head in heads:
+            if free == 0:
+                break
+            if state._waiting(head, now):
+                assert head.not_before is not None
+                waits.append(head.not_before)
+                continue
+            if state._is_full(head.handler_id):
+                continue
+            commands.append(state._start(state._group_from(head)))
+            free -= 1
+    if free > 0 and waits:
+        commands.append(WakeAt(min(waits)))
+    return commands

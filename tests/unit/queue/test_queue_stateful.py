@@ -14,6 +14,7 @@ starts before its time unless it rides with another job of its lane, and limits 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from hypothesis import HealthCheck, settings
@@ -38,7 +39,7 @@ from actors.queue.state import (
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.outcomes import JobFailed, JobSucceeded
 
-from .helpers import envelope, observe, reflect
+from .helpers import envelope, observe, reflect, scan_next_dispatch
 
 MAX_ATTEMPTS = 4
 
@@ -282,6 +283,15 @@ class QueueActorModel(RuleBasedStateMachine):
         }
         assert self.queue.in_flight <= self.max_in_flight
         assert self.queue.in_flight == len(self.live)
+
+    @invariant()
+    def indexed_dispatch_equals_a_full_scan(self) -> None:
+        # The free-head index must pick exactly what scanning every lane would, now and once
+        # every backoff and hold has run out.
+        for now in (self.now, self.now + 1_000.0):
+            indexed, scanned = copy.deepcopy(self.queue), copy.deepcopy(self.queue)
+            assert indexed.next_dispatch(now) == scan_next_dispatch(scanned, now)
+            assert indexed.snapshot() == scanned.snapshot()
 
     @invariant()
     def every_stored_job_is_queued_finished_or_a_discarded_duplicate(self) -> None:
