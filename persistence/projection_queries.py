@@ -98,8 +98,10 @@ _OBSERVATIONS_SQL: Final = (
     "SELECT {columns} FROM {source} WHERE run_id = :run_id{pool} ORDER BY timestamp ASC, observation_id ASC"
 )
 _POOL_AFTER_GENERATION: Final = (
-    " AND (observation_id IN (SELECT observation_id FROM om_generation_retained_observation"
-    " WHERE generation_id = :generation_id) OR source_end_seq > :required_end_seq)"
+    # The cheap test first: SQLite stops at the first true term, so an observation past the
+    # watermark (most of a busy pool) costs no lookup in the retained set.
+    " AND (source_end_seq > :required_end_seq OR observation_id IN (SELECT observation_id"
+    " FROM om_generation_retained_observation WHERE generation_id = :generation_id))"
 )
 _REFLECTION_LINE: Final = "'[' || lower(substr(r.reflection_id, 1, 12)) || '] ' || r.content"
 

@@ -30,6 +30,7 @@ from persistence.search_queries import (
     SearchStrategy,
     SearchTable,
     TableSearch,
+    trigram_match,
     trigram_phrase,
     uses_trigram,
 )
@@ -57,6 +58,7 @@ TUNINGS = st.builds(
     walk_budget_min=st.integers(1, 8),
     walk_budget_fraction=st.integers(1, 64),
     narrow_range_fraction=st.integers(1, 4),
+    walk_extension=st.integers(1, 3),
     selective_fraction=st.integers(1, 8),
 )
 
@@ -240,6 +242,22 @@ def test_short_queries_without_tail_indexes_fall_back_to_the_scan(corpus: Corpus
     assert trigram_phrase('say "hi"') == '"say ""hi"""'
 
 
+@given(st.text(min_size=3, max_size=40))
+def test_trigram_match_covers_every_character_of_the_query(query: str) -> None:
+    terms = trigram_match(query).split(" AND ")
+    if len(query) == 3:
+        assert terms == [trigram_phrase(query)]
+        return
+    starts = [start for start in range(len(query) - 2) if trigram_phrase(query[start : start + 3]) in terms]
+    covered = {start + offset for start in starts for offset in range(3)}
+    assert covered == set(range(len(query)))
+    assert len(terms) == len(set(terms)) <= len(query) // 3 + 1
+
+
+def test_trigram_match_quotes_each_term() -> None:
+    assert trigram_match('a "quoted" word') == '"a """ AND "quo" AND "ted" AND """ w" AND "ord"'
+
+
 @pytest.mark.parametrize(
     ("text", "folded"), [("aB", "ab"), ("É", "é"), ("x_", "x_"), ("%", "%"), ("\u212a", "k")]
 )
@@ -323,7 +341,7 @@ def _minute(index: int) -> str:
 @pytest.fixture
 def branch_db(tmp_path: Path) -> Path:
     """120 observations a minute apart: 'zeta' and 'a' everywhere, 'needle' twice, 'oldword' in the
-    oldest 40, 'q!' in the oldest 12; one reflection."""
+    oldest 40, 'q!' in the oldest 12, 'quad' in every fourth of the newest 60; one reflection."""
     db_path = tmp_path / "om.sqlite"
     rows = []
     for index in range(120):
@@ -334,6 +352,8 @@ def branch_db(tmp_path: Path) -> Path:
             words.append("oldword")
         if index < 12:
             words.append("q!")
+        if index >= 60 and index % 4 == 0:
+            words.append("quad")
         rows.append(observation(f"{index:04x}", " ".join(words), timestamp=_minute(index), run_id="s"))
     with Store(db_path) as store:
         commit(store, rows, "s")
@@ -354,6 +374,9 @@ def branch_db(tmp_path: Path) -> Path:
         ({"query": "q!", "before": _minute(29)}, BRANCH_TUNING, "ordered"),  # narrow range: walked whole
         ({"query": "q!", "before": _minute(8)}, BRANCH_TUNING, "ordered"),  # range within the budget
         ({"query": "q!", "before": _minute(99)}, BRANCH_TUNING, "scan"),  # wide range
+        # The walk's 10 rows hold 2 of the 6 needed: at that density 2 more budgets finish it.
+        ({"query": "quad"}, BRANCH_TUNING, "ordered"),
+        ({"query": "quad"}, dataclasses.replace(BRANCH_TUNING, walk_extension=1), "scan"),
     ],
 )
 def test_auto_picks_the_plan_the_probes_point_to_and_answers_like_the_scan(
