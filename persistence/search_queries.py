@@ -23,9 +23,11 @@ the plain scan returns; only the work differs:
 
 ``auto`` picks per table with cheap probes (a scoped search takes ``session`` right after a rare
 trigram phrase): the trigram candidate count, capped (rare phrase:
-``trigram``); then an ordered walk bounded to a row budget, whose answer is final when it found
-enough matches or covered the whole date range (one that found some goes on, bounded again, when
-at the density found it would finish within two more budgets); then, for what is left (matches
+``trigram``), after a first walk of the newest few hundred rows in the date range, which answers a
+common query by itself (unless the search is scoped); then an ordered walk bounded to a row budget
+(it goes on from the first one), whose answer is final when it found enough matches or covered
+the whole date range (one that found some goes on, bounded again, when at the density found it
+would finish within two more budgets); then, for what is left (matches
 that are few and far from the newest rows), an unbounded walk when the date range is narrow, the
 trigram plan when its candidates are few enough, else the scan. Every bounded probe caps the
 work it can waste.
@@ -125,6 +127,8 @@ class PlanTuning:
     """The bounded ordered walk may visit at least this many rows..."""
     walk_budget_fraction: int = 16
     """...or 1/this of the table, whichever is more: its worst-case waste before another plan."""
+    first_window: int = 512
+    """Rows the first, short walk may visit before any probe (a common query ends there)."""
     walk_extension: int = 2
     """A bounded walk that found some matches but not enough goes on for up to this many more budgets
     when, at the density it found, that is enough to finish."""
@@ -562,6 +566,17 @@ def choose_and_fetch(
     """``auto``: the cheapest plan by bounded probes, and its rows (see the module docstring)."""
     fetch_limit = search.spec.fetch_limit
     rows_estimate = search.approximate_rows()
+    budget = max(tuning.walk_budget_min, rows_estimate // tuning.walk_budget_fraction)
+    rows: list[_HitRow] = []
+    walked: _OrderKey | None = None  # the walk so far covers the rows before this one
+    first_window = ordered_ok and not session_ok
+    if first_window:
+        # A short walk first: a common query finds its first matches among the newest rows, for
+        # less than any probe costs; its rows are kept for the longer walk below.
+        walked = search.boundary(min(budget, tuning.first_window))
+        rows = search.ordered_rows(walked)
+        if walked is None or len(rows) >= fetch_limit:
+            return rows, "ordered"
     rare_cap = 0
     if trigram_ok:
         # Uniform matches: a walk visits ~fetch_limit * rows / m rows, the pre-filter costs m lookups;
@@ -575,9 +590,11 @@ def choose_and_fetch(
     if session_ok:
         return search.session_rows(), "session"  # a session's rows are few next to the table's
     if ordered_ok:
-        budget = max(tuning.walk_budget_min, rows_estimate // tuning.walk_budget_fraction)
         stop = search.boundary(budget)
-        rows = search.ordered_rows(stop)
+        if first_window:
+            rows += search.ordered_rows(stop, start=walked, limit=fetch_limit - len(rows))
+        else:
+            rows = search.ordered_rows(stop)
         if stop is None or len(rows) >= fetch_limit:
             return rows, "ordered"  # the whole range was walked, or its first matches were found
         if rows and fetch_limit - len(rows) <= len(rows) * tuning.walk_extension:

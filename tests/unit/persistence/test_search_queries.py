@@ -21,6 +21,7 @@ from persistence.migrations import (
 )
 from persistence.search_candidates import Candidates, ascii_case_variants, tail_sql, trigram_fold
 from persistence.search_queries import (
+    DEFAULT_TUNING,
     OBSERVATION_SEARCH,
     REFLECTION_SEARCH,
     ExactSearchRows,
@@ -59,6 +60,7 @@ TUNINGS = st.builds(
     walk_budget_fraction=st.integers(1, 64),
     narrow_range_fraction=st.integers(1, 4),
     walk_extension=st.integers(1, 3),
+    first_window=st.integers(1, 8),
     selective_fraction=st.integers(1, 8),
 )
 
@@ -376,7 +378,10 @@ def branch_db(tmp_path: Path) -> Path:
         ({"query": "q!", "before": _minute(99)}, BRANCH_TUNING, "scan"),  # wide range
         # The walk's 10 rows hold 2 of the 6 needed: at that density 2 more budgets finish it.
         ({"query": "quad"}, BRANCH_TUNING, "ordered"),
-        ({"query": "quad"}, dataclasses.replace(BRANCH_TUNING, walk_extension=1), "scan"),
+        ({"query": "quad"}, dataclasses.replace(BRANCH_TUNING, walk_extension=1), "scan"),  # one would not
+        # A first window of 4 rows holds 1 'quad'; the budget walk goes on from it.
+        ({"query": "quad"}, dataclasses.replace(BRANCH_TUNING, first_window=4, walk_extension=2), "ordered"),
+        ({"query": "zeta"}, dataclasses.replace(BRANCH_TUNING, first_window=6), "ordered"),
     ],
 )
 def test_auto_picks_the_plan_the_probes_point_to_and_answers_like_the_scan(
@@ -395,10 +400,16 @@ def test_auto_picks_the_plan_the_probes_point_to_and_answers_like_the_scan(
 def test_default_tuning_walks_common_queries_and_prefilters_rare_ones(branch_db: Path) -> None:
     reader = SearchReader(branch_db)
     assert reader.order_index_present()
+    # The default first window (512 rows) holds the whole 120-row table: one walk answers anything.
+    for query in ("needle", "zeta", "a"):
+        request = validate_search_arguments({"query": query})
+        assert isinstance(request, SearchRequest)
+        assert reader.exact_search(_spec(request)).observation_strategy == "ordered"
+    small_window = dataclasses.replace(DEFAULT_TUNING, first_window=8)
     for query, expected in [("needle", "trigram"), ("zeta", "ordered"), ("a", "ordered")]:
         request = validate_search_arguments({"query": query})
         assert isinstance(request, SearchRequest)
-        rows = reader.exact_search(_spec(request))
+        rows = reader.exact_search(_spec(request), "auto", small_window)
         assert rows.observation_strategy == expected
         assert rows.observations == reader.exact_search(_spec(request), "scan").observations
 
