@@ -128,7 +128,9 @@ class PlanTuning:
     walk_budget_fraction: int = 16
     """...or 1/this of the table, whichever is more: its worst-case waste before another plan."""
     first_window: int = 512
-    """Rows the first, short walk may visit before any probe (a common query ends there)."""
+    """Rows the first, short walk may visit before any probe (a common query ends there)..."""
+    first_window_fraction: int = 256
+    """...or 1/this of the table, whichever is more."""
     walk_extension: int = 2
     """A bounded walk that found some matches but not enough goes on for up to this many more budgets
     when, at the density it found, that is enough to finish."""
@@ -573,7 +575,9 @@ def choose_and_fetch(
     if first_window:
         # A short walk first: a common query finds its first matches among the newest rows, for
         # less than any probe costs; its rows are kept for the longer walk below.
-        walked = search.boundary(min(budget, tuning.first_window))
+        walked = search.boundary(
+            min(budget, max(tuning.first_window, rows_estimate // tuning.first_window_fraction))
+        )
         rows = search.ordered_rows(walked)
         if walked is None or len(rows) >= fetch_limit:
             return rows, "ordered"

@@ -61,6 +61,7 @@ TUNINGS = st.builds(
     narrow_range_fraction=st.integers(1, 4),
     walk_extension=st.integers(1, 3),
     first_window=st.integers(1, 8),
+    first_window_fraction=st.integers(1, 64),
     selective_fraction=st.integers(1, 8),
 )
 
