@@ -209,6 +209,67 @@ def _observation_line_ddl() -> tuple[str, ...]:
     )
 
 
+PROJECTION_CACHE_TABLE = "omray_projection_cache"
+"""Per session, its projection's observation text as last rendered, and the session version it shows."""
+
+SESSION_VERSION_TABLE = "omray_session_version"
+"""Per session, a counter that every write to what its projection shows increments (by triggers)."""
+
+PROJECTION_DIRTY_TABLE = "omray_projection_dirty"
+"""Sessions whose projection text a writer has not rendered again since they changed."""
+
+
+def _projection_cache_ddl() -> tuple[str, ...]:
+    # Compaction reads a session's whole active pool; rendered at write time as one text per
+    # session, a cold process reads one value instead of every line. Triggers version every change
+    # to what the pool shows, whoever writes (the PHP extension too), and mark the session dirty;
+    # omray's Store renders dirty sessions again in the same transaction. A reader uses the text
+    # only when its version is the session's current one, and renders the lines otherwise.
+    def bump(run_id: str) -> str:
+        # No conflict clauses: inside a trigger the outer statement's (an UPSERT's) would apply.
+        return (
+            f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {run_id}, 0 WHERE {run_id} IS NOT"
+            f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {run_id}); "
+            f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {run_id}; "
+            f"INSERT INTO {PROJECTION_DIRTY_TABLE} (run_id) SELECT {run_id} WHERE {run_id} IS NOT NULL"
+            f" AND NOT EXISTS (SELECT 1 FROM {PROJECTION_DIRTY_TABLE} WHERE run_id = {run_id});"
+        )
+
+    def of_generation(generation_id: str) -> str:
+        return (
+            f"(SELECT run_id FROM {schema.om_memory_generation.name} WHERE generation_id = {generation_id})"
+        )
+
+    observation = schema.om_observation.name
+    active = schema.om_active_generation.name
+    generation = schema.om_memory_generation.name
+    retained = schema.om_generation_retained_observation.name
+    triggers = (
+        (observation, "INSERT", bump("new.run_id")),
+        (observation, "DELETE", bump("old.run_id")),
+        (observation, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
+        (active, "INSERT", bump("new.run_id")),
+        (active, "DELETE", bump("old.run_id")),
+        (active, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
+        (generation, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
+        (retained, "INSERT", bump(of_generation("new.generation_id"))),
+        (retained, "DELETE", bump(of_generation("old.generation_id"))),
+    )
+    return (
+        f"CREATE TABLE IF NOT EXISTS {SESSION_VERSION_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
+        "version INTEGER NOT NULL) WITHOUT ROWID",
+        f"CREATE TABLE IF NOT EXISTS {PROJECTION_DIRTY_TABLE} (run_id TEXT NOT NULL PRIMARY KEY)"
+        " WITHOUT ROWID",
+        f"CREATE TABLE IF NOT EXISTS {PROJECTION_CACHE_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
+        "version INTEGER NOT NULL, observation_text TEXT NOT NULL)",
+        *(
+            f"CREATE TRIGGER IF NOT EXISTS {PROJECTION_CACHE_TABLE}_{table}_{event.lower()} "
+            f"AFTER {event} ON {table} BEGIN {body} END"
+            for table, event, body in triggers
+        ),
+    )
+
+
 TAIL_INDEXES: Final = {
     schema.om_observation.name: ("idx_omray_observation_tail1", "idx_omray_observation_tail2"),
     schema.om_reflection.name: ("idx_omray_reflection_tail1", "idx_omray_reflection_tail2"),
@@ -302,6 +363,11 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "omray_007_token_usage",
         "Token usage of every model tool loop per session, stage and model, for the cost report",
         _ddl([schema.omray_token_usage], _table_indexes(schema.omray_token_usage)),
+    ),
+    Migration(
+        "omray_008_projection_cache",
+        "Each session's projection text rendered at write time, versioned by triggers on what it shows",
+        _projection_cache_ddl(),
     ),
 )
 """omray's own additive migrations, in order."""

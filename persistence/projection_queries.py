@@ -19,7 +19,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
-from persistence.migrations import OBSERVATION_LINE_SQL, OBSERVATION_LINE_TABLE
+from persistence.migrations import (
+    OBSERVATION_LINE_SQL,
+    OBSERVATION_LINE_TABLE,
+    PROJECTION_CACHE_TABLE,
+    PROJECTION_DIRTY_TABLE,
+    SESSION_VERSION_TABLE,
+)
 from protocol.records import Relevance
 
 ACTIVE_MEMORY_TABLES: Final = (
@@ -115,10 +121,32 @@ def _pool(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
     return _POOL_AFTER_GENERATION
 
 
+_CACHED_TEXT_SQL: Final = (
+    f"SELECT c.observation_text FROM {PROJECTION_CACHE_TABLE} c JOIN {SESSION_VERSION_TABLE} v"
+    " ON v.run_id = c.run_id AND v.version = c.version WHERE c.run_id = :run_id"
+)
+
+
 def select_projection_lines(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> ProjectionLines:
-    """The session's active memory as :class:`ProjectionLines` (``names``: the database's table names)."""
+    """The session's active memory as :class:`ProjectionLines` (``names``: the database's table names).
+
+    The observation text is the one rendered at write time (migration ``omray_008``) when it shows
+    the session's current version; otherwise it is rendered here from the lines.
+    """
     params: dict[str, Any] = {"run_id": run_id}
     reflections = conn.execute(_REFLECTIONS_SQL.format(columns=_REFLECTION_LINE), params).fetchall()
+    cached = None
+    if PROJECTION_CACHE_TABLE in names and SESSION_VERSION_TABLE in names:
+        cached = conn.execute(_CACHED_TEXT_SQL, params).fetchone()
+    observation_text = cached[0] if cached is not None else render_observation_text(conn, run_id, names)
+    return ProjectionLines(
+        reflection_lines=tuple(row[0] for row in reflections), observation_text=observation_text
+    )
+
+
+def render_observation_text(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> str:
+    """The session's active observations as projection lines joined by ``"\\n"``, read from the lines."""
+    params: dict[str, Any] = {"run_id": run_id}
     pool = _pool(conn, params)
     if OBSERVATION_LINE_TABLE in names:
         # One text built by SQLite: a Python string per row costs more than the rest of the query.
@@ -131,9 +159,30 @@ def select_projection_lines(conn: sqlite3.Connection, run_id: str, names: Collec
         line = OBSERVATION_LINE_SQL.format(row="")
         sql = _OBSERVATIONS_SQL.format(columns=line, source="om_observation", pool=pool)
         observation_text = "\n".join([row[0] for row in conn.execute(sql, params).fetchall()])
-    return ProjectionLines(
-        reflection_lines=tuple(row[0] for row in reflections), observation_text=observation_text
-    )
+    return observation_text
+
+
+def render_dirty_projections(conn: sqlite3.Connection, names: Collection[str]) -> int:
+    """Render the projection text of every session marked dirty, in the caller's transaction.
+
+    Triggers (migration ``omray_008``) mark a session when anything its projection shows changed,
+    in this transaction or in one by another writer (the PHP extension); each text is stored with
+    the session's version, which readers check before using it. Returns how many were rendered.
+    """
+    if PROJECTION_DIRTY_TABLE not in names:
+        return 0
+    dirty = [row[0] for row in conn.execute(f"SELECT run_id FROM {PROJECTION_DIRTY_TABLE}")]
+    for run_id in dirty:
+        conn.execute(
+            f"INSERT INTO {PROJECTION_CACHE_TABLE} (run_id, version, observation_text)"
+            f" SELECT run_id, version, ? FROM {SESSION_VERSION_TABLE} WHERE run_id = ?"
+            " ON CONFLICT (run_id) DO UPDATE SET version = excluded.version,"
+            " observation_text = excluded.observation_text",
+            (render_observation_text(conn, run_id, names), run_id),
+        )
+    if dirty:
+        conn.execute(f"DELETE FROM {PROJECTION_DIRTY_TABLE}")
+    return len(dirty)
 
 
 def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:

@@ -12,7 +12,7 @@ Every write is idempotent where the reference says so (reference §4.4): content
 are inserted or verified, never duplicated, and a genuine mismatch raises ``ConflictError``.
 SQLite failures surface as ``StorageError`` with the exception class only (no SQL values).
 
-Length: about 960 lines, on purpose. ``Store`` is the one class with intention-named write methods
+Length: about 980 lines, on purpose. ``Store`` is the one class with intention-named write methods
 (STYLE.md §4) for every table of one file: memory, generations, the job queue's group-commit
 writes and the observe-start pins. Splitting it would make more than one writer class per file.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from persistence import schema
 from persistence.connection import Synchronous, open_write_engine
+from persistence.projection_queries import render_dirty_projections
 from persistence.queries import select_coverage, select_generation
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, OmrayError, StorageError
@@ -230,6 +232,7 @@ class Store:
         self._db_path = os.fspath(db_path)
         self._engine = open_write_engine(self._db_path, synchronous=synchronous)
         self._local = threading.local()
+        self._projection_names: frozenset[str] | None = None  # tables the projection text needs
 
     @property
     def db_path(self) -> str:
@@ -262,10 +265,21 @@ class Store:
                 try:
                     with conn.begin():
                         yield
+                        self._render_dirty_projections(conn)
                 finally:
                     self._local.conn = None
         except SQLAlchemyError as exc:
             raise StorageError(f"write to {self._db_path!r} failed ({type(exc).__name__})") from exc
+
+    def _render_dirty_projections(self, conn: Connection) -> None:
+        """Render again, in this transaction, the projection text of every session marked dirty
+        (:func:`persistence.projection_queries.render_dirty_projections`)."""
+        raw = conn.connection.driver_connection  # the same sqlite3 connection, in this transaction
+        assert isinstance(raw, sqlite3.Connection)
+        if self._projection_names is None:
+            rows = raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            self._projection_names = frozenset(row[0] for row in rows)
+        render_dirty_projections(raw, self._projection_names)
 
     def _conn(self) -> Connection:
         conn: Connection | None = getattr(self._local, "conn", None)

@@ -185,6 +185,20 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
             for memory in ("observation", "reflection")
             for n in (1, 2)
         ],
+        ("table", "omray_session_version"),
+        ("table", "omray_projection_dirty"),
+        ("table", "omray_projection_cache"),
+        ("index", "sqlite_autoindex_omray_projection_cache_1"),
+        *[
+            ("trigger", f"omray_projection_cache_{table}_{event}")
+            for table, events in [
+                ("om_observation", ("insert", "delete", "update")),
+                ("om_active_generation", ("insert", "delete", "update")),
+                ("om_memory_generation", ("update",)),
+                ("om_generation_retained_observation", ("insert", "delete")),
+            ]
+            for event in events
+        ],
     }
     assert added == omray_objects | trigram
     assert all(name.startswith(("omray_", "idx_omray_", "sqlite_")) for _, name in added)
@@ -198,8 +212,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_005_observe_start",
         "omray_006_read_path",
         "omray_007_token_usage",
+        "omray_008_projection_cache",
     }
-    assert omray_versions <= set(versions) and len(versions) == 12
+    assert omray_versions <= set(versions) and len(versions) == 13
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:
