@@ -281,6 +281,9 @@ def build_store(work: Path, corpus: Corpus, sessions: Sequence[str], embedder: E
             db_path=db_path,
             events_path=str(events_path),
             settings=block,
+            # A finished session: observed through its end whatever its size (the default turn-end
+            # signal defers below ``observe_after_tokens`` of new source, and would observe nothing).
+            signal="session_end",
         )
         observe_through(job, f"bench-{session}", settings, ports)
     observe_s = time.monotonic() - started
@@ -300,6 +303,9 @@ def build_store(work: Path, corpus: Corpus, sessions: Sequence[str], embedder: E
     with sqlite3.connect(f"file:{index.directory / 'manifest.sqlite'}?mode=ro", uri=True) as conn:
         chunks = int(conn.execute("SELECT count(*) FROM chunk").fetchone()[0])
     store.close()
+    if sessions and not refs:
+        # Recall over an empty store would read as a ranking result of zero; it is a broken run.
+        raise RuntimeError(f"the observer wrote no observations for {len(sessions)} session(s)")
     return StoreRun(db_path, refs, len(refs), chunks, observe_s, index_s)
 
 

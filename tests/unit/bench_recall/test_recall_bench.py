@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,12 +11,14 @@ from bench.recall_bench import (
     DATA_DIR,
     FILES,
     build_corpus,
+    build_store,
     figures,
     lme_timestamp,
     load_records,
     rank_hits,
     select,
 )
+from tests.unit.semantic.conftest import HashEmbedder
 
 
 def _record(
@@ -59,6 +62,28 @@ def test_corpus_keys_sessions_by_id_and_date_and_marks_gold_turns() -> None:
     (other,) = q2.gold_sessions
     assert other != "a" and q2.gold_turns == {(other, 2)}
     assert corpus.dates[other] == "2023-06-01T10:00:00+00:00"
+
+
+def test_short_finished_sessions_are_observed_and_indexed(tmp_path: Path) -> None:
+    # Sessions far below the observer's token threshold: a benchmark history is finished, so each
+    # is observed through its end (a run that observed nothing once scored every question 0).
+    day = "2023/05/01 (Mon) 10:00"
+    record = _record(
+        "q1",
+        [
+            (
+                "a",
+                day,
+                [_turn("user", "I parked on level 3 near the lift", True), _turn("assistant", "Noted")],
+            ),
+            ("b", day, [_turn("user", "My sister lives in Lyon"), _turn("assistant", "Nice city")]),
+        ],
+        ["a"],
+    )
+    corpus = build_corpus([record])
+    run = build_store(tmp_path, corpus, sorted(corpus.turns), HashEmbedder())
+    assert run.observations > 0 and run.chunks >= run.observations
+    assert {session for refs in run.refs.values() for session, _ in refs} == {"a", "b"}
 
 
 def test_selection_skips_abstention_and_covers_every_type() -> None:
