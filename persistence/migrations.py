@@ -210,44 +210,56 @@ def _observation_line_ddl() -> tuple[str, ...]:
 
 
 PROJECTION_CACHE_TABLE = "omray_projection_cache"
-"""Per session, its projection's observation text as last rendered, and the session version it shows."""
+"""Per session, its projection's observation text as last rendered, in pieces of consecutive lines."""
+
+PROJECTION_BUILT_TABLE = "omray_projection_built"
+"""Per session, the session version its rendered pieces show."""
 
 SESSION_VERSION_TABLE = "omray_session_version"
 """Per session, a counter that every write to what its projection shows increments (by triggers)."""
 
 PROJECTION_DIRTY_TABLE = "omray_projection_dirty"
-"""Sessions whose projection text a writer has not rendered again since they changed."""
+"""Sessions whose pieces a writer has not rendered again since they changed, each with the first
+``(timestamp, observation_id)`` a change touched (``''``: everything)."""
 
 
 def _projection_cache_ddl() -> tuple[str, ...]:
-    # Compaction reads a session's whole active pool; rendered at write time as one text per
-    # session, a cold process reads one value instead of every line. Triggers version every change
-    # to what the pool shows, whoever writes (the PHP extension too), and mark the session dirty;
-    # omray's Store renders dirty sessions again in the same transaction. A reader uses the text
-    # only when its version is the session's current one, and renders the lines otherwise.
-    def bump(run_id: str) -> str:
+    # Compaction reads a session's whole active pool; rendered at write time in pieces of
+    # consecutive lines, a cold process reads a few values instead of every line. Triggers version
+    # every change to what the pool shows, whoever writes (the PHP extension too), and mark the
+    # session dirty from the first line it touched (a change of the active generation: from the
+    # start); omray's Store renders again, in the same transaction, only the pieces from there on,
+    # so an observation that arrives in time order rewrites the last piece alone. A reader uses the
+    # pieces only when they show the session's current version, and reads the lines otherwise.
+    def bump(run_id: str, time: str = "''", observation_id: str = "''") -> str:
         # No conflict clauses: inside a trigger the outer statement's (an UPSERT's) would apply.
+        earlier = f"({time} < from_time OR ({time} = from_time AND {observation_id} < from_id))"
         return (
             f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {run_id}, 0 WHERE {run_id} IS NOT"
             f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {run_id}); "
             f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {run_id}; "
-            f"INSERT INTO {PROJECTION_DIRTY_TABLE} (run_id) SELECT {run_id} WHERE {run_id} IS NOT NULL"
-            f" AND NOT EXISTS (SELECT 1 FROM {PROJECTION_DIRTY_TABLE} WHERE run_id = {run_id});"
+            f"INSERT INTO {PROJECTION_DIRTY_TABLE} (run_id, from_time, from_id) SELECT {run_id}, {time},"
+            f" {observation_id} WHERE {run_id} IS NOT NULL"
+            f" AND NOT EXISTS (SELECT 1 FROM {PROJECTION_DIRTY_TABLE} WHERE run_id = {run_id}); "
+            f"UPDATE {PROJECTION_DIRTY_TABLE} SET from_time = CASE WHEN {earlier} THEN {time} ELSE from_time"
+            f" END, from_id = CASE WHEN {earlier} THEN {observation_id} ELSE from_id END"
+            f" WHERE run_id = {run_id};"
         )
 
     def of_generation(generation_id: str) -> str:
-        return (
-            f"(SELECT run_id FROM {schema.om_memory_generation.name} WHERE generation_id = {generation_id})"
-        )
+        table = schema.om_memory_generation.name
+        return f"(SELECT run_id FROM {table} WHERE generation_id = {generation_id})"
 
     observation = schema.om_observation.name
     active = schema.om_active_generation.name
     generation = schema.om_memory_generation.name
     retained = schema.om_generation_retained_observation.name
+    new_line = bump("new.run_id", "new.timestamp", "new.observation_id")
+    old_line = bump("old.run_id", "old.timestamp", "old.observation_id")
     triggers = (
-        (observation, "INSERT", bump("new.run_id")),
-        (observation, "DELETE", bump("old.run_id")),
-        (observation, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
+        (observation, "INSERT", new_line),
+        (observation, "DELETE", old_line),
+        (observation, "UPDATE", old_line + " " + new_line),
         (active, "INSERT", bump("new.run_id")),
         (active, "DELETE", bump("old.run_id")),
         (active, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
@@ -258,10 +270,13 @@ def _projection_cache_ddl() -> tuple[str, ...]:
     return (
         f"CREATE TABLE IF NOT EXISTS {SESSION_VERSION_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
         "version INTEGER NOT NULL) WITHOUT ROWID",
-        f"CREATE TABLE IF NOT EXISTS {PROJECTION_DIRTY_TABLE} (run_id TEXT NOT NULL PRIMARY KEY)"
-        " WITHOUT ROWID",
-        f"CREATE TABLE IF NOT EXISTS {PROJECTION_CACHE_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
-        "version INTEGER NOT NULL, observation_text TEXT NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS {PROJECTION_DIRTY_TABLE} (run_id TEXT NOT NULL PRIMARY KEY,"
+        " from_time TEXT NOT NULL, from_id TEXT NOT NULL) WITHOUT ROWID",
+        f"CREATE TABLE IF NOT EXISTS {PROJECTION_BUILT_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
+        "version INTEGER NOT NULL) WITHOUT ROWID",
+        f"CREATE TABLE IF NOT EXISTS {PROJECTION_CACHE_TABLE} (run_id TEXT NOT NULL, piece INTEGER NOT NULL,"
+        " first_time TEXT NOT NULL, first_id TEXT NOT NULL, last_time TEXT NOT NULL, last_id TEXT NOT NULL,"
+        " lines TEXT NOT NULL, PRIMARY KEY (run_id, piece))",
         *(
             f"CREATE TRIGGER IF NOT EXISTS {PROJECTION_CACHE_TABLE}_{table}_{event.lower()} "
             f"AFTER {event} ON {table} BEGIN {body} END"

@@ -22,6 +22,7 @@ from typing import Any, Final
 from persistence.migrations import (
     OBSERVATION_LINE_SQL,
     OBSERVATION_LINE_TABLE,
+    PROJECTION_BUILT_TABLE,
     PROJECTION_CACHE_TABLE,
     PROJECTION_DIRTY_TABLE,
     SESSION_VERSION_TABLE,
@@ -121,24 +122,30 @@ def _pool(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
     return _POOL_AFTER_GENERATION
 
 
-_CACHED_TEXT_SQL: Final = (
-    f"SELECT c.observation_text FROM {PROJECTION_CACHE_TABLE} c JOIN {SESSION_VERSION_TABLE} v"
-    " ON v.run_id = c.run_id AND v.version = c.version WHERE c.run_id = :run_id"
+_CURRENT_PIECES_SQL: Final = (
+    f"SELECT 1 FROM {PROJECTION_BUILT_TABLE} b JOIN {SESSION_VERSION_TABLE} v"
+    " ON v.run_id = b.run_id AND v.version = b.version WHERE b.run_id = :run_id"
 )
+_PIECES_TEXT_SQL: Final = (
+    f"SELECT group_concat(lines, char(10)) FROM (SELECT lines FROM {PROJECTION_CACHE_TABLE}"
+    " WHERE run_id = :run_id ORDER BY piece)"
+)
+PIECE_LINES: Final = 256
+"""Lines per rendered piece: an append rewrites at most this many."""
 
 
 def select_projection_lines(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> ProjectionLines:
     """The session's active memory as :class:`ProjectionLines` (``names``: the database's table names).
 
-    The observation text is the one rendered at write time (migration ``omray_008``) when it shows
-    the session's current version; otherwise it is rendered here from the lines.
+    The observation text is the one rendered at write time (migration ``omray_008``) when its
+    pieces show the session's current version; otherwise it is rendered here from the lines.
     """
     params: dict[str, Any] = {"run_id": run_id}
     reflections = conn.execute(_REFLECTIONS_SQL.format(columns=_REFLECTION_LINE), params).fetchall()
-    cached = None
-    if PROJECTION_CACHE_TABLE in names and SESSION_VERSION_TABLE in names:
-        cached = conn.execute(_CACHED_TEXT_SQL, params).fetchone()
-    observation_text = cached[0] if cached is not None else render_observation_text(conn, run_id, names)
+    if _pieces_present(names) and conn.execute(_CURRENT_PIECES_SQL, params).fetchone() is not None:
+        observation_text = conn.execute(_PIECES_TEXT_SQL, params).fetchone()[0] or ""
+    else:
+        observation_text = render_observation_text(conn, run_id, names)
     return ProjectionLines(
         reflection_lines=tuple(row[0] for row in reflections), observation_text=observation_text
     )
@@ -162,27 +169,96 @@ def render_observation_text(conn: sqlite3.Connection, run_id: str, names: Collec
     return observation_text
 
 
-def render_dirty_projections(conn: sqlite3.Connection, names: Collection[str]) -> int:
-    """Render the projection text of every session marked dirty, in the caller's transaction.
+def _pieces_present(names: Collection[str]) -> bool:
+    return {PROJECTION_CACHE_TABLE, PROJECTION_BUILT_TABLE, SESSION_VERSION_TABLE} <= set(names)
 
-    Triggers (migration ``omray_008``) mark a session when anything its projection shows changed,
-    in this transaction or in one by another writer (the PHP extension); each text is stored with
-    the session's version, which readers check before using it. Returns how many were rendered.
+
+_Key = tuple[str, str]
+
+
+def render_dirty_projections(conn: sqlite3.Connection, names: Collection[str]) -> int:
+    """Render again the pieces of every session marked dirty, in the caller's transaction.
+
+    Triggers (migration ``omray_008``) mark a session, with the first line a change touched, when
+    anything its projection shows changed, in this transaction or in one by another writer (the PHP
+    extension). The pieces before that line are kept; the first piece that may hold it (or the
+    last piece, to fill it up) and every later one are rendered again from the lines, so an
+    observation that arrives in time order rewrites one piece. The pieces are stored with the
+    session's version, which readers check before using them. Returns how many were rendered.
     """
-    if PROJECTION_DIRTY_TABLE not in names:
+    if (
+        PROJECTION_DIRTY_TABLE not in names
+        or OBSERVATION_LINE_TABLE not in names
+        or not _pieces_present(names)
+    ):
         return 0
-    dirty = [row[0] for row in conn.execute(f"SELECT run_id FROM {PROJECTION_DIRTY_TABLE}")]
-    for run_id in dirty:
-        conn.execute(
-            f"INSERT INTO {PROJECTION_CACHE_TABLE} (run_id, version, observation_text)"
-            f" SELECT run_id, version, ? FROM {SESSION_VERSION_TABLE} WHERE run_id = ?"
-            " ON CONFLICT (run_id) DO UPDATE SET version = excluded.version,"
-            " observation_text = excluded.observation_text",
-            (render_observation_text(conn, run_id, names), run_id),
-        )
+    dirty = conn.execute(f"SELECT run_id, from_time, from_id FROM {PROJECTION_DIRTY_TABLE}").fetchall()
+    for run_id, from_time, from_id in dirty:
+        _render_pieces(conn, run_id, (from_time, from_id))
     if dirty:
         conn.execute(f"DELETE FROM {PROJECTION_DIRTY_TABLE}")
     return len(dirty)
+
+
+def _render_pieces(conn: sqlite3.Connection, run_id: str, changed_from: _Key) -> None:
+    params: dict[str, Any] = {"run_id": run_id}
+    if (
+        conn.execute(f"SELECT 1 FROM {PROJECTION_BUILT_TABLE} WHERE run_id = :run_id", params).fetchone()
+        is None
+    ):
+        changed_from = ("", "")  # never rendered (or rendered before a failed write): from the start
+    params["t"], params["i"] = changed_from
+    first = conn.execute(
+        f"SELECT piece FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id"
+        " AND (last_time > :t OR (last_time = :t AND last_id >= :i)) ORDER BY piece LIMIT 1",
+        params,
+    ).fetchone()
+    if first is None:  # every change lies past the last piece: fill that one up
+        first = conn.execute(
+            f"SELECT piece FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id ORDER BY piece DESC LIMIT 1",
+            params,
+        ).fetchone()
+    start = 0 if first is None else int(first[0])
+    kept = conn.execute(
+        f"SELECT last_time, last_id FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id AND piece = :piece",
+        {**params, "piece": start - 1},
+    ).fetchone()
+    conn.execute(
+        f"DELETE FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id AND piece >= :start",
+        {**params, "start": start},
+    )
+    pool = _pool(conn, params)
+    after = ""
+    if kept is not None:
+        params["after_time"], params["after_id"] = kept
+        after = " AND (timestamp > :after_time OR (timestamp = :after_time AND observation_id > :after_id))"
+    rows = conn.execute(
+        f"SELECT timestamp, observation_id, line FROM {OBSERVATION_LINE_TABLE} WHERE run_id = :run_id"
+        f"{pool}{after} ORDER BY timestamp ASC, observation_id ASC",
+        params,
+    ).fetchall()
+    conn.executemany(
+        f"INSERT INTO {PROJECTION_CACHE_TABLE}"
+        " (run_id, piece, first_time, first_id, last_time, last_id, lines) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                run_id,
+                start + n,
+                part[0][0],
+                part[0][1],
+                part[-1][0],
+                part[-1][1],
+                "\n".join(r[2] for r in part),
+            )
+            for n, part in enumerate(rows[i : i + PIECE_LINES] for i in range(0, len(rows), PIECE_LINES))
+        ],
+    )
+    conn.execute(
+        f"INSERT INTO {PROJECTION_BUILT_TABLE} (run_id, version) SELECT run_id, version FROM"
+        f" {SESSION_VERSION_TABLE} WHERE run_id = :run_id"
+        " ON CONFLICT (run_id) DO UPDATE SET version = excluded.version",
+        params,
+    )
 
 
 def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:

@@ -189,6 +189,7 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("table", "omray_projection_dirty"),
         ("table", "omray_projection_cache"),
         ("index", "sqlite_autoindex_omray_projection_cache_1"),
+        ("table", "omray_projection_built"),
         *[
             ("trigger", f"omray_projection_cache_{table}_{event}")
             for table, events in [
