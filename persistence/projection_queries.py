@@ -15,7 +15,7 @@ which a differential test keeps them equal to.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -149,6 +149,41 @@ def select_projection_lines(conn: sqlite3.Connection, run_id: str, names: Collec
     return ProjectionLines(
         reflection_lines=tuple(row[0] for row in reflections), observation_text=observation_text
     )
+
+
+Assemble = Callable[[Sequence[str], Sequence[str]], str]
+"""Builds the projection from reflection and observation lines (``actors.read.projector``'s format)."""
+
+
+def select_projection_text(
+    conn: sqlite3.Connection, run_id: str, names: Collection[str], assemble: Assemble
+) -> str:
+    """The session's projection as one text, built by ``assemble`` (``names``: the database's tables).
+
+    With current pieces (migration ``omray_008``) SQLite joins the frame that ``assemble`` writes
+    before the observations and every piece into the one value the caller gets, so a large
+    projection is copied once on its way out rather than again in Python.
+    """
+    params: dict[str, Any] = {"run_id": run_id}
+    reflections = [row[0] for row in conn.execute(_REFLECTIONS_SQL.format(columns=_REFLECTION_LINE), params)]
+    if _pieces_present(names) and conn.execute(_CURRENT_PIECES_SQL, params).fetchone() is not None:
+        if (
+            conn.execute(
+                f"SELECT 1 FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id LIMIT 1", params
+            ).fetchone()
+            is None
+        ):
+            return assemble(reflections, ())
+        # The frame with one empty observation line ends in the newline the first piece follows.
+        params["frame"] = assemble(reflections, ("",))[:-1]
+        joined = conn.execute(
+            "SELECT group_concat(part, char(10)) FROM (SELECT :frame AS part, -1 AS piece UNION ALL"
+            f" SELECT lines, piece FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id ORDER BY piece)",
+            params,
+        ).fetchone()[0]
+        return str(joined)
+    observation_text = render_observation_text(conn, run_id, names)
+    return assemble(reflections, (observation_text,) if observation_text else ())
 
 
 def render_observation_text(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> str:

@@ -66,10 +66,12 @@ from persistence.migrations import (
 )
 from persistence.projection_queries import (
     ACTIVE_MEMORY_TABLES,
+    Assemble,
     ProjectionLines,
     ProjectionRows,
     select_projection,
     select_projection_lines,
+    select_projection_text,
 )
 from persistence.queries import (
     ActiveCandidateSet,
@@ -810,6 +812,18 @@ class SearchReader(MemoryReader):
             ProjectionLines(reflection_lines=(), observation_text=""),
             ACTIVE_MEMORY_TABLES,
             memo_key=("projection_lines", run_id),
+        )
+
+    def projection_text(self, run_id: str, assemble: Assemble) -> str:
+        """The session's projection as one text built by ``assemble`` (``select_projection_text``).
+
+        Memoized like :meth:`projection_lines`; ``assemble`` must always be the same function.
+        """
+        return self._projection_snapshots.run(
+            lambda conn, names: select_projection_text(conn, run_id, names, assemble),
+            assemble((), ()),
+            ACTIVE_MEMORY_TABLES,
+            memo_key=("projection_text", run_id),
         )
 
     def active_memory(self, run_id: str) -> ActiveMemory:

@@ -102,9 +102,7 @@ def project(db_path: DbPath, session_id: str) -> str:
     Reflections and observations come from one read snapshot, so the text always matches some
     committed state of the database.
     """
-    lines = reader_for(db_path).projection_lines(session_id)
-    observation_lines = (lines.observation_text,) if lines.observation_text else ()
-    return assemble_active_memory(lines.reflection_lines, observation_lines)
+    return reader_for(db_path).projection_text(session_id, assemble_active_memory)
 
 
 def before_compaction(
