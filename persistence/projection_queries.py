@@ -167,12 +167,8 @@ def select_projection_text(
     params: dict[str, Any] = {"run_id": run_id}
     reflections = [row[0] for row in conn.execute(_REFLECTIONS_SQL.format(columns=_REFLECTION_LINE), params)]
     if _pieces_present(names) and conn.execute(_CURRENT_PIECES_SQL, params).fetchone() is not None:
-        if (
-            conn.execute(
-                f"SELECT 1 FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id LIMIT 1", params
-            ).fetchone()
-            is None
-        ):
+        any_piece = f"SELECT 1 FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id LIMIT 1"
+        if conn.execute(any_piece, params).fetchone() is None:
             return assemble(reflections, ())
         # The frame with one empty observation line ends in the newline the first piece follows.
         params["frame"] = assemble(reflections, ("",))[:-1]

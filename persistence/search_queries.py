@@ -24,7 +24,8 @@ the plain scan returns; only the work differs:
 ``auto`` picks per table with cheap probes (a scoped search takes ``session`` right after a rare
 trigram phrase): the trigram candidate count, capped (rare phrase:
 ``trigram``), after a first walk of the newest few hundred rows in the date range, which answers a
-common query by itself (unless the search is scoped); then an ordered walk bounded to a row budget
+common query by itself (unless the search is scoped) and skips the probe when, at the density it
+found, the budget walk will finish; then an ordered walk bounded to a row budget
 (it goes on from the first one), whose answer is final when it found enough matches or covered
 the whole date range (one that found some goes on, bounded again, when at the density found it
 would finish within two more budgets); then, for what is left (matches
@@ -573,18 +574,21 @@ def choose_and_fetch(
     budget = max(tuning.walk_budget_min, rows_estimate // tuning.walk_budget_fraction)
     rows: list[_HitRow] = []
     walked: _OrderKey | None = None  # the walk so far covers the rows before this one
+    window = 0
     first_window = ordered_ok and not session_ok
     if first_window:
         # A short walk first: a common query finds its first matches among the newest rows, for
         # less than any probe costs; its rows are kept for the longer walk below.
-        walked = search.boundary(
-            min(budget, max(tuning.first_window, rows_estimate // tuning.first_window_fraction))
-        )
+        window = min(budget, max(tuning.first_window, rows_estimate // tuning.first_window_fraction))
+        walked = search.boundary(window)
         rows = search.ordered_rows(walked)
         if walked is None or len(rows) >= fetch_limit:
             return rows, "ordered"
+    # At the density the first walk found (enough matches to go by), the budget walk would finish:
+    # walking on is the plan, and the probe would be wasted.
+    dense = first_window and len(rows) >= 4 and (fetch_limit - len(rows)) * window <= len(rows) * budget
     rare_cap = 0
-    if trigram_ok:
+    if trigram_ok and not dense:
         # Uniform matches: a walk visits ~fetch_limit * rows / m rows, the pre-filter costs m lookups;
         # equal at m = sqrt(fetch_limit * rows / candidate_cost).
         rare_cap = max(
