@@ -237,7 +237,7 @@ def _render_pieces(conn: sqlite3.Connection, run_id: str, changed_from: _Key) ->
         conn.execute(f"SELECT 1 FROM {PROJECTION_BUILT_TABLE} WHERE run_id = :run_id", params).fetchone()
         is None
     ):
-        changed_from = ("", "")  # never rendered (or rendered before a failed write): from the start
+        changed_from = ("", "")  # never rendered: from the start
     params["t"], params["i"] = changed_from
     first = conn.execute(
         f"SELECT piece FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id"
