@@ -301,11 +301,15 @@ def _tail_index_ddl() -> tuple[str, ...]:
     )
 
 
-OBSERVATION_ORDER_INDEX = "idx_omray_observation_time_id"
-"""``om_observation(timestamp DESC, observation_id ASC)``: exact search's result order."""
+OBSERVATION_ORDER_INDEX = "idx_omray_observation_walk"
+"""``om_observation(timestamp DESC, observation_id ASC, run_id, relevance, content)``: exact search's
+result order, covering every column a search reads (migration ``omray_009``)."""
 
-REFLECTION_ORDER_INDEX = "idx_omray_reflection_time_id"
-"""``om_reflection(created_at DESC, reflection_id ASC)``: exact search's result order."""
+REFLECTION_ORDER_INDEX = "idx_omray_reflection_walk"
+"""``om_reflection(created_at DESC, reflection_id ASC, run_id, content)``: the same for reflections."""
+
+_FIRST_ORDER_INDEXES: Final = ("idx_omray_observation_time_id", "idx_omray_reflection_time_id")
+"""The result-order indexes of ``omray_003`` (keys only), replaced by ``omray_009``."""
 
 
 _OMRAY_001_STATEMENTS: tuple[str, ...] = (
@@ -347,9 +351,9 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "Indexes in exact memory_search result order (newest first, then id) for early-stopping walks",
         (
             # Plain additive indexes on the PHP tables: the PHP extension neither needs nor minds them.
-            f"CREATE INDEX IF NOT EXISTS {OBSERVATION_ORDER_INDEX} ON {schema.om_observation.name} "
+            f"CREATE INDEX IF NOT EXISTS {_FIRST_ORDER_INDEXES[0]} ON {schema.om_observation.name} "
             "(timestamp DESC, observation_id ASC)",
-            f"CREATE INDEX IF NOT EXISTS {REFLECTION_ORDER_INDEX} ON {schema.om_reflection.name} "
+            f"CREATE INDEX IF NOT EXISTS {_FIRST_ORDER_INDEXES[1]} ON {schema.om_reflection.name} "
             "(created_at DESC, reflection_id ASC)",
         ),
     ),
@@ -383,6 +387,22 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "omray_008_projection_cache",
         "Each session's projection text rendered at write time, versioned by triggers on what it shows",
         _projection_cache_ddl(),
+    ),
+    Migration(
+        "omray_009_covering_walk_indexes",
+        "Result-order indexes that also hold what exact search reads, so its ordered walks never "
+        "visit the table",
+        (
+            # A walk through a keys-only index looks every row up in the table (about 0.5 us a
+            # row, most of the walk); these carry the searched and returned columns as well. They
+            # keep the result order of the first pair, which they replace (same number of index
+            # writes per row).
+            f"CREATE INDEX IF NOT EXISTS {OBSERVATION_ORDER_INDEX} ON {schema.om_observation.name} "
+            "(timestamp DESC, observation_id ASC, run_id, relevance, content)",
+            f"CREATE INDEX IF NOT EXISTS {REFLECTION_ORDER_INDEX} ON {schema.om_reflection.name} "
+            "(created_at DESC, reflection_id ASC, run_id, content)",
+            *(f"DROP INDEX IF EXISTS {name}" for name in _FIRST_ORDER_INDEXES),
+        ),
     ),
 )
 """omray's own additive migrations, in order."""

@@ -122,7 +122,7 @@ class PlanTuning:
     every branch on tiny corpora.
     """
 
-    candidate_cost: int = 12
+    candidate_cost: int = 32
     """A trigram candidate (looked up by id, then sorted) costs about this many rows of an ordered walk."""
     min_candidate_cap: int = 64
     """Below this many trigram candidates the pre-filter is always taken (small tables)."""

@@ -176,8 +176,8 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("index", "idx_omray_job_unfinished_key"),
         ("index", "idx_omray_job_state_seq"),
         ("index", "idx_omray_runtime_event_run_seq"),
-        ("index", "idx_omray_observation_time_id"),
-        ("index", "idx_omray_reflection_time_id"),
+        ("index", "idx_omray_observation_walk"),
+        ("index", "idx_omray_reflection_walk"),
         ("table", "omray_observation_line"),
         *[("trigger", f"omray_observation_line{suffix}") for suffix in ("_ai", "_ad", "_au")],
         *[
@@ -214,8 +214,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_006_read_path",
         "omray_007_token_usage",
         "omray_008_projection_cache",
+        "omray_009_covering_walk_indexes",
     }
-    assert omray_versions <= set(versions) and len(versions) == 13
+    assert omray_versions <= set(versions) and len(versions) == 14
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

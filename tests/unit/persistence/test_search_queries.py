@@ -453,7 +453,9 @@ def _table_search(names: SearchTable, after: str | None = None, before: str | No
 
 
 @pytest.mark.parametrize("names", [OBSERVATION_SEARCH, REFLECTION_SEARCH])
-def test_result_order_queries_walk_the_new_index_without_sorting(branch_db: Path, names: SearchTable) -> None:
+def test_result_order_queries_walk_the_covering_index_without_sorting(
+    branch_db: Path, names: SearchTable
+) -> None:
     plain = (
         f"SELECT * FROM {names.table} WHERE content LIKE :pattern ESCAPE '\\'"
         f" ORDER BY {names.time_column} DESC, {names.id_column} ASC LIMIT :fetch_limit"
@@ -463,7 +465,8 @@ def test_result_order_queries_walk_the_new_index_without_sorting(branch_db: Path
     for search in (_table_search(names), _table_search(names, "2026-07-01", "2026-07-01 01:00")):
         for sql, params in (search.ordered_sql(None), search.ordered_sql(("2026-07-01 00:30", "0" * 64))):
             plan = _plan(branch_db, sql, params)
-            assert f"USING INDEX {names.order_index}" in plan and "TEMP B-TREE" not in plan
+            # Covering (omray_009): the walk reads the index alone, never the table.
+            assert f"USING COVERING INDEX {names.order_index}" in plan and "TEMP B-TREE" not in plan
         sql, params = search.boundary_sql(10)
         assert f"USING COVERING INDEX {names.order_index}" in _plan(branch_db, sql, params)
 
