@@ -68,6 +68,34 @@ def local_now() -> str:
     return datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")
 
 
+def lower_priority(niceness: int) -> bool:
+    """Give this process at least ``niceness`` (never less than it has); True if it changed.
+
+    ``os.setpriority`` sets the value, so a second call adds nothing; a platform or sandbox without
+    it leaves the process as it is.
+    """
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) >= niceness:
+            return False
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def warm_model_clients(encoding: str) -> None:
+    """Import the model client library and load the ``encoding`` tokenizer, as a first job would.
+
+    Both cost about 0.8 s of CPU and some 100 MB per process, once; a worker pays them before its
+    first job only when asked (``RoleActor.warm``), so idle workers stay small.
+    """
+    import openai.types.chat  # noqa: F401  (the chat client's import, done once per process)
+
+    from actors.models.tokens import TokenCounter
+
+    TokenCounter(encoding).count("warm")
+
+
 def load_handler(path: str) -> JobHandler:
     """Import ``module:function``; raises ``SettingsError`` naming the path when it cannot."""
     module_name, _, attr = path.partition(":")
@@ -186,8 +214,26 @@ class RoleActor(WorkerActor):
     default_handler: ClassVar[str]
     """``module:function`` of the role's production handler."""
 
-    def __init__(self, context: WorkerContext, handler: JobHandler | str | None = None) -> None:
+    def __init__(
+        self, context: WorkerContext, handler: JobHandler | str | None = None, *, niceness: int | None = None
+    ) -> None:
+        """``niceness``: run this process at least that nice (``cluster/`` sets it for its own
+        actor processes: memory work is background work); ``None`` leaves the process alone."""
         chosen = handler or self.default_handler
         super().__init__(
             self.role_handler_id, load_handler(chosen) if isinstance(chosen, str) else chosen, context
         )
+        if niceness is not None:
+            lower_priority(niceness)
+
+    def warm(self, encoding: str | None = None) -> dict[str, Any]:
+        """Load the model client library and a tokenizer now rather than in the first job.
+
+        ``encoding``: the token encoding the settings name (default: the built-in default). Returns
+        how long it took; a second call costs nothing.
+        """
+        from actors.models.tokens import DEFAULT_ENCODING
+
+        started = time.monotonic()
+        warm_model_clients(encoding or DEFAULT_ENCODING)
+        return {"handler_id": self.handler_id, "warm_ms": round((time.monotonic() - started) * 1000.0, 1)}

@@ -44,7 +44,7 @@ from typing import Any
 import ray
 
 from bench.scripted_models import ScriptedMemoryModel
-from bench.scripted_server import ScriptedServer
+from bench.scripted_server import ScriptedServerProcess
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
@@ -151,17 +151,17 @@ class _Agent(threading.Thread):
         self.hook_ms: list[float] = []
         self.turn_ends: list[tuple[int, float]] = []  # (last seq of the turn, time of the hook call)
         self.hook_errors = 0
+        self.script = self._script()
 
-    def run(self) -> None:
-        self.events_path.parent.mkdir(parents=True, exist_ok=True)
-        seq = 1
+    def _script(self) -> list[tuple[str, AfterTurnCommit, int]]:
+        """Every turn's events lines, hook context and last seq: the agent's own work, done ahead so
+        that 32 agents sharing this process's GIL do not bill one another's model building to the hook
+        (real agents are processes of their own)."""
+        script, seq = [], 1
         for turn_no in range(1, self.turns + 1):
-            due = self.t0 + (turn_no - 1) * self.interval_s
-            time.sleep(max(0.0, due - time.monotonic()))
             events = _turn_events(self.session_id, turn_no, seq)
             seq += len(events)
-            with self.events_path.open("a", encoding="utf-8") as handle:
-                handle.writelines(json.dumps(e, separators=(",", ":")) + "\n" for e in events)
+            lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events)
             context = AfterTurnCommit(
                 run_id=self.session_id,
                 turn_no=turn_no,
@@ -170,13 +170,23 @@ class _Agent(threading.Thread):
                     EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in events
                 ),
             )
+            script.append((lines, context, events[-1]["seq"]))
+        return script
+
+    def run(self) -> None:
+        self.events_path.parent.mkdir(parents=True, exist_ok=True)
+        for turn_no, (lines, context, last_seq) in enumerate(self.script, start=1):
+            due = self.t0 + (turn_no - 1) * self.interval_s
+            time.sleep(max(0.0, due - time.monotonic()))
+            with self.events_path.open("a", encoding="utf-8") as handle:
+                handle.write(lines)
             started = time.monotonic()
             try:
                 self.client.after_turn_commit(context, events_path=self.events_path)
             except Exception:  # the hook must never raise; count it if it does
                 self.hook_errors += 1
             self.hook_ms.append((time.monotonic() - started) * 1000.0)
-            self.turn_ends.append((events[-1]["seq"], started))
+            self.turn_ends.append((last_seq, started))
 
 
 def _audit(db_path: Path, session_id: str, last_seq: int) -> dict[str, int]:
@@ -225,10 +235,10 @@ def run_load(
     if not ray.is_initialized():
         raise RuntimeError("not connected to Ray: use `omray bench load`, or call ray.init() first")
     names = RuntimeNames(prefix=f"load{uuid.uuid4().hex[:8]}")
-    model = ScriptedMemoryModel(latency_s=model_latency_ms / 1000.0)
     with (
         tempfile.TemporaryDirectory(prefix="omray-bench-load-") as tmp,
-        ScriptedServer(chat_default=model) as server,
+        # The model in a process of its own, like a real one: its answers never hold the agents' GIL.
+        ScriptedServerProcess(ScriptedMemoryModel, model_latency_ms / 1000.0) as server,
     ):
         work = Path(tmp)
         ensure_runtime(
@@ -240,9 +250,14 @@ def run_load(
             max_in_flight=max_in_flight,
         )
         try:
-            for role in ("observer", "reflector", "indexer"):  # workers start lazily: not billed to turns
-                for index in range(pools.observers if role == "observer" else 1):
-                    ray.get(ray.get_actor(names.worker(role, index), namespace=names.namespace).ping.remote())
+            # Worker processes start, and load the model client and tokenizer, once: a runtime that
+            # serves agents is past that, so it is not billed to their turns (nor to the baseline's).
+            workers = [
+                ray.get_actor(names.worker(role, index), namespace=names.namespace)
+                for role in ("observer", "reflector", "indexer")
+                for index in range(pools.observers if role == "observer" else 1)
+            ]
+            ray.get([worker.warm.remote() for worker in workers])
             clients = []
             for p in range(projects):
                 project = work / f"project-{p}"
@@ -293,6 +308,7 @@ def run_load(
                 )
                 for agent in agents
             ]
+            model_requests = server.chat_request_count()
         finally:
             remove_runtime(names)
     lags = sorted(visible.values())
@@ -310,7 +326,7 @@ def run_load(
         "duplicated": sum(a["duplicated"] for a in audits),
         "lane_order_violations": sum(a["order_violations"] for a in audits),
         "busy_errors": int(status.get("failed", 0)) + sum(agent.hook_errors for agent in agents),
-        "model_requests": len(server.chat_requests),
+        "model_requests": model_requests,
     }
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -54,6 +55,18 @@ DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in R
 """Handler of each stable handler id in the production runtime."""
 
 _COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
+
+BACKGROUND_NICENESS: Final = 19
+"""Niceness of the Observer, Reflector, Indexer and StoreActor processes. Ray starts every actor
+process at 15 (its ``worker_niceness``), the QueueActor's too; memory work is background work, so
+these go below it: when cores are short, the queue (the path of every agent hook) gets the CPU
+first, and the agents (at 0) before any of them. Workers wait on models most of the time; this only
+orders who runs when the machine is busy."""
+
+QUEUE_SWITCH_INTERVAL_S: Final = 0.0005
+"""The queue process's GIL switch interval (Python's default is 5 ms). A burst of dispatches leaves
+dozens of threads waiting on one group commit; each must take the GIL back to answer, and with the
+default a thread busy starting runs could hold each of them off for 5 ms."""
 
 QUEUE_SYNCHRONOUS: Synchronous = "NORMAL"
 """The queue database survives any process, actor or cluster crash without a sync per commit; a
@@ -197,7 +210,7 @@ def store_handle(
         "max_task_retries": 0,
         "scheduling_strategy": _node_affinity(data_node_id or current_node_id()),
     }
-    return ray.remote(StoreActor).options(**options).remote(path)
+    return ray.remote(StoreActor).options(**options).remote(path, niceness=BACKGROUND_NICENESS)
 
 
 class RayWorkerContext:
@@ -251,7 +264,11 @@ def worker_handle(
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
     context: WorkerContext = RayWorkerContext(names, node)
-    return ray.remote(ROLE_ACTORS[handler_id]).options(**options).remote(context, handler_path)
+    return (
+        ray.remote(ROLE_ACTORS[handler_id])
+        .options(**options)
+        .remote(context, handler_path, niceness=BACKGROUND_NICENESS)
+    )
 
 
 def worker_pools(
@@ -290,6 +307,7 @@ class QueueRuntime(QueueActor):
     ) -> None:
         node = data_node_id or current_node_id()
         sizes = pools or PoolSizes()
+        sys.setswitchinterval(QUEUE_SWITCH_INTERVAL_S)
         # The queue's own file has one writer, this actor: its group commits run in-process, with no
         # StoreActor round trip on the path of every dispatch (memory databases keep theirs).
         store = Store(queue_db, synchronous=QUEUE_SYNCHRONOUS)

@@ -11,11 +11,26 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from actors.worker import lower_priority
+from persistence.connection import Synchronous
 from persistence.store import Store
 
 
 class StoreActor(Store):
     """Exposes the ``Store`` write methods as actor methods, plus a liveness probe."""
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        niceness: int | None = None,
+    ) -> None:
+        """``niceness``: as for the role workers (``actors.worker.RoleActor``): writes of memory are
+        background work next to the queue and the agents; ``None`` leaves the process alone."""
+        super().__init__(db_path, synchronous=synchronous)
+        if niceness is not None:
+            lower_priority(niceness)
 
     def ping(self) -> dict[str, Any]:
         """The file this actor owns and the process it runs in."""

@@ -7,6 +7,7 @@ import os
 import signal
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
@@ -282,3 +283,23 @@ def test_sessions_of_two_projects_with_one_job_id_both_run(
     assert client.wait_idle(timeout_s=60)
     assert client.job_counts()["succeeded"] == 2
     assert _starts(ledger) == [one.job_id, one.job_id]
+
+
+def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    from cluster.runtime import BACKGROUND_NICENESS, store_handle
+
+    def pid_of(handle: Any) -> int:
+        info: dict[str, Any] = ray.get(handle.ping.remote())
+        return int(info["pid"])
+
+    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"})
+    worker: Any = ray.get_actor(names.worker("indexer", 0), namespace=names.namespace)
+    store = store_handle(names, tmp_path / "om.sqlite")
+    queue_nice = os.getpriority(os.PRIO_PROCESS, pid_of(client.queue_handle()))
+    for pid in (pid_of(worker), pid_of(store)):  # a role worker and the one writer of a memory file
+        assert os.getpriority(os.PRIO_PROCESS, pid) == BACKGROUND_NICENESS > queue_nice
+    warmed = ray.get(worker.warm.remote())
+    assert warmed["handler_id"] == SEMANTIC_INDEX_HANDLER and warmed["warm_ms"] >= 0
+    assert ray.get(worker.warm.remote())["warm_ms"] < max(warmed["warm_ms"], 50.0)  # once per process

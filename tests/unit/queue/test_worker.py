@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -68,3 +69,41 @@ def test_shutdown_closes_the_process_clients_before_a_kill() -> None:
     worker = WorkerActor("h", lambda envelope, attempt, context: None, context=None)  # type: ignore[arg-type]
     assert worker.shutdown() == 1
     assert closed == ["x"] and len(pool) == 0
+
+
+def _priority_in_child(niceness: int) -> tuple[bool, bool, int]:
+    from actors.worker import lower_priority
+
+    first = lower_priority(niceness)
+    again = lower_priority(niceness)
+    lower = lower_priority(niceness - 5)  # never gives back what the process has
+    return first and not again, lower, os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_lower_priority_sets_the_niceness_once_and_never_lowers_it() -> None:
+    import multiprocessing
+
+    # In a child: the test process keeps its own priority.
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        once, lowered, niceness = pool.apply(_priority_in_child, (os.getpriority(os.PRIO_PROCESS, 0) + 3,))
+    assert once and not lowered
+    assert niceness == os.getpriority(os.PRIO_PROCESS, 0) + 3
+
+
+def test_a_role_worker_leaves_its_process_priority_alone_unless_asked() -> None:
+    from actors.indexer.actor import IndexerActor
+
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    IndexerActor(context=None, handler="actors.bench_handlers:noop")  # type: ignore[arg-type]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+
+
+def test_warm_loads_the_model_client_and_tokenizer_ahead_of_the_first_job() -> None:
+    import sys
+
+    from actors.indexer.actor import IndexerActor
+
+    worker = IndexerActor(context=None, handler="actors.bench_handlers:noop")  # type: ignore[arg-type]
+    answer = worker.warm()
+    assert answer["handler_id"] == worker.handler_id and answer["warm_ms"] >= 0
+    assert "openai.types.chat" in sys.modules

@@ -1,0 +1,27 @@
+"""The load benchmark's model server in a process of its own: answers like the in-process one."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+
+from bench.scripted_models import ScriptedMemoryModel
+from bench.scripted_server import ScriptedServerProcess
+
+
+def test_the_server_process_answers_counts_requests_and_stops() -> None:
+    body = {"model": "m", "messages": [{"role": "tool", "content": "ok", "tool_call_id": "c"}]}
+    with ScriptedServerProcess(ScriptedMemoryModel, 0.0) as server:
+        request = urllib.request.Request(
+            server.base_url + "/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = json.loads(response.read())
+        assert answer["choices"][0]["message"]["content"] == "Done."
+        assert server.chat_request_count() == 1
+        child = server._process
+        assert child.pid != os.getpid()
+    assert not child.is_alive()
