@@ -60,6 +60,9 @@ JobState = Literal["pending", "running", "succeeded", "failed"]
 
 _FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}$")
 
+_ID_LOOKUP_BATCH = 500
+"""Ids per lookup of already-stored observations (well under SQLite's bound-variable limit)."""
+
 
 class NotFoundError(OmrayError):
     """The row a write needs (a generation, an unfinished job) does not exist."""
@@ -309,8 +312,7 @@ class Store:
                 return self._existing_part(existing, part, "digest mismatch")
             try:
                 with conn.begin_nested():
-                    for observation in observations:
-                        self._insert_or_verify_observation(conn, observation, part)
+                    self._insert_or_verify_observations(conn, observations, part)
                     try:
                         with conn.begin_nested():
                             conn.execute(
@@ -343,37 +345,53 @@ class Store:
         raise ConflictError(f"Coverage conflict for key {part.coverage_key!r} after concurrent insert.")
 
     @staticmethod
-    def _insert_or_verify_observation(
-        conn: Connection, observation: ObservationRecord, part: CoveragePart
+    def _insert_or_verify_observations(
+        conn: Connection, observations: Sequence[ObservationRecord], part: CoveragePart
     ) -> None:
+        """Insert the part's new observations in one statement; one already stored must be identical.
+
+        One lookup for every id and one multi-row insert (the triggers still run per row): a part's
+        observations cost the writer one round of statement overhead, not one per observation.
+        """
         table = schema.om_observation
-        stored_hash = conn.execute(
-            select(table.c.content_hash).where(table.c.observation_id == observation.observation_id)
-        ).scalar_one_or_none()
-        if stored_hash is not None:
-            if stored_hash == observation.content_hash:
-                return
-            raise ConflictError(
-                f"Observation conflict for id {observation.observation_id!r}: content_hash mismatch."
+        ids = list(dict.fromkeys(observation.observation_id for observation in observations))
+        known: dict[str, str] = {}
+        for start in range(0, len(ids), _ID_LOOKUP_BATCH):
+            batch = ids[start : start + _ID_LOOKUP_BATCH]
+            found = conn.execute(
+                select(table.c.observation_id, table.c.content_hash).where(table.c.observation_id.in_(batch))
             )
-        conn.execute(
-            table.insert().values(
-                observation_id=observation.observation_id,
-                run_id=observation.run_id,
-                boundary_key=part.boundary_key,
-                source_start_seq=part.source_start_seq,
-                source_end_seq=part.source_end_seq,
-                source_refs_json=source_refs_json(observation.source_refs),
-                content=observation.content,
-                content_hash=observation.content_hash,
-                relevance=observation.relevance,
-                timestamp=observation.timestamp,
-                token_count=observation.token_count,
-                observer_model=observation.observer_model,
-                observer_schema_version=observation.observer_schema_version,
-                created_at=part.covered_at,
+            known.update((row[0], row[1]) for row in found)
+        rows: list[dict[str, Any]] = []
+        for observation in observations:
+            stored_hash = known.get(observation.observation_id)
+            if stored_hash is not None:
+                if stored_hash == observation.content_hash:
+                    continue
+                raise ConflictError(
+                    f"Observation conflict for id {observation.observation_id!r}: content_hash mismatch."
+                )
+            known[observation.observation_id] = observation.content_hash  # a repeat in this part
+            rows.append(
+                {
+                    "observation_id": observation.observation_id,
+                    "run_id": observation.run_id,
+                    "boundary_key": part.boundary_key,
+                    "source_start_seq": part.source_start_seq,
+                    "source_end_seq": part.source_end_seq,
+                    "source_refs_json": source_refs_json(observation.source_refs),
+                    "content": observation.content,
+                    "content_hash": observation.content_hash,
+                    "relevance": observation.relevance,
+                    "timestamp": observation.timestamp,
+                    "token_count": observation.token_count,
+                    "observer_model": observation.observer_model,
+                    "observer_schema_version": observation.observer_schema_version,
+                    "created_at": part.covered_at,
+                }
             )
-        )
+        if rows:
+            conn.execute(table.insert(), rows)
 
     # --- live activity (reference §11.1) -------------------------------------------------------
 

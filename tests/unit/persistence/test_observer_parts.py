@@ -88,6 +88,18 @@ def test_duplicate_observation_with_other_hash_conflicts_and_writes_nothing(
     assert [o.observation_id for o in reader.all_observations(RUN)] == [observation.observation_id]
 
 
+def test_one_id_twice_in_a_part_with_other_hashes_conflicts_and_writes_nothing(
+    store: Store, reader: MemoryReader
+) -> None:
+    observation = make_observation(RUN, "fact")
+    tampered = observation.model_copy(update={"content_hash": "0" * 64})
+    part = make_part(RUN, 1, 1)
+    with pytest.raises(ConflictError, match=rf"Observation conflict for id '{observation.observation_id}'"):
+        store.commit_observer_part(part, [observation, tampered])
+    assert reader.stored_coverage_part(part.coverage_key) is None
+    assert reader.all_observations(RUN) == []
+
+
 def test_unique_violation_without_stored_key_conflicts_and_rolls_back(
     store: Store, reader: MemoryReader
 ) -> None:
