@@ -25,7 +25,7 @@ the plain scan returns; only the work differs:
 trigram phrase): the trigram candidate count, capped (rare phrase:
 ``trigram``), after a first walk of the newest few hundred rows in the date range, which answers a
 common query by itself (unless the search is scoped) and skips the probe when, at the density it
-found, the budget walk will finish; then an ordered walk bounded to a row budget
+found, the budget walk or its extension will finish; then an ordered walk bounded to a row budget
 (it goes on from the first one), whose answer is final when it found enough matches or covered
 the whole date range (one that found some goes on, bounded again, when at the density found it
 would finish within two more budgets); then, for what is left (matches
@@ -134,6 +134,10 @@ class PlanTuning:
     """Rows the first, short walk may visit before any probe (a common query ends there)..."""
     first_window_fraction: int = 256
     """...or 1/this of the table, whichever is more."""
+    probe_skip_matches: int = 3
+    """The trigram probe is skipped when the first walk found at least this many matches..."""
+    probe_skip_budgets: int = 3
+    """...and, at the density it found, this many walk budgets will finish the search."""
     walk_extension: int = 2
     """A bounded walk that found some matches but not enough goes on for up to this many more budgets
     when, at the density it found, that is enough to finish."""
@@ -584,9 +588,13 @@ def choose_and_fetch(
         rows = search.ordered_rows(walked)
         if walked is None or len(rows) >= fetch_limit:
             return rows, "ordered"
-    # At the density the first walk found (enough matches to go by), the budget walk would finish:
-    # walking on is the plan, and the probe would be wasted.
-    dense = first_window and len(rows) >= 4 and (fetch_limit - len(rows)) * window <= len(rows) * budget
+    # At the density the first walk found (enough matches to go by), the budget walk or its
+    # extension would finish: walking on is the plan, and the probe would be wasted.
+    dense = (
+        first_window
+        and len(rows) >= tuning.probe_skip_matches
+        and (fetch_limit - len(rows)) * window <= len(rows) * budget * tuning.probe_skip_budgets
+    )
     rare_cap = 0
     if trigram_ok and not dense:
         # Uniform matches: a walk visits ~fetch_limit * rows / m rows, the pre-filter costs m lookups;
