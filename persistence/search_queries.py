@@ -14,9 +14,11 @@ the plain scan returns; only the work differs:
   with it and the rows that end with it (``persistence.search_candidates``, migration
   ``omray_006``). Only for literal queries with no NUL. Costs about one id lookup per candidate:
   the plan for rare substrings, short ones too.
-* ``ordered``: walks the index in result order (migration ``omray_003``: time descending, id
-  ascending), inside the date range, and stops at the ``fetch_limit``-th match. Costs one row per
-  row visited: the plan for common substrings, short queries that match often, and narrow dates.
+* ``ordered``: walks the index in result order (time descending, id ascending; since migration
+  ``omray_009`` it also holds every column a search reads, so the walk never visits the table),
+  inside the date range, and stops at the ``fetch_limit``-th match. Costs one index entry per row
+  visited (about 0.2 us): the plan for common substrings, short queries that match often, and
+  narrow dates.
 
 * ``session``: for a search scoped to some sessions (``scope``), reads only their rows through the
   table's ``run_id`` index, then sorts the matches. Every plan applies the same ``run_id IN (...)``.
@@ -123,7 +125,8 @@ class PlanTuning:
     """
 
     candidate_cost: int = 32
-    """A trigram candidate (looked up by id, then sorted) costs about this many rows of an ordered walk."""
+    """A trigram candidate (looked up by id in the table, then sorted) costs about this many rows of an
+    ordered walk through the covering index (7 us against 0.2 us at 50,000 rows)."""
     min_candidate_cap: int = 64
     """Below this many trigram candidates the pre-filter is always taken (small tables)."""
     walk_budget_min: int = 1024
