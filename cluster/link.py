@@ -19,6 +19,7 @@ still observed once the runtime is back.
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import logging
 import os
@@ -375,11 +376,13 @@ class Outbox:
     ``send(envelope, timeout_s)`` returns the job id or raises. Jobs of different sessions are sent
     at the same time (up to ``parallel``), so many agents' hooks share the queue's group commit
     instead of waiting behind each other; the jobs of one session are sent one after the other, in
-    submission order. The hook waits for its own job at most its deadline; a job still pending then
-    is sent later, with a backoff per session between attempts (0.2 s doubling to 5 s). Job ids are
-    deterministic and the queue accepts a pending id once, so a send whose answer was lost is
-    harmless when repeated. At most ``limit`` jobs wait; past that the oldest is dropped (a later
-    boundary of the same session covers its events again).
+    submission order. A job whose session has nothing else waiting goes straight to a sender thread;
+    the others wait for the sender loop. The hook waits for its own job at most its deadline (the
+    send runs on a sender thread, never on the hook's); a job still pending then is sent later, with
+    a backoff per session between attempts (0.2 s doubling to 5 s). Job ids are deterministic and
+    the queue accepts a pending id once, so a send whose answer was lost is harmless when repeated.
+    At most ``limit`` jobs wait; past that the oldest is dropped (a later boundary of the same
+    session covers its events again).
     """
 
     def __init__(
@@ -390,15 +393,26 @@ class Outbox:
         self._limit = limit
         self._parallel = parallel
         self._pending: dict[str, Any] = {}
+        self._pending_of: dict[str, int] = {}  # pending jobs per session
         self._accepted: dict[str, str] = {}
         self._sending: set[str] = set()  # sessions with a send in flight
         self._not_before: dict[str, float] = {}  # per session, after a failed send
         self._backoff: dict[str, float] = {}
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        # The sender loop and ``wait_empty`` wait on ``_changed``; each hook waits on an event of its
+        # own job, so an accepted job wakes its hook alone (with many agents in one process, waking
+        # them all at every answer cost more than the sends).
+        self._changed = threading.Condition(self._lock)
+        self._waiters: dict[str, list[threading.Event]] = {}
         self._thread: threading.Thread | None = None
+        # Sends handed to the sender threads, which stay (a thread per send cost a start each).
+        self._sends: collections.deque[tuple[str, Any, str]] = collections.deque()
+        self._send_ready = threading.Condition(self._lock)
+        self._senders = 0
+        self._idle_senders = 0
 
     def __len__(self) -> int:
-        with self._changed:
+        with self._lock:
             return len(self._pending)
 
     @staticmethod
@@ -411,23 +425,40 @@ class Outbox:
     def submit(self, job_id: str, envelope: Any, timeout_s: float) -> str | None:
         """Queue ``envelope`` for sending; its job id once accepted within ``timeout_s``, else ``None``."""
         deadline = time.monotonic() + timeout_s
-        with self._changed:
+        answered = threading.Event()
+        session = self._session_of(job_id, envelope)
+        with self._lock:
             self._accepted.pop(job_id, None)
-            self._pending[job_id] = envelope
+            # First in its session's line, and the session free to send: no need for the loop.
+            direct = (
+                job_id not in self._pending
+                and not self._pending_of.get(session)
+                and session not in self._sending
+                and self._not_before.get(session, 0.0) <= time.monotonic()
+                and len(self._sending) < self._parallel
+            )
+            self._add_pending(job_id, envelope, session)
+            self._waiters.setdefault(job_id, []).append(answered)
             while len(self._pending) > self._limit:
                 dropped = next(iter(self._pending))
-                del self._pending[dropped]
+                self._remove_pending(dropped)
                 logger.warning("hook job dropped from a full outbox", extra={"job_id": dropped})
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="omray-outbox", daemon=True)
-                self._thread.start()
-            self._changed.notify_all()
-            while job_id not in self._accepted:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._changed.wait(remaining)
-            return self._accepted.pop(job_id)
+            if direct and job_id in self._pending:
+                self._sending.add(session)
+                self._hand_over(job_id, envelope, session)
+            else:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._run, name="omray-outbox", daemon=True)
+                    self._thread.start()
+                self._changed.notify_all()
+        answered.wait(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            waiting = self._waiters.get(job_id, [])
+            if answered in waiting:
+                waiting.remove(answered)
+                if not waiting:
+                    del self._waiters[job_id]
+            return self._accepted.pop(job_id, None) if answered.is_set() else None
 
     def wait_empty(self, timeout_s: float) -> bool:
         """True once every queued job was accepted (tests, clean shutdowns)."""
@@ -439,6 +470,21 @@ class Outbox:
                     return False
                 self._changed.wait(remaining)
             return True
+
+    def _add_pending(self, job_id: str, envelope: Any, session: str) -> None:
+        """Under the lock."""
+        if job_id not in self._pending:
+            self._pending_of[session] = self._pending_of.get(session, 0) + 1
+        self._pending[job_id] = envelope
+
+    def _remove_pending(self, job_id: str) -> None:
+        """Under the lock."""
+        session = self._session_of(job_id, self._pending.pop(job_id))
+        left = self._pending_of.get(session, 1) - 1
+        if left > 0:
+            self._pending_of[session] = left
+        else:
+            self._pending_of.pop(session, None)
 
     def _ready(self, now: float) -> tuple[list[tuple[str, Any, str]], float | None]:
         """The first pending job of every session that may send now; else when one may (under lock)."""
@@ -469,15 +515,27 @@ class Outbox:
                     if picked:
                         break
                     self._changed.wait(None if wake is None else max(0.0, wake - time.monotonic()))
-                for _, _, session in picked:
+                for job_id, envelope, session in picked:
                     self._sending.add(session)
-            for job_id, envelope, session in picked:
-                threading.Thread(
-                    target=self._send_one,
-                    args=(job_id, envelope, session),
-                    name="omray-outbox-send",
-                    daemon=True,
-                ).start()
+                    self._hand_over(job_id, envelope, session)
+
+    def _hand_over(self, job_id: str, envelope: Any, session: str) -> None:
+        """Give one send to a sender thread, starting one if none is idle (under the lock)."""
+        self._sends.append((job_id, envelope, session))
+        if len(self._sends) > self._idle_senders and self._senders < self._parallel:
+            self._senders += 1
+            threading.Thread(target=self._sender, name="omray-outbox-send", daemon=True).start()
+        self._send_ready.notify()
+
+    def _sender(self) -> None:
+        while True:
+            with self._lock:
+                self._idle_senders += 1
+                while not self._sends:
+                    self._send_ready.wait()
+                self._idle_senders -= 1
+                job_id, envelope, session = self._sends.popleft()
+            self._send_one(job_id, envelope, session)
 
     def _send_one(self, job_id: str, envelope: Any, session: str) -> None:
         try:
@@ -491,6 +549,9 @@ class Outbox:
                 self._not_before[session] = time.monotonic() + backoff
                 self._backoff[session] = min(backoff * 2, 5.0)
                 self._sending.discard(session)
+                if self._pending and (self._thread is None or not self._thread.is_alive()):
+                    self._thread = threading.Thread(target=self._run, name="omray-outbox", daemon=True)
+                    self._thread.start()
                 self._changed.notify_all()
             return
         with self._changed:
@@ -498,10 +559,12 @@ class Outbox:
             self._not_before.pop(session, None)
             self._sending.discard(session)
             if self._pending.get(job_id) is envelope:
-                del self._pending[job_id]
+                self._remove_pending(job_id)
             self._accepted[job_id] = accepted
             if len(self._accepted) > self._limit:  # answers nobody waits for any more
                 self._accepted.pop(next(iter(self._accepted)))
+            for answered in self._waiters.pop(job_id, []):
+                answered.set()
             self._changed.notify_all()
 
 

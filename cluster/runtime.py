@@ -58,10 +58,17 @@ _COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "
 
 BACKGROUND_NICENESS: Final = 19
 """Niceness of the Observer, Reflector, Indexer and StoreActor processes. Ray starts every actor
-process at 15 (its ``worker_niceness``), the QueueActor's too; memory work is background work, so
-these go below it: when cores are short, the queue (the path of every agent hook) gets the CPU
-first, and the agents (at 0) before any of them. Workers wait on models most of the time; this only
-orders who runs when the machine is busy."""
+process at 15 (its ``worker_niceness``); memory work is background work, so these go to 19, below
+the QueueActor: when cores are short, the queue (the path of every agent hook) gets the CPU first.
+Workers wait on models most of the time; this only orders who runs when the machine is busy."""
+
+QUEUE_NICENESS: Final = 0
+"""Niceness the raylet starts the QueueActor's process with (``RAY_worker_niceness`` in its
+runtime env, as Ray's own job supervisor is started): the agents' own priority, so that on a busy
+machine a woken dispatch thread is not held behind memory work."""
+
+RAY_WORKER_NICENESS_ENV: Final = "RAY_worker_niceness"
+"""Ray's environment variable for the niceness of the worker processes it starts."""
 
 QUEUE_SWITCH_INTERVAL_S: Final = 0.0005
 """The queue process's GIL switch interval (Python's default is 5 ms). A burst of dispatches leaves
@@ -412,6 +419,9 @@ def ensure_runtime(
             # Concurrent dispatch calls wait together for one group commit.
             max_concurrency=32,
             scheduling_strategy=_node_affinity(data_node),
+            # The path of every agent hook: started at the agents' own priority (Ray's job
+            # supervisor does the same for itself), with memory work below it.
+            runtime_env={"env_vars": {RAY_WORKER_NICENESS_ENV: str(QUEUE_NICENESS)}},
         )
         .remote(
             names,

@@ -133,7 +133,7 @@ class WorkerPoolPort(Protocol):
 
 
 DISPATCH_WINDOW: Final = 1000
-"""Recent ``dispatch`` calls whose in-queue time ``status()["commits"]`` summarizes."""
+"""Recent ``dispatch`` calls (and group commits) whose times ``status()["commits"]`` summarizes."""
 
 
 def iso_utc(epoch_s: float) -> str:
@@ -208,6 +208,7 @@ class QueueActor:
         self._commits = collections.Counter[str]()  # transactions, writes, microseconds (committer only)
         # How long recent ``dispatch`` calls took in this process, accept to durable (milliseconds).
         self._dispatch_ms: collections.deque[float] = collections.deque(maxlen=DISPATCH_WINDOW)
+        self._commit_ms: collections.deque[float] = collections.deque(maxlen=DISPATCH_WINDOW)
         # What the committer has not written yet, in order, each with the time it was issued (so a
         # repeated write is byte-identical to the first try).
         self._unwritten: collections.deque[tuple[Pending, float]] = collections.deque()
@@ -340,6 +341,7 @@ class QueueActor:
         """Group commits since start: transactions, writes, mean writes and milliseconds per transaction."""
         count = self._commits["transactions"]
         recent = sorted(self._dispatch_ms)
+        commits = sorted(self._commit_ms)
         return {
             "transactions": count,
             "writes": self._commits["writes"],
@@ -349,6 +351,10 @@ class QueueActor:
             # next to a caller's figure, what the transport and the caller's own process add.
             "dispatch_ms_p50": round(recent[len(recent) // 2], 3) if recent else 0.0,
             "dispatch_ms_p95": round(recent[int(len(recent) * 0.95)], 3) if recent else 0.0,
+            # The store write of the last ``DISPATCH_WINDOW`` group commits (a slow one holds every
+            # dispatch it carries and every one that arrives meanwhile).
+            "commit_ms_p95": round(commits[int(len(commits) * 0.95)], 3) if commits else 0.0,
+            "commit_ms_max": round(commits[-1], 3) if commits else 0.0,
         }
 
     def waiting_by_handler(self) -> dict[str, int]:
@@ -453,9 +459,9 @@ class QueueActor:
                 if isinstance(item, _Accept):
                     self._unwritten_accepts.pop(item.job_seq, None)
             self._durable.notify_all()
-        self._commits.update(
-            transactions=1, writes=len(writes), micros=round((time.perf_counter() - started) * 1e6)
-        )
+        elapsed = time.perf_counter() - started
+        self._commits.update(transactions=1, writes=len(writes), micros=round(elapsed * 1e6))
+        self._commit_ms.append(elapsed * 1000.0)
         if self._threads:
             with self._effects_ready:  # the starter carries them out while the next commit runs
                 self._effects.append(batch)

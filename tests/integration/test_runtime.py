@@ -288,7 +288,7 @@ def test_sessions_of_two_projects_with_one_job_id_both_run(
 def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    from cluster.runtime import BACKGROUND_NICENESS, store_handle
+    from cluster.runtime import BACKGROUND_NICENESS, QUEUE_NICENESS, store_handle
 
     def pid_of(handle: Any) -> int:
         info: dict[str, Any] = ray.get(handle.ping.remote())
@@ -298,6 +298,7 @@ def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
     worker: Any = ray.get_actor(names.worker("indexer", 0), namespace=names.namespace)
     store = store_handle(names, tmp_path / "om.sqlite")
     queue_nice = os.getpriority(os.PRIO_PROCESS, pid_of(client.queue_handle()))
+    assert queue_nice == QUEUE_NICENESS  # started at the agents' priority, not Ray's 15
     for pid in (pid_of(worker), pid_of(store)):  # a role worker and the one writer of a memory file
         assert os.getpriority(os.PRIO_PROCESS, pid) == BACKGROUND_NICENESS > queue_nice
     warmed = ray.get(worker.warm.remote())
