@@ -22,6 +22,9 @@ Figures (per run):
 - ``visible_lag_p50_s`` / ``p95``: per turn, from ``after_turn_commit`` to the moment the
   session's coverage first reaches that turn's last event (polled every 100 ms).
 - ``after_turn_commit_p95_ms``: how long the hook held the agent.
+- ``phases``: ``staggered`` (the default) starts agent ``i`` of ``n`` ``i / n`` of an interval after
+  the first, as independent agents would be; ``synchronized`` starts them all in the same instant,
+  so every turn is a burst of ``sessions`` hooks at once (the worst case, also reported).
 - ``lost`` (turns never covered), ``duplicated`` (observations recorded twice for one source
   event, or a coverage row written twice), ``lane_order_violations`` (coverage of a session that
   ever moved backwards or left a hole), ``busy_errors`` (jobs that failed or hooks that raised).
@@ -39,7 +42,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import ray
 
@@ -54,6 +57,10 @@ SCHEMA_VERSION = "1.0"
 REQUESTS_PER_OBSERVE_JOB = 1
 """The tool call; no receipt round follows when every call was accepted in full (issue 13), as the
 scripted model's always are."""
+
+
+Phases = Literal["staggered", "synchronized"]
+"""How the agents' turns line up in time (see the module docstring)."""
 
 
 def _turn_events(session_id: str, turn_no: int, first_seq: int) -> list[dict[str, Any]]:
@@ -230,6 +237,7 @@ def run_load(
     pools: PoolSizes,
     max_in_flight: int | None,
     timeout_s: float,
+    phases: Phases = "staggered",
 ) -> dict[str, Any]:
     """One run of the workload on a fresh runtime; returns its figures."""
     if not ray.is_initialized():
@@ -277,7 +285,7 @@ def run_load(
                     f"s{i // projects:03d}",
                     turns,
                     turn_interval_s,
-                    t0,
+                    t0 + _phase(i, sessions, turn_interval_s, phases),
                 )
                 for i in range(sessions)
             ]
@@ -313,7 +321,7 @@ def run_load(
             remove_runtime(names)
     lags = sorted(visible.values())
     hooks = sorted(ms for agent in agents for ms in agent.hook_ms)
-    last_turn_s = (turns - 1) * turn_interval_s
+    last_turn_s = (turns - 1) * turn_interval_s + _phase(sessions - 1, sessions, turn_interval_s, phases)
     return {
         "makespan_s": round(makespan, 2),
         "ideal_parallel_s": round(last_turn_s + REQUESTS_PER_OBSERVE_JOB * model_latency_ms / 1000.0, 2),
@@ -328,6 +336,11 @@ def run_load(
         "busy_errors": int(status.get("failed", 0)) + sum(agent.hook_errors for agent in agents),
         "model_requests": model_requests,
     }
+
+
+def _phase(index: int, sessions: int, interval_s: float, phases: Phases) -> float:
+    """When agent ``index`` takes its first turn, after the first agent's."""
+    return 0.0 if phases == "synchronized" else interval_s * index / sessions
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -347,6 +360,7 @@ def run_load_bench(
     observer_slots: int = 4,
     serial: bool = True,
     timeout_s: float = 900.0,
+    phases: Phases = "staggered",
 ) -> dict[str, Any]:
     """The workload with the runtime's pools and (``serial``) with one worker, one job in flight."""
     parallel_pools = PoolSizes(
@@ -364,6 +378,7 @@ def run_load_bench(
         "model_latency_ms": model_latency_ms,
         "turn_interval_s": turn_interval_s,
         "timeout_s": timeout_s,
+        "phases": phases,
     }
     parallel = run_load(pools=parallel_pools, max_in_flight=None, **common)  # type: ignore[arg-type]
     result: dict[str, Any] = {
@@ -374,6 +389,7 @@ def run_load_bench(
         "turn_interval_s": turn_interval_s,
         "observers": observers,
         "observer_slots": observer_slots,
+        "phases": phases,
         **parallel,
     }
     if serial:

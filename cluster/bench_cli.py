@@ -310,6 +310,11 @@ def load_command(
     observers: int = typer.Option(8, "--observers", min=1, max=64, help="ObserverActors."),
     observer_slots: int = typer.Option(4, "--observer-slots", min=1, max=64, help="Jobs per observer."),
     serial: bool = typer.Option(True, "--serial/--no-serial", help="Also run one worker, one job in flight."),
+    synchronized: bool = typer.Option(
+        False,
+        "--synchronized/--staggered",
+        help="Every agent's turn in the same instant (default: agents spread over the interval).",
+    ),
     address: str | None = AddressOption,
     as_json: bool = JsonOption,
 ) -> None:
@@ -326,6 +331,7 @@ def load_command(
             observers=observers,
             observer_slots=observer_slots,
             serial=serial,
+            phases="synchronized" if synchronized else "staggered",
         )
     if as_json:
         import json

@@ -1,4 +1,4 @@
-"""The load benchmark's model server in a process of its own: answers like the in-process one."""
+"""Parts of the load benchmark: its model server in a process of its own, and the agents' phases."""
 
 from __future__ import annotations
 
@@ -25,3 +25,12 @@ def test_the_server_process_answers_counts_requests_and_stops() -> None:
         child = server._process
         assert child.pid != os.getpid()
     assert not child.is_alive()
+
+
+def test_staggered_agents_spread_over_one_interval_and_synchronized_ones_start_together() -> None:
+    from bench.load_bench import _phase
+
+    staggered = [_phase(i, 32, 0.5, "staggered") for i in range(32)]
+    assert staggered[0] == 0.0 and staggered == sorted(staggered) and staggered[-1] < 0.5
+    assert len(set(staggered)) == 32
+    assert {_phase(i, 32, 0.5, "synchronized") for i in range(32)} == {0.0}
