@@ -535,7 +535,15 @@ class Outbox:
                     self._send_ready.wait()
                 self._idle_senders -= 1
                 job_id, envelope, session = self._sends.popleft()
-            self._send_one(job_id, envelope, session)
+            try:
+                self._send_one(job_id, envelope, session)
+            except Exception as exc:  # a sender thread never dies: the next send needs it
+                logger.error(
+                    "hook job send failed", extra={"job_id": job_id, "error_class": type(exc).__name__}
+                )
+                with self._changed:
+                    self._sending.discard(session)
+                    self._changed.notify_all()
 
     def _send_one(self, job_id: str, envelope: Any, session: str) -> None:
         try:
