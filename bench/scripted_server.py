@@ -405,12 +405,7 @@ class ScriptedServerProcess:
         self._conn.send("count")
         return int(self._conn.recv())
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         with contextlib.suppress(OSError, ValueError):  # the child is gone already
             self._conn.send("stop")
         self._process.join(timeout=10)

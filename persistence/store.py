@@ -12,7 +12,7 @@ Every write is idempotent where the reference says so (reference §4.4): content
 are inserted or verified, never duplicated, and a genuine mismatch raises ``ConflictError``.
 SQLite failures surface as ``StorageError`` with the exception class only (no SQL values).
 
-Length: about 980 lines, on purpose. ``Store`` is the one class with intention-named write methods
+Length: about 1,000 lines, on purpose. ``Store`` is the one class with intention-named write methods
 (STYLE.md §4) for every table of one file: memory, generations, the job queue's group-commit
 writes and the observe-start pins. Splitting it would make more than one writer class per file.
 """

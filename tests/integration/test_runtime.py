@@ -303,4 +303,3 @@ def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
         assert os.getpriority(os.PRIO_PROCESS, pid) == BACKGROUND_NICENESS > queue_nice
     warmed = ray.get(worker.warm.remote())
     assert warmed["handler_id"] == SEMANTIC_INDEX_HANDLER and warmed["warm_ms"] >= 0
-    assert ray.get(worker.warm.remote())["warm_ms"] < max(warmed["warm_ms"], 50.0)  # once per process

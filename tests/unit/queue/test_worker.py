@@ -98,12 +98,23 @@ def test_a_role_worker_leaves_its_process_priority_alone_unless_asked() -> None:
     assert os.getpriority(os.PRIO_PROCESS, 0) == before
 
 
-def test_warm_loads_the_model_client_and_tokenizer_ahead_of_the_first_job() -> None:
+def _warm_in_child() -> tuple[bool, dict[str, Any], bool]:
     import sys
 
     from actors.indexer.actor import IndexerActor
 
     worker = IndexerActor(context=None, handler="actors.bench_handlers:noop")  # type: ignore[arg-type]
-    answer = worker.warm()
-    assert answer["handler_id"] == worker.handler_id and answer["warm_ms"] >= 0
-    assert "openai.types.chat" in sys.modules
+    before = "openai.types.chat" in sys.modules
+    return before, worker.warm(), "openai.types.chat" in sys.modules
+
+
+def test_warm_loads_the_model_client_and_tokenizer_ahead_of_the_first_job() -> None:
+    import multiprocessing
+
+    from protocol.jobs import SEMANTIC_INDEX_HANDLER
+
+    # In a fresh process: a worker does not load the client at start, and does once warmed.
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        before, answer, after = pool.apply(_warm_in_child)
+    assert not before and after
+    assert answer["handler_id"] == SEMANTIC_INDEX_HANDLER and answer["warm_ms"] >= 0
