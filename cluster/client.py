@@ -50,6 +50,12 @@ from protocol.settings import OmSettings, settings_from_mapping
 
 logger = logging.getLogger("omray.client")
 
+OUTBOX_PARALLEL = 64
+"""Sessions of one client whose hook jobs may be on their way to the queue at once."""
+OUTBOX_SENDERS = 4
+"""Sender threads of one client's outbox: each takes every hook job waiting when it is free and
+sends them in one ``dispatch_many`` call, so a burst of hooks costs the queue a few calls."""
+
 __all__ = [
     "CALL_TIMEOUT_S",
     "HOOK_TIMEOUT_S",
@@ -103,7 +109,13 @@ class OmrayClient:
         self.hook_timeout_s = hook_timeout_s
         self.call_timeout_s = call_timeout_s
         self.link: Link = link or InProcessLink(self.names.queue, self.names.namespace)
-        self.outbox = Outbox(self._send, call_timeout_s)
+        self.outbox = Outbox(
+            self._send,
+            call_timeout_s,
+            parallel=OUTBOX_PARALLEL,
+            send_many=self._send_many,
+            senders=OUTBOX_SENDERS,
+        )
         self._hybrid: Any = None
 
     @property
@@ -368,6 +380,10 @@ class OmrayClient:
     def _send(self, envelope: JobEnvelope, timeout_s: float) -> str:
         job_id: str = self.link.call("dispatch", (envelope,), timeout_s)
         return job_id
+
+    def _send_many(self, envelopes: list[JobEnvelope], timeout_s: float) -> list[str]:
+        job_ids = self.link.call("dispatch_many", (envelopes,), timeout_s)
+        return [str(job_id) for job_id in job_ids]
 
     def _hook_dispatch(self, envelope: JobEnvelope) -> str:
         return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s) or envelope.job_id

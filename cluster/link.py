@@ -39,7 +39,9 @@ from protocol.errors import OmrayError, RuntimeNotRunningError
 
 logger = logging.getLogger("omray.link")
 
-QUEUE_METHODS = frozenset({"dispatch", "status", "job_counts", "runtime_events", "is_idle", "ping"})
+QUEUE_METHODS = frozenset(
+    {"dispatch", "dispatch_many", "status", "job_counts", "runtime_events", "is_idle", "ping"}
+)
 """The documented queue-actor methods a link forwards."""
 
 
@@ -180,14 +182,19 @@ class Link(Protocol):
         ...
 
 
+def _wire_envelope(envelope: Any) -> Any:
+    from protocol.jobs import JobEnvelope
+
+    if not isinstance(envelope, JobEnvelope):
+        envelope = JobEnvelope.model_validate(envelope)
+    return envelope.model_dump(mode="json")
+
+
 def _wire_args(method: str, args: tuple[Any, ...]) -> list[Any]:
     if method == "dispatch":
-        from protocol.jobs import JobEnvelope
-
-        envelope = args[0]
-        if not isinstance(envelope, JobEnvelope):
-            envelope = JobEnvelope.model_validate(envelope)
-        return [envelope.model_dump(mode="json")]
+        return [_wire_envelope(args[0])]
+    if method == "dispatch_many":
+        return [[_wire_envelope(envelope) for envelope in args[0]]]
     return list(args)
 
 
@@ -383,12 +390,30 @@ class Outbox:
     the queue accepts a pending id once, so a send whose answer was lost is harmless when repeated.
     At most ``limit`` jobs wait; past that the oldest is dropped (a later boundary of the same
     session covers its events again).
+
+    With ``send_many`` (``envelopes, timeout_s`` -> their job ids, in order), a sender thread that
+    finds several sends waiting takes them all (up to ``batch``, each of another session) in one
+    call: a burst of many agents' hooks in one process costs the queue a few calls, not one each.
+    ``senders`` bounds the sender threads (``parallel`` still bounds the sessions in flight). A
+    batch the runtime did not take is retried like single sends; one it rejected is sent job by job,
+    so one bad job never holds up the others.
     """
 
     def __init__(
-        self, send: Callable[[Any, float], str], call_timeout_s: float, limit: int = 1000, parallel: int = 16
+        self,
+        send: Callable[[Any, float], str],
+        call_timeout_s: float,
+        limit: int = 1000,
+        parallel: int = 16,
+        *,
+        send_many: Callable[[list[Any], float], list[str]] | None = None,
+        batch: int = 64,
+        senders: int | None = None,
     ) -> None:
         self._send = send
+        self._send_many = send_many
+        self._batch = max(1, batch)
+        self._max_senders = max(1, min(parallel, senders or parallel))
         self._call_timeout_s = call_timeout_s
         self._limit = limit
         self._parallel = parallel
@@ -522,7 +547,7 @@ class Outbox:
     def _hand_over(self, job_id: str, envelope: Any, session: str) -> None:
         """Give one send to a sender thread, starting one if none is idle (under the lock)."""
         self._sends.append((job_id, envelope, session))
-        if len(self._sends) > self._idle_senders and self._senders < self._parallel:
+        if len(self._sends) > self._idle_senders and self._senders < self._max_senders:
             self._senders += 1
             threading.Thread(target=self._sender, name="omray-outbox-send", daemon=True).start()
         self._send_ready.notify()
@@ -534,34 +559,64 @@ class Outbox:
                 while not self._sends:
                     self._send_ready.wait()
                 self._idle_senders -= 1
-                job_id, envelope, session = self._sends.popleft()
+                items = [self._sends.popleft()]
+                if self._send_many is not None:
+                    while self._sends and len(items) < self._batch:
+                        items.append(self._sends.popleft())
             try:
-                self._send_one(job_id, envelope, session)
+                if len(items) == 1:
+                    self._send_one(*items[0])
+                else:
+                    self._send_batch(items)
             except Exception as exc:  # a sender thread never dies: the next send needs it
                 logger.error(
-                    "hook job send failed", extra={"job_id": job_id, "error_class": type(exc).__name__}
+                    "hook job send failed",
+                    extra={"job_id": items[0][0], "jobs": len(items), "error_class": type(exc).__name__},
                 )
                 with self._changed:
-                    self._sending.discard(session)
+                    for _job_id, _envelope, session in items:
+                        self._sending.discard(session)
                     self._changed.notify_all()
+
+    def _send_batch(self, items: list[tuple[str, Any, str]]) -> None:
+        assert self._send_many is not None
+        try:
+            answers = self._send_many([envelope for _, envelope, _ in items], self._call_timeout_s)
+            if len(answers) != len(items):
+                raise RuntimeUnavailableError("the queue answered a batch with another number of job ids")
+        except Exception as exc:
+            if isinstance(exc, OmrayError) and not isinstance(exc, RuntimeNotRunningError):
+                # Rejected: job by job, so that one bad job holds up no other.
+                for item in items:
+                    self._send_one(*item)
+                return
+            for job_id, _envelope, session in items:  # not taken: each retried after its pause
+                self._not_taken(job_id, session, exc)
+            return
+        for (job_id, envelope, session), accepted in zip(items, answers, strict=True):
+            self._taken(job_id, envelope, session, accepted)
 
     def _send_one(self, job_id: str, envelope: Any, session: str) -> None:
         try:
             accepted = self._send(envelope, self._call_timeout_s)
         except Exception as exc:  # retried after a pause; the hook never sees it
-            logger.info(
-                "hook job not accepted yet", extra={"job_id": job_id, "error_class": type(exc).__name__}
-            )
-            with self._changed:
-                backoff = self._backoff.get(session, 0.2)
-                self._not_before[session] = time.monotonic() + backoff
-                self._backoff[session] = min(backoff * 2, 5.0)
-                self._sending.discard(session)
-                if self._pending and (self._thread is None or not self._thread.is_alive()):
-                    self._thread = threading.Thread(target=self._run, name="omray-outbox", daemon=True)
-                    self._thread.start()
-                self._changed.notify_all()
+            self._not_taken(job_id, session, exc)
             return
+        self._taken(job_id, envelope, session, accepted)
+
+    def _not_taken(self, job_id: str, session: str, exc: Exception) -> None:
+        logger.info("hook job not accepted yet", extra={"job_id": job_id, "error_class": type(exc).__name__})
+        with self._changed:
+            backoff = self._backoff.get(session, 0.2)
+            self._not_before[session] = time.monotonic() + backoff
+            self._backoff[session] = min(backoff * 2, 5.0)
+            self._sending.discard(session)
+            if self._pending and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._run, name="omray-outbox", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def _taken(self, job_id: str, envelope: Any, session: str, accepted: str) -> None:
         with self._changed:
             self._backoff.pop(session, None)
             self._not_before.pop(session, None)

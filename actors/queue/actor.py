@@ -135,6 +135,9 @@ class WorkerPoolPort(Protocol):
 DISPATCH_WINDOW: Final = 1000
 """Recent ``dispatch`` calls (and group commits) whose times ``status()["commits"]`` summarizes."""
 
+MAX_DISPATCH_BATCH: Final = 256
+"""Most jobs one ``dispatch_many`` call may carry (a client sends what its hooks have waiting)."""
+
 
 def iso_utc(epoch_s: float) -> str:
     """UTC ISO-8601 text of an epoch time."""
@@ -266,25 +269,64 @@ class QueueActor:
         self._dispatch_ms.append((time.perf_counter() - started) * 1000.0)
         return job.job_id
 
-    def _accept(self, job: JobEnvelope) -> int | None:
-        """Number the job, queue it and its start (if a slot is free); the generation to wait for.
+    def dispatch_many(self, envelopes: Sequence[JobEnvelope | Mapping[str, Any]]) -> list[str]:
+        """Accept several jobs durably in one call, in the order given; their job ids, in that order.
 
-        ``None``: the same job is pending or running already, and durable.
+        What ``dispatch`` does for each, with one wait for the one commit that carries them all (a
+        client with many agents' hooks waiting sends them together). All or nothing on bad input:
+        one envelope that does not validate, or more than ``MAX_DISPATCH_BATCH``, rejects the call
+        and accepts none of them.
         """
+        if isinstance(envelopes, str | bytes | Mapping) or not isinstance(envelopes, Sequence):
+            raise InvalidPayloadError(
+                f"dispatch_many takes a list of job envelopes, not {type(envelopes).__name__}"
+            )
+        if len(envelopes) > MAX_DISPATCH_BATCH:
+            raise InvalidPayloadError(
+                f"at most {MAX_DISPATCH_BATCH} jobs per dispatch_many, got {len(envelopes)}"
+            )
+        jobs: list[JobEnvelope] = []
+        for index, envelope in enumerate(envelopes):
+            try:
+                jobs.append(
+                    envelope if isinstance(envelope, JobEnvelope) else JobEnvelope.model_validate(envelope)
+                )
+            except Exception as exc:
+                raise InvalidPayloadError(
+                    f"invalid job envelope at index {index} ({type(exc).__name__}); no job accepted"
+                ) from None
+        started = time.perf_counter()
+        generation = self._accept(*jobs)
+        if generation is not None:
+            self._await_durable(generation)
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        self._dispatch_ms.extend(elapsed_ms for _ in jobs)
+        return [job.job_id for job in jobs]
+
+    def _accept(self, *jobs: JobEnvelope) -> int | None:
+        """Number the jobs, queue them and their starts (if slots are free); the generation to wait for.
+
+        ``None``: every one of them is pending or running already, and durable.
+        """
+        wait: int | None = None
         with self._lock:
             now = self._clock()
-            existing = self._state.active_seq(job.job_id, job.payload.db_path)
-            if existing is not None:
-                return self._unwritten_accepts.get(existing)
-            job_seq, self._next_seq = self._next_seq, self._next_seq + 1
-            self._state.accept(job, job_seq, now)  # a new key: no notice to act on
-            self._unwritten.append((_Accept(job_seq, job), now))
-            self._unwritten_accepts[job_seq] = self._generation
-            # Its start (or another lane's) rides in the same transaction as the accept.
+            for job in jobs:
+                existing = self._state.active_seq(job.job_id, job.payload.db_path)
+                if existing is not None:
+                    pending = self._unwritten_accepts.get(existing)
+                    if pending is not None:
+                        wait = max(wait or 0, pending)
+                    continue
+                job_seq, self._next_seq = self._next_seq, self._next_seq + 1
+                self._state.accept(job, job_seq, now)  # a new key: no notice to act on
+                self._unwritten.append((_Accept(job_seq, job), now))
+                self._unwritten_accepts[job_seq] = self._generation
+                wait = self._generation
+            # Their starts (or other lanes') ride in the same transaction as the accepts.
             self._enqueue(self._state.next_dispatch(now), now)
-            generation = self._generation
         self._commit_wanted.set()
-        return generation
+        return wait
 
     def _await_durable(self, generation: int) -> None:
         """Return once the commit carrying ``generation`` is durable.

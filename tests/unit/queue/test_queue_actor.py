@@ -10,6 +10,7 @@ from typing import Any
 from actors.queue.actor import QueueActor
 from actors.queue.retry import RetryPolicy
 from persistence.store import JobAccepted, Store
+from protocol.errors import InvalidPayloadError
 from protocol.jobs import JobEnvelope, SemanticIndexJob
 from protocol.outcomes import JobFailed, JobSucceeded
 
@@ -401,3 +402,29 @@ def test_many_callers_with_the_committer_lose_nothing_and_keep_lane_order(tmp_pa
     assert workers.overlaps == 0
     for session, job_ids in returned.items():
         assert [job_id for lane, job_id in workers.starts if lane == session] == job_ids
+
+
+def test_dispatch_many_accepts_every_job_in_order_in_one_commit(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    workers = FakeWorkers(_ok)
+    queue = QueueActor(store, workers, clock=clock, start_loop=False)
+    before = queue.status()["commits"]["transactions"]
+    jobs = [_job(1), _job(2).model_dump(mode="json"), _job(1), _job(3)]  # a repeated id is one job
+    assert queue.dispatch_many(jobs) == ["j1", "j2", "j1", "j3"]
+    assert queue.status()["commits"]["transactions"] == before + 1
+    assert [row.envelope.job_id for row in store.list_unfinished_jobs()] == ["j1", "j2", "j3"]
+    assert queue.dispatch_many([_job(2), _job(4)]) == ["j2", "j4"]  # j2 still pending: not queued twice
+    _drain(queue, clock)
+    assert sorted(job_id for job_id, _ in workers.started) == ["j1", "j2", "j3", "j4"]
+
+
+def test_dispatch_many_with_one_bad_envelope_accepts_none(tmp_path: Path) -> None:
+    store = Store(tmp_path / "q.sqlite")
+    queue = QueueActor(store, FakeWorkers(_ok), start_loop=False)
+    bad = {**_job(2).model_dump(mode="json"), "payload": {"kind": "no_such_kind"}}
+    for envelopes in ([_job(1), bad], _job(1).model_dump(mode="json"), "j1", [_job(n) for n in range(300)]):
+        with contextlib.suppress(InvalidPayloadError):
+            queue.dispatch_many(envelopes)  # type: ignore[arg-type]
+            raise AssertionError("accepted a bad batch")
+    assert store.list_unfinished_jobs() == []
+    assert queue.status()["depth"] == 0

@@ -41,6 +41,10 @@ class FlakyLink:
         if failing:
             time.sleep(min(self.hang_s, timeout_s))
             raise RuntimeUnavailableError("no answer")
+        if method == "dispatch_many":
+            job_ids = [str(envelope.job_id) for envelope in args[0]]
+            self.accepted.extend(job_ids)
+            return job_ids
         job_id = str(args[0].job_id)
         self.accepted.append(job_id)
         return job_id
@@ -195,3 +199,13 @@ def test_outbox_sends_sessions_side_by_side_and_each_session_in_order() -> None:
     release.set()
     assert outbox.wait_empty(5.0)
     assert started == ["a1", "b1", "a2"]
+
+
+def test_wire_form_of_a_batch_is_json_envelopes() -> None:
+    from cluster.link import _wire_args
+
+    payload = {"kind": "semantic_index", "run_id": "s1", "db_path": "/d"}
+    envelopes = [{"job_id": f"j{n}", "correlation_id": "s1", "payload": payload} for n in (1, 2)]
+    wire = _wire_args("dispatch_many", (envelopes,))
+    assert [item["job_id"] for item in wire[0]] == ["j1", "j2"]
+    assert json.loads(json.dumps(wire)) == wire

@@ -1,5 +1,6 @@
 """The outbox under any mix of sessions, refusals and deadlines: nothing lost, one session's jobs in
-order and never two of them in flight, whichever path (straight to a sender, or the loop) each took."""
+order and never two of them in flight, whichever path (straight to a sender, or the loop) each took,
+sent one by one or in batches (``send_many``), batches refused whole or rejected."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.link import Outbox, RuntimeUnavailableError
+from protocol.errors import InvalidPayloadError
 
 # Mostly hooks that do not wait: the next turn arrives while the last one is still being sent.
 SUBMITS = st.lists(st.tuples(st.sampled_from("ABC"), st.sampled_from([0.0, 0.0, 0.001, 0.03])), max_size=14)
@@ -29,34 +31,58 @@ class _Queue:
         self.in_flight: dict[str, int] = {}
         self.overlap = False
 
+        self.batches: list[int] = []
+
     def send(self, envelope: Any, timeout_s: float) -> str:
-        session = envelope.payload.run_id
+        return self.send_many([envelope], timeout_s, single=True)[0]
+
+    def send_many(self, envelopes: list[Any], timeout_s: float, single: bool = False) -> list[str]:
+        sessions = [envelope.payload.run_id for envelope in envelopes]
         with self.lock:
-            self.in_flight[session] = self.in_flight.get(session, 0) + 1
-            self.overlap = self.overlap or self.in_flight[session] > 1
+            for session in sessions:
+                self.in_flight[session] = self.in_flight.get(session, 0) + 1
+                self.overlap = self.overlap or self.in_flight[session] > 1
             refused = self.random.random() < self.refuse
+            # A batch may also be rejected (as a queue rejects a bad envelope): the outbox then sends
+            # its jobs one by one, which this fake takes.
+            rejected = not single and self.random.random() < 0.2
             delay = self.random.choice([0.001, 0.004, 0.008])
+            if not single:
+                self.batches.append(len(envelopes))
         time.sleep(delay)
         with self.lock:
-            self.in_flight[session] -= 1
+            for session in sessions:
+                self.in_flight[session] -= 1
             if refused:
                 raise RuntimeUnavailableError("busy")
-            if envelope.job_id not in self.accepted:
-                self.accepted.append(envelope.job_id)
-        return str(envelope.job_id)
+            if rejected:
+                raise InvalidPayloadError("rejected")
+            for envelope in envelopes:
+                if envelope.job_id not in self.accepted:
+                    self.accepted.append(envelope.job_id)
+        return [str(envelope.job_id) for envelope in envelopes]
 
 
 def _job(job_id: str, session: str) -> Any:
     return SimpleNamespace(job_id=job_id, payload=SimpleNamespace(db_path="/d", run_id=session))
 
 
-@settings(max_examples=40, deadline=None)
-@given(submits=SUBMITS, seed=st.integers(0, 1000), refuse=st.sampled_from([0.0, 0.25]))
+@settings(max_examples=60, deadline=None)
+@given(
+    submits=SUBMITS,
+    seed=st.integers(0, 1000),
+    refuse=st.sampled_from([0.0, 0.25]),
+    batched=st.booleans(),
+    parallel=st.sampled_from([2, 4]),
+)
 def test_every_job_is_accepted_once_in_session_order(
-    submits: list[tuple[str, float]], seed: int, refuse: float
+    submits: list[tuple[str, float]], seed: int, refuse: float, batched: bool, parallel: int
 ) -> None:
     queue = _Queue(seed, refuse)
-    outbox = Outbox(queue.send, call_timeout_s=1.0, parallel=2)
+    if batched:
+        outbox = Outbox(queue.send, 1.0, parallel=parallel, send_many=queue.send_many, batch=3, senders=1)
+    else:
+        outbox = Outbox(queue.send, call_timeout_s=1.0, parallel=parallel)
     order: dict[str, list[str]] = {}
     answers: dict[str, str | None] = {}
     for n, (session, deadline) in enumerate(submits):
@@ -70,3 +96,16 @@ def test_every_job_is_accepted_once_in_session_order(
     assert not queue.overlap  # one send of a session at a time
     for job_id, answer in answers.items():
         assert answer in (None, job_id)  # a hook gets its own job id or nothing
+    assert all(size <= 3 for size in queue.batches)  # never more than ``batch`` in one call
+
+
+def test_a_burst_goes_out_in_batches() -> None:
+    """Hooks that do not wait while the one sender is busy: the next call carries all of them."""
+    queue = _Queue(seed=1, refuse=0.0)
+    queue.random.random = lambda: 0.5  # type: ignore[method-assign]  # neither refused nor rejected
+    outbox = Outbox(queue.send, 1.0, parallel=8, send_many=queue.send_many, senders=1)
+    for n, session in enumerate("ABCDEFG"):
+        outbox.submit(f"{session}{n}", _job(f"{session}{n}", session), 0.0)
+    assert outbox.wait_empty(10)
+    assert sorted(queue.accepted) == sorted(f"{s}{n}" for n, s in enumerate("ABCDEFG"))
+    assert queue.batches and max(queue.batches) > 1
