@@ -298,6 +298,12 @@ def up_command(
     emit(run_up_bench(variant, settle_s=settle), as_json)
 
 
+def _serial_baseline(value: str) -> Any:
+    if value not in ("original", "coalescing", "both"):
+        raise typer.BadParameter("--serial-baseline is original, coalescing or both")
+    return value
+
+
 @bench_app.command("load")
 def load_command(
     sessions: int = typer.Option(32, "--sessions", min=1, help="Concurrent agent sessions."),
@@ -310,6 +316,12 @@ def load_command(
     observers: int = typer.Option(8, "--observers", min=1, max=64, help="ObserverActors."),
     observer_slots: int = typer.Option(4, "--observer-slots", min=1, max=64, help="Jobs per observer."),
     serial: bool = typer.Option(True, "--serial/--no-serial", help="Also run one worker, one job in flight."),
+    serial_baseline: str = typer.Option(
+        "both",
+        "--serial-baseline",
+        help="original: every job on its own, as the original ran them (about 11 min at the default"
+        " sizes); coalescing: a session's waiting jobs as one; both.",
+    ),
     synchronized: bool = typer.Option(
         False,
         "--synchronized/--staggered",
@@ -332,6 +344,7 @@ def load_command(
             observer_slots=observer_slots,
             serial=serial,
             phases="synchronized" if synchronized else "staggered",
+            serial_baseline=_serial_baseline(serial_baseline),
         )
     if as_json:
         import json

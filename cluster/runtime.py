@@ -311,6 +311,7 @@ class QueueRuntime(QueueActor):
         data_node_id: str | None = None,
         pools: PoolSizes | None = None,
         scaling: ScalingPolicy | None = None,
+        coalesce: bool = True,
     ) -> None:
         node = data_node_id or current_node_id()
         sizes = pools or PoolSizes()
@@ -332,6 +333,7 @@ class QueueRuntime(QueueActor):
             policy=policy,
             max_in_flight=max_in_flight or sizes.total,
             capacity={hid: len(handles) * sizes.slots_of(hid) for hid, handles in workers.items()},
+            coalesce=coalesce,
             metrics=RayQueueMetrics(names.prefix),
         )
         limits = {hid: bounds for hid, bounds in sizes.limits().items() if hid in handler_paths}
@@ -391,6 +393,7 @@ def ensure_runtime(
     pools: PoolSizes | None = None,
     data_node_id: str | None = None,
     scaling: ScalingPolicy | None = None,
+    coalesce: bool = True,
 ) -> Any:
     """Create (or find) the queue, its store and the worker pools; returns the queue handle.
 
@@ -399,7 +402,8 @@ def ensure_runtime(
     ``max_in_flight`` defaults to the slots of all pools at their largest; ``scaling`` sets how
     quickly pools grow and shrink (:class:`actors.queue.scaling.ScalingPolicy`). ``data_node_id`` is the node
     that holds the databases and events files (default: this process's node, as for ``omray up``
-    run there); every actor of the runtime is placed on it.
+    run there); every actor of the runtime is placed on it. ``coalesce=False`` runs every observe
+    job on its own, as the original did (benchmarks' baseline; the runtime always coalesces).
     """
     names = names or RuntimeNames()
     db = queue_db or queue_db_path(names)
@@ -433,6 +437,7 @@ def ensure_runtime(
             data_node,
             sizes,
             scaling,
+            coalesce,
         )
     )
     ray.get(queue.ping.remote())  # type: ignore[attr-defined]  # a Ray actor handle
