@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
@@ -147,6 +147,34 @@ class WorkerActor:
             with self._job_ended:
                 self._running_jobs.discard(envelope.job_id)
                 self._job_ended.notify_all()
+
+    def handle_many(self, items: Sequence[tuple[Mapping[str, Any], int]]) -> list[dict[str, Any]]:
+        """Run several attempts one after the other; their outcomes, in order (one per item).
+
+        The queue sends a batch only to a pool whose attempts are short. An item that is not an
+        ``(envelope, attempt)`` pair gets a ``JobFailed`` of its own; the others still run.
+        """
+        outcomes: list[dict[str, Any]] = []
+        for item in items:
+            try:
+                envelope_data, attempt = item
+                if not isinstance(attempt, int) or isinstance(attempt, bool):
+                    raise TypeError("attempt")
+            except (TypeError, ValueError) as exc:
+                job_id = "unknown"  # outcomes are matched by position; an id is only for logs
+                if isinstance(item, Sequence) and item and isinstance(item[0], Mapping):
+                    job_id = str(item[0].get("job_id") or job_id)
+                outcomes.append(
+                    JobFailed(
+                        job_id=job_id,
+                        retryable=True,
+                        reason="invalid_payload",
+                        error_class=type(exc).__name__,
+                    ).model_dump()
+                )
+                continue
+            outcomes.append(self.handle(envelope_data, attempt))
+        return outcomes
 
     def _run(self, envelope: JobEnvelope, attempt: int, started: float) -> dict[str, Any]:
         self.jobs_run += 1

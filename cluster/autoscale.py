@@ -125,9 +125,12 @@ class PoolAutoscaler:
         )
 
     def snapshot(self) -> dict[str, dict[str, int]]:
-        """Every pool's size, bounds, slots and waiting runs, by handler id (for status and watch)."""
+        """Every pool's size, bounds, slots and waiting runs, by handler id (for status and watch),
+        and the calls sent to it and attempts they carried (more attempts than calls: batched)."""
         return {
             hid: {
+                "calls": self._pool.call_counts(hid)[0],
+                "attempts": self._pool.call_counts(hid)[1],
                 "workers": len(self._pool.members(hid)),
                 "busy_workers": sum(1 for running in self._pool.members(hid).values() if running),
                 "minimum": limits.minimum,

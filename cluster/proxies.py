@@ -6,12 +6,13 @@ resource, so the actor classes in ``actors/`` stay plain Python and unit-testabl
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -58,54 +59,120 @@ class StoreProxy:
         return call
 
 
+SHORT_ATTEMPT_S = 0.02
+"""A pool whose recent attempts took less than this (a moving average) gets the attempts one commit
+starts in one call per member: there the Ray call, not the job, is most of the cost."""
+
+
 class RayWorkerPool:
     """Starts job attempts on the worker pools; outcomes arrive by callback, so nothing polls Ray.
 
     Each handler id has a pool of worker actors, by member index; an attempt goes to the active
     member with the fewest attempts in flight (the queue never sends a pool more attempts than its
     members have slots). A member can be retired only while it has nothing in flight, and a
-    retired member never gets another attempt, so killing it loses nothing. ``start`` runs on the
-    queue's committer thread and ``poll`` on its collector; outcomes are handed over under a lock.
+    retired member never gets another attempt, so killing it loses nothing. ``start`` and
+    ``start_many`` run on the queue's starter thread and ``poll`` on its collector; outcomes are
+    handed over under a lock.
+
+    ``start_many`` sends the attempts of a pool whose attempts are short (:data:`SHORT_ATTEMPT_S`)
+    to one member in one call (``handle_many``, run one after the other there), and every other
+    attempt in a call of its own, so a slow job never holds another's outcome back. A call that
+    fails, or a worker that dies, ends each attempt it carried as lost (``None``), once.
     """
 
     def __init__(self, pools: Mapping[str, Mapping[int, Any]]) -> None:
         self._members: dict[str, dict[int, Any]] = {hid: dict(members) for hid, members in pools.items()}
-        self._in_flight: dict[Any, tuple[int, str, int]] = {}
+        # Per call in flight: the job seqs it carries, the pool, the member, when it was sent.
+        self._in_flight: dict[Any, tuple[tuple[int, ...], str, int, float]] = {}
         self._busy: dict[tuple[str, int], int] = {}
+        self._attempt_s: dict[str, float] = {}  # per pool, moving average of one attempt's time
+        self._calls: collections.Counter[str] = collections.Counter()  # per pool: calls, attempts
         self._finished: list[tuple[int, dict[str, Any] | None]] = []
         self._changed = threading.Condition()
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
         """Send one attempt of one job to the least busy worker of the pool serving ``handler_id``."""
+        self._send(handler_id, [(job_seq, envelope, attempt)], batched=False)
+
+    def start_many(self, starts: Sequence[tuple[str, int, Mapping[str, Any], int]]) -> list[int]:
+        """Send several attempts (``handler_id, job_seq, envelope, attempt``); the job seqs of those
+        that could not be sent (each a lost attempt for the queue)."""
+        by_pool: dict[str, list[tuple[int, Mapping[str, Any], int]]] = {}
+        for handler_id, job_seq, envelope, attempt in starts:
+            by_pool.setdefault(handler_id, []).append((job_seq, envelope, attempt))
+        failed: list[int] = []
+        for handler_id, group in by_pool.items():
+            calls = (
+                [group] if len(group) > 1 and self.short_attempts(handler_id) else [[one] for one in group]
+            )
+            for items in calls:
+                try:
+                    self._send(handler_id, items, batched=len(items) > 1)
+                except Exception as exc:
+                    logger.error(
+                        "job attempts could not be sent",
+                        extra={"jobs": len(items), "error_class": type(exc).__name__},
+                    )
+                    failed.extend(job_seq for job_seq, _, _ in items)
+        return failed
+
+    def call_counts(self, handler_id: str) -> tuple[int, int]:
+        """Calls sent to the pool serving ``handler_id`` since start, and the attempts they carried."""
+        with self._changed:
+            return self._calls[f"{handler_id}:calls"], self._calls[f"{handler_id}:attempts"]
+
+    def short_attempts(self, handler_id: str) -> bool:
+        """True when the pool's recent attempts were short enough to share a call."""
+        with self._changed:
+            recent = self._attempt_s.get(handler_id)
+        return recent is not None and recent < SHORT_ATTEMPT_S
+
+    def _send(
+        self, handler_id: str, items: list[tuple[int, Mapping[str, Any], int]], *, batched: bool
+    ) -> None:
         with self._changed:
             pool = self._members[handler_id]
             member = min(pool, key=lambda i: (self._busy.get((handler_id, i), 0), i))
-            self._busy[(handler_id, member)] = self._busy.get((handler_id, member), 0) + 1
+            self._busy[(handler_id, member)] = self._busy.get((handler_id, member), 0) + len(items)
             handle = pool[member]
         try:
-            ref = handle.handle.remote(dict(envelope), attempt)
+            if batched:
+                ref = handle.handle_many.remote([(dict(envelope), attempt) for _, envelope, attempt in items])
+            else:
+                ref = handle.handle.remote(dict(items[0][1]), items[0][2])
         except BaseException:
             with self._changed:
-                self._busy[(handler_id, member)] -= 1
+                self._busy[(handler_id, member)] -= len(items)
             raise
+        seqs = tuple(job_seq for job_seq, _, _ in items)
         with self._changed:
-            self._in_flight[ref] = (job_seq, handler_id, member)
-        ref.future().add_done_callback(functools.partial(self._done, ref))
+            self._in_flight[ref] = (seqs, handler_id, member, time.monotonic())
+            self._calls[f"{handler_id}:calls"] += 1
+            self._calls[f"{handler_id}:attempts"] += len(items)
+        ref.future().add_done_callback(functools.partial(self._done, ref, batched))
 
-    def _done(self, ref: Any, future: concurrent.futures.Future[Any]) -> None:
-        """Ray's callback thread: hand the outcome to the collector (``None``: the worker died)."""
+    def _done(self, ref: Any, batched: bool, future: concurrent.futures.Future[Any]) -> None:
+        """Ray's callback thread: hand the outcomes to the collector (``None``: the worker died)."""
         with self._changed:
-            job_seq, handler_id, member = self._in_flight.pop(ref)
-            self._busy[(handler_id, member)] -= 1
+            seqs, handler_id, member, sent = self._in_flight.pop(ref)
+            self._busy[(handler_id, member)] -= len(seqs)
+            each = (time.monotonic() - sent) / len(seqs)
+            recent = self._attempt_s.get(handler_id)
+            self._attempt_s[handler_id] = each if recent is None else 0.8 * recent + 0.2 * each
+        outcomes: list[Any]
         try:
-            outcome: dict[str, Any] | None = future.result()
-        except (RayError, concurrent.futures.CancelledError) as exc:
+            answer = future.result()
+            outcomes = list(answer) if batched else [answer]
+            if len(outcomes) != len(seqs):
+                raise ValueError("a worker answered a batch with another number of outcomes")
+        except (RayError, concurrent.futures.CancelledError, TypeError, ValueError) as exc:
             logger.warning(
-                "worker lost mid-job", extra={"job_seq": job_seq, "error_class": type(exc).__name__}
+                "worker lost mid-job",
+                extra={"job_seq": seqs[0], "jobs": len(seqs), "error_class": type(exc).__name__},
             )
-            outcome = None
+            outcomes = [None] * len(seqs)
         with self._changed:
-            self._finished.append((job_seq, outcome))
+            self._finished.extend(zip(seqs, outcomes, strict=True))
             self._changed.notify_all()
 
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:

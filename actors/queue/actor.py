@@ -124,7 +124,11 @@ class NoMetrics:
 
 
 class WorkerPoolPort(Protocol):
-    """Starts attempts on workers and collects outcomes (``None`` = the worker died mid-job)."""
+    """Starts attempts on workers and collects outcomes (``None`` = the worker died mid-job).
+
+    A pool may also offer ``start_many(starts) -> job seqs not sent`` (each start a ``handler_id,
+    job_seq, envelope, attempt`` tuple); the queue then hands it every start of one commit at once.
+    """
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None: ...
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
@@ -513,8 +517,43 @@ class QueueActor:
         return True
 
     def _carry_out(self, batch: Sequence[tuple[Pending, float]]) -> None:
+        starts: list[Dispatch] = []
         for item, _issued in batch:
-            self._effect(item)
+            if isinstance(item, Dispatch):
+                starts.append(item)  # a commit's starts go out together (one lane has one at most)
+            else:
+                self._effect(item)
+        start_many = getattr(self._workers, "start_many", None)
+        if start_many is None or len(starts) < 2:
+            for command in starts:
+                self._start(command)
+            return
+        with self._lock:
+            now = self._clock()
+            for command in starts:
+                self._in_flight_attempts[command.job_seq] = (
+                    command.job_id,
+                    command.attempt,
+                    command.handler_id,
+                    now,
+                )
+                self._coalesced += len(command.covered) - 1
+        failed: list[Dispatch] = []
+        sends: list[tuple[str, int, dict[str, Any], int]] = []
+        for command in starts:
+            try:
+                envelope = JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
+            except Exception:
+                failed.append(command)
+                continue
+            sends.append((command.handler_id, command.job_seq, envelope, command.attempt))
+        try:
+            unsent = set(start_many(sends))
+        except Exception:
+            unsent = {job_seq for _, job_seq, _, _ in sends}
+        failed.extend(command for command in starts if command.job_seq in unsent)
+        for command in failed:
+            self._start_lost(command, "StartFailed")
 
     def _start_forever(self) -> None:
         while not self._stop.is_set():
@@ -709,17 +748,19 @@ class QueueActor:
             envelope = JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
             self._workers.start(command.handler_id, command.job_seq, envelope, command.attempt)
         except Exception as exc:
-            # The attempt never reached a worker: it counts as a lost one (retried by policy),
-            # never as a job left "running" with nobody to report on it.
-            logger.error(
-                "job attempt could not start",
-                extra={"job_id": command.job_id, "error_class": type(exc).__name__},
-            )
-            with self._lock:
-                self._in_flight_attempts.pop(command.job_seq, None)
-                now = self._clock()
-                self._enqueue(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
-            self._commit_wanted.set()
+            self._start_lost(command, type(exc).__name__)
+
+    def _start_lost(self, command: Dispatch, error_class: str) -> None:
+        """The attempt never reached a worker: it counts as a lost one (retried by policy), never
+        as a job left "running" with nobody to report on it."""
+        logger.error(
+            "job attempt could not start", extra={"job_id": command.job_id, "error_class": error_class}
+        )
+        with self._lock:
+            self._in_flight_attempts.pop(command.job_seq, None)
+            now = self._clock()
+            self._enqueue(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
+        self._commit_wanted.set()
 
     def _report_job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:
         payload = event.model_dump()

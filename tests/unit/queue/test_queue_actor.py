@@ -428,3 +428,34 @@ def test_dispatch_many_with_one_bad_envelope_accepts_none(tmp_path: Path) -> Non
             raise AssertionError("accepted a bad batch")
     assert store.list_unfinished_jobs() == []
     assert queue.status()["depth"] == 0
+
+
+class BatchingWorkers(FakeWorkers):
+    """A pool with ``start_many``: records each call's jobs; refuses the job ids in ``refuse`` once."""
+
+    def __init__(self, decide: Any, refuse: set[str]) -> None:
+        super().__init__(decide)
+        self.calls: list[list[str]] = []
+        self.refuse = refuse
+
+    def start_many(self, starts: list[tuple[str, int, Mapping[str, Any], int]]) -> list[int]:
+        self.calls.append([envelope["job_id"] for _, _, envelope, _ in starts])
+        failed = []
+        for handler_id, job_seq, envelope, attempt in starts:
+            if envelope["job_id"] in self.refuse:
+                self.refuse.discard(envelope["job_id"])
+                failed.append(job_seq)
+            else:
+                self.start(handler_id, job_seq, envelope, attempt)
+        return failed
+
+
+def test_the_starts_of_one_commit_go_out_together_and_a_refused_one_is_retried(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    workers = BatchingWorkers(_ok, refuse={"j2"})
+    queue = QueueActor(store, workers, clock=clock, start_loop=False, max_in_flight=8)
+    queue.dispatch_many([_job(1), _job(2), _job(3)])
+    assert workers.calls[0] == ["j1", "j2", "j3"]  # one commit, one call
+    _drain(queue, clock)
+    assert queue.job_counts()["succeeded"] == 3
+    assert sorted(workers.started) == [("j1", 1), ("j2", 2), ("j3", 1)]  # the refused start cost one attempt

@@ -97,6 +97,7 @@ class _Workers:
         self.rows = rows
         self.running: list[tuple[int, int, str]] = []  # (job_seq, attempt, job_id)
         self.finished: list[tuple[int, dict[str, Any] | None]] = []
+        self.batches = 0
 
     def start(self, handler_id: str, job_seq: int, envelope_data: Mapping[str, Any], attempt: int) -> None:
         row = self.rows.row(job_seq)
@@ -108,6 +109,18 @@ class _Workers:
                 assert state != "pending", f"seq {job_seq} started ahead of {seq} in its lane"
         assert all(lanes[seq] != lanes[job_seq] for seq, _a, _j in self.running), "two runs of one lane"
         self.running.append((job_seq, attempt, str(envelope_data["job_id"])))
+
+    def start_many(self, starts: list[tuple[str, int, Mapping[str, Any], int]]) -> list[int]:
+        """Every start of one commit at once, as the Ray pool takes them; some calls are refused
+        (the queue must count those attempts as lost and start them again)."""
+        self.batches += 1
+        refused = []
+        for handler_id, job_seq, envelope_data, attempt in starts:
+            if (job_seq + attempt + self.batches) % 5 == 0:
+                refused.append(job_seq)
+            else:
+                self.start(handler_id, job_seq, envelope_data, attempt)
+        return refused
 
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
         finished, self.finished = self.finished, []

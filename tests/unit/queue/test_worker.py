@@ -118,3 +118,18 @@ def test_warm_loads_the_model_client_and_tokenizer_ahead_of_the_first_job() -> N
         before, answer, after = pool.apply(_warm_in_child)
     assert not before and after
     assert answer["handler_id"] == SEMANTIC_INDEX_HANDLER and answer["warm_ms"] >= 0
+
+
+def test_handle_many_runs_every_item_in_order_and_a_malformed_one_fails_alone() -> None:
+    ran: list[str] = []
+    worker = WorkerActor("h", lambda job, attempt, context: ran.append(job.job_id) or {}, context=None)  # type: ignore[arg-type]
+    items: list[Any] = [
+        (envelope("a").model_dump(), 1),
+        ("not a pair",),
+        (envelope("b").model_dump(), True),
+        (envelope("c").model_dump(), 2),
+    ]
+    outcomes = worker.handle_many(items)
+    assert [o["kind"] for o in outcomes] == ["succeeded", "failed", "failed", "succeeded"]
+    assert [o["job_id"] for o in outcomes] == ["a", "unknown", "b", "c"]
+    assert ran == ["a", "c"]
