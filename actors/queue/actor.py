@@ -139,6 +139,12 @@ class WorkerPoolPort(Protocol):
 DISPATCH_WINDOW: Final = 1000
 """Recent ``dispatch`` calls (and group commits) whose times ``status()["commits"]`` summarizes."""
 
+FINISH_LINGER_S: Final = 0.005
+"""How long the committer holds writes that only record successes (no caller waits on them, and no
+start rides with them) for the next dispatch to share their transaction: one agent's next job then
+costs one commit, not one behind the last job's finish. A crash meanwhile re-runs the job, as any
+crash between an outcome and its write does (handlers are idempotent)."""
+
 MAX_DISPATCH_BATCH: Final = 256
 """Most jobs one ``dispatch_many`` call may carry (a client sends what its hooks have waiting)."""
 
@@ -452,8 +458,13 @@ class QueueActor:
             self._commit_wanted.wait(TICK_S)
             self._commit_wanted.clear()
             try:
-                while self.commit():
-                    pass
+                while True:
+                    if self._only_finishes():
+                        # Nobody waits for a finish: a caller's job arriving meanwhile shares its commit.
+                        self._commit_wanted.wait(FINISH_LINGER_S)
+                        self._commit_wanted.clear()
+                    if not self.commit():
+                        break
                 delay = 0.0
             except Exception as exc:
                 # The committer must never die: a failed batch (e.g. the StoreActor restarting) is
@@ -461,6 +472,13 @@ class QueueActor:
                 logger.error("queue commit failed", extra={"error_class": type(exc).__name__})
                 delay = min(max(delay * 2, 0.05), 2.0)
                 self._stop.wait(delay)
+
+    def _only_finishes(self) -> bool:
+        """True when every write waiting is a success record: no caller and no start waits on them."""
+        with self._lock:
+            return bool(self._unwritten) and all(
+                isinstance(item, MarkSucceeded) for item, _ in self._unwritten
+            )
 
     def _collect_forever(self) -> None:
         while not self._stop.is_set():

@@ -459,3 +459,23 @@ def test_the_starts_of_one_commit_go_out_together_and_a_refused_one_is_retried(t
     _drain(queue, clock)
     assert queue.job_counts()["succeeded"] == 3
     assert sorted(workers.started) == [("j1", 1), ("j2", 2), ("j3", 1)]  # the refused start cost one attempt
+
+
+def test_one_agents_finishes_ride_with_its_next_job_and_the_last_is_still_written(tmp_path: Path) -> None:
+    import time
+
+    store = Store(tmp_path / "q.sqlite", synchronous="NORMAL")
+    queue = QueueActor(store, ThreadedWorkers(), max_in_flight=2)
+    try:
+        for n in range(40):
+            queue.dispatch(JobEnvelope(job_id=f"a-{n:03d}", payload=reflect(f"x{n}", "a").payload))
+            time.sleep(0.004)  # the job finishes before the next one arrives, within the linger
+        deadline = time.monotonic() + 30
+        while not queue.is_idle() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        transactions = queue.status()["commits"]["transactions"]
+    finally:
+        queue.stop()
+    assert store.job_counts().model_dump() == {"pending": 0, "running": 0, "succeeded": 40, "failed": 0}
+    # Without sharing: an accept-and-start and a finish per job, about 80.
+    assert transactions <= 60
