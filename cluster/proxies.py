@@ -60,8 +60,12 @@ class StoreProxy:
 
 
 SHORT_ATTEMPT_S = 0.02
-"""A pool whose recent attempts took less than this (a moving average) gets the attempts one commit
-starts in one call per member: there the Ray call, not the job, is most of the cost."""
+"""A pool whose recent attempts took less than this (the median of the last :data:`RECENT_ATTEMPTS`
+calls, one slow first job apart) gets the attempts one commit starts in one call per member: there
+the Ray call, not the job, is most of the cost."""
+
+RECENT_ATTEMPTS = 16
+"""Calls per pool whose times decide whether its attempts are short (at least half of them first)."""
 
 
 class RayWorkerPool:
@@ -85,7 +89,8 @@ class RayWorkerPool:
         # Per call in flight: the job seqs it carries, the pool, the member, when it was sent.
         self._in_flight: dict[Any, tuple[tuple[int, ...], str, int, float]] = {}
         self._busy: dict[tuple[str, int], int] = {}
-        self._attempt_s: dict[str, float] = {}  # per pool, moving average of one attempt's time
+        # Per pool, how long its recent attempts took (a call's time over the attempts it carried).
+        self._attempt_s: dict[str, collections.deque[float]] = {}
         self._calls: collections.Counter[str] = collections.Counter()  # per pool: calls, attempts
         self._finished: list[tuple[int, dict[str, Any] | None]] = []
         self._changed = threading.Condition()
@@ -124,8 +129,8 @@ class RayWorkerPool:
     def short_attempts(self, handler_id: str) -> bool:
         """True when the pool's recent attempts were short enough to share a call."""
         with self._changed:
-            recent = self._attempt_s.get(handler_id)
-        return recent is not None and recent < SHORT_ATTEMPT_S
+            recent = sorted(self._attempt_s.get(handler_id, ()))
+        return len(recent) >= RECENT_ATTEMPTS // 2 and recent[len(recent) // 2] < SHORT_ATTEMPT_S
 
     def _send(
         self, handler_id: str, items: list[tuple[int, Mapping[str, Any], int]], *, batched: bool
@@ -157,8 +162,7 @@ class RayWorkerPool:
             seqs, handler_id, member, sent = self._in_flight.pop(ref)
             self._busy[(handler_id, member)] -= len(seqs)
             each = (time.monotonic() - sent) / len(seqs)
-            recent = self._attempt_s.get(handler_id)
-            self._attempt_s[handler_id] = each if recent is None else 0.8 * recent + 0.2 * each
+            self._attempt_s.setdefault(handler_id, collections.deque(maxlen=RECENT_ATTEMPTS)).append(each)
         outcomes: list[Any]
         try:
             answer = future.result()

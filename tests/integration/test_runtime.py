@@ -303,3 +303,32 @@ def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
         assert os.getpriority(os.PRIO_PROCESS, pid) == BACKGROUND_NICENESS > queue_nice
     warmed = ray.get(worker.warm.remote())
     assert warmed["handler_id"] == SEMANTIC_INDEX_HANDLER and warmed["warm_ms"] >= 0
+
+
+def test_batched_dispatches_and_starts_run_every_job_once(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    """``dispatch_many`` over Ray, the outbox's batched hook sends, and starts of one commit sent to
+    a worker in one call once its attempts are known to be short: every job runs once."""
+    from protocol.jobs import REFLECT_GENERATION_HANDLER
+
+    client = _start(
+        names,
+        tmp_path,
+        ledger,
+        for_every_role("actors.bench_handlers:noop"),
+        pools=PoolSizes(reflectors=1, max_reflectors=1, reflector_slots=8),
+    )
+    first = [_job(f"s{n}", n, "reflect_generation") for n in range(16)]
+    assert client.link.call("dispatch_many", (first,), 30.0) == [job.job_id for job in first]
+    assert client.wait_idle(timeout_s=60)  # the pool has measured its attempts: short ones
+    second = [_job(f"s{n}", n, "reflect_generation") for n in range(16, 32)]
+    for job in second:  # hooks that do not wait: the outbox sends what is waiting together
+        client.outbox.submit(job.job_id, job, 0.0)
+    assert client.outbox.wait_empty(30)
+    assert client.wait_idle(timeout_s=60)
+    assert sorted(_starts(ledger)) == sorted(job.job_id for job in first + second)  # each ran once
+    assert client.job_counts()["succeeded"] == 32
+    reflect = ray.get(client.queue_handle().status.remote(), timeout=30)["pools"][REFLECT_GENERATION_HANDLER]
+    assert reflect["attempts"] == 32
+    assert reflect["calls"] < reflect["attempts"]  # some starts shared a call

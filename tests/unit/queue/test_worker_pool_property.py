@@ -83,7 +83,10 @@ BATCHES = st.lists(
 def test_every_attempt_sent_ends_once_and_no_member_stays_busy(
     batches: list[list[tuple[str, int]]], seed: int, short: bool
 ) -> None:
-    with mock.patch.object(proxies, "SHORT_ATTEMPT_S", 10.0 if short else 0.0):
+    with (
+        mock.patch.object(proxies, "SHORT_ATTEMPT_S", 10.0 if short else 0.0),
+        mock.patch.object(proxies, "RECENT_ATTEMPTS", 2),
+    ):
         _drive(batches, seed, short)
 
 
@@ -126,18 +129,17 @@ def _drive(batches: list[list[tuple[str, int]]], seed: int, short: bool) -> None
         assert not any(batched for _, batched, _, _ in log)  # slow pools: one call per attempt
 
 
-def test_a_pool_of_short_attempts_gets_one_call_per_commit_and_a_slow_one_does_not() -> None:
+def test_a_pool_of_short_attempts_gets_one_call_per_commit_once_measured() -> None:
     rng, lock, log = random.Random(3), threading.Lock(), []
     rng.choice = lambda options: options[0]  # type: ignore[method-assign]  # always "ok", no delay
     members = {"index": {0: _Member("index.0", rng, lock, log)}}
     pool = RayWorkerPool(members)
-    assert pool.start_many([("index", 1, {"job_id": "a"}, 1), ("index", 2, {"job_id": "b"}, 1)]) == []
-    assert [batched for _, batched, _, _ in log] == [False, False]  # nothing measured yet: one call each
-    while len(pool.poll(1.0)) < 1 and pool.members("index")[0]:
-        pass
+    first = [("index", n, {"job_id": f"j{n}"}, 1) for n in range(proxies.RECENT_ATTEMPTS // 2)]
+    assert pool.start_many(first) == []
+    assert not any(batched for _, batched, _, _ in log)  # nothing measured yet: one call each
     for thread in members["index"][0].threads:
         thread.join()
     pool.poll(0.0)
     assert pool.short_attempts("index")
-    assert pool.start_many([("index", 3, {"job_id": "c"}, 1), ("index", 4, {"job_id": "d"}, 1)]) == []
+    assert pool.start_many([("index", 90, {"job_id": "c"}, 1), ("index", 91, {"job_id": "d"}, 1)]) == []
     assert log[-1][1:3] == (True, ["c", "d"])  # one call carried both
