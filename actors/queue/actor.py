@@ -149,6 +149,11 @@ MAX_DISPATCH_BATCH: Final = 256
 """Most jobs one ``dispatch_many`` call may carry (a client sends what its hooks have waiting)."""
 
 
+def _envelope_of(command: Dispatch) -> dict[str, Any]:
+    """What a worker receives for one start."""
+    return JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
+
+
 def iso_utc(epoch_s: float) -> str:
     """UTC ISO-8601 text of an epoch time."""
     return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat()
@@ -546,25 +551,14 @@ class QueueActor:
             for command in starts:
                 self._start(command)
             return
-        with self._lock:
-            now = self._clock()
-            for command in starts:
-                self._in_flight_attempts[command.job_seq] = (
-                    command.job_id,
-                    command.attempt,
-                    command.handler_id,
-                    now,
-                )
-                self._coalesced += len(command.covered) - 1
+        self._mark_in_flight(starts)
         failed: list[Dispatch] = []
         sends: list[tuple[str, int, dict[str, Any], int]] = []
         for command in starts:
             try:
-                envelope = JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
+                sends.append((command.handler_id, command.job_seq, _envelope_of(command), command.attempt))
             except Exception:
                 failed.append(command)
-                continue
-            sends.append((command.handler_id, command.job_seq, envelope, command.attempt))
         try:
             unsent = set(start_many(sends))
         except Exception:
@@ -754,19 +748,24 @@ class QueueActor:
             self._report_job_failed(command.run_id, command.event, self._clock())
 
     def _start(self, command: Dispatch) -> None:
-        with self._lock:
-            self._in_flight_attempts[command.job_seq] = (
-                command.job_id,
-                command.attempt,
-                command.handler_id,
-                self._clock(),
-            )
-            self._coalesced += len(command.covered) - 1
+        self._mark_in_flight([command])
         try:
-            envelope = JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
-            self._workers.start(command.handler_id, command.job_seq, envelope, command.attempt)
+            self._workers.start(command.handler_id, command.job_seq, _envelope_of(command), command.attempt)
         except Exception as exc:
             self._start_lost(command, type(exc).__name__)
+
+    def _mark_in_flight(self, commands: Sequence[Dispatch]) -> None:
+        """Record attempts as running before they are sent (an outcome may arrive at once)."""
+        with self._lock:
+            now = self._clock()
+            for command in commands:
+                self._in_flight_attempts[command.job_seq] = (
+                    command.job_id,
+                    command.attempt,
+                    command.handler_id,
+                    now,
+                )
+                self._coalesced += len(command.covered) - 1
 
     def _start_lost(self, command: Dispatch, error_class: str) -> None:
         """The attempt never reached a worker: it counts as a lost one (retried by policy), never
