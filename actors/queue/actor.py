@@ -734,10 +734,9 @@ class QueueActor:
         )
 
     def _effect(self, command: Pending) -> None:
-        """What a command does once its writes are durable (committer thread; no store access here)."""
-        if isinstance(command, Dispatch):
-            self._start(command)
-        elif isinstance(command, MarkSucceeded):
+        """What a command other than a start does once its writes are durable (no store access here;
+        :meth:`_carry_out` sends the starts)."""
+        if isinstance(command, MarkSucceeded):
             self._completed += 1
         elif isinstance(command, ScheduleRetry):
             logger.warning(
