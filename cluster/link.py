@@ -395,8 +395,8 @@ class Outbox:
     finds several sends waiting takes them all (up to ``batch``, each of another session) in one
     call: a burst of many agents' hooks in one process costs the queue a few calls, not one each.
     ``senders`` bounds the sender threads (``parallel`` still bounds the sessions in flight). A
-    batch the runtime did not take is retried like single sends; one it rejected is sent job by job,
-    so one bad job never holds up the others.
+    batch the runtime did not take is retried like single sends; one it rejected (or a runtime
+    without ``dispatch_many`` refused) is sent job by job, so one bad job never holds up the others.
     """
 
     def __init__(
@@ -584,14 +584,15 @@ class Outbox:
             answers = self._send_many([envelope for _, envelope, _ in items], self._call_timeout_s)
             if len(answers) != len(items):
                 raise RuntimeUnavailableError("the queue answered a batch with another number of job ids")
-        except Exception as exc:
-            if isinstance(exc, OmrayError) and not isinstance(exc, RuntimeNotRunningError):
-                # Rejected: job by job, so that one bad job holds up no other.
-                for item in items:
-                    self._send_one(*item)
-                return
-            for job_id, _envelope, session in items:  # not taken: each retried after its pause
+        except RuntimeNotRunningError as exc:  # not taken: each retried after its pause
+            for job_id, _envelope, session in items:
                 self._not_taken(job_id, session, exc)
+            return
+        except Exception:
+            # Rejected, or a runtime older than ``dispatch_many``: job by job, so that one bad job
+            # holds up no other and an older runtime still gets every job.
+            for item in items:
+                self._send_one(*item)
             return
         for (job_id, envelope, session), accepted in zip(items, answers, strict=True):
             self._taken(job_id, envelope, session, accepted)

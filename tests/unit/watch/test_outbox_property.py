@@ -109,3 +109,18 @@ def test_a_burst_goes_out_in_batches() -> None:
     assert outbox.wait_empty(10)
     assert sorted(queue.accepted) == sorted(f"{s}{n}" for n, s in enumerate("ABCDEFG"))
     assert queue.batches and max(queue.batches) > 1
+
+
+def test_a_runtime_without_dispatch_many_still_gets_every_job() -> None:
+    """A client newer than the runtime it talks to: the batch call fails, the jobs go one by one."""
+    queue = _Queue(seed=1, refuse=0.0)
+    queue.random.random = lambda: 0.5  # type: ignore[method-assign]  # neither refused nor rejected
+
+    def old_runtime(envelopes: list[Any], timeout_s: float) -> list[str]:
+        raise AttributeError("dispatch_many")
+
+    outbox = Outbox(queue.send, 1.0, parallel=8, send_many=old_runtime, senders=1)
+    for n, session in enumerate("ABCDEFG"):
+        outbox.submit(f"{session}{n}", _job(f"{session}{n}", session), 0.0)
+    assert outbox.wait_empty(10)
+    assert sorted(queue.accepted) == sorted(f"{s}{n}" for n, s in enumerate("ABCDEFG"))
