@@ -151,12 +151,22 @@ class Killer(threading.Thread):
     def run(self) -> None:
         while (point := self._fired.get()) is not None:
             time.sleep(point.delay_s)
-            try:
-                handle = ray.get_actor(self._actor_name(point.kind), namespace=self._names.namespace)
-            except ValueError:
-                continue  # not created yet
-            if kill_actor(handle, time.monotonic() + 120.0):
+            handle = self._find(point.kind)
+            if handle is not None and kill_actor(handle, time.monotonic() + 120.0):
                 self.kills[point.kind] += 1
+
+    def _find(self, kind: KillKind, wait_s: float = 10.0) -> Any:
+        """The actor to kill; one created on demand (a StoreActor) or being restarted after an
+        earlier kill may be missing for a moment, so look again for a while; ``None`` if it never
+        appears."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return ray.get_actor(self._actor_name(kind), namespace=self._names.namespace)
+            except ValueError:
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.05)
 
     def finish(self) -> dict[str, int]:
         """Deliver the kills already triggered, stop, and return the kills by kind."""
