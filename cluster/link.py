@@ -35,7 +35,13 @@ from typing import IO, Any, Protocol
 import ray
 
 from cluster.naming import omray_home
-from protocol.errors import OmrayError, RuntimeNotRunningError
+from protocol.errors import (
+    ConflictError,
+    InvalidPayloadError,
+    OmrayError,
+    RuntimeNotRunningError,
+    StorageError,
+)
 
 logger = logging.getLogger("omray.link")
 
@@ -51,6 +57,22 @@ class RuntimeUnavailableError(RuntimeNotRunningError):
 
 class RuntimeAuthError(RuntimeNotRunningError):
     """The Ray cluster rejected this process's authentication token."""
+
+
+class RuntimeRejectedError(OmrayError):
+    """The runtime answered, but refused the call: it has no such method (a runtime older than this
+    client), or the call failed there with an error of omray's own that has no type of its own here.
+
+    Unlike :class:`RuntimeNotRunningError`, the runtime is up: sending the same call again the same
+    way does not help.
+    """
+
+
+_TYPED_REJECTIONS: dict[str, type[OmrayError]] = {
+    error.__name__: error
+    for error in (InvalidPayloadError, StorageError, ConflictError, RuntimeRejectedError)
+}
+"""Errors the queue raises that keep their type across the child link (by class name)."""
 
 
 HOOK_TIMEOUT_S = 5.0
@@ -182,11 +204,17 @@ class Link(Protocol):
         ...
 
 
-def _wire_envelope(envelope: Any) -> Any:
+def _wire_envelope(envelope: Any, index: int | None = None) -> Any:
+    """An envelope as JSON for the child; one that does not validate raises, as the queue would."""
     from protocol.jobs import JobEnvelope
 
     if not isinstance(envelope, JobEnvelope):
-        envelope = JobEnvelope.model_validate(envelope)
+        try:
+            envelope = JobEnvelope.model_validate(envelope)
+        except Exception as exc:
+            where = "" if index is None else f" at index {index}"
+            rest = "" if index is None else "; no job accepted"
+            raise InvalidPayloadError(f"invalid job envelope{where} ({type(exc).__name__}){rest}") from None
     return envelope.model_dump(mode="json")
 
 
@@ -194,7 +222,12 @@ def _wire_args(method: str, args: tuple[Any, ...]) -> list[Any]:
     if method == "dispatch":
         return [_wire_envelope(args[0])]
     if method == "dispatch_many":
-        return [[_wire_envelope(envelope) for envelope in args[0]]]
+        envelopes = args[0]
+        if isinstance(envelopes, str | bytes | Mapping) or not isinstance(envelopes, list | tuple):
+            raise InvalidPayloadError(
+                f"dispatch_many takes a list of job envelopes, not {type(envelopes).__name__}"
+            )
+        return [[_wire_envelope(envelope, index) for index, envelope in enumerate(envelopes)]]
     return list(args)
 
 
@@ -214,7 +247,14 @@ class InProcessLink:
             raise RuntimeNotRunningError(
                 f"no omray queue actor {self.queue_name!r} in namespace {self.namespace!r}; run `omray up`"
             ) from None
-        reference = getattr(handle, method).remote(*args)
+        try:
+            bound = getattr(handle, method)
+        except AttributeError:
+            raise RuntimeRejectedError(
+                f"the running omray queue has no method {method!r}: it is older than this client "
+                "(restart it with `omray down` and `omray up`)"
+            ) from None
+        reference = bound.remote(*args)
         try:
             return ray.get(reference, timeout=max(timeout_s, 0.001))
         except ray.exceptions.GetTimeoutError:
@@ -371,10 +411,19 @@ class ChildLink:
 
 
 def _error_from(answer: Mapping[str, Any]) -> OmrayError:
+    """The typed error of a child's error answer (see :func:`_classify`)."""
+    message = str(answer.get("message") or answer.get("error"))
+    if answer.get("kind") == "rejected":
+        # The runtime is up and refused the call: the same type as in-process, never "not running".
+        return _TYPED_REJECTIONS.get(str(answer.get("error_class")), RuntimeRejectedError)(message)
     kind = {"auth": RuntimeAuthError, "timeout": RuntimeUnavailableError}.get(
         str(answer.get("kind")), RuntimeNotRunningError
     )
-    return kind(str(answer.get("message") or answer.get("error")))
+    return kind(message)
+
+
+BATCH_PAUSE_S = 60.0
+"""How long an outbox sends job by job after the runtime refused ``dispatch_many`` as unknown."""
 
 
 class Outbox:
@@ -397,6 +446,8 @@ class Outbox:
     ``senders`` bounds the sender threads (``parallel`` still bounds the sessions in flight). A
     batch the runtime did not take is retried like single sends; one it rejected (or a runtime
     without ``dispatch_many`` refused) is sent job by job, so one bad job never holds up the others.
+    A runtime without ``dispatch_many`` (:class:`RuntimeRejectedError`) then gets single sends for
+    :data:`BATCH_PAUSE_S` before the outbox tries a batch again (it may have been upgraded).
     """
 
     def __init__(
@@ -435,6 +486,7 @@ class Outbox:
         self._send_ready = threading.Condition(self._lock)
         self._senders = 0
         self._idle_senders = 0
+        self._batches_after = 0.0  # monotonic time before which senders send job by job
 
     def __len__(self) -> int:
         with self._lock:
@@ -560,7 +612,7 @@ class Outbox:
                     self._send_ready.wait()
                 self._idle_senders -= 1
                 items = [self._sends.popleft()]
-                if self._send_many is not None:
+                if self._send_many is not None and time.monotonic() >= self._batches_after:
                     while self._sends and len(items) < self._batch:
                         items.append(self._sends.popleft())
             try:
@@ -588,9 +640,12 @@ class Outbox:
             for job_id, _envelope, session in items:
                 self._not_taken(job_id, session, exc)
             return
-        except Exception:
+        except Exception as exc:
             # Rejected, or a runtime older than ``dispatch_many``: job by job, so that one bad job
             # holds up no other and an older runtime still gets every job.
+            if isinstance(exc, RuntimeRejectedError):
+                with self._lock:
+                    self._batches_after = time.monotonic() + BATCH_PAUSE_S
             for item in items:
                 self._send_one(*item)
             return
@@ -643,7 +698,16 @@ def _classify(exc: BaseException) -> dict[str, Any]:
             "reconnect": isinstance(exc, RuntimeUnavailableError),
         }
     if isinstance(exc, OmrayError):
-        return {"kind": "rejected", "message": f"{type(exc).__name__}", "reconnect": False}
+        # A Ray task error is an instance of its cause's class too (``RayTaskError(X)``): name the
+        # first omray error class it is, so the parent raises that type. The message is the
+        # cause's own (omray's errors carry no payload text), never the remote traceback.
+        name = next(
+            (cls.__name__ for cls in type(exc).__mro__ if cls.__name__ in _TYPED_REJECTIONS),
+            RuntimeRejectedError.__name__,
+        )
+        cause = getattr(exc, "cause", exc)
+        message = str(cause) if isinstance(cause, OmrayError) else f"the queue refused the call ({name})"
+        return {"kind": "rejected", "error_class": name, "message": message, "reconnect": False}
     # Ray-side failures (WrongClusterID after a restart, a dead raylet, lost actors): this driver's
     # connection is done for; the parent starts a new child.
     return {"kind": "ray", "message": f"Ray call failed ({type(exc).__name__})", "reconnect": True}
@@ -666,7 +730,15 @@ def _serve(address: str, namespace: str, queue_name: str, answers: IO[str]) -> i
         request_id = int(request["id"])
         method = str(request["method"])
         if method not in QUEUE_METHODS:
-            reply({"id": request_id, "error": "unknown_method", "kind": "rejected", "message": method})
+            reply(
+                {
+                    "id": request_id,
+                    "error": "unknown_method",
+                    "kind": "rejected",
+                    "error_class": RuntimeRejectedError.__name__,
+                    "message": f"the omray client link does not forward {method!r}",
+                }
+            )
             continue
         try:
             value = link.call(method, tuple(request.get("args", [])), 3600.0)

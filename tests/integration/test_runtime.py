@@ -332,3 +332,68 @@ def test_batched_dispatches_and_starts_run_every_job_once(
     reflect = ray.get(client.queue_handle().status.remote(), timeout=30)["pools"][REFLECT_GENERATION_HANDLER]
     assert reflect["attempts"] == 32
     assert reflect["calls"] < reflect["attempts"]  # some starts shared a call
+
+
+class _QueueBeforeDispatchMany:
+    """A queue actor as runtimes before ``dispatch_many`` had it: single dispatches only."""
+
+    def __init__(self) -> None:
+        self.accepted: list[str] = []
+
+    def dispatch(self, envelope: dict[str, Any]) -> str:
+        self.accepted.append(str(envelope["job_id"]))
+        return str(envelope["job_id"])
+
+    def ping(self) -> str:
+        return "pong"
+
+    def accepted_ids(self) -> list[str]:
+        return list(self.accepted)
+
+
+def test_rejections_through_the_child_link_keep_their_type_and_the_connection(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    """Through the driver child process that agents' clients use: a batch with a bad envelope raises
+    ``InvalidPayloadError`` (not "not running") and accepts nothing; a runtime without
+    ``dispatch_many`` raises ``RuntimeRejectedError`` and the outbox still delivers every job. Neither
+    costs a new child (a Ray connection)."""
+    from actors.queue.actor import MAX_DISPATCH_BATCH
+    from cluster.link import ChildLink, RuntimeRejectedError
+    from protocol.errors import InvalidPayloadError
+
+    client = _start(names, tmp_path, ledger, for_every_role("actors.bench_handlers:noop"))
+    address = ray.get_runtime_context().gcs_address
+    link = ChildLink(address, names.queue, names.namespace)
+    old_names = RuntimeNames(prefix=f"old{uuid.uuid4().hex[:8]}")
+    old_queue = (
+        ray.remote(_QueueBeforeDispatchMany)
+        .options(name=old_names.queue, namespace=old_names.namespace, num_cpus=0)
+        .remote()
+    )
+    old_link = ChildLink(address, old_names.queue, old_names.namespace)
+    try:
+        good = _job("s1", 1, "reflect_generation")
+        bad = {"job_id": "job-bad", "correlation_id": "s2", "payload": {"kind": "no_such_kind"}}
+        with pytest.raises(InvalidPayloadError, match="index 1"):  # refused before it is sent
+            link.call("dispatch_many", ([good.model_dump(), bad],), 60.0)
+        too_many = [_job(f"s{n}", n, "reflect_generation") for n in range(MAX_DISPATCH_BATCH + 1)]
+        with pytest.raises(InvalidPayloadError):  # refused by the queue, raised in the child
+            link.call("dispatch_many", (too_many,), 60.0)
+        assert sum(client.job_counts().values()) == 0  # all or nothing
+        assert link.call("dispatch_many", ([good],), 60.0) == [good.job_id]
+        assert link.children_started == 1
+
+        with pytest.raises(RuntimeRejectedError, match="dispatch_many"):
+            old_link.call("dispatch_many", ([good],), 60.0)
+        old_client = OmrayClient(old_names, link=old_link)
+        jobs = [_job(f"s{n}", n, "reflect_generation") for n in range(8)]
+        for job in jobs:  # hooks that do not wait: what is waiting goes out together, or one by one
+            old_client.outbox.submit(job.job_id, job, 0.0)
+        assert old_client.outbox.wait_empty(60)
+        assert sorted(ray.get(old_queue.accepted_ids.remote(), timeout=30)) == sorted(j.job_id for j in jobs)
+        assert old_link.children_started == 1
+    finally:
+        link.close()
+        old_link.close()
+        ray.kill(old_queue, no_restart=True)

@@ -12,13 +12,16 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.link import (
+    InProcessLink,
     Outbox,
+    RuntimeAuthError,
+    RuntimeRejectedError,
     RuntimeUnavailableError,
     prepare_auth,
     probe_gcs,
     resolve_address,
 )
-from protocol.errors import RuntimeNotRunningError
+from protocol.errors import InvalidPayloadError, OmrayError, RuntimeNotRunningError, StorageError
 from protocol.events import AfterTurnCommit, EventSummary
 
 DEADLINE_S = 0.3
@@ -209,3 +212,55 @@ def test_wire_form_of_a_batch_is_json_envelopes() -> None:
     wire = _wire_args("dispatch_many", (envelopes,))
     assert [item["job_id"] for item in wire[0]] == ["j1", "j2"]
     assert json.loads(json.dumps(wire)) == wire
+
+
+def _through_the_child(exc: BaseException) -> OmrayError:
+    """The error the parent raises for ``exc`` raised in the child (its answer goes as JSON)."""
+    from cluster.link import _classify, _error_from
+
+    answer = json.loads(json.dumps({"id": 1, "error": type(exc).__name__, **_classify(exc)}))
+    if isinstance(exc, OmrayError) and not isinstance(exc, RuntimeNotRunningError):
+        assert answer["reconnect"] is False  # the runtime answered: keep this connection
+    return _error_from(answer)
+
+
+class _TaskError(RuntimeError):
+    """Shaped like Ray's ``RayTaskError(X)``: an instance of the remote error's class as well, its
+    text the remote traceback, the remote error itself as ``cause``."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"Traceback (most recent call last): ... {cause}")
+        self.cause = cause
+
+
+def test_the_child_link_keeps_the_type_of_a_rejection() -> None:
+    invalid = type("RayTaskError(InvalidPayloadError)", (_TaskError, InvalidPayloadError), {})
+    cases: list[tuple[BaseException, type[OmrayError]]] = [
+        (InvalidPayloadError("invalid job envelope at index 1"), InvalidPayloadError),
+        (invalid(InvalidPayloadError("at most 256 jobs per dispatch_many, got 257")), InvalidPayloadError),
+        (StorageError("the queue store did not confirm the job in time"), StorageError),
+        (RuntimeRejectedError("no method 'dispatch_many'"), RuntimeRejectedError),
+        (type("OtherError", (OmrayError,), {})("x"), RuntimeRejectedError),  # up, but refused
+        (RuntimeNotRunningError("no queue actor"), RuntimeNotRunningError),
+        (RuntimeAuthError("bad token"), RuntimeAuthError),
+        (RuntimeError("WrongClusterID"), RuntimeNotRunningError),  # a Ray failure: reconnect
+    ]
+    for raised, expected in cases:
+        got = _through_the_child(raised)
+        assert type(got) is expected, (raised, got)
+        assert "Traceback" not in str(got)  # the error's own message crosses, never the remote trace
+    # A refused call is never "not running": the outbox must not retry a rejected batch forever.
+    assert not isinstance(_through_the_child(InvalidPayloadError("x")), RuntimeNotRunningError)
+
+
+def test_in_process_link_reports_a_method_the_running_queue_lacks() -> None:
+    from types import SimpleNamespace
+    from unittest import mock
+
+    old_queue = SimpleNamespace(dispatch=SimpleNamespace(remote=lambda *a: None))  # no dispatch_many
+    with (
+        mock.patch("cluster.link.ray.is_initialized", return_value=True),
+        mock.patch("cluster.link.ray.get_actor", return_value=old_queue),
+        pytest.raises(RuntimeRejectedError, match=r"dispatch_many.*older than this client"),
+    ):
+        InProcessLink("omray.queue", "omray").call("dispatch_many", ([],), 1.0)

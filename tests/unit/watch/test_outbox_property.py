@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.link import Outbox, RuntimeUnavailableError
+from cluster.link import Outbox, RuntimeRejectedError, RuntimeUnavailableError
 from protocol.errors import InvalidPayloadError
 
 # Mostly hooks that do not wait: the next turn arrives while the last one is still being sent.
@@ -124,3 +124,31 @@ def test_a_runtime_without_dispatch_many_still_gets_every_job() -> None:
         outbox.submit(f"{session}{n}", _job(f"{session}{n}", session), 0.0)
     assert outbox.wait_empty(10)
     assert sorted(queue.accepted) == sorted(f"{s}{n}" for n, s in enumerate("ABCDEFG"))
+
+
+def test_after_a_runtime_refuses_dispatch_many_the_outbox_sends_job_by_job_for_a_while() -> None:
+    """The links report a runtime without ``dispatch_many`` as :class:`RuntimeRejectedError`: every
+    job still goes out, and the next burst does not try a batch first (one wasted call per burst)."""
+    queue = _Queue(seed=2, refuse=0.0)
+    queue.random.random = lambda: 0.5  # type: ignore[method-assign]  # neither refused nor rejected
+    batch_calls: list[int] = []
+    first = threading.Event()
+
+    def send(envelope: Any, timeout_s: float) -> str:
+        if not first.is_set():
+            first.set()
+            time.sleep(0.05)  # the burst's other jobs queue up behind the first: they form a batch
+        return queue.send(envelope, timeout_s)
+
+    def old_runtime(envelopes: list[Any], timeout_s: float) -> list[str]:
+        batch_calls.append(len(envelopes))
+        raise RuntimeRejectedError("the running omray queue has no method 'dispatch_many'")
+
+    outbox = Outbox(send, 1.0, parallel=8, send_many=old_runtime, senders=1)
+    for burst in ("ABCD", "EFGH"):
+        for n, session in enumerate(burst):
+            outbox.submit(f"{session}{n}", _job(f"{session}{n}", session), 0.0)
+        time.sleep(0.01)
+        assert outbox.wait_empty(10)
+    assert sorted(queue.accepted) == sorted(f"{s}{n}" for b in ("ABCD", "EFGH") for n, s in enumerate(b))
+    assert len(batch_calls) == 1 and batch_calls[0] > 1  # the second burst went job by job
