@@ -13,8 +13,9 @@ after the ``n``-th request its trigger counts arrives at the scripted server, so
 while that request is in flight, or while its answer is being committed. A worker is triggered by
 requests of its own role (the Observer's, the Reflector's and Dropper's, the embeddings of the
 Indexer), the queue and the store by requests of any kind. The killer waits for each killed actor
-to answer again before the next kill; a trigger the run never reaches is not delivered (``kills``
-counts delivered ones).
+to answer again before the next kill, and tries an actor that does not answer again for up to
+:data:`KILL_WAIT_S`; a trigger the run never reaches is not delivered (``kills`` counts delivered
+ones, ``missed_kills`` the others, by kind).
 
 Per seed:
 
@@ -85,6 +86,8 @@ CLUSTER_STOP_TIMEOUT_S = 900.0
 """Upper bound of the whole-cluster stop run (two heads started, the workload, one head stopped)."""
 ITEM_SECTIONS = ("observations", "coverage", "reflections")
 """Snapshot sections whose rows count as memory items for ``lost`` and ``duplicated``."""
+KILL_WAIT_S = 30.0
+"""How long the killer keeps trying to kill an actor that does not answer (it may be restarting)."""
 CHAOS_POOLS = PoolSizes(observers=1, reflectors=1, indexers=1, observer_slots=4, reflector_slots=2)
 """One worker per role, so a kill hits every job of that role in flight."""
 
@@ -135,6 +138,7 @@ class Killer(threading.Thread):
         self._due = {(p.trigger, p.after_requests): p for p in schedule}
         self._fired: queue.Queue[KillPoint | None] = queue.Queue()
         self.kills: Counter[str] = Counter()
+        self.not_killed: Counter[str] = Counter()  # triggered, but the actor could not be killed
 
     def on_request(self, kind: RequestKind, count: int) -> None:
         """Called by the server as a request arrives: queue the kill it triggers, if any."""
@@ -151,9 +155,23 @@ class Killer(threading.Thread):
     def run(self) -> None:
         while (point := self._fired.get()) is not None:
             time.sleep(point.delay_s)
-            handle = self._find(point.kind)
-            if handle is not None and kill_actor(handle, time.monotonic() + 120.0):
+            if self._kill(point.kind):
                 self.kills[point.kind] += 1
+            else:
+                self.not_killed[point.kind] += 1
+
+    def _kill(self, kind: KillKind, wait_s: float = KILL_WAIT_S) -> bool:
+        """Kill one actor of ``kind``; one that does not answer its ping (restarting after a kill
+        of another kind, or busy) is looked up and tried again for up to ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            handle = self._find(kind)
+            if handle is not None and kill_actor(handle, time.monotonic() + 120.0):
+                return True
+            if time.monotonic() > deadline:
+                logger.warning("chaos kill not delivered", extra={"kind": kind})
+                return False
+            time.sleep(0.2)
 
     def _find(self, kind: KillKind, wait_s: float = 10.0) -> Any:
         """The actor to kill; one created on demand (a StoreActor) or being restarted after an
@@ -174,6 +192,13 @@ class Killer(threading.Thread):
         self.join(timeout=300)
         return {kind: self.kills[kind] for kind in KILL_KINDS}
 
+    def missed(self) -> dict[str, int]:
+        """Scheduled kills not delivered, by kind: their trigger request never came (the run made
+        fewer requests than the baseline), or the actor could not be killed. Call after :meth:`finish`."""
+        missed = Counter(self.not_killed)
+        missed.update(point.kind for point in self._due.values())
+        return {kind: missed[kind] for kind in KILL_KINDS if missed[kind]}
+
 
 @dataclass
 class RunRecord:
@@ -183,6 +208,8 @@ class RunRecord:
     """Its memory, read after the runtime was removed."""
     kills: dict[str, int]
     """Kills delivered, by kind."""
+    missed_kills: dict[str, int]
+    """Scheduled kills not delivered, by kind (see :meth:`Killer.missed`)."""
     requests: dict[str, int]
     """Requests the scripted server received, by kind (and ``any``)."""
     job_counts: dict[str, int]
@@ -233,6 +260,7 @@ def run_workload(
     return RunRecord(
         snapshot=memory_snapshot(project / "om.sqlite"),
         kills=kills,
+        missed_kills=killer.missed(),
         requests=requests,
         job_counts={k: int(v) for k, v in counts.items()},
         uncovered=uncovered_events(project, workload),
@@ -270,6 +298,8 @@ class SeedResult(MemoryAudit):
     """Seed of the kill schedule."""
     kills: dict[str, int]
     """Kills delivered, by kind."""
+    missed_kills: dict[str, int]
+    """Scheduled kills not delivered, by kind: the trigger never came or the actor did not die."""
 
 
 class ClusterStopResult(MemoryAudit):
@@ -348,7 +378,14 @@ def run_real_chaos(
         for seed in seeds:
             schedule = plan_kills(seed, baseline.requests, kills_per_kind, 2 * workload.model_latency_s)
             run = run_workload(workload, directory / f"seed-{seed}", schedule)
-            results.append(SeedResult(seed=seed, kills=run.kills, **audit_memory(run, baseline.snapshot)))
+            results.append(
+                SeedResult(
+                    seed=seed,
+                    kills=run.kills,
+                    missed_kills=run.missed_kills,
+                    **audit_memory(run, baseline.snapshot),
+                )
+            )
         stop = (
             run_cluster_stop(workload, seeds[0], baseline, directory / "cluster-stop")
             if cluster_stop
@@ -416,6 +453,7 @@ def run_cluster_stop(
     run = RunRecord(
         snapshot=MemorySnapshot.from_json(report["snapshot"]),
         kills={},
+        missed_kills={},
         requests=report["requests"],
         job_counts=report["job_counts"],
         uncovered=int(report["uncovered"]),

@@ -142,3 +142,26 @@ def test_missing_and_duplicated_rows_are_counted_per_section() -> None:
 def test_a_snapshot_survives_its_json_form(tmp_path: Path) -> None:
     snapshot = memory_snapshot(_memory(tmp_path, "a", [("o1", "x", "t"), ("o2", "y", "t")]))
     assert compare_memory(MemorySnapshot.from_json(snapshot.to_json()), snapshot).identical
+
+
+def test_the_killer_retries_an_actor_that_does_not_answer_and_reports_kills_it_missed(
+    tmp_path: Path,
+) -> None:
+    from unittest import mock
+
+    from bench.real_chaos import Killer, KillPoint
+    from cluster.naming import RuntimeNames
+
+    schedule = (KillPoint("queue", "any", 2, 0.0), KillPoint("store", "any", 16, 0.0))
+    killer = Killer(RuntimeNames(prefix="k"), tmp_path / "om.sqlite", schedule)
+    answers = iter([False, False, True])  # restarting twice, then killed
+    with (
+        mock.patch.object(Killer, "_find", return_value=object()),
+        mock.patch("bench.real_chaos.kill_actor", side_effect=lambda handle, deadline: next(answers)),
+    ):
+        killer.start()
+        killer.on_request("any", 1)
+        killer.on_request("any", 2)  # the queue's trigger; the store's (16) never comes
+        kills = killer.finish()
+    assert kills["queue"] == 1 and kills["store"] == 0
+    assert killer.missed() == {"store": 1}
