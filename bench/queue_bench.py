@@ -478,6 +478,10 @@ def _open_workspace(
 
 
 def _durably_drained(ws: _Workspace, accepted: int) -> bool:
+    # The in-memory check first: it takes no SQL and no store lock, so polling it every few ms does
+    # not load the queue being measured; the durable counts decide once it says idle.
+    if not _get(ws.queue.is_idle.remote()):
+        return False
     counts = _get(ws.queue.job_counts.remote())
     finished = int(counts["succeeded"]) + int(counts["failed"])
     return int(counts["pending"]) == 0 and int(counts["running"]) == 0 and finished >= accepted

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection, Row, func, select, update
+from sqlalchemy import Connection, Row, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -982,12 +982,25 @@ class Store:
                 for row in rows
             ]
 
+    def _read_statement(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Rows of ONE read statement run outside any write transaction.
+
+        SQLite runs a lone statement on a connection in autocommit mode as a read of one WAL
+        snapshot, so it never takes the write lock: a status poll never stalls the writer's commits
+        (every ``atomic()`` transaction begins ``IMMEDIATE``, which does).
+        """
+        try:
+            with self._engine.connect() as conn:
+                raw = conn.connection.driver_connection
+                assert isinstance(raw, sqlite3.Connection)
+                return raw.execute(sql, params).fetchall()
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise StorageError(f"read of {self._db_path!r} failed ({type(exc).__name__})") from exc
+
     def job_counts(self) -> JobCounts:
-        """Number of jobs in each state."""
-        table = schema.omray_job
-        with self.atomic():
-            rows = self._conn().execute(select(table.c.state, func.count()).group_by(table.c.state))
-            counts = {state: count for state, count in rows}
+        """Number of jobs in each state (one snapshot; takes no write lock)."""
+        rows = self._read_statement("SELECT state, count(*) FROM omray_job GROUP BY state")
+        counts = {state: count for state, count in rows}
         return JobCounts(
             pending=counts.get("pending", 0),
             running=counts.get("running", 0),

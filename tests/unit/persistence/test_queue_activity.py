@@ -193,3 +193,21 @@ def test_giving_up_and_its_event_are_one_transaction(store: Store) -> None:
     assert [row.envelope.job_id for row in store.list_unfinished_jobs()] == ["job-y"]
     with pytest.raises(NotFoundError):
         store.give_up_job(999, "2026-11-30T00:02:00+00:00", "transient_runtime", "run-1", "e", {})
+
+
+def test_job_counts_read_a_snapshot_while_a_writer_holds_the_lock(store: Store) -> None:
+    """``omray status`` and ``watch`` poll the counts while the queue commits: the poll must neither
+    wait for the write lock (every ``atomic()`` begins IMMEDIATE) nor see an uncommitted write."""
+    import sqlite3
+
+    store.enqueue_job(_envelope("a"), T0)
+    writer = sqlite3.connect(store.db_path, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # another writer mid-transaction, holding the lock
+        writer.execute("UPDATE omray_job SET state = 'succeeded'")
+        counts = store.job_counts()  # a lock wait would end in StorageError after the busy timeout
+        assert (counts.pending, counts.succeeded) == (1, 0)  # the committed snapshot only
+        writer.execute("COMMIT")
+    finally:
+        writer.close()
+    assert store.job_counts().succeeded == 1
