@@ -135,15 +135,17 @@ class Killer(threading.Thread):
         super().__init__(name="omray-chaos-killer", daemon=True)
         self._names = names
         self._db_path = str(db_path.resolve())
-        self._due = {(p.trigger, p.after_requests): p for p in schedule}
+        # The queue and the store share a trigger: two kinds may be due at one request.
+        self._due: dict[tuple[str, int], list[KillPoint]] = {}
+        for point in schedule:
+            self._due.setdefault((point.trigger, point.after_requests), []).append(point)
+        self._scheduled: Counter[str] = Counter(point.kind for point in schedule)
         self._fired: queue.Queue[KillPoint | None] = queue.Queue()
         self.kills: Counter[str] = Counter()
-        self.not_killed: Counter[str] = Counter()  # triggered, but the actor could not be killed
 
     def on_request(self, kind: RequestKind, count: int) -> None:
         """Called by the server as a request arrives: queue the kill it triggers, if any."""
-        point = self._due.pop((kind, count), None)
-        if point is not None:
+        for point in self._due.pop((kind, count), []):
             self._fired.put(point)
 
     def _actor_name(self, kind: KillKind) -> str:
@@ -157,15 +159,13 @@ class Killer(threading.Thread):
             time.sleep(point.delay_s)
             if self._kill(point.kind):
                 self.kills[point.kind] += 1
-            else:
-                self.not_killed[point.kind] += 1
 
     def _kill(self, kind: KillKind, wait_s: float = KILL_WAIT_S) -> bool:
         """Kill one actor of ``kind``; one that does not answer its ping (restarting after a kill
         of another kind, or busy) is looked up and tried again for up to ``wait_s``."""
         deadline = time.monotonic() + wait_s
         while True:
-            handle = self._find(kind)
+            handle = self._find(kind, max(0.0, deadline - time.monotonic()))
             if handle is not None and kill_actor(handle, time.monotonic() + 120.0):
                 return True
             if time.monotonic() > deadline:
@@ -194,9 +194,9 @@ class Killer(threading.Thread):
 
     def missed(self) -> dict[str, int]:
         """Scheduled kills not delivered, by kind: their trigger request never came (the run made
-        fewer requests than the baseline), or the actor could not be killed. Call after :meth:`finish`."""
-        missed = Counter(self.not_killed)
-        missed.update(point.kind for point in self._due.values())
+        fewer requests than the baseline), the actor could not be killed, or the killer was still
+        busy when :meth:`finish` gave up waiting. Call after :meth:`finish`."""
+        missed = self._scheduled - self.kills
         return {kind: missed[kind] for kind in KILL_KINDS if missed[kind]}
 
 

@@ -391,10 +391,18 @@ class OmrayClient:
     def dispatch(self, envelope: JobEnvelope | Mapping[str, Any]) -> str:
         """Accept a job durably on the queue; returns its job id once it is persisted.
 
-        Raises :class:`RuntimeUnavailableError` when the runtime does not answer within
-        ``call_timeout_s`` (the job may or may not be accepted; dispatching it again is safe).
+        Raises :class:`InvalidPayloadError` for an envelope that does not validate (its message
+        names the error class, never a value), and :class:`RuntimeUnavailableError` when the
+        runtime does not answer within ``call_timeout_s`` (the job may or may not be accepted;
+        dispatching it again is safe).
         """
-        job = envelope if isinstance(envelope, JobEnvelope) else JobEnvelope.model_validate(envelope)
+        if isinstance(envelope, JobEnvelope):
+            job = envelope
+        else:
+            try:
+                job = JobEnvelope.model_validate(envelope)
+            except ValidationError as exc:
+                raise InvalidPayloadError(f"invalid job envelope ({type(exc).__name__})") from None
         return self._send(job, self.call_timeout_s)
 
     def status(self) -> dict[str, Any]:

@@ -36,11 +36,9 @@ import ray
 
 from cluster.naming import omray_home
 from protocol.errors import (
-    ConflictError,
     InvalidPayloadError,
     OmrayError,
     RuntimeNotRunningError,
-    StorageError,
 )
 
 logger = logging.getLogger("omray.link")
@@ -68,11 +66,21 @@ class RuntimeRejectedError(OmrayError):
     """
 
 
-_TYPED_REJECTIONS: dict[str, type[OmrayError]] = {
-    error.__name__: error
-    for error in (InvalidPayloadError, StorageError, ConflictError, RuntimeRejectedError)
-}
-"""Errors the queue raises that keep their type across the child link (by class name)."""
+class RuntimeMethodMissingError(RuntimeRejectedError):
+    """The running queue has no such method: it is older than this client."""
+
+
+def _rejection_types() -> dict[str, type[OmrayError]]:
+    """Every omray error class this process knows, by name, but the "not running" family (which
+    says no runtime answered): a refusal crosses the child link with its type."""
+    found: dict[str, type[OmrayError]] = {}
+    waiting: list[type[OmrayError]] = [OmrayError]
+    while waiting:
+        cls = waiting.pop()
+        if not issubclass(cls, RuntimeNotRunningError) and "(" not in cls.__name__:  # not RayTaskError(X)
+            found.setdefault(cls.__name__, cls)
+        waiting.extend(cls.__subclasses__())
+    return found
 
 
 HOOK_TIMEOUT_S = 5.0
@@ -250,7 +258,7 @@ class InProcessLink:
         try:
             bound = getattr(handle, method)
         except AttributeError:
-            raise RuntimeRejectedError(
+            raise RuntimeMethodMissingError(
                 f"the running omray queue has no method {method!r}: it is older than this client "
                 "(restart it with `omray down` and `omray up`)"
             ) from None
@@ -415,7 +423,11 @@ def _error_from(answer: Mapping[str, Any]) -> OmrayError:
     message = str(answer.get("message") or answer.get("error"))
     if answer.get("kind") == "rejected":
         # The runtime is up and refused the call: the same type as in-process, never "not running".
-        return _TYPED_REJECTIONS.get(str(answer.get("error_class")), RuntimeRejectedError)(message)
+        error = _rejection_types().get(str(answer.get("error_class")), RuntimeRejectedError)
+        try:
+            return error(message)
+        except TypeError:  # an error class with arguments of its own (EventsFileError): keep the kind
+            return RuntimeRejectedError(message)
     kind = {"auth": RuntimeAuthError, "timeout": RuntimeUnavailableError}.get(
         str(answer.get("kind")), RuntimeNotRunningError
     )
@@ -643,7 +655,7 @@ class Outbox:
         except Exception as exc:
             # Rejected, or a runtime older than ``dispatch_many``: job by job, so that one bad job
             # holds up no other and an older runtime still gets every job.
-            if isinstance(exc, RuntimeRejectedError):
+            if isinstance(exc, RuntimeMethodMissingError):
                 with self._lock:
                     self._batches_after = time.monotonic() + BATCH_PAUSE_S
             for item in items:
@@ -697,17 +709,25 @@ def _classify(exc: BaseException) -> dict[str, Any]:
             "message": str(exc),
             "reconnect": isinstance(exc, RuntimeUnavailableError),
         }
-    if isinstance(exc, OmrayError):
-        # A Ray task error is an instance of its cause's class too (``RayTaskError(X)``): name the
-        # first omray error class it is, so the parent raises that type. The message is the
-        # cause's own (omray's errors carry no payload text), never the remote traceback.
-        name = next(
-            (cls.__name__ for cls in type(exc).__mro__ if cls.__name__ in _TYPED_REJECTIONS),
-            RuntimeRejectedError.__name__,
-        )
-        cause = getattr(exc, "cause", exc)
-        message = str(cause) if isinstance(cause, OmrayError) else f"the queue refused the call ({name})"
-        return {"kind": "rejected", "error_class": name, "message": message, "reconnect": False}
+    # A Ray task error (``RayTaskError(X)``: the queue answered, and its method raised X) carries
+    # X as its cause; the parent raises X's type. The message is X's own (omray's errors carry no
+    # payload text), never the remote traceback.
+    task_error = isinstance(exc, ray.exceptions.RayTaskError)
+    cause = getattr(exc, "cause", None) if task_error else exc
+    if isinstance(cause, OmrayError):
+        return {
+            "kind": "rejected",
+            "error_class": type(cause).__name__,
+            "message": str(cause),
+            "reconnect": False,
+        }
+    if task_error:  # an error of another kind in the queue (a bug there): it is up, keep the connection
+        return {
+            "kind": "rejected",
+            "error_class": RuntimeRejectedError.__name__,
+            "message": f"the omray queue failed the call ({type(cause).__name__})",
+            "reconnect": False,
+        }
     # Ray-side failures (WrongClusterID after a restart, a dead raylet, lost actors): this driver's
     # connection is done for; the parent starts a new child.
     return {"kind": "ray", "message": f"Ray call failed ({type(exc).__name__})", "reconnect": True}

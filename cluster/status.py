@@ -7,6 +7,7 @@ from typing import Any
 import ray
 
 from cluster.client import OmrayClient, init_ray
+from cluster.link import RuntimeRejectedError
 from cluster.naming import RuntimeNames
 from protocol.errors import RuntimeNotRunningError
 
@@ -22,7 +23,7 @@ def runtime_status(address: str = "auto", names: RuntimeNames | None = None) -> 
         client = OmrayClient(names)
         queue = client.status()
         queue["job_counts"] = client.job_counts()
-    except RuntimeNotRunningError:
+    except (RuntimeNotRunningError, RuntimeRejectedError):  # none running, or one older than this CLI
         queue = None
     except ray.exceptions.RayError:
         queue = None

@@ -989,7 +989,10 @@ class Store:
         snapshot, so it never takes the write lock: a status poll never stalls the writer's commits
         (every ``atomic()`` transaction begins ``IMMEDIATE``, which does).
         """
+        current: Connection | None = getattr(self._local, "conn", None)
         try:
+            if current is not None:  # inside atomic() on this thread: read in its transaction
+                return list(current.exec_driver_sql(sql, params).fetchall())
             with self._engine.connect() as conn:
                 raw = conn.connection.driver_connection
                 assert isinstance(raw, sqlite3.Connection)

@@ -356,10 +356,10 @@ def test_rejections_through_the_child_link_keep_their_type_and_the_connection(
 ) -> None:
     """Through the driver child process that agents' clients use: a batch with a bad envelope raises
     ``InvalidPayloadError`` (not "not running") and accepts nothing; a runtime without
-    ``dispatch_many`` raises ``RuntimeRejectedError`` and the outbox still delivers every job. Neither
+    ``dispatch_many`` raises ``RuntimeMethodMissingError`` and the outbox still delivers every job. Neither
     costs a new child (a Ray connection)."""
     from actors.queue.actor import MAX_DISPATCH_BATCH
-    from cluster.link import ChildLink, RuntimeRejectedError
+    from cluster.link import ChildLink, RuntimeMethodMissingError
     from protocol.errors import InvalidPayloadError
 
     client = _start(names, tmp_path, ledger, for_every_role("actors.bench_handlers:noop"))
@@ -384,7 +384,7 @@ def test_rejections_through_the_child_link_keep_their_type_and_the_connection(
         assert link.call("dispatch_many", ([good],), 60.0) == [good.job_id]
         assert link.children_started == 1
 
-        with pytest.raises(RuntimeRejectedError, match="dispatch_many"):
+        with pytest.raises(RuntimeMethodMissingError, match="dispatch_many"):
             old_link.call("dispatch_many", ([good],), 60.0)
         old_client = OmrayClient(old_names, link=old_link)
         jobs = [_job(f"s{n}", n, "reflect_generation") for n in range(8)]

@@ -165,3 +165,22 @@ def test_the_killer_retries_an_actor_that_does_not_answer_and_reports_kills_it_m
         kills = killer.finish()
     assert kills["queue"] == 1 and kills["store"] == 0
     assert killer.missed() == {"store": 1}
+
+
+def test_two_kinds_due_at_one_request_are_both_delivered(tmp_path: Path) -> None:
+    """The queue and the store share the trigger ``any``: a schedule may put both on one request."""
+    from unittest import mock
+
+    from bench.real_chaos import Killer, KillPoint
+    from cluster.naming import RuntimeNames
+
+    schedule = (KillPoint("queue", "any", 5, 0.0), KillPoint("store", "any", 5, 0.0))
+    killer = Killer(RuntimeNames(prefix="k"), tmp_path / "om.sqlite", schedule)
+    with (
+        mock.patch.object(Killer, "_find", return_value=object()),
+        mock.patch("bench.real_chaos.kill_actor", return_value=True),
+    ):
+        killer.start()
+        killer.on_request("any", 5)
+        kills = killer.finish()
+    assert (kills["queue"], kills["store"], killer.missed()) == (1, 1, {})

@@ -211,3 +211,10 @@ def test_job_counts_read_a_snapshot_while_a_writer_holds_the_lock(store: Store) 
     finally:
         writer.close()
     assert store.job_counts().succeeded == 1
+
+
+def test_job_counts_inside_a_transaction_see_its_writes(store: Store) -> None:
+    with store.atomic():
+        store.enqueue_job(_envelope("a"), T0)
+        assert store.job_counts().pending == 1  # the open transaction's own write
+    assert store.job_counts().pending == 1

@@ -15,6 +15,7 @@ from cluster.link import (
     InProcessLink,
     Outbox,
     RuntimeAuthError,
+    RuntimeMethodMissingError,
     RuntimeRejectedError,
     RuntimeUnavailableError,
     prepare_auth,
@@ -219,7 +220,9 @@ def _through_the_child(exc: BaseException) -> OmrayError:
     from cluster.link import _classify, _error_from
 
     answer = json.loads(json.dumps({"id": 1, "error": type(exc).__name__, **_classify(exc)}))
-    if isinstance(exc, OmrayError) and not isinstance(exc, RuntimeNotRunningError):
+    if isinstance(getattr(exc, "cause", exc), OmrayError | KeyError) and not isinstance(
+        exc, RuntimeNotRunningError
+    ):
         assert answer["reconnect"] is False  # the runtime answered: keep this connection
     return _error_from(answer)
 
@@ -234,23 +237,32 @@ class _TaskError(RuntimeError):
 
 
 def test_the_child_link_keeps_the_type_of_a_rejection() -> None:
+    from unittest import mock
+
+    from persistence.store import NotFoundError
+    from protocol.errors import EventsFileError, MigrationError
+
     invalid = type("RayTaskError(InvalidPayloadError)", (_TaskError, InvalidPayloadError), {})
     cases: list[tuple[BaseException, type[OmrayError]]] = [
         (InvalidPayloadError("invalid job envelope at index 1"), InvalidPayloadError),
         (invalid(InvalidPayloadError("at most 256 jobs per dispatch_many, got 257")), InvalidPayloadError),
         (StorageError("the queue store did not confirm the job in time"), StorageError),
-        (RuntimeRejectedError("no method 'dispatch_many'"), RuntimeRejectedError),
-        (type("OtherError", (OmrayError,), {})("x"), RuntimeRejectedError),  # up, but refused
+        (MigrationError("schema too new"), MigrationError),  # the most derived class, not StorageError
+        (NotFoundError("no job with seq 3"), NotFoundError),
+        (RuntimeMethodMissingError("no method 'dispatch_many'"), RuntimeMethodMissingError),
+        (EventsFileError("/p/events.jsonl", 3, "bad json"), RuntimeRejectedError),  # own arguments
+        (_TaskError(KeyError("job")), RuntimeRejectedError),  # a bug in the queue: it still answered
         (RuntimeNotRunningError("no queue actor"), RuntimeNotRunningError),
         (RuntimeAuthError("bad token"), RuntimeAuthError),
         (RuntimeError("WrongClusterID"), RuntimeNotRunningError),  # a Ray failure: reconnect
     ]
-    for raised, expected in cases:
-        got = _through_the_child(raised)
-        assert type(got) is expected, (raised, got)
-        assert "Traceback" not in str(got)  # the error's own message crosses, never the remote trace
-    # A refused call is never "not running": the outbox must not retry a rejected batch forever.
-    assert not isinstance(_through_the_child(InvalidPayloadError("x")), RuntimeNotRunningError)
+    with mock.patch("cluster.link.ray.exceptions.RayTaskError", _TaskError):
+        for raised, expected in cases:
+            got = _through_the_child(raised)
+            assert type(got) is expected, (raised, got)
+            assert "Traceback" not in str(got)  # the error's own message crosses, never the remote trace
+        # A refused call is never "not running": the outbox must not retry a rejected batch forever.
+        assert not isinstance(_through_the_child(InvalidPayloadError("x")), RuntimeNotRunningError)
 
 
 def test_in_process_link_reports_a_method_the_running_queue_lacks() -> None:
@@ -261,6 +273,15 @@ def test_in_process_link_reports_a_method_the_running_queue_lacks() -> None:
     with (
         mock.patch("cluster.link.ray.is_initialized", return_value=True),
         mock.patch("cluster.link.ray.get_actor", return_value=old_queue),
-        pytest.raises(RuntimeRejectedError, match=r"dispatch_many.*older than this client"),
+        pytest.raises(RuntimeMethodMissingError, match=r"dispatch_many.*older than this client"),
     ):
         InProcessLink("omray.queue", "omray").call("dispatch_many", ([],), 1.0)
+
+
+def test_a_direct_dispatch_of_a_bad_envelope_is_a_typed_error_without_its_values(tmp_path: Path) -> None:
+    link = FlakyLink(failures=0)
+    client = client_with(link, tmp_path)
+    secret = "SECRET MEMORY TEXT"
+    with pytest.raises(InvalidPayloadError) as caught:
+        client.dispatch({"job_id": "j", "correlation_id": "s", "payload": {"kind": "nope", "text": secret}})
+    assert secret not in str(caught.value) and link.accepted == []  # nothing sent

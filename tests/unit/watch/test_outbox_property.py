@@ -14,7 +14,7 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.link import Outbox, RuntimeRejectedError, RuntimeUnavailableError
+from cluster.link import Outbox, RuntimeMethodMissingError, RuntimeUnavailableError
 from protocol.errors import InvalidPayloadError
 
 # Mostly hooks that do not wait: the next turn arrives while the last one is still being sent.
@@ -57,7 +57,7 @@ class _Queue:
             if refused:
                 raise RuntimeUnavailableError("busy")
             if rejected:  # a bad envelope, or (now and then) no dispatch_many on the runtime
-                error = RuntimeRejectedError if self.random.random() < 0.3 else InvalidPayloadError
+                error = RuntimeMethodMissingError if self.random.random() < 0.3 else InvalidPayloadError
                 raise error("rejected")
             for envelope in envelopes:
                 if envelope.job_id not in self.accepted:
@@ -136,7 +136,7 @@ def test_a_runtime_without_dispatch_many_still_gets_every_job() -> None:
 
 
 def test_after_a_runtime_refuses_dispatch_many_the_outbox_sends_job_by_job_for_a_while() -> None:
-    """The links report a runtime without ``dispatch_many`` as :class:`RuntimeRejectedError`: every
+    """The links report a runtime without ``dispatch_many`` as :class:`RuntimeMethodMissingError`: every
     job still goes out, and the next burst does not try a batch first (one wasted call per burst)."""
     queue = _Queue(seed=2, refuse=0.0)
     queue.random.random = lambda: 0.5  # type: ignore[method-assign]  # neither refused nor rejected
@@ -151,7 +151,7 @@ def test_after_a_runtime_refuses_dispatch_many_the_outbox_sends_job_by_job_for_a
 
     def old_runtime(envelopes: list[Any], timeout_s: float) -> list[str]:
         batch_calls.append(len(envelopes))
-        raise RuntimeRejectedError("the running omray queue has no method 'dispatch_many'")
+        raise RuntimeMethodMissingError("the running omray queue has no method 'dispatch_many'")
 
     outbox = Outbox(send, 1.0, parallel=8, send_many=old_runtime, senders=1)
     for burst in ("ABCD", "EFGH"):
