@@ -58,8 +58,9 @@ class RuntimeAuthError(RuntimeNotRunningError):
 
 
 class RuntimeRejectedError(OmrayError):
-    """The runtime answered, but refused the call: it has no such method (a runtime older than this
-    client), or the call failed there with an error of omray's own that has no type of its own here.
+    """The runtime answered, but refused the call: it has no such method
+    (:class:`RuntimeMethodMissingError`), or the call failed there with an error that has no type of
+    its own on this side of the link (an omray error with arguments of its own, or a bug there).
 
     Unlike :class:`RuntimeNotRunningError`, the runtime is up: sending the same call again the same
     way does not help.
@@ -458,7 +459,7 @@ class Outbox:
     ``senders`` bounds the sender threads (``parallel`` still bounds the sessions in flight). A
     batch the runtime did not take is retried like single sends; one it rejected (or a runtime
     without ``dispatch_many`` refused) is sent job by job, so one bad job never holds up the others.
-    A runtime without ``dispatch_many`` (:class:`RuntimeRejectedError`) then gets single sends for
+    A runtime without ``dispatch_many`` (:class:`RuntimeMethodMissingError`) then gets single sends for
     :data:`BATCH_PAUSE_S` before the outbox tries a batch again (it may have been upgraded).
     """
 
