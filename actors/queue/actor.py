@@ -230,6 +230,7 @@ class QueueActor:
         # What the committer has not written yet, in order, each with the time it was issued (so a
         # repeated write is byte-identical to the first try).
         self._unwritten: collections.deque[tuple[Pending, float]] = collections.deque()
+        self._committing = False  # a batch taken from ``_unwritten`` is being written
         # Commit generations: callers wait until the generation that carries their job is durable.
         self._generation = 1
         self._durable_generation = 0
@@ -443,6 +444,7 @@ class QueueActor:
                 self._state.depth == 0
                 and self._state.in_flight == 0
                 and not self._unwritten
+                and not self._committing
                 and not self._effects
             )
 
@@ -511,18 +513,21 @@ class QueueActor:
                 return False
             batch = list(self._unwritten)
             self._unwritten.clear()
+            self._committing = True  # out of ``_unwritten``, not durable yet: not idle
             generation = self._generation
             self._generation += 1
-        writes = self._writes_for(batch)
         started = time.perf_counter()
         try:
+            writes = self._writes_for(batch)  # inside: a batch that fails here is put back too
             self._store.apply_job_writes(writes)
         except BaseException:
             with self._durable:
                 self._unwritten.extendleft(reversed(batch))
+                self._committing = False
                 self._durable.notify_all()  # waiting callers try the next commit themselves
             raise
         with self._durable:
+            self._committing = False
             self._durable_generation = generation
             for item, _issued in batch:
                 if isinstance(item, _Accept):

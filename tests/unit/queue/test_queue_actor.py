@@ -479,3 +479,62 @@ def test_one_agents_finishes_ride_with_its_next_job_and_the_last_is_still_writte
     assert store.job_counts().model_dump() == {"pending": 0, "running": 0, "succeeded": 40, "failed": 0}
     # Without sharing: an accept-and-start and a finish per job, about 80.
     assert transactions <= 60
+
+
+class _SlowFinishStore:
+    """A real Store whose commits carrying a success record wait until released."""
+
+    def __init__(self, store: Store) -> None:
+        import threading
+
+        self._store = store
+        self.in_commit = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def apply_job_writes(self, writes: Any) -> int:
+        from persistence.store import JobFinished
+
+        if any(isinstance(write, JobFinished) for write in writes):
+            self.in_commit.set()
+            self.release.wait(5)
+        return self._store.apply_job_writes(writes)
+
+
+def test_the_queue_is_idle_only_once_its_last_writes_are_durable(tmp_path: Path) -> None:
+    store = Store(tmp_path / "q.sqlite")
+    slow = _SlowFinishStore(store)
+    queue = QueueActor(slow, ThreadedWorkers())
+    try:
+        queue.dispatch(_job(1))
+        assert slow.in_commit.wait(5)  # the success record is out of the queue, in its commit
+        idle_during_commit, running = queue.is_idle(), store.job_counts().running
+        slow.release.set()
+        import time
+
+        deadline = time.monotonic() + 10
+        while not queue.is_idle() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        idle_after = queue.is_idle()
+    finally:
+        slow.release.set()
+        queue.stop()
+    assert running == 1 and not idle_during_commit
+    assert idle_after and store.job_counts().succeeded == 1
+
+
+def test_a_batch_whose_writes_cannot_be_built_is_put_back_and_written_later(tmp_path: Path) -> None:
+    from unittest import mock
+
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    queue = QueueActor(store, FakeWorkers(_ok), clock=clock, start_loop=False)
+    original = QueueActor._writes_for
+    with mock.patch.object(QueueActor, "_writes_for", side_effect=RuntimeError("boom")):
+        with contextlib.suppress(RuntimeError):
+            queue.dispatch(_job(1))  # its own commit fails before any store call
+        assert not queue.is_idle() and store.job_counts().pending == 0
+    assert QueueActor._writes_for is original
+    _drain(queue, clock)
+    assert store.job_counts().succeeded == 1 and queue.is_idle()
