@@ -225,8 +225,16 @@ class WorkerActor:
         return opened
 
     def ping(self) -> dict[str, Any]:
-        """Liveness and a count of attempts run by this process."""
-        return {"handler_id": self.handler_id, "jobs_run": self.jobs_run, "pid": os.getpid()}
+        """Liveness, a count of attempts run by this process, and the job ids of attempts running now
+        (a restarted queue sends a job it redelivers to the worker still running its old attempt)."""
+        with self._job_ended:
+            running = sorted(self._running_jobs)
+        return {
+            "handler_id": self.handler_id,
+            "jobs_run": self.jobs_run,
+            "pid": os.getpid(),
+            "running": running,
+        }
 
 
 class RoleActor(WorkerActor):

@@ -82,10 +82,24 @@ class RayWorkerPool:
     to one member in one call (``handle_many``, run one after the other there), and every other
     attempt in a call of its own, so a slow job never holds another's outcome back. A call that
     fails, or a worker that dies, ends each attempt it carried as lost (``None``), once.
+
+    ``running`` (per handler id, job id -> member index) names the attempts an earlier life of the
+    queue left running: the next attempt of such a job goes to that member, alone, wherever the
+    load is, so it waits there for the old attempt to end instead of overlapping it elsewhere.
     """
 
-    def __init__(self, pools: Mapping[str, Mapping[int, Any]]) -> None:
+    def __init__(
+        self,
+        pools: Mapping[str, Mapping[int, Any]],
+        running: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> None:
         self._members: dict[str, dict[int, Any]] = {hid: dict(members) for hid, members in pools.items()}
+        # Per pool, job id -> the member still running an attempt of it that an earlier life of the
+        # queue sent: the job's next attempt goes there, where it waits for the old one to end
+        # (``WorkerActor`` never overlaps two attempts of one job), so its lane never overlaps.
+        self._running_elsewhere: dict[str, dict[str, int]] = {
+            hid: dict(jobs) for hid, jobs in (running or {}).items()
+        }
         # Per call in flight: the job seqs it carries, the pool, the member, when it was sent.
         self._in_flight: dict[Any, tuple[tuple[int, ...], str, int, float]] = {}
         self._busy: dict[tuple[str, int], int] = {}
@@ -107,9 +121,15 @@ class RayWorkerPool:
             by_pool.setdefault(handler_id, []).append((job_seq, envelope, attempt))
         failed: list[int] = []
         for handler_id, group in by_pool.items():
+            pinned: list[tuple[int, Mapping[str, Any], int]] = []
+            free: list[tuple[int, Mapping[str, Any], int]] = []
+            for one in group:
+                (pinned if self._pinned_member(handler_id, one[1]) is not None else free).append(one)
+            group = free
             calls = (
                 [group] if len(group) > 1 and self.short_attempts(handler_id) else [[one] for one in group]
             )
+            calls.extend([one] for one in pinned)  # each to the member that runs its old attempt
             for items in calls:
                 try:
                     self._send(handler_id, items, batched=len(items) > 1)
@@ -120,6 +140,10 @@ class RayWorkerPool:
                     )
                     failed.extend(job_seq for job_seq, _, _ in items)
         return failed
+
+    def _pinned_member(self, handler_id: str, envelope: Mapping[str, Any]) -> int | None:
+        with self._changed:
+            return self._running_elsewhere.get(handler_id, {}).get(str(envelope.get("job_id")))
 
     def call_counts(self, handler_id: str) -> tuple[int, int]:
         """Calls sent to the pool serving ``handler_id`` since start, and the attempts they carried."""
@@ -138,6 +162,10 @@ class RayWorkerPool:
         with self._changed:
             pool = self._members[handler_id]
             member = min(pool, key=lambda i: (self._busy.get((handler_id, i), 0), i))
+            if len(items) == 1:
+                pinned = self._running_elsewhere.get(handler_id, {}).pop(str(items[0][1].get("job_id")), None)
+                if pinned is not None and pinned in pool:
+                    member = pinned
             self._busy[(handler_id, member)] = self._busy.get((handler_id, member), 0) + len(items)
             handle = pool[member]
         try:

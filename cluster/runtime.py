@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import ray
+from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.indexer.actor import IndexerActor
@@ -322,7 +323,8 @@ class QueueRuntime(QueueActor):
         workers = _with_grown_members(
             names, worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node), sizes
         )
-        pool = RayWorkerPool(workers)
+        # Before the restore below redelivers anything: which member still runs which job.
+        pool = RayWorkerPool(workers, running=running_attempts(workers))
         policy = RetryPolicy(base_delay_s=retry_base_delay_s)
         from cluster.metrics import RayPoolMetrics, RayQueueMetrics
 
@@ -360,6 +362,37 @@ class QueueRuntime(QueueActor):
     def data_node(self) -> str:
         """Id of the node that holds the databases (where StoreActors are created)."""
         return self.data_node_id
+
+
+RUNNING_QUERY_S: Final = 10.0
+"""How long a starting queue waits for its workers to say which jobs they are running."""
+
+
+def running_attempts(workers: Mapping[str, Mapping[int, Any]]) -> dict[str, dict[str, int]]:
+    """Per pool, the job ids its members are running now, each with the member's index.
+
+    A queue that restarted while attempts ran finds them here (their workers live on). A member
+    that does not answer within :data:`RUNNING_QUERY_S` counts as running nothing: its attempts
+    then end as lost when it dies, or it is alive and the guard inside each worker still holds.
+    """
+    refs = {
+        handle.ping.remote(): (hid, index)
+        for hid, members in workers.items()
+        for index, handle in members.items()
+    }
+    if not refs:
+        return {}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=RUNNING_QUERY_S)
+    running: dict[str, dict[str, int]] = {}
+    for ref in ready:
+        hid, index = refs[ref]
+        try:
+            answer = ray.get(ref, timeout=0)
+        except RayError:
+            continue
+        for job_id in answer.get("running", ()) if isinstance(answer, Mapping) else ():
+            running.setdefault(hid, {}).setdefault(str(job_id), index)
+    return running
 
 
 def _with_grown_members(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,46 @@ def test_queue_sigkill_while_an_attempt_runs_never_overlaps_two_attempts(
         (2, "end"),
     ]
     assert client.job_counts()["succeeded"] == 1
+
+
+def test_a_restarted_queue_redelivers_to_the_pool_member_still_running_the_old_attempt(
+    names: RuntimeNames, tmp_path: Path, ledger: Path
+) -> None:
+    """Two index workers of one slot each: job 2 runs on the second while the first is free, the
+    queue dies, and the restarted queue (whose pool counts every member idle) sends job 2's next
+    attempt to the member still running attempt 1, where it waits for it: one lane, no overlap."""
+    ensure_runtime(
+        names,
+        queue_db=str(tmp_path / "queue.sqlite"),
+        handler_paths={SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"},
+        worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "4"},
+        retry_base_delay_s=0.05,
+        pools=PoolSizes(indexers=2, max_indexers=2, indexer_slots=1),
+    )
+    client = OmrayClient(names)
+    first, second = _job("s1", 1), _job("s2", 2)  # two databases: two lanes
+    client.dispatch(first)
+    assert_eventually(lambda: _starts(ledger) == [first.job_id], message="job 1 did not start")
+    time.sleep(2)  # so that job 2 still runs for a while once job 1 has ended
+    client.dispatch(second)  # the first member is busy: the second runs it
+    assert_eventually(lambda: len(_starts(ledger)) == 2, message="job 2 did not start")
+
+    def ended(job_id: str) -> bool:
+        return any(line["event"] == "end" and line["job_id"] == job_id for line in read_ledger(str(ledger)))
+
+    assert_eventually(lambda: ended(first.job_id), timeout_s=30, message="job 1 did not end")
+    assert not ended(second.job_id)
+    os.kill(ray.get(client.queue_handle().ping.remote())["pid"], signal.SIGKILL)  # job 2 still runs
+    assert client.wait_idle(timeout_s=60)
+    lines = [line for line in read_ledger(str(ledger)) if line["job_id"] == second.job_id]
+    assert [(line["attempt"], line["event"]) for line in lines] == [
+        (1, "start"),
+        (1, "end"),
+        (2, "start"),
+        (2, "end"),
+    ]
+    assert len({line["pid"] for line in lines}) == 1  # both attempts in the member that ran the first
+    assert client.job_counts()["succeeded"] == 2
 
 
 def test_worker_sigkill_mid_job_is_retried(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:

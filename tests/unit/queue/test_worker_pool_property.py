@@ -1,6 +1,7 @@
 """The queue's worker pool under any mix of single and batched starts, answers, malformed answers and
 dead workers: every attempt sent ends exactly once, with its own outcome or as lost, and no member
-is left counted busy. Fake actor handles, real threads for Ray's callbacks; no Ray cluster."""
+is left counted busy; a job an earlier queue left running on a member goes to that member, alone.
+Fake actor handles, real threads for Ray's callbacks; no Ray cluster."""
 
 from __future__ import annotations
 
@@ -79,23 +80,33 @@ BATCHES = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(batches=BATCHES, seed=st.integers(0, 10_000), short=st.booleans())
+@given(
+    batches=BATCHES,
+    seed=st.integers(0, 10_000),
+    short=st.booleans(),
+    pins=st.dictionaries(st.integers(1, 40), st.integers(0, 1), max_size=6),
+)
 def test_every_attempt_sent_ends_once_and_no_member_stays_busy(
-    batches: list[list[tuple[str, int]]], seed: int, short: bool
+    batches: list[list[tuple[str, int]]], seed: int, short: bool, pins: dict[int, int]
 ) -> None:
     with (
         mock.patch.object(proxies, "SHORT_ATTEMPT_S", 10.0 if short else 0.0),
         mock.patch.object(proxies, "RECENT_ATTEMPTS", 2),
     ):
-        _drive(batches, seed, short)
+        _drive(batches, seed, short, pins)
 
 
-def _drive(batches: list[list[tuple[str, int]]], seed: int, short: bool) -> None:
+def _drive(batches: list[list[tuple[str, int]]], seed: int, short: bool, pins: dict[int, int]) -> None:
     rng, lock, log = random.Random(seed), threading.Lock(), []
     members = {
         hid: {i: _Member(f"{hid}.{i}", rng, lock, log) for i in range(2)} for hid in ("observe", "index")
     }
-    pool = RayWorkerPool(members)
+    handler_of = [hid for batch in batches for hid, _ in batch]  # job seq n has handler_of[n - 1]
+    running: dict[str, dict[str, int]] = {}
+    for seq, member in pins.items():
+        if seq <= len(handler_of):  # an attempt of this job still runs on that member
+            running.setdefault(handler_of[seq - 1], {})[f"job-{seq}"] = member
+    pool = RayWorkerPool(members, running=running)
     sent: dict[int, str] = {}
     outcomes: list[tuple[int, Any]] = []
     unsent: list[int] = []
@@ -125,6 +136,10 @@ def _drive(batches: list[list[tuple[str, int]]], seed: int, short: bool) -> None
             assert outcome == {"kind": "succeeded", "job_id": sent[job_seq]}  # its own outcome
     for hid in members:
         assert set(pool.members(hid).values()) == {0}  # nothing left counted in flight
+    for hid, jobs in running.items():
+        for job_id, member in jobs.items():
+            calls = [(name, batched) for name, batched, job_ids, _ in log if job_id in job_ids]
+            assert calls == [(f"{hid}.{member}", False)]  # to the member running it, in a call of its own
     if not short:
         assert not any(batched for _, batched, _, _ in log)  # slow pools: one call per attempt
 
