@@ -28,7 +28,7 @@ import ray
 
 from cluster.client import init_ray
 from cluster.naming import RuntimeNames, omray_home
-from cluster.runtime import ensure_runtime, remove_runtime
+from cluster.runtime import ROLE_NAMES, PoolSizes, ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
 
 logger = logging.getLogger("omray.bootstrap")
@@ -205,16 +205,31 @@ def up(
     port: int = GCS_PORT,
     dashboard_port: int = DASHBOARD_PORT,
     include_dashboard: bool = False,
+    pools: PoolSizes | None = None,
 ) -> dict[str, Any]:
     """Start or join Ray, create omray's actors (resuming pending jobs) and record what was done.
 
     Without ``address`` omray's own head is the one serving ``port`` on this machine: joined when
     it answers, started otherwise. Other Ray clusters of the machine are never joined by guess.
+    A head an earlier ``omray up`` started on another port that still runs is an error (a second
+    head would orphan it), and so are ``pools`` that differ from those of a runtime already running
+    (``omray down`` first): both are checked before anything is started or created.
     """
     names = names or RuntimeNames()
     record: RuntimeRecord | None = None
     if address is None:
         local = f"127.0.0.1:{port}"
+        earlier = read_record()
+        if (
+            earlier is not None
+            and earlier.started_head
+            and earlier.address != local
+            and _reachable(earlier.address)
+        ):
+            raise BootstrapError(
+                f"omray already runs its Ray head at {earlier.address}; run `omray down` before "
+                f"starting one on port {port}"
+            )
         if _gcs_answers(port):
             init_ray(local)
             record = RuntimeRecord(local, False, f"http://{DASHBOARD_HOST}:{dashboard_port}", _auth_mode())
@@ -234,9 +249,36 @@ def up(
     same_head = previous is not None and previous.address == record.address
     if previous is not None and previous.started_head and not record.started_head and same_head:
         record = previous  # joining the head an earlier `omray up` started: keep ownership
-    ensure_runtime(names)
+    if pools is not None:
+        _check_same_pools(names, pools)
+    ensure_runtime(names, pools=pools)
     _write_record(record)
     return {**asdict(record), "namespace": names.namespace, "queue": names.queue}
+
+
+def _check_same_pools(names: RuntimeNames, pools: PoolSizes) -> None:
+    """:class:`BootstrapError` when a runtime is running with other pool bounds than ``pools``."""
+    try:
+        queue = ray.get_actor(names.queue, namespace=names.namespace)
+    except ValueError:
+        return  # none running: these sizes are the ones it starts with
+    try:
+        answer: Any = ray.get(queue.status.remote(), timeout=30)
+        running: dict[str, Any] = dict(answer.get("pools") or {})
+    except ray.exceptions.RayError:
+        return  # a queue restarting or older than this CLI: nothing to compare with
+    differ = sorted(
+        ROLE_NAMES[hid]
+        for hid, pool in running.items()
+        if hid in ROLE_NAMES
+        and (pool.get("minimum"), pool.get("maximum"), pool.get("slots"))
+        != (pools.of(hid), pools.max_of(hid), pools.slots_of(hid))
+    )
+    if differ:
+        raise BootstrapError(
+            f"omray is already up with other {', '.join(differ)} pool sizes; run `omray down` first "
+            "to change them (`omray status` shows the running ones)"
+        )
 
 
 def _write_record(record: RuntimeRecord) -> None:

@@ -56,8 +56,12 @@ def up(
     observer_slots: Annotated[
         int | None, typer.Option(min=1, max=64, help="Observe jobs one observer runs at once (default 4).")
     ] = None,
-    port: Annotated[int, typer.Option(help="GCS port of the head omray starts or joins.")] = 6380,
-    dashboard_port: Annotated[int, typer.Option(help="Dashboard port (on 127.0.0.1).")] = 8265,
+    port: Annotated[
+        int, typer.Option(min=1, max=65535, help="GCS port of the head omray starts or joins.")
+    ] = 6380,
+    dashboard_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="Dashboard port (on 127.0.0.1).")
+    ] = 8265,
     dashboard: Annotated[
         bool,
         typer.Option(help="Also run Ray's dashboard (web UI, state API) and log monitor with the head."),
@@ -67,6 +71,7 @@ def up(
     import os
 
     from cluster.bootstrap import up as bootstrap_up
+    from cluster.runtime import PoolSizes
 
     # Through the environment: `omray up` re-executes itself once after starting the head.
     for variable, value in (
@@ -81,7 +86,27 @@ def up(
         if value is not None:
             os.environ[variable] = str(value)
     try:
-        info = bootstrap_up(address, port=port, dashboard_port=dashboard_port, include_dashboard=dashboard)
+        # Every size checked before anything starts: a bad one is an error here, not after the head.
+        sizes = PoolSizes.from_env()
+        explicit = any(
+            value is not None
+            for value in (
+                observers,
+                reflectors,
+                indexers,
+                observer_slots,
+                max_observers,
+                max_reflectors,
+                max_indexers,
+            )
+        )
+        info = bootstrap_up(
+            address,
+            port=port,
+            dashboard_port=dashboard_port,
+            include_dashboard=dashboard,
+            pools=sizes if explicit else None,
+        )
     except OmrayError as exc:
         fail(str(exc))
     typer.echo(f"omray is up: queue {info['queue']!r} in namespace {info['namespace']!r}")
@@ -108,15 +133,24 @@ def down() -> None:
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    address: Annotated[str, typer.Option(help="Ray address.")] = "auto",
+    address: Annotated[
+        str | None, typer.Option(help="Ray address (default: RAY_ADDRESS, else what `omray up` recorded).")
+    ] = None,
 ) -> None:
-    """Actors and their state, queue depth, the job in flight and recent failures."""
+    """Actors and their state, queue depth, the job in flight and recent failures.
+
+    Exits 1 when Ray answers but omray's queue does not run there.
+    """
     from cluster.status import runtime_status
 
     try:
         data = runtime_status(address)
     except OmrayError as exc:
         fail(str(exc))
+    if data.get("queue") is None:
+        if as_json:
+            emit(data, as_json, "")
+        fail("omray's queue is not running on this Ray cluster; start it with `omray up`", code=1)
     lines = [f"{a['name']}: {a['state']}" for a in data["actors"]]
     queue = data.get("queue") or {}
     lines.append(f"queue depth: {queue.get('depth', '?')}")
@@ -195,8 +229,12 @@ def watch(
     db: Annotated[
         Path | None, typer.Option(help="Memory database (default: from the settings file in this directory).")
     ] = None,
-    address: Annotated[str, typer.Option(help="Ray address.")] = "auto",
-    interval: Annotated[float, typer.Option(help="Seconds between refreshes (at least 0.25).")] = 0.25,
+    address: Annotated[
+        str | None, typer.Option(help="Ray address (default: RAY_ADDRESS, else what `omray up` recorded).")
+    ] = None,
+    interval: Annotated[
+        float, typer.Option(max=3600.0, help="Seconds between refreshes (at least 0.25, at most 3600).")
+    ] = 0.25,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
     prefix: Annotated[str, typer.Option(help="Actor name prefix of the runtime.")] = "omray",
 ) -> None:

@@ -46,12 +46,14 @@ HYBRID_QUERY = "why did importing invoices fail on timestamps"
 
 
 def _start_ray() -> bool:
-    """Join a running cluster, or start a small local one; True when this process started it."""
+    """Join the runtime's cluster (``RAY_ADDRESS``, else the one ``omray up`` recorded), or start a
+    small private one; True when this process started it. Never joins another cluster by guess."""
     try:
-        init_ray("auto")
+        init_ray(None)
         return False
     except OmrayError:
         ray.init(
+            address="local",  # a private cluster, never a stale or foreign one found on the machine
             num_cpus=2,
             namespace="omray",
             include_dashboard=False,

@@ -100,8 +100,10 @@ _TOKEN_FIX = (
 def resolve_address(address: str | None = None) -> str:
     """The Ray address to join: ``address``, else ``RAY_ADDRESS``, else the one ``omray up`` recorded.
 
-    ``"auto"`` is left for last: it picks the most recently started cluster of this machine, which
-    may be somebody else's.
+    With none of them, :class:`RuntimeNotRunningError`: no omray runtime is known, and guessing
+    would join whatever cluster this machine started last (somebody else's, or a stale one that
+    never answers). Ray's ``"auto"`` is used only when asked for (``address="auto"``, or recorded
+    by ``omray up --address auto``), and then only after ``RAY_ADDRESS`` and the record.
     """
     if address and address != "auto":
         return address
@@ -111,7 +113,12 @@ def resolve_address(address: str | None = None) -> str:
     recorded = _recorded_runtime().get("address")
     if isinstance(recorded, str) and recorded and recorded != "auto":
         return recorded
-    return "auto"
+    if address == "auto" or from_env == "auto" or recorded == "auto":
+        return "auto"
+    raise RuntimeNotRunningError(
+        f"no omray runtime is recorded in {omray_home()}; start one with `omray up` "
+        "(or give its Ray address: --address, or RAY_ADDRESS)"
+    )
 
 
 def _recorded_runtime() -> dict[str, Any]:

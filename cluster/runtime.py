@@ -12,6 +12,7 @@ a file on a node that does not have it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import sys
@@ -38,6 +39,7 @@ from cluster.naming import RuntimeNames, omray_home
 from cluster.proxies import RayWorkerPool, StoreProxy
 from persistence.connection import Synchronous
 from persistence.store import Store
+from protocol.errors import SettingsError
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
     REFLECT_GENERATION_HANDLER,
@@ -129,12 +131,13 @@ class PoolSizes:
                 minimum = getattr(self, field_name.removeprefix("max_"))
                 object.__setattr__(self, field_name, max(_DEFAULT_MAXIMA[field_name], minimum))
                 continue
-            if not isinstance(value, int) or not 1 <= value <= 64:
-                raise ValueError(f"{field_name} must be an integer from 1 to 64, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
+                raise SettingsError(f"{field_name} must be an integer from 1 to 64, got {value!r}")
         for maximum in _DEFAULT_MAXIMA:
             minimum = maximum.removeprefix("max_")
             if getattr(self, maximum) < getattr(self, minimum):
-                raise ValueError(f"{maximum} must be at least {minimum} ({getattr(self, minimum)!r})")
+                low, high = getattr(self, minimum), getattr(self, maximum)
+                raise SettingsError(f"{maximum} ({high!r}) must be at least {minimum} ({low!r})")
 
     def of(self, handler_id: str) -> int:
         """Least pool size of the role serving ``handler_id`` (the size it starts with)."""
@@ -169,8 +172,12 @@ class PoolSizes:
                 try:
                     values[field_name] = int(raw)
                 except ValueError:
-                    raise ValueError(f"{variable} must be an integer, got {raw!r}") from None
-        return cls(**values)
+                    raise SettingsError(f"{variable} must be an integer, got {raw!r}") from None
+        try:
+            return cls(**values)
+        except SettingsError as exc:
+            variables = ", ".join(f"OMRAY_{name.upper()}" for name in values) or "no OMRAY_* variable"
+            raise SettingsError(f"{exc} (from {variables} and the defaults)") from None
 
 
 _DEFAULT_MAXIMA = {"max_observers": 8, "max_reflectors": 2, "max_indexers": 1}
@@ -441,6 +448,7 @@ def ensure_runtime(
     names = names or RuntimeNames()
     db = queue_db or queue_db_path(names)
     paths = dict(handler_paths or DEFAULT_HANDLERS)
+    _check_runtime_arguments(paths, max_in_flight)  # before anything is created
     sizes = pools or PoolSizes.from_env()
     data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
     _remove_queue_store_actor(names, db)
@@ -475,6 +483,28 @@ def ensure_runtime(
     )
     ray.get(queue.ping.remote())  # type: ignore[attr-defined]  # a Ray actor handle
     return queue
+
+
+def _check_runtime_arguments(handler_paths: Mapping[str, str], max_in_flight: int | None) -> None:
+    """:class:`SettingsError` for handler ids without a role, malformed handler paths (``module:function``
+    with an importable module) and a ``max_in_flight`` below 1; nothing is created before this."""
+    unknown = sorted(set(handler_paths) - set(ROLE_NAMES))
+    if unknown:
+        raise SettingsError(f"no worker role serves handler ids {unknown!r}; known: {sorted(ROLE_NAMES)!r}")
+    for handler_id, path in handler_paths.items():
+        module, _, function = path.partition(":") if isinstance(path, str) else ("", "", "")
+        if not module or not function.isidentifier():
+            raise SettingsError(f"handler path of {handler_id!r} must be 'module:function', got {path!r}")
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise SettingsError(f"handler module {module!r} of {handler_id!r} cannot be imported")
+    if max_in_flight is not None and (
+        not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1
+    ):
+        raise SettingsError(f"max_in_flight must be an integer >= 1 (or None), got {max_in_flight!r}")
 
 
 def _remove_queue_store_actor(names: RuntimeNames, queue_db: str) -> None:

@@ -12,7 +12,7 @@ from cluster.naming import RuntimeNames
 from protocol.errors import RuntimeNotRunningError
 
 
-def runtime_status(address: str = "auto", names: RuntimeNames | None = None) -> dict[str, Any]:
+def runtime_status(address: str | None = None, names: RuntimeNames | None = None) -> dict[str, Any]:
     """Actors of the runtime with their state, plus the queue's status (ids and counts only)."""
     names = names or RuntimeNames()
     init_ray(address)

@@ -405,7 +405,7 @@ class BackgroundQueueReader:
 
 
 def ray_queue_reader(
-    client: Any, address: str, timeout_s: float = QUEUE_STATUS_TIMEOUT_S
+    client: Any, address: str | None, timeout_s: float = QUEUE_STATUS_TIMEOUT_S
 ) -> QueueStatusReader:
     """A blocking queue reader over Ray that connects lazily and looks the queue up again after a failure.
 
@@ -500,7 +500,7 @@ def run_watch(
 def watch_runtime(
     client: Any,
     *,
-    address: str = "auto",
+    address: str | None = None,
     session_filter: str | None = None,
     interval_s: float = MIN_INTERVAL_S,
     once: bool = False,

@@ -36,6 +36,10 @@ class PoolLimits:
     """Jobs one worker runs at once."""
 
     def __post_init__(self) -> None:
+        for name in ("minimum", "maximum", "slots"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ScalingError(f"{name} must be an integer, got {type(value).__name__}")
         if not 1 <= self.minimum <= self.maximum:
             raise ScalingError(f"need 1 <= minimum <= maximum, got {self.minimum!r} and {self.maximum!r}")
         if self.slots < 1:
@@ -54,8 +58,12 @@ class ScalingPolicy:
     """Least time between two retirements, and between growing and a retirement."""
 
     def __post_init__(self) -> None:
-        if min(self.grow_after_s, self.shrink_after_s, self.cooldown_s) < 0:
-            raise ScalingError("scaling delays must be >= 0")
+        for name in ("grow_after_s", "shrink_after_s", "cooldown_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise ScalingError(f"{name} must be a number of seconds, got {type(value).__name__}")
+            if not math.isfinite(value) or value < 0:
+                raise ScalingError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,7 +134,9 @@ def test_address_comes_from_the_argument_then_ray_address_then_the_record(
 ) -> None:
     monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert resolve_address(None) == "auto"
+    with pytest.raises(RuntimeNotRunningError, match="no omray runtime is recorded"):
+        resolve_address(None)  # nothing known: never a guess at some cluster of the machine
+    assert resolve_address("auto") == "auto"  # Ray's own guess, when asked for
     (tmp_path / "runtime.json").write_text(json.dumps({"address": "127.0.0.1:6380", "auth": "token"}))
     assert resolve_address("auto") == "127.0.0.1:6380"
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")

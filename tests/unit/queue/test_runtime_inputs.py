@@ -1,0 +1,178 @@
+"""Bad runtime input (pool sizes, scaling, handler paths, ports, addresses) is a one-line typed error
+raised before anything starts: no Ray head, no actor, no record. Ray itself is never reached here."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from typer.testing import CliRunner
+
+from actors.queue.scaling import PoolLimits, ScalingError, ScalingPolicy
+from cluster import bootstrap
+from cluster.bootstrap import BootstrapError, RuntimeRecord, _write_record
+from cluster.cli import app
+from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime
+from protocol.errors import SettingsError
+from protocol.jobs import OBSERVE_BOUNDARY_HANDLER
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ({"observers": 5, "max_observers": 3}, "max_observers (3) must be at least observers (5)"),
+        ({"max_observers": 1}, "max_observers (1) must be at least observers (2)"),
+        ({"observers": 0}, "observers must be an integer from 1 to 64"),
+        ({"observers": True}, "observers must be an integer from 1 to 64"),
+        ({"indexer_slots": 65}, "indexer_slots must be an integer from 1 to 64"),
+    ],
+)
+def test_pool_sizes_out_of_range_are_settings_errors(sizes: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        PoolSizes(**sizes)
+
+
+def test_pool_sizes_from_the_environment_name_the_variables() -> None:
+    with pytest.raises(SettingsError, match="OMRAY_OBSERVERS must be an integer, got 'abc'"):
+        PoolSizes.from_env({"OMRAY_OBSERVERS": "abc"})
+    with pytest.raises(SettingsError, match="from OMRAY_MAX_OBSERVERS and the defaults"):
+        PoolSizes.from_env({"OMRAY_MAX_OBSERVERS": "1"})
+    assert PoolSizes.from_env({"OMRAY_OBSERVERS": " 3 "}).observers == 3
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"grow_after_s": math.nan},
+        {"shrink_after_s": math.inf},
+        {"cooldown_s": -1.0},
+        {"grow_after_s": "1"},
+        {"grow_after_s": True},
+    ],
+)
+def test_scaling_policies_that_cannot_work_are_refused(policy: dict[str, Any]) -> None:
+    with pytest.raises(ScalingError):
+        ScalingPolicy(**policy)
+
+
+@pytest.mark.parametrize("limits", [(1.5, 2, 1), (None, 2, 1), (1, 2, True), (3, 2, 1), (1, 2, 0)])
+def test_pool_limits_that_cannot_work_are_refused(limits: tuple[Any, Any, Any]) -> None:
+    with pytest.raises(ScalingError):
+        PoolLimits(*limits)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"handler_paths": {**DEFAULT_HANDLERS, "bogus.handler": "x:y"}}, "no worker role serves"),
+        ({"handler_paths": {OBSERVE_BOUNDARY_HANDLER: "no.such.module:run"}}, "cannot be imported"),
+        ({"handler_paths": {OBSERVE_BOUNDARY_HANDLER: "actors.bench_handlers"}}, "must be 'module:function'"),
+        ({"max_in_flight": 0}, "max_in_flight must be an integer >= 1"),
+        ({"max_in_flight": -1}, "max_in_flight must be an integer >= 1"),
+    ],
+)
+def test_ensure_runtime_refuses_bad_arguments_before_creating_anything(
+    arguments: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    with (
+        mock.patch("cluster.runtime.worker_pools") as pools,
+        mock.patch("cluster.runtime._remove_queue_store_actor") as cleanup,
+        mock.patch("cluster.runtime.current_node_id", return_value="node"),
+        pytest.raises(SettingsError, match=message),
+    ):
+        ensure_runtime(queue_db=str(tmp_path / "q.sqlite"), **arguments)
+    pools.assert_not_called()
+    cleanup.assert_not_called()
+
+
+def test_up_with_bad_pool_sizes_fails_in_one_line_and_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("OMRAY_OBSERVERS", "OMRAY_MAX_OBSERVERS"):
+        monkeypatch.delenv(variable, raising=False)
+    with mock.patch("cluster.bootstrap.up") as up:
+        result = CliRunner().invoke(app, ["up", "--observers", "5", "--max-observers", "3"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "max_observers (3) must be at least observers (5)" in result.output
+    up.assert_not_called()
+
+
+@pytest.mark.parametrize("port", ["0", "99999"])
+def test_up_refuses_a_port_outside_1_to_65535(port: str) -> None:
+    with mock.patch("cluster.bootstrap.up") as up:
+        result = CliRunner().invoke(app, ["up", "--port", port])
+    assert result.exit_code == 2
+    up.assert_not_called()
+
+
+def test_up_explicit_pool_sizes_reach_the_runtime_and_plain_up_keeps_the_running_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable in ("OMRAY_OBSERVERS", "OMRAY_MAX_OBSERVERS"):
+        monkeypatch.delenv(variable, raising=False)
+    answer = {"queue": "omray.queue", "namespace": "omray", "dashboard_url": ""}
+    with mock.patch("cluster.bootstrap.up", return_value=answer) as up:
+        assert CliRunner().invoke(app, ["up", "--observers", "3"]).exit_code == 0
+        assert CliRunner().invoke(app, ["up"]).exit_code == 0
+    first, second = up.call_args_list
+    assert first.kwargs["pools"].observers == 3 and second.kwargs["pools"] is None
+
+
+def test_watch_refuses_an_interval_past_an_hour() -> None:
+    result = CliRunner().invoke(app, ["watch", "--interval", "inf"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_status_without_omray_queue_exits_1() -> None:
+    empty = {"actors": [], "queue": None}
+    with mock.patch("cluster.status.runtime_status", return_value=empty):
+        result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 1 and "queue is not running" in result.output
+
+
+def test_status_and_down_without_a_record_join_no_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with mock.patch("cluster.link.ray.init") as ray_init:
+        status = CliRunner().invoke(app, ["status"])
+        down = CliRunner().invoke(app, ["down"])
+    assert status.exit_code == 2 and "no omray runtime is recorded" in status.output
+    assert down.exit_code == 0 and "removed 0 actors" in down.output
+    ray_init.assert_not_called()
+
+
+def test_up_refuses_a_second_head_while_the_recorded_one_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
+    _write_record(RuntimeRecord("127.0.0.1:6471", True, "", "token"))
+    with (
+        mock.patch.object(bootstrap, "_reachable", return_value=True),
+        mock.patch.object(bootstrap, "start_head") as start_head,
+        mock.patch.object(bootstrap, "init_ray") as init_ray,
+        pytest.raises(BootstrapError, match=r"already runs its Ray head at 127\.0\.0\.1:6471"),
+    ):
+        bootstrap.up(port=6480)
+    start_head.assert_not_called()
+    init_ray.assert_not_called()
+    assert bootstrap.read_record() == RuntimeRecord("127.0.0.1:6471", True, "", "token")
+
+
+def test_up_with_other_pool_sizes_than_the_running_runtime_changes_nothing() -> None:
+    running = {
+        hid: {"minimum": sizes[0], "maximum": sizes[1], "slots": sizes[2]}
+        for hid, sizes in {
+            OBSERVE_BOUNDARY_HANDLER: (2, 8, 4),
+        }.items()
+    }
+    queue = mock.Mock()
+    with (
+        mock.patch.object(bootstrap.ray, "get_actor", return_value=queue),
+        mock.patch.object(bootstrap.ray, "get", return_value={"pools": running}),
+    ):
+        bootstrap._check_same_pools(bootstrap.RuntimeNames(), PoolSizes())  # the same: fine
+        with pytest.raises(BootstrapError, match="other observer pool sizes"):
+            bootstrap._check_same_pools(bootstrap.RuntimeNames(), PoolSizes(observers=4, max_observers=4))
