@@ -371,7 +371,7 @@ class QueueRuntime(QueueActor):
         return self.data_node_id
 
 
-RUNNING_QUERY_S: Final = 10.0
+RUNNING_QUERY_S: Final = 5.0
 """How long a starting queue waits for its workers to say which jobs they are running."""
 
 

@@ -625,6 +625,11 @@ class QueueActor:
                 parsed = JOB_OUTCOME_ADAPTER.validate_python(outcome)
             except ValidationError:
                 logger.error("malformed worker outcome", extra={"job_seq": job_seq})
+        if parsed is not None and started is not None and parsed.job_id != started[0]:
+            # An answer about another job says nothing about this run: a lost attempt, retried,
+            # rather than an ignored one that would hold the run's lane and slot for good.
+            logger.error("worker outcome names another job", extra={"job_seq": job_seq})
+            parsed = None
         if parsed is None:
             commands = self._state.on_worker_lost(job_seq, now, attempt=attempt)
             kind = "worker_lost"

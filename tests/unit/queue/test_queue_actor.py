@@ -538,3 +538,18 @@ def test_a_batch_whose_writes_cannot_be_built_is_put_back_and_written_later(tmp_
     assert QueueActor._writes_for is original
     _drain(queue, clock)
     assert store.job_counts().succeeded == 1 and queue.is_idle()
+
+
+def test_an_outcome_naming_another_job_is_a_lost_attempt_not_a_stuck_lane(tmp_path: Path) -> None:
+    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+
+    def decide(job_id: str, attempt: int) -> dict[str, Any]:
+        return _ok("someone-else" if attempt == 1 else job_id, attempt)
+
+    workers = FakeWorkers(decide)
+    queue = QueueActor(store, workers, clock=clock, start_loop=False, policy=RetryPolicy(base_delay_s=0.0))
+    queue.dispatch(_job(1))
+    queue.dispatch(_job(2))
+    _drain(queue, clock)
+    assert store.job_counts().succeeded == 2 and queue.is_idle()
+    assert sorted(workers.started) == [("j1", 1), ("j1", 2), ("j2", 1), ("j2", 2)]  # each retried once
