@@ -39,7 +39,6 @@ from protocol.errors import (
     InvalidPayloadError,
     OmrayError,
     RuntimeNotRunningError,
-    StorageError,
 )
 
 logger = logging.getLogger("omray.link")
@@ -447,17 +446,6 @@ BATCH_PAUSE_S = 60.0
 """How long an outbox sends job by job after the runtime refused ``dispatch_many`` as unknown."""
 
 
-def refused_for_good(exc: BaseException) -> bool:
-    """True when the runtime turned a job down and sending the same job again cannot change that.
-
-    An omray error that is neither "not running" (stopped, restarting, too slow to answer: the
-    :class:`RuntimeNotRunningError` family) nor a store that did not confirm in time
-    (:class:`StorageError`): a job that does not validate there, a conflicting id, a method the
-    runtime lacks, a failure inside the queue. Anything else may pass on a later try.
-    """
-    return isinstance(exc, OmrayError) and not isinstance(exc, RuntimeNotRunningError | StorageError)
-
-
 class Outbox:
     """Hook dispatches not accepted yet, sent in the background until accepted, in order per session.
 
@@ -480,11 +468,6 @@ class Outbox:
     without ``dispatch_many`` refused) is sent job by job, so one bad job never holds up the others.
     A runtime without ``dispatch_many`` (:class:`RuntimeMethodMissingError`) then gets single sends for
     :data:`BATCH_PAUSE_S` before the outbox tries a batch again (it may have been upgraded).
-
-    A single send the runtime refuses for good (:func:`refused_for_good`) is dropped, never retried:
-    it would hold its session's later jobs forever. Its hook gets ``None``; the job is counted in
-    ``refused`` and logged with its id and the error class. A later boundary of the session covers
-    its events again, as for a job dropped from a full outbox.
     """
 
     def __init__(
@@ -524,7 +507,6 @@ class Outbox:
         self._senders = 0
         self._idle_senders = 0
         self._batches_after = 0.0  # monotonic time before which senders send job by job
-        self.refused = 0  # jobs the runtime refused for good, dropped
 
     def __len__(self) -> int:
         with self._lock:
@@ -693,32 +675,10 @@ class Outbox:
     def _send_one(self, job_id: str, envelope: Any, session: str) -> None:
         try:
             accepted = self._send(envelope, self._call_timeout_s)
-        except Exception as exc:  # retried after a pause, or dropped; the hook never sees it
-            if refused_for_good(exc):
-                self._refused(job_id, envelope, session, exc)
-            else:
-                self._not_taken(job_id, session, exc)
+        except Exception as exc:  # retried after a pause; the hook never sees it
+            self._not_taken(job_id, session, exc)
             return
         self._taken(job_id, envelope, session, accepted)
-
-    def _refused(self, job_id: str, envelope: Any, session: str, exc: Exception) -> None:
-        logger.warning(
-            "hook job refused by the runtime; dropped",
-            extra={"job_id": job_id, "error_class": type(exc).__name__},
-        )
-        with self._changed:
-            self._backoff.pop(session, None)
-            self._not_before.pop(session, None)
-            self._sending.discard(session)
-            if self._pending.get(job_id) is envelope:
-                self._remove_pending(job_id)
-                self.refused += 1
-            for answered in self._waiters.pop(job_id, []):
-                answered.set()  # its hook returns None: nothing was accepted
-            if self._pending and (self._thread is None or not self._thread.is_alive()):
-                self._thread = threading.Thread(target=self._run, name="omray-outbox", daemon=True)
-                self._thread.start()
-            self._changed.notify_all()
 
     def _not_taken(self, job_id: str, session: str, exc: Exception) -> None:
         logger.info("hook job not accepted yet", extra={"job_id": job_id, "error_class": type(exc).__name__})

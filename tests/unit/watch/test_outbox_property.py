@@ -1,7 +1,6 @@
 """The outbox under any mix of sessions, refusals and deadlines: nothing lost, one session's jobs in
 order and never two of them in flight, whichever path (straight to a sender, or the loop) each took,
-sent one by one or in batches (``send_many``), batches refused whole or rejected, and jobs the
-runtime refuses for good dropped without holding up their session."""
+sent one by one or in batches (``send_many``), batches refused whole or rejected."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.link import Outbox, RuntimeMethodMissingError, RuntimeUnavailableError
-from protocol.errors import InvalidPayloadError, StorageError
+from protocol.errors import InvalidPayloadError
 
 # Mostly hooks that do not wait: the next turn arrives while the last one is still being sent.
 SUBMITS = st.lists(st.tuples(st.sampled_from("ABC"), st.sampled_from([0.0, 0.0, 0.001, 0.03])), max_size=14)
@@ -25,10 +24,9 @@ SUBMITS = st.lists(st.tuples(st.sampled_from("ABC"), st.sampled_from([0.0, 0.0, 
 class _Queue:
     """A fake queue: refuses some sends, answers after a short delay, records what it accepted."""
 
-    def __init__(self, seed: int, refuse: float, bad: frozenset[str] = frozenset()) -> None:
+    def __init__(self, seed: int, refuse: float) -> None:
         self.random = random.Random(seed)
         self.refuse = refuse
-        self.bad = bad  # jobs this queue never takes (a bad envelope): alone or in a batch
         self.lock = threading.Lock()
         self.accepted: list[str] = []
         self.in_flight: dict[str, int] = {}
@@ -58,8 +56,6 @@ class _Queue:
                 self.in_flight[session] -= 1
             if refused:
                 raise RuntimeUnavailableError("busy")
-            if any(envelope.job_id in self.bad for envelope in envelopes):
-                raise InvalidPayloadError("invalid job envelope")  # all or nothing, as dispatch_many
             if rejected:  # a bad envelope, or (now and then) no dispatch_many on the runtime
                 error = RuntimeMethodMissingError if self.random.random() < 0.3 else InvalidPayloadError
                 raise error("rejected")
@@ -80,13 +76,11 @@ def _job(job_id: str, session: str) -> Any:
     refuse=st.sampled_from([0.0, 0.25]),
     batched=st.booleans(),
     parallel=st.sampled_from([2, 4]),
-    bad=st.sets(st.integers(0, 13), max_size=3),
 )
 def test_every_job_is_accepted_once_in_session_order(
-    submits: list[tuple[str, float]], seed: int, refuse: float, batched: bool, parallel: int, bad: set[int]
+    submits: list[tuple[str, float]], seed: int, refuse: float, batched: bool, parallel: int
 ) -> None:
-    bad_ids = frozenset(f"{session}{n}" for n, (session, _) in enumerate(submits) if n in bad)
-    queue = _Queue(seed, refuse, bad_ids)
+    queue = _Queue(seed, refuse)
     with mock.patch("cluster.link.BATCH_PAUSE_S", 0.005):  # batching comes back within the example
         _check_every_job_accepted_once(queue, submits, batched, parallel)
 
@@ -104,16 +98,13 @@ def _check_every_job_accepted_once(
         job_id = f"{session}{n}"
         order.setdefault(session, []).append(job_id)
         answers[job_id] = outbox.submit(job_id, _job(job_id, session), deadline)
-    assert outbox.wait_empty(30)  # a refused job holds up nothing behind it
-    good = {session: [job for job in jobs if job not in queue.bad] for session, jobs in order.items()}
-    assert sorted(queue.accepted) == sorted(job for jobs in good.values() for job in jobs)  # none lost
-    for session, jobs in good.items():
+    assert outbox.wait_empty(30)
+    assert sorted(queue.accepted) == sorted(job for jobs in order.values() for job in jobs)  # none lost
+    for session, jobs in order.items():
         assert [job for job in queue.accepted if job.startswith(session)] == jobs  # in submission order
     assert not queue.overlap  # one send of a session at a time
     for job_id, answer in answers.items():
         assert answer in (None, job_id)  # a hook gets its own job id or nothing
-        assert answer is None or job_id not in queue.bad
-    assert outbox.refused == len(queue.bad)  # each refused job dropped once
     assert all(size <= 3 for size in queue.batches)  # never more than ``batch`` in one call
 
 
@@ -170,25 +161,3 @@ def test_after_a_runtime_refuses_dispatch_many_the_outbox_sends_job_by_job_for_a
         assert outbox.wait_empty(10)
     assert sorted(queue.accepted) == sorted(f"{s}{n}" for b in ("ABCD", "EFGH") for n, s in enumerate(b))
     assert len(batch_calls) == 1 and batch_calls[0] > 1  # the second burst went job by job
-
-
-def test_a_job_refused_for_good_is_dropped_and_its_session_goes_on() -> None:
-    """A job the runtime will never take (a bad envelope) is not retried: the session's next job goes
-    out at once, and a store that did not confirm in time is still tried again."""
-    calls: list[str] = []
-    store_busy = threading.Event()
-
-    def send(envelope: Any, timeout_s: float) -> str:
-        calls.append(envelope.job_id)
-        if envelope.job_id == "A0":
-            raise InvalidPayloadError("invalid job envelope at index 0 (ValidationError)")
-        if envelope.job_id == "A1" and not store_busy.is_set():
-            store_busy.set()
-            raise StorageError("the queue store did not confirm the job in time; dispatch it again")
-        return str(envelope.job_id)
-
-    outbox = Outbox(send, 1.0, parallel=4)
-    assert outbox.submit("A0", _job("A0", "A"), 5.0) is None  # answered at once: refused
-    assert outbox.submit("A1", _job("A1", "A"), 0.0) is None  # not yet: the store was busy
-    assert outbox.wait_empty(10)
-    assert calls == ["A0", "A1", "A1"] and outbox.refused == 1
