@@ -28,7 +28,7 @@ import ray
 
 from cluster.client import init_ray
 from cluster.naming import RuntimeNames, omray_home
-from cluster.runtime import ROLE_NAMES, PoolSizes, ensure_runtime, remove_runtime
+from cluster.runtime import PoolSizes, ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
 
 logger = logging.getLogger("omray.bootstrap")
@@ -206,14 +206,16 @@ def up(
     dashboard_port: int = DASHBOARD_PORT,
     include_dashboard: bool = False,
     pools: PoolSizes | None = None,
+    pool_fields: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """Start or join Ray, create omray's actors (resuming pending jobs) and record what was done.
 
     Without ``address`` omray's own head is the one serving ``port`` on this machine: joined when
     it answers, started otherwise. Other Ray clusters of the machine are never joined by guess.
     A head an earlier ``omray up`` started on another port that still runs is an error (a second
-    head would orphan it), and so are ``pools`` that differ from those of a runtime already running
-    (``omray down`` first): both are checked before anything is started or created.
+    head would orphan it), and so are ``pools`` whose ``pool_fields`` (default: all) differ from
+    those of a runtime already running (``omray down`` first): both are checked before anything is
+    started or created.
     """
     names = names or RuntimeNames()
     record: RuntimeRecord | None = None
@@ -250,14 +252,15 @@ def up(
     if previous is not None and previous.started_head and not record.started_head and same_head:
         record = previous  # joining the head an earlier `omray up` started: keep ownership
     if pools is not None:
-        _check_same_pools(names, pools)
+        _check_same_pools(names, pools, pool_fields)
     ensure_runtime(names, pools=pools)
     _write_record(record)
     return {**asdict(record), "namespace": names.namespace, "queue": names.queue}
 
 
-def _check_same_pools(names: RuntimeNames, pools: PoolSizes) -> None:
-    """:class:`BootstrapError` when a runtime is running with other pool bounds than ``pools``."""
+def _check_same_pools(names: RuntimeNames, pools: PoolSizes, given: frozenset[str] | None = None) -> None:
+    """:class:`BootstrapError` when a runtime runs with other pool bounds than ``pools`` in the
+    fields ``given`` (the sizes the user set; default: every one)."""
     try:
         queue = ray.get_actor(names.queue, namespace=names.namespace)
     except ValueError:
@@ -267,17 +270,17 @@ def _check_same_pools(names: RuntimeNames, pools: PoolSizes) -> None:
         running: dict[str, Any] = dict(answer.get("pools") or {})
     except ray.exceptions.RayError:
         return  # a queue restarting or older than this CLI: nothing to compare with
-    differ = sorted(
-        ROLE_NAMES[hid]
-        for hid, pool in running.items()
-        if hid in ROLE_NAMES
-        and (pool.get("minimum"), pool.get("maximum"), pool.get("slots"))
-        != (pools.of(hid), pools.max_of(hid), pools.slots_of(hid))
-    )
+    differ: list[str] = []
+    every = frozenset(field.name for field in fields(PoolSizes))
+    for field_name in sorted(given if given is not None else every):
+        handler_id, kind, wanted = pools.bound(field_name)
+        pool = running.get(handler_id)
+        if isinstance(pool, dict) and kind in pool and pool[kind] != wanted:
+            differ.append(f"{field_name} {pool[kind]!r} (not {wanted!r})")
     if differ:
         raise BootstrapError(
-            f"omray is already up with other {', '.join(differ)} pool sizes; run `omray down` first "
-            "to change them (`omray status` shows the running ones)"
+            f"omray is already up with {', '.join(differ)}; run `omray down` first to change the "
+            "pool sizes (`omray status` shows the running ones)"
         )
 
 

@@ -88,24 +88,14 @@ def up(
     try:
         # Every size checked before anything starts: a bad one is an error here, not after the head.
         sizes = PoolSizes.from_env()
-        explicit = any(
-            value is not None
-            for value in (
-                observers,
-                reflectors,
-                indexers,
-                observer_slots,
-                max_observers,
-                max_reflectors,
-                max_indexers,
-            )
-        )
+        given = PoolSizes.given(os.environ)  # flags and OMRAY_* variables alike
         info = bootstrap_up(
             address,
             port=port,
             dashboard_port=dashboard_port,
             include_dashboard=dashboard,
-            pools=sizes if explicit else None,
+            pools=sizes if given else None,
+            pool_fields=given,
         )
     except OmrayError as exc:
         fail(str(exc))
@@ -147,13 +137,15 @@ def status(
         data = runtime_status(address)
     except OmrayError as exc:
         fail(str(exc))
-    if data.get("queue") is None:
+    if data.get("queue") is None and not data.get("queue_older_than_cli"):
         if as_json:
             emit(data, as_json, "")
         fail("omray's queue is not running on this Ray cluster; start it with `omray up`", code=1)
     lines = [f"{a['name']}: {a['state']}" for a in data["actors"]]
     queue = data.get("queue") or {}
     lines.append(f"queue depth: {queue.get('depth', '?')}")
+    if data.get("queue_older_than_cli"):
+        lines.append("queue: running, older than this CLI (no status; `omray down`, `omray up` update it)")
     for handler_id, pool in sorted((queue.get("pools") or {}).items()):
         lines.append(
             f"pool {handler_id}: {pool['workers']} workers ({pool['minimum']}-{pool['maximum']}), "

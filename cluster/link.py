@@ -468,6 +468,11 @@ class Outbox:
     without ``dispatch_many`` refused) is sent job by job, so one bad job never holds up the others.
     A runtime without ``dispatch_many`` (:class:`RuntimeMethodMissingError`) then gets single sends for
     :data:`BATCH_PAUSE_S` before the outbox tries a batch again (it may have been upgraded).
+
+    A single send the runtime refuses is retried like one it did not take, and its session's later
+    jobs wait behind it: the envelope was validated before it was sent, so a refusal means a runtime
+    of another version, which takes the job once it is upgraded. Dropping it would lose the turn
+    for good (its hook reports it sent), and sending the later jobs first would break the order.
     """
 
     def __init__(

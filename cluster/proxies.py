@@ -231,5 +231,7 @@ class RayWorkerPool:
             pool = self._members[handler_id]
             if index not in pool or self._busy.get((handler_id, index), 0) > 0 or len(pool) == 1:
                 return None
+            if index in self._running_elsewhere.get(handler_id, {}).values():
+                return None  # it still runs an attempt an earlier queue sent, whose next one goes there
             self._busy.pop((handler_id, index), None)
             return pool.pop(index)

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -159,6 +159,23 @@ class PoolSizes:
     def total(self) -> int:
         """Jobs all pools run at once at their largest."""
         return sum(self.max_of(hid) * self.slots_of(hid) for hid in ROLE_NAMES)
+
+    @staticmethod
+    def given(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+        """The fields an ``OMRAY_<FIELD>`` variable sets (the others take their defaults)."""
+        env = os.environ if environ is None else environ
+        return frozenset(name for name in _POOL_FIELDS if env.get(f"OMRAY_{name.upper()}", "").strip())
+
+    def bound(self, field_name: str) -> tuple[str, str, int]:
+        """``(handler id, "minimum" | "maximum" | "slots", value)`` of one field, as pools report it."""
+        role = field_name.removeprefix("max_").removesuffix("_slots").removesuffix("s")
+        handler_id = next(hid for hid, name in ROLE_NAMES.items() if name == role)
+        kind = "minimum"
+        if field_name.startswith("max_"):
+            kind = "maximum"
+        elif field_name.endswith("_slots"):
+            kind = "slots"
+        return handler_id, kind, int(getattr(self, field_name))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PoolSizes:
@@ -330,8 +347,10 @@ class QueueRuntime(QueueActor):
         workers = _with_grown_members(
             names, worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node), sizes
         )
-        # Before the restore below redelivers anything: which member still runs which job.
-        pool = RayWorkerPool(workers, running=running_attempts(workers))
+        # Before the restore below redelivers anything: which member still runs which of the jobs
+        # an earlier life of the queue left running (none on a fresh start: no query then).
+        interrupted = {row.envelope.job_id for row in store.list_unfinished_jobs() if row.state == "running"}
+        pool = RayWorkerPool(workers, running=running_attempts(workers, interrupted) if interrupted else None)
         policy = RetryPolicy(base_delay_s=retry_base_delay_s)
         from cluster.metrics import RayPoolMetrics, RayQueueMetrics
 
@@ -375,8 +394,11 @@ RUNNING_QUERY_S: Final = 5.0
 """How long a starting queue waits for its workers to say which jobs they are running."""
 
 
-def running_attempts(workers: Mapping[str, Mapping[int, Any]]) -> dict[str, dict[str, int]]:
-    """Per pool, the job ids its members are running now, each with the member's index.
+def running_attempts(
+    workers: Mapping[str, Mapping[int, Any]], job_ids: Collection[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """Per pool, the job ids (of ``job_ids``, default all) its members are running now, each with
+    the member's index.
 
     A queue that restarted while attempts ran finds them here (their workers live on). A member
     that does not answer within :data:`RUNNING_QUERY_S` counts as running nothing: its attempts
@@ -398,7 +420,8 @@ def running_attempts(workers: Mapping[str, Mapping[int, Any]]) -> dict[str, dict
         except RayError:
             continue
         for job_id in answer.get("running", ()) if isinstance(answer, Mapping) else ():
-            running.setdefault(hid, {}).setdefault(str(job_id), index)
+            if job_ids is None or str(job_id) in job_ids:
+                running.setdefault(hid, {}).setdefault(str(job_id), index)
     return running
 
 

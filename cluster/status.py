@@ -19,15 +19,18 @@ def runtime_status(address: str | None = None, names: RuntimeNames | None = None
     actors = _actors(names)
     actors.sort(key=lambda a: (a["name"], a["state"] != "ALIVE"))
     queue: dict[str, Any] | None
+    older = False
     try:
         client = OmrayClient(names)
         queue = client.status()
         queue["job_counts"] = client.job_counts()
-    except (RuntimeNotRunningError, RuntimeRejectedError):  # none running, or one older than this CLI
+    except RuntimeRejectedError:  # a queue runs, older than this CLI: the actors still show
+        queue, older = None, True
+    except RuntimeNotRunningError:
         queue = None
     except ray.exceptions.RayError:
         queue = None
-    return {"actors": actors, "queue": queue}
+    return {"actors": actors, "queue": queue, "queue_older_than_cli": older}
 
 
 UNKNOWN_STATE = "UNKNOWN"

@@ -88,9 +88,17 @@ def test_ensure_runtime_refuses_bad_arguments_before_creating_anything(
     cleanup.assert_not_called()
 
 
-def test_up_with_bad_pool_sizes_fails_in_one_line_and_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in ("OMRAY_OBSERVERS", "OMRAY_MAX_OBSERVERS"):
-        monkeypatch.delenv(variable, raising=False)
+POOL_VARIABLES = [f"OMRAY_{name.upper()}" for name in PoolSizes.__dataclass_fields__]
+
+
+@pytest.fixture
+def no_pool_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blank every pool variable; ``omray up`` sets some, and monkeypatch restores them after."""
+    for variable in POOL_VARIABLES:
+        monkeypatch.setenv(variable, "")
+
+
+def test_up_with_bad_pool_sizes_fails_in_one_line_and_starts_nothing(no_pool_variables: None) -> None:
     with mock.patch("cluster.bootstrap.up") as up:
         result = CliRunner().invoke(app, ["up", "--observers", "5", "--max-observers", "3"])
     assert result.exit_code == 2 and "Traceback" not in result.output
@@ -106,17 +114,18 @@ def test_up_refuses_a_port_outside_1_to_65535(port: str) -> None:
     up.assert_not_called()
 
 
-def test_up_explicit_pool_sizes_reach_the_runtime_and_plain_up_keeps_the_running_ones(
-    monkeypatch: pytest.MonkeyPatch,
+def test_up_passes_the_pool_sizes_it_was_given(
+    no_pool_variables: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for variable in ("OMRAY_OBSERVERS", "OMRAY_MAX_OBSERVERS"):
-        monkeypatch.delenv(variable, raising=False)
     answer = {"queue": "omray.queue", "namespace": "omray", "dashboard_url": ""}
     with mock.patch("cluster.bootstrap.up", return_value=answer) as up:
-        assert CliRunner().invoke(app, ["up", "--observers", "3"]).exit_code == 0
         assert CliRunner().invoke(app, ["up"]).exit_code == 0
-    first, second = up.call_args_list
-    assert first.kwargs["pools"].observers == 3 and second.kwargs["pools"] is None
+        monkeypatch.setenv("OMRAY_REFLECTORS", "2")  # a variable counts as given, like a flag
+        assert CliRunner().invoke(app, ["up", "--observers", "3"]).exit_code == 0
+    plain, sized = up.call_args_list
+    assert plain.kwargs["pools"] is None and not plain.kwargs["pool_fields"]
+    assert sized.kwargs["pools"].observers == 3 and sized.kwargs["pools"].reflectors == 2
+    assert sized.kwargs["pool_fields"] == {"observers", "reflectors"}
 
 
 def test_watch_refuses_an_interval_past_an_hour() -> None:
@@ -162,17 +171,41 @@ def test_up_refuses_a_second_head_while_the_recorded_one_runs(
 
 
 def test_up_with_other_pool_sizes_than_the_running_runtime_changes_nothing() -> None:
-    running = {
-        hid: {"minimum": sizes[0], "maximum": sizes[1], "slots": sizes[2]}
-        for hid, sizes in {
-            OBSERVE_BOUNDARY_HANDLER: (2, 8, 4),
-        }.items()
-    }
-    queue = mock.Mock()
+    running = {OBSERVE_BOUNDARY_HANDLER: {"minimum": 4, "maximum": 8, "slots": 4}}  # `up --observers 4`
+    names = bootstrap.RuntimeNames()
     with (
-        mock.patch.object(bootstrap.ray, "get_actor", return_value=queue),
+        mock.patch.object(bootstrap.ray, "get_actor", return_value=mock.Mock()),
         mock.patch.object(bootstrap.ray, "get", return_value={"pools": running}),
     ):
-        bootstrap._check_same_pools(bootstrap.RuntimeNames(), PoolSizes())  # the same: fine
-        with pytest.raises(BootstrapError, match="other observer pool sizes"):
-            bootstrap._check_same_pools(bootstrap.RuntimeNames(), PoolSizes(observers=4, max_observers=4))
+        # Only what the user gave is compared: the observers left at their default do not count.
+        bootstrap._check_same_pools(names, PoolSizes(max_observers=8), frozenset({"max_observers"}))
+        bootstrap._check_same_pools(names, PoolSizes(observers=4), frozenset({"observers"}))
+        with pytest.raises(BootstrapError, match=r"max_observers 8 \(not 6\)"):
+            bootstrap._check_same_pools(
+                names, PoolSizes(observers=4, max_observers=6), frozenset({"max_observers"})
+            )
+        with pytest.raises(BootstrapError, match=r"observers 4 \(not 2\)"):
+            bootstrap._check_same_pools(names, PoolSizes())  # every field, defaults included
+
+
+def test_each_pool_field_maps_to_the_bound_its_pool_reports() -> None:
+    sizes = PoolSizes(observers=3, max_observers=5, indexer_slots=2)
+    assert sizes.bound("observers") == (OBSERVE_BOUNDARY_HANDLER, "minimum", 3)
+    assert sizes.bound("max_observers") == (OBSERVE_BOUNDARY_HANDLER, "maximum", 5)
+    assert sizes.bound("indexer_slots")[1:] == ("slots", 2)
+    assert {sizes.bound(name)[0] for name in PoolSizes.__dataclass_fields__} == set(DEFAULT_HANDLERS)
+
+
+def test_status_with_a_queue_older_than_the_cli_shows_the_actors_and_exits_0() -> None:
+    older = {
+        "actors": [{"name": "omray.queue", "state": "ALIVE"}],
+        "queue": None,
+        "queue_older_than_cli": True,
+    }
+    with mock.patch("cluster.status.runtime_status", return_value=older):
+        result = CliRunner().invoke(app, ["status"])
+    assert (
+        result.exit_code == 0
+        and "omray.queue: ALIVE" in result.output
+        and "older than this CLI" in result.output
+    )

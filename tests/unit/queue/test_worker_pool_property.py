@@ -158,3 +158,18 @@ def test_a_pool_of_short_attempts_gets_one_call_per_commit_once_measured() -> No
     assert pool.short_attempts("index")
     assert pool.start_many([("index", 90, {"job_id": "c"}, 1), ("index", 91, {"job_id": "d"}, 1)]) == []
     assert log[-1][1:3] == (True, ["c", "d"])  # one call carried both
+
+
+def test_a_member_running_an_earlier_queues_attempt_is_not_retired_before_the_job_is_sent_again() -> None:
+    rng, lock, log = random.Random(5), threading.Lock(), []
+    rng.choice = lambda options: options[0]  # type: ignore[method-assign]  # always "ok", no delay
+    members = {"index": {i: _Member(f"index.{i}", rng, lock, log) for i in range(3)}}
+    pool = RayWorkerPool(members, running={"index": {"old-job": 1}})
+    assert pool.retire("index", 1) is None  # idle here, but it still runs old-job's last attempt
+    assert pool.retire("index", 2) is not None
+    assert pool.start_many([("index", 7, {"job_id": "old-job"}, 2)]) == []
+    assert log[-1][:3] == ("index.1", False, ["old-job"])
+    for thread in members["index"][1].threads:
+        thread.join()
+    pool.poll(0.0)
+    assert pool.retire("index", 1) is not None  # sent again and answered: free to go

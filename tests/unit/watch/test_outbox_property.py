@@ -161,3 +161,27 @@ def test_after_a_runtime_refuses_dispatch_many_the_outbox_sends_job_by_job_for_a
         assert outbox.wait_empty(10)
     assert sorted(queue.accepted) == sorted(f"{s}{n}" for b in ("ABCD", "EFGH") for n, s in enumerate(b))
     assert len(batch_calls) == 1 and batch_calls[0] > 1  # the second burst went job by job
+
+
+def test_a_refused_job_is_retried_ahead_of_its_session_until_the_runtime_takes_it() -> None:
+    """A runtime of another version refuses a session's job (the client validated it): the job is
+    sent again after a pause, the session's next job waits behind it, another session goes on, and
+    once the runtime takes it (upgraded) both arrive in order."""
+    accepted: list[str] = []
+    upgraded = threading.Event()
+
+    def send(envelope: Any, timeout_s: float) -> str:
+        if envelope.job_id == "A0" and not upgraded.is_set():
+            raise InvalidPayloadError("invalid job envelope (ValidationError)")
+        accepted.append(envelope.job_id)
+        return str(envelope.job_id)
+
+    outbox = Outbox(send, 1.0, parallel=4)
+    assert outbox.submit("A0", _job("A0", "A"), 0.05) is None
+    assert outbox.submit("A1", _job("A1", "A"), 0.0) is None
+    assert outbox.submit("B0", _job("B0", "B"), 5.0) == "B0"  # another session is not held up
+    time.sleep(0.3)
+    assert accepted == ["B0"] and len(outbox) == 2  # A's jobs wait, in order, none lost
+    upgraded.set()
+    assert outbox.wait_empty(10)
+    assert accepted == ["B0", "A0", "A1"]
