@@ -14,6 +14,10 @@ actors): the same deadlines, no reconnection.
 :class:`Outbox` holds the hook's dispatches that the runtime did not accept yet and retries them in
 the background, in order, until it does: the hook returns within its deadline, and the turn is
 still observed once the runtime is back.
+
+Length: about 800 lines, on purpose: the links, the child's classification of errors and the
+outbox's retry decisions are one contract (which error means "not running", which a refusal),
+and they are read together.
 """
 
 from __future__ import annotations
