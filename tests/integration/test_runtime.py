@@ -188,7 +188,7 @@ def test_a_restarted_queue_redelivers_to_the_pool_member_still_running_the_old_a
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
         handler_paths={SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"},
-        worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "4"},
+        worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "8"},
         retry_base_delay_s=0.05,
         pools=PoolSizes(indexers=2, max_indexers=2, indexer_slots=1),
     )
@@ -196,7 +196,8 @@ def test_a_restarted_queue_redelivers_to_the_pool_member_still_running_the_old_a
     first, second = _job("s1", 1), _job("s2", 2)  # two databases: two lanes
     client.dispatch(first)
     assert_eventually(lambda: _starts(ledger) == [first.job_id], message="job 1 did not start")
-    time.sleep(2)  # so that job 2 still runs for a while once job 1 has ended
+    # Job 2 then still runs for 6 s once job 1 has ended: time for the queue to restart and ask.
+    time.sleep(6)
     client.dispatch(second)  # the first member is busy: the second runs it
     assert_eventually(lambda: len(_starts(ledger)) == 2, message="job 2 did not start")
 
