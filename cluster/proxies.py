@@ -121,11 +121,11 @@ class RayWorkerPool:
             by_pool.setdefault(handler_id, []).append((job_seq, envelope, attempt))
         failed: list[int] = []
         for handler_id, group in by_pool.items():
-            pinned: list[tuple[int, Mapping[str, Any], int]] = []
-            free: list[tuple[int, Mapping[str, Any], int]] = []
-            for one in group:
-                (pinned if self._pinned_member(handler_id, one[1]) is not None else free).append(one)
-            group = free
+            with self._changed:  # pins exist only after a restart that left attempts running
+                pins = set(self._running_elsewhere.get(handler_id, ()))
+            pinned = [one for one in group if pins and str(one[1].get("job_id")) in pins]
+            if pinned:
+                group = [one for one in group if str(one[1].get("job_id")) not in pins]
             calls = (
                 [group] if len(group) > 1 and self.short_attempts(handler_id) else [[one] for one in group]
             )
@@ -140,10 +140,6 @@ class RayWorkerPool:
                     )
                     failed.extend(job_seq for job_seq, _, _ in items)
         return failed
-
-    def _pinned_member(self, handler_id: str, envelope: Mapping[str, Any]) -> int | None:
-        with self._changed:
-            return self._running_elsewhere.get(handler_id, {}).get(str(envelope.get("job_id")))
 
     def call_counts(self, handler_id: str) -> tuple[int, int]:
         """Calls sent to the pool serving ``handler_id`` since start, and the attempts they carried."""
