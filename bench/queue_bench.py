@@ -45,6 +45,7 @@ and the definitions above apply to both.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -57,6 +58,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -119,6 +121,39 @@ def _append_line(path: str, record: Mapping[str, Any]) -> None:
         os.close(fd)
 
 
+EFFECT_TEMPLATES = 64
+"""Files the effect markers are hard links of (a file takes at most some 65,000 links on ext4)."""
+
+
+def _mark_once(effects: Path, job_id: str) -> bool:
+    """Create the marker of ``job_id`` unless it exists (atomic across processes); True if created.
+
+    The marker is a hard link to one of a few template files, not a file of its own: a link adds a
+    directory entry and no inode, and on a filesystem that has just freed many inodes (every run of
+    this benchmark frees one per job) allocating one costs a scan of them each time, measured at
+    0.24 ms per marker in a busy ``/tmp`` against 0.008 ms elsewhere on the same disk. That would
+    bill the benchmark's own bookkeeping to the queue it measures.
+    """
+    marker = effects / job_id
+    template = effects / f".template-{zlib.crc32(job_id.encode()) % EFFECT_TEMPLATES}"
+    try:
+        try:
+            os.link(template, marker)
+        except FileNotFoundError:  # the first marker of this template
+            os.close(os.open(template, os.O_WRONLY | os.O_CREAT, 0o600))
+            os.link(template, marker)
+    except FileExistsError:
+        return False  # an earlier execution already applied it: idempotent redelivery
+    except OSError as exc:
+        if exc.errno != errno.EMLINK:
+            raise
+        try:  # the template is full: a file of its own
+            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            return False
+    return True
+
+
 def idempotent_noop(envelope: JobEnvelope, attempt: int, context: Any) -> Mapping[str, Any]:
     """Apply a per-job effect at most once (an ``O_EXCL`` marker file) and log each step."""
     ledger = os.environ[LEDGER_ENV]
@@ -128,11 +163,7 @@ def idempotent_noop(envelope: JobEnvelope, attempt: int, context: Any) -> Mappin
     hold_s = float(os.environ.get(HOLD_ENV, "0") or 0)
     if hold_s > 0:
         time.sleep(hold_s)
-    try:
-        os.close(os.open(effects / envelope.job_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        effect = "applied"
-    except FileExistsError:
-        effect = "skipped"  # an earlier execution already applied it: idempotent redelivery
+    effect = "applied" if _mark_once(effects, envelope.job_id) else "skipped"
     _append_line(ledger, {**base, "event": effect, "t": time.time()})
     _append_line(ledger, {**base, "event": "end", "t": time.time()})
     return {"effect": effect}

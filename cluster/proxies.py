@@ -74,9 +74,9 @@ class RayWorkerPool:
     Each handler id has a pool of worker actors, by member index; an attempt goes to the active
     member with the fewest attempts in flight (the queue never sends a pool more attempts than its
     members have slots). A member can be retired only while it has nothing in flight, and a
-    retired member never gets another attempt, so killing it loses nothing. ``start`` and
-    ``start_many`` run on the queue's starter thread and ``poll`` on its collector; outcomes are
-    handed over under a lock.
+    retired member never gets another attempt, so killing it loses nothing. ``start``,
+    ``start_many`` and ``poll`` run on the queue's loop thread; outcomes are handed over under a
+    lock, and ``on_ready`` wakes the loop when there are some.
 
     ``start_many`` sends the attempts of a pool whose attempts are short (:data:`SHORT_ATTEMPT_S`)
     to one member in one call (``handle_many``, run one after the other there), and every other
@@ -108,6 +108,7 @@ class RayWorkerPool:
         self._calls: collections.Counter[str] = collections.Counter()  # per pool: calls, attempts
         self._finished: list[tuple[int, dict[str, Any] | None]] = []
         self._changed = threading.Condition()
+        self._ready: Callable[[], None] | None = None
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
         """Send one attempt of one job to the least busy worker of the pool serving ``handler_id``."""
@@ -202,11 +203,20 @@ class RayWorkerPool:
         with self._changed:
             self._finished.extend(zip(seqs, outcomes, strict=True))
             self._changed.notify_all()
+            ready = self._ready
+        if ready is not None:
+            ready()
+
+    def on_ready(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` each time outcomes become ready to :meth:`poll` (the queue's loop wakes
+        on it and collects them itself, so no thread of its own waits in ``poll``)."""
+        with self._changed:
+            self._ready = callback
 
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
         """Finished attempts as ``(job_seq, outcome)``, waiting up to ``timeout_s`` for the first."""
         with self._changed:
-            if not self._finished:
+            if not self._finished and timeout_s > 0:
                 self._changed.wait(timeout_s)
             finished, self._finished = self._finished, []
         return finished

@@ -4,27 +4,28 @@ It owns the durable ``extension_agent`` queue of one runtime. Every accepted job
 queue's own SQLite file (the queue is that file's one writer) *before* ``dispatch`` returns, so no
 crash loses an accepted job; the pure state machine decides lanes, order, coalescing and retries.
 
-Four kinds of threads, one lock that covers only the in-memory state (never a store call):
+Two kinds of threads, one lock that covers only the in-memory state (never a store call):
 
 - ``dispatch`` callers (the actor serves many at once) number the job, hand it to the state
   machine, queue its durable write and wait for the commit that includes it;
-- commits run one at a time under one commit lock, each taking every write queued so far
-  (accepts, starts, retries, finishes, give-ups, in order) into ONE transaction. The *committer*
-  thread runs them all: ``dispatch`` callers only wait, and those that arrive while a commit is
-  in flight ride in the next one (group commit; callers committing in turn themselves measured
-  slower under load, as each commit then carried fewer writes). A commit wakes the callers it made
-  durable and hands the batch to the *starter* thread, which carries out what the writes allow
-  (starting workers), in commit order, while the next commit runs;
-- the *collector* thread waits for worker outcomes, feeds them to the state machine and queues
-  the resulting writes and starts.
+- the *loop* thread does the rest, one step at a time: it takes the worker outcomes that arrived
+  and feeds them to the state machine, then commits every write queued so far (accepts, starts,
+  retries, finishes, give-ups, in order) in ONE transaction, wakes the callers it made durable and
+  carries out what the writes allow (starting workers), in commit order. ``dispatch`` callers only
+  wait, and those that arrive while a commit is in flight ride in the next one (group commit;
+  callers committing in turn themselves measured slower under load, as each commit then carried
+  fewer writes). One thread for all of it, woken by whatever gave it work, means one thread
+  switch per step: a lane's next job is started by the same step that recorded its predecessor's
+  outcome. A pool that cannot tell the queue when outcomes arrive gets a *collector* thread that
+  waits for them instead.
 
 The guarantees are those of one write per job: a job is durable before its ``dispatch`` returns,
 a start is durable before the worker is called, a write batch that fails is retried whole and in
 order before anything newer (so the durable rows never diverge from the state), and every write
 is idempotent, so repeating a batch whose reply was lost is safe.
 
-Length: just over 800 lines, on purpose: the four threads share one lock, the commit generations
-and the unwritten writes, so their code stays in one class; the decisions live in ``state.py``.
+Length: about 800 lines, on purpose: the threads share one lock, the commit generations and the
+unwritten writes, so their code stays in one class; the decisions live in ``state.py``.
 """
 
 from __future__ import annotations
@@ -131,6 +132,9 @@ class WorkerPoolPort(Protocol):
 
     A pool may also offer ``start_many(starts) -> job seqs not sent`` (each start a ``handler_id,
     job_seq, envelope, attempt`` tuple); the queue then hands it every start of one commit at once.
+    And it may offer ``on_ready(callback)``: the pool then calls ``callback()`` (cheap, never
+    blocking) each time outcomes become ready to ``poll``, and the queue's loop thread collects them
+    itself, ``poll(0)``, instead of a collector thread waiting in ``poll``.
     """
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None: ...
@@ -220,7 +224,9 @@ class QueueActor:
         self._lock = threading.Lock()
         self._durable = threading.Condition(self._lock)
         self._commit_lock = threading.Lock()  # one commit at a time, in order
+        # Wakes the loop thread: a job accepted, an outcome ready, capacity changed, a start lost.
         self._commit_wanted = threading.Event()
+        self._depth_reported = 0.0  # when the queue-depth gauge was last set (at most once a tick)
         self._stop = threading.Event()
         self._recent_failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._in_flight_attempts: dict[int, tuple[str, int, str, float]] = {}
@@ -233,14 +239,11 @@ class QueueActor:
         # What the committer has not written yet, in order, each with the time it was issued (so a
         # repeated write is byte-identical to the first try).
         self._unwritten: collections.deque[tuple[Pending, float]] = collections.deque()
-        self._committing = False  # a batch taken from ``_unwritten`` is being written
+        self._committing = False  # a batch taken from ``_unwritten`` is being written or carried out
         # Commit generations: callers wait until the generation that carries their job is durable.
         self._generation = 1
         self._durable_generation = 0
         self._unwritten_accepts: dict[int, int] = {}  # job_seq -> generation carrying its accept
-        # Durable batches whose effects (worker starts) the starter thread has not carried out yet.
-        self._effects: collections.deque[list[tuple[Pending, float]]] = collections.deque()
-        self._effects_ready = threading.Condition()
         self._threads: list[threading.Thread] = []
         rows = [
             StoredJobState(
@@ -263,12 +266,15 @@ class QueueActor:
         self.commit()
         if rows:
             logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
+        on_ready = getattr(workers, "on_ready", None)
+        self._collects_in_loop = start_loop and on_ready is not None
         if start_loop:
-            for target, name in (
-                (self._commit_forever, "omray-queue-commit"),
-                (self._start_forever, "omray-queue-start"),
-                (self._collect_forever, "omray-queue-loop"),
-            ):
+            targets: list[tuple[Callable[[], None], str]] = [(self._loop_forever, "omray-queue-loop")]
+            if on_ready is None:
+                targets.append((self._collect_forever, "omray-queue-collect"))
+            else:
+                on_ready(self._commit_wanted.set)
+            for target, name in targets:
                 thread = threading.Thread(target=target, name=name, daemon=True)
                 thread.start()
                 self._threads.append(thread)
@@ -448,40 +454,47 @@ class QueueActor:
                 and self._state.in_flight == 0
                 and not self._unwritten
                 and not self._committing
-                and not self._effects
             )
 
     def stop(self) -> None:
-        """Stop the committer and collector threads (tests and shutdown; a restart starts new ones)."""
+        """Stop the loop (and collector) thread (tests and shutdown; a restart starts new ones)."""
         self._stop.set()
         self._commit_wanted.set()
-        with self._effects_ready:
-            self._effects_ready.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
 
     # --- the threads -----------------------------------------------------------------------------
 
-    def _commit_forever(self) -> None:
+    def _loop_forever(self) -> None:
         delay = 0.0
         while not self._stop.is_set():
+            # Cleared before the work, so anything that sets it meanwhile wakes the next step.
             self._commit_wanted.wait(TICK_S)
             self._commit_wanted.clear()
             try:
+                self._collect_ready()  # also every tick: retries come due with no outcome
                 while True:
                     if self._only_finishes():
                         # Nobody waits for a finish: a caller's job arriving meanwhile shares its commit.
                         self._commit_wanted.wait(FINISH_LINGER_S)
                         self._commit_wanted.clear()
+                        self._collect_ready()
                     if not self.commit():
                         break
+                    self._collect_ready()
                 delay = 0.0
             except Exception as exc:
-                # The committer must never die: a failed batch (e.g. the StoreActor restarting) is
-                # logged, stays queued in order, and is retried after a growing pause.
+                # The loop must never die: a failed batch (e.g. the store busy) is logged, stays
+                # queued in order, and is retried after a growing pause; outcomes that arrive
+                # meanwhile wait in the pool.
                 logger.error("queue commit failed", extra={"error_class": type(exc).__name__})
                 delay = min(max(delay * 2, 0.05), 2.0)
                 self._stop.wait(delay)
+
+    def _collect_ready(self) -> None:
+        """Apply the outcomes the pool holds, without waiting (when the loop collects them itself)."""
+        if self._collects_in_loop:
+            self.collect(0.0)
 
     def _only_finishes(self) -> bool:
         """True when every write waiting is a success record: no caller and no start waits on them."""
@@ -516,7 +529,7 @@ class QueueActor:
                 return False
             batch = list(self._unwritten)
             self._unwritten.clear()
-            self._committing = True  # out of ``_unwritten``, not durable yet: not idle
+            self._committing = True  # out of ``_unwritten``, not durable or carried out yet: not idle
             generation = self._generation
             self._generation += 1
         started = time.perf_counter()
@@ -530,7 +543,6 @@ class QueueActor:
                 self._durable.notify_all()  # waiting callers try the next commit themselves
             raise
         with self._durable:
-            self._committing = False
             self._durable_generation = generation
             for item, _issued in batch:
                 if isinstance(item, _Accept):
@@ -539,21 +551,25 @@ class QueueActor:
         elapsed = time.perf_counter() - started
         self._commits.update(transactions=1, writes=len(writes), micros=round(elapsed * 1e6))
         self._commit_ms.append(elapsed * 1000.0)
-        if self._threads:
-            with self._effects_ready:  # the starter carries them out while the next commit runs
-                self._effects.append(batch)
-                self._effects_ready.notify()
-        else:
-            self._carry_out(batch)
+        try:
+            self._carry_out(batch)  # under the commit lock: starts go out in commit order
+        finally:
+            with self._lock:
+                self._committing = False
         return True
 
     def _carry_out(self, batch: Sequence[tuple[Pending, float]]) -> None:
+        """Start the runs of a durable batch and do what its other commands do; never raises, so no
+        start of it is skipped (a start that fails is a lost attempt, retried by policy)."""
         starts: list[Dispatch] = []
         for item, _issued in batch:
             if isinstance(item, Dispatch):
                 starts.append(item)  # a commit's starts go out together (one lane has one at most)
-            else:
+                continue
+            try:
                 self._effect(item)
+            except Exception as exc:  # a log or metric failing must not keep a start from going out
+                logger.error("queue effect failed", extra={"error_class": type(exc).__name__})
         start_many = getattr(self._workers, "start_many", None)
         if start_many is None or len(starts) < 2:
             for command in starts:
@@ -575,21 +591,6 @@ class QueueActor:
         for command in failed:
             self._start_lost(command, "StartFailed")
 
-    def _start_forever(self) -> None:
-        while not self._stop.is_set():
-            with self._effects_ready:
-                while not self._effects and not self._stop.is_set():
-                    self._effects_ready.wait(TICK_S)
-                batches = list(self._effects)
-                self._effects.clear()
-            for batch in batches:
-                try:
-                    self._carry_out(batch)
-                except Exception as exc:
-                    # Never dies: a start that fails is a lost attempt already (``_start``); this
-                    # only keeps the thread alive, logged, for anything else.
-                    logger.error("queue start step failed", extra={"error_class": type(exc).__name__})
-
     def collect(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for outcomes, apply them and queue what they free (and due retries)."""
         finished = self._workers.poll(timeout_s)
@@ -603,11 +604,13 @@ class QueueActor:
             self._enqueue(self._state.next_dispatch(now), now)
             wanted = bool(self._unwritten)
             depth, in_flight = self._state.depth, self._state.in_flight
-        if wanted:
-            self._commit_wanted.set()
+        if wanted and not self._collects_in_loop:
+            self._commit_wanted.set()  # the loop thread commits them (it called this itself otherwise)
         for report in reports:
             self._safe_metric(report)
-        self._safe_metric(self._metrics.queue_depth, depth, in_flight)
+        if now - self._depth_reported >= TICK_S or not self._threads:
+            self._depth_reported = now  # a gauge: once a tick is enough, and saves the loop a call
+            self._safe_metric(self._metrics.queue_depth, depth, in_flight)
         return len(finished)
 
     def tick(self, timeout_s: float) -> int:

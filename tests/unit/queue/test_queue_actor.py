@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from actors.queue.actor import QueueActor
 from actors.queue.retry import RetryPolicy
 from persistence.store import JobAccepted, Store
@@ -343,6 +345,7 @@ class ThreadedWorkers:
         self.running_lanes: set[str] = set()
         self.overlaps = 0
         self.starts: list[tuple[str, str]] = []  # (lane, job_id) in start order
+        self.ready: Any = lambda: None  # what to call once an outcome is ready (see ReadyWorkers)
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
         import threading
@@ -360,23 +363,39 @@ class ThreadedWorkers:
                 self.running_lanes.discard(lane)
                 self._finished.append((job_seq, _ok(envelope["job_id"], attempt)))
                 self._changed.notify_all()
+            self.ready()
 
         threading.Thread(target=finish, daemon=True).start()
 
     def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
         with self._changed:
-            if not self._finished:
+            if not self._finished and timeout_s > 0:
                 self._changed.wait(timeout_s)
             done, self._finished = self._finished, []
         return done
 
 
-def test_many_callers_with_the_committer_lose_nothing_and_keep_lane_order(tmp_path: Path) -> None:
+class ReadyWorkers(ThreadedWorkers):
+    """Threaded workers that tell the queue when outcomes are ready, as the Ray pool does: the
+    queue's loop thread then collects them itself, with no collector thread."""
+
+    def on_ready(self, callback: Any) -> None:
+        self.ready = callback
+
+
+THREADED_POOLS = pytest.mark.parametrize("pool", [ThreadedWorkers, ReadyWorkers], ids=["collector", "loop"])
+"""The queue's threaded paths: a collector thread waits for outcomes, or the pool wakes the loop."""
+
+
+@THREADED_POOLS
+def test_many_callers_with_the_committer_lose_nothing_and_keep_lane_order(
+    tmp_path: Path, pool: type[ThreadedWorkers]
+) -> None:
     import threading
     import time
 
     store = Store(tmp_path / "q.sqlite", synchronous="NORMAL")
-    workers = ThreadedWorkers()
+    workers = pool()
     queue = QueueActor(store, workers, max_in_flight=6)
     returned: dict[str, list[str]] = {}
 
@@ -395,10 +414,14 @@ def test_many_callers_with_the_committer_lose_nothing_and_keep_lane_order(tmp_pa
         deadline = time.monotonic() + 30
         while not queue.is_idle() and time.monotonic() < deadline:
             time.sleep(0.01)
+        completed = queue.status()["completed_since_start"]  # idle: its counters are up to date too
+        collector = any(thread.name == "omray-queue-collect" for thread in threading.enumerate())
     finally:
         queue.stop()
     counts = store.job_counts()
     assert counts.model_dump() == {"pending": 0, "running": 0, "succeeded": 300, "failed": 0}
+    assert completed == 300
+    assert collector is (pool is ThreadedWorkers)  # a pool that wakes the loop needs no collector
     assert workers.overlaps == 0
     for session, job_ids in returned.items():
         assert [job_id for lane, job_id in workers.starts if lane == session] == job_ids
@@ -461,11 +484,14 @@ def test_the_starts_of_one_commit_go_out_together_and_a_refused_one_is_retried(t
     assert sorted(workers.started) == [("j1", 1), ("j2", 2), ("j3", 1)]  # the refused start cost one attempt
 
 
-def test_one_agents_finishes_ride_with_its_next_job_and_the_last_is_still_written(tmp_path: Path) -> None:
+@THREADED_POOLS
+def test_one_agents_finishes_ride_with_its_next_job_and_the_last_is_still_written(
+    tmp_path: Path, pool: type[ThreadedWorkers]
+) -> None:
     import time
 
     store = Store(tmp_path / "q.sqlite", synchronous="NORMAL")
-    queue = QueueActor(store, ThreadedWorkers(), max_in_flight=2)
+    queue = QueueActor(store, pool(), max_in_flight=2)
     try:
         for n in range(40):
             queue.dispatch(JobEnvelope(job_id=f"a-{n:03d}", payload=reflect(f"x{n}", "a").payload))
@@ -503,10 +529,13 @@ class _SlowFinishStore:
         return self._store.apply_job_writes(writes)
 
 
-def test_the_queue_is_idle_only_once_its_last_writes_are_durable(tmp_path: Path) -> None:
+@THREADED_POOLS
+def test_the_queue_is_idle_only_once_its_last_writes_are_durable(
+    tmp_path: Path, pool: type[ThreadedWorkers]
+) -> None:
     store = Store(tmp_path / "q.sqlite")
     slow = _SlowFinishStore(store)
-    queue = QueueActor(slow, ThreadedWorkers())
+    queue = QueueActor(slow, pool())
     try:
         queue.dispatch(_job(1))
         assert slow.in_commit.wait(5)  # the success record is out of the queue, in its commit

@@ -85,18 +85,23 @@ BATCHES = st.lists(
     seed=st.integers(0, 10_000),
     short=st.booleans(),
     pins=st.dictionaries(st.integers(1, 40), st.integers(0, 1), max_size=6),
+    woken=st.booleans(),
 )
 def test_every_attempt_sent_ends_once_and_no_member_stays_busy(
-    batches: list[list[tuple[str, int]]], seed: int, short: bool, pins: dict[int, int]
+    batches: list[list[tuple[str, int]]], seed: int, short: bool, pins: dict[int, int], woken: bool
 ) -> None:
+    """``woken``: outcomes are collected only when the pool says they are ready (``on_ready``), as
+    the queue's loop does; a missed wake-up would leave an outcome uncollected."""
     with (
         mock.patch.object(proxies, "SHORT_ATTEMPT_S", 10.0 if short else 0.0),
         mock.patch.object(proxies, "RECENT_ATTEMPTS", 2),
     ):
-        _drive(batches, seed, short, pins)
+        _drive(batches, seed, short, pins, woken)
 
 
-def _drive(batches: list[list[tuple[str, int]]], seed: int, short: bool, pins: dict[int, int]) -> None:
+def _drive(
+    batches: list[list[tuple[str, int]]], seed: int, short: bool, pins: dict[int, int], woken: bool
+) -> None:
     rng, lock, log = random.Random(seed), threading.Lock(), []
     members = {
         hid: {i: _Member(f"{hid}.{i}", rng, lock, log) for i in range(2)} for hid in ("observe", "index")
@@ -110,6 +115,14 @@ def _drive(batches: list[list[tuple[str, int]]], seed: int, short: bool, pins: d
     sent: dict[int, str] = {}
     outcomes: list[tuple[int, Any]] = []
     unsent: list[int] = []
+    collected = threading.Lock()
+
+    def collect() -> None:
+        with collected:
+            outcomes.extend(pool.poll(0.0))
+
+    if woken:
+        pool.on_ready(collect)
     seq = 0
     for batch in batches:
         starts = []
@@ -118,7 +131,14 @@ def _drive(batches: list[list[tuple[str, int]]], seed: int, short: bool, pins: d
             sent[seq] = f"job-{seq}"
             starts.append((handler_id, seq, {"job_id": f"job-{seq}"}, attempt))
         unsent.extend(pool.start_many(starts))
-        outcomes.extend(pool.poll(0.0))
+        if not woken:
+            outcomes.extend(pool.poll(0.0))
+    if woken:
+        for group in members.values():
+            for member in group.values():
+                for thread in member.threads:
+                    thread.join(10)  # every answer given, so every wake-up made
+        assert pool.poll(0.0) == []  # none left behind without a wake-up
     deadline = time.monotonic() + 10
     while len(outcomes) + len(unsent) < len(sent) and time.monotonic() < deadline:
         outcomes.extend(pool.poll(0.05))
