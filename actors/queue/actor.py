@@ -487,7 +487,7 @@ class QueueActor:
                 # The loop must never die: a failed batch (e.g. the store busy) is logged, stays
                 # queued in order, and is retried after a growing pause; outcomes that arrive
                 # meanwhile wait in the pool.
-                logger.error("queue commit failed", extra={"error_class": type(exc).__name__})
+                logger.error("queue loop step failed", extra={"error_class": type(exc).__name__})
                 delay = min(max(delay * 2, 0.05), 2.0)
                 self._stop.wait(delay)
 
