@@ -3,9 +3,10 @@
 The decisions are pure (:class:`actors.queue.scaling.PoolScaler`); this executor feeds it each
 pool's load (runs waiting for a slot, from the queue; attempts per member, from the worker pool),
 then creates the members a :class:`Grow` names (``omray.observer.<i>`` …) and tells the queue its
-new capacity, or retires the member a :class:`Retire` names: the pool takes it out only while it
-has nothing in flight (it then never gets another attempt), the queue's capacity shrinks, and the
-actor closes its clients and is killed. A member that was busy after all is kept; if a worker dies
+new capacity, or retires the member a :class:`Retire` names: the queue's capacity shrinks first
+(so no start is counted on a member that is leaving), the pool takes it out only while it has
+nothing in flight (it then never gets another attempt), and the actor closes its clients and is
+killed. A member that was busy after all is kept; if a worker dies
 with a job anyway, the queue counts a lost attempt and retries it, as for any crash.
 """
 
@@ -105,8 +106,14 @@ class PoolAutoscaler:
         self._resize(command.handler_id, "grow", len(command.indices))
 
     def _retire(self, handler_id: str, index: int) -> None:
+        slots = self._scaler.limits[handler_id].slots
+        members = len(self._pool.members(handler_id))
+        # Capacity first: between the member leaving and a lower capacity, the queue could start
+        # that member's slots' worth of attempts on the others, more than they have slots for.
+        self._queue.set_capacity(handler_id, (members - 1) * slots)
         handle = self._pool.retire(handler_id, index)
         if handle is None:
+            self._queue.set_capacity(handler_id, len(self._pool.members(handler_id)) * slots)
             return  # it took a job meanwhile: keep it
         self._resize(handler_id, "shrink", 1)
         try:
