@@ -110,6 +110,8 @@ class PoolAutoscaler:
         members = len(self._pool.members(handler_id))
         # Capacity first: between the member leaving and a lower capacity, the queue could start
         # that member's slots' worth of attempts on the others, more than they have slots for.
+        # (Starts the queue issued just before, not sent yet, can still land on them: a worker
+        # runs two calls beyond its slots, and Ray queues any more; nothing is lost.)
         self._queue.set_capacity(handler_id, (members - 1) * slots)
         handle = self._pool.retire(handler_id, index)
         if handle is None:

@@ -274,6 +274,7 @@ class QueueActor:
                 targets.append((self._collect_forever, "omray-queue-collect"))
             else:
                 on_ready(self._commit_wanted.set)
+                self._commit_wanted.set()  # outcomes of the starts just sent may be waiting already
             for target, name in targets:
                 thread = threading.Thread(target=target, name=name, daemon=True)
                 thread.start()
@@ -473,7 +474,7 @@ class QueueActor:
             self._commit_wanted.clear()
             try:
                 self._collect_ready()  # also every tick: retries come due with no outcome
-                while True:
+                while not self._stop.is_set():
                     if self._only_finishes():
                         # Nobody waits for a finish: a caller's job arriving meanwhile shares its commit.
                         self._commit_wanted.wait(FINISH_LINGER_S)
@@ -492,9 +493,16 @@ class QueueActor:
                 self._stop.wait(delay)
 
     def _collect_ready(self) -> None:
-        """Apply the outcomes the pool holds, without waiting (when the loop collects them itself)."""
-        if self._collects_in_loop:
+        """Apply the outcomes the pool holds, without waiting (when the loop collects them itself).
+
+        A step that fails is logged, and the loop goes on to commit what is queued: collecting
+        must not hold up the callers' commits (the next step collects again)."""
+        if not self._collects_in_loop:
+            return
+        try:
             self.collect(0.0)
+        except Exception as exc:
+            logger.error("queue collect step failed", extra={"error_class": type(exc).__name__})
 
     def _only_finishes(self) -> bool:
         """True when every write waiting is a success record: no caller and no start waits on them."""
@@ -542,16 +550,16 @@ class QueueActor:
                 self._committing = False
                 self._durable.notify_all()  # waiting callers try the next commit themselves
             raise
-        with self._durable:
-            self._durable_generation = generation
-            for item, _issued in batch:
-                if isinstance(item, _Accept):
-                    self._unwritten_accepts.pop(item.job_seq, None)
-            self._durable.notify_all()
-        elapsed = time.perf_counter() - started
-        self._commits.update(transactions=1, writes=len(writes), micros=round(elapsed * 1e6))
-        self._commit_ms.append(elapsed * 1000.0)
         try:
+            with self._durable:
+                self._durable_generation = generation
+                for item, _issued in batch:
+                    if isinstance(item, _Accept):
+                        self._unwritten_accepts.pop(item.job_seq, None)
+                self._durable.notify_all()
+            elapsed = time.perf_counter() - started
+            self._commits.update(transactions=1, writes=len(writes), micros=round(elapsed * 1e6))
+            self._commit_ms.append(elapsed * 1000.0)
             self._carry_out(batch)  # under the commit lock: starts go out in commit order
         finally:
             with self._lock:
@@ -788,10 +796,16 @@ class QueueActor:
         logger.error(
             "job attempt could not start", extra={"job_id": command.job_id, "error_class": error_class}
         )
-        with self._lock:
-            self._in_flight_attempts.pop(command.job_seq, None)
-            now = self._clock()
-            self._enqueue(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
+        try:
+            with self._lock:
+                self._in_flight_attempts.pop(command.job_seq, None)
+                now = self._clock()
+                self._enqueue(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
+        except Exception as exc:  # never keeps the batch's other starts from going out
+            logger.error(
+                "lost attempt not recorded",
+                extra={"job_id": command.job_id, "error_class": type(exc).__name__},
+            )
         self._commit_wanted.set()
 
     def _report_job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:

@@ -382,6 +382,10 @@ class ReadyWorkers(ThreadedWorkers):
     def on_ready(self, callback: Any) -> None:
         self.ready = callback
 
+    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
+        assert timeout_s == 0, "the loop collects what is ready; nothing waits in poll"
+        return super().poll(timeout_s)
+
 
 THREADED_POOLS = pytest.mark.parametrize("pool", [ThreadedWorkers, ReadyWorkers], ids=["collector", "loop"])
 """The queue's threaded paths: a collector thread waits for outcomes, or the pool wakes the loop."""
@@ -582,3 +586,62 @@ def test_an_outcome_naming_another_job_is_a_lost_attempt_not_a_stuck_lane(tmp_pa
     _drain(queue, clock)
     assert store.job_counts().succeeded == 2 and queue.is_idle()
     assert sorted(workers.started) == [("j1", 1), ("j1", 2), ("j2", 1), ("j2", 2)]  # each retried once
+
+
+class _BlockingFailureMetrics:
+    """Metrics whose job-failed report waits until released (the last effect of a give-up)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.reporting = threading.Event()
+        self.release = threading.Event()
+
+    def queue_depth(self, depth: int, in_flight: int) -> None:
+        """Ignore."""
+
+    def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None:
+        """Ignore."""
+
+    def model_tokens(self, *args: Any) -> None:
+        """Ignore."""
+
+    def job_failed(self, handler_id: str, reason: str) -> None:
+        self.reporting.set()
+        self.release.wait(5)
+
+
+class _FailingReadyWorkers(ReadyWorkers):
+    """Every attempt fails, not retryable (a policy that gives up on those stops at once), and the
+    pool wakes the loop."""
+
+    def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
+        from protocol.outcomes import JobFailed
+
+        failed = JobFailed(job_id=envelope["job_id"], retryable=False, reason="invalid_payload")
+        with self._changed:
+            self._finished.append((job_seq, failed.model_dump()))
+        self.ready()
+
+
+def test_the_queue_is_not_idle_while_a_durable_batch_is_still_being_carried_out(tmp_path: Path) -> None:
+    import time
+
+    store = Store(tmp_path / "q.sqlite")
+    metrics = _BlockingFailureMetrics()
+    policy = RetryPolicy(give_up_on_non_retryable=True)
+    queue = QueueActor(store, _FailingReadyWorkers(), policy=policy, metrics=metrics)  # type: ignore[arg-type]
+    try:
+        queue.dispatch(_job(1))
+        assert metrics.reporting.wait(5)  # the give-up is durable; its effects are being carried out
+        durable_failed, idle_meanwhile = store.job_counts().failed, queue.is_idle()
+        metrics.release.set()
+        deadline = time.monotonic() + 10
+        while not queue.is_idle() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        failures = queue.status()["recent_failures"]
+    finally:
+        metrics.release.set()
+        queue.stop()
+    assert durable_failed == 1 and not idle_meanwhile
+    assert [failure["job_id"] for failure in failures] == ["j1"]  # idle: the report is in
