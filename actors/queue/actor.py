@@ -560,11 +560,22 @@ class QueueActor:
             elapsed = time.perf_counter() - started
             self._commits.update(transactions=1, writes=len(writes), micros=round(elapsed * 1e6))
             self._commit_ms.append(elapsed * 1000.0)
+            if self._threads and self._wakes_callers_and_starts(batch):
+                # Let the callers just woken answer before the starts are sent: sending holds the
+                # GIL for some 0.3 ms, which each caller would otherwise wait out before it could
+                # return (alternating runs: one agent's dispatch p50 0.2 ms lower, same throughput).
+                time.sleep(0)
             self._carry_out(batch)  # under the commit lock: starts go out in commit order
         finally:
             with self._lock:
                 self._committing = False
         return True
+
+    @staticmethod
+    def _wakes_callers_and_starts(batch: Sequence[tuple[Pending, float]]) -> bool:
+        """True when a batch made some caller's job durable and also starts a run."""
+        kinds = {type(item) for item, _ in batch}
+        return _Accept in kinds and Dispatch in kinds
 
     def _carry_out(self, batch: Sequence[tuple[Pending, float]]) -> None:
         """Start the runs of a durable batch and do what its other commands do; never raises, so no
