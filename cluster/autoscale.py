@@ -6,7 +6,7 @@ then creates the members a :class:`Grow` names (``omray.observer.<i>`` …) and 
 new capacity, or retires the member a :class:`Retire` names: the queue's capacity shrinks first
 (so no start is counted on a member that is leaving), the pool takes it out only while it has
 nothing in flight (it then never gets another attempt), and the actor closes its clients and is
-killed. A member that was busy after all is kept; if a worker dies
+killed. A member that was busy after all is kept, and its slots are given back; if a worker dies
 with a job anyway, the queue counts a lost attempt and retries it, as for any crash.
 """
 

@@ -24,7 +24,7 @@ a start is durable before the worker is called, a write batch that fails is retr
 order before anything newer (so the durable rows never diverge from the state), and every write
 is idempotent, so repeating a batch whose reply was lost is safe.
 
-Length: about 800 lines, on purpose: the threads share one lock, the commit generations and the
+Length: about 830 lines, on purpose: the threads share one lock, the commit generations and the
 unwritten writes, so their code stays in one class; the decisions live in ``state.py``.
 """
 
@@ -147,7 +147,7 @@ DISPATCH_WINDOW: Final = 1000
 """Recent ``dispatch`` calls (and group commits) whose times ``status()["commits"]`` summarizes."""
 
 FINISH_LINGER_S: Final = 0.005
-"""How long the committer holds writes that only record successes (no caller waits on them, and no
+"""How long the loop holds writes that only record successes (no caller waits on them, and no
 start rides with them) for the next dispatch to share their transaction: one agent's next job then
 costs one commit, not one behind the last job's finish. A crash meanwhile re-runs the job, as any
 crash between an outcome and its write does (handlers are idempotent)."""
@@ -180,7 +180,7 @@ class _Accept:
 
 
 Pending = Command | _Accept
-"""Something queued for the committer: a job to store, or a command to record and carry out."""
+"""Something queued for the loop: a job to store, or a command to record and carry out."""
 
 
 class QueueActor:
@@ -232,11 +232,11 @@ class QueueActor:
         self._in_flight_attempts: dict[int, tuple[str, int, str, float]] = {}
         self._completed = 0
         self._coalesced = 0
-        self._commits = collections.Counter[str]()  # transactions, writes, microseconds (committer only)
+        self._commits = collections.Counter[str]()  # transactions, writes, microseconds (the loop only)
         # How long recent ``dispatch`` calls took in this process, accept to durable (milliseconds).
         self._dispatch_ms: collections.deque[float] = collections.deque(maxlen=DISPATCH_WINDOW)
         self._commit_ms: collections.deque[float] = collections.deque(maxlen=DISPATCH_WINDOW)
-        # What the committer has not written yet, in order, each with the time it was issued (so a
+        # What the loop has not written yet, in order, each with the time it was issued (so a
         # repeated write is byte-identical to the first try).
         self._unwritten: collections.deque[tuple[Pending, float]] = collections.deque()
         self._committing = False  # a batch taken from ``_unwritten`` is being written or carried out
@@ -357,7 +357,7 @@ class QueueActor:
     def _await_durable(self, generation: int) -> None:
         """Return once the commit carrying ``generation`` is durable.
 
-        The committer thread writes it, in one transaction with whatever else arrived meanwhile:
+        The loop thread writes it, in one transaction with whatever else arrived meanwhile:
         callers never commit themselves, so concurrent dispatches share commits instead of taking
         turns at the store (and at the GIL). Without the threads (``start_loop=False``) the caller
         commits; a commit of its own that fails raises, and the job stays queued.
@@ -691,7 +691,7 @@ class QueueActor:
     # --- command execution -------------------------------------------------------------------------
 
     def _enqueue(self, commands: Sequence[Command], now: float) -> None:
-        """Queue commands for the committer (under the lock); notices need no write and are dropped."""
+        """Queue commands for the loop (under the lock); notices need no write and are dropped."""
         for command in commands:
             if not isinstance(command, AlreadyQueued | OutcomeIgnored | WakeAt):
                 self._unwritten.append((command, now))
