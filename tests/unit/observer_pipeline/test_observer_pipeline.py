@@ -47,8 +47,11 @@ class FlakyActivityStore:
         self.store = store
         self.activity_attempts = 0
 
-    def commit_observer_part(self, part: Any, observations: Sequence[Any]) -> Any:
-        return self.store.commit_observer_part(part, observations)
+    def commit_observer_part(self, part: Any, observations: Sequence[Any], transcript: Any = ()) -> Any:
+        return self.store.commit_observer_part(part, observations, transcript)
+
+    def backfill_transcript(self, *args: Any) -> int:
+        return self.store.backfill_transcript(*args)
 
     def upsert_activity(self, activity: ActivityRecord) -> None:
         self.activity_attempts += 1

@@ -89,9 +89,14 @@ def test_search_session_and_mode_options(
     monkeypatch.chdir(tmp_path)
     commit(memory, [observation("c1", "Build 2510 again", run_id="s2", refs=(("s2", 1),))])
     db = ["--db", memory.db_path]
-    # No settings file: hybrid search by default, which answers visibly while nothing is indexed.
+    # No settings file: hybrid search by default; while nothing is indexed, auto answers exactly and
+    # says so, and an explicit hybrid search answers the error.
     building = runner.invoke(memory_app, ["search", "2510", *db])
-    assert building.exit_code == 2 and "index_building" in building.stderr
+    answer = json.loads(building.stdout)
+    assert answer["mode"] == "exact" and answer["hybrid_unavailable"] == "index_building"
+    assert sorted(item["session_id"] for item in answer["results"]) == ["s1", "s2"]
+    strict = runner.invoke(memory_app, ["search", "2510", *db, "--mode", "hybrid"])
+    assert strict.exit_code == 2 and "index_building" in strict.stderr
     (tmp_path / "omray.yaml").write_text("semantic: null\n", encoding="utf-8")  # exact search only
 
     def sessions(arguments: list[str]) -> list[str]:
