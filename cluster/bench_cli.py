@@ -357,32 +357,49 @@ def load_command(
 
 @bench_app.command("recall")
 def recall_command(
-    dataset: str = typer.Option("longmemeval-s", "--dataset", help="longmemeval-s | longmemeval-oracle"),
+    dataset: str = typer.Option(
+        "longmemeval-s-dev100",
+        "--dataset",
+        help="longmemeval-s-dev100 (100 questions) | longmemeval-s (24) | longmemeval-oracle",
+    ),
+    layout: str = typer.Option(
+        "one-session",
+        "--layout",
+        help="one-session: a question's whole history is one agent session; per-session: one each.",
+    ),
+    observer: str = typer.Option(
+        "builtin",
+        "--observer",
+        help="builtin (the default offline model) | condensing (one short observation per ten messages).",
+    ),
     questions: int | None = typer.Option(
-        None, "--questions", min=0, help="Questions to ask (0: all; default: a few minutes' worth)."
+        None, "--questions", min=0, help="Questions to ask (0 and the default: all; fewer for quick runs)."
     ),
     data_dir: str | None = typer.Option(None, "--data-dir", help="Folder of the LongMemEval files."),
-    embedding_cache: str | None = typer.Option(
-        None,
-        "--embedding-cache",
-        help="Reuse chunk vectors between runs (.npz file; timing then excludes them).",
-    ),
+    address: str | None = AddressOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Recall of memory_search (hybrid, source-grounded) on LongMemEval, next to plain bm25s over turns."""
+    """Recall of memory_search on LongMemEval through the runtime (client -> queue -> observer ->
+    indexer, default settings), next to plain bm25s over the raw turns of the same run."""
     from pathlib import Path
 
-    from bench.recall_bench import DATA_DIR, DataMissingError, run_recall_bench
+    from bench.recall_bench import DATA_DIR, FILES, DataMissingError, run_recall_bench
 
-    if dataset not in ("longmemeval-s", "longmemeval-oracle"):
-        raise typer.BadParameter("use longmemeval-s or longmemeval-oracle", param_hint="--dataset")
+    if dataset not in FILES:
+        raise typer.BadParameter(f"use one of {', '.join(FILES)}", param_hint="--dataset")
+    if layout not in ("one-session", "per-session"):
+        raise typer.BadParameter("use one-session or per-session", param_hint="--layout")
+    if observer not in ("builtin", "condensing"):
+        raise typer.BadParameter("use builtin or condensing", param_hint="--observer")
     try:
-        result = run_recall_bench(
-            dataset,  # type: ignore[arg-type]
-            questions,
-            Path(data_dir) if data_dir else DATA_DIR,
-            Path(embedding_cache) if embedding_cache else None,
-        )
+        with stdout_to_stderr(), ray_for_bench(address):
+            result = run_recall_bench(
+                dataset,  # type: ignore[arg-type]
+                questions,
+                Path(data_dir) if data_dir else DATA_DIR,
+                layout=layout,  # type: ignore[arg-type]
+                observer=observer,  # type: ignore[arg-type]
+            )
     except DataMissingError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
