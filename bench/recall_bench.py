@@ -24,8 +24,8 @@ Scoring (``_abs`` questions are skipped, as upstream does). A hit stands for the
 it covers: its ``source`` seq range, else the events its observation cites (an event result is its
 own seq). ``turn`` R@k: some ``has_answer`` turn among the first k turns, in first-appearance order;
 ``session`` R@k the same over answer sessions. Baseline from the same run: plain ``bm25s`` over the
-raw turns of the same history (one document per turn, omray's keyword tokenizer, the question's
-words without English function words, as omray's keyword side reads it). ``findable``: the share of
+raw turns of the same history (one document per turn, omray's keyword tokenizer, every word of the
+question, as omray's keyword side reads it). ``findable``: the share of
 history turns that an exact ``memory_search`` of a quote of eight consecutive words (the whole turn
 when shorter) finds. ``variants``: the same stores searched with the reference's rank-only fusion
 (``rrf``) and with the keyword side alone (``keyword``). Figures are printed, never asserted.
@@ -59,7 +59,7 @@ from pydantic import BaseModel
 from actors.read.hybrid import hybrid_search_for
 from actors.read.service import memory_search
 from bench.shared_data import shared_data_dir
-from persistence.semantic.keyword import KeywordIndex, search_tokens
+from persistence.semantic.keyword import KeywordIndex, query_tokens
 from protocol.events import AfterTurnCommit, EventSummary
 
 Dataset = Literal["longmemeval-s-dev100", "longmemeval-s", "longmemeval-oracle"]
@@ -352,7 +352,7 @@ def baseline_ranking(question: Question) -> tuple[list[tuple[str, int]], list[st
     keyword = KeywordIndex.build([(i, turn.content) for i, (_, turn) in enumerate(turns)])
     found = [
         (turns[i][0], turns[i][1].position)
-        for i in keyword.query(search_tokens(question.question), SEARCH_LIMIT)
+        for i in keyword.query(query_tokens(question.question), SEARCH_LIMIT)
     ]
     return found, list(dict.fromkeys(key for key, _ in found))
 
