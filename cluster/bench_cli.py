@@ -282,7 +282,10 @@ def all_command(
 
 
 VariantOption = typer.Option(
-    None, "--variant", help="default and/or dashboard (default: both, in this order)."
+    None,
+    "--variant",
+    help="ray-start (baseline: plain `ray start --head`), default, no-dashboard (default: all three, "
+    "in this order).",
 )
 
 
@@ -293,8 +296,11 @@ def up_command(
     as_json: bool = JsonOption,
 ) -> None:
     """`omray up` time, idle PSS/RSS by process kind and actor count, `omray down` time (own heads)."""
-    from bench.up_bench import run_up_bench
+    from bench.up_bench import VARIANTS, run_up_bench
 
+    unknown = sorted(set(variant or ()) - set(VARIANTS))
+    if unknown:
+        raise typer.BadParameter(f"unknown variants {unknown!r}; known: {sorted(VARIANTS)!r}")
     emit(run_up_bench(variant, settle_s=settle), as_json)
 
 

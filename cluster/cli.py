@@ -64,8 +64,11 @@ def up(
     ] = 8265,
     dashboard: Annotated[
         bool,
-        typer.Option(help="Also run Ray's dashboard (web UI, state API) and log monitor with the head."),
-    ] = False,
+        typer.Option(
+            "--dashboard/--no-dashboard",
+            help="Run Ray's dashboard (web UI, state API, metrics) with the head omray starts.",
+        ),
+    ] = True,
 ) -> None:
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
     import os
@@ -103,7 +106,7 @@ def up(
     if info.get("dashboard_url"):
         typer.echo(f"Ray dashboard: {info['dashboard_url']} (token auth: {info['auth']})")
     elif not dashboard and address is None:
-        typer.echo("Ray dashboard: off (start with `omray up --dashboard` to watch the actors there)")
+        typer.echo("Ray dashboard: off (to watch it there: `omray down`, then `omray up`)")
 
 
 @app.command()
