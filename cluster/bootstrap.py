@@ -260,7 +260,31 @@ def up(
         _check_same_pools(names, pools, pool_fields)
     ensure_runtime(names, pools=pools)
     _write_record(record)
-    return {**asdict(record), "namespace": names.namespace, "queue": names.queue}
+    grafana = _install_grafana_dashboard(record.session_dir, names)
+    return {
+        **asdict(record),
+        "namespace": names.namespace,
+        "queue": names.queue,
+        "grafana_dashboard": str(grafana) if grafana is not None else None,
+    }
+
+
+def _install_grafana_dashboard(session_dir: str, names: RuntimeNames) -> Path | None:
+    """Put omray's Grafana dashboard among those Ray generated for this cluster's session (when its
+    dashboard runs on this machine), so a Grafana using Ray's provisioning shows it too."""
+    from cluster.grafana import write_into_session
+
+    if not session_dir:
+        try:  # a cluster omray joined: its session directory, if it is on this machine
+            node: Any = ray._private.worker._global_node
+            session_dir = str(node.get_session_dir_path())
+        except Exception:
+            return None
+    try:
+        return write_into_session(session_dir, names.prefix)
+    except OSError as exc:  # the dashboard is a convenience: `omray metrics grafana-dashboard` prints it
+        logger.info("grafana dashboard not written", extra={"error_class": type(exc).__name__})
+        return None
 
 
 def _check_same_pools(names: RuntimeNames, pools: PoolSizes, given: frozenset[str] | None = None) -> None:
