@@ -142,7 +142,7 @@ PANELS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
                 ),
             ),
             Panel(
-                "Lanes",
+                "Lanes over time",
                 "Lanes (one session of one database, or one database's index work) with unfinished "
                 "jobs, and those running one.",
                 (
