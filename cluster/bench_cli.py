@@ -24,6 +24,21 @@ bench_app = typer.Typer(
     add_completion=False,
 )
 
+
+@bench_app.callback()
+def _needs_the_bench_package() -> None:
+    """Benchmarks run from a source checkout: the ``bench`` package does not ship in the wheel."""
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is None:
+        typer.echo(
+            "omray bench: the benchmarks run from a source checkout of omray (`make setup`, then "
+            "`.venv/bin/omray bench ...`); this installation has no `bench` package.",
+            err=True,
+        )
+        raise typer.Exit(code=2)
+
+
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 """Object store of the private cluster: the benchmarks move small payloads only."""
 
