@@ -167,6 +167,10 @@ def chaos_command(
 
 
 def _register_more() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is None:
+        return  # an installed wheel: no benchmarks (the callback above says so)
     from bench.hook_bench import bench_hook_command
     from bench.search_bench import bench_search_command
 
