@@ -24,6 +24,21 @@ bench_app = typer.Typer(
     add_completion=False,
 )
 
+
+@bench_app.callback()
+def _needs_the_bench_package() -> None:
+    """Benchmarks run from a source checkout: the ``bench`` package does not ship in the wheel."""
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is None:
+        typer.echo(
+            "omray bench: the benchmarks run from a source checkout of omray (`make setup`, then "
+            "`.venv/bin/omray bench ...`); this installation has no `bench` package.",
+            err=True,
+        )
+        raise typer.Exit(code=2)
+
+
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 """Object store of the private cluster: the benchmarks move small payloads only."""
 
@@ -152,6 +167,10 @@ def chaos_command(
 
 
 def _register_more() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is None:
+        return  # an installed wheel: no benchmarks (the callback above says so)
     from bench.hook_bench import bench_hook_command
     from bench.search_bench import bench_search_command
 
@@ -282,7 +301,10 @@ def all_command(
 
 
 VariantOption = typer.Option(
-    None, "--variant", help="default and/or dashboard (default: both, in this order)."
+    None,
+    "--variant",
+    help="ray-start (baseline: plain `ray start --head`), default, no-dashboard (default: all three, "
+    "in this order).",
 )
 
 
@@ -293,8 +315,11 @@ def up_command(
     as_json: bool = JsonOption,
 ) -> None:
     """`omray up` time, idle PSS/RSS by process kind and actor count, `omray down` time (own heads)."""
-    from bench.up_bench import run_up_bench
+    from bench.up_bench import VARIANTS, run_up_bench
 
+    unknown = sorted(set(variant or ()) - set(VARIANTS))
+    if unknown:
+        raise typer.BadParameter(f"unknown variants {unknown!r}; known: {sorted(VARIANTS)!r}")
     emit(run_up_bench(variant, settle_s=settle), as_json)
 
 
