@@ -21,17 +21,19 @@ observation per ten messages, as a real model condenses. Everything the Observer
 stay findable either way (the transcript index).
 
 Scoring (``_abs`` questions are skipped, as upstream does). A hit stands for the LongMemEval turns
-it covers: its ``source`` seq range, else the events its observation cites (an event result is its
-own seq). ``turn`` R@k: some ``has_answer`` turn among the first k turns, in first-appearance order;
-``session`` R@k the same over answer sessions. Baseline from the same run: plain ``bm25s`` over the
-raw turns of the same history (one document per turn, omray's keyword tokenizer, every word of the
-question, as omray's keyword side reads it). ``findable``: the share of
-history turns that an exact ``memory_search`` of a quote of eight consecutive words (the whole turn
-when shorter) finds. ``variants``: the same stores searched with the reference's rank-only fusion
-(``rrf``) and with the keyword side alone (``keyword``). Figures are printed, never asserted.
+it covers: its ``source`` seq range (the matching events), then the events its observation cites
+(an event result is its own seq). ``turn`` R@k: some ``has_answer`` turn among the first k turns,
+in first-appearance order; ``session`` R@k the same over answer sessions. Baseline from the same
+run: plain ``bm25s`` over the raw turns of the same history (one document per turn, omray's keyword
+tokenizer, every word of the question, as omray's keyword side reads it). ``findable``: the share of
+history turns of eight words or more that an exact ``memory_search`` of a quote of eight
+consecutive words finds (``findable_short``: the shorter turns, searched whole). ``variants``: the
+same stores searched with the reference's rank-only fusion (``rrf``) and with the keyword side
+alone (``keyword``). Figures are printed, never asserted.
 
-Stores are built in waves of :data:`WAVE` questions; each wave's StoreActors are stopped once it is
-scored, so a run never holds more than a wave's worth of actors. The data is read from
+Stores are built in waves of :data:`WAVE` questions, and a wave is scored while the runtime builds
+the next one (search times are then taken beside that work); each wave's StoreActors are stopped
+once it is scored, so a run never holds more than two waves' worth of actors. The data is read from
 ``../shared/data/longmemeval`` (``--data-dir``); it is never copied.
 """
 
@@ -290,10 +292,9 @@ def ranked_turns(
     for item in results:
         session_id = str(item["session_id"])
         source = item.get("source")
+        seqs = list(refs.get(str(item["id"]), []))
         if isinstance(source, Mapping):
-            seqs = list(range(int(source["seq_start"]), int(source["seq_end"]) + 1))
-        else:
-            seqs = refs.get(str(item["id"]), [])
+            seqs = list(range(int(source["seq_start"]), int(source["seq_end"]) + 1)) + seqs
         turns.extend(history.place[(session_id, seq)] for seq in seqs if (session_id, seq) in history.place)
     ordered = list(dict.fromkeys(turns))
     return ordered, list(dict.fromkeys(key for key, _ in ordered))
@@ -373,11 +374,17 @@ class RecallBenchResult(BaseModel):
     omray_by_type: dict[str, RecallFigures]
     baseline_by_type: dict[str, RecallFigures]
     findable: float
+    """Share of the history turns of 8+ words that an exact quote of 8 of their words finds."""
     findable_turns: int
+    findable_short: float
+    """Share of the shorter turns that an exact search of their whole text finds among the first 50
+    results (a one-word "No" matches far more than 50 others)."""
+    findable_short_turns: int
     search_p50_ms: float
     search_p99_ms: float
     exact_p50_ms: float
     build_s: float
+    """Seconds until the last wave was observed and indexed (earlier waves are scored meanwhile)."""
     seconds: float
     embedder: str
 
@@ -403,6 +410,7 @@ class _Scores:
     latencies: list[float] = field(default_factory=list)
     exact_latencies: list[float] = field(default_factory=list)
     findable: list[bool] = field(default_factory=list)
+    findable_short: list[bool] = field(default_factory=list)
     observations: int = 0
 
 
@@ -430,7 +438,11 @@ def _score(client: Any, question: Question, history: History, scores: _Scores, r
         for turn in turns:
             if not turn.content.strip():
                 continue
-            scores.findable.append(_findable(client, turn, refs, history, scores, rng))
+            found = _findable(client, turn, refs, history, scores, rng)
+            if len(turn.content.split()) >= QUOTE_WORDS:
+                scores.findable.append(found)
+            else:
+                scores.findable_short.append(found)
 
 
 def _findable(
@@ -490,18 +502,24 @@ def run_recall_bench(
         work = Path(tmp)
         ensure_runtime(names, queue_db=str(work / "queue.sqlite"), handler_paths=DEFAULT_HANDLERS)
         try:
-            for wave in range(0, len(chosen), WAVE):
-                begin = time.monotonic()
-                clients = []
+
+            def start(wave: int) -> list[tuple[Any, Question, History]]:
+                started_wave = []
                 for question in chosen[wave : wave + WAVE]:
                     project = work / f"q-{question.question_id}"
                     project.mkdir()
                     client = OmrayClient(names, settings=_settings(observer, base_url), cwd=project)
-                    clients.append((client, question, play_history(client, question, layout)))
-                if not clients[0][0].wait_idle(timeout_s=IDLE_TIMEOUT_S):
+                    started_wave.append((client, question, play_history(client, question, layout)))
+                return started_wave
+
+            begin = time.monotonic()
+            ready = start(0)
+            for wave in range(0, len(chosen), WAVE):
+                if not ready[0][0].wait_idle(timeout_s=IDLE_TIMEOUT_S):
                     raise RuntimeError("the runtime did not finish observing and indexing in time")
-                build_s += time.monotonic() - begin
-                for client, question, history in clients:
+                build_s = time.monotonic() - begin
+                scoring, ready = ready, start(wave + WAVE) if wave + WAVE < len(chosen) else []
+                for client, question, history in scoring:
                     _score(client, question, history, scores, rng)
                     _stop_store(names, client.db_path)
                     client.close()
@@ -522,6 +540,8 @@ def run_recall_bench(
         baseline_by_type=by_type(scores.baseline),
         findable=round(sum(scores.findable) / max(1, len(scores.findable)), 4),
         findable_turns=len(scores.findable),
+        findable_short=round(sum(scores.findable_short) / max(1, len(scores.findable_short)), 4),
+        findable_short_turns=len(scores.findable_short),
         search_p50_ms=round(statistics.median(scores.latencies), 1) if scores.latencies else 0.0,
         search_p99_ms=round(float(np.percentile(scores.latencies, 99)), 1) if scores.latencies else 0.0,
         exact_p50_ms=round(statistics.median(scores.exact_latencies), 2) if scores.exact_latencies else 0.0,

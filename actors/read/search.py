@@ -112,6 +112,17 @@ def source_item(seq: int, excerpt: str) -> ToolResult:
     return {"seq_start": seq, "seq_end": seq, "excerpt": excerpt}
 
 
+def _widen_source(item: ToolResult, seq: int, excerpt: str) -> None:
+    """Another matching event that ``item`` covers: its ``source`` range grows to include it (the
+    excerpt stays the first one's)."""
+    source = item.get("source")
+    if not isinstance(source, dict):
+        item["source"] = source_item(seq, excerpt)
+        return
+    source["seq_start"] = min(int(source["seq_start"]), seq)
+    source["seq_end"] = max(int(source["seq_end"]), seq)
+
+
 def event_search_item(event: SearchedEvent, excerpt: str) -> ToolResult:
     """A transcript hit that no observation covers: the event itself (``recall`` takes its id)."""
     return {
@@ -519,23 +530,25 @@ def merge_search_results(
     """Merge the tables' hits: newest first, then observations before reflections, then by id.
 
     A transcript hit stands for the observation covering its event (``covering``), with a
-    ``source`` excerpt around the match, unless that observation is already a hit; an event no
-    observation covers is its own ``event`` hit. ``truncated`` says more hits existed than
-    ``limit``; each table should be fetched with ``LIMIT limit + 1`` so that it can be told.
+    ``source`` excerpt around the match; when that observation is already a hit, its ``source``
+    range grows to include the event. An event no observation covers is its own ``event`` hit.
+    ``truncated`` says more hits existed than ``limit``; each table should be fetched with
+    ``LIMIT limit + 1`` so that it can be told.
     """
     items = [observation_search_item(row) for row in observation_rows]
     items.extend(reflection_search_item(row) for row in reflection_rows)
-    shown = {str(item["id"]) for item in items}
+    shown = {str(item["id"]): item for item in items}
     for event in transcript_rows:
         excerpt = excerpt_around(event.content, query)
         cover = (covering or {}).get((event.run_id, event.seq))
         if cover is None:
             item = event_search_item(event, excerpt)
         elif cover.observation_id in shown:
+            _widen_source(shown[cover.observation_id], event.seq, excerpt)
             continue
         else:
             item = {**observation_search_item(cover), "source": source_item(event.seq, excerpt)}
-        shown.add(str(item["id"]))
+        shown[str(item["id"])] = item
         items.append(item)
     items.sort(key=_item_order)
     # Stable sort: equal times keep the kind/id order established above.

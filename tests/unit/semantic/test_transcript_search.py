@@ -253,3 +253,16 @@ def test_a_session_scoped_search_shows_no_excerpt_of_another_session(
     results = scoped["results"]
     assert isinstance(results, list) and [item["id"] for item in results] == [mine]
     assert "walnut" not in json.dumps(results)
+
+
+def test_an_exact_hit_in_an_event_whose_observation_is_already_a_result_widens_its_source(
+    store: Store, db_path: Path
+) -> None:
+    # Two identical answers (seqs 1 and 2): the offline model keeps one observation, citing seq 1.
+    text = "Assistant: Step one is to preheat the kiln slowly overnight."
+    [kept] = observe(store, "s1", 1, 2, [("Assistant replied: Step one is to preheat the kiln", [1])],
+                     [entry("s1", 1, text), entry("s1", 2, text)])  # fmt: skip
+    answer = memory_search(db_path, {"query": "preheat the kiln", "mode": "exact"})
+    assert isinstance(answer["results"], list)
+    [hit] = answer["results"]
+    assert hit["id"] == kept and (hit["source"]["seq_start"], hit["source"]["seq_end"]) == (1, 2)
