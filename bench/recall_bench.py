@@ -21,7 +21,7 @@ observation per ten messages, as a real model condenses. Everything the Observer
 stay findable either way (the transcript index).
 
 Scoring (``_abs`` questions are skipped, as upstream does). A hit stands for the LongMemEval turns
-it covers: its ``source`` seq range (the matching events), then the events its observation cites
+it covers: its ``source`` seq range (the matching events), else the events its observation cites
 (an event result is its own seq). ``turn`` R@k: some ``has_answer`` turn among the first k turns,
 in first-appearance order; ``session`` R@k the same over answer sessions. Baseline from the same
 run: plain ``bm25s`` over the raw turns of the same history (one document per turn, omray's keyword
@@ -292,9 +292,10 @@ def ranked_turns(
     for item in results:
         session_id = str(item["session_id"])
         source = item.get("source")
-        seqs = list(refs.get(str(item["id"]), []))
         if isinstance(source, Mapping):
-            seqs = list(range(int(source["seq_start"]), int(source["seq_end"]) + 1)) + seqs
+            seqs = list(range(int(source["seq_start"]), int(source["seq_end"]) + 1))
+        else:
+            seqs = list(refs.get(str(item["id"]), []))
         turns.extend(history.place[(session_id, seq)] for seq in seqs if (session_id, seq) in history.place)
     ordered = list(dict.fromkeys(turns))
     return ordered, list(dict.fromkeys(key for key, _ in ordered))

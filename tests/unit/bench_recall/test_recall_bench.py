@@ -116,7 +116,7 @@ def test_selection_skips_abstention_and_covers_every_type() -> None:
     assert len(select(records, 0)) == 15
 
 
-def test_hits_rank_turns_by_source_range_then_by_the_observation_refs() -> None:
+def test_hits_rank_turns_by_source_range_else_by_the_observation_refs() -> None:
     history = History(place={("s", seq): ("lme", seq) for seq in range(1, 8)})
     results = [
         {"id": "o1", "session_id": "s", "source": {"seq_start": 4, "seq_end": 5, "excerpt": "..."}},
@@ -125,7 +125,7 @@ def test_hits_rank_turns_by_source_range_then_by_the_observation_refs() -> None:
         {"id": "e1", "session_id": "other", "source": {"seq_start": 1, "seq_end": 1, "excerpt": "..."}},
     ]
     turns, sessions = ranked_turns(results, {"o1": [6], "o2": [2], "o3": [5, 1]}, history)
-    assert turns == [("lme", 4), ("lme", 5), ("lme", 6), ("lme", 2), ("lme", 1)]
+    assert turns == [("lme", 4), ("lme", 5), ("lme", 2), ("lme", 1)]  # o1's cited 6 is not a match
     assert sessions == ["lme"]
 
 
