@@ -250,6 +250,9 @@ class SourceMemory:
     """Observation relevance; ``None`` for reflections and events."""
     source_seqs: tuple[int, ...] = ()
     """Seqs of the events of its own session that the memory cites (an event: its own seq)."""
+    covered_by: str | None = None
+    """For an event shown on its own although an observation covers it (that observation is an
+    earlier result already): the observation's id."""
 
     @property
     def parent_key(self) -> str:
@@ -469,8 +472,9 @@ def collapse_hits(
 
     A memory chunk stands for its memory; a transcript chunk for the observation that covers its
     event (looked up in windows, as the walk needs them), else for the event itself, with the chunk
-    as the excerpt. With ``limit``, the walk stops once ``limit + 1`` results are found (the caller
-    tells ``truncated`` from the extra one).
+    as the excerpt. A later event of an observation already listed comes as itself, with
+    ``covered_by`` naming the observation. With ``limit``, the walk stops once ``limit + 1``
+    results are found (the caller tells ``truncated`` from the extra one).
     """
     results: list[tuple[SourceMemory, SourceExcerpt | None]] = []
     seen: set[str] = set()
@@ -498,7 +502,12 @@ def collapse_hits(
             if memory.kind == "event":
                 target = resolved.get((memory.session_id, memory.seq or 0)) or memory
             if target.parent_key in seen:
-                continue
+                if target is memory or memory.parent_key in seen:
+                    continue
+                # Another event its observation covers, the observation listed already: a condensing
+                # observer writes one observation for many events, and each matching event is
+                # evidence of its own. It comes as itself, naming the observation.
+                target = replace(memory, covered_by=target.memory_id)
             seen.add(target.parent_key)
             results.append((target, excerpts.get(chunk_id)))
             if limit is not None and len(results) > limit:
@@ -575,6 +584,8 @@ def memory_result_item(memory: SourceMemory, excerpt: SourceExcerpt | None = Non
         item["importance"] = memory.importance
     if excerpt is not None:
         item["source"] = excerpt.as_dict()
+    if memory.covered_by is not None:
+        item["covered_by"] = memory.covered_by
     return item
 
 

@@ -266,3 +266,22 @@ def test_an_exact_hit_in_an_event_whose_observation_is_already_a_result_widens_i
     assert isinstance(answer["results"], list)
     [hit] = answer["results"]
     assert hit["id"] == kept and (hit["source"]["seq_start"], hit["source"]["seq_end"]) == (1, 2)
+
+
+def test_more_matching_events_of_one_listed_observation_come_as_events_naming_it(
+    store: Store, index: SemanticIndex, embedder: HashEmbedder
+) -> None:
+    # A condensing observer: one observation for three events; two of them match.
+    [summary] = observe(
+        store, "s1", 1, 3, [("Talked about pottery", [1, 2, 3])],
+        [entry("s1", 1, "User: the kiln thermocouple broke"), entry("s1", 2, "User: weather is nice"),
+         entry("s1", 3, "User: ordered a kiln thermocouple from the supplier")],
+    )  # fmt: skip
+    sync_all(index, embedder)
+    retrieval = index.search("kiln thermocouple", embedder, limit=5)
+    answer = hybrid_answer("kiln thermocouple", 5, retrieval)["results"]
+    assert isinstance(answer, list)
+    assert answer[0]["id"] == summary and answer[0]["kind"] == "observation"
+    events = [item for item in answer if item["kind"] == "event" and "thermocouple" in item["content"]]
+    assert [item["covered_by"] for item in events] == [summary]
+    assert {answer[0]["source"]["seq_start"], events[0]["source"]["seq_start"]} == {1, 3}
