@@ -106,16 +106,7 @@ class KeywordIndex:
 
     def query_scored(self, tokens: Sequence[str], k: int) -> list[tuple[int, float]]:
         """(label, BM25 score) of up to ``k`` chunks matching at least one token, best first."""
-        known = [token for token in tokens if token in self.vocabulary]
-        if self.retriever is None or not known or k <= 0:
-            return []
-        scores = np.asarray(self.retriever.get_scores(known), dtype=np.float64)
-        if k < len(scores):
-            top = np.argpartition(-scores, k - 1)[:k]
-            order = top[np.lexsort((top, -scores[top]))]
-        else:
-            order = np.argsort(-scores, kind="stable")
-        return [(self.labels[int(i)], float(scores[int(i)])) for i in order if scores[int(i)] > 0]
+        return self.ranked(tokens, k)[0]
 
     def save(self, directory: Path) -> str:
         directory.mkdir(mode=DIRECTORY_MODE)
