@@ -455,25 +455,22 @@ def reflection_search_item(reflection: SearchedReflection) -> ToolResult:
     }
 
 
-def _item_order(item: ToolResult) -> tuple[str, str]:
-    return (str(item["kind"]), str(item["id"]))
-
-
 def merge_search_results(
     query: str,
     limit: int,
     observation_rows: Iterable[SearchedObservation],
     reflection_rows: Iterable[SearchedReflection],
 ) -> ToolResult:
-    """Merge both tables' hits: newest first, then observations before reflections, then by id.
+    """Merge both tables' hits: newest first, then observations before reflections, then in the
+    order each table's rows come (observations of one minute in source order, the latest first;
+    reflections by id: ``persistence.search_queries.ExactSearchRows``).
 
     ``truncated`` says more hits existed than ``limit``; each table should be fetched with
     ``LIMIT limit + 1`` so that it can be told.
     """
     items = [observation_search_item(row) for row in observation_rows]
     items.extend(reflection_search_item(row) for row in reflection_rows)
-    items.sort(key=_item_order)
-    # Stable sort: equal times keep the kind/id order established above.
+    # Stable sort: equal times keep observations first, each table in its own order.
     items.sort(key=lambda item: sort_key(str(item["timestamp"])), reverse=True)
     results = items[:limit]
     return {
@@ -513,10 +510,22 @@ def search_in_memory(
     observations: Iterable[ObservationRecord],
     reflections: Iterable[ReflectionRecord],
 ) -> ToolResult:
-    """The whole exact search over in-memory rows: a reference model of what the SQL path returns."""
+    """The whole exact search over in-memory rows: a reference model of what the SQL path returns.
+
+    ``observations`` come in the order they were recorded (the database's insertion order).
+    """
+    rows = list(observations)
+    recorded = {row.observation_id: index for index, row in enumerate(rows)}
     observation_hits = sorted(
-        (row for row in observations if observation_matches(request, row)),
+        (row for row in rows if observation_matches(request, row)),
         key=lambda row: row.observation_id,
+    )
+    observation_hits.sort(key=lambda row: row.timestamp, reverse=True)
+    fetch = request.limit + 1
+    # The page, then its hits of one minute in source order, the latest first.
+    observation_hits = sorted(
+        observation_hits[:fetch],
+        key=lambda row: (row.run_id, -row.first_source_seq, -recorded[row.observation_id]),
     )
     observation_hits.sort(key=lambda row: row.timestamp, reverse=True)
     reflection_hits = sorted(
@@ -524,7 +533,6 @@ def search_in_memory(
         key=lambda row: row.reflection_id,
     )
     reflection_hits.sort(key=lambda row: row.created_at, reverse=True)
-    fetch = request.limit + 1
     return merge_search_results(
         request.query, request.limit, observation_hits[:fetch], reflection_hits[:fetch]
     )
