@@ -31,6 +31,7 @@ only the documented JSON, and nothing prints memory text except the memory conte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -142,10 +143,20 @@ def mark_line(transcript: str, transcript_format: str, offset: int, close: bool,
     return (json.dumps(mark, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+def private_dir(project: str, *parts: str) -> str:
+    """``project/parts...``, each folder created 0700 when missing (the project itself as it is)."""
+    os.makedirs(project, exist_ok=True)
+    path = project
+    for part in parts:
+        path = os.path.join(path, part)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    return path
+
+
 def append_mark(project: str, session_id: str, line: bytes) -> None:
     """Append ``line`` to the session's marks (one ``write``, then ``fsync``); folders 0700, file 0600."""
-    directory = os.path.join(project, SESSIONS_DIR, session_id)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    directory = private_dir(project, *SESSIONS_DIR.split("/"), session_id)
     fd = os.open(os.path.join(directory, MARKS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
@@ -212,7 +223,7 @@ def start_dispatcher(project: str) -> None:
 def _locked_status(project: str) -> tuple[int, dict[str, object]]:
     import fcntl
 
-    os.makedirs(os.path.join(project, ".hatfield"), mode=0o700, exist_ok=True)
+    private_dir(project, ".hatfield")
     lock = os.open(os.path.join(project, STATUS_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     return lock, read_status(project)
@@ -357,8 +368,7 @@ def cached_database(project: str) -> str | None:
 
 def remember_database(project: str, identity: list[object], database: str) -> None:
     """Record the database path the settings ``identity`` gave (written by the settings loader)."""
-    path = os.path.join(project, RESOLVED_FILE)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    path = os.path.join(private_dir(project, ".hatfield"), os.path.basename(RESOLVED_FILE))
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -368,8 +378,6 @@ def remember_database(project: str, identity: list[object], database: str) -> No
 
 def resolve_database(project: str) -> str:
     """The project's memory database from its settings (the slow way: YAML and pydantic), remembered."""
-    import contextlib
-
     from persistence.settings_file import load_settings
 
     identity = settings_identity(project)
