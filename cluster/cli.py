@@ -215,7 +215,7 @@ def _mount_subcommands() -> None:
     app.add_typer(bench_app, name="bench", help="Benchmarks: print figures as JSON with --json.")
     from cluster.agent_hooks import hook_app
     from cluster.integrate import integrate_command
-    from cluster.mcp_server import mcp_command
+    from cluster.mcp_cli import mcp_command
 
     app.add_typer(hook_app, name="hook", help="Agent hooks for Claude Code and Codex (run by the agent).")
     app.command("mcp")(mcp_command)

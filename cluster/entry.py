@@ -22,6 +22,11 @@ def main() -> None:
 
         hook_app(args=sys.argv[2:], prog_name="omray hook")
         return
+    if sys.argv[1:2] == ["mcp"]:
+        from cluster.mcp_server import run_fast
+
+        if run_fast(sys.argv[2:]):
+            return
     from cluster.cli import main as cli_main
 
     cli_main()
