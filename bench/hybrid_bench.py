@@ -6,10 +6,10 @@ user/assistant sentences of the real transcripts in ``../shared/data/transcripts
 ``bench.search_bench``), paired into two-sentence observations once the distinct sentences run
 out; without that folder, generated sentences from a small coding vocabulary. Then:
 
-Each session's cited events are written too (``<tmp>/sessions/<session>/events.jsonl``) and the
-index is given that events root: an event holds its observation's text (not indexed twice), and
-for ``--source-share`` of them (default 0.2) one more corpus sentence, a detail the observation
-left out, which the index holds as a source chunk of that observation.
+Each observation's cited event is written to the transcript with its part, as the Observer writes
+it: an event holds its observation's text (the observation then only quotes it, so it gets no
+vector of its own), and for ``--source-share`` of them (default 0.2) one more corpus sentence, a
+detail the observation left out, which only the event's chunks hold.
 
 * **Backfill**: :meth:`persistence.semantic.SemanticIndex.synchronize` with the DEFAULT
   offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing), the settings' batch size
@@ -48,7 +48,6 @@ report.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import random
 import re
@@ -74,13 +73,13 @@ from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, token
 from persistence.semantic.index import embed_in_batches
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
 from persistence.store import Store
-from protocol.records import ObservationRecord
+from protocol.identities import transcript_event_id
+from protocol.records import ObservationRecord, TranscriptEntry
 from protocol.semantic import (
     ChunkingRules,
     Embedder,
     MemoryChunk,
     SourceMemory,
-    chunk_memory,
     query_text_for_embedding,
 )
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings, semantic_from_mapping
@@ -200,7 +199,9 @@ class HybridBenchResult(BaseModel):
     size: int
     """Memories requested (observations written)."""
     memories: int
-    """Source memories the index counted when complete."""
+    """Source memories (observations) the index counted when complete, besides their events."""
+    events: int
+    """Transcript events the index counted (one per observation)."""
     sessions: int
     """Sessions of the corpus."""
     corpus_source: Literal["transcripts", "generated"]
@@ -218,9 +219,9 @@ class HybridBenchResult(BaseModel):
     memories_per_s: float
     """Memories indexed per second of backfill."""
     chunks: int
-    """Chunks embedded and indexed."""
+    """Chunks embedded (the index holds more: keyword-only chunks)."""
     source_chunks: int
-    """Of those, source chunks (cited events' text the observations left out)."""
+    """Transcript chunks (the events' text) the index holds."""
     source_share: float
     """Share of observations whose cited event holds more than the observation."""
     embedding_sample: int
@@ -277,7 +278,12 @@ class CorpusMemory:
     seq: int = 0
     """The event it cites."""
     source_text: str = ""
-    """That event's text when it holds more than the observation (a source chunk), else ``""``."""
+    """That event's text when it holds more than the observation, else ``""``."""
+
+    @property
+    def event_text(self) -> str:
+        """The transcript text of the event it cites."""
+        return f"User: {self.source_text or _ROLE_PREFIX.sub('', self.content)}"
 
 
 def generated_sentences(count: int, rng: random.Random) -> list[str]:
@@ -323,38 +329,17 @@ def memory_texts(size: int, seed: int) -> tuple[list[str], Literal["transcripts"
     return texts, origin
 
 
-def _write_events(root: Path, run_id: str, events: Sequence[tuple[int, str]]) -> None:
-    path = root / run_id / "events.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [
-        json.dumps(
-            {
-                "schema_version": "1.0",
-                "run_id": run_id,
-                "seq": seq,
-                "turn_no": 1,
-                "type": "agent_command_applied",
-                "payload": {"text": text},
-                "ts": "2026-01-01T00:00:00+00:00",
-            }
-        )
-        for seq, text in events
-    ]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
 def write_corpus(
     store: Store,
     texts: Sequence[str],
-    events_root: Path | None = None,
     source_share: float = 0.0,
     seed: int = 0,
 ) -> tuple[list[CorpusMemory], int]:
     """Write ``texts`` as observations through ``store``: the memories and the session count.
 
-    With ``events_root``, each session's cited events are written too: an event holds its
-    observation's text, and for a ``source_share`` of them one more sentence of the corpus (a
-    detail the observation left out, so the index holds a source chunk for it).
+    Each observation's cited event goes to the transcript with its part: it holds the observation's
+    text, and for a ``source_share`` of them one more sentence of the corpus (a detail the
+    observation left out, so only the event's chunks hold it).
     """
     rng = random.Random(seed + 17)
     memories: list[CorpusMemory] = []
@@ -370,17 +355,27 @@ def write_corpus(
                 batch.append(
                     corpus_observation(run_id, start + offset + 1, content, corpus_timestamp(minute))
                 )
-            store.commit_observer_part(
-                corpus_part(run_id, start + 1, batch[-1].source_end_seq, batch[-1].created_at), batch
-            )
+            transcript: list[TranscriptEntry] = []
             for o in batch:
                 extra = ""
-                if events_root is not None and rng.random() < source_share:
+                if rng.random() < source_share:
                     extra = f"{_ROLE_PREFIX.sub('', o.content)} {texts[rng.randrange(len(texts))]}"
-                memories.append(CorpusMemory(o.observation_id, o.content, run_id, o.source_start_seq, extra))
-        if events_root is not None:
-            mine = memories[len(memories) - len(session_texts) :]
-            _write_events(events_root, run_id, [(m.seq, m.source_text or m.content) for m in mine])
+                memory = CorpusMemory(o.observation_id, o.content, run_id, o.source_start_seq, extra)
+                memories.append(memory)
+                transcript.append(
+                    TranscriptEntry(
+                        run_id=run_id,
+                        seq=memory.seq,
+                        event_type="agent_command_applied",
+                        timestamp=o.timestamp,
+                        content=memory.event_text,
+                    )
+                )
+            store.commit_observer_part(
+                corpus_part(run_id, start + 1, batch[-1].source_end_seq, batch[-1].created_at),
+                batch,
+                transcript,
+            )
         sessions += 1
     return memories, sessions
 
@@ -458,23 +453,30 @@ def labelled_set(memories: Sequence[CorpusMemory], targets: int, seed: int) -> l
 class SingleStores:
     """BM25-only and vector-only memory rankings over the index's chunks (see the module docstring)."""
 
-    def __init__(self, chunks: Sequence[MemoryChunk], vectors: Sequence[Sequence[float]]) -> None:
-        self._parents = [chunk.parent_key.partition(":")[2] for chunk in chunks]
+    def __init__(
+        self, chunks: Sequence[MemoryChunk], owner: Mapping[str, str], vectors: Mapping[str, np.ndarray]
+    ) -> None:
+        """``owner``: chunk id -> the memory its hits stand for; ``vectors``: by vector text (the
+        backfill's), for the chunks that have one."""
+        self._parents = [owner[chunk.chunk_id] for chunk in chunks]
         self._bm25 = bm25s.BM25()
         self._bm25.index([tokenize(chunk.text) for chunk in chunks], show_progress=False)
         self._vocabulary = frozenset(key for key in self._bm25.vocab_dict if key)
-        data = np.asarray(vectors, dtype=np.float32)
+        embedded = [position for position, chunk in enumerate(chunks) if chunk.embedded]
+        data = np.asarray([vectors[chunks[position].vector_text] for position in embedded], dtype=np.float32)
+        self._vector_parents = [self._parents[position] for position in embedded]
         self._hnsw = hnswlib.Index(space="cosine", dim=int(data.shape[1]))
         self._hnsw.init_index(
-            max_elements=max(1, len(chunks)),
+            max_elements=max(1, len(embedded)),
             M=HNSW_M,
             ef_construction=HNSW_EF_CONSTRUCTION,
             random_seed=HNSW_SEED,
         )
-        self._hnsw.add_items(data, np.arange(len(chunks), dtype=np.uint64))
+        self._hnsw.add_items(data, np.arange(len(embedded), dtype=np.uint64))
 
-    def _collapse(self, positions: Iterable[int]) -> list[str]:
-        return list(dict.fromkeys(self._parents[position] for position in positions))[:TOP_K]
+    def _collapse(self, positions: Iterable[int], parents: Sequence[str] | None = None) -> list[str]:
+        parents = self._parents if parents is None else parents
+        return list(dict.fromkeys(parents[position] for position in positions))[:TOP_K]
 
     def bm25(self, query: str) -> list[str]:
         """Memory ids of the best BM25 chunks (query tokens unknown to the corpus dropped)."""
@@ -487,10 +489,10 @@ class SingleStores:
 
     def vector(self, query_vector: Sequence[float]) -> list[str]:
         """Memory ids of the nearest chunks by cosine."""
-        k = min(STORE_HITS, len(self._parents))
+        k = min(STORE_HITS, len(self._vector_parents))
         self._hnsw.set_ef(max(k, 64))
         labels, _distances = self._hnsw.knn_query(np.asarray([query_vector], dtype=np.float32), k=k)
-        return self._collapse(int(label) for label in labels[0])
+        return self._collapse((int(label) for label in labels[0]), self._vector_parents)
 
 
 # ------------------------------------------------------------------------------------ measuring
@@ -568,20 +570,26 @@ class RecordingEmbedder:
         return vectors
 
 
-def corpus_chunks(memories: Sequence[CorpusMemory], rules: ChunkingRules) -> tuple[list[MemoryChunk], int]:
-    """Every chunk the index holds (own text, then source chunks) and how many are source chunks."""
+def corpus_chunks(
+    memories: Sequence[CorpusMemory], rules: ChunkingRules
+) -> tuple[list[MemoryChunk], dict[str, str], int]:
+    """Every chunk the index holds (each observation's, then its event's), the memory id each chunk's
+    hits stand for (an event's: its observation's), and how many chunks are transcript chunks."""
     chunks: list[MemoryChunk] = []
-    sources = 0
+    owner: dict[str, str] = {}
+    events = 0
     for memory in memories:
-        chunks.extend(chunk_memory("observation", memory.memory_id, memory.content, rules))
-        if memory.source_text:
-            source = SourceMemory(
-                "observation", memory.memory_id, memory.run_id, "", memory.content, None, (memory.seq,)
-            )
-            extra = source.source_chunks(rules, {memory.seq: f"User: {memory.source_text}"})
-            chunks.extend(extra)
-            sources += len(extra)
-    return chunks, sources
+        observation = SourceMemory(
+            "observation", memory.memory_id, memory.run_id, "", memory.content, None, (memory.seq,)
+        )
+        event_id = transcript_event_id(memory.run_id, memory.seq)
+        event = SourceMemory("event", event_id, memory.run_id, "", memory.event_text, None, (memory.seq,))
+        own = observation.chunks(rules, [memory.event_text])
+        transcript = event.chunks(rules)
+        chunks.extend(own + transcript)
+        owner.update((chunk.chunk_id, memory.memory_id) for chunk in own + transcript)
+        events += len(transcript)
+    return chunks, owner, events
 
 
 def backfill(index: SemanticIndex, embedder: Embedder, batch_size: int) -> Backfill:
@@ -679,30 +687,31 @@ def run_hybrid_bench(
     with tempfile.TemporaryDirectory(prefix="omray-hybrid-bench-") as directory:
         db_path = Path(directory) / "om.sqlite"
         with Store(db_path) as store:
-            events_root = Path(directory) / "sessions"
-            build_ms, (memories, sessions) = _timed_ms(
-                lambda: write_corpus(store, texts, events_root, source_share, seed)
-            )
-            index = SemanticIndex(
-                db_path, SemanticSettings(embedding_api=api), store, events_root=events_root
-            )
+            build_ms, (memories, sessions) = _timed_ms(lambda: write_corpus(store, texts, source_share, seed))
+            index = SemanticIndex(db_path, SemanticSettings(embedding_api=api), store)
             filled = backfill(index, embedder, sync_batch)
             rules = ChunkingRules.from_settings(api)
-            chunks, source_chunks = corpus_chunks(memories, rules)
-            vectors = [embedder.vectors[chunk.text].tolist() for chunk in chunks]
-            sample = chunks[:EMBEDDING_SAMPLE]
+            chunks, owner, source_chunks = corpus_chunks(memories, rules)
+            sample = [chunk for chunk in chunks if chunk.embedded][:EMBEDDING_SAMPLE]
             commit = sync_batch * JOB_BATCHES
             baseline_cpu = time.process_time()
             baseline_ms, _ = _timed_ms(
                 lambda: [
-                    embed_in_batches(offline, [c.text for c in sample[start : start + commit]], sync_batch)
+                    embed_in_batches(
+                        offline, [c.vector_text for c in sample[start : start + commit]], sync_batch
+                    )
                     for start in range(0, len(sample), commit)
                 ]
             )
             baseline_cpu = time.process_time() - baseline_cpu
             queries = labelled_set(memories, targets, seed)
             measured = measure_queries(
-                db_path, index, embedder, api.query_prefix, SingleStores(chunks, vectors), queries
+                db_path,
+                index,
+                embedder,
+                api.query_prefix,
+                SingleStores(chunks, owner, embedder.vectors),
+                queries,
             )
     headline, by_query = recall_table(measured.hits, queries)
     chunks_per_s = filled.chunks / filled.seconds if filled.seconds > 0 else 0.0
@@ -710,7 +719,8 @@ def run_hybrid_bench(
     per_type = len(queries) // len(QUERY_KINDS)
     return HybridBenchResult(
         size=size,
-        memories=filled.memories,
+        memories=filled.memories - len(memories),
+        events=len(memories),
         sessions=sessions,
         corpus_source=origin,
         embedder=BUILTIN_EMBEDDING_MODEL,
@@ -718,7 +728,7 @@ def run_hybrid_bench(
         build_s=round(build_ms / 1000, 2),
         backfill_s=round(filled.seconds, 2),
         sync_calls=filled.calls,
-        memories_per_s=round(filled.memories / filled.seconds, 1) if filled.seconds > 0 else 0.0,
+        memories_per_s=round(len(memories) / filled.seconds, 1) if filled.seconds > 0 else 0.0,
         chunks=filled.chunks,
         source_chunks=source_chunks,
         source_share=source_share,

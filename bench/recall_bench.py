@@ -288,7 +288,7 @@ def build_store(work: Path, corpus: Corpus, sessions: Sequence[str], embedder: E
         observe_through(job, f"bench-{session}", settings, ports)
     observe_s = time.monotonic() - started
     started = time.monotonic()
-    index = SemanticIndex(db_path, settings.semantic, store, events_root=root)
+    index = SemanticIndex(db_path, settings.semantic, store)
     while not index.synchronize(embedder, batches=JOB_BATCHES).complete:
         pass
     index_s = time.monotonic() - started

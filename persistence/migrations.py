@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -184,12 +184,12 @@ _V1_CACHE_TABLE: Final = "omray_projection_cache"
 _V1_BUILT_TABLE: Final = "omray_projection_built"
 _V1_DIRTY_TABLE: Final = "omray_projection_dirty"
 """The derived tables of omray_006 and omray_008 (lines and pieces in minute order), dropped by
-omray_010, which builds them again under new names: a reader of one version never takes the other
+omray_012, which builds them again under new names: a reader of one version never takes the other
 version's tables for its own."""
 
 
 def _observation_line_ddl_v1() -> tuple[str, ...]:
-    # The first shape (migration omray_006), kept as released: replaced by omray_010.
+    # The first shape (migration omray_006), kept as released: replaced by omray_012.
     # Compaction renders a session's whole active pool at once; reading lines rendered at insert
     # time, stored in projection order and clustered by session, costs a fraction of rendering
     # each row on every call. Triggers keep it exact whoever writes om_observation (the PHP
@@ -218,7 +218,7 @@ def _observation_line_ddl_v1() -> tuple[str, ...]:
 
 
 def _projection_cache_ddl_v1() -> tuple[str, ...]:
-    # The first shape (migration omray_008), kept as released: replaced by omray_010.
+    # The first shape (migration omray_008), kept as released: replaced by omray_012.
     # Compaction reads a session's whole active pool; rendered at write time in pieces of
     # consecutive lines, a cold process reads a few values instead of every line. Triggers version
     # every change to what the pool shows, whoever writes (the PHP extension too), and mark the
@@ -281,7 +281,7 @@ def _projection_cache_ddl_v1() -> tuple[str, ...]:
 
 
 def _source_order_ddl() -> tuple[str, ...]:
-    # omray_010: the projection in source order (persistence.projection_sql). The lines and their
+    # omray_012: the projection in source order (persistence.projection_sql). The lines and their
     # pieces are derived data, so they are dropped and built again under the new key and new names
     # (a reader that finds no such table renders from om_observation, in its own order); the session
     # versions stay (they only ever grow), and no session has pieces until its next change, when
@@ -386,10 +386,19 @@ TAIL_INDEXES: Final = {
 trigram index they find every row holding a 1-2 character query (``persistence.search_queries``)."""
 
 
-def _tail_index_ddl() -> tuple[str, ...]:
+TRANSCRIPT_TAIL_INDEXES: Final = {
+    schema.omray_transcript.name: ("idx_omray_transcript_tail1", "idx_omray_transcript_tail2"),
+}
+"""The same for the transcript (created with it, by ``omray_010``)."""
+
+ALL_TAIL_INDEXES: Final = {**TAIL_INDEXES, **TRANSCRIPT_TAIL_INDEXES}
+"""Every searched table's tail indexes."""
+
+
+def _tail_index_ddl(tables: Mapping[str, tuple[str, str]] = TAIL_INDEXES) -> tuple[str, ...]:
     return tuple(
         f"CREATE INDEX IF NOT EXISTS {name} ON {table} (substr(content, -{length}))"
-        for table, names in TAIL_INDEXES.items()
+        for table, names in tables.items()
         for length, name in enumerate(names, start=1)
     )
 
@@ -397,6 +406,12 @@ def _tail_index_ddl() -> tuple[str, ...]:
 OBSERVATION_ORDER_INDEX = "idx_omray_observation_walk"
 """``om_observation(timestamp DESC, observation_id ASC, run_id, relevance, content)``: exact search's
 result order, covering every column a search reads (migration ``omray_009``)."""
+
+TRANSCRIPT_ORDER_INDEX = "idx_omray_transcript_walk"
+"""``omray_transcript(timestamp DESC, event_id ASC, run_id, seq)``: exact search's result order."""
+
+TRANSCRIPT_SESSION_INDEX = "idx_omray_transcript_run"
+"""``omray_transcript(run_id, timestamp)``: a search scoped to some sessions reads only their rows."""
 
 REFLECTION_ORDER_INDEX = "idx_omray_reflection_walk"
 """``om_reflection(created_at DESC, reflection_id ASC, run_id, content)``: the same for reflections."""
@@ -421,6 +436,50 @@ _OMRAY_001_STATEMENTS: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS idx_omray_runtime_event_run_seq ON omray_runtime_event (run_id, event_seq)",
 )
 """DDL of ``omray_001_job_queue`` exactly as first released (the table's version-1 shape)."""
+
+
+TRANSCRIPT_TRIGRAM_TABLE = "omray_transcript_trigram"
+"""FTS5 trigram index over ``omray_transcript.content`` (exact search of the transcript)."""
+
+
+def _ref_select(row: str, table: str = "") -> str:
+    """The refs of an observation row (``{row}`` a prefix such as ``new.``) that cite a seq of its own
+    session, as ``(run_id, seq, observation_id)`` rows; malformed refs are left out, never an error."""
+    refs = f"{row}source_refs_json"
+    array = f"CASE WHEN json_valid({refs}) THEN CASE WHEN json_type({refs}) = 'array' THEN {refs} END END"
+    field = "CASE WHEN type = 'object' THEN {} END"
+    run_id = field.format("coalesce(json_extract(value, '$.run_id'), json_extract(value, '$.runId'))")
+    seq_type = field.format("json_type(value, '$.seq')")
+    seq = field.format("json_extract(value, '$.seq')")
+    return (
+        f"SELECT DISTINCT {row}run_id, CAST(json_extract(value, '$.seq') AS INTEGER), {row}observation_id"
+        f" FROM {table + ', ' if table else ''}json_each(coalesce({array}, '[]'))"
+        f" WHERE ({run_id}) = {row}run_id"
+        f" AND ({seq_type}) = 'integer' AND ({seq}) >= 1"
+    )
+
+
+def _transcript_ddl() -> tuple[str, ...]:
+    # The refs of every observation, one row per cited event of its own session, kept by triggers
+    # whoever writes om_observation (the PHP extension too): a transcript hit finds the observation
+    # citing its event through an index instead of parsing every candidate's JSON.
+    refs, source = schema.omray_observation_ref.name, schema.om_observation.name
+    insert = f"INSERT OR IGNORE INTO {refs} (run_id, seq, observation_id) {_ref_select('new.')};"
+    delete = f"DELETE FROM {refs} WHERE run_id = old.run_id AND observation_id = old.observation_id;"
+    return (
+        *_ddl([schema.omray_transcript, schema.omray_transcript_through, schema.omray_observation_ref]),
+        f"CREATE INDEX IF NOT EXISTS {TRANSCRIPT_ORDER_INDEX} ON {schema.omray_transcript.name}"
+        " (timestamp DESC, event_id ASC, run_id, seq)",
+        f"CREATE INDEX IF NOT EXISTS {TRANSCRIPT_SESSION_INDEX} ON {schema.omray_transcript.name}"
+        " (run_id, timestamp)",
+        *_tail_index_ddl(TRANSCRIPT_TAIL_INDEXES),
+        f"CREATE TRIGGER IF NOT EXISTS {refs}_ai AFTER INSERT ON {source} BEGIN {insert} END",
+        f"CREATE TRIGGER IF NOT EXISTS {refs}_ad AFTER DELETE ON {source} BEGIN {delete} END",
+        f"CREATE TRIGGER IF NOT EXISTS {refs}_au AFTER UPDATE OF run_id, observation_id, source_refs_json"
+        f" ON {source} BEGIN {delete} {insert} END",
+        f"DELETE FROM {refs}",
+        f"INSERT OR IGNORE INTO {refs} (run_id, seq, observation_id) {_ref_select(source + '.', source)}",
+    )
 
 
 OMRAY_MIGRATIONS: tuple[Migration, ...] = (
@@ -498,7 +557,18 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
-        "omray_010_projection_source_order",
+        "omray_010_transcript",
+        "The searchable text of every covered event, and which observations cite each event",
+        _transcript_ddl(),
+    ),
+    Migration(
+        "omray_011_transcript_trigram",
+        "FTS5 trigram index over the transcript for exact memory_search",
+        _trigram_ddl(TRANSCRIPT_TRIGRAM_TABLE, schema.omray_transcript.name, "event_id"),
+        applies_when=trigram_supported,
+    ),
+    Migration(
+        "omray_012_projection_source_order",
         "The projection's lines and pieces keyed by source order (first source seq, then recorded "
         "order) instead of (minute, id)",
         _source_order_ddl(),

@@ -10,7 +10,7 @@ SQLAlchemy or pydantic.
 
 Two shapes: :class:`ProjectionRows` (the shown columns of each memory) and :class:`ProjectionLines`
 (the entry lines already rendered, compaction's path). The observation lines come from
-``omray_projection_line`` (migrations ``omray_006``, ``omray_010``: each line rendered once, when
+``omray_projection_line`` (migrations ``omray_006``, ``omray_012``: each line rendered once, when
 its row was written, stored in projection order and clustered by session), or are rendered by
 SQLite per row on a database without that table (one the PHP extension wrote, or one no omray of
 this version has opened for writing yet). Both follow ``actors.read.projector.render_active_memory``,
@@ -148,7 +148,7 @@ PIECE_LINES: Final = 256
 def select_projection_lines(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> ProjectionLines:
     """The session's active memory as :class:`ProjectionLines` (``names``: the database's table names).
 
-    The observation text is the one rendered at write time (migration ``omray_010``) when its
+    The observation text is the one rendered at write time (migration ``omray_012``) when its
     pieces show the session's current version; otherwise it is rendered here from the lines.
     """
     params: dict[str, Any] = {"run_id": run_id}
@@ -171,7 +171,7 @@ def select_projection_text(
 ) -> str:
     """The session's projection as one text, built by ``assemble`` (``names``: the database's tables).
 
-    With current pieces (migration ``omray_010``) the frame that ``assemble`` writes before the
+    With current pieces (migration ``omray_012``) the frame that ``assemble`` writes before the
     observations and every piece are joined as bytes and decoded once, the cheapest way out for a
     large projection (a fresh 600 KB string costs about a millisecond on a small VM).
     """
@@ -223,7 +223,7 @@ _Key = tuple[str, str]
 def render_dirty_projections(conn: sqlite3.Connection, names: Collection[str]) -> int:
     """Render again the pieces of every session marked dirty, in the caller's transaction.
 
-    Triggers (migration ``omray_010``) mark a session, with the first line a change touched, when
+    Triggers (migration ``omray_012``) mark a session, with the first line a change touched, when
     anything its projection shows changed, in this transaction or in one by another writer (the PHP
     extension). The pieces before that line are kept; the first piece that may hold it (or the
     last piece, to fill it up) and every later one are rendered again from the lines, so an

@@ -287,6 +287,31 @@ def _check_not_damaged(conn: Connection, present: set[str], db_path: str) -> Non
         raise StorageError(f"{db_path!r} is damaged: table {lost[0]!r} is missing")
 
 
+def select_covering_ids(conn: Connection, events: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """For each ``(session, seq)``, the id of the observation covering the event: one of its coverage
+    part's observations that cites it, else the one citing the nearest seq of that part (ties: the
+    earlier seq, then the first written). Events whose part has no observation are left out."""
+    chosen: dict[tuple[str, int], str] = {}
+    for run_id, seq in dict.fromkeys(events):
+        part = conn.exec_driver_sql(
+            "SELECT source_start_seq, source_end_seq FROM om_observation"
+            " WHERE run_id = ? AND source_start_seq <= ? ORDER BY source_start_seq DESC LIMIT 1",
+            (run_id, seq),
+        ).first()
+        if part is None or int(part[1]) < seq:
+            continue
+        found = conn.exec_driver_sql(
+            "SELECT r.observation_id FROM omray_observation_ref AS r"
+            " JOIN om_observation AS o ON o.observation_id = r.observation_id"
+            " WHERE r.run_id = ? AND r.seq BETWEEN ? AND ? AND o.source_start_seq = ?"
+            " ORDER BY abs(r.seq - ?), r.seq, o.rowid LIMIT 1",
+            (run_id, int(part[0]), int(part[1]), int(part[0]), seq),
+        ).first()
+        if found is not None:
+            chosen[(run_id, seq)] = str(found[0])
+    return chosen
+
+
 class MemoryReader:
     """Read-only view of one memory database, usable from any process.
 
@@ -433,6 +458,43 @@ class MemoryReader:
             return contiguous_end(CoverageInterval(**row._asdict()) for row in rows)
 
         return self._run(query, None, ("om_coverage",))
+
+    def transcript_through(self, run_id: str) -> int:
+        """The seq through which the session's covered events are in the transcript (0: none)."""
+
+        def query(conn: Connection) -> int:
+            table = schema.omray_transcript_through
+            value = conn.execute(select(table.c.through_seq).where(table.c.run_id == run_id)).scalar()
+            return int(value or 0)
+
+        return self._run(query, 0, (schema.omray_transcript_through.name,))
+
+    def covered_end(self, run_id: str) -> int:
+        """The last seq any coverage part of the session reaches, whatever its versions (0: none)."""
+
+        def query(conn: Connection) -> int:
+            cov = schema.om_coverage
+            value = conn.execute(
+                select(func.max(cov.c.source_end_seq)).where(cov.c.run_id == run_id)
+            ).scalar()
+            return int(value or 0)
+
+        return self._run(query, 0, ("om_coverage",))
+
+    def transcript_lagging_sessions(self, limit: int) -> list[str]:
+        """Up to ``limit`` sessions with coverage beyond their transcript watermark (coverage written
+        before the transcript existed, or by the PHP extension), in session id order."""
+
+        def query(conn: Connection) -> list[str]:
+            rows = conn.exec_driver_sql(
+                "SELECT c.run_id FROM om_coverage AS c LEFT JOIN omray_transcript_through AS t"
+                " ON t.run_id = c.run_id GROUP BY c.run_id"
+                " HAVING max(c.source_end_seq) > coalesce(max(t.through_seq), 0) ORDER BY c.run_id LIMIT ?",
+                (limit,),
+            )
+            return [str(row[0]) for row in rows]
+
+        return self._run(query, [], ("om_coverage", schema.omray_transcript_through.name))
 
     def stored_coverage_part(self, coverage_key: str) -> CoveragePart | None:
         """The committed coverage part of ``coverage_key``, if any."""

@@ -350,6 +350,50 @@ omray_token_usage = Table(
 One row per loop (a retried part is spent again and counted again); ``usage_id`` makes a repeated
 write of one loop a no-op."""
 
+omray_transcript = Table(
+    "omray_transcript",
+    metadata,
+    Column("transcript_seq", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", Text, nullable=False, unique=True),
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("timestamp", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("content_hash", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    UniqueConstraint("run_id", "seq"),
+    CheckConstraint("seq >= 1"),
+    CheckConstraint(f"timestamp GLOB '{_OBSERVATION_TIMESTAMP_GLOB}'"),
+)
+"""The searchable text of every event the Observer was shown (user and assistant messages, tool calls
+and results), one row per event with text, written in the transaction of the coverage part that covers
+it (or backfilled from ``events.jsonl`` for coverage written without it). A copy of the session's
+events file, never its replacement: it keeps what the Observer covered findable by ``memory_search``
+whatever the Observer chose to write down. ``transcript_seq`` (append order) is the semantic index's
+cursor; ``event_id`` is the id ``recall`` takes."""
+
+omray_transcript_through = Table(
+    "omray_transcript_through",
+    metadata,
+    Column("run_id", Text, primary_key=True, nullable=False),
+    Column("through_seq", Integer, nullable=False),
+)
+"""Per session, the seq through which its covered events are in ``omray_transcript`` (coverage written
+before this table, or by the PHP extension, lies beyond it until the index job backfills it)."""
+
+omray_observation_ref = Table(
+    "omray_observation_ref",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("observation_id", Text, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq", "observation_id"),
+    sqlite_with_rowid=False,
+)
+"""Which observations cite each event of their own session (kept by triggers on ``om_observation``):
+a search hit in the transcript leads to the memory that covers it."""
+
 PHP_TABLES: tuple[Table, ...] = (
     om_observation,
     om_coverage,

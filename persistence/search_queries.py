@@ -60,11 +60,14 @@ from sqlalchemy import Connection, Row, text
 
 from persistence import schema
 from persistence.migrations import (
+    ALL_TAIL_INDEXES,
     OBSERVATION_ORDER_INDEX,
     OBSERVATION_TRIGRAM_TABLE,
     REFLECTION_ORDER_INDEX,
     REFLECTION_TRIGRAM_TABLE,
-    TAIL_INDEXES,
+    TRANSCRIPT_ORDER_INDEX,
+    TRANSCRIPT_SESSION_INDEX,
+    TRANSCRIPT_TRIGRAM_TABLE,
     trigram_supported,
 )
 from persistence.projection_queries import (
@@ -83,6 +86,7 @@ from persistence.queries import (
     _empty_candidate_set,
     observation_from_row,
     select_active_candidate_set,
+    select_covering_ids,
 )
 from persistence.read_connection import SnapshotReader
 from persistence.search_candidates import (
@@ -242,8 +246,25 @@ def newest_source_first(
     return tuple(ordered)
 
 
+@dataclass(frozen=True, slots=True)
+class TranscriptHit:
+    """The columns of an ``omray_transcript`` row that a search answer shows."""
+
+    event_id: str
+    """Event id (``protocol.identities.transcript_event_id``)."""
+    run_id: str
+    """Session."""
+    timestamp: str
+    """``YYYY-MM-DD HH:MM``."""
+    seq: int
+    """The event's seq."""
+    content: str
+    """Its text."""
+
+
 _OBSERVATION_HIT_COLUMNS: Final = "observation_id, run_id, timestamp, relevance, content"
 _REFLECTION_HIT_COLUMNS: Final = "reflection_id, run_id, created_at, content"
+_TRANSCRIPT_HIT_COLUMNS: Final = "event_id, run_id, timestamp, seq, content"
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +280,8 @@ class ExactSearchRows:
     """The plan that produced ``observations``."""
     reflection_strategy: UsedStrategy
     """The plan that produced ``reflections``."""
+    transcript: tuple[TranscriptHit, ...] = ()
+    """Matching transcript events (at most ``fetch_limit``)."""
 
     @property
     def strategy(self) -> UsedStrategy:
@@ -323,6 +346,17 @@ REFLECTION_SEARCH: Final = SearchTable(
 )
 """Exact-search names of ``om_reflection``."""
 
+TRANSCRIPT_SEARCH: Final = SearchTable(
+    schema.omray_transcript.name,
+    "event_id",
+    "timestamp",
+    TRANSCRIPT_TRIGRAM_TABLE,
+    TRANSCRIPT_ORDER_INDEX,
+    TRANSCRIPT_SESSION_INDEX,
+    _TRANSCRIPT_HIT_COLUMNS,
+)
+"""Exact-search names of ``omray_transcript`` (dated like observations)."""
+
 
 def trigram_phrase(query: str) -> str:
     """The FTS5 quoted-phrase query for a literal string (inner ``"`` doubled)."""
@@ -367,7 +401,7 @@ def can_prefilter(query: str, search: SearchTable, names: Collection[str]) -> bo
         return False
     if len(query) not in SHORT_QUERY_CHARACTERS:
         return True
-    return json_each_supported() and all(index in names for index in TAIL_INDEXES[search.table])
+    return json_each_supported() and all(index in names for index in ALL_TAIL_INDEXES[search.table])
 
 
 @functools.lru_cache(maxsize=1)
@@ -763,7 +797,7 @@ def _prefix_lookup(
 def _create_vocabularies(conn: sqlite3.Connection) -> None:
     """The trigram indexes' vocabulary tables, on a new read connection (1-2 character searches)."""
     if trigram_supported():
-        for names in (OBSERVATION_SEARCH, REFLECTION_SEARCH):
+        for names in (OBSERVATION_SEARCH, REFLECTION_SEARCH, TRANSCRIPT_SEARCH):
             conn.execute(vocabulary_ddl(names.trigram_table))
 
 
@@ -823,17 +857,49 @@ class SearchReader(MemoryReader):
                     TableSearch(conn, REFLECTION_SEARCH, spec, bounds), strategy, names, tuning
                 )
                 reflections = tuple(ReflectionHit(*row) for row in rows)
+            transcript: tuple[TranscriptHit, ...] = ()
+            if TRANSCRIPT_SEARCH.table in names:
+                bounds = (spec.observation_after, spec.observation_before)
+                rows, _ = search_table(
+                    TableSearch(conn, TRANSCRIPT_SEARCH, spec, bounds), strategy, names, tuning
+                )
+                transcript = tuple(TranscriptHit(*row) for row in rows)
             return ExactSearchRows(
                 observations=observations,
                 reflections=reflections,
                 observation_strategy=observation_strategy,
                 reflection_strategy=reflection_strategy,
+                transcript=transcript,
             )
 
         empty = ExactSearchRows(
             observations=(), reflections=(), observation_strategy="scan", reflection_strategy="scan"
         )
         return self._snapshots.run(query, empty)
+
+    def covering_observations(
+        self, events: Collection[tuple[str, int]]
+    ) -> dict[tuple[str, int], ObservationHit]:
+        """For transcript hits ``(session, seq)``, the observation covering each event
+        (:func:`persistence.queries.select_covering_ids`); events no observation covers are left out."""
+
+        def query(conn: Connection) -> dict[tuple[str, int], ObservationHit]:
+            chosen = select_covering_ids(conn, events)
+            ids = sorted(set(chosen.values()))
+            hits: dict[str, ObservationHit] = {}
+            for start in range(0, len(ids), 500):
+                batch = ids[start : start + 500]
+                marks = ", ".join("?" for _ in batch)
+                sql = (
+                    f"SELECT {_OBSERVATION_HIT_COLUMNS} FROM om_observation WHERE observation_id IN ({marks})"
+                )
+                for row in conn.exec_driver_sql(sql, tuple(batch)):
+                    hits[str(row[0])] = ObservationHit(*row)
+            return {event: hits[memory_id] for event, memory_id in chosen.items() if memory_id in hits}
+
+        if not events:
+            return {}
+        return self._run(query, {}, ("om_observation", "omray_observation_ref"))
 
     def projection(self, run_id: str) -> ProjectionRows:
         """The session's active reflections and observations as the projection shows them, in one snapshot.
@@ -902,6 +968,25 @@ class SearchReader(MemoryReader):
             return [reflection_from_row(row) for row in rows]
 
         return self._run(query, [], _REFLECTION_TABLES)
+
+    def find_events(self, run_id: str, event_id: str) -> list[tuple[str, int]]:
+        """``(event id, seq)`` of transcript events of ``run_id`` with this full id, or up to 3 whose id
+        starts with this prefix."""
+
+        def query(conn: Connection) -> list[tuple[str, int]]:
+            rows = _prefix_lookup(conn, schema.omray_transcript.name, "event_id", run_id, event_id)
+            return [(str(row.event_id), int(row.seq)) for row in rows]
+
+        return self._run(query, [], (schema.omray_transcript.name,))
+
+    def covering_ids(self, run_id: str, seq_start: int, seq_end: int) -> list[str]:
+        """The observations covering the events ``seq_start..seq_end`` of ``run_id``, in seq order."""
+
+        def query(conn: Connection) -> list[str]:
+            found = select_covering_ids(conn, [(run_id, seq) for seq in range(seq_start, seq_end + 1)])
+            return list(dict.fromkeys(found[key] for key in sorted(found)))
+
+        return self._run(query, [], ("om_observation", "omray_observation_ref"))
 
     def existing_observation_ids(self, run_id: str, observation_ids: Collection[str]) -> set[str]:
         """The subset of ``observation_ids`` that exist in session ``run_id``."""

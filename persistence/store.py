@@ -39,7 +39,7 @@ from persistence.projection_queries import render_dirty_projections
 from persistence.queries import select_coverage, select_generation
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, OmrayError, StorageError
-from protocol.identities import source_refs_json
+from protocol.identities import content_hash, source_refs_json, transcript_event_id
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
 from protocol.records import (
     ActivityRecord,
@@ -47,6 +47,7 @@ from protocol.records import (
     ObservationRecord,
     ReflectionRecord,
     TokenUsageRecord,
+    TranscriptEntry,
 )
 
 ClaimOutcome = Literal["claimed", "already_running", "already_succeeded", "conflict"]
@@ -293,20 +294,32 @@ class Store:
     # --- observer parts (reference §7.8, §4.4) ------------------------------------------------
 
     def commit_observer_part(
-        self, part: CoveragePart, observations: Sequence[ObservationRecord]
+        self,
+        part: CoveragePart,
+        observations: Sequence[ObservationRecord],
+        transcript: Sequence[TranscriptEntry] = (),
     ) -> PartCommit:
-        """Commit one chunk part: its observations and its coverage row, all or nothing.
+        """Commit one chunk part: its observations, the transcript rows of the events it covers and
+        its coverage row, all or nothing.
 
-        A compatible part already committed is a ``noop`` with the stored count; an incompatible
-        one raises ``ConflictError``. Zero observations is valid and still advances coverage.
+        A compatible part already committed is a ``noop`` with the stored count (its transcript rows
+        are still written if missing); an incompatible one raises ``ConflictError``. Zero
+        observations is valid and still advances coverage.
         """
         for observation in observations:
             if observation.run_id != part.run_id:
                 raise InvalidPayloadError(
                     f"observation {observation.observation_id!r} is not of session {part.run_id!r}"
                 )
+        for entry in transcript:
+            if entry.run_id != part.run_id or not part.source_start_seq <= entry.seq <= part.source_end_seq:
+                raise InvalidPayloadError(
+                    f"transcript seq {entry.seq} is not inside part {part.coverage_key!r} of {part.run_id!r}"
+                )
         with self.atomic():
             conn = self._conn()
+            self._insert_transcript(conn, transcript, part.covered_at)
+            self._advance_transcript(conn, part.run_id, part.source_start_seq, part.source_end_seq)
             existing = select_coverage(conn, part.coverage_key)
             if existing is not None:
                 return self._existing_part(existing, part, "digest mismatch")
@@ -333,6 +346,55 @@ class Store:
             return PartCommit(
                 status="inserted", coverage_key=part.coverage_key, observation_count=len(observations)
             )
+
+    def backfill_transcript(
+        self, run_id: str, entries: Sequence[TranscriptEntry], start_seq: int, through_seq: int, now: str
+    ) -> int:
+        """Write the transcript rows of ``start_seq..through_seq`` read again from the events file
+        (coverage written without them: before they existed, or by the PHP extension); rows already
+        there are kept. The session's transcript watermark moves to ``through_seq`` when the range
+        joins it. Returns the watermark."""
+        for entry in entries:
+            if entry.run_id != run_id or not start_seq <= entry.seq <= through_seq:
+                raise InvalidPayloadError(f"transcript seq {entry.seq} is not inside the backfilled range")
+        with self.atomic():
+            conn = self._conn()
+            self._insert_transcript(conn, entries, now)
+            return self._advance_transcript(conn, run_id, start_seq, through_seq)
+
+    @staticmethod
+    def _insert_transcript(conn: Connection, entries: Sequence[TranscriptEntry], now: str) -> None:
+        """Insert the rows not stored yet (an event keeps the text it was first covered with)."""
+        if not entries:
+            return
+        rows = [
+            {
+                "event_id": transcript_event_id(entry.run_id, entry.seq),
+                "run_id": entry.run_id,
+                "seq": entry.seq,
+                "event_type": entry.event_type,
+                "timestamp": entry.timestamp,
+                "content": entry.content,
+                "content_hash": content_hash(entry.content),
+                "created_at": now,
+            }
+            for entry in entries
+        ]
+        conn.execute(sqlite_insert(schema.omray_transcript).on_conflict_do_nothing(), rows)
+
+    @staticmethod
+    def _advance_transcript(conn: Connection, run_id: str, start_seq: int, end_seq: int) -> int:
+        """Move the session's transcript watermark to ``end_seq`` when ``start_seq`` joins it."""
+        table = schema.omray_transcript_through
+        current = conn.execute(select(table.c.through_seq).where(table.c.run_id == run_id)).scalar()
+        through = int(current or 0)
+        if start_seq > through + 1 or end_seq <= through:
+            return through
+        statement = sqlite_insert(table).values(run_id=run_id, through_seq=end_seq)
+        conn.execute(
+            statement.on_conflict_do_update(index_elements=[table.c.run_id], set_={"through_seq": end_seq})
+        )
+        return end_seq
 
     @staticmethod
     def _existing_part(existing: Row[Any], part: CoveragePart, reason: str) -> PartCommit:

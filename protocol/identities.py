@@ -198,6 +198,11 @@ def semantic_chunk_id(kind: str, memory_id: str, position: int, chunk_text: str)
     return sha256_hex(parent_key + "\\0" + str(position) + "\\0" + chunk_text)[:32]
 
 
+def transcript_event_id(run_id: str, seq: int) -> str:
+    """Id of one transcript event (64 hex): ``recall`` takes it like a memory id."""
+    return sha256_hex(canonical_json(["omray-transcript-event-v1", run_id, seq]))
+
+
 def is_observation_timestamp(value: str) -> bool:
     """True when ``value`` has the ``YYYY-MM-DD HH:MM`` form (format only, like the original)."""
     return bool(_TIMESTAMP_RE.match(value))

@@ -240,3 +240,18 @@ class TokenUsageRecord(TokenUsageTotal):
     """Session the work was for."""
     recorded_at: str
     """UTC ISO-8601 time of the write."""
+
+
+class TranscriptEntry(_Record):
+    """The searchable text of one covered event: one row of ``omray_transcript``."""
+
+    run_id: SessionId
+    """Session the event belongs to."""
+    seq: int = Field(ge=1)
+    """Seq of the event in its session."""
+    event_type: str = Field(min_length=1)
+    """The event's type (``agent_command_applied``, ``llm_step_completed``, ``tool_execution_end``, ...)."""
+    timestamp: str = Field(pattern=TIMESTAMP_PATTERN)
+    """Minute of the event, ``YYYY-MM-DD HH:MM`` (the clock observations are dated with)."""
+    content: str = Field(min_length=1)
+    """Its text, role-labelled (``User: ...``, ``Assistant: ...``, ``Tool result <name>: ...``)."""

@@ -10,7 +10,7 @@ have to satisfy :class:`Embedder` and :class:`Reranker`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal, Protocol
 
 from protocol.canonical import condense
@@ -18,10 +18,18 @@ from protocol.errors import OmrayError
 from protocol.identities import semantic_chunk_id
 from protocol.ids import display_id
 from protocol.settings import EmbeddingApiSettings
-from protocol.source_text import SourceExcerpt, already_held, source_chunk_id
+from protocol.source_text import SourceExcerpt, quoted_in
 
-MemoryKind = Literal["observation", "reflection"]
-"""The two kinds of memory that are indexed (reference §14.2)."""
+MemoryKind = Literal["observation", "reflection", "event"]
+"""What is indexed: the two kinds of memory (reference §14.2), and every covered event's text (the
+transcript, ``omray_transcript``), which is what keeps everything the Observer was shown findable."""
+
+EVENT_VECTOR_CHUNKS: Final[int] = 1
+"""Chunks of one event's text that get a vector (the rest are keyword-indexed only): a long tool
+output or answer costs one embedding, not one per kilobyte, so indexing stays O(events)."""
+EVENT_VECTOR_CHARS: Final[int] = 600
+"""Characters of an event chunk that its vector is computed from (about 128 tokens: the length the
+offline embedder was trained on); the keyword index and exact search see the whole text."""
 
 SemanticErrorCode = Literal[
     "index_building",
@@ -177,16 +185,23 @@ class MemoryChunk:
     text: str
     """Chunk text."""
     seq_start: int | None = None
-    """For a source chunk: first seq of the cited events it comes from (``None``: memory text)."""
+    """For a transcript chunk: the seq of its event (``None``: memory text)."""
     seq_end: int | None = None
-    """For a source chunk: last seq of the cited events it comes from."""
+    """For a transcript chunk: the seq of its event."""
+    embedded: bool = True
+    """Whether the chunk has a vector (every chunk is keyword-indexed)."""
 
     @property
     def excerpt(self) -> SourceExcerpt | None:
-        """The source excerpt of a source chunk; ``None`` for a chunk of memory text."""
+        """The source excerpt of a transcript chunk; ``None`` for a chunk of memory text."""
         if self.seq_start is None or self.seq_end is None:
             return None
         return SourceExcerpt(self.seq_start, self.seq_end, condense(self.text))
+
+    @property
+    def vector_text(self) -> str:
+        """The text its vector is computed from: a transcript chunk's first :data:`EVENT_VECTOR_CHARS`."""
+        return self.text[:EVENT_VECTOR_CHARS] if self.seq_start is not None else self.text
 
 
 def chunk_memory(kind: str, memory_id: str, content: str, rules: ChunkingRules) -> list[MemoryChunk]:
@@ -198,47 +213,67 @@ def chunk_memory(kind: str, memory_id: str, content: str, rules: ChunkingRules) 
     ]
 
 
+def chunk_event(event_id: str, seq: int, content: str, rules: ChunkingRules) -> list[MemoryChunk]:
+    """The chunks of one transcript event; only the first :data:`EVENT_VECTOR_CHUNKS` get a vector."""
+    key = parent_key("event", event_id)
+    return [
+        MemoryChunk(
+            semantic_chunk_id("event", event_id, position, text),
+            key,
+            position,
+            text,
+            seq,
+            seq,
+            embedded=position < EVENT_VECTOR_CHUNKS,
+        )
+        for position, text in enumerate(split_text(content, rules))
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class SourceMemory:
     """One canonical memory as indexed and returned by hybrid search (reference §14.2)."""
 
     kind: MemoryKind
-    """``observation`` or ``reflection``."""
+    """``observation``, ``reflection`` or ``event`` (a transcript event)."""
     memory_id: str
-    """Full 64-hex id."""
+    """Full 64-hex id (an event's is ``protocol.identities.transcript_event_id``)."""
     session_id: str
     """Session (run) the memory belongs to."""
     timestamp: str
-    """Observation ``timestamp`` (``YYYY-MM-DD HH:MM``) or reflection ``created_at`` (ISO-8601)."""
+    """Observation or event ``timestamp`` (``YYYY-MM-DD HH:MM``) or reflection ``created_at`` (ISO-8601)."""
     content: str
-    """Memory text."""
+    """Memory text (an event's searchable text)."""
     importance: str | None = None
-    """Observation relevance; ``None`` for reflections."""
+    """Observation relevance; ``None`` for reflections and events."""
     source_seqs: tuple[int, ...] = ()
-    """Seqs of the events of its own session that the memory cites (observations only)."""
+    """Seqs of the events of its own session that the memory cites (an event: its own seq)."""
 
     @property
     def parent_key(self) -> str:
         """``"<kind>:<id>"``."""
         return parent_key(self.kind, self.memory_id)
 
-    def chunks(self, rules: ChunkingRules) -> list[MemoryChunk]:
-        """The memory's current chunks of its own text."""
-        return chunk_memory(self.kind, self.memory_id, self.content, rules)
+    @property
+    def seq(self) -> int | None:
+        """An event's seq (``None`` for memories)."""
+        return self.source_seqs[0] if self.kind == "event" and self.source_seqs else None
 
-    def source_chunks(self, rules: ChunkingRules, texts: Mapping[int, str]) -> list[MemoryChunk]:
-        """Chunks of the cited events' text (``texts``: seq -> text); events whose text the memory
-        already holds verbatim are skipped (``protocol.source_text``)."""
-        key = self.parent_key
-        chunks: list[MemoryChunk] = []
-        for seq in self.source_seqs:
-            text = texts.get(seq, "")
-            if already_held(self.content, text):
-                continue
-            for position, piece in enumerate(split_text(text, rules)):
-                chunk_id = source_chunk_id(key, seq, position, piece)
-                chunks.append(MemoryChunk(chunk_id, key, position, piece, seq, seq))
-        return chunks
+    def chunks(self, rules: ChunkingRules, quoted_sources: Sequence[str] = ()) -> list[MemoryChunk]:
+        """The current chunks of its text. A memory chunk that only quotes one of ``quoted_sources``
+        (the texts of the events it cites) gets no vector of its own: the event's chunk carries that
+        meaning, and a hit on it leads back to the memory."""
+        if self.kind == "event":
+            return chunk_event(self.memory_id, self.seq or 0, self.content, rules)
+        chunks = chunk_memory(self.kind, self.memory_id, self.content, rules)
+        if not quoted_sources:
+            return chunks
+        return [
+            replace(chunk, embedded=False)
+            if any(quoted_in(chunk.text, source) for source in quoted_sources)
+            else chunk
+            for chunk in chunks
+        ]
 
 
 # ------------------------------------------------------------------------------- date filtering
@@ -292,8 +327,9 @@ class DateBounds:
         )
 
     def accepts(self, kind: str, timestamp: str) -> bool:
-        """Whether a memory of ``kind`` dated ``timestamp`` is inside the bounds (string compares)."""
-        if kind == "observation":
+        """Whether a memory of ``kind`` dated ``timestamp`` is inside the bounds (string compares; an
+        event is dated like an observation)."""
+        if kind in ("observation", "event"):
             after, before = self.observation_after, self.observation_before
         else:
             after, before = self.reflection_after, self.reflection_before
@@ -364,8 +400,9 @@ def rrf_fuse(
     return ordered[:limit]
 
 
-FusionMode = Literal["convex", "rrf"]
-"""How the vector and keyword rankings are fused: score-aware convex combination, or rank-only RRF."""
+FusionMode = Literal["convex", "rrf", "keyword"]
+"""How the vector and keyword rankings are fused: score-aware convex combination, rank-only RRF, or
+the keyword ranking alone (kept for comparison in ``omray bench recall``)."""
 CONVEX_VECTOR_WEIGHT: Final[float] = 0.5
 """Weight of the normalized vector score in the convex fusion (the keyword score gets the rest)."""
 
@@ -383,19 +420,22 @@ def convex_fuse(
     Unlike RRF it keeps how far apart the scores are: a chunk that BM25 scores far above the rest
     (a rare name, a number) is not levelled with the runner-up, and two nearly equal vector hits
     stay nearly equal. ``vector_scores`` are cosine similarities (clipped to 0..1), keyword scores
-    are divided by the best one (the theoretical minimum of both is 0, so no per-query min-max
-    stretches small differences). A chunk missing from a store scores 0 there. Ties keep the
-    better vector rank, then the keyword rank.
+    are divided by the best keyword hit's (the theoretical minimum of both is 0, so no per-query
+    min-max stretches small differences). The score maps may hold candidates the other list did
+    not rank: a keyword hit is scored by its true cosine, a vector hit by its true BM25; a
+    candidate with no score on a side gets 0 there. Ties keep the better vector rank, then the
+    keyword rank.
     """
-    vector = {item: min(1.0, max(0.0, vector_scores[item])) for item in vector_hits}
-    best = max((keyword_scores[item] for item in keyword_hits), default=0.0)
-    keyword = {item: keyword_scores[item] / best for item in keyword_hits} if best > 0 else {}
+    best = max((keyword_scores.get(item, 0.0) for item in keyword_hits), default=0.0)
     rank = {item: position for position, item in enumerate(vector_hits)}
     keyword_rank = {item: position for position, item in enumerate(keyword_hits)}
-    combined = {
-        item: weight * vector.get(item, 0.0) + (1 - weight) * keyword.get(item, 0.0)
-        for item in (*vector_hits, *keyword_hits)
-    }
+
+    def score(item: str) -> float:
+        cosine = min(1.0, max(0.0, vector_scores.get(item, 0.0)))
+        keyword = keyword_scores.get(item, 0.0) / best if best > 0 else 0.0
+        return weight * cosine + (1 - weight) * min(1.0, keyword)
+
+    combined = {item: score(item) for item in (*vector_hits, *keyword_hits)}
     missing = len(vector_hits) + len(keyword_hits)
     ordered = sorted(
         combined,
@@ -411,44 +451,57 @@ def apply_rerank(hits: Sequence[str], order: Sequence[int]) -> list[str]:
     return [hits[offset] for offset in order]
 
 
-def collapse_with_excerpts(
-    chunk_ids: Iterable[str],
+CoveringLookup = Callable[[Sequence[tuple[str, int]]], Mapping[tuple[str, int], SourceMemory]]
+"""``(session, seq)`` of transcript events -> the observation covering each (those without one left out)."""
+
+
+def collapse_hits(
+    chunk_ids: Sequence[str],
     parent_of: Mapping[str, str],
     memories: Mapping[str, SourceMemory],
     excerpts: Mapping[str, SourceExcerpt],
+    covering: CoveringLookup,
+    limit: int | None = None,
 ) -> list[tuple[SourceMemory, SourceExcerpt | None]]:
-    """Chunk hits to memories in hit order (first occurrence wins), each with its best source excerpt.
+    """Chunk hits to results in hit order (first occurrence wins), each with its excerpt.
 
-    A memory's excerpt is that of its best-ranked source-chunk hit (``excerpts``: chunk id ->
-    excerpt); ``None`` when only its own text matched. A memory whose only hits are excerpts
-    already returned under an earlier memory of the same session is left out (query-time
-    de-duplication of memories citing the same events).
+    A memory chunk stands for its memory; a transcript chunk for the observation that covers its
+    event (looked up in windows, as the walk needs them), else for the event itself, with the chunk
+    as the excerpt. With ``limit``, the walk stops once ``limit + 1`` results are found (the caller
+    tells ``truncated`` from the extra one).
     """
-    order: list[str] = []
-    best: dict[str, SourceExcerpt | None] = {}
-    own_text_hit: set[str] = set()
-    seen_sources: set[tuple[str, int, int, str]] = set()
-    novel: set[str] = set()
-    for chunk_id in chunk_ids:
-        key = parent_of.get(chunk_id)
-        memory = memories.get(key) if key is not None else None
-        if memory is None:
-            raise SemanticSearchError("semantic_search_failed", NO_CANONICAL_MEMORY_MESSAGE)
-        key = memory.parent_key
-        if key not in best:
-            order.append(key)
-            best[key] = None
-        excerpt = excerpts.get(chunk_id)
-        if excerpt is None:
-            own_text_hit.add(key)
-            continue
-        source = (memory.session_id, excerpt.seq_start, excerpt.seq_end, excerpt.text)
-        if source not in seen_sources:
-            seen_sources.add(source)
-            novel.add(key)
-        if best[key] is None:
-            best[key] = excerpt
-    return [(memories[key], best[key]) for key in order if key in own_text_hit or key in novel]
+    results: list[tuple[SourceMemory, SourceExcerpt | None]] = []
+    seen: set[str] = set()
+    resolved: dict[tuple[str, int], SourceMemory | None] = {}
+    window = max(16, 2 * (limit + 1)) if limit is not None else max(16, len(chunk_ids))
+    for start in range(0, len(chunk_ids), window):
+        batch = chunk_ids[start : start + window]
+        parents: list[SourceMemory] = []
+        for chunk_id in batch:
+            key = parent_of.get(chunk_id)
+            memory = memories.get(key) if key is not None else None
+            if memory is None:
+                raise SemanticSearchError("semantic_search_failed", NO_CANONICAL_MEMORY_MESSAGE)
+            parents.append(memory)
+        wanted = [
+            event
+            for memory in parents
+            if memory.kind == "event" and (event := (memory.session_id, memory.seq or 0)) not in resolved
+        ]
+        if wanted:
+            found = covering(list(dict.fromkeys(wanted)))
+            resolved.update((event, found.get(event)) for event in wanted)
+        for chunk_id, memory in zip(batch, parents, strict=True):
+            target = memory
+            if memory.kind == "event":
+                target = resolved.get((memory.session_id, memory.seq or 0)) or memory
+            if target.parent_key in seen:
+                continue
+            seen.add(target.parent_key)
+            results.append((target, excerpts.get(chunk_id)))
+            if limit is not None and len(results) > limit:
+                return results
+    return results
 
 
 def collapse_to_memories(
@@ -495,16 +548,26 @@ class Retrieval:
         return self.excerpts[position] if position < len(self.excerpts) else None
 
 
+EVENT_CONTENT_CHARS: Final[int] = 1200
+"""Characters of a transcript event shown as the ``content`` of an ``event`` result."""
+
+
 def memory_result_item(memory: SourceMemory, excerpt: SourceExcerpt | None = None) -> dict[str, object]:
     """One hybrid search result (reference §13.4); importance only for observations; ``source``
-    (``{seq_start, seq_end, excerpt}``) when the match was in the text of an event it cites."""
+    (``{seq_start, seq_end, excerpt}``) when the match was in the transcript: an event the memory
+    covers, or, for an ``event`` result (no memory covers it), the event itself."""
+    content = condense(memory.content)
+    if memory.kind == "event":
+        content = excerpt.text if excerpt is not None else content[:EVENT_CONTENT_CHARS]
+        if excerpt is None and memory.seq is not None:
+            excerpt = SourceExcerpt(memory.seq, memory.seq, content)
     item: dict[str, object] = {
         "kind": memory.kind,
         "session_id": memory.session_id,
         "id": memory.memory_id,
         "display_id": display_id(memory.memory_id),
         "timestamp": memory.timestamp,
-        "content": condense(memory.content),
+        "content": content,
     }
     if memory.kind == "observation":
         item["importance"] = memory.importance

@@ -13,7 +13,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -48,7 +48,7 @@ AGENT_HTTP_MAX_DURATION_SECONDS = 300
 BUILTIN_PROVIDER = "builtin"
 """Name of the provider that runs in-process with no network."""
 BUILTIN_MODEL = "builtin/extractive"
-"""The embedded default model (used by the demo)."""
+"""The embedded default model: used when the settings name no ``model`` (no network, no API key)."""
 BUILTIN_CONTEXT_WINDOW = 32768
 """Context window of the built-in model."""
 DEFAULT_PROVIDER_TIMEOUT_S = 300.0
@@ -392,9 +392,14 @@ def _min_score(reranker: Mapping[str, Any]) -> float | None:
     return float(value)
 
 
+DEFAULT_SEMANTIC_BLOCK: Final[Mapping[str, Any]] = {"embedding_api": {"model_id": BUILTIN_EMBEDDING_MODEL}}
+"""The ``semantic`` block used when the settings have no ``semantic`` key: hybrid search with the
+offline embedder, so a project with no settings file searches by meaning as well as by words."""
+
+
 def semantic_from_mapping(value: object) -> SemanticSettings | None:
-    """The ``semantic`` block (§14.1): ``None``/empty disables it; otherwise every rule, in order."""
-    if value is None or (isinstance(value, Mapping | list | tuple) and len(value) == 0):
+    """The ``semantic`` block (§14.1): ``None``, ``false`` or empty disables it; else every rule, in order."""
+    if value is None or value is False or (isinstance(value, Mapping | list | tuple) and len(value) == 0):
         return None
     if not isinstance(value, Mapping) or not isinstance(value.get("embedding_api"), Mapping):
         raise SettingsError(SEMANTIC_EMBEDDING_MESSAGE)
@@ -574,6 +579,11 @@ def _prices(value: object) -> PriceTable | None:
 def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     """Build settings from the ``observational_memory`` block (``None`` -> all defaults).
 
+    omray's defaults run with no network and no API key: no ``model`` means :data:`BUILTIN_MODEL`,
+    and no ``semantic`` key means hybrid search with the offline embedder
+    (:data:`DEFAULT_SEMANTIC_BLOCK`); ``semantic: null`` (or ``false``, or ``{}``) turns hybrid
+    search off, as in the original, where it was opt-in.
+
     Unknown keys are ignored, like the original; the original's ignored keys (``observer.model``,
     ``reflector.model``, ``*.thinking_level``, ``pools.reflections_max_tokens``,
     ``reflector.context_window_ratio``) have no effect.
@@ -590,7 +600,7 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     model = model.strip() if isinstance(model, str) else ""
     return OmSettings(
         database=database if isinstance(database, str) and database.strip() != "" else DEFAULT_DATABASE,
-        model=model or None,
+        model=model or BUILTIN_MODEL,
         context_window_ratio=_context_window_ratio(observer),
         renderer_version=_text_or_default(observer.get("renderer_version"), DEFAULT_VERSION),
         observer_schema_version=_text_or_default(observer.get("schema_version"), DEFAULT_VERSION),
@@ -601,7 +611,7 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
         observations_max_tokens=_php_int_at_least_one(
             pools.get("observations_max_tokens"), DEFAULT_OBSERVATIONS_MAX_TOKENS
         ),
-        semantic=semantic_from_mapping(data.get("semantic")),
+        semantic=semantic_from_mapping(data.get("semantic", DEFAULT_SEMANTIC_BLOCK)),
         providers=_providers_from_mapping(data.get("providers")),
         token_encoding=_token_encoding(data.get("tokens")),
         observe_after_tokens=_observer_int(observer, "observe_after_tokens", DEFAULT_OBSERVE_AFTER_TOKENS),

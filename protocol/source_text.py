@@ -1,14 +1,10 @@
-"""Source grounding of hybrid search: the searchable text of the events a memory cites (pure).
+"""The searchable text of session events (pure): what the transcript keeps findable.
 
-An observation is a lossy summary of the events it cites (``source_refs``). Hybrid search also
-indexes those events' text, chunked with the same rules as memory text (reference §14.3), as
-*source chunks* of the citing observation: a query that matches a detail the observation left out
-still finds the observation, and the hit carries the matching excerpt and its seq range. One id
-space is kept: every hit is a memory id that ``recall`` resolves.
-
-Only the cited events of the memory's own session are used, so an excerpt never crosses
-sessions. An event whose text the memory already holds verbatim adds nothing and is skipped, so
-a memory that keeps a short message whole costs no extra chunk.
+An observation is a lossy summary of the events it was shown. Every covered event that carries text
+(user and assistant messages, tool calls and results) is kept as a transcript row
+(``omray_transcript``) with the text rendered here, so ``memory_search`` finds it (exact or hybrid)
+whatever the Observer wrote down; a hit carries the matching excerpt and its seq range
+(:class:`SourceExcerpt`) and leads to the memory that covers the event.
 """
 
 from __future__ import annotations
@@ -18,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from protocol.canonical import condense, sha256_hex
+from protocol.canonical import condense
 from protocol.events import SessionEvent
 
-MAX_SOURCE_CHARS: Final[int] = 8000
-"""Characters of one event's text that are indexed (a huge tool output is cut, not skipped)."""
+MAX_SOURCE_CHARS: Final[int] = 65536
+"""Characters of one event's text that are kept for search (a huge tool output is cut, not skipped)."""
 
 _ROLE_NAMES: Final[dict[str, str]] = {"user": "User", "assistant": "Assistant", "tool": "Tool"}
 
@@ -119,21 +115,22 @@ def event_search_text(event: SessionEvent) -> str:
     return text[:MAX_SOURCE_CHARS]
 
 
-def _body(text: str) -> str:
-    """The text without its role label, condensed and lowercased (for containment checks)."""
-    _label, colon, rest = text.partition(": ")
-    return condense(rest if colon else text).lower()
+_LABEL_CHARS: Final[int] = 40
+"""Longest leading label (``User request``, ``Tool pytest failed``) taken off a memory before
+comparing it with event text."""
 
 
-def already_held(memory_content: str, source_text: str) -> bool:
-    """Whether the memory already holds the source text verbatim (whitespace and case aside)."""
-    body = _body(source_text)
-    return body == "" or body in condense(memory_content).lower()
+def _unlabelled(text: str) -> str:
+    """The text without a short leading ``Label: `` (a memory's or an event's role label)."""
+    label, colon, rest = text.partition(": ")
+    return rest if colon and len(label) <= _LABEL_CHARS and "\n" not in label else text
 
 
-def source_chunk_id(parent_key: str, seq: int, position: int, chunk_text: str) -> str:
-    """Id of one source chunk: 32 hex chars, distinct from memory-text chunk ids by its ``source`` tag."""
-    return sha256_hex("\\0".join((parent_key, "source", str(seq), str(position), chunk_text)))[:32]
+def quoted_in(memory_text: str, source_text: str) -> bool:
+    """Whether ``memory_text`` (without its label) is a verbatim quote of ``source_text`` (whitespace
+    and case aside): the memory then adds no meaning to the event's own text."""
+    body = condense(_unlabelled(memory_text)).lower()
+    return body != "" and body in condense(source_text).lower()
 
 
 def cited_seqs(refs: Sequence[Mapping[str, Any]], session_id: str) -> tuple[int, ...]:

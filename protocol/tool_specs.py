@@ -159,15 +159,20 @@ def drop_observations_spec() -> dict[str, Any]:
 def _search_texts(hybrid: bool) -> tuple[str, str, str]:
     if hybrid:
         return (
-            "Search past work in every session by meaning and by keywords at once; results come back "
-            "best match first, with their dates and session ids.",
+            "Search past work in every session by meaning and by keywords at once: the saved memories "
+            "and the transcript of everything observed (messages, tool calls and results). Results come "
+            "back best match first, with their dates and session ids; a match in the transcript gives the "
+            'memory that covers it with a "source" excerpt (seq range), or the event itself (kind '
+            '"event") when no memory covers it.',
             "Keywords, identifiers, phrases, concepts or a paraphrase of what you are looking for.",
             f"How many ranked results to return (default {MEMORY_SEARCH_DEFAULT_LIMIT}, "
             f"at most {MEMORY_SEARCH_MAX_LIMIT}).",
         )
     return (
-        "Search past work in every session for an exact piece of text; results come back newest first, "
-        "with their dates and session ids.",
+        "Search past work in every session for an exact piece of text, in the saved memories and in the "
+        "transcript of everything observed (messages, tool calls and results). Results come back newest "
+        "first, with their dates and session ids; a match in the transcript gives the memory that covers "
+        'it with a "source" excerpt (seq range), or the event itself (kind "event").',
         "One contiguous piece of text to match literally (case-insensitive), such as a file name, "
         "an identifier or an error code.",
         f"How many results to return (default {MEMORY_SEARCH_DEFAULT_LIMIT}, "
@@ -247,14 +252,13 @@ def recall_spec() -> dict[str, Any]:
     parameters = {
         "type": "object",
         "additionalProperties": False,
-        "required": ["id"],
         "properties": {
             "id": {
                 "type": "string",
                 "pattern": "^[a-f0-9]{12,64}$",
-                "description": "Full lowercase hex observation or reflection id, or a unique 12–64 character "
-                "prefix from compacted memory, /om-view, memory_search, or a previous recall result. "
-                "Not a topic search.",
+                "description": "Full lowercase hex id of an observation, reflection or transcript event, "
+                "or a unique 12–64 character prefix from compacted memory, /om-view, memory_search, or a "
+                "previous recall result. Not a topic search.",
             },
             "session_id": {
                 "type": "string",
@@ -262,12 +266,25 @@ def recall_spec() -> dict[str, Any]:
                 "description": "Optional originating session id from memory_search. Omit to keep "
                 "current-session recall.",
             },
+            "seq_start": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Instead of an id: the first seq of a range of the session's events to read "
+                "(a memory_search result's source.seq_start).",
+            },
+            "seq_end": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "With seq_start: the last seq of the range (default seq_start; at most "
+                "100 events).",
+            },
         },
     }
     return _function(
         RECALL,
         "Fetch one memory by id with the exact events it came from: its full text, its sources and, for a "
-        "reflection, the observations behind it.",
+        "reflection, the observations behind it. A transcript event's id (or a seq range of a session) "
+        "gives those events and the observations that cover them. Pass id, or seq_start.",
         parameters,
     )
 
@@ -328,11 +345,11 @@ _SEARCH_COMMON_FIRST = (
 _SEARCH_COMMON_LAST = (
     "An empty result does not prove something never happened; it may have been phrased differently.",
     "Observation results carry the importance rated when they were recorded; weigh them accordingly.",
-    "memory_search looks only at saved memory text, not at files, code or the live conversation.",
+    "memory_search reads saved memory and the observed transcript, not files, code or unobserved turns.",
 )
 
 _RECALL_GUIDANCE: tuple[str, ...] = (
-    "Recall an id you already have, from compacted memory, /om-view, memory_search or an earlier recall.",
+    "Recall an id (or a result's source seq range) from compacted memory, /om-view, memory_search or recall.",
     "Use recall when you need the exact wording, the reasons or the source events behind a memory.",
     "Use recall when the user asks where a remembered fact came from.",
     "Observation results carry the importance rated when they were recorded; weigh them accordingly.",

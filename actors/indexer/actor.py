@@ -6,16 +6,42 @@ settings and to the database's StoreActor (the only writer of the index state ro
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from actors.indexer.schedule import schedule_index
+from actors.indexer.schedule import events_path, schedule_index
 from actors.models.clients import worker_clients
 from actors.models.embeddings import embedder_for
-from actors.worker import RoleActor, WorkerContext
+from actors.observer.transcript import backfill_transcript
+from actors.worker import RoleActor, WorkerContext, local_now, utc_now
+from persistence.events_reader import read_event_window
+from persistence.queries import MemoryReader
 from persistence.semantic import JOB_BATCHES, SemanticIndex
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.settings import settings_from_mapping
+
+BACKFILL_SESSIONS = 8
+"""Sessions whose transcript one index job backfills at most (a continuation does the rest)."""
+
+
+def backfill_transcripts(db_path: str, events_root: str | None, store: Any) -> int:
+    """Backfill the transcript of up to :data:`BACKFILL_SESSIONS` sessions whose coverage is ahead of
+    it (a database observed before the transcript existed); needs the events root. Returns how many
+    sessions it backfilled."""
+    if events_root is None:
+        return 0
+    reader = MemoryReader(db_path)
+    sessions = reader.transcript_lagging_sessions(BACKFILL_SESSIONS)
+    now_local, now_utc = local_now(), utc_now()
+    for session_id in sessions:
+        path = events_path(events_root, session_id)
+        if path is None:
+            continue
+        backfill_transcript(
+            session_id, reader, store, functools.partial(read_event_window, path), now_local, now_utc
+        )
+    return len(sessions)
 
 
 def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
@@ -33,10 +59,11 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
         return {"status": "semantic_not_configured"}
     store = context.store_for(job.db_path)
     store.ping()
-    index = SemanticIndex(job.db_path, settings.semantic, state_writer=store, events_root=job.events_root)
+    backfilled = backfill_transcripts(job.db_path, job.events_root, store)
+    index = SemanticIndex(job.db_path, settings.semantic, state_writer=store)
     result = index.synchronize(embedder_for(settings.semantic, worker_clients()), batches=JOB_BATCHES)
     continuation = None
-    if not result.complete:
+    if not result.complete or backfilled >= BACKFILL_SESSIONS:
         continuation = schedule_index(
             context.dispatch, settings.semantic, job.db_path, job.run_id, job.settings, job.events_root
         )
@@ -46,6 +73,7 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
         "source_memories": result.source_memories,
         "embedded_chunks": result.embedded_chunks,
         "rebuilt": result.rebuilt,
+        "transcripts_backfilled": backfilled,
         "continuation_job_id": continuation,
     }
 

@@ -19,6 +19,13 @@ def events_root_of(events_path: str, session_id: str) -> str | None:
     return str(path.parent.parent)
 
 
+def events_path(root: str, session_id: str) -> Path | None:
+    """``<root>/<session>/events.jsonl``, or ``None`` for a session id that is not a plain name."""
+    if session_id in ("", ".", "..") or any(mark in session_id for mark in ("/", "\\", "\0")):
+        return None
+    return Path(root) / session_id / "events.jsonl"
+
+
 def index_job(
     db_path: str, run_id: str, settings_block: Mapping[str, Any], events_root: str | None = None
 ) -> JobEnvelope:

@@ -28,6 +28,7 @@ from actors.models.usage import record_loop_usage
 from actors.observer.blocks import build_source_blocks, empty_source_block
 from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
 from actors.observer.tool import RecordObservationsHandler
+from actors.observer.transcript import backfill_transcript, entries_in, transcript_entries
 from actors.observer.trigger import Defer, ObserveNow, TriggerPolicy, decide_observe
 from actors.reflector.core import CandidatePool, RequestLocalIdMap, threshold_check
 from protocol.canonical import canonical_json, sha256_hex
@@ -35,7 +36,13 @@ from protocol.errors import ConflictError, OmrayError
 from protocol.events import EventWindow
 from protocol.identities import signalled_observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob
-from protocol.records import ActiveReflection, ActivityRecord, CoveragePart, ObservationRecord
+from protocol.records import (
+    ActiveReflection,
+    ActivityRecord,
+    CoveragePart,
+    ObservationRecord,
+    TranscriptEntry,
+)
 from protocol.settings import AGENT_HTTP_MAX_DURATION_SECONDS, OBSERVER_MAX_TOOL_CALLS, OmSettings
 from protocol.tool_specs import record_observations_spec
 
@@ -68,18 +75,28 @@ class MemoryPort(Protocol):
     def stored_coverage_part(self, coverage_key: str) -> CoveragePart | None: ...
     def active_generation(self, run_id: str) -> Any: ...
     def generation_exists_for_set(self, run_id: str, observation_set_hash: str) -> bool: ...
+    def transcript_through(self, run_id: str) -> int: ...
+    def covered_end(self, run_id: str) -> int: ...
 
 
 class StorePort(Protocol):
     """The writes the Observer makes (through the database's StoreActor)."""
 
-    def commit_observer_part(self, part: CoveragePart, observations: Sequence[ObservationRecord]) -> Any: ...
+    def commit_observer_part(
+        self,
+        part: CoveragePart,
+        observations: Sequence[ObservationRecord],
+        transcript: Sequence[TranscriptEntry] = (),
+    ) -> Any: ...
     def upsert_activity(self, activity: ActivityRecord) -> None: ...
     def clear_activity(self, run_id: str, job_id: str) -> bool: ...
     def pin_observe_start(
         self, plan_key: str, run_id: str, job_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
     ) -> int: ...
     def release_observe_start(self, plan_key: str) -> bool: ...
+    def backfill_transcript(
+        self, run_id: str, entries: Sequence[TranscriptEntry], start_seq: int, through_seq: int, now: str
+    ) -> int: ...
 
 
 @dataclass
@@ -184,9 +201,23 @@ def read_range(job: ObserveBoundaryJob, ports: ObserverPorts, start: int) -> Eve
     return window
 
 
+@dataclass(frozen=True)
+class ObservePlan:
+    """The parts of one observe run and the transcript rows of the events they cover."""
+
+    parts: list[ChunkPart]
+    """Normalized parts, in order."""
+    transcript: list[TranscriptEntry]
+    """One row per event of the range that carries text, in seq order."""
+
+    def transcript_of(self, part: ChunkPart) -> list[TranscriptEntry]:
+        """The rows of the events ``part`` covers (the parts of one chunk share its range)."""
+        return entries_in(self.transcript, part.source_start_seq, part.source_end_seq)
+
+
 def plan_parts(
     job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts, start: int, context_window: int
-) -> list[ChunkPart]:
+) -> ObservePlan:
     """Render and pack the range ``start..terminal_end_seq`` into normalized parts.
 
     The memory context is the memory as it was before ``start``: active reflections and the active
@@ -219,7 +250,9 @@ def plan_parts(
         observer_schema_version=job.observer_schema_version,
         count_tokens=ports.count_tokens,
     )
-    return normalize_coverage(parts, start, job.terminal_end_seq)
+    return ObservePlan(
+        normalize_coverage(parts, start, job.terminal_end_seq), transcript_entries(events, ports.now_local())
+    )
 
 
 def _replayable(parts: Sequence[ChunkPart], ports: ObserverPorts, covered: int) -> bool:
@@ -298,6 +331,10 @@ def observe_through(
 def _observe(
     job: ObserveBoundaryJob, job_id: str, settings: OmSettings, ports: ObserverPorts
 ) -> ObserveResult:
+    # Coverage committed before the transcript existed gets its rows first (a no-op afterwards).
+    backfill_transcript(
+        job.run_id, ports.memory, ports.store, ports.read_events, ports.now_local(), ports.now_utc()
+    )
     covered = ports.memory.contiguous_covered_end(
         job.run_id, job.renderer_version, job.observer_schema_version
     )
@@ -318,8 +355,8 @@ def _observe(
     model = settings.require_model()
     chat_model, context_window = ports.resolve_model(model)
     plan_start = _pinned_start(job, job_id, ports, start)
-    parts = plan_parts(job, settings, ports, plan_start, context_window)
-    if plan_start < start and not _replayable(parts, ports, start - 1):
+    plan = plan_parts(job, settings, ports, plan_start, context_window)
+    if plan_start < start and not _replayable(plan.parts, ports, start - 1):
         # The plan changed since the first attempt (another context window, a rewritten file): what is
         # committed stays, and the rest is planned from the coverage end.
         logger.warning(
@@ -327,7 +364,8 @@ def _observe(
             extra={"run_id": job.run_id, "job_id": job_id, "pinned_start": plan_start, "start": start},
         )
         plan_start = start
-        parts = plan_parts(job, settings, ports, start, context_window)
+        plan = plan_parts(job, settings, ports, start, context_window)
+    parts = plan.parts
     result = ObserveResult(
         status="noop",
         source_start_seq=plan_start,
@@ -367,7 +405,9 @@ def _observe(
             recorded_at=covered_at,
         )
         records = handler.to_records(part, covered_at)
-        commit = ports.store.commit_observer_part(part.to_coverage_part(covered_at), records)
+        commit = ports.store.commit_observer_part(
+            part.to_coverage_part(covered_at), records, plan.transcript_of(part)
+        )
         result.parts_committed += 1
         result.observations += int(getattr(commit, "observation_count", len(records)))
         result.model_rounds += loop.rounds

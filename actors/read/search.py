@@ -76,6 +76,55 @@ class SearchedReflection(Protocol):
     def content(self) -> str: ...
 
 
+class SearchedEvent(Protocol):
+    """What a search answer shows of a transcript event (a slim search hit)."""
+
+    @property
+    def event_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def timestamp(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def content(self) -> str: ...
+
+
+EXCERPT_CHARS: Final[int] = 600
+"""Characters of transcript text an exact hit's excerpt shows around the match."""
+
+
+def excerpt_around(content: str, query: str, width: int = EXCERPT_CHARS) -> str:
+    """About ``width`` characters of ``content`` around the first match of ``query`` (ASCII case
+    folded, as ``LIKE`` folds it), whitespace condensed; the start of the text when it is not found."""
+    flags = re.IGNORECASE | re.ASCII
+    found = re.search(re.escape(query), content, flags) if query else None
+    if found is None:
+        return condense(content[:width])
+    room = max(0, width - (found.end() - found.start())) // 2
+    start = max(0, found.start() - room)
+    return condense(content[start : start + width])
+
+
+def source_item(seq: int, excerpt: str) -> ToolResult:
+    """The ``source`` field of a hit in the transcript: where the matching text is."""
+    return {"seq_start": seq, "seq_end": seq, "excerpt": excerpt}
+
+
+def event_search_item(event: SearchedEvent, excerpt: str) -> ToolResult:
+    """A transcript hit that no observation covers: the event itself (``recall`` takes its id)."""
+    return {
+        "kind": "event",
+        "session_id": event.run_id,
+        "id": event.event_id,
+        "display_id": display_id(event.event_id),
+        "timestamp": event.timestamp,
+        "content": excerpt,
+        "source": source_item(event.seq, excerpt),
+    }
+
+
 def error_result(code: str, message: str) -> ToolResult:
     """An error answer in the shape every tool uses."""
     return {"ok": False, "error": code, "message": message}
@@ -460,24 +509,42 @@ def merge_search_results(
     limit: int,
     observation_rows: Iterable[SearchedObservation],
     reflection_rows: Iterable[SearchedReflection],
+    transcript_rows: Sequence[SearchedEvent] = (),
+    covering: Mapping[tuple[str, int], SearchedObservation] | None = None,
 ) -> ToolResult:
-    """Merge both tables' hits: newest first, then observations before reflections, then in the
-    order each table's rows come (observations of one minute in source order, the latest first;
-    reflections by id: ``persistence.search_queries.ExactSearchRows``).
+    """Merge the tables' hits: newest first, then events, observations, reflections, each kind in the
+    order its rows come (observations of one minute in source order, the latest first; reflections
+    by id: ``persistence.search_queries.ExactSearchRows``; observations standing for a transcript
+    hit after the observation hits).
 
-    ``truncated`` says more hits existed than ``limit``; each table should be fetched with
-    ``LIMIT limit + 1`` so that it can be told.
+    A transcript hit stands for the observation covering its event (``covering``), with a
+    ``source`` excerpt around the match, unless that observation is already a hit; an event no
+    observation covers is its own ``event`` hit. ``truncated`` says more hits existed than
+    ``limit``; each table should be fetched with ``LIMIT limit + 1`` so that it can be told.
     """
     items = [observation_search_item(row) for row in observation_rows]
     items.extend(reflection_search_item(row) for row in reflection_rows)
-    # Stable sort: equal times keep observations first, each table in its own order.
+    shown = {str(item["id"]) for item in items}
+    for event in transcript_rows:
+        excerpt = excerpt_around(event.content, query)
+        cover = (covering or {}).get((event.run_id, event.seq))
+        if cover is None:
+            item = event_search_item(event, excerpt)
+        elif cover.observation_id in shown:
+            continue
+        else:
+            item = {**observation_search_item(cover), "source": source_item(event.seq, excerpt)}
+        shown.add(str(item["id"]))
+        items.append(item)
+    # Stable sorts: equal times keep the kind order, each kind in the order its rows came.
+    items.sort(key=lambda item: str(item["kind"]))
     items.sort(key=lambda item: sort_key(str(item["timestamp"])), reverse=True)
     results = items[:limit]
     return {
         "ok": True,
         "query": query,
         "limit": limit,
-        "truncated": len(items) > limit,
+        "truncated": len(items) > limit or len(transcript_rows) > limit,
         "count": len(results),
         "results": results,
     }
@@ -549,14 +616,28 @@ INVALID_SESSION_ID_MESSAGE: Final[str] = "session_id must be a non-empty session
 """Message of every ``invalid_session_id`` answer."""
 
 
+RECALL_MAX_EVENTS: Final[int] = 100
+"""Longest seq range one ``recall`` by range returns."""
+
+INVALID_SEQ_RANGE_MESSAGE: Final[str] = (
+    f"seq_start must be an integer >= 1 and seq_end, when given, an integer from seq_start to "
+    f"seq_start + {RECALL_MAX_EVENTS - 1}."
+)
+"""Message of every ``invalid_seq_range`` answer."""
+
+
 @dataclass(frozen=True, slots=True)
 class RecallRequest:
-    """A validated ``recall`` request."""
+    """A validated ``recall`` request: a memory or event id, or a seq range of the session."""
 
     memory_id: str
-    """Lowercase hex id or prefix, 12..64 characters."""
+    """Lowercase hex id or prefix, 12..64 characters (``""`` for a seq range)."""
     session_id: str
     """Session searched: the given ``session_id`` or the current session."""
+    seq_start: int | None = None
+    """First seq of a range recall (``None``: recall by id)."""
+    seq_end: int | None = None
+    """Last seq of a range recall."""
 
     @property
     def is_full_id(self) -> bool:
@@ -569,23 +650,32 @@ def validate_recall_arguments(
 ) -> RecallRequest | ToolResult:
     """Validate ``recall`` arguments; recall stays in the current session unless ``session_id`` is given."""
     raw_id = arguments.get("id")
-    if not isinstance(raw_id, str):
+    ranged = "seq_start" in arguments and raw_id is None
+    if not ranged and not isinstance(raw_id, str):
         return error_result("invalid_id", INVALID_ID_MESSAGE)
     raw_session = arguments.get("session_id")
     if raw_session is not None and not _is_text(raw_session):
         return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
-    memory_id = php_trim(raw_id).lower()
-    if not _MEMORY_ID.match(memory_id):
+    memory_id = "" if ranged else php_trim(str(raw_id)).lower()
+    if not ranged and not _MEMORY_ID.match(memory_id):
         return error_result("invalid_id", INVALID_ID_MESSAGE)
     target = current_session_id
     if raw_session is not None:
         target = php_trim(raw_session)
         if target == "":
             return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
-    return RecallRequest(memory_id=memory_id, session_id=target)
+    if not ranged:
+        return RecallRequest(memory_id=memory_id, session_id=target)
+    start, end = arguments.get("seq_start"), arguments.get("seq_end", arguments.get("seq_start"))
+    if not (_is_int(start) and _is_int(end)):
+        return error_result("invalid_seq_range", INVALID_SEQ_RANGE_MESSAGE)
+    assert isinstance(start, int) and isinstance(end, int)
+    if start < 1 or not start <= end < start + RECALL_MAX_EVENTS:
+        return error_result("invalid_seq_range", INVALID_SEQ_RANGE_MESSAGE)
+    return RecallRequest(memory_id="", session_id=target, seq_start=start, seq_end=end)
 
 
-def recall_ambiguous(kind: Literal["observation", "reflection"], session_id: str) -> ToolResult:
+def recall_ambiguous(kind: Literal["observation", "reflection", "event"], session_id: str) -> ToolResult:
     """Answer for a prefix that matches several memories of one kind."""
     return error_result(
         "ambiguous_id",
@@ -597,7 +687,7 @@ def recall_not_found(memory_id: str, session_id: str) -> ToolResult:
     """Answer for an id that matches nothing in the target session."""
     return error_result(
         "not_found",
-        f"No observation or reflection with id {memory_id!r} in session {session_id!r}. "
+        f"No observation, reflection or transcript event with id {memory_id!r} in session {session_id!r}. "
         "For a memory from another session, pass the session_id that memory_search returned.",
     )
 
@@ -764,6 +854,34 @@ def observation_recall_result(
         "source_refs": source_refs,
         "events": hydrate_events(events, source_refs, session_id),
     }
+
+
+def event_recall_result(
+    session_id: str,
+    seq_start: int,
+    seq_end: int,
+    events: Iterable[Mapping[str, object]],
+    event_id: str | None = None,
+    covering: Sequence[str] = (),
+) -> ToolResult:
+    """Recall answer for transcript events: one event by its id, or a seq range of the session.
+
+    ``events`` are those read for the range; ``covering`` the ids of the observations that cover
+    it (``recall`` each for what the Observer wrote down).
+    """
+    refs = [{"run_id": session_id, "seq": seq} for seq in range(seq_start, seq_end + 1)]
+    answer: ToolResult = {"ok": True, "kind": "event", "session_id": session_id}
+    if event_id is not None:
+        answer["id"] = event_id
+    answer.update(
+        {
+            "seq_start": seq_start,
+            "seq_end": seq_end,
+            "covered_by": list(covering),
+            "events": hydrate_events(events, refs, session_id),
+        }
+    )
+    return answer
 
 
 def supporting_observations_in_session(

@@ -29,6 +29,7 @@ from actors.read.search import (
     SearchRequest,
     ToolResult,
     error_result,
+    event_recall_result,
     hydration_range,
     json_safe,
     merge_search_results,
@@ -211,8 +212,12 @@ def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrate
         reflection_before=request.reflection_before,
         sessions=request.sessions,
     )
-    rows = reader_for(db_path).exact_search(spec, strategy)
-    return merge_search_results(request.query, request.limit, rows.observations, rows.reflections)
+    reader = reader_for(db_path)
+    rows = reader.exact_search(spec, strategy)
+    covering = reader.covering_observations([(event.run_id, event.seq) for event in rows.transcript])
+    return merge_search_results(
+        request.query, request.limit, rows.observations, rows.reflections, rows.transcript, covering
+    )
 
 
 HYBRID_UNAVAILABLE_MESSAGE = (
@@ -220,6 +225,10 @@ HYBRID_UNAVAILABLE_MESSAGE = (
     "use mode 'exact' or leave mode out."
 )
 """Message of the ``hybrid_unavailable`` answer."""
+
+
+AUTO_EXACT_WHEN: frozenset[object] = frozenset({"index_building", "index_busy"})
+"""Hybrid answers for which ``mode: "auto"`` answers with exact search instead (visibly)."""
 
 
 def scoped_hybrid_search(hybrid_search: HybridSearch, request: SearchRequest) -> ToolResult:
@@ -246,8 +255,10 @@ def memory_search(
 
     ``hybrid_search`` is hybrid mode (reference §13.4), present when ``semantic`` is configured.
     ``mode`` ``auto`` uses it when present, else exact search; ``exact`` always searches exactly;
-    ``hybrid`` without it is a ``hybrid_unavailable`` answer. Hybrid search never falls back to
-    exact search. ``session_id`` is the calling session (``scope: "session"``). ``interrupt`` is
+    ``hybrid`` without it is a ``hybrid_unavailable`` answer. ``hybrid`` never falls back to exact
+    search; ``auto`` does while the index is not ready (``index_building``, ``index_busy``), and its
+    answer then says ``"mode": "exact"`` and ``"hybrid_unavailable": <the code>``. Every other
+    hybrid failure stays an error answer. ``session_id`` is the calling session (``scope: "session"``). ``interrupt`` is
     checked before the call starts and before the database is opened.
     """
     try:
@@ -261,7 +272,13 @@ def memory_search(
     if request.mode == "hybrid" and hybrid_search is None:
         return error_result("hybrid_unavailable", HYBRID_UNAVAILABLE_MESSAGE)
     if request.mode != "exact" and hybrid_search is not None:
-        return scoped_hybrid_search(hybrid_search, request)
+        answer = scoped_hybrid_search(hybrid_search, request)
+        if request.mode == "auto" and answer.get("error") in AUTO_EXACT_WHEN:
+            # The index is not ready (never built, rebuilding, busy): ``auto`` answers with exact
+            # search, and says so, rather than with no results. ``mode: "hybrid"`` keeps the error.
+            exact = exact_search(db_path, request)
+            return {**exact, "mode": "exact", "hybrid_unavailable": answer.get("error")}
+        return answer
     return exact_search(db_path, request)
 
 
@@ -318,9 +335,12 @@ def _recall_lookup(
     session_id: str,
     memory_id: str,
     interrupt: ToolInterrupt,
+    seq_range: tuple[int, int] | None = None,
 ) -> ToolResult:
     checkpoint(interrupt, "before database open")
     reader = reader_for(db_path)
+    if memory_id == "" and seq_range is not None:
+        return _recall_events(reader, events_path_for, session_id, seq_range, None, interrupt)
     checkpoint(interrupt, "before observation lookup")
     observations = reader.find_observations(session_id, memory_id)
     if len(observations) > 1:
@@ -333,7 +353,30 @@ def _recall_lookup(
         return recall_ambiguous("reflection", session_id)
     if reflections:
         return _recall_reflection(reader, reflections[0], session_id, events_path_for, interrupt)
+    checkpoint(interrupt, "before event lookup")
+    events = reader.find_events(session_id, memory_id)
+    if len(events) > 1:
+        return recall_ambiguous("event", session_id)
+    if events:
+        event_id, seq = events[0]
+        return _recall_events(reader, events_path_for, session_id, (seq, seq), event_id, interrupt)
     return recall_not_found(memory_id, session_id)
+
+
+def _recall_events(
+    reader: SearchReader,
+    events_path_for: EventsPathFor,
+    session_id: str,
+    seq_range: tuple[int, int],
+    event_id: str | None,
+    interrupt: ToolInterrupt,
+) -> ToolResult:
+    start, end = seq_range
+    covering = reader.covering_ids(session_id, start, end)
+    refs: list[ToolResult] = [{"run_id": session_id, "seq": seq} for seq in range(start, end + 1)]
+    checkpoint(interrupt, "before event hydration")
+    events = _read_events(events_path_for(session_id), refs, interrupt)
+    return event_recall_result(session_id, start, end, events, event_id, covering)
 
 
 def recall(
@@ -358,7 +401,12 @@ def recall(
         request = validate_recall_arguments(arguments, current_session_id)
         if isinstance(request, dict):
             return request
-        result = _recall_lookup(db_path, events_path_for, request.session_id, request.memory_id, interrupt)
+        seq_range = None
+        if request.seq_start is not None and request.seq_end is not None:
+            seq_range = (request.seq_start, request.seq_end)
+        result = _recall_lookup(
+            db_path, events_path_for, request.session_id, request.memory_id, interrupt, seq_range
+        )
     except Interrupted as stop:
         return stop.answer
     except (EventsFileError, EventsUnreadableError) as exc:

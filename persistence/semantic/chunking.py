@@ -1,10 +1,14 @@
-"""Planning one indexing batch: which memories' chunks to embed next (reference §14.3, §14.4).
+"""Planning one indexing batch: which chunks to index next (reference §14.3, §14.4).
 
-Memories are taken per table in ``rowid`` order after the cursors; a memory already indexed with
-the same content digest only moves the cursor; a memory is added whole or, when it does not fit
-the batch, its first chunks are embedded and it is completed by the next batch. A memory's chunks
-are those of its own text followed by its source chunks (the cited events' text, when an events
-root is known: :mod:`persistence.semantic.source_events`).
+Rows are taken per table (observations, reflections, transcript events) in ``rowid`` order after
+the cursors; a row already indexed with the same content digest only moves the cursor; a row is
+added whole or, when it does not fit the batch, its first chunks are indexed and it is completed by
+the next batch. The batch is bounded by the chunks that need a vector (the embedding work) and, at
+eight times that, by all chunks (the keyword index and manifest work).
+
+Every chunk is keyword-indexed; the vector side gets an event's first chunk
+(:data:`protocol.semantic.EVENT_VECTOR_CHUNKS`) and every memory chunk except one that only quotes
+an event it cites (that event's chunk carries its meaning, and a hit on it leads to the memory).
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from persistence.semantic.manifest import Manifest
-from persistence.semantic.source_events import SourceEvents
 from persistence.semantic.sources import (
     KINDS,
     SemanticSourceReader,
@@ -42,57 +45,69 @@ class BatchPlan:
     memories_read: int = 0
     memories_chunked: int = 0
 
+    @property
+    def embedded(self) -> int:
+        """Chunks of the batch that need a vector."""
+        return sum(1 for chunk in self.chunks if chunk.embedded)
+
+
+CHUNKS_PER_VECTOR: int = 8
+"""Bound of a batch's chunks per chunk that needs a vector (keyword-only chunks are cheap, not free)."""
+
+
+def _full(plan: BatchPlan, size: int) -> bool:
+    return plan.embedded >= size or len(plan.chunks) >= size * CHUNKS_PER_VECTOR
+
 
 def collect(
-    reader: SemanticSourceReader,
-    manifest: Manifest,
-    plan: BatchPlan,
-    size: int,
-    rules: ChunkingRules,
-    sources: SourceEvents | None = None,
+    reader: SemanticSourceReader, manifest: Manifest, plan: BatchPlan, size: int, rules: ChunkingRules
 ) -> None:
-    """Fill ``plan`` with the next chunks after the cursors; stop before a memory that does not fit."""
+    """Fill ``plan`` with the next chunks after the cursors; stop before a row that does not fit."""
     for kind in KINDS:
-        while len(plan.chunks) < size:
+        while not _full(plan, size):
             rows = reader.rows_after(kind, plan.cursors[kind], size)
             plan.memories_read += len(rows)
             if not rows:
                 break
             for row in rows:
-                if not _take(manifest, plan, row, size, rules, sources):
+                if not _take(reader, manifest, plan, row, size, rules):
                     return
-            if len(plan.chunks) >= size:
+            if _full(plan, size):
                 return
-        if len(plan.chunks) >= size:
+        if _full(plan, size):
             return
 
 
 def _take(
+    reader: SemanticSourceReader,
     manifest: Manifest,
     plan: BatchPlan,
     row: SourceRow,
     size: int,
     rules: ChunkingRules,
-    sources: SourceEvents | None,
 ) -> bool:
-    """Add one memory's missing chunks; False when it does not fit whole (the batch is full)."""
+    """Add one row's missing chunks; False when it does not fit whole (the batch is full)."""
     memory = row.memory
     digest = content_digest(memory.content)
     if manifest.memory_digest(memory.parent_key) == digest:
         plan.cursors[memory.kind] = row.rowid
         plan.cursors_changed = True
         return True
-    chunks = memory.chunks(rules)
-    if sources is not None and memory.source_seqs:
-        chunks += memory.source_chunks(rules, sources.texts(memory.session_id, memory.source_seqs))
+    quoted: list[str] = []
+    if memory.kind == "observation" and memory.source_seqs:
+        quoted = list(reader.transcript_texts(memory.session_id, memory.source_seqs).values())
+    chunks = memory.chunks(rules, quoted)
     plan.memories_chunked += 1
     done = manifest.chunk_ids_of(memory.parent_key)
     todo = [chunk for chunk in chunks if chunk.chunk_id not in done]
-    room = size - len(plan.chunks)
-    if len(todo) > room:
-        plan.chunks.extend(todo[:room])
+    taken = 0
+    for chunk in todo:
+        if _full(plan, size):
+            break
+        plan.chunks.append(chunk)
+        taken += 1
+    if taken < len(todo):
         return False
-    plan.chunks.extend(todo)
     plan.new_memories.append((memory.parent_key, digest))
     plan.cursors[memory.kind] = row.rowid
     plan.cursors_changed = True

@@ -23,10 +23,13 @@ never returned.
 Network calls (embedding the query or a batch) never run under the lock: the snapshot is
 re-validated after re-acquiring it. Logs carry counts, codes and reasons only.
 
-Source grounding: given an events root, each observation's cited events are indexed too (source
-chunks, :mod:`.source_events`), and a hit through one carries its excerpt and seq range. Fusion
-is score-aware by default (cosine + max-normalized BM25, ``protocol.semantic.convex_fuse``); the
-reference's RRF stays available (``fusion="rrf"``).
+The transcript: every covered event's text (``omray_transcript``) is indexed next to the
+memories, so what the Observer was shown stays findable whatever it wrote down. A hit on an
+event's chunk carries its excerpt and seq and leads to the observation covering the event (or
+stands alone when none does). Each event's first chunk gets a vector, the rest keyword entries
+only, so the index grows with events, not bytes. Fusion is score-aware by default (cosine +
+max-normalized BM25 over both sides' candidates, each scored on both sides,
+``protocol.semantic.convex_fuse``); the reference's RRF stays available (``fusion="rrf"``).
 
 Length: about 770 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
 (dirty marker, snapshot re-validation, corruption handling) and the retrieval it guards are kept
@@ -45,7 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
 import numpy as np
 
@@ -59,9 +62,8 @@ from persistence.semantic.files import (
     VECTOR_FILE,
     DerivedIndexError,
 )
-from persistence.semantic.keyword import KeywordStore, search_tokens
+from persistence.semantic.keyword import KeywordScores, KeywordStore, search_tokens
 from persistence.semantic.manifest import Manifest
-from persistence.semantic.source_events import SourceEvents
 from persistence.semantic.sources import (
     KINDS,
     SemanticSourceReader,
@@ -86,7 +88,7 @@ from protocol.semantic import (
     SemanticSearchError,
     SourceMemory,
     apply_rerank,
-    collapse_with_excerpts,
+    collapse_hits,
     convex_fuse,
     filter_store_hits,
     query_text_for_embedding,
@@ -198,16 +200,11 @@ class SemanticIndex:
         settings: SemanticSettings,
         state_writer: SemanticStateWriter,
         *,
-        events_root: str | os.PathLike[str] | None = None,
         lock_wait_s: float = LOCK_WAIT_S,
         fusion: FusionMode = "convex",
     ) -> None:
-        """``events_root``: the folder holding ``<session>/events.jsonl``; when given (or recorded by
-        an earlier build), the cited events' text is indexed as source chunks of each observation."""
         self._lock_wait_s = lock_wait_s
         self._fusion: FusionMode = fusion
-        self._events_root = None if events_root is None else os.path.abspath(os.fspath(events_root))
-        self._effective_root = self._events_root or ""
         self._db_path = os.fspath(db_path)
         self._directory = Path(f"{os.path.abspath(self._db_path)}.semantic")
         self._settings = settings
@@ -338,7 +335,9 @@ class SemanticIndex:
             raise ValueError("batch_size and batches must be >= 1")
         with self._locked():
             plan = self._plan(size * batches, full_check)
-        vectors = embed_in_batches(embedder, [chunk.text for chunk in plan.chunks], size)
+        vectors = embed_in_batches(
+            embedder, [chunk.vector_text for chunk in plan.chunks if chunk.embedded], size
+        )
         with self._locked():
             return self._commit(plan, vectors)
 
@@ -367,16 +366,13 @@ class SemanticIndex:
                 rebuild_reason=reason,
                 keyword_invalid=keyword_invalid,
             )
-            root = manifest.meta("events_root") or ""
-            sources = SourceEvents(root) if root else None
-            collect(self._reader, manifest, plan, size, self._rules, sources)
+            collect(self._reader, manifest, plan, size, self._rules)
         return plan
 
     def _check(
         self, state: SemanticState | None, fingerprint: SourceFingerprint, full_check: bool
     ) -> tuple[str | None, dict[str, int]]:
         """The rebuild reason (``None`` when the index can be extended) and the cursors to resume from."""
-        self._effective_root = self._events_root or self._recorded_root()
         if state is None:
             return "no_state", {}
         if state.dirty:
@@ -387,13 +383,10 @@ class SemanticIndex:
             with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
                 if manifest.meta("signature") != self._signature:
                     return "derived_inconsistent", {}
-                recorded_root = manifest.meta("events_root") or ""
-                if self._events_root is not None and recorded_root != self._events_root:
-                    return "events_root_changed", {}
                 dimensions = manifest.meta_int("dimensions")
                 if dimensions != state.dimensions:
                     return "derived_inconsistent", {}
-                if manifest.chunk_count() > 0:
+                if manifest.vector_count() > 0:
                     self._vectors.load(manifest, dimensions)
                 cursors = manifest.cursors()
                 previous = manifest.fingerprint()
@@ -406,14 +399,6 @@ class SemanticIndex:
         except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
             logger.warning("om.semantic.derived_invalid", extra={"exception_class": type(exc).__name__})
             return "derived_invalid", {}
-
-    def _recorded_root(self) -> str:
-        """The events root an earlier build recorded (kept across a rebuild by a job that names none)."""
-        try:
-            with closing(Manifest.open(self._path(MANIFEST_FILE), verify=False)) as manifest:
-                return manifest.meta("events_root") or ""
-        except (DerivedIndexError, sqlite3.Error):
-            return ""
 
     def _appended_only(self, previous: SourceFingerprint, current: SourceFingerprint) -> bool:
         if previous == current:
@@ -442,7 +427,7 @@ class SemanticIndex:
             memory = memories.get(key)
             if memory is None:
                 return "stale_chunk", {}
-            own = manifest.chunk_ids_of(key, own_text_only=True)
+            own = manifest.chunk_ids_of(key)
             if not own <= {chunk.chunk_id for chunk in memory.chunks(self._rules)}:
                 return "stale_chunk", {}
         resumed = dict(cursors)
@@ -456,7 +441,7 @@ class SemanticIndex:
         # The marker precedes any derived write, so a crash mid-rebuild is rebuilt again.
         self._save_state(fingerprint.digest(), 0, dirty=True, complete=False)
         self._remove_derived()
-        Manifest.create(self._path(MANIFEST_FILE), self._signature, fingerprint, self._effective_root).close()
+        Manifest.create(self._path(MANIFEST_FILE), self._signature, fingerprint).close()
         self._save_state(fingerprint.digest(), 0, dirty=False, complete=False)
         log = logger.info if first_build else logger.warning
         log("om.semantic.rebuild", extra={"reason": reason, "source_count": fingerprint.total})
@@ -474,12 +459,13 @@ class SemanticIndex:
             self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)
             # From here on the state row says dirty: _finish must always clear it.
             labels: list[tuple[int, MemoryChunk]] = []
+            vector_sha = manifest.meta("vector_sha") or ""
             if plan.chunks:
                 first = manifest.next_label()
                 labels = [(first + offset, chunk) for offset, chunk in enumerate(plan.chunks)]
-                vector_sha = self._vectors.append(manifest, dimensions, labels, vectors)
-            else:
-                vector_sha = manifest.meta("vector_sha") or ""
+                with_vectors = [(label, chunk) for label, chunk in labels if chunk.embedded]
+                if with_vectors:
+                    vector_sha = self._vectors.append(manifest, dimensions, with_vectors, vectors)
             generation = manifest.meta_int("generation") + 1
             with manifest.transaction():
                 manifest.add(labels, plan.new_memories)
@@ -489,6 +475,7 @@ class SemanticIndex:
                     vector_sha=vector_sha,
                     cursor_observation=plan.cursors["observation"],
                     cursor_reflection=plan.cursors["reflection"],
+                    cursor_event=plan.cursors["event"],
                     fingerprint=plan.fingerprint.to_json(),
                 )
             pending = self._reader.has_rows_after(plan.cursors)
@@ -499,14 +486,17 @@ class SemanticIndex:
                 keyword_count != chunk_count and (not pending or chunk_count >= 2 * keyword_count)
             ):
                 self._keyword.rebuild(manifest)
-            return self._finish(plan, manifest, dimensions, embedded=len(labels), marked_dirty=True)
+            embedded = sum(1 for _, chunk in labels if chunk.embedded)
+            return self._finish(plan, manifest, dimensions, embedded=embedded, marked_dirty=True)
 
     def _check_vectors(self, plan: BatchPlan, vectors: Sequence[Sequence[float]]) -> int:
         dimensions = plan.state.dimensions
-        if not plan.chunks:
+        if not plan.embedded:
+            if vectors:
+                raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
             return dimensions
         widths = {len(vector) for vector in vectors}
-        if len(vectors) != len(plan.chunks) or len(widths) != 1 or 0 in widths:
+        if len(vectors) != plan.embedded or len(widths) != 1 or 0 in widths:
             raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
         batch_dimensions = widths.pop()
         if dimensions not in (0, batch_dimensions):
@@ -564,7 +554,11 @@ class SemanticIndex:
         reranker: Reranker | None = None,
         limit: int | None = None,
     ) -> Retrieval:
-        """Hybrid retrieval (reference §14.5): vectors + BM25, RRF, optional rerank, collapse.
+        """Hybrid retrieval (reference §14.5): vectors + BM25, fusion, optional rerank, collapse.
+
+        A hit on a transcript chunk stands for the observation covering its event
+        (:meth:`SemanticSourceReader.covering_memories`) with the chunk as its excerpt, or, when no
+        observation covers the event, for the event itself.
 
         Give ``embedder`` (the query prefix is applied here) or a ready ``query_vector``. With
         ``limit``, results are cut to it and ``truncated`` also says whether more were found.
@@ -601,8 +595,13 @@ class SemanticIndex:
         if reranker is not None and hits:
             order = reranker.rerank(query, [candidates.texts[chunk_id] for chunk_id in hits])
             hits = apply_rerank(hits, order)
-        found = collapse_with_excerpts(
-            hits, candidates.parent_of, candidates.memories, candidates.excerpts or {}
+        found = collapse_hits(
+            hits,
+            candidates.parent_of,
+            candidates.memories,
+            candidates.excerpts or {},
+            self._reader.covering_memories,
+            limit,
         )
         truncated = candidates.truncated
         if limit is not None:
@@ -674,25 +673,41 @@ class SemanticIndex:
             chunk_count = manifest.chunk_count()
             if chunk_count == 0:
                 return _Candidates([], {}, {}, {}, truncated=False)
+            vector_count = manifest.vector_count()
             filtered = bounds.active or partial
             fetch = store_fetch_size(chunk_count, filtered)
-            index = self._vectors.load(manifest, state.dimensions)
-            k = min(fetch, chunk_count)
-            index.set_ef(max(k, 64))
-            found, distances = index.knn_query(np.asarray([vector], dtype=np.float32), k=k)
-            vector_labels = [int(label) for label in found[0]]
-            # hnswlib's cosine distance is 1 - cosine similarity
-            vector_scores = {
-                int(label): 1.0 - float(d) for label, d in zip(found[0], distances[0], strict=True)
-            }
+            query_vector = np.asarray(vector, dtype=np.float32)
+            vector_scores: dict[int, float] = {}
+            vector_labels: list[int] = []
+            index = None
+            if vector_count:
+                index = self._vectors.load(manifest, state.dimensions)
+                k = min(store_fetch_size(vector_count, filtered), vector_count)
+                index.set_ef(max(k, 64))
+                found, distances = index.knn_query(query_vector[None, :], k=k)
+                vector_labels = [int(label) for label in found[0]]
+                # hnswlib's cosine distance is 1 - cosine similarity
+                vector_scores = {
+                    int(label): 1.0 - float(d) for label, d in zip(found[0], distances[0], strict=True)
+                }
             keyword_count = manifest.meta_int("keyword_count")
             keyword_lagging = keyword_count != chunk_count
             keyword_scored: list[tuple[int, float]] = []
+            keyword_all = KeywordScores(None, {})
             tokens = search_tokens(query)
             if tokens and keyword_count:
                 keyword = self._keyword.for_search(manifest)
-                keyword_scored = keyword.query_scored(tokens, min(fetch, len(keyword.labels)))
+                keyword_scored, keyword_all = keyword.ranked(tokens, min(fetch, len(keyword.labels)))
             keyword_labels = [label for label, _ in keyword_scored]
+            keyword_scores = dict(keyword_scored)
+            # Score every candidate on both sides (score-aware fusion): a keyword hit gets the cosine
+            # of its vector (an event chunk without one: its event's first chunk), a vector hit its BM25.
+            missing_cosine = [label for label in keyword_labels if label not in vector_scores]
+            if index is not None and missing_cosine:
+                vector_scores.update(
+                    _cosines(index, manifest.vector_labels_for(missing_cosine), query_vector)
+                )
+            keyword_scores.update(keyword_all.of([lb for lb in vector_labels if lb not in keyword_scores]))
             rows = manifest.chunks_by_labels(set(vector_labels) | set(keyword_labels))
         if len(rows) != len(set(vector_labels) | set(keyword_labels)):
             raise DerivedIndexError("semantic index returned labels the manifest does not know")
@@ -705,9 +720,9 @@ class SemanticIndex:
         # A hit of a deleted or edited memory proves the index lags the source (an in-place edit
         # or a reused rowid leaves the cheap fingerprint unchanged): the answer is then partial.
         stale: set[str] = set()
-        accept = self._acceptor(parent_of, memories, bounds, stale, set(excerpts))
+        accept = self._acceptor(parent_of, memories, bounds, stale)
         vector_hits = filter_store_hits(
-            [rows[label].chunk_id for label in vector_labels], accept, fetch, chunk_count
+            [rows[label].chunk_id for label in vector_labels], accept, fetch, vector_count
         )
         keyword_hits = filter_store_hits(
             [rows[label].chunk_id for label in keyword_labels], accept, fetch, keyword_count
@@ -715,11 +730,13 @@ class SemanticIndex:
         if self._fusion == "convex":
             fused = convex_fuse(
                 vector_hits.chunk_ids,
-                {rows[label].chunk_id: score for label, score in vector_scores.items()},
+                {rows[label].chunk_id: score for label, score in vector_scores.items() if label in rows},
                 keyword_hits.chunk_ids,
-                {rows[label].chunk_id: score for label, score in keyword_scored},
+                {rows[label].chunk_id: score for label, score in keyword_scores.items() if label in rows},
                 limit=FUSED_CANDIDATE_LIMIT,
             )
+        elif self._fusion == "keyword":
+            fused = list(keyword_hits.chunk_ids[:FUSED_CANDIDATE_LIMIT])
         else:
             fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
         truncated = len(fused) >= FUSED_CANDIDATE_LIMIT or vector_hits.truncated or keyword_hits.truncated
@@ -733,11 +750,8 @@ class SemanticIndex:
         memories: dict[str, SourceMemory],
         bounds: DateBounds,
         stale: set[str],
-        source_chunks: set[str],
     ) -> Callable[[str], bool]:
-        """Keeps hits of current chunks inside the bounds; adds deleted or edited parents to ``stale``.
-
-        A source chunk stays current while its memory exists: the cited events are append-only."""
+        """Keeps hits of current chunks inside the bounds; adds deleted or edited parents to ``stale``."""
         current: dict[str, set[str]] = {}
 
         def accept(chunk_id: str) -> bool:
@@ -748,8 +762,6 @@ class SemanticIndex:
                 return False
             if not bounds.accepts(memory.kind, memory.timestamp):
                 return False
-            if chunk_id in source_chunks:
-                return True
             if key not in current:
                 current[key] = {chunk.chunk_id for chunk in memory.chunks(self._rules)}
             if chunk_id not in current[key]:
@@ -758,6 +770,18 @@ class SemanticIndex:
             return True
 
         return accept
+
+
+def _cosines(index: Any, representatives: dict[int, int], query: Any) -> dict[int, float]:
+    """Cosine of the query with each chunk's representative vector (``chunk label -> vector label``)."""
+    if not representatives:
+        return {}
+    wanted = sorted(set(representatives.values()))
+    vectors = np.asarray(index.get_items(wanted), dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1) * float(np.linalg.norm(query))
+    cosines = (vectors @ query) / np.where(norms > 0, norms, 1.0)
+    by_vector = {label: float(value) for label, value in zip(wanted, cosines, strict=True)}
+    return {chunk: by_vector[vector] for chunk, vector in representatives.items()}
 
 
 def semantic_directory(db_path: str | os.PathLike[str]) -> Path:

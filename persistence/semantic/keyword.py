@@ -60,6 +60,24 @@ def search_tokens(query: str) -> list[str]:
     return content or tokens
 
 
+@dataclass(frozen=True)
+class KeywordScores:
+    """Every chunk's BM25 score for one query."""
+
+    scores: Any | None
+    """numpy array by document position (``None``: no query token is in the index)."""
+    positions: dict[int, int]
+    """Chunk label -> document position."""
+
+    def of(self, labels: Sequence[int]) -> dict[int, float]:
+        """Scores of ``labels`` (0 for a chunk no token matches; labels not indexed are left out)."""
+        if self.scores is None:
+            return {label: 0.0 for label in labels if label in self.positions}
+        return {
+            label: float(self.scores[self.positions[label]]) for label in labels if label in self.positions
+        }
+
+
 @dataclass
 class KeywordIndex:
     """A bm25s index over chunk texts; document ``i`` is chunk ``labels[i]``."""
@@ -67,6 +85,7 @@ class KeywordIndex:
     labels: list[int]
     retriever: Any | None
     vocabulary: frozenset[str]
+    positions: dict[int, int] | None = None
 
     @classmethod
     def build(cls, rows: Sequence[tuple[int, str]]) -> KeywordIndex:
@@ -77,6 +96,27 @@ class KeywordIndex:
         retriever = bm25s.BM25()
         retriever.index(corpus, show_progress=False)
         return cls(labels, retriever, frozenset(k for k in retriever.vocab_dict if k))
+
+    def ranked(self, tokens: Sequence[str], k: int) -> tuple[list[tuple[int, float]], KeywordScores]:
+        """The first ``k`` (label, BM25 score) hits, best first, and every chunk's score for the same
+        query, so fusion can score a chunk the keyword side did not rank (its true BM25, not 0)."""
+        known = [token for token in tokens if token in self.vocabulary]
+        if self.retriever is None or not known or k <= 0:
+            return [], KeywordScores(None, {})
+        scores = np.asarray(self.retriever.get_scores(known), dtype=np.float64)
+        if k < len(scores):
+            top = np.argpartition(-scores, k - 1)[:k]
+            order = top[np.lexsort((top, -scores[top]))]
+        else:
+            order = np.argsort(-scores, kind="stable")
+        ranked = [(self.labels[int(i)], float(scores[int(i)])) for i in order if scores[int(i)] > 0]
+        return ranked, KeywordScores(scores, self._positions())
+
+    def _positions(self) -> dict[int, int]:
+        # Built once per loaded index (the store caches the index while its files are unchanged).
+        if self.positions is None:
+            self.positions = {label: position for position, label in enumerate(self.labels)}
+        return self.positions
 
     def query(self, tokens: Sequence[str], k: int) -> list[int]:
         """Labels of up to ``k`` chunks matching at least one token, best first."""

@@ -18,8 +18,9 @@ from persistence.semantic.files import FILE_MODE, DerivedIndexError, seal, verif
 from persistence.semantic.sources import ID_BATCH, KINDS, SourceFingerprint
 from protocol.semantic import MemoryChunk
 
-MANIFEST_FORMAT: Final[str] = "omray-semantic-manifest-2"
-"""Version 2 adds source chunks (the cited events' text) and the events root."""
+MANIFEST_FORMAT: Final[str] = "omray-semantic-manifest-3"
+"""Version 3 indexes the transcript (``event:`` chunks with their seq) and records which chunks have
+a vector; version 2's per-observation source chunks are gone (an older manifest is rebuilt)."""
 
 
 class Manifest:
@@ -30,9 +31,7 @@ class Manifest:
         self._path = path
 
     @classmethod
-    def create(
-        cls, path: Path, signature: str, fingerprint: SourceFingerprint, events_root: str = ""
-    ) -> Manifest:
+    def create(cls, path: Path, signature: str, fingerprint: SourceFingerprint) -> Manifest:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
         os.close(fd)
         conn = sqlite3.connect(path, isolation_level=None)
@@ -42,7 +41,7 @@ class Manifest:
             conn.execute(
                 "CREATE TABLE chunk (label INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE,"
                 " parent_key TEXT NOT NULL, position INTEGER NOT NULL, text TEXT NOT NULL,"
-                " seq_start INTEGER, seq_end INTEGER)"
+                " seq_start INTEGER, seq_end INTEGER, embedded INTEGER NOT NULL)"
             )
             conn.execute("CREATE INDEX chunk_parent ON chunk (parent_key)")
             conn.execute("CREATE TABLE memory (parent_key TEXT PRIMARY KEY, digest TEXT NOT NULL)")
@@ -54,11 +53,11 @@ class Manifest:
                 dimensions=0,
                 cursor_observation=0,
                 cursor_reflection=0,
+                cursor_event=0,
                 fingerprint=fingerprint.to_json(),
                 vector_sha="",
                 keyword_sha="",
                 keyword_count=0,
-                events_root=events_root,
             )
         return manifest
 
@@ -129,6 +128,29 @@ class Manifest:
     def chunk_count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM chunk").fetchone()[0])
 
+    def vector_count(self) -> int:
+        """Chunks that have a vector (the vector file holds exactly these labels)."""
+        return int(self._conn.execute("SELECT count(*) FROM chunk WHERE embedded = 1").fetchone()[0])
+
+    def vector_labels_for(self, labels: Collection[int]) -> dict[int, int]:
+        """For chunk labels, the label whose vector stands for each: its own when it has one, else the
+        first chunk of the same event (the only one of an event's chunks with a vector). Chunks
+        with neither are left out."""
+        found: dict[int, int] = {}
+        wanted = list(labels)
+        for start in range(0, len(wanted), ID_BATCH):
+            batch = wanted[start : start + ID_BATCH]
+            marks = ", ".join("?" for _ in batch)
+            rows = self._conn.execute(
+                "SELECT c.label, coalesce(CASE WHEN c.embedded = 1 THEN c.label END,"
+                " (SELECT f.label FROM chunk AS f WHERE f.parent_key = c.parent_key AND f.embedded = 1"
+                " AND f.seq_start IS NOT NULL ORDER BY f.position LIMIT 1))"
+                f" FROM chunk AS c WHERE c.label IN ({marks})",
+                batch,
+            )
+            found.update((int(label), int(vector)) for label, vector in rows if vector is not None)
+        return found
+
     def memory_count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM memory").fetchone()[0])
 
@@ -145,11 +167,9 @@ class Manifest:
             for key, digest in self._conn.execute("SELECT parent_key, digest FROM memory")
         }
 
-    def chunk_ids_of(self, key: str, own_text_only: bool = False) -> set[str]:
-        """Chunk ids of a memory (with ``own_text_only``, without its source chunks)."""
+    def chunk_ids_of(self, key: str) -> set[str]:
+        """Chunk ids of a memory or event."""
         sql = "SELECT chunk_id FROM chunk WHERE parent_key = ?"
-        if own_text_only:
-            sql += " AND seq_start IS NULL"
         return {str(row[0]) for row in self._conn.execute(sql, (key,))}
 
     def in_progress_parents(self) -> set[str]:
@@ -165,11 +185,11 @@ class Manifest:
             batch = wanted[start : start + ID_BATCH]
             marks = ", ".join("?" for _ in batch)
             rows = self._conn.execute(
-                "SELECT label, chunk_id, parent_key, position, text, seq_start, seq_end FROM chunk"
+                "SELECT label, chunk_id, parent_key, position, text, seq_start, seq_end, embedded FROM chunk"
                 f" WHERE label IN ({marks})",
                 batch,
             )
-            for label, chunk_id, key, position, chunk_text, seq_start, seq_end in rows:
+            for label, chunk_id, key, position, chunk_text, seq_start, seq_end, embedded in rows:
                 found[int(label)] = MemoryChunk(
                     str(chunk_id),
                     str(key),
@@ -177,6 +197,7 @@ class Manifest:
                     str(chunk_text),
                     None if seq_start is None else int(seq_start),
                     None if seq_end is None else int(seq_end),
+                    bool(embedded),
                 )
         return found
 
@@ -188,10 +209,10 @@ class Manifest:
 
     def add(self, chunks: Sequence[tuple[int, MemoryChunk]], memories: Sequence[tuple[str, str]]) -> None:
         self._conn.executemany(
-            "INSERT INTO chunk (label, chunk_id, parent_key, position, text, seq_start, seq_end)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO chunk (label, chunk_id, parent_key, position, text, seq_start, seq_end, embedded)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (label, c.chunk_id, c.parent_key, c.position, c.text, c.seq_start, c.seq_end)
+                (label, c.chunk_id, c.parent_key, c.position, c.text, c.seq_start, c.seq_end, int(c.embedded))
                 for label, c in chunks
             ],
         )

@@ -1,7 +1,9 @@
-"""Read-only queries of the canonical memories that the derived index is built from.
+"""Read-only queries of the canonical rows that the derived index is built from.
 
-The index keeps a resumable cursor per memory table (``rowid`` order) and a cheap fingerprint
-(row count, max rowid and the id at it) that tells appends from other changes.
+Three tables feed the index: observations, reflections and the transcript (``omray_transcript``,
+one row per covered event with text). The index keeps a resumable cursor per table (``rowid``
+order) and a cheap fingerprint (row count, max rowid and the id at it) that tells appends from
+other changes. A database whose transcript table does not exist yet reads as an empty transcript.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, text
 
-from persistence.queries import MemoryReader
+from persistence.queries import MemoryReader, select_covering_ids
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.semantic import MemoryKind, SourceMemory
 from protocol.source_text import cited_seqs
 
-TABLES: Final = ("om_observation", "om_reflection")
-KINDS: Final[tuple[MemoryKind, MemoryKind]] = ("observation", "reflection")
+TABLES: Final = ("om_observation", "om_reflection", "omray_transcript")
+MEMORY_TABLES: Final = TABLES[:2]
+"""The tables an index needs before it can say anything (the transcript may be missing)."""
+KINDS: Final[tuple[MemoryKind, MemoryKind, MemoryKind]] = ("observation", "reflection", "event")
 ID_BATCH: Final[int] = 500
 
 
@@ -73,37 +77,41 @@ class SourceFingerprint:
     """``om_observation``."""
     reflections: TableFingerprint
     """``om_reflection``."""
+    events: TableFingerprint = TableFingerprint(0, 0)
+    """``omray_transcript``."""
 
     @property
     def total(self) -> int:
-        """Number of source memories."""
-        return self.observations.count + self.reflections.count
+        """Number of source rows (memories and transcript events)."""
+        return self.observations.count + self.reflections.count + self.events.count
 
     def table(self, kind: str) -> TableFingerprint:
         """The fingerprint of the table holding ``kind``."""
+        if kind == "event":
+            return self.events
         return self.observations if kind == "observation" else self.reflections
 
     def to_json(self) -> str:
         """Stable text form (also what :meth:`digest` hashes)."""
         return canonical_json(
             [
-                [self.observations.count, self.observations.max_rowid, self.observations.last_id],
-                [self.reflections.count, self.reflections.max_rowid, self.reflections.last_id],
+                [part.count, part.max_rowid, part.last_id]
+                for part in (self.observations, self.reflections, self.events)
             ]
         )
 
     def digest(self) -> str:
         """The ``source_hash`` stored in the state row."""
-        return sha256_hex("omray-semantic-source-v1\n" + self.to_json())
+        return sha256_hex("omray-semantic-source-v2\n" + self.to_json())
 
     @classmethod
     def from_json(cls, raw: str) -> SourceFingerprint:
         """Inverse of :meth:`to_json` (a fingerprint without last ids reads as unknown ids)."""
-        observations, reflections = (
+        parts = [
             TableFingerprint(int(part[0]), int(part[1]), str(part[2]) if len(part) > 2 else "")
             for part in json.loads(raw)
-        )
-        return cls(observations, reflections)
+        ]
+        return cls(*parts[:3])
 
 
 EMPTY_FINGERPRINT: Final = SourceFingerprint(TableFingerprint(0, 0), TableFingerprint(0, 0))
@@ -151,6 +159,10 @@ def _reflection(row: Any) -> SourceMemory:
     return SourceMemory("reflection", row.reflection_id, row.run_id, row.created_at, row.content, None)
 
 
+def _event(row: Any) -> SourceMemory:
+    return SourceMemory("event", row.event_id, row.run_id, row.timestamp, row.content, None, (int(row.seq),))
+
+
 _SELECT: Final = {
     "observation": (
         "SELECT rowid AS rid, observation_id, run_id, timestamp, content, relevance, source_refs_json"
@@ -165,7 +177,17 @@ _SELECT: Final = {
         "reflection_id",
         "om_reflection",
     ),
+    "event": (
+        "SELECT rowid AS rid, event_id, run_id, seq, timestamp, content FROM omray_transcript",
+        _event,
+        "event_id",
+        "omray_transcript",
+    ),
 }
+
+
+def _tables(conn: Connection) -> set[str]:
+    return set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars())
 
 
 def _state_row(conn: Connection) -> SemanticState | None:
@@ -181,12 +203,16 @@ def _state_row(conn: Connection) -> SemanticState | None:
 
 def _fingerprint(conn: Connection) -> SourceFingerprint:
     parts = []
+    present = _tables(conn)
     for kind in KINDS:
         _, _, id_column, table = _SELECT[kind]
+        if table not in present:
+            parts.append(TableFingerprint(0, 0))
+            continue
         row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
         last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": row[1]})
         parts.append(TableFingerprint(int(row[0]), int(row[1]), str(last.scalar() or "")))
-    return SourceFingerprint(parts[0], parts[1])
+    return SourceFingerprint(*parts)
 
 
 class SemanticSourceReader(MemoryReader):
@@ -209,7 +235,7 @@ class SemanticSourceReader(MemoryReader):
 
         # The migration that creates the state table runs after the memory tables' one.
         empty: tuple[SemanticState | None, SourceFingerprint] = (None, EMPTY_FINGERPRINT)
-        return self._run(query, empty, ("om_semantic_state", *TABLES))
+        return self._run(query, empty, ("om_semantic_state", *MEMORY_TABLES))
 
     def rows_after(self, kind: MemoryKind, rowid: int, limit: int) -> list[SourceRow]:
         """Up to ``limit`` memories of ``kind`` with a rowid above ``rowid``, in rowid order."""
@@ -253,8 +279,11 @@ class SemanticSourceReader(MemoryReader):
         """Whether any memory lies after the per-kind cursors."""
 
         def query(conn: Connection) -> bool:
+            present = _tables(conn)
             for kind in KINDS:
                 table = _SELECT[kind][3]
+                if table not in present:
+                    continue
                 found = conn.execute(
                     text(f"SELECT 1 FROM {table} WHERE rowid > :r LIMIT 1"), {"r": cursors[kind]}
                 ).first()
@@ -262,7 +291,7 @@ class SemanticSourceReader(MemoryReader):
                     return True
             return False
 
-        return self._run(query, False, TABLES)
+        return self._run(query, False, MEMORY_TABLES)
 
     def memories_by_keys(self, keys: Collection[str]) -> dict[str, SourceMemory]:
         """Current memories by parent key (unknown keys are left out)."""
@@ -274,9 +303,12 @@ class SemanticSourceReader(MemoryReader):
 
         def query(conn: Connection) -> dict[str, SourceMemory]:
             found: dict[str, SourceMemory] = {}
+            present = _tables(conn)
             for kind in KINDS:
-                sql, build, id_column, _ = _SELECT[kind]
+                sql, build, id_column, table = _SELECT[kind]
                 wanted = ids[kind]
+                if not wanted or table not in present:
+                    continue
                 for start in range(0, len(wanted), ID_BATCH):
                     batch = tuple(wanted[start : start + ID_BATCH])
                     marks = ", ".join("?" for _ in batch)
@@ -287,14 +319,14 @@ class SemanticSourceReader(MemoryReader):
                         found[memory.parent_key] = memory
             return found
 
-        return self._run(query, {}, TABLES)
+        return self._run(query, {}, MEMORY_TABLES)
 
     def content_digests(self) -> dict[str, tuple[MemoryKind, int, str]]:
         """Every memory: parent key -> (kind, rowid, content digest). O(all memories): full checks only."""
 
         def query(conn: Connection) -> dict[str, tuple[MemoryKind, int, str]]:
             found: dict[str, tuple[MemoryKind, int, str]] = {}
-            tables = set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars())
+            tables = _tables(conn)
             for kind in KINDS:
                 sql, build, _, table = _SELECT[kind]
                 if table not in tables:
@@ -305,3 +337,44 @@ class SemanticSourceReader(MemoryReader):
             return found
 
         return self._run(query, {}, ())
+
+    def transcript_texts(self, run_id: str, seqs: Collection[int]) -> dict[int, str]:
+        """The transcript text of each of ``seqs`` in ``run_id`` that has one."""
+        wanted = sorted(set(seqs))
+
+        def query(conn: Connection) -> dict[int, str]:
+            found: dict[int, str] = {}
+            for start in range(0, len(wanted), ID_BATCH):
+                batch = wanted[start : start + ID_BATCH]
+                marks = ", ".join("?" for _ in batch)
+                rows = conn.exec_driver_sql(
+                    f"SELECT seq, content FROM omray_transcript WHERE run_id = ? AND seq IN ({marks})",
+                    (run_id, *batch),
+                )
+                found.update((int(seq), str(content)) for seq, content in rows)
+            return found
+
+        return self._run(query, {}, ("omray_transcript",)) if wanted else {}
+
+    def covering_memories(self, events: Collection[tuple[str, int]]) -> dict[tuple[str, int], SourceMemory]:
+        """For each ``(session, seq)``, the observation that covers the event
+        (:func:`persistence.queries.select_covering_ids`); events no observation covers are left out."""
+
+        def query(conn: Connection) -> dict[tuple[str, int], SourceMemory]:
+            chosen = select_covering_ids(conn, events)
+            if not chosen:
+                return {}
+            ids = sorted(set(chosen.values()))
+            rows: dict[str, SourceMemory] = {}
+            sql = _SELECT["observation"][0]
+            for start in range(0, len(ids), ID_BATCH):
+                batch = ids[start : start + ID_BATCH]
+                marks = ", ".join("?" for _ in batch)
+                for row in conn.exec_driver_sql(f"{sql} WHERE observation_id IN ({marks})", tuple(batch)):
+                    memory = _observation(row)
+                    rows[memory.memory_id] = memory
+            return {event: rows[memory_id] for event, memory_id in chosen.items() if memory_id in rows}
+
+        if not events:
+            return {}
+        return self._run(query, {}, ("om_observation", "omray_observation_ref"))

@@ -45,7 +45,7 @@ class VectorStore:
         """The verified vector index of the manifest (cached while the file is unchanged)."""
         path = self._path
         expected_sha = manifest.meta("vector_sha") or ""
-        expected_count = manifest.chunk_count()
+        expected_count = manifest.vector_count()
         if not path.is_file():
             raise DerivedIndexError(f"semantic vector file {VECTOR_FILE!r} is missing")
         key = file_key(path)
@@ -82,9 +82,10 @@ class VectorStore:
         labels: Sequence[tuple[int, MemoryChunk]],
         vectors: Sequence[Sequence[float]],
     ) -> str:
-        """Add the labelled vectors, save the file atomically and return its digest."""
+        """Add the labelled vectors (of the chunks that have one), save the file atomically and return
+        its digest."""
         try:
-            if manifest.chunk_count() == 0:
+            if manifest.vector_count() == 0:
                 index = hnswlib.Index(space="cosine", dim=dimensions)
                 index.init_index(
                     max_elements=max(_HNSW_MIN_CAPACITY, len(labels)),

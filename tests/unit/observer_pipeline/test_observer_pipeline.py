@@ -47,8 +47,11 @@ class FlakyActivityStore:
         self.store = store
         self.activity_attempts = 0
 
-    def commit_observer_part(self, part: Any, observations: Sequence[Any]) -> Any:
-        return self.store.commit_observer_part(part, observations)
+    def commit_observer_part(self, part: Any, observations: Sequence[Any], transcript: Any = ()) -> Any:
+        return self.store.commit_observer_part(part, observations, transcript)
+
+    def backfill_transcript(self, *args: Any) -> int:
+        return self.store.backfill_transcript(*args)
 
     def upsert_activity(self, activity: ActivityRecord) -> None:
         self.activity_attempts += 1
@@ -156,11 +159,12 @@ def test_threshold_crossing_dispatches_one_reflect_job(tmp_path: Path) -> None:
     assert envelope.payload.kind == "reflect_generation" and envelope.payload.settings == block
 
 
-def test_missing_model_and_empty_range_are_typed_errors(tmp_path: Path) -> None:
+def test_malformed_model_and_empty_range_are_typed_errors(tmp_path: Path) -> None:
     end = _write_events(tmp_path / "events.jsonl", 1)
     ports = _ports(tmp_path, CountingModel(), Store(tmp_path / "om.sqlite"), [])
+    malformed = {**PER_BOUNDARY, "model": "no-provider"}
     with pytest.raises(ModelSettingsError):
-        observe_through(_job(tmp_path, end, PER_BOUNDARY), "j", settings_from_mapping(PER_BOUNDARY), ports)
+        observe_through(_job(tmp_path, end, malformed), "j", settings_from_mapping(malformed), ports)
     (tmp_path / "events.jsonl").write_text("", encoding="utf-8")
     with pytest.raises(ObserverError, match="readable through seq 0"):
         observe_through(_job(tmp_path, end, BLOCK), "j", settings_from_mapping(BLOCK), ports)

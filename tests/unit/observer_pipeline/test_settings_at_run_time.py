@@ -68,13 +68,16 @@ def test_observe_job_reads_the_settings_file_when_it_runs(tmp_path: Path) -> Non
     settings_file = _write_settings(tmp_path / "omray.yaml", {"model": "builtin/extractive", **PER_BOUNDARY})
     envelope = _observe_envelope(tmp_path, settings_file)
     assert "model" not in envelope.model_dump_json()  # only where the settings are, not what they say
-    # The user removes the model after the job was queued: the attempt fails on the current settings.
-    _write_settings(settings_file, {**PER_BOUNDARY, "reflector": {"reflect_after_observation_tokens": 50}})
+    # The user breaks the model after the job was queued: the attempt fails on the current settings.
+    _write_settings(
+        settings_file,
+        {"model": "no-provider", **PER_BOUNDARY, "reflector": {"reflect_after_observation_tokens": 50}},
+    )
     context = FakeContext()
     with pytest.raises(ModelSettingsError):
         observe_boundary(envelope, 1, context)
     assert MemoryReader(tmp_path / "om.sqlite").all_observations(SESSION) == []
-    # The retry picks up the model the user sets back, and the reflect job it dispatches names the file.
+    # The retry picks up the model the user fixes, and the reflect job it dispatches names the file.
     _write_settings(
         settings_file,
         {

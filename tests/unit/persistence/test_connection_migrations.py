@@ -159,7 +159,7 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
     added = schema_objects(db_path) - before
     trigram = {
         (kind, f"omray_{memory}_trigram{suffix}")
-        for memory in ("observation", "reflection")
+        for memory in ("observation", "reflection", "transcript")
         for kind, suffix in [
             ("table", ""),
             *[("table", s) for s in ("_data", "_idx", "_content", "_docsize", "_config")],
@@ -192,6 +192,16 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("table", "omray_projection_piece"),
         ("index", "sqlite_autoindex_omray_projection_piece_1"),
         ("table", "omray_projection_piece_built"),
+        ("table", "omray_transcript"),
+        ("index", "sqlite_autoindex_omray_transcript_1"),
+        ("index", "sqlite_autoindex_omray_transcript_2"),
+        ("index", "idx_omray_transcript_walk"),
+        ("index", "idx_omray_transcript_run"),
+        *[("index", f"idx_omray_transcript_tail{n}") for n in (1, 2)],
+        ("table", "omray_transcript_through"),
+        ("index", "sqlite_autoindex_omray_transcript_through_1"),
+        ("table", "omray_observation_ref"),
+        *[("trigger", f"omray_observation_ref{suffix}") for suffix in ("_ai", "_ad", "_au")],
         *[
             ("trigger", f"omray_projection_piece_{table}_{event}")
             for table, events in [
@@ -217,9 +227,11 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_007_token_usage",
         "omray_008_projection_cache",
         "omray_009_covering_walk_indexes",
-        "omray_010_projection_source_order",
+        "omray_010_transcript",
+        "omray_011_transcript_trigram",
+        "omray_012_projection_source_order",
     }
-    assert omray_versions <= set(versions) and len(versions) == 15
+    assert omray_versions <= set(versions) and len(versions) == 17
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

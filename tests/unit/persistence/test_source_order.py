@@ -264,7 +264,7 @@ def test_a_database_of_the_minute_order_is_migrated_to_source_order(tmp_path: Pa
     ]
     records = _commit_in_parts(db_path, drawn, [3])
     # Back to the shape omray_006/omray_008 left (lines and pieces keyed by minute, then id).
-    step = next(m for m in migrations.OMRAY_MIGRATIONS if m.version == "omray_010_projection_source_order")
+    step = next(m for m in migrations.OMRAY_MIGRATIONS if m.version == "omray_012_projection_source_order")
     conn = sqlite3.connect(db_path)
     with conn:
         for kind, name in conn.execute(

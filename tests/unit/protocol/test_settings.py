@@ -35,14 +35,24 @@ def test_defaults() -> None:
     s = settings_from_mapping(None)
     assert s == settings_from_mapping({})
     assert s.database == DEFAULT_DATABASE
-    assert s.model is None
+    assert s.model == BUILTIN_MODEL  # runs with no network and no API key
     assert s.context_window_ratio == 0.65
     assert (s.renderer_version, s.observer_schema_version, s.reflector_schema_version) == ("1", "1", "1")
     assert s.reflect_after_observation_tokens == 40000
     assert s.observations_max_tokens == 30000
-    assert s.semantic is None
+    assert s.semantic is not None and s.semantic.embedding_api.is_builtin and s.semantic.reranker_api is None
     assert s.token_encoding == "o200k_base"
     assert [p.name for p in s.providers] == ["builtin"]
+
+
+@pytest.mark.parametrize("off", [None, False, {}, []])
+def test_semantic_can_be_turned_off(off: Any) -> None:
+    assert settings_from_mapping({"semantic": off}).semantic is None
+
+
+@pytest.mark.parametrize("model", [None, "", "   "])
+def test_no_model_means_the_offline_model(model: str | None) -> None:
+    assert settings_from_mapping({"model": model}).require_model() == BUILTIN_MODEL
 
 
 def test_readme_example_and_immutability() -> None:
@@ -71,9 +81,9 @@ def test_readme_example_and_immutability() -> None:
         ({"storage": {"database": "  "}}, "database", DEFAULT_DATABASE),
         ({"storage": {"database": 5}}, "database", DEFAULT_DATABASE),
         ({"storage": "x.sqlite"}, "database", DEFAULT_DATABASE),
-        ({"model": ""}, "model", None),
-        ({"model": "   "}, "model", None),
-        ({"model": 42}, "model", None),
+        ({"model": ""}, "model", BUILTIN_MODEL),
+        ({"model": "   "}, "model", BUILTIN_MODEL),
+        ({"model": 42}, "model", BUILTIN_MODEL),
         ({"observer": {"context_window_ratio": "abc"}}, "context_window_ratio", 0.65),
         ({"observer": {"context_window_ratio": True}}, "context_window_ratio", 0.65),
         ({"observer": {"context_window_ratio": None}}, "context_window_ratio", 0.65),
@@ -218,8 +228,6 @@ def test_signature_is_stable_and_covers_only_embedding_layout() -> None:
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        (None, "observational_memory.model (exact provider/model) is required."),
-        ("", "observational_memory.model (exact provider/model) is required."),
         ("@fast", "observational_memory.model must be an exact provider/model reference (provider/model)."),
         (
             "@openai/gpt",

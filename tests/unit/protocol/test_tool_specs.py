@@ -54,12 +54,16 @@ DROP_OBSERVATIONS_SCHEMA = r"""
 """
 
 RECALL_SCHEMA = r"""
-{"type":"object","additionalProperties":false,"required":["id"],
+{"type":"object","additionalProperties":false,
  "properties":{
   "id":{"type":"string","pattern":"^[a-f0-9]{12,64}$",
-    "description":"Full lowercase hex observation or reflection id, or a unique 12–64 character prefix from compacted memory, /om-view, memory_search, or a previous recall result. Not a topic search."},
+    "description":"Full lowercase hex id of an observation, reflection or transcript event, or a unique 12–64 character prefix from compacted memory, /om-view, memory_search, or a previous recall result. Not a topic search."},
   "session_id":{"type":"string","minLength":1,
-    "description":"Optional originating session id from memory_search. Omit to keep current-session recall."}}}
+    "description":"Optional originating session id from memory_search. Omit to keep current-session recall."},
+  "seq_start":{"type":"integer","minimum":1,
+    "description":"Instead of an id: the first seq of a range of the session's events to read (a memory_search result's source.seq_start)."},
+  "seq_end":{"type":"integer","minimum":1,
+    "description":"With seq_start: the last seq of the range (default seq_start; at most 100 events)."}}}
 """  # noqa: E501
 
 SEARCH_SCHEMA = r"""

@@ -60,7 +60,9 @@ def test_status_view_project_text_and_json(
 
 
 def test_search_and_recall_print_json(memory: Store, tmp_path: Path) -> None:
-    search = runner.invoke(memory_app, ["search", "2510", "--db", memory.db_path, "--limit", "5"])
+    search = runner.invoke(
+        memory_app, ["search", "2510", "--db", memory.db_path, "--limit", "5", "--mode", "exact"]
+    )
     assert search.exit_code == 0
     assert json.loads(search.stdout)["count"] == 1
     recall = runner.invoke(
@@ -84,9 +86,18 @@ def test_search_and_recall_print_json(memory: Store, tmp_path: Path) -> None:
 def test_search_session_and_mode_options(
     memory: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # no settings file: exact search only
+    monkeypatch.chdir(tmp_path)
     commit(memory, [observation("c1", "Build 2510 again", run_id="s2", refs=(("s2", 1),))])
     db = ["--db", memory.db_path]
+    # No settings file: hybrid search by default; while nothing is indexed, auto answers exactly and
+    # says so, and an explicit hybrid search answers the error.
+    building = runner.invoke(memory_app, ["search", "2510", *db])
+    answer = json.loads(building.stdout)
+    assert answer["mode"] == "exact" and answer["hybrid_unavailable"] == "index_building"
+    assert sorted(item["session_id"] for item in answer["results"]) == ["s1", "s2"]
+    strict = runner.invoke(memory_app, ["search", "2510", *db, "--mode", "hybrid"])
+    assert strict.exit_code == 2 and "index_building" in strict.stderr
+    (tmp_path / "omray.yaml").write_text("semantic: null\n", encoding="utf-8")  # exact search only
 
     def sessions(arguments: list[str]) -> list[str]:
         result = runner.invoke(memory_app, ["search", "2510", *db, *arguments])

@@ -157,8 +157,19 @@ def test_scoped_hybrid_errors_pass_unchanged(memory: Store) -> None:
     def failing(request: SearchRequest) -> dict[str, object]:
         return {"ok": False, "error": "index_building", "message": "building", "indexed_count": 1}
 
-    result = memory_search(memory.db_path, {"query": "2510", "scope": ["s1"]}, failing)
+    arguments = {"query": "2510", "scope": ["s1"], "mode": "hybrid"}
+    result = memory_search(memory.db_path, arguments, failing)
     assert result == {"ok": False, "error": "index_building", "message": "building", "indexed_count": 1}
+    # mode auto answers exactly while the index is not ready, and says so; other errors pass.
+    auto = memory_search(memory.db_path, {"query": "2510", "scope": ["s1"]}, failing)
+    assert auto["ok"] is True and auto["mode"] == "exact" and auto["hybrid_unavailable"] == "index_building"
+    assert _sessions(auto) == {"s1"} and auto["count"] >= 1
+
+    def unreachable(request: SearchRequest) -> dict[str, object]:
+        return {"ok": False, "error": "embedding_unavailable", "message": "down"}
+
+    failed = memory_search(memory.db_path, {"query": "2510"}, unreachable)
+    assert failed == {"ok": False, "error": "embedding_unavailable", "message": "down"}
 
 
 def test_unknown_keys_are_corrected_and_nothing_is_searched(
