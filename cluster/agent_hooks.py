@@ -167,8 +167,14 @@ def dispatch_project(
                 continue
             try:
                 client = _client(project, connect, state)
-            except RuntimeNotRunningError:
-                hook_fast.set_notice(project_str, NOTICE_PROJECT, RUNTIME_MISSING_MESSAGE)
+            except RuntimeNotRunningError as exc:
+                # A token problem is a RuntimeNotRunningError too (RuntimeAuthError): say which.
+                message = (
+                    RUNTIME_MISSING_MESSAGE
+                    if type(exc) is RuntimeNotRunningError
+                    else f"omray: this project's sessions are not observed: {exc}"
+                )
+                hook_fast.set_notice(project_str, NOTICE_PROJECT, message)
                 state.runtime_up = False
                 return state
             except OmrayError as exc:  # bad settings, a rejected token: say which
@@ -185,6 +191,7 @@ def dispatch_project(
             _watch(project_str, directory.name, moment + WATCH_S)
             _refresh_database(project)
         state.watching = _look_for_failures(project_str, connect, state, moment)
+        hook_fast.clear_notices(project_str, "dispatcher")
     finally:
         if owned:
             _close(state)
@@ -386,14 +393,59 @@ def dispatch_command(
     _never_fail(lambda: run_dispatcher(project.resolve()))
 
 
+LOG_FILE = ".hatfield/omray-hook.log"
+"""The dispatcher's log (warnings: ids, counts, error classes; never memory or transcript text)."""
+LOG_MAX_BYTES = 1024 * 1024
+"""Size at which the log is rotated once (``.1``)."""
+
+
+def _log_to_project(project: Path) -> None:
+    """Send this process's omray warnings to the project's hook log (the dispatcher has no stdio)."""
+    from logging.handlers import RotatingFileHandler
+
+    path = project / LOG_FILE
+    try:
+        hook_fast.private_dir(str(project), ".hatfield")
+        handler = RotatingFileHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=1, encoding="utf-8")
+        os.chmod(path, 0o600)
+    except OSError:
+        return
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s run_id=%(run_id)s error=%(error_class)s"
+        )
+    )
+    handler.addFilter(_fill_fields)
+    root = logging.getLogger("omray")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def _fill_fields(record: logging.LogRecord) -> bool:
+    for name in ("run_id", "error_class"):
+        if not hasattr(record, name):
+            setattr(record, name, "-")
+    return True
+
+
 def main_dispatch(argv: list[str]) -> None:
     """``python -m cluster.agent_hooks --project DIR``: the dispatcher without the whole CLI (what
-    the hooks start: it imports only what dispatching needs)."""
-    if len(argv) == 2 and argv[0] == "--project":
-        try:
-            run_dispatcher(Path(argv[1]).resolve())
-        except _HOOK_ERRORS as exc:
-            logger.warning("dispatcher failed", extra={"error_class": type(exc).__name__})
+    the hooks start: it imports only what dispatching needs). Whatever stops it is logged to the
+    project's hook log and becomes a notice, so it never fails unseen."""
+    if len(argv) != 2 or argv[0] != "--project":
+        return
+    project = Path(argv[1]).resolve()
+    _log_to_project(project)
+    try:
+        run_dispatcher(project)
+    except Exception as exc:  # the last line of defence of a process nobody watches
+        logger.error("dispatcher failed", extra={"error_class": type(exc).__name__})
+        hook_fast.set_notice(
+            str(project),
+            "dispatcher",
+            f"omray: the hook dispatcher of this project failed ({type(exc).__name__}); "
+            f"see {project / LOG_FILE} and `omray status`",
+        )
 
 
 if __name__ == "__main__":

@@ -484,7 +484,9 @@ def check_runtime(project: Path) -> Finding:
     home = omray_home()
     try:
         client = connect(cwd=project, prefix=os.environ.get("OMRAY_PREFIX") or "omray")
-    except RuntimeNotRunningError:
+    except RuntimeNotRunningError as exc:
+        if type(exc) is not RuntimeNotRunningError:  # a token problem: its message says what to do
+            return Finding(False, "runtime", str(exc))
         return Finding(
             False,
             "runtime",
