@@ -41,6 +41,7 @@ from persistence.importers.live import (
     SYNC_ERRORS,
     mark_dispatched,
     read_marks,
+    settle_mark,
     sync_session,
 )
 from protocol.errors import OmrayError
@@ -149,6 +150,7 @@ def dispatch_project(
     try:
         for directory in live_sessions(project):
             try:
+                settle_mark(directory)  # a turn whose transcript lagged at Stop ends where it is now
                 cursor = sync_session(directory, directory.name)
             except SYNC_ERRORS as exc:  # this session waits for a fix; the others go on
                 if _missing_transcript(exc):

@@ -131,16 +131,41 @@ def complete_length(path: str) -> int:
     return 0
 
 
-def mark_line(transcript: str, transcript_format: str, offset: int, close: bool, flush: str | None) -> bytes:
+def mark_line(
+    transcript: str, transcript_format: str, offset: int, close: bool, flush: str | None, settle: bool = False
+) -> bytes:
     """One ``live.marks.jsonl`` line (``persistence.importers.live.Mark``, keys in its field order)."""
-    mark = {
+    mark: dict[str, object] = {
         "transcript": transcript,
         "format": transcript_format,
         "offset": offset,
         "close": close,
         "flush": flush,
     }
+    if settle:
+        mark["settle"] = True
     return (json.dumps(mark, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def transcript_lags(transcript: str, offset: int, last_message: object) -> bool:
+    """Whether the transcript's complete part does not hold the turn's last assistant message yet.
+
+    Claude Code writes its transcript asynchronously, so at ``Stop`` the last records may still be
+    on their way (seen with a tool call: the result and the answer came after the hook). The hook
+    input carries the message (``last_assistant_message``); its start, JSON-escaped as Claude Code
+    writes it, is looked for in the tail. No message: nothing to wait for.
+    """
+    if not isinstance(last_message, str) or not last_message.strip():
+        return False
+    needle = json.dumps(last_message.strip()[:120], ensure_ascii=False)[1:-1].encode("utf-8")
+    try:
+        with open(transcript, "rb") as handle:
+            start = max(0, offset - _TAIL_CHUNK)
+            handle.seek(start)
+            tail = handle.read(offset - start)
+    except OSError:
+        return False
+    return needle not in tail
 
 
 def private_dir(project: str, *parts: str) -> str:
@@ -477,8 +502,10 @@ def claude_code(raw: str, explicit_project: str | None) -> dict[str, object] | N
     close = name in CLOSING_EVENTS
     flush = CLOSING_EVENTS.get(name)
     transcript = os.path.realpath(transcript)
+    offset = complete_length(transcript)
+    settle = name == "Stop" and transcript_lags(transcript, offset, event.get("last_assistant_message"))
     append_mark(
-        project, session_id, mark_line(transcript, "claude-code", complete_length(transcript), close, flush)
+        project, session_id, mark_line(transcript, "claude-code", offset, close and not settle, flush, settle)
     )
     start_dispatcher(project)
     message, _ = take_notices(project, name, _interactive())

@@ -375,3 +375,32 @@ def test_run_handles_only_the_hook_calls_it_knows(
     )
     assert hook_fast.run(["claude-code", "--project", str(tmp_path)]) is True  # bad input: handled, silent
     assert re.match(r"^[A-Za-z]", hook_fast.COMPACT_HEADER)
+
+
+def test_a_stop_before_the_transcript_caught_up_closes_the_turn_where_it_ends(
+    tmp_path: Path, no_spawn: list[str]
+) -> None:
+    # Claude Code writes its transcript asynchronously: at Stop the tool result and the answer of a
+    # tool-using turn may still be on their way. The turn must not be cut between call and result.
+    lines = (FIXTURES / "claude-code-session.jsonl").read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if b'"toolu_pytest"' in line and b'"tool_use"' in line) + 1
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(b"".join(lines[:cut]))
+    answer = "test_missing_key fails: it expects a KeyError."
+    assert _hook("Stop", tmp_path, transcript, last_assistant_message=answer) is None
+    (mark,) = read_marks(session_dir(tmp_path, SESSION))
+    assert mark.settle and not mark.close
+    transcript.write_bytes(b"".join(lines))  # Claude Code catches up
+    client = FakeClient()
+    dispatch_project(tmp_path, lambda project: client)
+    events = [
+        json.loads(line)
+        for line in (session_dir(tmp_path, SESSION) / "events.jsonl").read_text().splitlines()
+    ]
+    ends = [e["seq"] for e in events if e["type"] == "agent_end"]
+    assert [e["type"] for e in events[-3:]] == ["tool_execution_end", "llm_step_completed", "agent_end"]
+    assert len(ends) == 2 and ends[-1] == events[-1]["seq"]  # one end per turn, after the answer
+    assert [ctx.events[0].seq for ctx in client.calls] == ends
+    # When the transcript already holds the answer, Stop closes at once.
+    assert _hook("Stop", tmp_path, transcript, last_assistant_message=answer) is None
+    assert read_marks(session_dir(tmp_path, SESSION))[-1].close
