@@ -130,16 +130,26 @@ def memory_tools(
     )
 
 
+WARM_AFTER_S = 3.0
+"""Seconds after start at which the read service loads when no call asked for it sooner: a short
+``claude -p`` run never pays for it (the embedder alone costs about a second of CPU, taken from the
+agent on a small machine), a longer session finds it warm."""
+
+
 class LazyTools:
-    """Loads the settings, then the read service, in a background thread started at once.
+    """Loads the settings at once, then the read service at the first call (or after a while).
 
     :meth:`list_tools` waits for the settings only; :meth:`call` for everything. A settings error
     is kept and answered by every call (and printed once on stderr, which MCP clients log).
     """
 
-    def __init__(self, project: Path, db: Path | None, session_id: str) -> None:
+    def __init__(
+        self, project: Path, db: Path | None, session_id: str, warm_after_s: float = WARM_AFTER_S
+    ) -> None:
         self.project, self.db, self.session_id = project, db, session_id
+        self.warm_after_s = warm_after_s
         self._settings_ready = threading.Event()
+        self._wanted = threading.Event()
         self._tools_ready = threading.Event()
         self.settings: OmSettings | None = None
         self.tools: MemoryTools | None = None
@@ -156,6 +166,7 @@ class LazyTools:
             print(f"omray mcp: {exc}", file=sys.stderr, flush=True)
         finally:
             self._settings_ready.set()
+        self._wanted.wait(self.warm_after_s)
         try:
             if self.settings is not None:
                 self.tools = memory_tools(self.project, self.db, self.session_id, self.settings)
@@ -173,6 +184,7 @@ class LazyTools:
 
     def call(self, name: str, arguments: dict[str, Any]) -> dict[str, object]:
         """One tool call (a ``settings_invalid`` answer while the settings cannot be read)."""
+        self._wanted.set()
         self._tools_ready.wait()
         if self.tools is None:
             return {
