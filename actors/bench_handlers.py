@@ -59,6 +59,22 @@ def slow(envelope: JobEnvelope, attempt: int, context: Any) -> Mapping[str, Any]
     return {}
 
 
+GATE_ENV = "OMRAY_BENCH_GATE"
+"""Environment variable naming the file whose existence lets :func:`gated` jobs finish."""
+
+
+def gated(envelope: JobEnvelope, attempt: int, context: Any) -> Mapping[str, Any]:
+    """Record the start, hold the worker until the file named by ``OMRAY_BENCH_GATE`` exists (at
+    most 120 s), record the end: a load that stays put while a test looks at it."""
+    _append(envelope, attempt, "start")
+    gate = os.environ.get(GATE_ENV, "")
+    deadline = time.monotonic() + 120.0
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _append(envelope, attempt, "end")
+    return {}
+
+
 class AlwaysFailsError(RuntimeError):
     """Raised by :func:`always_fail` on every attempt."""
 

@@ -1,47 +1,52 @@
-"""``omray bench recall``: memory search recall on the LongMemEval development set.
+"""``omray bench recall``: memory search recall on LongMemEval, through the real runtime.
 
-Each LongMemEval history is turned into omray events (one omray session per LongMemEval session:
-a user turn is an ``agent_command_applied`` event, an assistant turn an ``llm_step_completed``
-event, seq = turn position + 1, then an ``agent_end``; every event carries the session's date).
-It then goes through omray's own pipeline, in this process and without Ray: the Observer
-(``actors.observer.pipeline.observe_through`` with ``builtin/extractive``) commits observations
-through a :class:`persistence.store.Store`; :class:`persistence.semantic.SemanticIndex`, given the
-events root, indexes memories and the cited events (source chunks) with the offline MiniLM
-embedder until complete; every question is asked through ``actors.read.service.memory_search``
-with the hybrid hook of ``actors.read.hybrid.hybrid_search_for`` (what ``OmrayClient`` calls),
-``limit`` 50.
+Every question's history goes through the product path with default settings: a private Ray
+cluster runs omray's queue and worker pools (:func:`cluster.runtime.ensure_runtime`, default pool
+sizes), and one :class:`cluster.client.OmrayClient` per question (its own project directory and
+memory database, the settings a project with no settings file gets) appends the history to
+``events.jsonl`` and calls ``after_turn_commit`` as an agent would: the QueueActor runs the
+ObserverActor (``builtin/extractive``, the default trigger policy) and the IndexerActor (the
+offline embedder), and every question is asked through ``client.memory_search`` (``limit`` 50).
 
-Scoring (questions with the ``_abs`` suffix are skipped, as upstream does):
+Layouts (``--layout``):
 
-* **turn level**: each hit stands for the turns it covers (its source excerpt's seq range, else
-  the observation's source refs); turns ranked by first appearance; gold = ``has_answer`` turns.
-* **session level**: sessions ranked by first appearance among the hits; gold =
-  ``answer_session_ids``.
+* ``one-session``: a question's whole history is ONE agent session, one turn per LongMemEval
+  session in date order (its messages, then ``agent_end``), the last turn with ``session_end``:
+  an agent that runs for weeks.
+* ``per-session``: each LongMemEval session is its own agent session (one turn, ``session_end``).
 
-``recall_any@k`` = some gold item in the first k, ``recall_all@k`` = every gold item in the first k,
-overall and by question type. The same-run baseline is plain ``bm25s`` over the raw turns of the
-same store (omray's keyword tokenizer, one document per turn); ``omray_rrf`` is the same index
-searched with the reference's rank-only fusion (RRF, k 60) instead of the default score-aware
-fusion. ``search_p50_ms`` times the whole ``memory_search`` call (default fusion), query embedding
-included.
+Observers (``--observer``): ``builtin`` (the default offline model, which copies each message) or
+``condensing``: a scripted model behind the real ``openai`` client that writes one short
+observation per ten messages, as a real model condenses. Everything the Observer was shown must
+stay findable either way (the transcript index).
 
-``longmemeval-s``: each question has its own store (its 43-55 sessions incl. distractors).
-``longmemeval-oracle``: the sessions of every selected question are pooled into one store (ids
-that recur with another date become separate sessions), so each question competes with all of
-them. The data is read from ``../shared/data/longmemeval`` (``--data-dir``); it is never copied.
-Figures are printed, never asserted.
+Scoring (``_abs`` questions are skipped, as upstream does). A hit stands for the LongMemEval turns
+it covers: its ``source`` seq range, else the events its observation cites (an event result is its
+own seq). ``turn`` R@k: some ``has_answer`` turn among the first k turns, in first-appearance order;
+``session`` R@k the same over answer sessions. Baseline from the same run: plain ``bm25s`` over the
+raw turns of the same history (one document per turn, omray's keyword tokenizer, every word of the
+question, as omray's keyword side reads it). ``findable``: the share of
+history turns that an exact ``memory_search`` of a quote of eight consecutive words (the whole turn
+when shorter) finds. ``variants``: the same stores searched with the reference's rank-only fusion
+(``rrf``) and with the keyword side alone (``keyword``). Figures are printed, never asserted.
+
+Stores are built in waves of :data:`WAVE` questions; each wave's StoreActors are stopped once it is
+scored, so a run never holds more than a wave's worth of actors. The data is read from
+``../shared/data/longmemeval`` (``--data-dir``); it is never copied.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import gzip
-import hashlib
 import json
+import random
+import re
 import sqlite3
 import statistics
 import tempfile
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,36 +56,35 @@ from typing import Any, Final, Literal
 import numpy as np
 from pydantic import BaseModel
 
-from actors.models.embeddings import default_offline_embedder
-from actors.models.registry import model_for
-from actors.models.tokens import token_counter
-from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.read.hybrid import hybrid_search_for
 from actors.read.service import memory_search
 from bench.shared_data import shared_data_dir
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
-from persistence.semantic import JOB_BATCHES, SemanticIndex
 from persistence.semantic.keyword import KeywordIndex, query_tokens
-from persistence.store import Store
-from protocol.jobs import ObserveBoundaryJob
-from protocol.semantic import Embedder
-from protocol.settings import settings_from_mapping
+from protocol.events import AfterTurnCommit, EventSummary
 
-Dataset = Literal["longmemeval-s", "longmemeval-oracle"]
+Dataset = Literal["longmemeval-s-dev100", "longmemeval-s", "longmemeval-oracle"]
+Layout = Literal["one-session", "per-session"]
+ObserverKind = Literal["builtin", "condensing"]
 DATA_DIR: Final[Path] = shared_data_dir() / "longmemeval"
 FILES: Final[dict[str, str]] = {
+    "longmemeval-s-dev100": "longmemeval_s_dev100.json.gz",
     "longmemeval-s": "longmemeval_s_subset26.json.gz",
     "longmemeval-oracle": "longmemeval_oracle.json.gz",
 }
-DEFAULT_QUESTIONS: Final[dict[str, int]] = {"longmemeval-s": 6, "longmemeval-oracle": 60}
-"""Questions of a default run (a few minutes on 2 cores); ``--questions 0`` takes all."""
+DEFAULT_QUESTIONS: Final[dict[str, int]] = {
+    "longmemeval-s-dev100": 0,
+    "longmemeval-s": 0,
+    "longmemeval-oracle": 60,
+}
+"""Questions of a default run (``0``: all); ``--questions N`` for quick runs."""
 KS: Final[tuple[int, ...]] = (1, 5, 10, 20)
 SEARCH_LIMIT: Final[int] = 50
-SETTINGS: Final[dict[str, Any]] = {
-    "model": "builtin/extractive",
-    "semantic": {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2"}},
-}
+QUOTE_WORDS: Final[int] = 8
+WAVE: Final[int] = 8
+"""Questions whose stores are built and scored together."""
+IDLE_TIMEOUT_S: Final[float] = 3600.0
+CONDENSE_EVERY: Final[int] = 10
+"""Messages per observation of the condensing scripted observer."""
 
 
 class DataMissingError(FileNotFoundError):
@@ -89,29 +93,37 @@ class DataMissingError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class Turn:
+    """One LongMemEval message."""
+
     session: str
-    seq: int
+    """LongMemEval session key (unique per question history)."""
+    position: int
+    """Position in its session, from 1."""
     role: str
     content: str
+    has_answer: bool = False
 
 
 @dataclass
 class Question:
+    """One question and its history, in date order."""
+
     question_id: str
     question_type: str
     question: str
+    sessions: list[tuple[str, str, list[Turn]]] = field(default_factory=list)
+    """``(session key, ISO date, turns)`` in date order."""
     gold_sessions: set[str] = field(default_factory=set)
-    gold_turns: set[tuple[str, int]] = field(default_factory=set)
-    sessions: list[str] = field(default_factory=list)
 
-
-@dataclass
-class Corpus:
-    """Sessions (omray session id -> date, turns) and the questions asked of them."""
-
-    dates: dict[str, str] = field(default_factory=dict)
-    turns: dict[str, list[Turn]] = field(default_factory=dict)
-    questions: list[Question] = field(default_factory=list)
+    @property
+    def gold_turns(self) -> set[tuple[str, int]]:
+        return {
+            (key, turn.position)
+            for key, _, turns in self.sessions
+            if key in self.gold_sessions
+            for turn in turns
+            if turn.has_answer
+        }
 
 
 def load_records(dataset: Dataset, data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
@@ -154,337 +166,397 @@ def lme_timestamp(value: str) -> str:
     return f"{day.replace('/', '-')}T{clock}:00+00:00"
 
 
-def build_corpus(records: Iterable[Mapping[str, Any]]) -> Corpus:
-    """Sessions keyed by an omray session id that is unique per (LongMemEval id, date)."""
-    corpus = Corpus()
-    keys: dict[tuple[str, str], str] = {}
-    for record in records:
-        question = Question(str(record["question_id"]), str(record["question_type"]), str(record["question"]))
-        gold = set(record["answer_session_ids"])
-        for sid, date, session in zip(
-            record["haystack_session_ids"], record["haystack_dates"], record["haystack_sessions"], strict=True
-        ):
-            key = keys.get((sid, date))
-            if key is None:
-                key = (
-                    sid
-                    if sid not in corpus.turns
-                    else f"{sid}_{hashlib.sha256(date.encode()).hexdigest()[:6]}"
-                )
-                keys[(sid, date)] = key
-                corpus.dates[key] = lme_timestamp(date)
-                corpus.turns[key] = [
-                    Turn(key, index + 1, str(turn["role"]), str(turn["content"]))
-                    for index, turn in enumerate(session)
-                ]
-            question.sessions.append(key)
-            if sid in gold:
-                question.gold_sessions.add(key)
-                question.gold_turns.update(
-                    (key, index + 1) for index, turn in enumerate(session) if turn.get("has_answer")
-                )
-        corpus.questions.append(question)
-    return corpus
+def build_question(record: Mapping[str, Any]) -> Question:
+    """One question with its history sorted by date (a repeated session id gets its own key)."""
+    question = Question(str(record["question_id"]), str(record["question_type"]), str(record["question"]))
+    gold = set(record["answer_session_ids"])
+    seen: dict[str, int] = defaultdict(int)
+    rows = []
+    for sid, date, session in zip(
+        record["haystack_session_ids"], record["haystack_dates"], record["haystack_sessions"], strict=True
+    ):
+        seen[sid] += 1
+        key = sid if seen[sid] == 1 else f"{sid}~{seen[sid]}"
+        turns = [
+            Turn(key, index + 1, str(turn["role"]), str(turn["content"]), bool(turn.get("has_answer")))
+            for index, turn in enumerate(session)
+        ]
+        rows.append((lme_timestamp(date), key, turns))
+        if sid in gold:
+            question.gold_sessions.add(key)
+    for date, key, turns in sorted(rows, key=lambda row: row[0]):  # stable: same-date order kept
+        question.sessions.append((key, date, turns))
+    return question
 
 
-def _event(session: str, seq: int, kind: str, payload: dict[str, Any], ts: str) -> str:
-    line = {"schema_version": "1.0", "run_id": session, "seq": seq, "turn_no": 1, "type": kind}
-    return json.dumps({**line, "payload": payload, "ts": ts}, ensure_ascii=False) + "\n"
+# --------------------------------------------------------------------------------- the history
 
 
-def write_events(root: Path, session: str, turns: Sequence[Turn], ts: str) -> Path:
-    path = root / session / "events.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for turn in turns:
+def _event(
+    session_id: str, seq: int, turn_no: int, kind: str, payload: dict[str, Any], ts: str
+) -> dict[str, Any]:
+    return {
+        "schema_version": "1.0",
+        "run_id": session_id,
+        "seq": seq,
+        "turn_no": turn_no,
+        "type": kind,
+        "payload": payload,
+        "ts": ts,
+    }
+
+
+def turn_events(
+    session_id: str, first_seq: int, turn_no: int, turns: Sequence[Turn], ts: str
+) -> list[dict[str, Any]]:
+    """One agent turn holding one LongMemEval session: its messages, then ``agent_end``."""
+    events = []
+    for offset, turn in enumerate(turns):
+        payload: dict[str, Any]
         if turn.role == "user":
-            lines.append(_event(session, turn.seq, "agent_command_applied", {"text": turn.content}, ts))
+            kind, payload = "agent_command_applied", {"text": turn.content}
         else:
-            message = {"role": "assistant", "content": turn.content}
-            lines.append(_event(session, turn.seq, "llm_step_completed", {"assistant_message": message}, ts))
-    lines.append(_event(session, len(turns) + 1, "agent_end", {"reason": "completed"}, ts))
-    path.write_text("".join(lines), encoding="utf-8")
-    return path
-
-
-class CachedEmbedder:
-    """An embedder that remembers vectors by text digest (optionally in a ``.npz`` file between runs)."""
-
-    def __init__(self, inner: Embedder, path: Path | None) -> None:
-        self.inner = inner
-        self.path = path
-        self.vectors: dict[str, list[float]] = {}
-        self.computed = 0
-        if path is not None and path.is_file():
-            with np.load(path) as data:
-                self.vectors = dict(zip(data["keys"].tolist(), data["vectors"].tolist(), strict=True))
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        keys = [hashlib.sha256(text.encode()).hexdigest() for text in texts]
-        missing = [(key, text) for key, text in zip(keys, texts, strict=True) if key not in self.vectors]
-        if missing:
-            vectors = self.inner.embed([text for _, text in missing])
-            self.computed += len(missing)
-            self.vectors.update((key, vector) for (key, _), vector in zip(missing, vectors, strict=True))
-        return [self.vectors[key] for key in keys]
-
-    def save(self) -> None:
-        if self.path is None or not self.computed:
-            return
-        keys = list(self.vectors)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(
-            self.path, keys=np.asarray(keys), vectors=np.asarray([self.vectors[k] for k in keys], np.float32)
-        )
-        self.computed = 0
+            kind, payload = (
+                "llm_step_completed",
+                {"assistant_message": {"role": "assistant", "content": turn.content}},
+            )
+        events.append(_event(session_id, first_seq + offset, turn_no, kind, payload, ts))
+    events.append(
+        _event(session_id, first_seq + len(turns), turn_no, "agent_end", {"reason": "completed"}, ts)
+    )
+    return events
 
 
 @dataclass
-class StoreRun:
-    """One store built through the pipeline, and what it took."""
+class History:
+    """Where each LongMemEval turn went: ``(omray session, seq) -> (LongMemEval session, position)``."""
 
-    db_path: str
-    refs: dict[str, list[tuple[str, int]]]
-    observations: int
-    chunks: int
-    observe_s: float
-    index_s: float
+    place: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
+    seq_of: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
 
 
-def build_store(work: Path, corpus: Corpus, sessions: Sequence[str], embedder: Embedder) -> StoreRun:
-    """Events -> Observer (builtin model) -> Store -> SemanticIndex (with source chunks), complete."""
-    root = work / "sessions"
-    db_path = str(work / "om.sqlite")
-    block = {**SETTINGS, "storage": {"database": db_path}}
-    settings = settings_from_mapping(block)
-    assert settings.semantic is not None
-    count = token_counter(settings.token_encoding).count
-    store = Store(db_path)
-    started = time.monotonic()
-    for session in sessions:
-        events_path = write_events(root, session, corpus.turns[session], corpus.dates[session])
-        ports = ObserverPorts(
-            memory=MemoryReader(db_path),
-            store=store,
-            read_events=functools.partial(read_event_window, events_path),
-            resolve_model=lambda model: model_for(settings, model),
-            count_tokens=count,
-            now_utc=lambda: "2024-01-01T00:00:00+00:00",
-            now_local=lambda: "2024-01-01 00:00",
+def play_history(client: Any, question: Question, layout: Layout) -> History:
+    """Append the history to ``events.jsonl`` turn by turn and call ``after_turn_commit`` after each."""
+    history = History()
+    one = f"q-{question.question_id}"
+    seq = {one: 1}
+    for number, (key, date, turns) in enumerate(question.sessions, start=1):
+        session_id = one if layout == "one-session" else f"s-{key}"
+        first = seq.setdefault(session_id, 1)
+        turn_no = number if layout == "one-session" else 1
+        events = turn_events(session_id, first, turn_no, turns, date)
+        path = client.events_path(session_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(json.dumps(event, ensure_ascii=False) + "\n" for event in events))
+        for offset, turn in enumerate(turns):
+            history.place[(session_id, first + offset)] = (key, turn.position)
+            history.seq_of[(key, turn.position)] = (session_id, first + offset)
+        seq[session_id] = first + len(events)
+        last = layout == "per-session" or number == len(question.sessions)
+        client.after_turn_commit(
+            AfterTurnCommit(
+                run_id=session_id,
+                turn_no=turn_no,
+                status="completed",
+                events=tuple(
+                    EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in events
+                ),
+                session_end=last,
+            )
         )
-        job = ObserveBoundaryJob(
-            run_id=session,
-            terminal_end_seq=len(corpus.turns[session]) + 1,
-            terminal_status="completed",
-            renderer_version=settings.renderer_version,
-            observer_schema_version=settings.observer_schema_version,
-            db_path=db_path,
-            events_path=str(events_path),
-            settings=block,
-            # A finished session: observed through its end whatever its size (the default turn-end
-            # signal defers below ``observe_after_tokens`` of new source, and would observe nothing).
-            signal="session_end",
-        )
-        observe_through(job, f"bench-{session}", settings, ports)
-    observe_s = time.monotonic() - started
-    started = time.monotonic()
-    index = SemanticIndex(db_path, settings.semantic, store)
-    while not index.synchronize(embedder, batches=JOB_BATCHES).complete:
-        pass
-    index_s = time.monotonic() - started
-    refs: dict[str, list[tuple[str, int]]] = {}
+    return history
+
+
+# ----------------------------------------------------------------------------------- scoring
+
+
+def cited_refs(db_path: Path) -> dict[str, list[int]]:
+    """Observation id -> the seqs of its own session it cites."""
+    refs: dict[str, list[int]] = {}
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
         for memory_id, run_id, raw in conn.execute(
             "SELECT observation_id, run_id, source_refs_json FROM om_observation"
         ):
-            refs[memory_id] = [
-                (run_id, int(ref["seq"])) for ref in json.loads(raw) if ref.get("run_id") == run_id
-            ]
-    with sqlite3.connect(f"file:{index.directory / 'manifest.sqlite'}?mode=ro", uri=True) as conn:
-        chunks = int(conn.execute("SELECT count(*) FROM chunk").fetchone()[0])
-    store.close()
-    if sessions and not refs:
-        # Recall over an empty store would read as a ranking result of zero; it is a broken run.
-        raise RuntimeError(f"the observer wrote no observations for {len(sessions)} session(s)")
-    return StoreRun(db_path, refs, len(refs), chunks, observe_s, index_s)
+            refs[memory_id] = [int(ref["seq"]) for ref in json.loads(raw) if ref.get("run_id") == run_id]
+    return refs
 
 
-def _dedup(items: Iterable[Any]) -> list[Any]:
-    return list(dict.fromkeys(items))
-
-
-def rank_hits(
-    results: Sequence[Mapping[str, Any]], refs: Mapping[str, list[tuple[str, int]]]
-) -> tuple[list[Any], list[str]]:
-    """(turns, sessions) in first-appearance order of the hits."""
+def ranked_turns(
+    results: Iterable[Mapping[str, Any]], refs: Mapping[str, list[int]], history: History
+) -> tuple[list[tuple[str, int]], list[str]]:
+    """(LongMemEval turns, LongMemEval sessions) in first-appearance order of the hits."""
     turns: list[tuple[str, int]] = []
     for item in results:
+        session_id = str(item["session_id"])
         source = item.get("source")
         if isinstance(source, Mapping):
-            turns.extend(
-                (str(item["session_id"]), seq)
-                for seq in range(int(source["seq_start"]), int(source["seq_end"]) + 1)
-            )
+            seqs = list(range(int(source["seq_start"]), int(source["seq_end"]) + 1))
         else:
-            turns.extend(refs.get(str(item["id"]), []))
-    return _dedup(turns), _dedup(str(item["session_id"]) for item in results)
+            seqs = refs.get(str(item["id"]), [])
+        turns.extend(history.place[(session_id, seq)] for seq in seqs if (session_id, seq) in history.place)
+    ordered = list(dict.fromkeys(turns))
+    return ordered, list(dict.fromkeys(key for key, _ in ordered))
+
+
+_SINGLE_SPACED = re.compile(r"\S+(?: \S+)*")
+
+
+def exact_quote(text: str, rng: random.Random, words: int = QUOTE_WORDS) -> str:
+    """``words`` consecutive words of ``text`` separated by single spaces (as an agent would paste
+    them), from a random place; the longest such run when none is that long."""
+    runs: list[list[str]] = [run.split(" ") for run in _SINGLE_SPACED.findall(text)]
+    long_enough = [run for run in runs if len(run) >= words]
+    if not long_enough or words >= 10_000:
+        if not runs:
+            return text.strip()
+        longest: list[str] = max(long_enough or runs, key=len)
+        return " ".join(longest)
+    run = rng.choice(long_enough)
+    start = rng.randrange(len(run) - words + 1)
+    return " ".join(run[start : start + words])
 
 
 class RecallFigures(BaseModel):
-    """Recall at each k, overall; ``any``: some gold item in the first k, ``all``: every gold item."""
+    """Recall at each k: some gold item among the first k."""
 
     questions: int
-    turn_any: dict[str, float]
-    turn_all: dict[str, float]
-    session_any: dict[str, float]
-    session_all: dict[str, float]
+    turn: dict[str, float]
+    session: dict[str, float]
 
 
-def figures(rows: Sequence[tuple[Question, list[Any], list[str]]]) -> RecallFigures:
-    def share(hit: Callable[[Question, list[Any], list[str], int], bool], k: int) -> float:
-        usable = [row for row in rows if row[0].gold_turns or (hit is not _turn_any and hit is not _turn_all)]
-        return round(sum(hit(q, t, s, k) for q, t, s in usable) / max(1, len(usable)), 3)
+Row = tuple[Question, list[tuple[str, int]], list[str]]
+
+
+def figures(rows: Sequence[Row]) -> RecallFigures:
+    def share(hit: Callable[[Question, list[tuple[str, int]], list[str], int], bool], k: int) -> float:
+        return round(sum(hit(q, t, s, k) for q, t, s in rows) / max(1, len(rows)), 3)
 
     return RecallFigures(
         questions=len(rows),
-        turn_any={f"@{k}": share(_turn_any, k) for k in KS},
-        turn_all={f"@{k}": share(_turn_all, k) for k in KS},
-        session_any={f"@{k}": share(_session_any, k) for k in KS},
-        session_all={f"@{k}": share(_session_all, k) for k in KS},
+        turn={f"@{k}": share(lambda q, t, _s, k: bool(q.gold_turns & set(t[:k])), k) for k in KS},
+        session={f"@{k}": share(lambda q, _t, s, k: bool(q.gold_sessions & set(s[:k])), k) for k in KS},
     )
 
 
-def _turn_any(q: Question, turns: list[Any], _s: list[str], k: int) -> bool:
-    return bool(q.gold_turns & set(turns[:k]))
+def by_type(rows: Sequence[Row]) -> dict[str, RecallFigures]:
+    groups: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[row[0].question_type].append(row)
+    return {kind: figures(group) for kind, group in sorted(groups.items())}
 
 
-def _turn_all(q: Question, turns: list[Any], _s: list[str], k: int) -> bool:
-    return q.gold_turns <= set(turns[:k])
-
-
-def _session_any(q: Question, _t: list[Any], sessions: list[str], k: int) -> bool:
-    return bool(q.gold_sessions & set(sessions[:k]))
-
-
-def _session_all(q: Question, _t: list[Any], sessions: list[str], k: int) -> bool:
-    return q.gold_sessions <= set(sessions[:k])
+def baseline_ranking(question: Question) -> tuple[list[tuple[str, int]], list[str]]:
+    """Plain bm25s over the raw turns of the history (one document per turn)."""
+    turns = [(key, turn) for key, _, session in question.sessions for turn in session]
+    keyword = KeywordIndex.build([(i, turn.content) for i, (_, turn) in enumerate(turns)])
+    found = [
+        (turns[i][0], turns[i][1].position)
+        for i in keyword.query(query_tokens(question.question), SEARCH_LIMIT)
+    ]
+    return found, list(dict.fromkeys(key for key, _ in found))
 
 
 class RecallBenchResult(BaseModel):
     """Figures of one ``omray bench recall`` run."""
 
     dataset: str
+    layout: str
+    observer: str
     questions: int
     sessions: int
     turns: int
     observations: int
-    chunks: int
-    stores: int
-    observe_s: float
-    index_s: float
-    search_p50_ms: float
-    search_p99_ms: float
     omray: RecallFigures
-    omray_rrf: RecallFigures
     baseline_bm25_turns: RecallFigures
+    variants: dict[str, RecallFigures]
     omray_by_type: dict[str, RecallFigures]
     baseline_by_type: dict[str, RecallFigures]
-    embedder: str
+    findable: float
+    findable_turns: int
+    search_p50_ms: float
+    search_p99_ms: float
+    exact_p50_ms: float
+    build_s: float
     seconds: float
+    embedder: str
 
 
-def _by_type(rows: Sequence[tuple[Question, list[Any], list[str]]]) -> dict[str, RecallFigures]:
-    groups: dict[str, list[tuple[Question, list[Any], list[str]]]] = defaultdict(list)
-    for row in rows:
-        groups[row[0].question_type].append(row)
-    return {kind: figures(group) for kind, group in sorted(groups.items())}
+# ------------------------------------------------------------------------------------- the run
 
 
-def baseline_ranking(
-    corpus: Corpus, sessions: Sequence[str], query: str, keyword: KeywordIndex, labels: list[tuple[str, int]]
-) -> tuple[list[Any], list[str]]:
-    found = keyword.query(query_tokens(query), SEARCH_LIMIT)
-    turns = [labels[label] for label in found]
-    return turns, _dedup(session for session, _ in turns)
+def _settings(observer: ObserverKind, base_url: str | None) -> dict[str, Any]:
+    if observer == "builtin":
+        return {}  # a project with no settings file
+    assert base_url is not None
+    return {
+        "model": "scripted/condense",
+        "providers": {"scripted": {"base_url": base_url, "context_window": 32768}},
+    }
+
+
+@dataclass
+class _Scores:
+    omray: list[Row] = field(default_factory=list)
+    baseline: list[Row] = field(default_factory=list)
+    variants: dict[str, list[Row]] = field(default_factory=lambda: defaultdict(list))
+    latencies: list[float] = field(default_factory=list)
+    exact_latencies: list[float] = field(default_factory=list)
+    findable: list[bool] = field(default_factory=list)
+    observations: int = 0
+
+
+def _score(client: Any, question: Question, history: History, scores: _Scores, rng: random.Random) -> None:
+    refs = cited_refs(client.db_path)
+    scores.observations += len(refs)
+    begin = time.perf_counter()
+    answer = client.memory_search({"query": question.question, "limit": SEARCH_LIMIT})
+    scores.latencies.append((time.perf_counter() - begin) * 1000)
+    if answer.get("ok") is not True or answer.get("mode") == "exact":
+        raise RuntimeError(
+            f"hybrid memory_search failed: {answer.get('error') or answer.get('hybrid_unavailable')!r}"
+        )
+    scores.omray.append((question, *ranked_turns(answer["results"], refs, history)))
+    scores.baseline.append((question, *baseline_ranking(question)))
+    semantic = client.settings.semantic
+    for fusion in ("rrf", "keyword"):
+        hybrid = hybrid_search_for(str(client.db_path), semantic, fusion=fusion)
+        variant = memory_search(client.db_path, {"query": question.question, "limit": SEARCH_LIMIT}, hybrid)
+        results = variant.get("results")
+        scores.variants[fusion].append(
+            (question, *ranked_turns(results if isinstance(results, list) else [], refs, history))
+        )
+    for _, _, turns in question.sessions:
+        for turn in turns:
+            if not turn.content.strip():
+                continue
+            scores.findable.append(_findable(client, turn, refs, history, scores, rng))
+
+
+def _findable(
+    client: Any,
+    turn: Turn,
+    refs: Mapping[str, list[int]],
+    history: History,
+    scores: _Scores,
+    rng: random.Random,
+) -> bool:
+    """Whether an exact quote of the turn finds it; a quote so common that the first results are all
+    elsewhere is lengthened (to the whole single-spaced run it comes from) once."""
+    for words in (QUOTE_WORDS, 10_000):
+        begin = time.perf_counter()
+        found = client.memory_search(
+            {"query": exact_quote(turn.content, rng, words), "mode": "exact", "limit": SEARCH_LIMIT}
+        )
+        scores.exact_latencies.append((time.perf_counter() - begin) * 1000)
+        hits = found.get("results", []) if found.get("ok") is True else []
+        if (turn.session, turn.position) in set(ranked_turns(hits, refs, history)[0]):
+            return True
+        if not found.get("truncated"):
+            return False
+    return False
 
 
 def run_recall_bench(
     dataset: Dataset,
     questions: int | None = None,
     data_dir: Path = DATA_DIR,
-    embedding_cache: Path | None = None,
+    *,
+    layout: Layout = "one-session",
+    observer: ObserverKind = "builtin",
 ) -> RecallBenchResult:
+    """Build every question's memory through the runtime (needs ``ray.init``), ask, score."""
+    import ray
+
+    from cluster.client import OmrayClient
+    from cluster.naming import RuntimeNames
+    from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
+
+    if not ray.is_initialized():
+        raise RuntimeError("not connected to Ray: use `omray bench recall`, or call ray.init() first")
     started = time.monotonic()
-    chosen = select(
+    records = select(
         load_records(dataset, data_dir), DEFAULT_QUESTIONS[dataset] if questions is None else questions
     )
-    corpus = build_corpus(chosen)
-    embedder = CachedEmbedder(default_offline_embedder(), embedding_cache)
-    if dataset == "longmemeval-oracle":
-        groups = [(list(corpus.turns), corpus.questions)]
-    else:
-        groups = [(question.sessions, [question]) for question in corpus.questions]
-    omray_rows: list[tuple[Question, list[Any], list[str]]] = []
-    base_rows: list[tuple[Question, list[Any], list[str]]] = []
-    rrf_rows: list[tuple[Question, list[Any], list[str]]] = []
-    latencies: list[float] = []
-    observations = chunks = 0
-    observe_s = index_s = 0.0
-    semantic = settings_from_mapping(SETTINGS).semantic
-    assert semantic is not None
-    for sessions, asked in groups:
-        with tempfile.TemporaryDirectory(prefix="omray-bench-recall-") as tmp:
-            run = build_store(Path(tmp), corpus, sessions, embedder)
-            embedder.save()  # after each store, so an interrupted run keeps its vectors
-            observations += run.observations
-            chunks += run.chunks
-            observe_s += run.observe_s
-            index_s += run.index_s
-            search = hybrid_search_for(run.db_path, semantic)
-            search_rrf = hybrid_search_for(run.db_path, semantic, fusion="rrf")
-            labels = [(turn.session, turn.seq) for session in sessions for turn in corpus.turns[session]]
-            keyword = KeywordIndex.build(
-                [(i, turn.content) for i, turn in enumerate(t for s in sessions for t in corpus.turns[s])]
-            )
-            for question in asked:
-                begin = time.perf_counter()
-                answer = memory_search(
-                    run.db_path, {"query": question.question, "limit": SEARCH_LIMIT}, hybrid_search=search
-                )
-                latencies.append((time.perf_counter() - begin) * 1000)
-                if answer.get("ok") is not True:
-                    raise RuntimeError(f"memory_search failed: {answer.get('error')!r}")
-                results = answer["results"]
-                assert isinstance(results, list)
-                omray_rows.append((question, *rank_hits(results, run.refs)))
-                rrf = memory_search(
-                    run.db_path, {"query": question.question, "limit": SEARCH_LIMIT}, hybrid_search=search_rrf
-                )
-                rrf_results = rrf.get("results")
-                assert isinstance(rrf_results, list)
-                rrf_rows.append((question, *rank_hits(rrf_results, run.refs)))
-                base_rows.append(
-                    (question, *baseline_ranking(corpus, sessions, question.question, keyword, labels))
-                )
-    embedder.save()
+    chosen = [build_question(record) for record in records]
+    names = RuntimeNames(prefix=f"recall{uuid.uuid4().hex[:8]}")
+    scores = _Scores()
+    rng = random.Random(29)
+    build_s = 0.0
+    with (
+        tempfile.TemporaryDirectory(prefix="omray-bench-recall-") as tmp,
+        _observer_server(observer) as base_url,
+    ):
+        work = Path(tmp)
+        ensure_runtime(names, queue_db=str(work / "queue.sqlite"), handler_paths=DEFAULT_HANDLERS)
+        try:
+            for wave in range(0, len(chosen), WAVE):
+                begin = time.monotonic()
+                clients = []
+                for question in chosen[wave : wave + WAVE]:
+                    project = work / f"q-{question.question_id}"
+                    project.mkdir()
+                    client = OmrayClient(names, settings=_settings(observer, base_url), cwd=project)
+                    clients.append((client, question, play_history(client, question, layout)))
+                if not clients[0][0].wait_idle(timeout_s=IDLE_TIMEOUT_S):
+                    raise RuntimeError("the runtime did not finish observing and indexing in time")
+                build_s += time.monotonic() - begin
+                for client, question, history in clients:
+                    _score(client, question, history, scores, rng)
+                    _stop_store(names, client.db_path)
+                    client.close()
+        finally:
+            remove_runtime(names)
     return RecallBenchResult(
         dataset=dataset,
-        questions=len(corpus.questions),
-        sessions=len(corpus.turns),
-        turns=sum(len(turns) for turns in corpus.turns.values()),
-        observations=observations,
-        chunks=chunks,
-        stores=len(groups),
-        observe_s=round(observe_s, 1),
-        index_s=round(index_s, 1),
-        search_p50_ms=round(statistics.median(latencies), 1),
-        search_p99_ms=round(float(np.percentile(latencies, 99)), 1),
-        omray=figures(omray_rows),
-        omray_rrf=figures(rrf_rows),
-        baseline_bm25_turns=figures(base_rows),
-        omray_by_type=_by_type(omray_rows),
-        baseline_by_type=_by_type(base_rows),
-        embedder="builtin/all-minilm-l6-v2 (int8 ONNX)"
-        + (f", cache {embedding_cache.name}" if embedding_cache else ""),
+        layout=layout,
+        observer=observer,
+        questions=len(chosen),
+        sessions=sum(len(q.sessions) for q in chosen),
+        turns=sum(len(turns) for q in chosen for _, _, turns in q.sessions),
+        observations=scores.observations,
+        omray=figures(scores.omray),
+        baseline_bm25_turns=figures(scores.baseline),
+        variants={name: figures(rows) for name, rows in sorted(scores.variants.items())},
+        omray_by_type=by_type(scores.omray),
+        baseline_by_type=by_type(scores.baseline),
+        findable=round(sum(scores.findable) / max(1, len(scores.findable)), 4),
+        findable_turns=len(scores.findable),
+        search_p50_ms=round(statistics.median(scores.latencies), 1) if scores.latencies else 0.0,
+        search_p99_ms=round(float(np.percentile(scores.latencies, 99)), 1) if scores.latencies else 0.0,
+        exact_p50_ms=round(statistics.median(scores.exact_latencies), 2) if scores.exact_latencies else 0.0,
+        build_s=round(build_s, 1),
         seconds=round(time.monotonic() - started, 1),
+        embedder="builtin/all-minilm-l6-v2 (int8 ONNX)",
     )
+
+
+def _stop_store(names: Any, db_path: Path) -> None:
+    """Stop a scored question's StoreActor (nothing writes its database any more)."""
+    import ray
+
+    with contextlib.suppress(ValueError):
+        ray.kill(
+            ray.get_actor(names.store(str(db_path.resolve())), namespace=names.namespace), no_restart=True
+        )
+
+
+class _observer_server:
+    """The condensing observer's scripted OpenAI-compatible server (nothing for the builtin model)."""
+
+    def __init__(self, observer: ObserverKind) -> None:
+        self._observer = observer
+        self._process: Any = None
+
+    def __enter__(self) -> str | None:
+        if self._observer == "builtin":
+            return None
+        from bench.scripted_models import CondensingMemoryModel
+        from bench.scripted_server import ScriptedServerProcess
+
+        self._process = ScriptedServerProcess(CondensingMemoryModel, CONDENSE_EVERY)
+        return str(self._process.__enter__().base_url)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.__exit__(*exc)

@@ -67,3 +67,38 @@ class ScriptedMemoryModel:
                 return Reply(status=reply.status, body=reply.body, delay_s=hold)
             return reply
         return chat_tool_calls(("drop_observations", {"ids": local_ids[:3]}))
+
+
+_BLOCK = re.compile(
+    r"\[Source entry id: ([^:\]]+):(\d+)\]\n\[[^\]@]+ @ (\d{4}-\d{2}-\d{2} \d{2}:\d{2})[^\]]*\]:(.*)"
+)
+
+
+class CondensingMemoryModel(ScriptedMemoryModel):
+    """Condenses as a real model does: one short observation per ``every`` source blocks of a chunk,
+    citing them all and quoting only the first few words of the first; Reflector and Dropper as
+    :class:`ScriptedMemoryModel`. What it leaves out must stay findable in the transcript."""
+
+    def __init__(self, every: int = 10, latency_s: float = 0.0) -> None:
+        super().__init__(latency_s)
+        self.every = every
+
+    def _answer(self, body: Mapping[str, Any]) -> Reply:
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool" or body["tools"][0]["function"]["name"] != "record_observations":
+            return super()._answer(body)
+        chunk = str(messages[-1]["content"]).split("NEW SOURCE-ADDRESSED CONVERSATION CHUNK:", 1)[-1]
+        blocks = _BLOCK.findall(chunk)
+        items = []
+        for start in range(0, len(blocks), self.every):
+            group = blocks[start : start + self.every]
+            gist = " ".join(group[0][3].split()[:6]) or "an exchange"
+            items.append(
+                {
+                    "timestamp": group[0][2],
+                    "content": f"Talked about {gist} ({len(group)} messages).",
+                    "relevance": "medium",
+                    "source_refs": [{"run_id": run, "seq": int(seq)} for run, seq, _, _ in group],
+                }
+            )
+        return chat_tool_calls(("record_observations", {"observations": items}))

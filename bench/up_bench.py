@@ -4,7 +4,9 @@ Each variant runs ``python -m cluster.cli up`` on a free port with its own ``OMR
 for the runtime to settle, sums PSS and RSS (``/proc/<pid>/smaps_rollup``, Linux) of every process
 of that head by kind (GCS, raylet, dashboard and its module processes, agents, each actor class,
 idle workers), counts the actors, then runs ``omray down`` and checks that no process of the head
-is left. Both variants run in one invocation, so the figures share a machine state.
+is left. The baseline variant ``ray-start`` is a plain ``ray start --head`` (Ray's defaults: the
+whole dashboard, both monitors; no omray actors), timed and measured the same way and stopped by
+its session directory. Every variant runs in one invocation, so the figures share a machine state.
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ class KindMemory(BaseModel):
 
 
 class UpRun(BaseModel):
-    """One ``omray up`` / idle / ``omray down`` cycle."""
+    """One ``omray up`` / idle / ``omray down`` cycle (or ``ray start --head`` / idle / stop)."""
 
     variant: str
+    command: str
     up_s: float
     down_s: float
     actors: int
     pss_mb: float
     rss_mb: float
     by_kind: dict[str, KindMemory]
+    dashboard_modules: list[str]
     left_after_down: int
 
 
@@ -122,12 +126,25 @@ def process_kind(cmdline: list[str]) -> str:
     return "other"
 
 
-def measure(session_dir: str) -> tuple[dict[str, KindMemory], int]:
-    """Idle memory by kind and the number of omray actors of one head."""
+def dashboard_module_name(cmdline: list[str]) -> str | None:
+    """``NodeHead`` for the process of the dashboard's ``NodeHead`` module (``ray-dashboard-NodeHead-0``)."""
+    first = cmdline[0] if cmdline else ""
+    if not first.startswith("ray-dashboard-"):
+        return None
+    return first.split()[0].removeprefix("ray-dashboard-").rpartition("-")[0] or None
+
+
+def measure(session_dir: str) -> tuple[dict[str, KindMemory], int, list[str]]:
+    """Idle memory by kind, the number of omray actors and the dashboard's module processes of one head."""
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    modules: set[str] = set()
     for pid in head_pids(session_dir):
         pss, rss = _memory_kb(pid)
-        entry = totals[process_kind(_cmdline(pid))]
+        cmdline = _cmdline(pid)
+        module = dashboard_module_name(cmdline)
+        if module is not None:
+            modules.add(module)
+        entry = totals[process_kind(cmdline)]
         entry[0] += 1
         entry[1] += pss
         entry[2] += rss
@@ -138,51 +155,96 @@ def measure(session_dir: str) -> tuple[dict[str, KindMemory], int]:
     actors = sum(
         memory.processes for kind, memory in by_kind.items() if kind.removeprefix("ray::") in ACTOR_KINDS
     )
-    return by_kind, actors
+    return by_kind, actors, sorted(modules)
 
 
-def _omray(home: Path, *args: str) -> float:
+def _run(command: list[str], env: dict[str, str]) -> float:
     started = time.monotonic()
-    env = {**os.environ, "OMRAY_HOME": str(home)}
-    env.pop("RAY_ADDRESS", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *args], env=env, capture_output=True, text=True, timeout=600
-    )
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
-        raise RuntimeError(f"`omray {' '.join(args)}` failed with exit code {result.returncode}")
+        raise RuntimeError(f"`{' '.join(command[:4])} ...` failed with exit code {result.returncode}")
     return time.monotonic() - started
 
 
-def run_variant(variant: str, up_args: list[str], settle_s: float) -> UpRun:
+def _environment(home: Path) -> dict[str, str]:
+    env = {**os.environ, "OMRAY_HOME": str(home)}
+    env.pop("RAY_ADDRESS", None)
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    return env
+
+
+def _omray(home: Path, *args: str) -> float:
+    return _run([sys.executable, "-m", "cluster.cli", *args], _environment(home))
+
+
+def _ray_start_head(home: Path) -> tuple[float, str]:
+    """``ray start --head`` with Ray's defaults on free ports; its time and session directory."""
+    from cluster.bootstrap import ray_cli, session_dir_of
+
+    port = _free_port()
+    seconds = _run(
+        [
+            ray_cli(),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={_free_port()}",
+            "--disable-usage-stats",
+        ],
+        _environment(home),
+    )
+    return seconds, session_dir_of(port)
+
+
+def _stop_ray_head(session_dir: str) -> float:
+    from cluster.bootstrap import stop_head
+
+    started = time.monotonic()
+    stop_head(session_dir)
+    return time.monotonic() - started
+
+
+def run_variant(variant: str, settle_s: float) -> UpRun:
     """Start, let it settle, measure, stop."""
+    up_args = VARIANTS[variant]
     with tempfile.TemporaryDirectory(prefix="omray-bench-up-") as directory:
         home = Path(directory)
-        up_s = _omray(home, "up", f"--port={_free_port()}", f"--dashboard-port={_free_port()}", *up_args)
-        session_dir = str(json.loads((home / "runtime.json").read_text())["session_dir"])
+        if up_args is None:
+            command = "ray start --head"
+            up_s, session_dir = _ray_start_head(home)
+        else:
+            command = " ".join(["omray up", *up_args])
+            up_s = _omray(home, "up", f"--port={_free_port()}", f"--dashboard-port={_free_port()}", *up_args)
+            session_dir = str(json.loads((home / "runtime.json").read_text())["session_dir"])
         try:
             time.sleep(settle_s)
-            by_kind, actors = measure(session_dir)
+            by_kind, actors, modules = measure(session_dir)
         finally:
-            down_s = _omray(home, "down")
+            down_s = _omray(home, "down") if up_args is not None else _stop_ray_head(session_dir)
         return UpRun(
             variant=variant,
+            command=command,
             up_s=round(up_s, 1),
             down_s=round(down_s, 1),
             actors=actors,
             pss_mb=round(sum(m.pss_mb for m in by_kind.values()), 1),
             rss_mb=round(sum(m.rss_mb for m in by_kind.values()), 1),
             by_kind=by_kind,
+            dashboard_modules=modules,
             left_after_down=len(head_pids(session_dir)),
         )
 
 
-VARIANTS: dict[str, list[str]] = {"default": [], "dashboard": ["--dashboard"]}
-"""``omray up`` as shipped, and with Ray's dashboard (its modules, the state API, the log monitor)."""
+VARIANTS: dict[str, list[str] | None] = {"ray-start": None, "default": [], "no-dashboard": ["--no-dashboard"]}
+"""The baseline (plain ``ray start --head``, ``None``), ``omray up`` as shipped (the dashboard on)
+and ``omray up --no-dashboard``: their ``omray up`` arguments."""
 
 
 def run_up_bench(variants: list[str] | None = None, settle_s: float = 15.0) -> UpBenchResult:
-    """Every variant in turn, in one invocation."""
+    """Every variant in turn, in one invocation; :class:`ValueError` for an unknown variant."""
     chosen = variants or list(VARIANTS)
-    return UpBenchResult(
-        settle_s=settle_s, runs=[run_variant(name, VARIANTS[name], settle_s) for name in chosen]
-    )
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"unknown variants {unknown!r}; known: {sorted(VARIANTS)!r}")
+    return UpBenchResult(settle_s=settle_s, runs=[run_variant(name, settle_s) for name in chosen])

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import ray
 
+from actors.queue.figures import PoolFigures
 from actors.queue.scaling import Grow, PoolLoad, PoolScaler, ScalingCommand
 from cluster.proxies import RayWorkerPool
 
@@ -41,7 +42,7 @@ class CapacityPort(Protocol):
 class PoolMetricsPort(Protocol):
     """Where pool sizes are reported (Ray metrics in a cluster)."""
 
-    def pool_size(self, handler_id: str, workers: int, waiting: int) -> None: ...
+    def pool_figures(self, handler_id: str, figures: PoolFigures) -> None: ...
     def pool_resized(self, handler_id: str, direction: str) -> None: ...
 
 
@@ -96,8 +97,8 @@ class PoolAutoscaler:
                 self._grow(command)
             else:
                 self._retire(command.handler_id, command.index)
-        for hid in self._scaler.limits:
-            self._safe(self._metrics.pool_size, hid, len(self._pool.members(hid)), self._waiting.get(hid, 0))
+        for hid, figures in self.figures().items():
+            self._safe(self._metrics.pool_figures, hid, figures)
         return commands
 
     def _grow(self, command: Grow) -> None:
@@ -133,21 +134,32 @@ class PoolAutoscaler:
             extra={"handler_id": handler_id, "direction": direction, "count": count, "workers": workers},
         )
 
+    def figures(self) -> dict[str, PoolFigures]:
+        """Every pool's size, busy members, bounds, slots and waiting runs, by handler id: what the
+        metrics and :meth:`snapshot` (status, watch) both report."""
+        result: dict[str, PoolFigures] = {}
+        for hid, limits in self._scaler.limits.items():
+            members = self._pool.members(hid)
+            result[hid] = PoolFigures(
+                workers=len(members),
+                busy_workers=sum(1 for running in members.values() if running),
+                minimum=limits.minimum,
+                maximum=limits.maximum,
+                slots=limits.slots,
+                waiting=self._waiting.get(hid, 0),
+            )
+        return result
+
     def snapshot(self) -> dict[str, dict[str, int]]:
-        """Every pool's size, bounds, slots and waiting runs, by handler id (for status and watch),
-        and the calls sent to it and attempts they carried (more attempts than calls: batched)."""
+        """:meth:`figures` as JSON, by handler id (for status and watch), with the calls sent to each
+        pool and the attempts they carried (more attempts than calls: batched)."""
         return {
             hid: {
                 "calls": self._pool.call_counts(hid)[0],
                 "attempts": self._pool.call_counts(hid)[1],
-                "workers": len(self._pool.members(hid)),
-                "busy_workers": sum(1 for running in self._pool.members(hid).values() if running),
-                "minimum": limits.minimum,
-                "maximum": limits.maximum,
-                "slots": limits.slots,
-                "waiting": self._waiting.get(hid, 0),
+                **figures.as_dict(),
             }
-            for hid, limits in self._scaler.limits.items()
+            for hid, figures in self.figures().items()
         }
 
     @staticmethod

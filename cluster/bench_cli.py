@@ -24,6 +24,21 @@ bench_app = typer.Typer(
     add_completion=False,
 )
 
+
+@bench_app.callback()
+def _needs_the_bench_package() -> None:
+    """Benchmarks run from a source checkout: the ``bench`` package does not ship in the wheel."""
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is None:
+        typer.echo(
+            "omray bench: the benchmarks run from a source checkout of omray (`make setup`, then "
+            "`.venv/bin/omray bench ...`); this installation has no `bench` package.",
+            err=True,
+        )
+        raise typer.Exit(code=2)
+
+
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 """Object store of the private cluster: the benchmarks move small payloads only."""
 
@@ -152,6 +167,10 @@ def chaos_command(
 
 
 def _register_more() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is None:
+        return  # an installed wheel: no benchmarks (the callback above says so)
     from bench.hook_bench import bench_hook_command
     from bench.search_bench import bench_search_command
 
@@ -282,7 +301,10 @@ def all_command(
 
 
 VariantOption = typer.Option(
-    None, "--variant", help="default and/or dashboard (default: both, in this order)."
+    None,
+    "--variant",
+    help="ray-start (baseline: plain `ray start --head`), default, no-dashboard (default: all three, "
+    "in this order).",
 )
 
 
@@ -293,8 +315,11 @@ def up_command(
     as_json: bool = JsonOption,
 ) -> None:
     """`omray up` time, idle PSS/RSS by process kind and actor count, `omray down` time (own heads)."""
-    from bench.up_bench import run_up_bench
+    from bench.up_bench import VARIANTS, run_up_bench
 
+    unknown = sorted(set(variant or ()) - set(VARIANTS))
+    if unknown:
+        raise typer.BadParameter(f"unknown variants {unknown!r}; known: {sorted(VARIANTS)!r}")
     emit(run_up_bench(variant, settle_s=settle), as_json)
 
 
@@ -357,32 +382,49 @@ def load_command(
 
 @bench_app.command("recall")
 def recall_command(
-    dataset: str = typer.Option("longmemeval-s", "--dataset", help="longmemeval-s | longmemeval-oracle"),
+    dataset: str = typer.Option(
+        "longmemeval-s-dev100",
+        "--dataset",
+        help="longmemeval-s-dev100 (100 questions) | longmemeval-s (24) | longmemeval-oracle",
+    ),
+    layout: str = typer.Option(
+        "one-session",
+        "--layout",
+        help="one-session: a question's whole history is one agent session; per-session: one each.",
+    ),
+    observer: str = typer.Option(
+        "builtin",
+        "--observer",
+        help="builtin (the default offline model) | condensing (one short observation per ten messages).",
+    ),
     questions: int | None = typer.Option(
-        None, "--questions", min=0, help="Questions to ask (0: all; default: a few minutes' worth)."
+        None, "--questions", min=0, help="Questions to ask (0 and the default: all; fewer for quick runs)."
     ),
     data_dir: str | None = typer.Option(None, "--data-dir", help="Folder of the LongMemEval files."),
-    embedding_cache: str | None = typer.Option(
-        None,
-        "--embedding-cache",
-        help="Reuse chunk vectors between runs (.npz file; timing then excludes them).",
-    ),
+    address: str | None = AddressOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Recall of memory_search (hybrid, source-grounded) on LongMemEval, next to plain bm25s over turns."""
+    """Recall of memory_search on LongMemEval through the runtime (client -> queue -> observer ->
+    indexer, default settings), next to plain bm25s over the raw turns of the same run."""
     from pathlib import Path
 
-    from bench.recall_bench import DATA_DIR, DataMissingError, run_recall_bench
+    from bench.recall_bench import DATA_DIR, FILES, DataMissingError, run_recall_bench
 
-    if dataset not in ("longmemeval-s", "longmemeval-oracle"):
-        raise typer.BadParameter("use longmemeval-s or longmemeval-oracle", param_hint="--dataset")
+    if dataset not in FILES:
+        raise typer.BadParameter(f"use one of {', '.join(FILES)}", param_hint="--dataset")
+    if layout not in ("one-session", "per-session"):
+        raise typer.BadParameter("use one-session or per-session", param_hint="--layout")
+    if observer not in ("builtin", "condensing"):
+        raise typer.BadParameter("use builtin or condensing", param_hint="--observer")
     try:
-        result = run_recall_bench(
-            dataset,  # type: ignore[arg-type]
-            questions,
-            Path(data_dir) if data_dir else DATA_DIR,
-            Path(embedding_cache) if embedding_cache else None,
-        )
+        with stdout_to_stderr(), ray_for_bench(address):
+            result = run_recall_bench(
+                dataset,  # type: ignore[arg-type]
+                questions,
+                Path(data_dir) if data_dir else DATA_DIR,
+                layout=layout,  # type: ignore[arg-type]
+                observer=observer,  # type: ignore[arg-type]
+            )
     except DataMissingError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None

@@ -2,11 +2,12 @@
 
 ``omray up`` starts a Ray head (the GCS on port 6380 because Redis uses 6379) with token
 authentication on, or joins an existing cluster with ``--address``, then creates the named actors.
-The head runs what omray uses: with ``--dashboard`` it also runs Ray's dashboard (web UI on
-127.0.0.1:8265, its module processes, the state API) and what only the dashboard's users read (the
-log monitor, which streams every worker's output to drivers, and the autoscaler monitor). It
-records the head it started (address, session directory) so ``omray down`` stops exactly that
-head's processes and nothing else: never ``ray stop``, which stops every Ray cluster of the machine.
+The head runs what omray uses: Ray's dashboard (web UI on 127.0.0.1:8265, the state API) with
+the modules omray's views need (``cluster.ray_head``), unless ``--no-dashboard``; never the log
+monitor (it streams every worker's output to every driver) nor the autoscaler monitor (a local
+head does not autoscale). It records the head it started (address, session directory) so
+``omray down`` stops exactly that head's processes and nothing else: never ``ray stop``, which
+stops every Ray cluster of the machine.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def _record_path() -> Path:
     return omray_home() / "runtime.json"
 
 
-def _ray_cli() -> str:
+def ray_cli() -> str:
+    """The `ray` command of this Python environment (else the one on PATH)."""
     local = Path(sys.executable).with_name("ray")
     return str(local) if local.exists() else (shutil.which("ray") or "ray")
 
@@ -80,7 +82,7 @@ def _ensure_auth_token(env: dict[str, str]) -> None:
     token_path = Path.home() / ".ray" / "auth_token"
     if not token_path.exists():
         subprocess.run(
-            [_ray_cli(), "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60
+            [ray_cli(), "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60
         )
     if token_path.exists():
         token_path.chmod(0o600)  # the token grants code execution on the cluster
@@ -91,7 +93,7 @@ def start_head(
     *,
     port: int = GCS_PORT,
     dashboard_port: int = DASHBOARD_PORT,
-    include_dashboard: bool = False,
+    include_dashboard: bool = True,
 ) -> RuntimeRecord:
     """Start a local Ray head with token authentication on by default (the dashboard on loopback)."""
     env = dict(os.environ)
@@ -101,7 +103,9 @@ def start_head(
     if auth == "token":
         _ensure_auth_token(env)
     command = [
-        _ray_cli(),
+        sys.executable,
+        "-m",
+        "cluster.ray_head",  # `ray start`, with the dashboard modules omray needs
         "start",
         "--head",
         f"--port={port}",
@@ -111,11 +115,12 @@ def start_head(
         f"--num-cpus={num_cpus or os.cpu_count() or 2}",
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         "--disable-usage-stats",
+        # Actor logs stay in the session's files (the dashboard's Logs page reads them there):
+        # nothing streams every worker's output to every driver. A local head does not
+        # autoscale, so no autoscaler monitor runs either.
+        "--include-log-monitor=false",
+        "--no-monitor",
     ]
-    if not include_dashboard:
-        # Ray keeps a minimal API server (usage stats only) without the dashboard; the monitors
-        # below serve only dashboard and `ray status` users. omray logs to files either way.
-        command += ["--include-log-monitor=false", "--no-monitor"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     if result.returncode != 0:
         raise BootstrapError(f"`ray start --head` failed with exit code {result.returncode}")
@@ -204,7 +209,7 @@ def up(
     *,
     port: int = GCS_PORT,
     dashboard_port: int = DASHBOARD_PORT,
-    include_dashboard: bool = False,
+    include_dashboard: bool = True,
     pools: PoolSizes | None = None,
     pool_fields: frozenset[str] | None = None,
 ) -> dict[str, Any]:
@@ -255,7 +260,31 @@ def up(
         _check_same_pools(names, pools, pool_fields)
     ensure_runtime(names, pools=pools)
     _write_record(record)
-    return {**asdict(record), "namespace": names.namespace, "queue": names.queue}
+    grafana = _install_grafana_dashboard(record.session_dir, names)
+    return {
+        **asdict(record),
+        "namespace": names.namespace,
+        "queue": names.queue,
+        "grafana_dashboard": str(grafana) if grafana is not None else None,
+    }
+
+
+def _install_grafana_dashboard(session_dir: str, names: RuntimeNames) -> Path | None:
+    """Put omray's Grafana dashboard among those Ray generated for this cluster's session (when its
+    dashboard runs on this machine), so a Grafana using Ray's provisioning shows it too."""
+    from cluster.grafana import write_into_session
+
+    if not session_dir:
+        try:  # a cluster omray joined: its session directory, if it is on this machine
+            node: Any = ray._private.worker._global_node
+            session_dir = str(node.get_session_dir_path())
+        except Exception:
+            return None
+    try:
+        return write_into_session(session_dir, names.prefix)
+    except OSError as exc:  # the dashboard is a convenience: `omray metrics grafana-dashboard` prints it
+        logger.info("grafana dashboard not written", extra={"error_class": type(exc).__name__})
+        return None
 
 
 def _check_same_pools(names: RuntimeNames, pools: PoolSizes, given: frozenset[str] | None = None) -> None:

@@ -64,8 +64,11 @@ def up(
     ] = 8265,
     dashboard: Annotated[
         bool,
-        typer.Option(help="Also run Ray's dashboard (web UI, state API) and log monitor with the head."),
-    ] = False,
+        typer.Option(
+            "--dashboard/--no-dashboard",
+            help="Run Ray's dashboard (web UI, state API, metrics) with the head omray starts.",
+        ),
+    ] = True,
 ) -> None:
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
     import os
@@ -102,8 +105,10 @@ def up(
     typer.echo(f"omray is up: queue {info['queue']!r} in namespace {info['namespace']!r}")
     if info.get("dashboard_url"):
         typer.echo(f"Ray dashboard: {info['dashboard_url']} (token auth: {info['auth']})")
+    if info.get("grafana_dashboard"):
+        typer.echo(f"omray's Grafana dashboard, next to Ray's: {info['grafana_dashboard']}")
     elif not dashboard and address is None:
-        typer.echo("Ray dashboard: off (start with `omray up --dashboard` to watch the actors there)")
+        typer.echo("Ray dashboard: off (to watch it there: `omray down`, then `omray up`)")
 
 
 @app.command()
@@ -213,6 +218,9 @@ def _mount_subcommands() -> None:
     from cluster.bench_cli import bench_app
 
     app.add_typer(bench_app, name="bench", help="Benchmarks: print figures as JSON with --json.")
+    from cluster.metrics_cli import metrics_app
+
+    app.add_typer(metrics_app, name="metrics", help="omray's Grafana dashboard and a Prometheus config.")
     from cluster.agent_hooks import hook_app
     from cluster.integrate import integrate_command
     from cluster.mcp_cli import mcp_command

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from tqdm import tqdm
+from rich.console import Console
+from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 from persistence.importers import (
     ImportStats,
@@ -44,24 +45,32 @@ class FormatChoice(StrEnum):
 
 
 class _ProgressBar:
-    """A tqdm bar on stderr counting records, with events written and records skipped as postfix."""
+    """A live count on stderr (rich, as ``omray watch``): records read, events written, records
+    skipped; cleared when the import ends."""
 
     def __init__(self, enabled: bool) -> None:
-        self._bar = tqdm(desc="import", unit=" rec", file=sys.stderr, disable=not enabled, leave=False)
-        self._seen = 0
+        self._progress = Progress(
+            TextColumn("import"),
+            TextColumn(
+                "{task.completed:,} records, {task.fields[events]:,} events, {task.fields[skipped]:,} skipped"
+            ),
+            TimeElapsedColumn(),
+            console=Console(file=sys.stderr),
+            transient=True,
+            disable=not enabled,
+        )
+        self._task = self._progress.add_task("import", total=None, events=0, skipped=0)
+        self._progress.start()
 
     def __call__(self, stats: ImportStats) -> None:
-        if stats.records > self._seen:
-            self._bar.update(stats.records - self._seen)
-            self._seen = stats.records
         if stats.records % _POSTFIX_EVERY == 0:
-            self._postfix(stats)
-
-    def _postfix(self, stats: ImportStats) -> None:
-        self._bar.set_postfix(events=stats.events, skipped=sum(stats.skipped.values()), refresh=False)
+            skipped = sum(stats.skipped.values())
+            self._progress.update(self._task, completed=stats.records, events=stats.events, skipped=skipped)
+        else:
+            self._progress.update(self._task, completed=stats.records)
 
     def close(self) -> None:
-        self._bar.close()
+        self._progress.stop()
 
 
 def summary_line(summary: ImportSummary, transcript_format: str) -> str:

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from actors.queue.figures import figures_from_status
 from actors.read.status_view import format_count, format_usage
 from protocol.errors import OmrayError
 
@@ -124,6 +125,8 @@ class WatchSnapshot:
     """The cost report's line (model requests, tokens, money) of the watched sessions, when read."""
     pools: tuple[str, ...] = ()
     """One line per worker pool: its size, bounds and runs waiting for a slot (autoscaling)."""
+    runs_in_flight: int | None = None
+    """Runs in flight, as the queue counts them for its metrics (``None``: count ``in_flight``)."""
 
 
 def snapshot_from(
@@ -145,14 +148,21 @@ def snapshot_from(
     depth: int | None = None
     lanes = busy_lanes = slots = None
     pools: tuple[str, ...] = ()
+    runs: int | None = None
     if queue_status is not None:
-        depth = int(queue_status.get("depth", 0))
-        lanes = int(queue_status["lanes"]) if "lanes" in queue_status else None
-        busy_lanes = int(queue_status["busy_lanes"]) if "busy_lanes" in queue_status else None
-        if "max_in_flight" in queue_status:
-            slots = int(queue_status["max_in_flight"])
-        if queue_status.get("capacity"):  # the pools' current sizes, below the global limit
-            slots = min(slots or 10**9, sum(int(n) for n in queue_status["capacity"].values()))
+        figures = figures_from_status(queue_status)
+        if figures is not None:
+            # The very numbers the queue's gauges report (omray's Grafana dashboard charts them).
+            depth, runs, slots = figures.depth, figures.in_flight, figures.slots
+            lanes, busy_lanes = figures.lanes, figures.busy_lanes
+        else:  # a queue older than this CLI
+            depth = int(queue_status.get("depth", 0))
+            lanes = int(queue_status["lanes"]) if "lanes" in queue_status else None
+            busy_lanes = int(queue_status["busy_lanes"]) if "busy_lanes" in queue_status else None
+            if "max_in_flight" in queue_status:
+                slots = int(queue_status["max_in_flight"])
+            if queue_status.get("capacity"):  # the pools' current sizes, below the global limit
+                slots = min(slots or 10**9, sum(int(n) for n in queue_status["capacity"].values()))
         pools = tuple(
             _pool_line(hid, pool) for hid, pool in sorted((queue_status.get("pools") or {}).items())
         )
@@ -199,6 +209,7 @@ def snapshot_from(
         slots=slots,
         usage=usage,
         pools=pools,
+        runs_in_flight=runs,
     )
 
 
@@ -225,7 +236,8 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
     frame.append(f" · {snapshot.queue_name} · {scope} · {snapshot.taken_at:%H:%M:%S} UTC\n", style="dim")
 
     depth = "?" if snapshot.queue_depth is None else format_count(snapshot.queue_depth)
-    in_flight = f"{len(snapshot.in_flight)}" + ("" if snapshot.slots is None else f"/{snapshot.slots}")
+    runs = len(snapshot.in_flight) if snapshot.runs_in_flight is None else snapshot.runs_in_flight
+    in_flight = f"{runs}" + ("" if snapshot.slots is None else f"/{snapshot.slots}")
     lanes = ""
     if snapshot.lanes is not None:
         lanes = f" · lanes: {snapshot.lanes} ({snapshot.busy_lanes or 0} running)"

@@ -292,23 +292,38 @@ def select_covering_ids(conn: Connection, events: Iterable[tuple[str, int]]) -> 
     part's observations that cites it, else the one citing the nearest seq of that part (ties: the
     earlier seq, then the first written). Events whose part has no observation are left out."""
     chosen: dict[tuple[str, int], str] = {}
-    for run_id, seq in dict.fromkeys(events):
-        part = conn.exec_driver_sql(
-            "SELECT source_start_seq, source_end_seq FROM om_observation"
-            " WHERE run_id = ? AND source_start_seq <= ? ORDER BY source_start_seq DESC LIMIT 1",
-            (run_id, seq),
-        ).first()
-        if part is None or int(part[1]) < seq:
-            continue
-        found = conn.exec_driver_sql(
-            "SELECT r.observation_id FROM omray_observation_ref AS r"
-            " JOIN om_observation AS o ON o.observation_id = r.observation_id"
-            " WHERE r.run_id = ? AND r.seq BETWEEN ? AND ? AND o.source_start_seq = ?"
-            " ORDER BY abs(r.seq - ?), r.seq, o.rowid LIMIT 1",
-            (run_id, int(part[0]), int(part[1]), int(part[0]), seq),
-        ).first()
-        if found is not None:
-            chosen[(run_id, seq)] = str(found[0])
+    # The DB-API cursor directly: a search resolves a hundred hits, and SQLAlchemy's per-statement
+    # overhead was most of that time.
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        for run_id, seq in dict.fromkeys(events):
+            citing = cursor.execute(
+                "SELECT r.observation_id FROM omray_observation_ref AS r"
+                " JOIN om_observation AS o ON o.observation_id = r.observation_id"
+                " WHERE r.run_id = ? AND r.seq = ? ORDER BY o.rowid LIMIT 1",
+                (run_id, seq),
+            ).fetchone()
+            if citing is not None:  # the common case: an observation cites the event itself
+                chosen[(run_id, seq)] = str(citing[0])
+                continue
+            part = cursor.execute(
+                "SELECT source_start_seq, source_end_seq FROM om_observation"
+                " WHERE run_id = ? AND source_start_seq <= ? ORDER BY source_start_seq DESC LIMIT 1",
+                (run_id, seq),
+            ).fetchone()
+            if part is None or int(part[1]) < seq:
+                continue
+            found = cursor.execute(
+                "SELECT r.observation_id FROM omray_observation_ref AS r"
+                " JOIN om_observation AS o ON o.observation_id = r.observation_id"
+                " WHERE r.run_id = ? AND r.seq BETWEEN ? AND ? AND o.source_start_seq = ?"
+                " ORDER BY abs(r.seq - ?), r.seq, o.rowid LIMIT 1",
+                (run_id, int(part[0]), int(part[1]), int(part[0]), seq),
+            ).fetchone()
+            if found is not None:
+                chosen[(run_id, seq)] = str(found[0])
+    finally:
+        cursor.close()
     return chosen
 
 

@@ -127,9 +127,10 @@ def _unlabelled(text: str) -> str:
 
 
 def quoted_in(memory_text: str, source_text: str) -> bool:
-    """Whether ``memory_text`` (without its label) is a verbatim quote of ``source_text`` (whitespace
-    and case aside): the memory then adds no meaning to the event's own text."""
-    body = condense(_unlabelled(memory_text)).lower()
+    """Whether ``memory_text`` (without its label, and without a closing ``…`` of a cut quote) is a
+    verbatim quote of ``source_text`` (whitespace and case aside): the memory then adds no meaning to
+    the event's own text."""
+    body = condense(_unlabelled(memory_text)).lower().removesuffix("…").rstrip()
     return body != "" and body in condense(source_text).lower()
 
 

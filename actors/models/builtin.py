@@ -9,8 +9,8 @@ understand anything. It copies and labels lines of the input by simple rules:
   paths seen in tool calls/results (low), each with its block's timestamp and source ref. A user
   or assistant message of up to :data:`MAX_MESSAGE_CHARS` characters is kept whole (whitespace
   collapsed): a real model would summarize it, this stand-in copies it. Longer messages and every
-  other kind of observation are cut at :data:`MAX_CONTENT_CHARS`; hybrid search still finds their
-  full text through the cited events (source chunks);
+  other kind of observation are cut at :data:`MAX_CONTENT_CHARS`; search still finds their full
+  text in the transcript. Every message of the input gets its observation, however many there are;
 * ``record_reflections`` (§9.5 input): one reflection per group of >= 2 observations sharing a
   file path, an identifier or a keyword, citing the group's request-local ids;
 * ``drop_observations`` (§9.7 input): the oldest low/medium observations that a reflection
@@ -41,8 +41,6 @@ MAX_CONTENT_CHARS = 240
 except for user and assistant messages of up to :data:`MAX_MESSAGE_CHARS`."""
 MAX_MESSAGE_CHARS = 2000
 """Longest user or assistant message the built-in model keeps whole."""
-MAX_OBSERVATIONS_PER_CALL = 100
-"""Observations per ``record_observations`` call."""
 MAX_REFLECTIONS_PER_CALL = 10
 """Reflections per ``record_reflections`` call."""
 MAX_PATHS_PER_OBSERVATION = 8
@@ -342,7 +340,9 @@ def extract_observations(text: str) -> list[dict[str, Any]]:
             seen_paths.update(paths)
             verb = "touched" if isinstance(item, _ToolUse) else "output mentioned"
             add(f"Tool {_tool_name_of(item)} {verb} {', '.join(paths)}", "low", item.timestamp, *_ref(item))
-    return observations[:MAX_OBSERVATIONS_PER_CALL]
+    # No cap: every message of the part is recorded, however long the part (a capped call dropped
+    # the messages past its cap while coverage said they were observed).
+    return observations
 
 
 def _ref(item: _Entry | _ToolUse) -> tuple[str, int]:

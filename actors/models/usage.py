@@ -7,10 +7,12 @@ class only) and never fails the job whose tokens it counts. Rows carry counts an
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from actors.models.chat import ToolLoopResult
 from protocol.records import TokenUsageRecord, UsageJobKind
+from protocol.settings import PriceTable
 
 logger = logging.getLogger("omray.usage")
 
@@ -46,3 +48,34 @@ def record_loop_usage(
             "token usage write failed",
             extra={"run_id": run_id, "job_kind": job_kind, "error_class": type(exc).__name__},
         )
+
+
+def with_cost(detail: Mapping[str, Any], prices: PriceTable | None, kind: UsageJobKind) -> dict[str, Any]:
+    """A job's outcome ``detail`` with what its tokens cost, when ``prices`` covers its model.
+
+    Tokens are read per stage from ``usage_by_kind`` when the detail splits them (a reflect job:
+    Reflector and Dropper), else from its totals, counted for ``kind``. The money goes in
+    ``cost: {currency, by_kind: {kind: amount}}``, which the queue turns into the
+    ``omray_model_cost_total`` metric; the detail is returned unchanged when nothing is priced.
+    """
+    result = dict(detail)
+    model = detail.get("model")
+    price = prices.models.get(model) if prices is not None and isinstance(model, str) else None
+    if prices is None or price is None:
+        return result
+    by_kind = detail.get("usage_by_kind")
+    parts: Mapping[str, Any] = by_kind if isinstance(by_kind, Mapping) else {kind: detail}
+    amounts: dict[str, float] = {}
+    for part_kind, counts in parts.items():
+        if not isinstance(counts, Mapping):
+            continue
+        prompt, cached, completion = (
+            counts.get("prompt_tokens"),
+            counts.get("cached_prompt_tokens", 0),
+            counts.get("completion_tokens"),
+        )
+        if isinstance(prompt, int) and isinstance(cached, int) and isinstance(completion, int):
+            amounts[str(part_kind)] = price.cost(prompt, min(cached, prompt), completion)
+    if amounts:
+        result["cost"] = {"currency": prices.currency, "by_kind": amounts}
+    return result

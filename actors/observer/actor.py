@@ -16,6 +16,7 @@ from actors.indexer.schedule import events_root_of, schedule_index
 from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
+from actors.models.usage import with_cost
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
 from persistence.events_reader import read_event_window
@@ -50,7 +51,7 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
         # After success only (§7.2 step 4): index what was just committed (a deferral committed nothing).
         root = events_root_of(job.events_path, job.run_id)
         schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block, root)
-    return result.as_dict()
+    return with_cost(result.as_dict(), settings.prices, "observe")
 
 
 class ObserverActor(RoleActor):

@@ -42,6 +42,7 @@ from typing import Any, Final, Protocol
 
 from pydantic import ValidationError
 
+from actors.queue.figures import ModelUsage, QueueFigures, queue_figures, usage_of
 from actors.queue.retry import RetryPolicy
 from actors.queue.state import (
     AlreadyQueued,
@@ -91,23 +92,16 @@ class QueueStorePort(Protocol):
 class QueueMetricsPort(Protocol):
     """Where the queue reports its numbers (Ray metrics in a cluster; nothing in unit tests)."""
 
-    def queue_depth(self, depth: int, in_flight: int) -> None: ...
+    def queue_figures(self, figures: QueueFigures) -> None: ...
     def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None: ...
     def job_failed(self, handler_id: str, reason: str) -> None: ...
-    def model_tokens(
-        self,
-        handler_id: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cached_prompt_tokens: int = 0,
-        model: str = "",
-    ) -> None: ...
+    def model_usage(self, handler_id: str, usage: ModelUsage) -> None: ...
 
 
 class NoMetrics:
     """A metrics port that records nothing."""
 
-    def queue_depth(self, depth: int, in_flight: int) -> None:
+    def queue_figures(self, figures: QueueFigures) -> None:
         """Ignore."""
 
     def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None:
@@ -116,14 +110,7 @@ class NoMetrics:
     def job_failed(self, handler_id: str, reason: str) -> None:
         """Ignore."""
 
-    def model_tokens(
-        self,
-        handler_id: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cached_prompt_tokens: int = 0,
-        model: str = "",
-    ) -> None:
+    def model_usage(self, handler_id: str, usage: ModelUsage) -> None:
         """Ignore."""
 
 
@@ -390,6 +377,7 @@ class QueueActor:
             ]
             snapshot = self._state.snapshot()
             return {
+                "figures": self._figures().as_dict(),
                 "depth": self._state.depth,
                 "in_flight": in_flight,
                 "max_in_flight": self._state.max_in_flight,
@@ -404,6 +392,23 @@ class QueueActor:
                 "state": snapshot,
                 "loop_alive": bool(self._threads) and all(t.is_alive() for t in self._threads),
             }
+
+    def figures(self) -> QueueFigures:
+        """Depth, runs in flight, slots and lanes now: what ``status()`` and the metrics both report."""
+        with self._lock:
+            return self._figures()
+
+    def _figures(self) -> QueueFigures:
+        """:meth:`figures`, under the lock."""
+        lanes, busy_lanes = self._state.lane_counts()
+        return queue_figures(
+            depth=self._state.depth,
+            in_flight=self._state.in_flight,
+            max_in_flight=self._state.max_in_flight,
+            capacity=self._state.capacity,
+            lanes=lanes,
+            busy_lanes=busy_lanes,
+        )
 
     def _commit_figures(self) -> dict[str, float]:
         """Group commits since start: transactions, writes, mean writes and milliseconds per transaction."""
@@ -622,14 +627,15 @@ class QueueActor:
                 self._enqueue(self._apply_outcome(job_seq, outcome, now, reports), now)
             self._enqueue(self._state.next_dispatch(now), now)
             wanted = bool(self._unwritten)
-            depth, in_flight = self._state.depth, self._state.in_flight
+            report_figures = now - self._depth_reported >= TICK_S or not self._threads
+            figures = self._figures() if report_figures else None
         if wanted and not self._collects_in_loop:
             self._commit_wanted.set()  # the loop thread commits them (it called this itself otherwise)
         for report in reports:
             self._safe_metric(report)
-        if now - self._depth_reported >= TICK_S or not self._threads:
-            self._depth_reported = now  # a gauge: once a tick is enough, and saves the loop a call
-            self._safe_metric(self._metrics.queue_depth, depth, in_flight)
+        if figures is not None:
+            self._depth_reported = now  # gauges: once a tick is enough, and saves the loop a call
+            self._safe_metric(self._metrics.queue_figures, figures)
         return len(finished)
 
     def tick(self, timeout_s: float) -> int:
@@ -672,13 +678,8 @@ class QueueActor:
         return commands
 
     def _report_tokens(self, handler_id: str, detail: Mapping[str, Any]) -> None:
-        prompt, completion = detail.get("prompt_tokens"), detail.get("completion_tokens")
-        cached = detail.get("cached_prompt_tokens", 0)
-        if isinstance(prompt, int) and isinstance(completion, int):
-            cached = cached if isinstance(cached, int) else 0
-            model = detail.get("model")
-            model = model if isinstance(model, str) else ""
-            self._safe_metric(self._metrics.model_tokens, handler_id, prompt, completion, cached, model)
+        for usage in usage_of(handler_id, detail):
+            self._safe_metric(self._metrics.model_usage, handler_id, usage)
 
     @staticmethod
     def _safe_metric(record: Callable[..., None], *args: Any) -> None:

@@ -538,6 +538,15 @@ class QueueState:
         """Sequence number of the pending or running job with this key, if any."""
         return self._seq_by_key.get((db_path, job_id))
 
+    def lane_counts(self) -> tuple[int, int]:
+        """Lanes with unfinished jobs, and those with a run in flight (cheap: no job list)."""
+        return len(self._lanes), len(self._busy_lanes)
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """Slots per handler id (a copy)."""
+        return dict(self._capacity)
+
     def snapshot(self) -> dict[str, object]:
         """JSON-able view for ``omray status``: counts and per-job ids, never payload contents."""
         return {

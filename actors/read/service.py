@@ -258,7 +258,8 @@ def memory_search(
     ``hybrid`` without it is a ``hybrid_unavailable`` answer. ``hybrid`` never falls back to exact
     search; ``auto`` does while the index is not ready (``index_building``, ``index_busy``), and its
     answer then says ``"mode": "exact"`` and ``"hybrid_unavailable": <the code>``. Every other
-    hybrid failure stays an error answer. ``session_id`` is the calling session (``scope: "session"``). ``interrupt`` is
+    hybrid failure stays an error answer. ``session_id`` is the calling session
+    (``scope: "session"``). ``interrupt`` is
     checked before the call starts and before the database is opened.
     """
     try:

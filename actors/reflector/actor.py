@@ -14,6 +14,7 @@ from actors.indexer.schedule import schedule_index
 from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
+from actors.models.usage import with_cost
 from actors.reflector.pipeline import ReflectorPorts
 from actors.reflector.pipeline import reflect_generation as run_reflection
 from actors.worker import RoleActor, WorkerContext, utc_now
@@ -43,7 +44,8 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
             context.dispatch, settings.semantic, job.db_path, run_id, block
         ),
     )
-    return run_reflection(job, envelope.job_id, settings, ports, attempt=attempt).as_dict()
+    result = run_reflection(job, envelope.job_id, settings, ports, attempt=attempt)
+    return with_cost(result.as_dict(), settings.prices, "reflect")
 
 
 class ReflectorActor(RoleActor):

@@ -170,10 +170,12 @@ class ReflectResult:
     """Output tokens reported by the model."""
     model: str = ""
     """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
+    usage_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    """The token counts above split by stage (``reflect``, ``drop``), for the token metrics."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able counters."""
-        return dict(self.__dict__)
+        return {**self.__dict__, "usage_by_kind": {kind: dict(n) for kind, n in self.usage_by_kind.items()}}
 
     def add_loop(
         self, loop: ToolLoopResult, ports: ReflectorPorts, payload: ReflectPayload, kind: UsageJobKind
@@ -184,6 +186,12 @@ class ReflectResult:
         self.prompt_tokens += loop.prompt_tokens
         self.cached_prompt_tokens += loop.cached_prompt_tokens
         self.completion_tokens += loop.completion_tokens
+        counts = self.usage_by_kind.setdefault(
+            kind, {"prompt_tokens": 0, "cached_prompt_tokens": 0, "completion_tokens": 0}
+        )
+        counts["prompt_tokens"] += loop.prompt_tokens
+        counts["cached_prompt_tokens"] += loop.cached_prompt_tokens
+        counts["completion_tokens"] += loop.completion_tokens
         record_loop_usage(
             ports.store,
             loop,

@@ -62,7 +62,7 @@ from persistence.semantic.files import (
     VECTOR_FILE,
     DerivedIndexError,
 )
-from persistence.semantic.keyword import KeywordScores, KeywordStore, search_tokens
+from persistence.semantic.keyword import KeywordScores, KeywordStore, query_tokens
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.sources import (
     KINDS,
@@ -694,7 +694,10 @@ class SemanticIndex:
             keyword_lagging = keyword_count != chunk_count
             keyword_scored: list[tuple[int, float]] = []
             keyword_all = KeywordScores(None, {})
-            tokens = search_tokens(query)
+            # Every query word: BM25's IDF already weighs common words down, and the words that set
+            # a person's own statements apart ("I", "my") matter (LongMemEval dev set, all words:
+            # turn R@1 0.69 against 0.64 without function words, R@10 0.93 against 0.94).
+            tokens = query_tokens(query)
             if tokens and keyword_count:
                 keyword = self._keyword.for_search(manifest)
                 keyword_scored, keyword_all = keyword.ranked(tokens, min(fetch, len(keyword.labels)))

@@ -42,24 +42,6 @@ def query_tokens(query: str) -> list[str]:
     return list(dict.fromkeys(tokenize(query)))
 
 
-STOP_WORDS: frozenset[str] = frozenset(
-    """a about after again all am an and any are as at be been before being between both but by
-    can could did do does doing down during each few for from had has have having he her here
-    hers him his how i if in into is it its itself just me more most my no nor not of off on
-    once only or other our ours out over own same she should so some such than that the their
-    theirs them then there these they this those through to too under until up very was we
-    were what when where which while who whom why will with would you your yours""".split()  # noqa: SIM905
-)
-"""English function words left out of keyword queries (the documents keep them)."""
-
-
-def search_tokens(query: str) -> list[str]:
-    """Query tokens without function words (all tokens when nothing else is left)."""
-    tokens = query_tokens(query)
-    content = [token for token in tokens if token not in STOP_WORDS]
-    return content or tokens
-
-
 @dataclass(frozen=True)
 class KeywordScores:
     """Every chunk's BM25 score for one query."""

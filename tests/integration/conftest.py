@@ -42,8 +42,11 @@ class ClusterInfo:
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
     """A local Ray cluster sized for a 2-core machine, shared by every integration test."""
+    from cluster.ray_head import patch_dashboard_command
+
     os.environ["OMRAY_HOME"] = str(tmp_path_factory.mktemp("omray-home"))
     dashboard_port, metrics_port = free_port(), free_port()
+    patch_dashboard_command()  # the dashboard modules `omray up` runs, not Ray's whole set
     ray.init(
         # "local": always a new cluster of its own, never a `ray start` head that happens to run
         # on this machine (an `omray up`, or the heads test_restart.py starts and stops).
@@ -57,6 +60,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInf
         object_store_memory=256 * 1024 * 1024,
         logging_level="WARNING",
         log_to_driver=False,
+        # Metrics reach the node's endpoint within a second, not Ray's default ten (a Prometheus
+        # test waits for them).
+        _system_config={"metrics_report_interval_ms": 1000},
     )
     yield ClusterInfo(f"http://127.0.0.1:{dashboard_port}", f"http://127.0.0.1:{metrics_port}/metrics")
     ray.shutdown()

@@ -70,14 +70,22 @@ def test_indexing_in_batches_partial_until_complete_and_rebuild(names: RuntimeNa
         # While indexing ran, every answer was honest: results (partial while the index lagged the
         # memories committed so far), or "still building"; never another failure.
         assert all(a["ok"] or a["error"] in {"index_building", "index_busy"} for a in answers)
+        assert all(
+            a.get("mode") != "exact" or a["hybrid_unavailable"] in {"index_building", "index_busy"}
+            for a in answers
+        )
         assert any(a.get("partial") is True for a in answers), "indexing never observed mid-way"
         embed_batches = [r.body["input"] for r in server.requests_to("/embeddings")]
         assert len(embed_batches) > 3 and max(len(b) for b in embed_batches) <= 2  # bounded batches
 
         # Deleting the vector file never yields wrong results: the index rebuilds from SQLite.
         (tmp_path / "om.sqlite.semantic" / VECTOR_FILE).unlink()
-        broken = client.memory_search({"query": "billing tests", "limit": 5})
+        broken = client.memory_search({"query": "billing tests", "limit": 5, "mode": "hybrid"})
         assert broken["ok"] is False and broken["error"] == "index_building"
+        # mode auto answers with exact search meanwhile, and says so
+        fallback = client.memory_search({"query": "billing", "limit": 5})
+        assert fallback["ok"] is True and fallback["mode"] == "exact" and fallback["count"] > 0
+        assert fallback["hybrid_unavailable"] == "index_building"
         client.session_started("s-hybrid")
         assert client.wait_idle(timeout_s=120)
         rebuilt = client.memory_search({"query": "billing tests", "limit": 5})

@@ -52,7 +52,10 @@ def project(tmp_path: Path) -> Path:
             make_observation(SESSION, "Fixed the parser with a new date rule", seq=2),
         ],
     )
-    (tmp_path / "omray.yaml").write_text("observational_memory:\n  storage:\n    database: om.sqlite\n")
+    # Exact search only (semantic: null), so the hybrid-mode call below is hybrid_unavailable.
+    (tmp_path / "omray.yaml").write_text(
+        "observational_memory:\n  storage:\n    database: om.sqlite\n  semantic: null\n"
+    )
     return tmp_path
 
 
@@ -79,7 +82,7 @@ async def _exercise(session: ClientSession, project: Path) -> None:
     view = await session.call_tool("memory_view", {"session_id": SESSION})
     assert view.is_error is False and "parser" in view.structured_content["markdown"]
 
-    settings = settings_from_mapping({"storage": {"database": str(project / "om.sqlite")}})
+    settings = settings_from_mapping({"storage": {"database": str(project / "om.sqlite")}, "semantic": None})
     for name, arguments, code in BAD_CALLS:
         result = await session.call_tool(name, arguments)
         assert result.is_error is True, name

@@ -57,6 +57,7 @@ def _settings(tmp_path: Path, model: str, providers: dict[str, Any] | None = Non
         "model": model,
         "storage": {"database": str(tmp_path / "om.sqlite")},
         "observer": {"observe_after_tokens": 0},  # these tests observe at every turn end (the original)
+        "semantic": None,  # and count observe jobs only
     }
     if providers:
         block["providers"] = providers

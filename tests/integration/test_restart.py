@@ -177,19 +177,28 @@ def test_down_stops_only_the_head_up_started(omray_home: Path) -> None:
     assert shared_before, "the shared test cluster should be running"
 
     port = free_port()
-    assert omray(omray_home, "up", f"--port={port}", "--no-dashboard").returncode == 0
+    started = omray(omray_home, "up", f"--port={port}", f"--dashboard-port={free_port()}")
+    assert started.returncode == 0, started.stderr[-2000:]
     ours = record(omray_home)["session_dir"]
     assert ours and ours != shared_session
     assert head_processes(ours)
-    # Without --dashboard the head runs no dashboard modules and no monitors, and `omray status`
-    # still names the actors (their state needs the dashboard's state API).
+    # The dashboard runs by default, with the modules omray's views need and no monitors; omray's
+    # Grafana dashboard lies next to the ones Ray generated; `omray status` shows real states.
     commands = [" ".join(_cmdline(process)) for process in head_processes(ours)]
-    assert not [c for c in commands if "ray-dashboard-" in c or "monitor.py" in c]
+    modules = {
+        c.split()[0].removeprefix("ray-dashboard-").rpartition("-")[0]
+        for c in commands
+        if c.startswith("ray-dashboard-")
+    }
+    assert {"NodeHead", "StateHead", "ReportHead", "MetricsHead"} <= modules
+    assert not modules & {"JobHead", "ServeHead", "TrainHead", "DataHead"}
+    assert not [c for c in commands if "monitor.py" in c]
+    assert (Path(ours) / "metrics" / "grafana" / "dashboards" / "omray_grafana_dashboard.json").is_file()
     status = omray(omray_home, "status", "--json", f"--address=127.0.0.1:{port}")
     assert status.returncode == 0, status.stderr[-2000:]
     actors = json.loads(status.stdout)["actors"]
     assert "omray.queue" in {actor["name"] for actor in actors}
-    assert {actor["state"] for actor in actors} == {"UNKNOWN"}
+    assert {actor["state"] for actor in actors} == {"ALIVE"}
 
     stopped = omray(omray_home, "down")
     assert stopped.returncode == 0, stopped.stderr[-2000:]
@@ -205,6 +214,13 @@ def test_down_leaves_a_cluster_it_only_joined_running(omray_home: Path) -> None:
     port = free_port()
     assert omray(omray_home, "up", f"--port={port}", "--no-dashboard").returncode == 0
     head = record(omray_home)["session_dir"]
+    # Without the dashboard the head runs no dashboard modules and no monitors, and `omray status`
+    # still names the actors (their state needs the dashboard's state API).
+    commands = [" ".join(_cmdline(process)) for process in head_processes(head)]
+    assert not [c for c in commands if "ray-dashboard-" in c or "monitor.py" in c]
+    status = omray(omray_home, "status", "--json", f"--address=127.0.0.1:{port}")
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert {actor["state"] for actor in json.loads(status.stdout)["actors"]} == {"UNKNOWN"}
     joined_home = omray_home.parent / "joined-home"
     try:
         joined = omray(joined_home, "up", f"--address=127.0.0.1:{port}")

