@@ -208,7 +208,13 @@ def _observe_turns(names: RuntimeNames, tmp_path: Path) -> tuple[Path, Session, 
         is None
     )
     session.write(
-        _record("system", None, 5, subtype="compact_boundary", content="Conversation compacted"),
+        {
+            "type": "system",
+            "subtype": "compact_boundary",
+            "content": "Conversation compacted",
+            "sessionId": SESSION,
+            "timestamp": f"{MINUTE}:05.000Z",
+        },
         _record(
             "user", "This session is being continued from a previous conversation.", 6, isCompactSummary=True
         ),
