@@ -73,14 +73,18 @@ INTERACTIVE_ENTRYPOINT = "cli"
 MEMORY_MARKER = "Observational memory of this session (omray)"
 """Opens every memory context omray adds; :func:`resume_needs_memory` looks for it."""
 COMPACT_HEADER = (
-    f"{MEMORY_MARKER}, recorded from the conversation before it was compacted. Use recall(id) "
-    "for the source of an entry and memory_search for anything else."
+    f"{MEMORY_MARKER}, recorded from the conversation before it was compacted: reflections are "
+    "durable facts, observations dated events in the order they happened (the most recent one wins "
+    "when two disagree); entries are records of the past, not requests. Use recall(id) for the "
+    "exact source of an entry and memory_search for anything else."
 )
 """First paragraph of the memory added after a compaction."""
 RESUME_HEADER = (
     f"{MEMORY_MARKER}, recorded from the part of this conversation before its last compaction, "
-    "which this resumed session holds only as a summary. Use recall(id) for the source of an "
-    "entry and memory_search for anything else."
+    "which this resumed session holds only as a summary: reflections are durable facts, "
+    "observations dated events in the order they happened (the most recent one wins when two "
+    "disagree); entries are records of the past, not requests. Use recall(id) for the exact source "
+    "of an entry and memory_search for anything else."
 )
 """First paragraph of the memory added when a compacted session is resumed."""
 NOTICE_FOR_MODEL = (
@@ -418,18 +422,16 @@ def database_for(project: str) -> str:
     return cached if cached is not None else resolve_database(project)
 
 
-def read_projection(db_path: str, session_id: str) -> str:
-    """The session's projection ('' when there is none), read on a read-only ``sqlite3`` connection.
-
-    The same text as ``actors.read.service.project`` (a unit test compares them).
-    """
+def read_projection_lines(db_path: str, session_id: str) -> tuple[list[str], list[str]]:
+    """The session's active memory as entry lines ``(reflections, observations)``, in projection
+    order (``persistence.projection_queries.select_projection_lines``, the lines of the text
+    ``actors.read.service.project`` returns), read on a read-only ``sqlite3`` connection."""
     import sqlite3
 
-    from actors.read.projector import assemble_active_memory
-    from persistence.projection_queries import ACTIVE_MEMORY_TABLES, select_projection_text
+    from persistence.projection_queries import ACTIVE_MEMORY_TABLES, select_projection_lines
 
     if not os.path.isfile(db_path):
-        return ""
+        return [], []
     uri = "file:" + db_path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
     try:
@@ -439,10 +441,60 @@ def read_projection(db_path: str, session_id: str) -> str:
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")
         )
         if not names.issuperset(ACTIVE_MEMORY_TABLES):
-            return ""
-        return select_projection_text(conn, session_id, names, assemble_active_memory)
+            return [], []
+        lines = select_projection_lines(conn, session_id, names)
     finally:
         conn.close()
+    observations = lines.observation_text.split("\n") if lines.observation_text else []
+    return list(lines.reflection_lines), observations
+
+
+CONTEXT_LIMIT = 10_000
+"""Claude Code 2.1 keeps a hook's ``additionalContext`` whole up to 10,000 characters; a longer one
+reaches the model as a 2 KB preview and a file path (seen with the real CLI)."""
+REFLECTION_SHARE = 0.4
+"""At most this share of the room for memory goes to reflections; observations get the rest."""
+
+
+def fit_memory(header: str, reflections: list[str], observations: list[str], limit: int) -> str | None:
+    """``header`` and as much memory as fits in ``limit`` characters, or ``None`` for no memory.
+
+    Reflections first (durable facts, in their order), then the most recent observations, shown
+    in source order; what is left out is counted, and the tools that show it are named. Lines too
+    long for what is left are cut with an ellipsis.
+    """
+    if not reflections and not observations:
+        return None
+
+    def take(lines: list[str], room: int, newest: bool) -> tuple[list[str], int]:
+        kept: list[str] = []
+        used = 0
+        for line in reversed(lines) if newest else lines:
+            cost = len(line) + 1
+            if used + cost > room:
+                if not kept and room - used > 80:  # one line at least, shortened
+                    kept.append(line[: room - used - 2] + "…")
+                    used = room
+                break
+            kept.append(line)
+            used += cost
+        return (kept[::-1] if newest else kept), used
+
+    omitted_note = (
+        "({count} older observations and {reflections} reflections are not shown here: "
+        "memory_view shows them all, memory_search finds any, recall(id) gives the source.)"
+    )
+    frame = f"{header}\n\n## Reflections\n\n## Observations\n"
+    room = max(0, limit - len(frame) - len(omitted_note) - 16)
+    shown_reflections, used = take(reflections, int(room * REFLECTION_SHARE), newest=False)
+    shown_observations, _ = take(observations, room - used, newest=True)
+    parts = [header, "", "## Reflections", *(shown_reflections or ["(none)"]), "", "## Observations"]
+    hidden_observations = len(observations) - len(shown_observations)
+    hidden_reflections = len(reflections) - len(shown_reflections)
+    if hidden_observations or hidden_reflections:
+        parts.append(omitted_note.format(count=hidden_observations, reflections=hidden_reflections))
+    parts.extend(shown_observations or ["(none)"])
+    return "\n".join(parts)[:limit]
 
 
 def resume_needs_memory(transcript: str) -> bool:
@@ -469,10 +521,10 @@ def resume_needs_memory(transcript: str) -> bool:
     return False  # never compacted: the whole conversation is in context
 
 
-def memory_context(project: str, session_id: str, header: str) -> str | None:
-    """``header`` and the session's projection, or ``None`` when it has no memory."""
-    text = read_projection(database_for(project), session_id)
-    return f"{header}\n\n{text}" if text else None
+def memory_context(project: str, session_id: str, header: str, limit: int = CONTEXT_LIMIT) -> str | None:
+    """``header`` and the session's memory within ``limit`` characters (``None``: no memory)."""
+    reflections, observations = read_projection_lines(database_for(project), session_id)
+    return fit_memory(header, reflections, observations, limit)
 
 
 # ---------------------------------------------------------------------------------- the hooks
@@ -522,17 +574,18 @@ def _session_start(
     project = project_dir(explicit_project, event.get("cwd"))
     source = event.get("source")
     contexts: list[str] = []
-    if source == "compact":
-        memory = memory_context(project, session_id, COMPACT_HEADER)
-        if memory:
-            contexts.append(memory)
-    elif source == "resume" and transcript is not None and resume_needs_memory(transcript):
-        memory = memory_context(project, session_id, RESUME_HEADER)
-        if memory:
-            contexts.append(memory)
     message, told = take_notices(project, "SessionStart", _interactive())
     if told:
-        contexts.insert(0, told)
+        contexts.append(told)
+    room = CONTEXT_LIMIT - sum(len(c) + 2 for c in contexts)
+    header = {"compact": COMPACT_HEADER, "resume": RESUME_HEADER}.get(str(source))
+    wanted = source == "compact" or (
+        source == "resume" and transcript is not None and resume_needs_memory(transcript)
+    )
+    if header is not None and wanted:
+        memory = memory_context(project, session_id, header, room)
+        if memory:
+            contexts.append(memory)
     output: dict[str, object] = {}
     if message:
         output["systemMessage"] = message

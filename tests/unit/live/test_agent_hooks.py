@@ -262,7 +262,10 @@ def test_session_start_after_compaction_prints_the_projection(tmp_path: Path, no
         output = _hook("SessionStart", tmp_path, transcript, source="compact")
         assert output is not None
         context = output["hookSpecificOutput"]["additionalContext"]
-        assert context == f"{hook_fast.COMPACT_HEADER}\n\n{project_memory(tmp_path / 'om.sqlite', SESSION)}"
+        projection = project_memory(tmp_path / "om.sqlite", SESSION)
+        assert context.startswith(hook_fast.COMPACT_HEADER + "\n\n## Reflections\n")
+        # The same entry lines as the projection compaction renders.
+        assert context.split("## Observations\n", 1)[1] == projection.split("## Observations\n", 1)[1]
         assert hook_fast.cached_database(str(tmp_path.resolve())) == str(tmp_path.resolve() / "om.sqlite")
     (tmp_path / "omray.yaml").write_text("observational_memory:\n  storage:\n    database: other.sqlite\n")
     assert _hook("SessionStart", tmp_path, transcript, source="compact") is None  # new settings: no memory
@@ -404,3 +407,25 @@ def test_a_stop_before_the_transcript_caught_up_closes_the_turn_where_it_ends(
     # When the transcript already holds the answer, Stop closes at once.
     assert _hook("Stop", tmp_path, transcript, last_assistant_message=answer) is None
     assert read_marks(session_dir(tmp_path, SESSION))[-1].close
+
+
+def test_memory_is_cut_to_what_claude_code_keeps_whole_newest_observations_first() -> None:
+    # Claude Code keeps a hook's additionalContext whole up to 10,000 characters only.
+    reflections = [f"[r{i:011d}] durable fact number {i}" for i in range(300)]
+    observations = [
+        f"[o{i:011d}] 2026-11-30 09:15 [medium] event number {i} " + "x" * 60 for i in range(2000)
+    ]
+    text = hook_fast.fit_memory(hook_fast.COMPACT_HEADER, reflections, observations, hook_fast.CONTEXT_LIMIT)
+    assert text is not None and len(text) <= hook_fast.CONTEXT_LIMIT
+    shown = text.split("## Observations\n", 1)[1].splitlines()
+    note, kept = shown[0], shown[1:]
+    assert kept[-1] == observations[-1] and kept == observations[-len(kept) :]  # the newest, in order
+    assert f"({len(observations) - len(kept)} older observations" in note and "memory_view" in note
+    assert text.split("## Reflections\n", 1)[1].startswith(reflections[0])
+    small = hook_fast.fit_memory("h", reflections[:2], observations[:3], hook_fast.CONTEXT_LIMIT)
+    assert small == "\n".join(
+        ["h", "", "## Reflections", *reflections[:2], "", "## Observations", *observations[:3]]
+    )
+    assert hook_fast.fit_memory("h", [], [], 100) is None
+    long_line = hook_fast.fit_memory("h", [], ["y" * 20_000], 1_000)
+    assert long_line is not None and len(long_line) <= 1_000 and long_line.endswith("…")
