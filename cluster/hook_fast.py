@@ -598,13 +598,31 @@ def _session_start(
 
 
 def codex_rollout(thread_id: str) -> str | None:
-    """The newest rollout file of a Codex thread under ``$CODEX_HOME/sessions`` (default ``~/.codex``)."""
+    """The newest rollout file of a Codex thread under ``$CODEX_HOME/sessions`` (default ``~/.codex``).
+
+    Rollouts live in ``sessions/YYYY/MM/DD/``: the folders are read newest first and the search
+    stops at the first day that holds the thread, so a turn of today's thread costs a few
+    directory reads however many sessions the user kept.
+    """
     home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
     suffix = f"{thread_id}.jsonl"
-    found: list[str] = []
-    for root, _dirs, files in os.walk(os.path.join(home, "sessions")):
-        found.extend(os.path.join(root, f) for f in files if f.startswith("rollout-") and f.endswith(suffix))
-    return max(found) if found else None
+
+    def newest_first(path: str) -> list[str]:
+        try:
+            return sorted((entry.path for entry in os.scandir(path) if entry.is_dir()), reverse=True)
+        except OSError:
+            return []
+
+    for year in newest_first(os.path.join(home, "sessions")):
+        for month in newest_first(year):
+            for day in newest_first(month):
+                try:
+                    names = [n for n in os.listdir(day) if n.startswith("rollout-") and n.endswith(suffix)]
+                except OSError:
+                    continue
+                if names:
+                    return os.path.join(day, max(names))
+    return None
 
 
 def codex(raw: str, explicit_project: str | None) -> None:

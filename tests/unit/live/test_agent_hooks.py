@@ -429,3 +429,20 @@ def test_memory_is_cut_to_what_claude_code_keeps_whole_newest_observations_first
     assert hook_fast.fit_memory("h", [], [], 100) is None
     long_line = hook_fast.fit_memory("h", [], ["y" * 20_000], 1_000)
     assert long_line is not None and len(long_line) <= 1_000 and long_line.endswith("…")
+
+
+def test_the_newest_rollout_of_a_thread_is_found_newest_day_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+    sessions = tmp_path / "codex" / "sessions"
+    for day in ("2026/03/04", "2026/11/30", "2025/12/31"):
+        folder = sessions / day
+        folder.mkdir(parents=True)
+        (folder / f"rollout-{day.replace('/', '-')}T10-00-00-{thread}.jsonl").write_text("{}\n")
+        (folder / "rollout-2026-01-01T00-00-00-other.jsonl").write_text("{}\n")
+    (sessions / "2026" / "12" / "01").mkdir(parents=True)  # a newer day without this thread
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
+    found = hook_fast.codex_rollout(thread)
+    assert found == str(sessions / "2026" / "11" / "30" / f"rollout-2026-11-30T10-00-00-{thread}.jsonl")
+    assert hook_fast.codex_rollout("nobody") is None
