@@ -18,7 +18,17 @@ from typing import Any, ClassVar, Protocol
 
 from protocol.errors import ConflictError, EventsFileError, InvalidPayloadError, SettingsError
 from protocol.jobs import JobEnvelope
-from protocol.outcomes import REASON_EVENTS_FILE_CORRUPT, EventsLocation, JobFailed, JobSucceeded
+from protocol.outcomes import (
+    REASON_EVENTS_FILE_CORRUPT,
+    REASON_MODEL_API_KEY_MISSING,
+    REASON_MODEL_AUTH,
+    REASON_MODEL_NOT_FOUND,
+    REASON_MODEL_UNREACHABLE,
+    REASON_SETTINGS,
+    EventsLocation,
+    JobFailed,
+    JobSucceeded,
+)
 
 logger = logging.getLogger("omray.worker")
 
@@ -53,8 +63,20 @@ def failure_reason(exc: BaseException) -> tuple[str, bool]:
         return "invalid_payload", True
     if isinstance(exc, ConflictError):
         return "conflict", True
+    # By class name: the model clients are imported only by the jobs that call a model.
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "MissingApiKeyError" in names:
+        return REASON_MODEL_API_KEY_MISSING, True
     if isinstance(exc, SettingsError):
-        return "settings", True
+        return REASON_SETTINGS, True
+    if "ModelCallError" in names:
+        status = getattr(exc, "status_code", None)
+        if status in (401, 403):
+            return REASON_MODEL_AUTH, True
+        if status == 404:
+            return REASON_MODEL_NOT_FOUND, True
+        if getattr(exc, "category", None) in ("connection", "timeout"):
+            return REASON_MODEL_UNREACHABLE, True
     return "transient_runtime", True
 
 

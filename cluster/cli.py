@@ -132,16 +132,22 @@ def status(
         str | None, typer.Option(help="Ray address (default: RAY_ADDRESS, else what `omray up` recorded).")
     ] = None,
 ) -> None:
-    """Actors and their state, queue depth, the job in flight and recent failures.
+    """Actors and their state, queue depth, the job in flight, recent failures (session, cause, fix),
+    and what the agent hooks of the project in this directory could not do.
 
     Exits 1 when Ray answers but omray's queue does not run there.
     """
+    from cluster.hook_fast import notices, read_status
     from cluster.status import runtime_status
 
+    hook_notices = [str(item.get("message")) for item in notices(read_status(str(Path.cwd())))]
     try:
         data = runtime_status(address)
     except OmrayError as exc:
+        for message in hook_notices:
+            typer.echo(f"agent hooks of this project: {message}", err=True)
         fail(str(exc))
+    data["project_notices"] = hook_notices
     if data.get("queue") is None and not data.get("queue_older_than_cli"):
         if as_json:
             emit(data, as_json, "")
@@ -159,7 +165,11 @@ def status(
     for job in queue.get("in_flight", []):
         lines.append(f"in flight: {job['job_id']} ({job['handler_id']}, attempt {job['attempt']})")
     for failure in queue.get("recent_failures", []):
-        lines.append(f"failed: {failure['job_id']} ({failure['reason']}, {failure['attempts']} attempts)")
+        lines.append(
+            f"failed: session {failure.get('run_id')!r}: {failure['cause']} (job {failure['job_id'][:12]}, "
+            f"{failure['attempts']} attempts, last failure {failure['last_failure']}); fix: {failure['fix']}"
+        )
+    lines.extend(f"agent hooks of this project: {message}" for message in hook_notices)
     emit(data, as_json, "\n".join(lines))
 
 
@@ -213,7 +223,7 @@ def _mount_subcommands() -> None:
     app.add_typer(metrics_app, name="metrics", help="omray's Grafana dashboard and a Prometheus config.")
     from cluster.agent_hooks import hook_app
     from cluster.integrate import integrate_command
-    from cluster.mcp_server import mcp_command
+    from cluster.mcp_cli import mcp_command
 
     app.add_typer(hook_app, name="hook", help="Agent hooks for Claude Code and Codex (run by the agent).")
     app.command("mcp")(mcp_command)

@@ -1,15 +1,24 @@
 """``omray integrate claude-code|codex``: write omray's hook and MCP entries into an agent's settings.
 
-Claude Code (per project): hooks in ``<project>/.claude/settings.json`` (``Stop``, ``SubagentStop``,
-``PreCompact``, ``SessionEnd`` and ``SessionStart`` for ``compact|resume`` run ``omray hook
-claude-code``) and the MCP server in ``<project>/.mcp.json`` (``mcpServers.omray``). Codex: in
-``$CODEX_HOME/config.toml`` (default ``~/.codex``), ``[mcp_servers.omray]`` and ``notify``; a
-``notify`` program already there keeps running, chained after omray's hook.
+Claude Code (per project): in ``<project>/.claude/settings.json`` the hooks (``Stop``,
+``SubagentStop``, ``PreCompact``, ``SessionEnd`` and ``SessionStart`` run ``omray hook
+claude-code``), the approval of omray's MCP server (``enabledMcpjsonServers``) and of its read-only
+tools (``permissions.allow``: ``mcp__omray``); the server itself in ``<project>/.mcp.json``
+(``mcpServers.omray``). Codex: in ``$CODEX_HOME/config.toml`` (default ``~/.codex``),
+``[mcp_servers.omray]`` with its tools approved (``default_tools_approval_mode``) and
+``notify``; a ``notify`` program already there keeps running, chained after omray's hook. Every
+entry names the ``omray`` program this command runs from by its absolute path, so an agent
+started without the virtual environment on ``PATH`` still finds it.
 
-The merges are pure functions on the parsed documents: other hooks, matchers and servers are
-kept as they are, running twice changes nothing, and ``--remove`` takes out exactly what was
+The merges are pure functions on the parsed documents: other hooks, matchers, permissions and
+servers are kept as they are, running twice changes nothing, and ``--remove`` takes out what was
 added. ``--dry-run`` prints the unified diff and writes nothing; otherwise each changed file is
 replaced atomically. A file that does not parse is an error and is left untouched.
+
+After writing (and with ``--check`` alone) the command checks what the agent will need: the
+settings of the project (model, provider, API key variable), a running memory runtime, and for
+Claude Code a trusted workspace (it ignores a project's permissions until the user accepts its
+trust dialog once); each finding says what to do.
 """
 
 from __future__ import annotations
@@ -41,9 +50,14 @@ CLAUDE_CODE_HOOKS: tuple[tuple[str, str | None], ...] = (
     ("SubagentStop", None),
     ("PreCompact", None),
     ("SessionEnd", None),
-    ("SessionStart", "compact|resume"),
+    ("SessionStart", None),
 )
-"""``(event, matcher)`` of every hook omray installs in Claude Code."""
+"""``(event, matcher)`` of every hook omray installs in Claude Code (``SessionStart`` for every
+source: memory after ``compact`` and ``resume``, a pending notice at any start)."""
+CLAUDE_CODE_TOOL_PERMISSION = f"mcp__{MCP_SERVER_NAME}"
+"""The ``permissions.allow`` rule that lets Claude Code call omray's (read-only) tools without asking."""
+CODEX_APPROVAL_MODE = "approve"
+"""``default_tools_approval_mode`` of omray's server in Codex: its tools only read memory."""
 
 
 class Agent(enum.StrEnum):
@@ -79,7 +93,8 @@ def merge_claude_hooks(settings: dict[str, Any], command: str) -> dict[str, Any]
     """``settings`` with omray's hook on each of its events; everything else untouched.
 
     An omray hook already there (also one written with another path to ``omray``) is updated in
-    place, so running again never adds a second one.
+    place when its group has the matcher omray wants, so running again never adds a second one;
+    one under another matcher (an older omray's ``compact|resume``) moves to a group of its own.
     """
     merged = copy.deepcopy(settings)
     hooks = merged.setdefault("hooks", {})
@@ -87,15 +102,61 @@ def merge_claude_hooks(settings: dict[str, Any], command: str) -> dict[str, Any]
     for event, matcher in CLAUDE_CODE_HOOKS:
         groups = hooks.setdefault(event, [])
         found = False
-        for group in groups:
+        for group in list(groups):
             inner = group.get("hooks") if isinstance(group, dict) else None
-            for index, hook in enumerate(inner if isinstance(inner, list) else []):
-                if _is_ours(hook):
-                    inner[index] = {**hook, "command": command}  # type: ignore[index]
+            if not isinstance(inner, list):
+                continue
+            for index, hook in enumerate(list(inner)):
+                if not _is_ours(hook):
+                    continue
+                if group.get("matcher") == matcher and not found:
+                    inner[index] = {**hook, "command": command}
                     found = True
+                else:
+                    inner.remove(hook)
+            if not inner:
+                groups.remove(group)
         if not found:
             group = {"hooks": [ours]} if matcher is None else {"matcher": matcher, "hooks": [ours]}
             groups.append(group)
+    return merged
+
+
+def _add_to_list(container: dict[str, Any], key: str, value: str) -> None:
+    current = container.get(key)
+    if not isinstance(current, list):
+        container[key] = [value]
+    elif value not in current:
+        current.append(value)
+
+
+def _remove_from_list(container: dict[str, Any], key: str, value: str) -> None:
+    current = container.get(key)
+    if isinstance(current, list) and value in current:
+        current.remove(value)
+        if not current:
+            del container[key]
+
+
+def merge_claude_approvals(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` approving omray's project MCP server and allowing its tools (others untouched)."""
+    merged = copy.deepcopy(settings)
+    _add_to_list(merged, "enabledMcpjsonServers", MCP_SERVER_NAME)
+    permissions = merged.setdefault("permissions", {})
+    if isinstance(permissions, dict):
+        _add_to_list(permissions, "allow", CLAUDE_CODE_TOOL_PERMISSION)
+    return merged
+
+
+def remove_claude_approvals(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without omray's approvals (keys left empty by that are dropped)."""
+    merged = copy.deepcopy(settings)
+    _remove_from_list(merged, "enabledMcpjsonServers", MCP_SERVER_NAME)
+    permissions = merged.get("permissions")
+    if isinstance(permissions, dict):
+        _remove_from_list(permissions, "allow", CLAUDE_CODE_TOOL_PERMISSION)
+        if not permissions:
+            del merged["permissions"]
     return merged
 
 
@@ -185,6 +246,15 @@ class Change:
         """Whether writing it would change anything."""
         return self.before != self.after
 
+    @property
+    def outcome(self) -> str:
+        """What writing it does: ``created``, ``updated``, ``removed (empty)`` or ``unchanged``."""
+        if not self.changed:
+            return "unchanged"
+        if not self.after:
+            return "removed (empty)"
+        return "created" if not self.before and not self.path.exists() else "updated"
+
     def diff(self) -> str:
         """Unified diff of the change ('' when unchanged)."""
         return "".join(
@@ -229,11 +299,17 @@ def claude_code_changes(project: Path, command: str, remove: bool) -> list[Chang
     server = {"command": command, "args": ["mcp"]}
     if remove:
         return [
-            _json_change(project / ".claude" / "settings.json", remove_claude_hooks),
+            _json_change(
+                project / ".claude" / "settings.json",
+                lambda d: remove_claude_approvals(remove_claude_hooks(d)),
+            ),
             _json_change(project / ".mcp.json", remove_mcp_server),
         ]
     return [
-        _json_change(project / ".claude" / "settings.json", lambda d: merge_claude_hooks(d, hook_command)),
+        _json_change(
+            project / ".claude" / "settings.json",
+            lambda d: merge_claude_approvals(merge_claude_hooks(d, hook_command)),
+        ),
         _json_change(project / ".mcp.json", lambda d: merge_mcp_server(d, server)),
     ]
 
@@ -263,6 +339,7 @@ def codex_changes(config_path: Path, command: str, project: Path | None, remove:
         server = tomlkit.table()
         server["command"] = command
         server["args"] = ["mcp", *pinned]
+        server["default_tools_approval_mode"] = CODEX_APPROVAL_MODE
         if not isinstance(servers, dict):
             document["mcp_servers"] = tomlkit.table(is_super_table=True)
         if document["mcp_servers"].get(MCP_SERVER_NAME) != server:
@@ -273,6 +350,9 @@ def codex_changes(config_path: Path, command: str, project: Path | None, remove:
         else:
             document["notify"] = notify  # tomlkit puts a new top-level key before the first table
     after = tomlkit.dumps(document)
+    if remove and after != before:
+        # A table taken off the end leaves the blank line that separated it: one newline ends the file.
+        after = after.rstrip("\n") + "\n"
     return [Change(config_path, before, after if after.strip() else "")]
 
 
@@ -299,12 +379,163 @@ def write_change(change: Change) -> None:
 
 
 def omray_command() -> str:
-    """How the agent should call omray: ``omray`` when that is this program on PATH, else its full path."""
-    running = Path(sys.argv[0]).resolve()
+    """The absolute path of the ``omray`` program this command runs from.
+
+    An agent started from another shell (no virtual environment on ``PATH``) must still find the
+    same omray, so the entries never say a bare ``omray``. The path is kept as it was called (a
+    ``bin/omray`` of a virtual environment, a pipx or ``~/.local/bin`` link), not resolved to a
+    versioned target. Run as ``python -m cluster.cli``, it is the ``omray`` next to the interpreter,
+    else the one on ``PATH``.
+    """
+    running = Path(sys.argv[0])
+    if running.name == "omray" and running.exists():
+        return str(running.absolute())
+    beside = Path(sys.executable).parent / "omray"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
     found = shutil.which("omray")
-    if running.name != "omray" or (found is not None and Path(found).resolve() == running):
-        return "omray"
-    return str(running)
+    if found is not None:
+        return str(Path(found).absolute())
+    raise SettingsFileError(
+        "cannot find the omray program to write into the agent's settings; install omray (pip install -e .) "
+        "and run `omray integrate` itself"
+    )
+
+
+# ------------------------------------------------------------------------------------- the checks
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the agent will need, and whether it is there."""
+
+    ok: bool
+    """Whether it is ready."""
+    what: str
+    """What was checked."""
+    detail: str
+    """What was found; when not ready, what to do."""
+
+
+def check_settings(project: Path) -> list[Finding]:
+    """The project's settings as the hooks and the runtime will read them: file, model, endpoint."""
+    from persistence.settings_file import find_settings_file, load_settings
+    from protocol.errors import OmrayError
+
+    found = find_settings_file(project)
+    try:
+        settings = load_settings(cwd=project)
+    except OmrayError as exc:
+        return [Finding(False, "settings", f"{exc}; fix it, then run `omray integrate ... --check` again")]
+    where = str(found) if found is not None else "no settings file: omray's offline defaults"
+    findings = [Finding(True, "settings", where)]
+    try:
+        model = settings.require_model()
+        provider = settings.provider_for(model)
+    except OmrayError as exc:
+        return [*findings, Finding(False, "model", str(exc))]
+    if provider.kind == "builtin":
+        findings.append(Finding(True, "model", f"{model} (runs offline, needs no API key)"))
+    else:
+        key = provider.api_key_env
+        if key and not os.environ.get(key, "").strip():
+            findings.append(
+                Finding(
+                    False,
+                    "model",
+                    f"{model}: ${key} is not set in this shell; export it where `omray up` runs",
+                )
+            )
+        else:
+            findings.append(Finding(True, "model", f"{model} at {provider.base_url}"))
+        if provider.base_url and not endpoint_answers(provider.base_url):
+            findings.append(
+                Finding(
+                    False,
+                    "model endpoint",
+                    f"{provider.base_url} does not answer from here; is the server up?",
+                )
+            )
+    semantic = "hybrid (semantic) search on" if settings.semantic is not None else "exact search only"
+    findings.append(Finding(True, "memory", f"{settings.database_path(str(project))} ({semantic})"))
+    return findings
+
+
+def endpoint_answers(base_url: str, timeout_s: float = 3.0) -> bool:
+    """Whether anything answers HTTP at ``base_url`` (any status: a 401 answers too)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=timeout_s):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def check_runtime(project: Path) -> Finding:
+    """Whether a memory runtime answers, as the hooks' dispatcher will look for it."""
+    from cluster.client import connect
+    from cluster.naming import omray_home
+    from protocol.errors import OmrayError, RuntimeNotRunningError
+
+    home = omray_home()
+    try:
+        client = connect(cwd=project, prefix=os.environ.get("OMRAY_PREFIX") or "omray")
+    except RuntimeNotRunningError as exc:
+        if type(exc) is not RuntimeNotRunningError:  # a token problem: its message says what to do
+            return Finding(False, "runtime", str(exc))
+        return Finding(
+            False,
+            "runtime",
+            f"not running: start it with `omray up` (OMRAY_HOME={home}; the agent must see the same)",
+        )
+    except OmrayError as exc:
+        return Finding(False, "runtime", str(exc))
+    try:
+        client.status()
+    except OmrayError as exc:
+        return Finding(False, "runtime", f"does not answer ({type(exc).__name__}); `omray status` says more")
+    finally:
+        client.close()
+    return Finding(True, "runtime", f"running (OMRAY_HOME={home}; the agent must see the same)")
+
+
+def check_claude_trust(project: Path, state_file: Path | None = None) -> Finding:
+    """Whether Claude Code trusts the project (it ignores a project's permissions until it does)."""
+    path = state_file or Path.home() / ".claude.json"
+    try:
+        projects = json.loads(path.read_text(encoding="utf-8")).get("projects", {})
+    except (OSError, ValueError, AttributeError):
+        projects = {}
+    for folder in (project, *project.parents):
+        entry = projects.get(str(folder)) if isinstance(projects, dict) else None
+        if isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True:
+            return Finding(True, "workspace trust", f"Claude Code trusts {folder}")
+    return Finding(
+        False,
+        "workspace trust",
+        f"run `claude` in {project} once and accept its trust dialog: until then Claude Code ignores the "
+        "project's tool permissions (memory tools ask first, and `claude -p` denies them)",
+    )
+
+
+def run_checks(agent: Agent, project: Path) -> list[Finding]:
+    """Everything the agent needs for omray, checked now."""
+    findings = [Finding(True, "omray", omray_command())]
+    findings.extend(check_settings(project))
+    findings.append(check_runtime(project))
+    if agent is Agent.CLAUDE_CODE:
+        findings.append(check_claude_trust(project))
+    return findings
+
+
+def print_findings(findings: Sequence[Finding]) -> None:
+    """One line per finding: ``ok`` or ``todo``."""
+    for finding in findings:
+        typer.echo(f"  {'ok  ' if finding.ok else 'todo'}  {finding.what}: {finding.detail}")
 
 
 def integrate_command(
@@ -314,15 +545,24 @@ def integrate_command(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the diff; write nothing.")] = False,
     remove: Annotated[bool, typer.Option("--remove", help="Take omray's entries out again.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Only check settings, runtime and trust; write nothing.")
+    ] = False,
     codex_config: Annotated[
         Path | None, typer.Option(help="Codex config file (default: $CODEX_HOME/config.toml).")
     ] = None,
 ) -> None:
-    """Add omray's hooks and MCP server to Claude Code or Codex settings (idempotent; --remove undoes)."""
-    command = omray_command()
+    """Add omray's hooks, MCP server and approvals to Claude Code or Codex settings, then check what
+    else the agent needs (idempotent; --remove undoes; --check only checks)."""
+    root = (project or Path.cwd()).resolve()
+    if check:
+        findings = run_checks(agent, root)
+        print_findings(findings)
+        raise typer.Exit(code=0 if all(f.ok for f in findings) else 1)
     try:
+        command = omray_command()
         if agent is Agent.CLAUDE_CODE:
-            changes = claude_code_changes((project or Path.cwd()).resolve(), command, remove)
+            changes = claude_code_changes(root, command, remove)
         else:
             home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
             pinned = project.resolve() if project is not None else None
@@ -336,5 +576,10 @@ def integrate_command(
         elif dry_run:
             typer.echo(change.diff(), nl=False)
         else:
+            outcome = change.outcome
             write_change(change)
-            typer.echo(f"{change.path}: {'updated' if change.after else 'removed (empty)'}")
+            typer.echo(f"{change.path}: {outcome}")
+    if dry_run or remove:
+        return
+    typer.echo("checks:")
+    print_findings(run_checks(agent, root))

@@ -145,15 +145,30 @@ def prepare_auth() -> str:
     recorded = _recorded_runtime().get("auth")
     if recorded in ("token", "disabled"):
         mode = str(recorded)
-    elif os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").exists():
+    elif _token_available():
         mode = "token"
     else:
         return "disabled"
+    if mode == "token" and not _token_available():
+        # Ray aborts the whole process (a failed C++ check, no exception) when token authentication
+        # is on and it finds no token: say so while it can still be said.
+        raise RuntimeAuthError(
+            f"the runtime uses token authentication, but this process finds no token (HOME={Path.home()}); "
+            f"{_TOKEN_FIX}"
+        )
     os.environ["RAY_AUTH_MODE"] = mode
     from ray._raylet import Config  # type: ignore[attr-defined]  # what Ray's own token setup calls
 
     Config.initialize("")  # Ray caches its config at import: make it read the mode just set
     return mode
+
+
+def _token_available() -> bool:
+    """Whether Ray will find a token: ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    return Path(path).is_file() if path else (Path.home() / ".ray" / "auth_token").is_file()
 
 
 def probe_gcs(address: str, timeout_s: float = 2.0) -> None:

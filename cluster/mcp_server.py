@@ -1,10 +1,17 @@
-"""``omray mcp``: the read side as an MCP server (official ``mcp`` SDK), over stdio or streamable HTTP.
+"""``omray mcp``: the read side as an MCP server, over stdio (default) or streamable HTTP.
 
 Tools: ``memory_search``, ``recall``, ``memory_status`` and ``memory_view``. Every call goes to
 ``actors.read.service.call_tool``, so arguments are validated there, once, and a bad argument
 is the same typed answer an in-process agent gets (``{"ok": false, "error": <code>, "message"}``),
 returned as a tool result with ``isError`` set and the answer as structured content. The server
 reads durable memory on read-only connections: it needs no Ray runtime and no running agent.
+
+Start-up is lazy, because the agent waits for the tool list before its first model request: the
+stdio transport (``cluster.mcp_stdio``, standard library) answers ``initialize`` at once, the tool
+list once the settings are read (they say whether hybrid search is on), and tool calls once the
+read service has loaded in the background. Settings that cannot be read do not kill the server:
+every tool call answers ``settings_invalid`` with the reason, so the agent and its user see it.
+The streamable HTTP transport runs on the official ``mcp`` SDK (``build_server``).
 
 The project comes from ``--project``, else ``$CLAUDE_PROJECT_DIR`` (Claude Code sets it), else
 the working directory; the settings file and the database are resolved from it as for every
@@ -13,36 +20,31 @@ the working directory; the settings file and the database are resolved from it a
 
 from __future__ import annotations
 
-import enum
-import json
-import logging
+import os
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
+from cluster.hook_fast import SESSIONS_DIR, project_dir
 
-from actors.read.service import CountTokens, HybridSearch, call_tool
-from cluster.agent_hooks import SESSIONS_SUBDIR, project_dir
-from protocol.errors import OmrayError
-from protocol.settings import OmSettings
-from protocol.tool_specs import memory_search_spec, memory_status_spec, memory_view_spec, recall_spec
-
-logger = logging.getLogger("omray.mcp")
+if TYPE_CHECKING:
+    from actors.read.service import CountTokens, HybridSearch
+    from protocol.settings import OmSettings
 
 SERVER_NAME = "omray"
 """Name the server reports to MCP clients."""
+SERVER_VERSION = "0.1.0"
+"""Version the server reports."""
 DEFAULT_HTTP_PORT = 8766
 """Port of the streamable HTTP transport (on 127.0.0.1)."""
 HTTP_PATH = "/mcp"
 """Path of the streamable HTTP endpoint."""
-
-
-class Transport(enum.StrEnum):
-    """``--transport`` of ``omray mcp``."""
-
-    STDIO = "stdio"
-    HTTP = "http"
+TRANSPORTS = ("stdio", "http")
+"""``--transport`` values."""
+SETTINGS_INVALID = "settings_invalid"
+"""Error code of every tool call while the project's settings cannot be read."""
 
 
 @dataclass
@@ -64,15 +66,12 @@ class MemoryTools:
 
     def specs(self) -> list[dict[str, Any]]:
         """OpenAI-style function specs of the tools, in listing order."""
-        return [
-            memory_search_spec(hybrid=self.hybrid_search is not None),
-            recall_spec(),
-            memory_status_spec(),
-            memory_view_spec(),
-        ]
+        return tool_specs(hybrid=self.hybrid_search is not None)
 
     def call(self, name: str, arguments: dict[str, Any]) -> dict[str, object]:
         """Run one tool through the read service."""
+        from actors.read.service import call_tool
+
         return call_tool(
             name,
             arguments,
@@ -84,12 +83,37 @@ class MemoryTools:
         )
 
 
-def memory_tools(project: Path, db: Path | None = None, session_id: str = "") -> MemoryTools:
-    """The tools of ``project`` (its settings file, its database unless ``db`` is given)."""
-    from actors.models.tokens import token_counter
+def tool_specs(hybrid: bool) -> list[dict[str, Any]]:
+    """OpenAI-style function specs of the four tools, in listing order."""
+    from protocol.tool_specs import memory_search_spec, memory_status_spec, memory_view_spec, recall_spec
+
+    return [memory_search_spec(hybrid=hybrid), recall_spec(), memory_status_spec(), memory_view_spec()]
+
+
+def mcp_tool(spec: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI-style function spec as an MCP tool (``name``, ``description``, ``inputSchema``)."""
+    function = spec["function"]
+    return {
+        "name": function["name"],
+        "description": function["description"],
+        "inputSchema": function["parameters"],
+    }
+
+
+def load_settings_for(project: Path) -> OmSettings:
+    """The project's settings (raises ``SettingsError``)."""
     from persistence.settings_file import load_settings
 
-    settings = load_settings(cwd=project)
+    return load_settings(cwd=project)
+
+
+def memory_tools(
+    project: Path, db: Path | None = None, session_id: str = "", settings: OmSettings | None = None
+) -> MemoryTools:
+    """The tools of ``project`` (its settings file, its database unless ``db`` is given)."""
+    from actors.models.tokens import token_counter
+
+    settings = settings if settings is not None else load_settings_for(project)
     db_path = db.resolve() if db is not None else Path(settings.database_path(str(project)))
     hybrid: HybridSearch | None = None
     if settings.semantic is not None:
@@ -98,7 +122,7 @@ def memory_tools(project: Path, db: Path | None = None, session_id: str = "") ->
         hybrid = hybrid_search_for(str(db_path), settings.semantic)
     return MemoryTools(
         db_path=db_path,
-        events_root=project / SESSIONS_SUBDIR,
+        events_root=project / SESSIONS_DIR,
         settings=settings,
         count_tokens=token_counter(settings.token_encoding).count,
         session_id=session_id,
@@ -106,8 +130,83 @@ def memory_tools(project: Path, db: Path | None = None, session_id: str = "") ->
     )
 
 
+WARM_AFTER_S = 3.0
+"""Seconds after start at which the read service loads when no call asked for it sooner: a short
+``claude -p`` run never pays for it (the embedder alone costs about a second of CPU, taken from the
+agent on a small machine), a longer session finds it warm."""
+
+
+class LazyTools:
+    """Loads the settings at once, then the read service at the first call (or after a while).
+
+    :meth:`list_tools` waits for the settings only; :meth:`call` for everything. A settings error
+    is kept and answered by every call (and printed once on stderr, which MCP clients log).
+    """
+
+    def __init__(
+        self, project: Path, db: Path | None, session_id: str, warm_after_s: float = WARM_AFTER_S
+    ) -> None:
+        self.project, self.db, self.session_id = project, db, session_id
+        self.warm_after_s = warm_after_s
+        self._settings_ready = threading.Event()
+        self._wanted = threading.Event()
+        self._tools_ready = threading.Event()
+        self.settings: OmSettings | None = None
+        self.tools: MemoryTools | None = None
+        self.error: str | None = None
+        threading.Thread(target=self._load, name="omray-mcp-load", daemon=True).start()
+
+    def _load(self) -> None:
+        from protocol.errors import OmrayError
+
+        try:
+            self.settings = load_settings_for(self.project)
+        except OmrayError as exc:
+            self.error = str(exc)
+            print(f"omray mcp: {exc}", file=sys.stderr, flush=True)
+        finally:
+            self._settings_ready.set()
+        self._wanted.wait(self.warm_after_s)
+        try:
+            if self.settings is not None:
+                self.tools = memory_tools(self.project, self.db, self.session_id, self.settings)
+        except OmrayError as exc:
+            self.error = str(exc)
+            print(f"omray mcp: {exc}", file=sys.stderr, flush=True)
+        finally:
+            self._tools_ready.set()
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        """The MCP tool list (hybrid search as the settings say; exact only when they cannot be read)."""
+        self._settings_ready.wait()
+        hybrid = self.settings is not None and self.settings.semantic is not None
+        return [mcp_tool(spec) for spec in tool_specs(hybrid=hybrid)]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, object]:
+        """One tool call (a ``settings_invalid`` answer while the settings cannot be read)."""
+        self._wanted.set()
+        self._tools_ready.wait()
+        if self.tools is None:
+            return {
+                "ok": False,
+                "error": SETTINGS_INVALID,
+                "message": f"omray cannot serve memory: {self.error}",
+            }
+        return self.tools.call(name, arguments)
+
+
+def serve_stdio(project: Path, db: Path | None, session_id: str) -> int:
+    """Serve the tools on stdin/stdout until the client closes them or a stop signal arrives."""
+    from cluster.mcp_stdio import StdioServer
+
+    tools = LazyTools(project, db, session_id)
+    return StdioServer(SERVER_NAME, SERVER_VERSION, tools.list_tools, tools.call).serve(sys.stdin.buffer)
+
+
 def build_server(tools: MemoryTools) -> Any:
-    """A low-level MCP server whose tools are ``tools``; the SDK does no argument validation of its own."""
+    """A low-level MCP SDK server serving ``tools`` (the SDK does no argument validation of its own)."""
+    import json
+
     import anyio
     import mcp_types as types
     from mcp.server.lowlevel import Server
@@ -137,46 +236,57 @@ def build_server(tools: MemoryTools) -> Any:
     return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call)
 
 
-async def serve_stdio(server: Any) -> None:
-    """Serve ``server`` on this process's stdin/stdout until the client closes them."""
-    from mcp.server.stdio import stdio_server
-
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-def serve_http(server: Any, port: int) -> None:
-    """Serve ``server`` over streamable HTTP on ``127.0.0.1:port`` (path ``/mcp``)."""
+def serve_http(tools: MemoryTools, port: int) -> None:
+    """Serve the tools over streamable HTTP on ``127.0.0.1:port`` (path ``/mcp``), with the SDK."""
     import uvicorn
 
-    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host="127.0.0.1")
+    app = build_server(tools).streamable_http_app(streamable_http_path=HTTP_PATH, host="127.0.0.1")
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-def mcp_command(
-    transport: Annotated[
-        Transport, typer.Option(help="stdio (default) or streamable HTTP.")
-    ] = Transport.STDIO,
-    port: Annotated[int, typer.Option(help="HTTP port on 127.0.0.1.")] = DEFAULT_HTTP_PORT,
-    project: Annotated[
-        Path | None,
-        typer.Option(help="Project directory (default: $CLAUDE_PROJECT_DIR, else the working directory)."),
-    ] = None,
-    db: Annotated[Path | None, typer.Option(help="Memory database (default: from the settings).")] = None,
-    session: Annotated[
-        str, typer.Option(envvar="OMRAY_SESSION", help="The caller's session id (scope 'session', recall).")
-    ] = "",
-) -> None:
-    """Serve memory_search, recall, memory_status and memory_view to MCP clients (no Ray needed)."""
-    import anyio
+def serve(transport: str, port: int, project: Path | None, db: Path | None, session: str) -> int:
+    """``omray mcp``: serve over ``transport``; returns the exit status."""
+    root = Path(project_dir(str(project) if project is not None else None, None))
+    if transport == "http":
+        from protocol.errors import OmrayError
 
-    try:
-        tools = memory_tools(project_dir(project, None), db, session.strip())
-    except OmrayError as exc:
-        typer.echo(f"omray mcp: {exc}", err=True)
-        raise typer.Exit(code=2) from None
-    server = build_server(tools)
-    if transport is Transport.HTTP:
-        serve_http(server, port)
-    else:
-        anyio.run(serve_stdio, server)
+        try:
+            tools = memory_tools(root, db, session.strip())
+        except OmrayError as exc:
+            print(f"omray mcp: {exc}", file=sys.stderr)
+            return 2
+        serve_http(tools, port)
+        return 0
+    return serve_stdio(root, db, session.strip())
+
+
+def run_fast(args: list[str]) -> bool:
+    """``omray mcp <args>`` without the full CLI (False for ``--help`` or anything unexpected).
+
+    Exits the process when done: worker threads still running a call are not waited for.
+    """
+    options: dict[str, str] = {}
+    words = list(args)
+    names = {"--transport", "--port", "--project", "--db", "--session"}
+    while words:
+        word = words.pop(0)
+        name, _, value = word.partition("=")
+        if name not in names:
+            return False
+        if not _:
+            if not words:
+                return False
+            value = words.pop(0)
+        options[name] = value
+    transport = options.get("--transport", "stdio")
+    if transport not in TRANSPORTS or not options.get("--port", "1").isdigit():
+        return False
+    code = serve(
+        transport,
+        int(options.get("--port", DEFAULT_HTTP_PORT)),
+        Path(options["--project"]) if "--project" in options else None,
+        Path(options["--db"]) if "--db" in options else None,
+        options.get("--session", os.environ.get("OMRAY_SESSION", "")),
+    )
+    sys.stdout.flush()
+    os._exit(code)

@@ -24,6 +24,7 @@ def runtime_status(address: str | None = None, names: RuntimeNames | None = None
         client = OmrayClient(names)
         queue = client.status()
         queue["job_counts"] = client.job_counts()
+        queue["recent_failures"] = [explain(failure) for failure in queue.get("recent_failures", [])]
     except RuntimeRejectedError:  # a queue runs, older than this CLI: the actors still show
         queue, older = None, True
     except RuntimeNotRunningError:
@@ -31,6 +32,15 @@ def runtime_status(address: str | None = None, names: RuntimeNames | None = None
     except ray.exceptions.RayError:
         queue = None
     return {"actors": actors, "queue": queue, "queue_older_than_cli": older}
+
+
+def explain(failure: dict[str, Any]) -> dict[str, Any]:
+    """A recent failure with its last failure category, what it means and how to fix it."""
+    from protocol.outcomes import explain_failure, last_failure
+
+    category = last_failure(failure)
+    cause, fix = explain_failure(category)
+    return {**failure, "last_failure": category, "cause": cause, "fix": fix}
 
 
 UNKNOWN_STATE = "UNKNOWN"

@@ -35,6 +35,15 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from persistence import schema
+from persistence.projection_sql import (
+    OBSERVATION_LINE_SQL,
+    OBSERVATION_LINE_TABLE,
+    ORDER_KEY_SQL,
+    PROJECTION_BUILT_TABLE,
+    PROJECTION_CACHE_TABLE,
+    PROJECTION_DIRTY_TABLE,
+    SESSION_VERSION_TABLE,
+)
 from protocol.canonical import sha256_hex
 from protocol.errors import MigrationError
 
@@ -170,23 +179,22 @@ def _trigram_ddl(table: str, source: str, id_column: str) -> tuple[str, ...]:
     )
 
 
-OBSERVATION_LINE_TABLE = "omray_observation_line"
-"""Each observation's projection entry line, clustered by ``(run_id, timestamp, observation_id)``."""
-
-OBSERVATION_LINE_SQL: Final = (
-    "'[' || lower(substr({row}observation_id, 1, 12)) || '] ' || {row}timestamp || ' [' || {row}relevance"
-    " || '] ' || {row}content"
-)
-"""An observation's projection line in SQL (``{row}``: a row prefix such as ``new.``), the format of
-``actors.read.projector.render_active_memory``; a differential test keeps the two equal."""
+_V1_LINE_TABLE: Final = "omray_observation_line"
+_V1_CACHE_TABLE: Final = "omray_projection_cache"
+_V1_BUILT_TABLE: Final = "omray_projection_built"
+_V1_DIRTY_TABLE: Final = "omray_projection_dirty"
+"""The derived tables of omray_006 and omray_008 (lines and pieces in minute order), dropped by
+omray_012, which builds them again under new names: a reader of one version never takes the other
+version's tables for its own."""
 
 
-def _observation_line_ddl() -> tuple[str, ...]:
+def _observation_line_ddl_v1() -> tuple[str, ...]:
+    # The first shape (migration omray_006), kept as released: replaced by omray_012.
     # Compaction renders a session's whole active pool at once; reading lines rendered at insert
     # time, stored in projection order and clustered by session, costs a fraction of rendering
     # each row on every call. Triggers keep it exact whoever writes om_observation (the PHP
     # extension too); the table is derived data, rebuilt from om_observation here.
-    table, source = OBSERVATION_LINE_TABLE, schema.om_observation.name
+    table, source = _V1_LINE_TABLE, schema.om_observation.name
     columns = "run_id, timestamp, observation_id, source_end_seq, line"
     insert = (
         f"INSERT INTO {table} ({columns}) VALUES (new.run_id, new.timestamp, new.observation_id, "
@@ -209,21 +217,8 @@ def _observation_line_ddl() -> tuple[str, ...]:
     )
 
 
-PROJECTION_CACHE_TABLE = "omray_projection_cache"
-"""Per session, its projection's observation text as last rendered, in pieces of consecutive lines."""
-
-PROJECTION_BUILT_TABLE = "omray_projection_built"
-"""Per session, the session version its rendered pieces show."""
-
-SESSION_VERSION_TABLE = "omray_session_version"
-"""Per session, a counter that every write to what its projection shows increments (by triggers)."""
-
-PROJECTION_DIRTY_TABLE = "omray_projection_dirty"
-"""Sessions whose pieces a writer has not rendered again since they changed, each with the first
-``(timestamp, observation_id)`` a change touched (``''``: everything)."""
-
-
-def _projection_cache_ddl() -> tuple[str, ...]:
+def _projection_cache_ddl_v1() -> tuple[str, ...]:
+    # The first shape (migration omray_008), kept as released: replaced by omray_012.
     # Compaction reads a session's whole active pool; rendered at write time in pieces of
     # consecutive lines, a cold process reads a few values instead of every line. Triggers version
     # every change to what the pool shows, whoever writes (the PHP extension too), and mark the
@@ -238,10 +233,10 @@ def _projection_cache_ddl() -> tuple[str, ...]:
             f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {run_id}, 0 WHERE {run_id} IS NOT"
             f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {run_id}); "
             f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {run_id}; "
-            f"INSERT INTO {PROJECTION_DIRTY_TABLE} (run_id, from_time, from_id) SELECT {run_id}, {time},"
+            f"INSERT INTO {_V1_DIRTY_TABLE} (run_id, from_time, from_id) SELECT {run_id}, {time},"
             f" {observation_id} WHERE {run_id} IS NOT NULL"
-            f" AND NOT EXISTS (SELECT 1 FROM {PROJECTION_DIRTY_TABLE} WHERE run_id = {run_id}); "
-            f"UPDATE {PROJECTION_DIRTY_TABLE} SET from_time = CASE WHEN {earlier} THEN {time} ELSE from_time"
+            f" AND NOT EXISTS (SELECT 1 FROM {_V1_DIRTY_TABLE} WHERE run_id = {run_id}); "
+            f"UPDATE {_V1_DIRTY_TABLE} SET from_time = CASE WHEN {earlier} THEN {time} ELSE from_time"
             f" END, from_id = CASE WHEN {earlier} THEN {observation_id} ELSE from_id END"
             f" WHERE run_id = {run_id};"
         )
@@ -270,17 +265,115 @@ def _projection_cache_ddl() -> tuple[str, ...]:
     return (
         f"CREATE TABLE IF NOT EXISTS {SESSION_VERSION_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
         "version INTEGER NOT NULL) WITHOUT ROWID",
-        f"CREATE TABLE IF NOT EXISTS {PROJECTION_DIRTY_TABLE} (run_id TEXT NOT NULL PRIMARY KEY,"
+        f"CREATE TABLE IF NOT EXISTS {_V1_DIRTY_TABLE} (run_id TEXT NOT NULL PRIMARY KEY,"
         " from_time TEXT NOT NULL, from_id TEXT NOT NULL) WITHOUT ROWID",
-        f"CREATE TABLE IF NOT EXISTS {PROJECTION_BUILT_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
+        f"CREATE TABLE IF NOT EXISTS {_V1_BUILT_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
         "version INTEGER NOT NULL) WITHOUT ROWID",
-        f"CREATE TABLE IF NOT EXISTS {PROJECTION_CACHE_TABLE} (run_id TEXT NOT NULL, piece INTEGER NOT NULL,"
+        f"CREATE TABLE IF NOT EXISTS {_V1_CACHE_TABLE} (run_id TEXT NOT NULL, piece INTEGER NOT NULL,"
         " first_time TEXT NOT NULL, first_id TEXT NOT NULL, last_time TEXT NOT NULL, last_id TEXT NOT NULL,"
         " lines TEXT NOT NULL, PRIMARY KEY (run_id, piece))",
         *(
-            f"CREATE TRIGGER IF NOT EXISTS {PROJECTION_CACHE_TABLE}_{table}_{event.lower()} "
+            f"CREATE TRIGGER IF NOT EXISTS {_V1_CACHE_TABLE}_{table}_{event.lower()} "
             f"AFTER {event} ON {table} BEGIN {body} END"
             for table, event, body in triggers
+        ),
+    )
+
+
+def _source_order_ddl() -> tuple[str, ...]:
+    # omray_012: the projection in source order (persistence.projection_sql). The lines and their
+    # pieces are derived data, so they are dropped and built again under the new key and new names
+    # (a reader that finds no such table renders from om_observation, in its own order); the session
+    # versions stay (they only ever grow), and no session has pieces until its next change, when
+    # the Store renders them from the start; readers use the lines meanwhile. The pieces' triggers
+    # now sit on the lines, whose key is computed once per write.
+    line_table, source = OBSERVATION_LINE_TABLE, schema.om_observation.name
+    observation = schema.om_observation.name
+    active = schema.om_active_generation.name
+    generation = schema.om_memory_generation.name
+    retained = schema.om_generation_retained_observation.name
+    old_cache_triggers = (
+        (observation, "insert"),
+        (observation, "delete"),
+        (observation, "update"),
+        (active, "insert"),
+        (active, "delete"),
+        (active, "update"),
+        (generation, "update"),
+        (retained, "insert"),
+        (retained, "delete"),
+    )
+    columns = "run_id, order_key, observation_id, source_end_seq, line"
+
+    def values(row: str) -> str:
+        return (
+            f"{row}run_id, {ORDER_KEY_SQL.format(row=row)}, {row}observation_id, {row}source_end_seq, "
+            f"{OBSERVATION_LINE_SQL.format(row=row)}"
+        )
+
+    insert = f"INSERT INTO {line_table} ({columns}) VALUES ({values('new.')});"
+    old_key = ORDER_KEY_SQL.format(row="old.")
+    delete = (
+        f"DELETE FROM {line_table} WHERE run_id = old.run_id AND order_key = {old_key}"
+        " AND observation_id = old.observation_id;"
+    )
+
+    def bump(run_id: str, key: str = "''", observation_id: str = "''") -> str:
+        # No conflict clauses: inside a trigger the outer statement's (an UPSERT's) would apply.
+        earlier = f"({key} < from_key OR ({key} = from_key AND {observation_id} < from_id))"
+        return (
+            f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {run_id}, 0 WHERE {run_id} IS NOT"
+            f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {run_id}); "
+            f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {run_id}; "
+            f"INSERT INTO {PROJECTION_DIRTY_TABLE} (run_id, from_key, from_id) SELECT {run_id}, {key},"
+            f" {observation_id} WHERE {run_id} IS NOT NULL"
+            f" AND NOT EXISTS (SELECT 1 FROM {PROJECTION_DIRTY_TABLE} WHERE run_id = {run_id}); "
+            f"UPDATE {PROJECTION_DIRTY_TABLE} SET from_key = CASE WHEN {earlier} THEN {key} ELSE from_key"
+            f" END, from_id = CASE WHEN {earlier} THEN {observation_id} ELSE from_id END"
+            f" WHERE run_id = {run_id};"
+        )
+
+    def of_generation(generation_id: str) -> str:
+        return f"(SELECT run_id FROM {generation} WHERE generation_id = {generation_id})"
+
+    cache_triggers = (
+        (line_table, "INSERT", bump("new.run_id", "new.order_key", "new.observation_id")),
+        (line_table, "DELETE", bump("old.run_id", "old.order_key", "old.observation_id")),
+        (active, "INSERT", bump("new.run_id")),
+        (active, "DELETE", bump("old.run_id")),
+        (active, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
+        (generation, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
+        (retained, "INSERT", bump(of_generation("new.generation_id"))),
+        (retained, "DELETE", bump(of_generation("old.generation_id"))),
+    )
+    return (
+        *(f"DROP TRIGGER IF EXISTS {_V1_LINE_TABLE}_{event}" for event in ("ai", "ad", "au")),
+        *(f"DROP TRIGGER IF EXISTS {_V1_CACHE_TABLE}_{t}_{e}" for t, e in old_cache_triggers),
+        f"DROP TABLE IF EXISTS {_V1_LINE_TABLE}",
+        f"DROP TABLE IF EXISTS {_V1_CACHE_TABLE}",
+        f"DROP TABLE IF EXISTS {_V1_BUILT_TABLE}",
+        f"DROP TABLE IF EXISTS {_V1_DIRTY_TABLE}",
+        f"CREATE TABLE IF NOT EXISTS {line_table} (run_id TEXT NOT NULL, order_key TEXT NOT NULL, "
+        "observation_id TEXT NOT NULL, source_end_seq INTEGER NOT NULL, line TEXT NOT NULL, "
+        "PRIMARY KEY (run_id, order_key, observation_id)) WITHOUT ROWID",
+        f"CREATE TABLE IF NOT EXISTS {PROJECTION_DIRTY_TABLE} (run_id TEXT NOT NULL PRIMARY KEY,"
+        " from_key TEXT NOT NULL, from_id TEXT NOT NULL) WITHOUT ROWID",
+        f"CREATE TABLE IF NOT EXISTS {PROJECTION_BUILT_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
+        "version INTEGER NOT NULL) WITHOUT ROWID",
+        f"CREATE TABLE IF NOT EXISTS {PROJECTION_CACHE_TABLE} (run_id TEXT NOT NULL, piece INTEGER NOT NULL,"
+        " first_key TEXT NOT NULL, first_id TEXT NOT NULL, last_key TEXT NOT NULL, last_id TEXT NOT NULL,"
+        " lines TEXT NOT NULL, PRIMARY KEY (run_id, piece))",
+        # Filled before the pieces' triggers exist: a session gets its pieces again at its next
+        # change (never rendered: from the start), not all at once in the next transaction.
+        f"DELETE FROM {line_table}",
+        f"INSERT INTO {line_table} ({columns}) SELECT {values(source + '.')} FROM {source}",
+        f"CREATE TRIGGER IF NOT EXISTS {line_table}_ai AFTER INSERT ON {source} BEGIN {insert} END",
+        f"CREATE TRIGGER IF NOT EXISTS {line_table}_ad AFTER DELETE ON {source} BEGIN {delete} END",
+        f"CREATE TRIGGER IF NOT EXISTS {line_table}_au AFTER UPDATE ON {source} BEGIN {delete} {insert} END",
+        *(
+            f"CREATE TRIGGER IF NOT EXISTS {PROJECTION_CACHE_TABLE}_{table}_{event.lower()} "
+            f"AFTER {event} ON {table} BEGIN {body} END"
+            for table, event, body in cache_triggers
         ),
     )
 
@@ -435,7 +528,7 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "omray_006_read_path",
         "Projection lines rendered at insert time, and content-tail indexes for 1-2 character exact search",
-        (*_observation_line_ddl(), *_tail_index_ddl()),
+        (*_observation_line_ddl_v1(), *_tail_index_ddl()),
     ),
     Migration(
         "omray_007_token_usage",
@@ -445,7 +538,7 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "omray_008_projection_cache",
         "Each session's projection text rendered at write time, versioned by triggers on what it shows",
-        _projection_cache_ddl(),
+        _projection_cache_ddl_v1(),
     ),
     Migration(
         "omray_009_covering_walk_indexes",
@@ -473,6 +566,12 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "FTS5 trigram index over the transcript for exact memory_search",
         _trigram_ddl(TRANSCRIPT_TRIGRAM_TABLE, schema.omray_transcript.name, "event_id"),
         applies_when=trigram_supported,
+    ),
+    Migration(
+        "omray_012_projection_source_order",
+        "The projection's lines and pieces keyed by source order (first source seq, then recorded "
+        "order) instead of (minute, id)",
+        _source_order_ddl(),
     ),
 )
 """omray's own additive migrations, in order."""
@@ -559,11 +658,13 @@ _CREATE_TABLE = re.compile(r"^CREATE (?:VIRTUAL )?TABLE IF NOT EXISTS (\w+)", re
 _DROP_TABLE = re.compile(r"^DROP TABLE (?:IF EXISTS )?(\w+)", re.IGNORECASE)
 
 
-def _table_changes(migration: Migration) -> tuple[frozenset[str], frozenset[str]]:
-    """``(created, dropped)`` table names of one migration's statements."""
-    created = {m.group(1) for statement in migration.statements if (m := _CREATE_TABLE.match(statement))}
-    dropped = {m.group(1) for statement in migration.statements if (m := _DROP_TABLE.match(statement))}
-    return frozenset(created), frozenset(dropped)
+def _apply_table_changes(tables: set[str], migration: Migration) -> None:
+    """Apply one migration's ``CREATE TABLE`` / ``DROP TABLE`` statements to ``tables``, in order."""
+    for statement in migration.statements:
+        if created := _CREATE_TABLE.match(statement):
+            tables.add(created.group(1))
+        elif dropped := _DROP_TABLE.match(statement):
+            tables.discard(dropped.group(1))
 
 
 def tables_created_by(versions: Iterable[str]) -> frozenset[str]:
@@ -572,8 +673,7 @@ def tables_created_by(versions: Iterable[str]) -> frozenset[str]:
     tables: set[str] = set()
     for migration in all_migrations():
         if migration.version in applied:
-            created, dropped = _table_changes(migration)
-            tables = (tables | created) - dropped
+            _apply_table_changes(tables, migration)
     return frozenset(tables)
 
 

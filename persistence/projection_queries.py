@@ -2,13 +2,18 @@
 
 The selection is that of ``persistence.queries.select_active_candidate_set``: the active
 generation's reflections; its retained observations plus those past its watermark, or every
-observation of the session before the first generation succeeded.
+observation of the session before the first generation succeeded. Observations come in source
+order (``persistence.projection_sql``: first source seq, then recorded order).
+
+Standard library only (``sqlite3``), so an agent hook can render the projection without loading
+SQLAlchemy or pydantic.
 
 Two shapes: :class:`ProjectionRows` (the shown columns of each memory) and :class:`ProjectionLines`
 (the entry lines already rendered, compaction's path). The observation lines come from
-``omray_observation_line`` (migration ``omray_006``: each line rendered once, when its row was
-written, stored in projection order and clustered by session), or are rendered by SQLite per row
-on a database without that table. Both follow ``actors.read.projector.render_active_memory``,
+``omray_projection_line`` (migrations ``omray_006``, ``omray_012``: each line rendered once, when
+its row was written, stored in projection order and clustered by session), or are rendered by
+SQLite per row on a database without that table (one the PHP extension wrote, or one no omray of
+this version has opened for writing yet). Both follow ``actors.read.projector.render_active_memory``,
 which a differential test keeps them equal to.
 """
 
@@ -17,17 +22,21 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from persistence.migrations import (
+from persistence.projection_sql import (
+    FIRST_SOURCE_SEQ_SQL,
     OBSERVATION_LINE_SQL,
     OBSERVATION_LINE_TABLE,
+    OBSERVATION_ORDER_SQL,
     PROJECTION_BUILT_TABLE,
     PROJECTION_CACHE_TABLE,
     PROJECTION_DIRTY_TABLE,
     SESSION_VERSION_TABLE,
 )
-from protocol.records import Relevance
+
+if TYPE_CHECKING:
+    from protocol.records import Relevance
 
 ACTIVE_MEMORY_TABLES: Final = (
     "om_observation",
@@ -52,6 +61,8 @@ class ProjectedObservation:
     """Observer's rating."""
     content: str
     """Text."""
+    first_source_seq: int
+    """The first event of its session it cites (``persistence.projection_sql.FIRST_SOURCE_SEQ_SQL``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +88,8 @@ class ProjectionLines:
     reflection_lines: tuple[str, ...]
     """``[<display id>] <content>``, by position, then id."""
     observation_text: str
-    """The lines ``[<display id>] <timestamp> [<relevance>] <content>``, by timestamp, then id,
-    joined by ``"\\n"`` (``""`` when there are none)."""
+    """The lines ``[<display id>] <timestamp> [<relevance>] <content>``, in source order, joined by
+    ``"\\n"`` (``""`` when there are none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +99,7 @@ class ProjectionRows:
     reflections: tuple[ProjectedReflection, ...]
     """By position, then id."""
     observations: tuple[ProjectedObservation, ...]
-    """By timestamp, then id."""
+    """In source order (first source seq, then recorded order)."""
 
 
 _ACTIVE_GENERATION_SQL: Final = (
@@ -101,9 +112,9 @@ _REFLECTIONS_SQL: Final = (
     "JOIN om_active_generation a ON a.generation_id = l.generation_id "
     "WHERE a.run_id = :run_id ORDER BY l.position ASC, r.reflection_id ASC"
 )
-_OBSERVATIONS_SQL: Final = (
-    "SELECT {columns} FROM {source} WHERE run_id = :run_id{pool} ORDER BY timestamp ASC, observation_id ASC"
-)
+_OBSERVATIONS_SQL: Final = "SELECT {columns} FROM {source} WHERE run_id = :run_id{pool} ORDER BY {order}"
+_LINE_ORDER: Final = "order_key ASC, observation_id ASC"
+_ROW_ORDER: Final = OBSERVATION_ORDER_SQL.format(row="om_observation.")
 _POOL_AFTER_GENERATION: Final = (
     # The cheap test first: SQLite stops at the first true term, so an observation past the
     # watermark (most of a busy pool) costs no lookup in the retained set.
@@ -137,7 +148,7 @@ PIECE_LINES: Final = 256
 def select_projection_lines(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> ProjectionLines:
     """The session's active memory as :class:`ProjectionLines` (``names``: the database's table names).
 
-    The observation text is the one rendered at write time (migration ``omray_008``) when its
+    The observation text is the one rendered at write time (migration ``omray_012``) when its
     pieces show the session's current version; otherwise it is rendered here from the lines.
     """
     params: dict[str, Any] = {"run_id": run_id}
@@ -160,7 +171,7 @@ def select_projection_text(
 ) -> str:
     """The session's projection as one text, built by ``assemble`` (``names``: the database's tables).
 
-    With current pieces (migration ``omray_008``) the frame that ``assemble`` writes before the
+    With current pieces (migration ``omray_012``) the frame that ``assemble`` writes before the
     observations and every piece are joined as bytes and decoded once, the cheapest way out for a
     large projection (a fresh 600 KB string costs about a millisecond on a small VM).
     """
@@ -190,12 +201,14 @@ def render_observation_text(conn: sqlite3.Connection, run_id: str, names: Collec
         # One text built by SQLite: a Python string per row costs more than the rest of the query.
         # The subquery's order is the stored lines' clustered primary key, the table's only access
         # path, so the rows reach group_concat in projection order.
-        lines = _OBSERVATIONS_SQL.format(columns="line", source=OBSERVATION_LINE_TABLE, pool=pool)
+        lines = _OBSERVATIONS_SQL.format(
+            columns="line", source=OBSERVATION_LINE_TABLE, pool=pool, order=_LINE_ORDER
+        )
         joined = conn.execute(f"SELECT group_concat(line, char(10)) FROM ({lines})", params).fetchone()[0]
         observation_text = joined or ""
     else:
         line = OBSERVATION_LINE_SQL.format(row="")
-        sql = _OBSERVATIONS_SQL.format(columns=line, source="om_observation", pool=pool)
+        sql = _OBSERVATIONS_SQL.format(columns=line, source="om_observation", pool=pool, order=_ROW_ORDER)
         observation_text = "\n".join([row[0] for row in conn.execute(sql, params).fetchall()])
     return observation_text
 
@@ -210,11 +223,11 @@ _Key = tuple[str, str]
 def render_dirty_projections(conn: sqlite3.Connection, names: Collection[str]) -> int:
     """Render again the pieces of every session marked dirty, in the caller's transaction.
 
-    Triggers (migration ``omray_008``) mark a session, with the first line a change touched, when
+    Triggers (migration ``omray_012``) mark a session, with the first line a change touched, when
     anything its projection shows changed, in this transaction or in one by another writer (the PHP
     extension). The pieces before that line are kept; the first piece that may hold it (or the
     last piece, to fill it up) and every later one are rendered again from the lines, so an
-    observation that arrives in time order rewrites one piece. The pieces are stored with the
+    observation that arrives in source order rewrites one piece. The pieces are stored with the
     session's version, which readers check before using them. Returns how many were rendered.
     """
     if (
@@ -223,9 +236,9 @@ def render_dirty_projections(conn: sqlite3.Connection, names: Collection[str]) -
         or not _pieces_present(names)
     ):
         return 0
-    dirty = conn.execute(f"SELECT run_id, from_time, from_id FROM {PROJECTION_DIRTY_TABLE}").fetchall()
-    for run_id, from_time, from_id in dirty:
-        _render_pieces(conn, run_id, (from_time, from_id))
+    dirty = conn.execute(f"SELECT run_id, from_key, from_id FROM {PROJECTION_DIRTY_TABLE}").fetchall()
+    for run_id, from_key, from_id in dirty:
+        _render_pieces(conn, run_id, (from_key, from_id))
     if dirty:
         conn.execute(f"DELETE FROM {PROJECTION_DIRTY_TABLE}")
     return len(dirty)
@@ -238,10 +251,10 @@ def _render_pieces(conn: sqlite3.Connection, run_id: str, changed_from: _Key) ->
         is None
     ):
         changed_from = ("", "")  # never rendered: from the start
-    params["t"], params["i"] = changed_from
+    params["k"], params["i"] = changed_from
     first = conn.execute(
         f"SELECT piece FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id"
-        " AND (last_time > :t OR (last_time = :t AND last_id >= :i)) ORDER BY piece LIMIT 1",
+        " AND (last_key > :k OR (last_key = :k AND last_id >= :i)) ORDER BY piece LIMIT 1",
         params,
     ).fetchone()
     if first is None:  # every change lies past the last piece: fill that one up
@@ -251,7 +264,7 @@ def _render_pieces(conn: sqlite3.Connection, run_id: str, changed_from: _Key) ->
         ).fetchone()
     start = 0 if first is None else int(first[0])
     kept = conn.execute(
-        f"SELECT last_time, last_id FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id AND piece = :piece",
+        f"SELECT last_key, last_id FROM {PROJECTION_CACHE_TABLE} WHERE run_id = :run_id AND piece = :piece",
         {**params, "piece": start - 1},
     ).fetchone()
     conn.execute(
@@ -261,16 +274,16 @@ def _render_pieces(conn: sqlite3.Connection, run_id: str, changed_from: _Key) ->
     pool = _pool(conn, params)
     after = ""
     if kept is not None:
-        params["after_time"], params["after_id"] = kept
-        after = " AND (timestamp > :after_time OR (timestamp = :after_time AND observation_id > :after_id))"
+        params["after_key"], params["after_id"] = kept
+        after = " AND (order_key > :after_key OR (order_key = :after_key AND observation_id > :after_id))"
     rows = conn.execute(
-        f"SELECT timestamp, observation_id, line FROM {OBSERVATION_LINE_TABLE} WHERE run_id = :run_id"
-        f"{pool}{after} ORDER BY timestamp ASC, observation_id ASC",
+        f"SELECT order_key, observation_id, line FROM {OBSERVATION_LINE_TABLE} WHERE run_id = :run_id"
+        f"{pool}{after} ORDER BY {_LINE_ORDER}",
         params,
     ).fetchall()
     conn.executemany(
         f"INSERT INTO {PROJECTION_CACHE_TABLE}"
-        " (run_id, piece, first_time, first_id, last_time, last_id, lines) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        " (run_id, piece, first_key, first_id, last_key, last_id, lines) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 run_id,
@@ -299,9 +312,12 @@ def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:
         _REFLECTIONS_SQL.format(columns="r.reflection_id, l.position, r.content"), params
     ).fetchall()
     pool = _pool(conn, params)
-    columns = "observation_id, timestamp, relevance, content"
+    columns = "observation_id, timestamp, relevance, content, " + FIRST_SOURCE_SEQ_SQL.format(
+        row="om_observation."
+    )
     rows = conn.execute(
-        _OBSERVATIONS_SQL.format(columns=columns, source="om_observation", pool=pool), params
+        _OBSERVATIONS_SQL.format(columns=columns, source="om_observation", pool=pool, order=_ROW_ORDER),
+        params,
     ).fetchall()
     return ProjectionRows(
         reflections=tuple(ProjectedReflection(*row) for row in reflection_rows),

@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from persistence import schema
 from persistence.connection import DatabaseMissingError, open_read_engine
 from persistence.migrations import known_tables, tables_created_by
+from persistence.projection_sql import FIRST_SOURCE_SEQ_SQL
 from protocol.errors import StorageError
 from protocol.identities import normalize_source_refs, observation_set_hash
 from protocol.records import (
@@ -52,7 +53,7 @@ class ActiveCandidateSet(_Result):
     run_id: str
     """Session."""
     observations: tuple[ObservationRecord, ...]
-    """Active observations, ordered ``timestamp ASC, observation_id ASC``."""
+    """Active observations in source order (first source seq, then recorded order)."""
     observation_ids: tuple[str, ...]
     """Ids of ``observations``, sorted ascending (byte order)."""
     observation_set_hash: str
@@ -217,6 +218,14 @@ def select_coverage(conn: Connection, coverage_key: str) -> Row[Any] | None:
     return conn.execute(select(table).where(table.c.coverage_key == coverage_key)).first()
 
 
+_SOURCE_ORDER = (
+    text(FIRST_SOURCE_SEQ_SQL.format(row="om_observation.")),
+    text("om_observation.rowid"),
+    schema.om_observation.c.observation_id.asc(),
+)
+"""Observations in source order: first source seq, then recorded order (``persistence.projection_sql``)."""
+
+
 def select_active_candidate_set(conn: Connection, run_id: str) -> ActiveCandidateSet:
     """Active observation pool of a session (reference §8)."""
     obs = schema.om_observation
@@ -235,7 +244,7 @@ def select_active_candidate_set(conn: Connection, run_id: str) -> ActiveCandidat
         query = query.where(
             or_(obs.c.observation_id.in_(retained_ids), obs.c.source_end_seq > generation.required_end_seq)
         )
-    query = query.order_by(obs.c.timestamp.asc(), obs.c.observation_id.asc())
+    query = query.order_by(*_SOURCE_ORDER)
     observations = tuple(observation_from_row(row) for row in conn.execute(query))
     ids = tuple(sorted({o.observation_id for o in observations}, key=lambda s: s.encode("utf-8")))
     return ActiveCandidateSet(
@@ -558,15 +567,12 @@ class MemoryReader:
         return self._run(query, [], ("om_observation",))
 
     def all_observations(self, run_id: str) -> list[ObservationRecord]:
-        """Every observation of a session, dropped or not, ordered ``timestamp, observation_id``."""
+        """Every observation of a session, dropped or not, in source order (first source seq, then
+        recorded order)."""
 
         def query(conn: Connection) -> list[ObservationRecord]:
             obs = schema.om_observation
-            rows = conn.execute(
-                select(obs)
-                .where(obs.c.run_id == run_id)
-                .order_by(obs.c.timestamp.asc(), obs.c.observation_id.asc())
-            )
+            rows = conn.execute(select(obs).where(obs.c.run_id == run_id).order_by(*_SOURCE_ORDER))
             return [observation_from_row(row) for row in rows]
 
         return self._run(query, [], ("om_observation",))

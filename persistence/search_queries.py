@@ -79,6 +79,7 @@ from persistence.projection_queries import (
     select_projection_lines,
     select_projection_text,
 )
+from persistence.projection_sql import FIRST_SOURCE_SEQ_SQL
 from persistence.queries import (
     ActiveCandidateSet,
     MemoryReader,
@@ -215,6 +216,36 @@ class ReflectionHit:
     """Text."""
 
 
+_SOURCE_POSITIONS_SQL: Final = (
+    "SELECT observation_id, "
+    + FIRST_SOURCE_SEQ_SQL.format(row="om_observation.")
+    + ", rowid FROM om_observation WHERE observation_id IN ({marks})"
+)
+
+
+def newest_source_first(
+    conn: sqlite3.Connection, hits: tuple[ObservationHit, ...]
+) -> tuple[ObservationHit, ...]:
+    """``hits`` (newest first) with the hits of one minute in source order, the latest first.
+
+    The plans pick the page in ``(minute DESC, id)`` order; within one minute the Observer's
+    timestamps say nothing about order, so the page's hits are put in the order of the events
+    they cite (per session: first source seq, then recorded order), descending like the rest of
+    the answer. One indexed lookup of at most ``fetch_limit`` ids, only when a minute repeats.
+    """
+    if len({hit.timestamp for hit in hits}) == len(hits):
+        return hits
+    ids = [hit.observation_id for hit in hits]
+    sql = _SOURCE_POSITIONS_SQL.format(marks=", ".join("?" * len(ids)))
+    position = {row[0]: (int(row[1]), int(row[2])) for row in conn.execute(sql, ids)}
+    ordered = sorted(
+        hits,
+        key=lambda hit: (hit.run_id, *(-value for value in position.get(hit.observation_id, (0, 0)))),
+    )
+    ordered.sort(key=lambda hit: hit.timestamp, reverse=True)
+    return tuple(ordered)
+
+
 @dataclass(frozen=True, slots=True)
 class TranscriptHit:
     """The columns of an ``omray_transcript`` row that a search answer shows."""
@@ -238,7 +269,8 @@ _TRANSCRIPT_HIT_COLUMNS: Final = "event_id, run_id, timestamp, seq, content"
 
 @dataclass(frozen=True, slots=True)
 class ExactSearchRows:
-    """Rows of both tables for one exact search, each ordered newest first, then by id."""
+    """Rows of both tables for one exact search, each newest first: observations of one minute in
+    source order, the latest first (:func:`newest_source_first`); reflections of one time by id."""
 
     observations: tuple[ObservationHit, ...]
     """Matching observations (at most ``fetch_limit``)."""
@@ -816,7 +848,7 @@ class SearchReader(MemoryReader):
                 rows, observation_strategy = search_table(
                     TableSearch(conn, OBSERVATION_SEARCH, spec, bounds), strategy, names, tuning
                 )
-                observations = tuple(ObservationHit(*row) for row in rows)
+                observations = newest_source_first(conn, tuple(ObservationHit(*row) for row in rows))
             reflections: tuple[ReflectionHit, ...] = ()
             reflection_strategy: UsedStrategy = "scan"
             if REFLECTION_SEARCH.table in names:

@@ -46,6 +46,69 @@ REASON_RETRY_EXHAUSTED = "retry_exhausted"
 REASON_EVENTS_FILE_CORRUPT = "events_file_corrupt"
 """A line the job needs in ``events.jsonl`` is corrupt; the failure says where (:class:`EventsLocation`)."""
 
+REASON_SETTINGS = "settings"
+"""The settings file is missing, invalid, or names a model or provider that is not defined."""
+REASON_MODEL_AUTH = "model_auth"
+"""The model endpoint refused the credentials (HTTP 401 or 403)."""
+REASON_MODEL_API_KEY_MISSING = "model_api_key_missing"
+"""The environment variable a provider names for its API key is unset where the worker runs."""
+REASON_MODEL_UNREACHABLE = "model_unreachable"
+"""The model endpoint could not be reached (connection refused, DNS, timeout)."""
+REASON_MODEL_NOT_FOUND = "model_not_found"
+"""The endpoint answered 404: no such model (or path)."""
+
+FAILURE_HELP: dict[str, tuple[str, str]] = {
+    REASON_SETTINGS: (
+        "the settings are invalid or name a model or provider that is not defined",
+        "fix the project's omray.yaml (`omray integrate <agent> --check` says what is wrong); jobs read it "
+        "when they run",
+    ),
+    REASON_MODEL_AUTH: (
+        "the model endpoint rejected the API key",
+        "export the provider's API key variable (providers.<name>.api_key_env) in the shell that runs "
+        "`omray up`, then `omray down && omray up`",
+    ),
+    REASON_MODEL_API_KEY_MISSING: (
+        "the provider's API key variable is not set where the memory runtime runs",
+        "export it in the shell that runs `omray up`, then `omray down && omray up`",
+    ),
+    REASON_MODEL_UNREACHABLE: (
+        "the model endpoint cannot be reached",
+        "check the provider's base_url in omray.yaml and that the model server is running",
+    ),
+    REASON_MODEL_NOT_FOUND: (
+        "the model endpoint does not know the model",
+        "check the model name in omray.yaml (provider/model)",
+    ),
+    REASON_EVENTS_FILE_CORRUPT: (
+        "a line of the session's events.jsonl is corrupt",
+        "`omray status --json` names the file and line; repair or remove that line",
+    ),
+}
+"""Per failure category, what stops the memory and how to fix it (shown by ``omray status`` and
+the agent hooks; fixed text, never exception text)."""
+
+
+def explain_failure(category: str) -> tuple[str, str]:
+    """``(cause, fix)`` of a failure category (a generic pair for categories without help)."""
+    return FAILURE_HELP.get(
+        category,
+        (
+            f"memory jobs fail ({category})",
+            "see `omray status` and the runtime's logs (`omray up --dashboard` shows them)",
+        ),
+    )
+
+
+_LAST_FAILURE_RE = re.compile(r"last failure: ([a-z][a-z0-9_]{0,63})\.")
+
+
+def last_failure(event_payload: dict[str, Any]) -> str:
+    """The last failure category of a ``job_failed`` payload (its ``reason`` when the message has none)."""
+    found = _LAST_FAILURE_RE.search(str(event_payload.get("message", "")))
+    return found.group(1) if found else str(event_payload.get("reason", "unknown"))
+
+
 JOB_FAILED_EVENT_TYPE = "extension_agent.job_failed"
 """Runtime event type emitted once for a job that gave up (reference §2.4)."""
 

@@ -74,6 +74,13 @@ class ObservationRecord(_Record):
     created_at: str
     """UTC ISO-8601 time the part was committed."""
 
+    @property
+    def first_source_seq(self) -> int:
+        """The first event of its own session it cites, else its part's start: its place in the
+        session's story (``persistence.projection_sql.FIRST_SOURCE_SEQ_SQL`` in SQL)."""
+        own = [ref.seq for ref in self.source_refs if ref.run_id == self.run_id]
+        return min(own) if own else self.source_start_seq
+
 
 class CoveragePart(_Record):
     """One committed chunk part (table ``om_coverage``); ``observation_count`` is set by the store."""

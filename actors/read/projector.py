@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, Protocol
 
-from protocol.ids import display_id
-
 PROJECTION_METADATA_BASE: Final[dict[str, str]] = {
     "om_source": "observational_memory",
     "om_projection": "active_durable_memory",
@@ -63,6 +61,8 @@ class ShownObservation(Protocol):
     def relevance(self) -> str: ...
     @property
     def content(self) -> str: ...
+    @property
+    def first_source_seq(self) -> int: ...
 
 
 def render_active_memory(
@@ -70,12 +70,15 @@ def render_active_memory(
 ) -> str:
     """Render active memory as compaction text; ``''`` when there is nothing to project.
 
-    Reflections come in ``position`` order (ties by id), observations in ``timestamp`` order (ties by
-    id). Ids are shown as 12-character display ids; content is inserted verbatim and source refs are
-    never shown. Lines are joined with ``"\\n"`` with no trailing newline.
+    Reflections come in ``position`` order (ties by id), observations in source order: by the first
+    event they cite, ties in the order given (the order they were recorded, as the database returns
+    them). Ids are shown as 12-character display ids; content is inserted verbatim and source refs
+    are never shown. Lines are joined with ``"\\n"`` with no trailing newline.
     """
+    from protocol.ids import display_id  # here, not at import: a hook renders with the stdlib only
+
     ordered_reflections = sorted(reflections, key=lambda item: (item.position, item.reflection_id))
-    ordered_observations = sorted(observations, key=lambda item: (item.timestamp, item.observation_id))
+    ordered_observations = sorted(observations, key=lambda item: item.first_source_seq)
     return assemble_active_memory(
         [f"[{display_id(item.reflection_id)}] {item.content}" for item in ordered_reflections],
         [

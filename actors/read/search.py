@@ -515,10 +515,6 @@ def reflection_search_item(reflection: SearchedReflection) -> ToolResult:
     }
 
 
-def _item_order(item: ToolResult) -> tuple[str, str]:
-    return (str(item["kind"]), str(item["id"]))
-
-
 def merge_search_results(
     query: str,
     limit: int,
@@ -527,7 +523,10 @@ def merge_search_results(
     transcript_rows: Sequence[SearchedEvent] = (),
     covering: Mapping[tuple[str, int], SearchedObservation] | None = None,
 ) -> ToolResult:
-    """Merge the tables' hits: newest first, then observations before reflections, then by id.
+    """Merge the tables' hits: newest first, then events, observations, reflections, each kind in the
+    order its rows come (observations of one minute in source order, the latest first; reflections
+    by id: ``persistence.search_queries.ExactSearchRows``; observations standing for a transcript
+    hit after the observation hits).
 
     A transcript hit stands for the observation covering its event (``covering``), with a
     ``source`` excerpt around the match; when that observation is already a hit, its ``source``
@@ -550,8 +549,8 @@ def merge_search_results(
             item = {**observation_search_item(cover), "source": source_item(event.seq, excerpt)}
         shown[str(item["id"])] = item
         items.append(item)
-    items.sort(key=_item_order)
-    # Stable sort: equal times keep the kind/id order established above.
+    # Stable sorts: equal times keep the kind order, each kind in the order its rows came.
+    items.sort(key=lambda item: str(item["kind"]))
     items.sort(key=lambda item: sort_key(str(item["timestamp"])), reverse=True)
     results = items[:limit]
     return {
@@ -591,10 +590,22 @@ def search_in_memory(
     observations: Iterable[ObservationRecord],
     reflections: Iterable[ReflectionRecord],
 ) -> ToolResult:
-    """The whole exact search over in-memory rows: a reference model of what the SQL path returns."""
+    """The whole exact search over in-memory rows: a reference model of what the SQL path returns.
+
+    ``observations`` come in the order they were recorded (the database's insertion order).
+    """
+    rows = list(observations)
+    recorded = {row.observation_id: index for index, row in enumerate(rows)}
     observation_hits = sorted(
-        (row for row in observations if observation_matches(request, row)),
+        (row for row in rows if observation_matches(request, row)),
         key=lambda row: row.observation_id,
+    )
+    observation_hits.sort(key=lambda row: row.timestamp, reverse=True)
+    fetch = request.limit + 1
+    # The page, then its hits of one minute in source order, the latest first.
+    observation_hits = sorted(
+        observation_hits[:fetch],
+        key=lambda row: (row.run_id, -row.first_source_seq, -recorded[row.observation_id]),
     )
     observation_hits.sort(key=lambda row: row.timestamp, reverse=True)
     reflection_hits = sorted(
@@ -602,7 +613,6 @@ def search_in_memory(
         key=lambda row: row.reflection_id,
     )
     reflection_hits.sort(key=lambda row: row.created_at, reverse=True)
-    fetch = request.limit + 1
     return merge_search_results(
         request.query, request.limit, observation_hits[:fetch], reflection_hits[:fetch]
     )

@@ -155,7 +155,8 @@ def _ordered_reflections(reflections: Sequence[ActiveReflection]) -> list[Active
 
 
 def _ordered_observations(observations: Sequence[ObservationRecord]) -> list[ObservationRecord]:
-    return sorted(observations, key=lambda item: (item.timestamp, item.observation_id))
+    # Source order, as the projection: by first source seq; ties keep the order given (recorded).
+    return sorted(observations, key=lambda item: item.first_source_seq)
 
 
 def known_support_ids(supporting_ids: Iterable[str], known_observation_ids: Collection[str]) -> list[str]:

@@ -123,7 +123,7 @@ class CandidatePool(_Frozen):
     run_id: str = Field(min_length=1)
     """Session."""
     observations: tuple[ObservationRecord, ...]
-    """Active observations, ordered ``timestamp ASC, observation_id ASC``."""
+    """Active observations in source order (first source seq, then recorded order)."""
     observation_ids: tuple[str, ...]
     """Ids of ``observations``, unique and sorted ascending."""
     observation_set_hash: str

@@ -98,6 +98,10 @@ class Mark(BaseModel):
     """Whether a turn ended at this point (Stop, PreCompact, SessionEnd, a Codex turn)."""
     flush: FlushSignal | None = None
     """The host is about to compact, or the session ended: observe everything through here now."""
+    settle: bool = False
+    """A turn ended, but the transcript had not caught up yet (the agent writes it asynchronously):
+    the dispatcher closes the turn where the transcript is complete when it looks
+    (:func:`settle_mark`). The mark itself closes nothing."""
 
 
 class Boundary(BaseModel):
@@ -239,6 +243,23 @@ def append_mark(session_dir: Path, mark: Mark) -> None:
             os.close(fd)
     except OSError as exc:
         raise LiveImportError(path, type(exc).__name__) from None
+
+
+def settle_mark(session_dir: Path) -> Mark | None:
+    """When the session's last mark waits to settle, append the close it stands for, at the
+    transcript's complete length now (never before the mark's own offset); returns that mark."""
+    marks = read_marks(session_dir)
+    if not marks or not marks[-1].settle:
+        return None
+    last = marks[-1]
+    closing = Mark(
+        transcript=last.transcript,
+        format=last.format,
+        offset=max(last.offset, complete_length(Path(last.transcript))),
+        close=True,
+    )
+    append_mark(session_dir, closing)
+    return closing
 
 
 def read_marks(session_dir: Path) -> list[Mark]:

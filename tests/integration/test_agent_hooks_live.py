@@ -27,6 +27,7 @@ import ray
 
 from actors.read.service import project as project_memory
 from cluster.client import OmrayClient
+from cluster.hook_fast import COMPACT_HEADER, CONTEXT_LIMIT
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.events_reader import iter_events
@@ -208,7 +209,13 @@ def test_real_sessions_replayed_through_the_hook_are_observed_once(
         output = replay.hook("SessionStart", source="compact", model="claude-sonnet-4-5")
         assert output is not None
         context = output["hookSpecificOutput"]
-        assert context["hookEventName"] == "SessionStart" and projection in context["additionalContext"]
+        assert context["hookEventName"] == "SessionStart"
+        text = context["additionalContext"]
+        # The projection's entries, the newest ones when all do not fit Claude Code's 10,000 characters.
+        assert text.startswith(COMPACT_HEADER) and len(text) <= CONTEXT_LIMIT
+        shown = [line for line in text.split("## Observations\n", 1)[1].splitlines() if line.startswith("[")]
+        entries = projection.split("## Observations\n", 1)[1].splitlines()
+        assert shown and shown == entries[len(entries) - len(shown) :]
 
 
 CODEX_THREAD = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"

@@ -149,3 +149,86 @@ def test_streamable_http_server_on_localhost(project: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def _omray_mcp(project: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``omray mcp`` started as the console script starts it (``cluster.entry``)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from cluster.entry import main; sys.argv[0] = 'omray'; main()",
+            "mcp",
+            *args,
+        ],
+        cwd=project,
+        env={**os.environ, **_server_env()},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _rpc(process: subprocess.Popen[bytes], message: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write((json.dumps(message) + "\n").encode())
+    process.stdin.flush()
+    answer: dict[str, Any] = json.loads(process.stdout.readline())
+    return answer
+
+
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+@pytest.mark.parametrize("stop", ["stdin", "SIGTERM", "SIGINT"])
+def test_stdio_server_exits_cleanly(project: Path, stop: str) -> None:
+    import signal
+
+    process = _omray_mcp(project)
+    assert _rpc(process, _INITIALIZE)["result"]["protocolVersion"] == "2025-06-18"
+    assert [
+        t["name"]
+        for t in _rpc(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})["result"]["tools"]
+    ] == TOOLS
+    assert process.stdin is not None and process.stderr is not None
+    if stop == "stdin":
+        process.stdin.close()
+    else:
+        process.send_signal(getattr(signal, stop))
+    assert process.wait(timeout=10) == 0
+    assert process.stderr.read() == b""  # no traceback
+
+
+def test_stdio_server_with_broken_settings_says_why_in_every_answer(project: Path) -> None:
+    (project / "omray.yaml").write_text("observational_memory:\n  storage: [not, a, mapping\n")
+    process = _omray_mcp(project)
+    try:
+        _rpc(process, _INITIALIZE)
+        listed = _rpc(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})["result"]["tools"]
+        assert [tool["name"] for tool in listed] == TOOLS
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "memory_search", "arguments": {"query": "x"}},
+        }
+        result = _rpc(process, call)["result"]
+        assert result["isError"] is True
+        assert result["structuredContent"]["error"] == "settings_invalid"
+        assert "omray.yaml" in result["structuredContent"]["message"]
+        unknown = _rpc(process, {"jsonrpc": "2.0", "id": 4, "method": "resources/list"})
+        assert unknown["error"]["code"] == -32601
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

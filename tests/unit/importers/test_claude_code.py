@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.unit.importers.helpers import FIXTURES, assert_envelope, flat, run_import
@@ -14,12 +15,8 @@ def test_claude_code_fixture_events_exactly(tmp_path: Path) -> None:
 
     assert_envelope(events)
     assert [flat(e) for e in events] == [
-        (
-            1,
-            1,
-            "agent_command_applied",
-            "<command-message>review is running…</command-message>\n<command-name>/review</command-name>",
-        ),
+        # The slash command opens the turn, with the prompt it expanded to (a meta record).
+        (1, 1, "agent_command_applied", "/review\n\nReview the staged changes and list any risks."),
         # Three records of message msg_A (thinking, text, two tool_use) make one step.
         (
             2,
@@ -71,7 +68,6 @@ def test_claude_code_fixture_events_exactly(tmp_path: Path) -> None:
         "assistant(sidechain)": 1,
         "summary": 1,
         "system": 1,
-        "user(meta)": 1,
         "user(sidechain)": 1,
     }
 
@@ -103,3 +99,64 @@ def test_interleaved_results_split_a_message_and_user_text_next_to_results_opens
         (6, 1, "agent_end", END),
         (7, 2, "agent_command_applied", "stop"),
     ]
+
+
+def _record(kind: str, content: object, ts: int, **extra: object) -> str:
+    message: dict[str, object] = {"role": kind, "content": content}
+    if kind == "assistant":
+        message["id"] = extra.pop("message_id", f"m{ts}")
+        message["model"] = extra.pop("model", "claude-sonnet-4-5")
+    return json.dumps({"type": kind, "timestamp": f"2026-01-01T00:00:{ts:02d}Z", "message": message, **extra})
+
+
+def test_claude_codes_own_blocks_are_not_conversation(tmp_path: Path) -> None:
+    # Records as Claude Code 2.1 writes them around `/compact`, `/model`, an interrupted request and
+    # a prompt command given arguments.
+    lines = [
+        _record("user", "first prompt", 0),
+        _record("assistant", [{"type": "text", "text": "first answer"}], 1),
+        json.dumps({"type": "system", "subtype": "compact_boundary", "content": "Conversation compacted"}),
+        _record("user", "This session is being continued ...", 2, isCompactSummary=True),
+        _record("user", "<local-command-caveat>Caveat: ...</local-command-caveat>", 3, isMeta=True),
+        _record(
+            "user",
+            "<command-name>/compact</command-name>\n  <command-message>compact</command-message>\n"
+            "  <command-args></command-args>",
+            4,
+        ),
+        _record("user", "<local-command-stdout>Compacted (ctrl+o to see more)</local-command-stdout>", 5),
+        _record("user", [{"type": "text", "text": "Continue from where you left off."}], 6, isMeta=True),
+        _record("assistant", [{"type": "text", "text": "No response requested."}], 7, model="<synthetic>"),
+        _record("user", "<command-name>/model</command-name><command-args>haiku</command-args>", 8),
+        _record(
+            "user",
+            "<local-command-stdout>Set model to haiku</local-command-stdout>"
+            "<local-command-stderr></local-command-stderr>",
+            9,
+        ),
+        _record("user", "second prompt", 10),
+        _record("user", [{"type": "text", "text": "[Request interrupted by user]"}], 11),
+        _record("assistant", [{"type": "text", "text": "API Error: 500"}], 12, isApiErrorMessage=True),
+        _record("user", "<command-name>/review</command-name><command-args>PR 7</command-args>", 13),
+        _record("assistant", [{"type": "text", "text": "review of PR 7"}], 14),
+    ]
+    source = tmp_path / "cc.jsonl"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    summary, events = run_import("claude-code", source, tmp_path)
+    assert [flat(e) for e in events] == [
+        (1, 1, "agent_command_applied", "first prompt"),
+        (2, 1, "llm_step_completed", ("first answer", [])),
+        (3, 1, "agent_end", END),
+        (4, 2, "agent_command_applied", "second prompt"),
+        (5, 3, "agent_command_applied", "/review PR 7"),
+        (6, 3, "llm_step_completed", ("review of PR 7", [])),
+        (7, 3, "agent_end", END),
+    ]
+    assert summary.ignored == {
+        "assistant(synthetic)": 2,
+        "system": 1,
+        "user(compact_summary)": 1,
+        "user(interrupted)": 1,
+        "user(local_command)": 4,
+        "user(meta)": 2,
+    }

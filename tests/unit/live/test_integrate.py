@@ -5,14 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import tomlkit
 from typer.testing import CliRunner
 
+from cluster import integrate
 from cluster.cli import app
 from cluster.integrate import (
     CLAUDE_CODE_HOOKS,
+    Finding,
+    check_claude_trust,
+    merge_claude_approvals,
     merge_claude_hooks,
     merge_codex_notify,
+    remove_claude_approvals,
     remove_claude_hooks,
     remove_codex_notify,
 )
@@ -88,6 +94,72 @@ def test_codex_notify_chains_an_existing_program_and_restores_it() -> None:
     assert remove_codex_notify(theirs) == theirs
 
 
+@pytest.fixture(autouse=True)
+def no_runtime_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No Ray in unit tests: the runtime check answers as a stopped runtime would.
+    monkeypatch.setattr(
+        integrate,
+        "check_runtime",
+        lambda project: Finding(False, "runtime", "not running: start it with `omray up`"),
+    )
+
+
+def test_approvals_merge_next_to_theirs_and_remove_cleanly() -> None:
+    merged = merge_claude_approvals(THEIR_SETTINGS)
+    assert merged["enabledMcpjsonServers"] == ["omray"]
+    assert merged["permissions"]["allow"] == ["Bash(npm test)", "mcp__omray"]
+    assert merge_claude_approvals(merged) == merged
+    assert remove_claude_approvals(merged) == THEIR_SETTINGS
+    assert remove_claude_approvals(merge_claude_approvals({})) == {}
+
+
+def test_an_older_session_start_hook_with_a_matcher_moves_to_every_source() -> None:
+    older = {
+        "hooks": {
+            "SessionStart": [
+                {
+                    "matcher": "compact|resume",
+                    "hooks": [{"type": "command", "command": "/old/omray hook claude-code"}],
+                },
+                {"matcher": "startup", "hooks": [{"type": "command", "command": "cat NOTES.md"}]},
+            ]
+        }
+    }
+    merged = merge_claude_hooks(older, HOOK)
+    assert merged["hooks"]["SessionStart"] == [
+        {"matcher": "startup", "hooks": [{"type": "command", "command": "cat NOTES.md"}]},
+        {"hooks": [{"type": "command", "command": HOOK, "timeout": integrate.HOOK_TIMEOUT_S}]},
+    ]
+    assert merge_claude_hooks(merged, HOOK) == merged
+
+
+def test_the_command_written_is_an_absolute_path_to_this_omray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Claude Code started from a shell without the virtual environment must find the same omray.
+    script = tmp_path / "venv" / "bin" / "omray"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path / "venv")
+    monkeypatch.setattr("sys.argv", ["bin/omray", "integrate"])
+    assert integrate.omray_command() == str(script)
+    monkeypatch.setattr("sys.argv", ["pytest"])
+    monkeypatch.setattr("sys.executable", str(script.parent / "python"))
+    assert integrate.omray_command() == str(script)
+
+
+def test_claude_code_workspace_trust_is_read_from_its_state(tmp_path: Path) -> None:
+    state = tmp_path / ".claude.json"
+    project = tmp_path / "work" / "proj"
+    assert not check_claude_trust(project, state).ok
+    state.write_text(json.dumps({"projects": {str(tmp_path / "work"): {"hasTrustDialogAccepted": True}}}))
+    assert check_claude_trust(project, state).ok
+    state.write_text(json.dumps({"projects": {str(project): {"hasTrustDialogAccepted": False}}}))
+    finding = check_claude_trust(project, state)
+    assert not finding.ok and "trust dialog" in finding.detail
+
+
 def _claude_project(tmp_path: Path) -> Path:
     (tmp_path / ".claude").mkdir()
     (tmp_path / ".claude" / "settings.json").write_text(json.dumps(THEIR_SETTINGS, indent=4))
@@ -106,10 +178,14 @@ def test_cli_claude_code_dry_run_apply_again_and_remove(tmp_path: Path) -> None:
 
     applied = runner.invoke(app, ["integrate", "claude-code", "--project", str(project)])
     assert applied.exit_code == 0, applied.output
+    assert applied.output.count(": updated") == 2
+    assert "todo  runtime: not running" in applied.output and "workspace trust" in applied.output
     settings = json.loads((project / ".claude" / "settings.json").read_text())
     servers = json.loads((project / ".mcp.json").read_text())["mcpServers"]
     assert servers["github"] == THEIR_MCP["mcpServers"]["github"] and servers["omray"]["args"] == ["mcp"]
+    assert Path(servers["omray"]["command"]).is_absolute()
     assert settings["hooks"]["PreToolUse"] == THEIR_SETTINGS["hooks"]["PreToolUse"]
+    assert settings["enabledMcpjsonServers"] == ["omray"] and "mcp__omray" in settings["permissions"]["allow"]
     again = runner.invoke(app, ["integrate", "claude-code", "--project", str(project)])
     assert again.output.count("unchanged") == 2
 
@@ -147,6 +223,31 @@ def test_cli_codex_keeps_comments_servers_and_notify_and_removes_exactly(tmp_pat
     removed = runner.invoke(app, ["integrate", "codex", "--codex-config", str(config), "--remove"])
     assert removed.exit_code == 0, removed.output
     assert config.read_text() == THEIR_CODEX
+
+
+def test_cli_fresh_files_are_created_and_checked(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["integrate", "claude-code", "--project", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count(": created") == 2 and ": updated" not in result.output
+    assert "ok    model: builtin/extractive" in result.output
+    check = runner.invoke(app, ["integrate", "claude-code", "--project", str(tmp_path), "--check"])
+    assert check.exit_code == 1 and "todo  runtime" in check.output
+    (tmp_path / "omray.yaml").write_text("observational_memory:\n  model: nowhere\n")
+    check = runner.invoke(app, ["integrate", "claude-code", "--project", str(tmp_path), "--check"])
+    assert check.exit_code == 1 and "todo  model" in check.output
+
+
+def test_cli_codex_remove_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    for original in ('model = "o4-mini"\n', 'model = "x"\n\n[profiles.fast]\nmodel = "y"\n'):
+        config.write_text(original)
+        runner = CliRunner()
+        runner.invoke(app, ["integrate", "codex", "--codex-config", str(config)])
+        document = tomlkit.parse(config.read_text())
+        assert document["mcp_servers"]["omray"]["default_tools_approval_mode"] == "approve"
+        runner.invoke(app, ["integrate", "codex", "--codex-config", str(config), "--remove"])
+        assert config.read_text() == original
 
 
 def test_cli_codex_on_a_fresh_config(tmp_path: Path) -> None:

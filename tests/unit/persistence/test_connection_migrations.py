@@ -147,9 +147,11 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
     build_php_database(db_path)
     reader = MemoryReader(db_path)
     active = reader.active_candidate_set(php_fixture.RUN)
+    # Source order: the retained observation cites event 2, the later one event 5 (its minute is
+    # earlier, which does not matter).
     assert [o.observation_id for o in active.observations] == [
-        php_fixture.OBS_LATER,
         php_fixture.OBS_RETAINED,
+        php_fixture.OBS_LATER,
     ]
     assert active.max_source_end_seq == 5
     before = schema_objects(db_path)
@@ -178,18 +180,18 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("index", "idx_omray_runtime_event_run_seq"),
         ("index", "idx_omray_observation_walk"),
         ("index", "idx_omray_reflection_walk"),
-        ("table", "omray_observation_line"),
-        *[("trigger", f"omray_observation_line{suffix}") for suffix in ("_ai", "_ad", "_au")],
+        ("table", "omray_projection_line"),
+        *[("trigger", f"omray_projection_line{suffix}") for suffix in ("_ai", "_ad", "_au")],
         *[
             ("index", f"idx_omray_{memory}_tail{n}")
             for memory in ("observation", "reflection")
             for n in (1, 2)
         ],
         ("table", "omray_session_version"),
-        ("table", "omray_projection_dirty"),
-        ("table", "omray_projection_cache"),
-        ("index", "sqlite_autoindex_omray_projection_cache_1"),
-        ("table", "omray_projection_built"),
+        ("table", "omray_projection_piece_dirty"),
+        ("table", "omray_projection_piece"),
+        ("index", "sqlite_autoindex_omray_projection_piece_1"),
+        ("table", "omray_projection_piece_built"),
         ("table", "omray_transcript"),
         ("index", "sqlite_autoindex_omray_transcript_1"),
         ("index", "sqlite_autoindex_omray_transcript_2"),
@@ -201,9 +203,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("table", "omray_observation_ref"),
         *[("trigger", f"omray_observation_ref{suffix}") for suffix in ("_ai", "_ad", "_au")],
         *[
-            ("trigger", f"omray_projection_cache_{table}_{event}")
+            ("trigger", f"omray_projection_piece_{table}_{event}")
             for table, events in [
-                ("om_observation", ("insert", "delete", "update")),
+                ("omray_projection_line", ("insert", "delete")),
                 ("om_active_generation", ("insert", "delete", "update")),
                 ("om_memory_generation", ("update",)),
                 ("om_generation_retained_observation", ("insert", "delete")),
@@ -227,8 +229,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_009_covering_walk_indexes",
         "omray_010_transcript",
         "omray_011_transcript_trigram",
+        "omray_012_projection_source_order",
     }
-    assert omray_versions <= set(versions) and len(versions) == 16
+    assert omray_versions <= set(versions) and len(versions) == 17
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

@@ -20,8 +20,8 @@ from tests.unit.read_side.factories import hex_id, observation, reflection
 
 RUN = "s"
 _VERSION_SQL = "SELECT version FROM omray_session_version WHERE run_id = ?"
-_BUILT_SQL = "SELECT version FROM omray_projection_built WHERE run_id = ?"
-_PIECES_SQL = "SELECT lines FROM omray_projection_cache WHERE run_id = ? ORDER BY piece"
+_BUILT_SQL = "SELECT version FROM omray_projection_piece_built WHERE run_id = ?"
+_PIECES_SQL = "SELECT lines FROM omray_projection_piece WHERE run_id = ? ORDER BY piece"
 
 
 def _cache(db_path: Path) -> tuple[int | None, int | None, str | None]:
@@ -31,7 +31,7 @@ def _cache(db_path: Path) -> tuple[int | None, int | None, str | None]:
         version = conn.execute(_VERSION_SQL, (RUN,)).fetchone()
         built = conn.execute(_BUILT_SQL, (RUN,)).fetchone()
         pieces = [row[0] for row in conn.execute(_PIECES_SQL, (RUN,))]
-        dirty = conn.execute("SELECT count(*) FROM omray_projection_dirty").fetchone()[0]
+        dirty = conn.execute("SELECT count(*) FROM omray_projection_piece_dirty").fetchone()[0]
     finally:
         conn.close()
     assert dirty == 0
@@ -108,7 +108,7 @@ def test_a_write_by_another_writer_makes_the_text_stale_until_the_store_renders_
     try:
         version = conn.execute(_VERSION_SQL, (RUN,)).fetchone()[0]
         cached = conn.execute(_BUILT_SQL, (RUN,)).fetchone()[0]
-        dirty = [r[0] for r in conn.execute("SELECT run_id FROM omray_projection_dirty")]
+        dirty = [r[0] for r in conn.execute("SELECT run_id FROM omray_projection_piece_dirty")]
     finally:
         conn.close()
     assert version > cached and dirty == [RUN]

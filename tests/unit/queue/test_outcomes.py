@@ -70,3 +70,42 @@ def test_job_failed_event_message_never_carries_free_text() -> None:
     )
     assert "Secret" not in event.message
     assert "unknown" in event.message
+
+
+def test_failures_that_stop_memory_get_a_category_with_a_cause_and_a_fix() -> None:
+    # What an observe job raises when the settings or the model are wrong: each gets its own
+    # category, which the hooks and `omray status` explain (never the exception's text).
+    from actors.models.chat import MissingApiKeyError, ModelCallError
+    from actors.worker import failure_reason
+    from protocol.errors import ModelSettingsError, SettingsError
+    from protocol.outcomes import FAILURE_HELP, JobFailedEvent, explain_failure, last_failure
+
+    cases = {
+        ModelCallError("bad_response", 401): "model_auth",
+        ModelCallError("bad_response", 403): "model_auth",
+        ModelCallError("bad_response", 404): "model_not_found",
+        ModelCallError("connection"): "model_unreachable",
+        ModelCallError("timeout"): "model_unreachable",
+        ModelCallError("server_error", 503): "transient_runtime",
+        MissingApiKeyError("environment variable 'X' is not set."): "model_api_key_missing",
+        ModelSettingsError("no model"): "settings",
+        SettingsError("bad file"): "settings",
+        RuntimeError("boom"): "transient_runtime",
+    }
+    for error, category in cases.items():
+        assert failure_reason(error) == (category, True)
+    for category in (
+        "model_auth",
+        "model_api_key_missing",
+        "model_unreachable",
+        "model_not_found",
+        "settings",
+    ):
+        cause, fix = explain_failure(category)
+        assert (cause, fix) == FAILURE_HELP[category] and cause and fix
+    event = JobFailedEvent.for_job(
+        job_id="j", handler_id="h", attempts=4, event_reason="retry_exhausted", last_failure="model_auth"
+    )
+    assert last_failure(event.model_dump()) == "model_auth"
+    assert last_failure({"reason": "conflict"}) == "conflict"
+    assert "conflict" in explain_failure("conflict")[0]

@@ -20,8 +20,16 @@ def test_reference_example_layout() -> None:
             active_reflection("aaaaaaaaaaa1", "First", position=1),
         ],
         [
-            observation("bbbbbbbbbbb2", "Later observation", timestamp="2026-07-26 13:00", relevance="high"),
-            observation("bbbbbbbbbbb1", "Earlier observation", timestamp="2026-07-26 12:00"),
+            observation(
+                "bbbbbbbbbbb2",
+                "Later observation",
+                timestamp="2026-07-26 13:00",
+                relevance="high",
+                refs=(("5", 9),),
+            ),
+            observation(
+                "bbbbbbbbbbb1", "Earlier observation", timestamp="2026-07-26 12:00", refs=(("5", 3),)
+            ),
         ],
     )
     assert _body(text) == (
@@ -47,15 +55,22 @@ def test_empty_sections_show_none() -> None:
     assert only_reflection == "## Reflections\n[a10000000000] r\n\n## Observations\n(none)"
 
 
-def test_ties_break_by_id_and_full_ids_never_appear() -> None:
+def test_observations_come_in_source_order_and_full_ids_never_appear() -> None:
     reflections = [active_reflection("a2", "two", position=0), active_reflection("a1", "one", position=0)]
+    # One minute: the observation of events 7-9 comes before the one of events 15-19 whatever
+    # their ids; two of the same first event keep the order given (recorded order); an observation
+    # citing only another session's events is placed by its part's start (1).
     observations = [
-        observation("b2", "two", timestamp="2026-01-01 00:00"),
-        observation("b1", "one", timestamp="2026-01-01 00:00"),
+        observation("b1", "fifteen", timestamp="2026-01-01 00:00", refs=(("5", 15), ("5", 19))),
+        observation("b9", "seven", timestamp="2026-01-01 00:00", refs=(("5", 7), ("5", 9))),
+        observation("b0", "seven again", timestamp="2026-01-01 00:00", refs=(("5", 7),)),
+        observation("b5", "elsewhere", timestamp="2026-01-01 00:00", refs=(("other", 2),)),
     ]
     body = _body(render_active_memory(reflections, observations))
     assert body.index("] one") < body.index("] two")
-    assert body.index("[b10000000000] 2026-01-01 00:00 [medium] one") < body.index("[b20000000000]")
+    shown = [line.rsplit("] ", 1)[1] for line in body.split("## Observations\n")[1].splitlines()]
+    assert shown == ["elsewhere", "seven", "seven again", "fifteen"]
+    assert "[b90000000000] 2026-01-01 00:00 [medium] seven" in body
     assert hex_id("a1") not in body and hex_id("b1") not in body
 
 

@@ -256,7 +256,9 @@ def test_merge_sort_order_example() -> None:
     ]
 
 
-def test_merge_ties_observation_first_then_id() -> None:
+def test_merge_ties_observation_first_then_each_tables_order() -> None:
+    # Each table's rows come in result order (observations of one minute in source order, the
+    # latest first); the merge keeps it, whatever the ids.
     result = merge_search_results(
         "x",
         10,
@@ -268,7 +270,7 @@ def test_merge_ties_observation_first_then_id() -> None:
     )
     results = result["results"]
     assert isinstance(results, list)
-    assert [item["id"] for item in results] == [hex_id("e1"), hex_id("e2"), hex_id("e0")]
+    assert [item["id"] for item in results] == [hex_id("e2"), hex_id("e1"), hex_id("e0")]
 
 
 def test_result_item_shapes() -> None:

@@ -145,14 +145,15 @@ def test_view_layout_with_reflections_and_observations() -> None:
             "",
             "## Observations",
             "",
+            # Source order: citing only another session's event, b3 sits at its part's start (1).
+            "`[b30000000000]` 2026-07-26 14:00 **[medium]** No refs",
+            "> Sources: *(none)*",
+            "",
             "`[b10000000000]` 2026-07-26 12:00 **[medium]** Earlier",
             "> Sources: event `2`",
             "",
             "`[b20000000000]` 2026-07-26 13:00 **[high]** Later one",
             "> Sources: events `3`, `4`",
-            "",
-            "`[b30000000000]` 2026-07-26 14:00 **[medium]** No refs",
-            "> Sources: *(none)*",
         ]
     )
 

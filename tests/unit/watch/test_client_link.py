@@ -151,7 +151,12 @@ def test_token_mode_follows_what_omray_up_recorded(tmp_path: Path, monkeypatch: 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     assert prepare_auth() == "disabled"  # no record, no token: Ray's own default applies
     (tmp_path / "runtime.json").write_text(json.dumps({"address": "127.0.0.1:6380", "auth": "token"}))
+    # Token mode with no token anywhere: Ray would abort the process; omray says why instead.
+    with pytest.raises(RuntimeAuthError, match="no token"):
+        prepare_auth()
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "t" * 32)
     assert prepare_auth() == "token"
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert prepare_auth() == "disabled"  # the user's explicit choice wins
 
