@@ -333,6 +333,8 @@ class SemanticIndex:
         size = batch_size if batch_size is not None else self._settings.embedding_api.batch_size
         if size < 1 or batches < 1:
             raise ValueError("batch_size and batches must be >= 1")
+        if not os.path.exists(self._db_path):
+            return SyncResult(True, 0, 0, False, 0)  # no database yet: nothing to index
         with self._locked():
             plan = self._plan(size * batches, full_check)
         vectors = embed_in_batches(
@@ -565,6 +567,8 @@ class SemanticIndex:
         Raises ``SemanticSearchError`` with a §14.7 code; never returns results of a dirty,
         mismatched or corrupt index.
         """
+        if not os.path.exists(self._db_path):
+            return Retrieval((), False, False)  # nothing observed yet: nothing to search, nothing to create
         date_bounds = bounds or DateBounds()
         expected: tuple[SemanticState | None, SourceFingerprint] | None = None
         vector: list[float] | None = None

@@ -285,3 +285,14 @@ def test_more_matching_events_of_one_listed_observation_come_as_events_naming_it
     events = [item for item in answer if item["kind"] == "event" and "thermocouple" in item["content"]]
     assert [item["covered_by"] for item in events] == [summary]
     assert {answer[0]["source"]["seq_start"], events[0]["source"]["seq_start"]} == {1, 3}
+
+
+def test_a_project_with_no_database_yet_searches_and_indexes_nothing(tmp_path: Path) -> None:
+    from tests.unit.semantic.conftest import RecordingWriter, semantic_settings
+
+    db = tmp_path / "not-yet" / "om.sqlite"  # its folder does not exist either
+    index = SemanticIndex(db, semantic_settings(), RecordingWriter(None))  # type: ignore[arg-type]
+    assert index.search("anything", HashEmbedder()).results == ()
+    assert index.synchronize(HashEmbedder()).complete
+    assert not (tmp_path / "not-yet").exists()
+    assert memory_search(db, {"query": "anything"}, hybrid_tool(index, HashEmbedder()))["count"] == 0
