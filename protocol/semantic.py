@@ -9,6 +9,7 @@ have to satisfy :class:`Embedder` and :class:`Reranker`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal, Protocol
@@ -19,6 +20,8 @@ from protocol.identities import semantic_chunk_id
 from protocol.ids import display_id
 from protocol.settings import EmbeddingApiSettings
 from protocol.source_text import SourceExcerpt, quoted_in
+
+_logger = logging.getLogger("omray.semantic")
 
 MemoryKind = Literal["observation", "reflection", "event"]
 """What is indexed: the two kinds of memory (reference §14.2), and every covered event's text (the
@@ -616,6 +619,8 @@ def run_hybrid_search(search: Callable[[], Retrieval], query: str, limit: int) -
         retrieval = search()
     except SemanticSearchError as exc:
         return exc.as_result()
-    except Exception:  # every other failure must still be a visible answer, never a fallback
+    except Exception as exc:  # every other failure must still be a visible answer, never a fallback
+        # The class only: the exception's text could hold memory content.
+        _logger.warning("om.semantic.search_failed", extra={"exception_class": type(exc).__name__})
         return {"ok": False, "error": "semantic_search_failed", "message": SEARCH_FAILED_MESSAGE}
     return hybrid_answer(query, limit, retrieval)
