@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.indexer.actor import IndexerActor
 from actors.observer.actor import ObserverActor
 from actors.queue.actor import QueueActor
+from actors.queue.figures import QueueFigures
 from actors.queue.retry import RetryPolicy
 from actors.queue.scaling import PoolLimits, PoolScaler, ScalingPolicy
 from actors.reflector.actor import ReflectorActor
@@ -322,8 +323,13 @@ def worker_pools(
     }
 
 
-class QueueRuntime(QueueActor):
-    """The QueueActor with Ray ports and pool autoscaling, built in the actor process (and on restart)."""
+class QueueRuntime:
+    """The runtime's queue as a Ray actor: a :class:`QueueActor` built from Ray ports, plus pool
+    autoscaling, built in the actor process (and on restart).
+
+    It holds the queue rather than being one: the queue gets its store, worker pools and metrics as
+    ports, and this class forwards the documented actor-handle methods to it.
+    """
 
     def __init__(
         self,
@@ -355,7 +361,7 @@ class QueueRuntime(QueueActor):
         from cluster.metrics import RayPoolMetrics, RayQueueMetrics
 
         self.data_node_id = node
-        super().__init__(
+        self._queue = QueueActor(
             store,
             pool,
             policy=policy,
@@ -373,13 +379,47 @@ class QueueRuntime(QueueActor):
             )
 
         self._autoscaler = PoolAutoscaler(
-            self, pool, PoolScaler(limits, scaling), create, RayPoolMetrics(names.prefix), time.time
+            self._queue, pool, PoolScaler(limits, scaling), create, RayPoolMetrics(names.prefix), time.time
         )
         self._autoscaler.start()
 
+    # --- the documented actor-handle methods ---------------------------------------------------
+
+    def dispatch(self, envelope: JobEnvelope | Mapping[str, Any]) -> str:
+        """:meth:`QueueActor.dispatch`."""
+        return self._queue.dispatch(envelope)
+
+    def dispatch_many(self, envelopes: Sequence[JobEnvelope | Mapping[str, Any]]) -> list[str]:
+        """:meth:`QueueActor.dispatch_many`."""
+        return self._queue.dispatch_many(envelopes)
+
     def status(self) -> dict[str, Any]:
         """The queue's status plus every worker pool's size, bounds and waiting runs."""
-        return {**super().status(), "pools": self._autoscaler.snapshot()}
+        return {**self._queue.status(), "pools": self._autoscaler.snapshot()}
+
+    def figures(self) -> QueueFigures:
+        """:meth:`QueueActor.figures`."""
+        return self._queue.figures()
+
+    def waiting_by_handler(self) -> dict[str, int]:
+        """:meth:`QueueActor.waiting_by_handler`."""
+        return self._queue.waiting_by_handler()
+
+    def runtime_events(self, run_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
+        """:meth:`QueueActor.runtime_events`."""
+        return self._queue.runtime_events(run_id, after_seq)
+
+    def job_counts(self) -> dict[str, int]:
+        """:meth:`QueueActor.job_counts`."""
+        return self._queue.job_counts()
+
+    def is_idle(self) -> bool:
+        """:meth:`QueueActor.is_idle`."""
+        return self._queue.is_idle()
+
+    def stop(self) -> None:
+        """:meth:`QueueActor.stop`."""
+        self._queue.stop()
 
     def ping(self) -> dict[str, Any]:
         """Liveness probe with the process id (tests kill it by pid)."""

@@ -41,6 +41,17 @@ from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, OmrayError, StorageError
 from protocol.identities import content_hash, source_refs_json, transcript_event_id
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
+from protocol.queue_rows import (
+    JobAccepted,
+    JobCounts,
+    JobFinished,
+    JobGivenUp,
+    JobRetry,
+    JobStarted,
+    JobWrite,
+    RuntimeEvent,
+    StoredJob,
+)
 from protocol.records import (
     ActivityRecord,
     CoveragePart,
@@ -55,9 +66,6 @@ ClaimOutcome = Literal["claimed", "already_running", "already_succeeded", "confl
 
 PromotionOutcome = Literal["promoted", "noop"]
 """Result of :meth:`Store.promote_generation`; ``noop`` when the generation already succeeded."""
-
-JobState = Literal["pending", "running", "succeeded", "failed"]
-"""Lifecycle of one queued job."""
 
 _FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}$")
 
@@ -93,124 +101,6 @@ class EnqueueResult(_Result):
     """Job id."""
     created: bool
     """False when the same job id was already pending or running."""
-
-
-class JobAccepted(_Result):
-    """Queue write: job ``job_seq`` was accepted (a new ``pending`` row); the QueueActor numbers its jobs."""
-
-    kind: Literal["accepted"] = "accepted"
-    job_seq: int
-    envelope: JobEnvelope
-    accepted_at: str
-
-
-class JobStarted(_Result):
-    """Queue write: attempt ``attempt`` of job ``job_seq`` started (row -> ``running``)."""
-
-    kind: Literal["started"] = "started"
-    job_seq: int
-    attempt: int
-    started_at: str
-
-
-class JobRetry(_Result):
-    """Queue write: a running job waits for a retry until ``not_before`` (row -> ``pending``)."""
-
-    kind: Literal["retry"] = "retry"
-    job_seq: int
-    not_before: str
-    failure_reason: str
-
-
-class JobFinished(_Result):
-    """Queue write: the job left the FIFO as ``succeeded`` or ``failed``."""
-
-    kind: Literal["finished"] = "finished"
-    job_seq: int
-    state: Literal["succeeded", "failed"]
-    finished_at: str
-    failure_reason: str | None = None
-
-
-class JobGivenUp(_Result):
-    """Queue write: the job failed for good, together with its ``job_failed`` runtime event."""
-
-    kind: Literal["given_up"] = "given_up"
-    job_seq: int
-    finished_at: str
-    failure_reason: str
-    run_id: str
-    event_type: str
-    event_payload: dict[str, Any]
-
-
-class RuntimeEventWrite(_Result):
-    """Queue write: a sanitized runtime event for a session."""
-
-    kind: Literal["runtime_event"] = "runtime_event"
-    run_id: str
-    event_type: str
-    payload: dict[str, Any]
-    created_at: str
-
-
-JobWrite = JobAccepted | JobStarted | JobRetry | JobFinished | JobGivenUp | RuntimeEventWrite
-"""One durable write of the queue; a loop step applies its writes in one transaction."""
-
-
-class StoredJob(_Result):
-    """One unfinished or finished job row of ``omray_job``."""
-
-    job_seq: int
-    """Acceptance order."""
-    envelope: JobEnvelope
-    """The job as accepted."""
-    handler_id: str
-    """Stable handler id."""
-    run_id: str
-    """Session of the payload."""
-    state: JobState
-    """Lifecycle state."""
-    attempts: int
-    """Attempts started so far."""
-    not_before: str | None
-    """Earliest start of the next attempt (UTC ISO-8601), after a retry."""
-    accepted_at: str
-    """When it was accepted."""
-    started_at: str | None
-    """When the latest attempt started."""
-    finished_at: str | None
-    """When it finished."""
-    failure_reason: str | None
-    """Short category code of the latest failure."""
-
-
-class RuntimeEvent(_Result):
-    """One row of ``omray_runtime_event`` (e.g. ``extension_agent.job_failed``)."""
-
-    event_seq: int
-    """Order of recording."""
-    run_id: str
-    """Session the event concerns."""
-    event_type: str
-    """Event type."""
-    payload: dict[str, Any]
-    """Sanitized payload (ids, counts, codes; never memory text)."""
-    created_at: str
-    """When it was recorded."""
-
-
-class JobCounts(_Result):
-    """Number of jobs in each state."""
-
-    pending: int
-    """Waiting to start (including retries waiting for their backoff)."""
-    running: int
-    """Started and not finished."""
-    succeeded: int
-    """Finished successfully."""
-    failed: int
-    """Finished after exhausting retries."""
 
 
 class _CoverageRace(Exception):

@@ -36,39 +36,26 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from pydantic import ValidationError
-
-from actors.queue.figures import ModelUsage, QueueFigures, queue_figures, usage_of
+from actors.queue.attempts import InFlight, read_outcome
+from actors.queue.commits import Batch, CommitLog, CommitStats
+from actors.queue.figures import QueueFigures, queue_figures, usage_of
+from actors.queue.ports import NoMetrics, QueueMetricsPort, QueueStorePort, WorkerPoolPort
 from actors.queue.retry import RetryPolicy
 from actors.queue.state import (
-    AlreadyQueued,
     Command,
     Dispatch,
     EmitJobFailed,
-    GiveUp,
     MarkSucceeded,
-    OutcomeIgnored,
     QueueState,
     ScheduleRetry,
-    StoredJobState,
-    WakeAt,
 )
-from persistence.store import (
-    JobAccepted,
-    JobFinished,
-    JobGivenUp,
-    JobRetry,
-    JobStarted,
-    JobWrite,
-    RuntimeEventWrite,
-)
+from actors.queue.writes import Accept, wakes_callers_and_starts, writes_for
 from protocol.errors import InvalidPayloadError, StorageError
 from protocol.jobs import JobEnvelope
-from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobFailedEvent, JobSucceeded
+from protocol.outcomes import JobFailedEvent, JobSucceeded
+from protocol.queue_rows import iso_utc
 
 logger = logging.getLogger("omray.queue")
 
@@ -77,61 +64,6 @@ TICK_S = 0.05
 
 DURABLE_WAIT_S = 60.0
 """Longest a ``dispatch`` waits for the commit of its job before it raises (the job stays queued)."""
-
-
-class QueueStorePort(Protocol):
-    """The queue-database writes the actor needs (a ``persistence.Store`` or a StoreActor proxy)."""
-
-    def next_job_seq(self) -> int: ...
-    def apply_job_writes(self, writes: Sequence[JobWrite]) -> int: ...
-    def list_unfinished_jobs(self) -> Sequence[Any]: ...
-    def runtime_events(self, run_id: str, after_seq: int = 0) -> Sequence[Any]: ...
-    def job_counts(self) -> Any: ...
-
-
-class QueueMetricsPort(Protocol):
-    """Where the queue reports its numbers (Ray metrics in a cluster; nothing in unit tests)."""
-
-    def queue_figures(self, figures: QueueFigures) -> None: ...
-    def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None: ...
-    def job_failed(self, handler_id: str, reason: str) -> None: ...
-    def model_usage(self, handler_id: str, usage: ModelUsage) -> None: ...
-
-
-class NoMetrics:
-    """A metrics port that records nothing."""
-
-    def queue_figures(self, figures: QueueFigures) -> None:
-        """Ignore."""
-
-    def attempt_finished(self, handler_id: str, outcome: str, seconds: float, attempt: int) -> None:
-        """Ignore."""
-
-    def job_failed(self, handler_id: str, reason: str) -> None:
-        """Ignore."""
-
-    def model_usage(self, handler_id: str, usage: ModelUsage) -> None:
-        """Ignore."""
-
-
-class WorkerPoolPort(Protocol):
-    """Starts attempts on workers and collects outcomes (``None`` = the worker died mid-job).
-
-    A pool may also offer ``start_many(starts) -> job seqs not sent`` (each start a ``handler_id,
-    job_seq, envelope, attempt`` tuple); the queue then hands it every start of one commit at once.
-    And it may offer ``on_ready(callback)``: the pool then calls ``callback()`` (cheap, never
-    blocking) each time outcomes become ready to ``poll``, and the queue's loop thread collects them
-    itself, ``poll(0)``, instead of a collector thread waiting in ``poll``.
-    """
-
-    def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None: ...
-    def poll(self, timeout_s: float) -> list[tuple[int, dict[str, Any] | None]]:
-        """Finished attempts, waiting up to ``timeout_s`` for the first one."""
-        ...
-
-
-DISPATCH_WINDOW: Final = 1000
-"""Recent ``dispatch`` calls (and group commits) whose times ``status()["commits"]`` summarizes."""
 
 FINISH_LINGER_S: Final = 0.005
 """How long the loop holds writes that only record successes (no caller waits on them, and no
@@ -146,28 +78,6 @@ MAX_DISPATCH_BATCH: Final = 256
 def _envelope_of(command: Dispatch) -> dict[str, Any]:
     """What a worker receives for one start."""
     return JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
-
-
-def iso_utc(epoch_s: float) -> str:
-    """UTC ISO-8601 text of an epoch time."""
-    return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat()
-
-
-def epoch_of(iso: str | None) -> float | None:
-    """Epoch seconds of an ISO-8601 text (``None`` stays ``None``)."""
-    return None if iso is None else datetime.fromisoformat(iso).timestamp()
-
-
-@dataclass(frozen=True, slots=True)
-class _Accept:
-    """A job the state machine has taken whose row is not durable yet (its ``dispatch`` waits)."""
-
-    job_seq: int
-    envelope: JobEnvelope
-
-
-Pending = Command | _Accept
-"""Something queued for the loop: a job to store, or a command to record and carry out."""
 
 
 class QueueActor:
@@ -216,33 +126,16 @@ class QueueActor:
         self._depth_reported = 0.0  # when the queue-depth gauge was last set (at most once a tick)
         self._stop = threading.Event()
         self._recent_failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
-        self._in_flight_attempts: dict[int, tuple[str, int, str, float]] = {}
+        self._in_flight = InFlight()
         self._completed = 0
         self._coalesced = 0
-        self._commits = collections.Counter[str]()  # transactions, writes, microseconds (the loop only)
-        # How long recent ``dispatch`` calls took in this process, accept to durable (milliseconds).
-        self._dispatch_ms: collections.deque[float] = collections.deque(maxlen=DISPATCH_WINDOW)
-        self._commit_ms: collections.deque[float] = collections.deque(maxlen=DISPATCH_WINDOW)
+        self._stats = CommitStats()
         # What the loop has not written yet, in order, each with the time it was issued (so a
-        # repeated write is byte-identical to the first try).
-        self._unwritten: collections.deque[tuple[Pending, float]] = collections.deque()
-        self._committing = False  # a batch taken from ``_unwritten`` is being written or carried out
-        # Commit generations: callers wait until the generation that carries their job is durable.
-        self._generation = 1
-        self._durable_generation = 0
-        self._unwritten_accepts: dict[int, int] = {}  # job_seq -> generation carrying its accept
+        # repeated write is byte-identical to the first try), and the commit generations callers
+        # wait for.
+        self._log = CommitLog()
         self._threads: list[threading.Thread] = []
-        rows = [
-            StoredJobState(
-                job_seq=row.job_seq,
-                envelope=row.envelope,
-                status=row.state,
-                attempts=row.attempts,
-                not_before=epoch_of(row.not_before),
-                last_reason=row.failure_reason,
-            )
-            for row in store.list_unfinished_jobs()
-        ]
+        rows = list(store.list_unfinished_jobs())
         self._next_seq = store.next_job_seq()
         self._state, commands = QueueState.restore(
             rows, clock(), policy, max_in_flight=max_in_flight, capacity=capacity, coalesce=coalesce
@@ -279,7 +172,7 @@ class QueueActor:
         generation = self._accept(job)
         if generation is not None:
             self._await_durable(generation)
-        self._dispatch_ms.append((time.perf_counter() - started) * 1000.0)
+        self._stats.dispatched((time.perf_counter() - started) * 1000.0)
         return job.job_id
 
     def dispatch_many(self, envelopes: Sequence[JobEnvelope | Mapping[str, Any]]) -> list[str]:
@@ -313,7 +206,7 @@ class QueueActor:
         if generation is not None:
             self._await_durable(generation)
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        self._dispatch_ms.extend(elapsed_ms for _ in jobs)
+        self._stats.dispatched(elapsed_ms, len(jobs))
         return [job.job_id for job in jobs]
 
     def _accept(self, *jobs: JobEnvelope) -> int | None:
@@ -327,15 +220,13 @@ class QueueActor:
             for job in jobs:
                 existing = self._state.active_seq(job.job_id, job.payload.db_path)
                 if existing is not None:
-                    pending = self._unwritten_accepts.get(existing)
+                    pending = self._log.accept_pending(existing)
                     if pending is not None:
                         wait = max(wait or 0, pending)
                     continue
                 job_seq, self._next_seq = self._next_seq, self._next_seq + 1
                 self._state.accept(job, job_seq, now)  # a new key: no notice to act on
-                self._unwritten.append((_Accept(job_seq, job), now))
-                self._unwritten_accepts[job_seq] = self._generation
-                wait = self._generation
+                wait = self._log.accept(job_seq, job, now)
             # Their starts (or other lanes') ride in the same transaction as the accepts.
             self._enqueue(self._state.next_dispatch(now), now)
         self._commit_wanted.set()
@@ -353,7 +244,7 @@ class QueueActor:
             self.commit()
         deadline = time.monotonic() + DURABLE_WAIT_S
         with self._durable:
-            while self._durable_generation < generation:
+            while not self._log.is_durable(generation):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     # The job stays queued and is written once the store answers; a repeated
@@ -365,16 +256,7 @@ class QueueActor:
         """Queue depth, runs in flight, lanes, recent failures and counters (ids and counts only)."""
         with self._lock:
             now = self._clock()
-            in_flight = [
-                {
-                    "job_seq": seq,
-                    "job_id": job_id,
-                    "attempt": attempt,
-                    "handler_id": handler,
-                    "running_s": round(now - started, 3),
-                }
-                for seq, (job_id, attempt, handler, started) in self._in_flight_attempts.items()
-            ]
+            in_flight = self._in_flight.snapshot(now)
             snapshot = self._state.snapshot()
             return {
                 "figures": self._figures().as_dict(),
@@ -387,8 +269,8 @@ class QueueActor:
                 "completed_since_start": self._completed,
                 "coalesced_since_start": self._coalesced,
                 "recent_failures": list(self._recent_failures),
-                "unwritten": len(self._unwritten),
-                "commits": self._commit_figures(),
+                "unwritten": len(self._log),
+                "commits": self._stats.figures(),
                 "state": snapshot,
                 "loop_alive": bool(self._threads) and all(t.is_alive() for t in self._threads),
             }
@@ -409,26 +291,6 @@ class QueueActor:
             lanes=lanes,
             busy_lanes=busy_lanes,
         )
-
-    def _commit_figures(self) -> dict[str, float]:
-        """Group commits since start: transactions, writes, mean writes and milliseconds per transaction."""
-        count = self._commits["transactions"]
-        recent = sorted(self._dispatch_ms)
-        commits = sorted(self._commit_ms)
-        return {
-            "transactions": count,
-            "writes": self._commits["writes"],
-            "writes_per_transaction": round(self._commits["writes"] / count, 2) if count else 0.0,
-            "ms_per_transaction": round(self._commits["micros"] / 1000 / count, 3) if count else 0.0,
-            # In this process, from accept to durable, over the last ``DISPATCH_WINDOW`` dispatches:
-            # next to a caller's figure, what the transport and the caller's own process add.
-            "dispatch_ms_p50": round(recent[len(recent) // 2], 3) if recent else 0.0,
-            "dispatch_ms_p95": round(recent[int(len(recent) * 0.95)], 3) if recent else 0.0,
-            # The store write of the last ``DISPATCH_WINDOW`` group commits (a slow one holds every
-            # dispatch it carries and every one that arrives meanwhile).
-            "commit_ms_p95": round(commits[int(len(commits) * 0.95)], 3) if commits else 0.0,
-            "commit_ms_max": round(commits[-1], 3) if commits else 0.0,
-        }
 
     def waiting_by_handler(self) -> dict[str, int]:
         """Runs ready to start that wait for a free slot, by handler id (what autoscaling grows on)."""
@@ -458,8 +320,8 @@ class QueueActor:
             return (
                 self._state.depth == 0
                 and self._state.in_flight == 0
-                and not self._unwritten
-                and not self._committing
+                and not self._log
+                and not self._log.committing
             )
 
     def stop(self) -> None:
@@ -512,9 +374,7 @@ class QueueActor:
     def _only_finishes(self) -> bool:
         """True when every write waiting is a success record: no caller and no start waits on them."""
         with self._lock:
-            return bool(self._unwritten) and all(
-                isinstance(item, MarkSucceeded) for item, _ in self._unwritten
-            )
+            return self._log.only_finishes()
 
     def _collect_forever(self) -> None:
         while not self._stop.is_set():
@@ -538,34 +398,24 @@ class QueueActor:
 
     def _commit_locked(self) -> bool:
         with self._lock:
-            if not self._unwritten:
-                return False
-            batch = list(self._unwritten)
-            self._unwritten.clear()
-            self._committing = True  # out of ``_unwritten``, not durable or carried out yet: not idle
-            generation = self._generation
-            self._generation += 1
+            batch = self._log.take()  # out of the log, not durable or carried out yet: not idle
+        if batch is None:
+            return False
         started = time.perf_counter()
         try:
-            writes = self._writes_for(batch)  # inside: a batch that fails here is put back too
+            writes = writes_for(batch.items)  # inside: a batch that fails here is put back too
             self._store.apply_job_writes(writes)
         except BaseException:
             with self._durable:
-                self._unwritten.extendleft(reversed(batch))
-                self._committing = False
+                self._log.put_back(batch)
                 self._durable.notify_all()  # waiting callers try the next commit themselves
             raise
         try:
             with self._durable:
-                self._durable_generation = generation
-                for item, _issued in batch:
-                    if isinstance(item, _Accept):
-                        self._unwritten_accepts.pop(item.job_seq, None)
+                self._log.written(batch)
                 self._durable.notify_all()
-            elapsed = time.perf_counter() - started
-            self._commits.update(transactions=1, writes=len(writes), micros=round(elapsed * 1e6))
-            self._commit_ms.append(elapsed * 1000.0)
-            if self._threads and self._wakes_callers_and_starts(batch):
+            self._stats.committed(len(writes), time.perf_counter() - started)
+            if self._threads and wakes_callers_and_starts(batch.items):
                 # Let the callers just woken answer before the starts are sent: sending holds the
                 # GIL for some 0.3 ms, which each caller would otherwise wait out before it could
                 # return (alternating runs: one agent's dispatch p50 0.2 ms lower, same throughput).
@@ -573,20 +423,14 @@ class QueueActor:
             self._carry_out(batch)  # under the commit lock: starts go out in commit order
         finally:
             with self._lock:
-                self._committing = False
+                self._log.committing = False
         return True
 
-    @staticmethod
-    def _wakes_callers_and_starts(batch: Sequence[tuple[Pending, float]]) -> bool:
-        """True when a batch made some caller's job durable and also starts a run."""
-        kinds = {type(item) for item, _ in batch}
-        return _Accept in kinds and Dispatch in kinds
-
-    def _carry_out(self, batch: Sequence[tuple[Pending, float]]) -> None:
+    def _carry_out(self, batch: Batch) -> None:
         """Start the runs of a durable batch and do what its other commands do; never raises, so no
         start of it is skipped (a start that fails is a lost attempt, retried by policy)."""
         starts: list[Dispatch] = []
-        for item, _issued in batch:
+        for item, _issued in batch.items:
             if isinstance(item, Dispatch):
                 starts.append(item)  # a commit's starts go out together (one lane has one at most)
                 continue
@@ -626,7 +470,7 @@ class QueueActor:
             for job_seq, outcome in finished:
                 self._enqueue(self._apply_outcome(job_seq, outcome, now, reports), now)
             self._enqueue(self._state.next_dispatch(now), now)
-            wanted = bool(self._unwritten)
+            wanted = bool(self._log)
             report_figures = now - self._depth_reported >= TICK_S or not self._threads
             figures = self._figures() if report_figures else None
         if wanted and not self._collects_in_loop:
@@ -648,31 +492,21 @@ class QueueActor:
     def _apply_outcome(
         self, job_seq: int, outcome: dict[str, Any] | None, now: float, reports: list[Callable[[], None]]
     ) -> list[Command]:
-        started = self._in_flight_attempts.pop(job_seq, None)
-        attempt = started[1] if started else None
-        parsed = None
-        if outcome is not None:
-            try:
-                parsed = JOB_OUTCOME_ADAPTER.validate_python(outcome)
-            except ValidationError:
-                logger.error("malformed worker outcome", extra={"job_seq": job_seq})
-        if parsed is not None and started is not None and parsed.job_id != started[0]:
-            # An answer about another job says nothing about this run: a lost attempt, retried,
-            # rather than an ignored one that would hold the run's lane and slot for good.
-            logger.error("worker outcome names another job", extra={"job_seq": job_seq})
-            parsed = None
+        sent = self._in_flight.answered(job_seq)
+        parsed = read_outcome(job_seq, outcome, sent)
+        attempt = sent.attempt if sent else None
         if parsed is None:
             commands = self._state.on_worker_lost(job_seq, now, attempt=attempt)
             kind = "worker_lost"
         else:
             commands = self._state.on_outcome(job_seq, parsed, now, attempt=attempt)
             kind = parsed.kind
-            if isinstance(parsed, JobSucceeded) and started is not None:
-                reports.append(functools.partial(self._report_tokens, started[2], parsed.detail))
-        if started is not None:
+            if isinstance(parsed, JobSucceeded) and sent is not None:
+                reports.append(functools.partial(self._report_tokens, sent.handler_id, parsed.detail))
+        if sent is not None:
             reports.append(
                 functools.partial(
-                    self._metrics.attempt_finished, started[2], kind, now - started[3], started[1]
+                    self._metrics.attempt_finished, sent.handler_id, kind, now - sent.started, sent.attempt
                 )
             )
         return commands
@@ -693,83 +527,9 @@ class QueueActor:
 
     def _enqueue(self, commands: Sequence[Command], now: float) -> None:
         """Queue commands for the loop (under the lock); notices need no write and are dropped."""
-        for command in commands:
-            if not isinstance(command, AlreadyQueued | OutcomeIgnored | WakeAt):
-                self._unwritten.append((command, now))
+        self._log.add(commands, now)
 
-    def _writes_for(self, batch: Sequence[tuple[Pending, float]]) -> list[JobWrite]:
-        writes: list[JobWrite] = []
-        for index, (command, now) in enumerate(batch):
-            at = iso_utc(now)
-            if isinstance(command, _Accept):
-                writes.append(JobAccepted(job_seq=command.job_seq, envelope=command.envelope, accepted_at=at))
-            elif isinstance(command, Dispatch):
-                # Durable first: if we die after this write, the restart re-dispatches the run.
-                writes.extend(JobStarted(job_seq=seq, attempt=n, started_at=at) for seq, n in command.covered)
-            elif isinstance(command, ScheduleRetry):
-                writes.append(
-                    JobRetry(
-                        job_seq=command.job_seq,
-                        not_before=iso_utc(command.not_before),
-                        failure_reason=command.reason,
-                    )
-                )
-            elif isinstance(command, MarkSucceeded):
-                writes.append(JobFinished(job_seq=command.job_seq, state="succeeded", finished_at=at))
-            elif isinstance(command, GiveUp):
-                emit = self._paired_event(batch, index, command)
-                if emit is None:
-                    writes.append(
-                        JobFinished(
-                            job_seq=command.job_seq,
-                            state="failed",
-                            finished_at=at,
-                            failure_reason=command.reason,
-                        )
-                    )
-                else:
-                    # Giving up and its failure event are one write: no crash in between.
-                    writes.append(
-                        JobGivenUp(
-                            job_seq=command.job_seq,
-                            finished_at=at,
-                            failure_reason=command.reason,
-                            run_id=emit.run_id,
-                            event_type=JobFailedEvent.event_type,
-                            event_payload=emit.event.model_dump(),
-                        )
-                    )
-            elif isinstance(command, EmitJobFailed) and not self._is_paired(batch, index):
-                writes.append(
-                    RuntimeEventWrite(
-                        run_id=command.run_id,
-                        event_type=JobFailedEvent.event_type,
-                        payload=command.event.model_dump(),
-                        created_at=at,
-                    )
-                )
-        return writes
-
-    @staticmethod
-    def _paired_event(
-        batch: Sequence[tuple[Pending, float]], index: int, command: GiveUp
-    ) -> EmitJobFailed | None:
-        following = batch[index + 1][0] if index + 1 < len(batch) else None
-        if isinstance(following, EmitJobFailed) and following.event.job_id == command.job_id:
-            return following
-        return None
-
-    @staticmethod
-    def _is_paired(batch: Sequence[tuple[Pending, float]], index: int) -> bool:
-        previous = batch[index - 1][0] if index > 0 else None
-        command = batch[index][0]
-        return (
-            isinstance(previous, GiveUp)
-            and isinstance(command, EmitJobFailed)
-            and command.event.job_id == previous.job_id
-        )
-
-    def _effect(self, command: Pending) -> None:
+    def _effect(self, command: Command | Accept) -> None:
         """What a command other than a start does once its writes are durable (no store access here;
         :meth:`_carry_out` sends the starts)."""
         if isinstance(command, MarkSucceeded):
@@ -792,15 +552,7 @@ class QueueActor:
     def _mark_in_flight(self, commands: Sequence[Dispatch]) -> None:
         """Record attempts as running before they are sent (an outcome may arrive at once)."""
         with self._lock:
-            now = self._clock()
-            for command in commands:
-                self._in_flight_attempts[command.job_seq] = (
-                    command.job_id,
-                    command.attempt,
-                    command.handler_id,
-                    now,
-                )
-                self._coalesced += len(command.covered) - 1
+            self._coalesced += self._in_flight.sent(commands, self._clock())
 
     def _start_lost(self, command: Dispatch, error_class: str) -> None:
         """The attempt never reached a worker: it counts as a lost one (retried by policy), never
@@ -810,7 +562,7 @@ class QueueActor:
         )
         try:
             with self._lock:
-                self._in_flight_attempts.pop(command.job_seq, None)
+                self._in_flight.answered(command.job_seq)
                 now = self._clock()
                 self._enqueue(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
         except Exception as exc:  # never keeps the batch's other starts from going out

@@ -8,16 +8,16 @@ the durable rows with :meth:`QueueState.restore`.
 
 How the actor drives it:
 
-1. ``Store.enqueue_job`` durably stores the envelope and yields its sequence number; only then
-   ``accept(envelope, job_seq, now)``. (Ask :meth:`QueueState.active_seq` first to avoid storing a
-   duplicate row at all.)
+1. The actor numbers a new job (asking :meth:`QueueState.active_seq` first, so a job already
+   queued gets no second row) and calls ``accept(envelope, job_seq, now)``; its ``JobAccepted``
+   write rides in the next group commit, before ``dispatch`` returns.
 2. After every step, ``next_dispatch(now)``; execute each command in order.
 3. A worker's :data:`JobOutcome` goes to ``on_outcome(job_seq, outcome, now, attempt=...)``; a dead
    worker to ``on_worker_lost(job_seq, now, attempt=...)``.
 
 Store effect of each command (the actor persists *before* acting on it):
 
-- :class:`Dispatch`: every member row -> ``running`` with its own attempt count (``members``); then
+- :class:`Dispatch`: every member row -> ``running`` with its own attempt count (``covered``); then
   call the handler once, with the carrier's payload.
 - :class:`ScheduleRetry`: row -> ``pending`` with ``not_before``.
 - :class:`MarkSucceeded`, :class:`GiveUp`: the row leaves the active queue (succeeded / failed).
@@ -45,6 +45,7 @@ from protocol.outcomes import (
     JobFailedEvent,
     JobSucceeded,
 )
+from protocol.queue_rows import StoredJob, epoch_of
 
 JobStatus = Literal["pending", "running"]
 """Durable status of a job that is still in the queue."""
@@ -104,11 +105,11 @@ def _held_until_absorbed(job: _Job) -> bool:
     return job.attempts == 0 and job.envelope.not_before is not None
 
 
-def _restored_not_before(row: StoredJobState) -> float | None:
+def _restored_not_before(row: StoredJob) -> float | None:
     # A job held since its acceptance has no not_before of its own in the row (only retries write it).
     if row.not_before is None and row.attempts == 0:
         return row.envelope.not_before
-    return row.not_before
+    return epoch_of(row.not_before)
 
 
 class QueueStateError(OmrayError):
@@ -240,27 +241,6 @@ Command = (
 """Anything a step can ask the actor to do (or, for notices, to log)."""
 
 
-# --- durable rows -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StoredJobState:
-    """One durable row of a job still in the queue, as the actor reads it back on restart."""
-
-    job_seq: int
-    """Queue sequence number."""
-    envelope: JobEnvelope
-    """The job as accepted."""
-    status: JobStatus
-    """``pending`` (waiting, maybe for a retry) or ``running`` (an attempt had started)."""
-    attempts: int = 0
-    """Attempts started so far (a ``running`` row counts the one in progress)."""
-    not_before: float | None = None
-    """Earliest time of the next attempt, for a job waiting on a retry."""
-    last_reason: str | None = None
-    """Category code of the last failure, if any."""
-
-
 @dataclass(slots=True)
 class _Job:
     seq: int
@@ -368,7 +348,7 @@ class QueueState:
     @classmethod
     def restore(
         cls,
-        stored_jobs: Sequence[StoredJobState],
+        stored_jobs: Sequence[StoredJob],
         now: float,
         policy: RetryPolicy | None = None,
         *,
@@ -382,25 +362,27 @@ class QueueState:
         any other lane (in sequence order), without backoff; if it has no attempts left it gives
         up now. If two rows share a job key (a crash between storing a duplicate and discarding
         it), the lowest sequence number wins and the others come back as :class:`AlreadyQueued`
-        so the actor deletes them.
+        so the actor deletes them. Finished rows are not the state's: passing one raises.
         """
         state = cls(policy, max_in_flight=max_in_flight, capacity=capacity, coalesce=coalesce)
         commands: list[Command] = []
         for row in sorted(stored_jobs, key=lambda r: r.job_seq):
+            if row.state not in ("pending", "running"):
+                raise QueueStateError(f"stored row {row.job_seq!r} is {row.state!r}, not unfinished")
             if row.job_seq in state._jobs:
                 raise QueueStateError(f"two stored rows with job_seq {row.job_seq!r}")
             existing = state._seq_by_key.get(job_key(row.envelope))
             if existing is not None:
                 commands.append(AlreadyQueued(row.envelope.job_id, row.job_seq, existing))
                 continue
-            interrupted = row.status == "running"
+            interrupted = row.state == "running"
             job = _Job(
                 seq=row.job_seq,
                 envelope=row.envelope,
                 status="pending",
                 attempts=row.attempts,
                 not_before=None if interrupted else _restored_not_before(row),
-                last_reason=REASON_INTERRUPTED if interrupted else row.last_reason,
+                last_reason=REASON_INTERRUPTED if interrupted else row.failure_reason,
                 interrupted=interrupted,
             )
             if job.attempts >= state._policy.max_attempts:

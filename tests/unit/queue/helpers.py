@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from actors.queue.state import Command, QueueState, WakeAt
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob, SemanticIndexJob
+from protocol.queue_rows import StoredJob, iso_utc
 
 
 def envelope(job_id: str, run_id: str = "session-1", db_path: str | None = None) -> JobEnvelope:
@@ -16,6 +19,31 @@ def envelope(job_id: str, run_id: str = "session-1", db_path: str | None = None)
         job_id=job_id,
         correlation_id=run_id,
         payload=SemanticIndexJob(run_id=run_id, db_path=db_path or f"/data/{job_id}/om.sqlite"),
+    )
+
+
+def stored(
+    job_seq: int,
+    job: JobEnvelope,
+    state: Literal["pending", "running"],
+    *,
+    attempts: int = 0,
+    not_before: float | None = None,
+    failure_reason: str | None = None,
+) -> StoredJob:
+    """An unfinished durable row as the store reads it back (times as the store holds them)."""
+    return StoredJob(
+        job_seq=job_seq,
+        envelope=job,
+        handler_id=job.handler_id,
+        run_id=job.payload.run_id,
+        state=state,
+        attempts=attempts,
+        not_before=None if not_before is None else iso_utc(not_before),
+        accepted_at=iso_utc(0.0),
+        started_at=None,
+        finished_at=None,
+        failure_reason=failure_reason,
     )
 
 

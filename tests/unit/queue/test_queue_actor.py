@@ -12,10 +12,11 @@ import pytest
 from actors.queue.actor import QueueActor
 from actors.queue.figures import ModelUsage, QueueFigures
 from actors.queue.retry import RetryPolicy
-from persistence.store import JobAccepted, Store
+from persistence.store import Store
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.outcomes import JobFailed, JobSucceeded
+from protocol.queue_rows import JobAccepted
 
 from .helpers import reflect
 
@@ -554,7 +555,7 @@ class _SlowFinishStore:
         return getattr(self._store, name)
 
     def apply_job_writes(self, writes: Any) -> int:
-        from persistence.store import JobFinished
+        from protocol.queue_rows import JobFinished
 
         if any(isinstance(write, JobFinished) for write in writes):
             self.in_commit.set()
@@ -592,12 +593,14 @@ def test_a_batch_whose_writes_cannot_be_built_is_put_back_and_written_later(tmp_
 
     store, clock = Store(tmp_path / "q.sqlite"), Clock()
     queue = QueueActor(store, FakeWorkers(_ok), clock=clock, start_loop=False)
-    original = QueueActor._writes_for
-    with mock.patch.object(QueueActor, "_writes_for", side_effect=RuntimeError("boom")):
+    import actors.queue.actor as actor_module
+
+    original = actor_module.writes_for
+    with mock.patch.object(actor_module, "writes_for", side_effect=RuntimeError("boom")):
         with contextlib.suppress(RuntimeError):
             queue.dispatch(_job(1))  # its own commit fails before any store call
         assert not queue.is_idle() and store.job_counts().pending == 0
-    assert QueueActor._writes_for is original
+    assert actor_module.writes_for is original
     _drain(queue, clock)
     assert store.job_counts().succeeded == 1 and queue.is_idle()
 

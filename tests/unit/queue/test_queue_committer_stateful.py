@@ -225,7 +225,7 @@ class QueueCommitterModel(RuleBasedStateMachine):
     def _answer_waiting(self) -> None:
         still: list[tuple[JobEnvelope, int]] = []
         for job, generation in self.waiting:
-            if self.queue._durable_generation >= generation:
+            if self.queue._log.is_durable(generation):
                 row_seq = self.queue._state.active_seq(job.job_id, job.payload.db_path)
                 self.returned.add((job.payload.db_path, job.job_id))
                 if row_seq is not None:

@@ -18,13 +18,12 @@ from actors.queue.state import (
     QueueState,
     QueueStateError,
     ScheduleRetry,
-    StoredJobState,
     WakeAt,
 )
 from protocol.jobs import SEMANTIC_INDEX_HANDLER
 from protocol.outcomes import JobFailed, JobSucceeded
 
-from .helpers import envelope
+from .helpers import envelope, stored
 
 
 def ok(job_id: str) -> JobSucceeded:
@@ -227,9 +226,9 @@ def test_max_in_flight_must_be_positive() -> None:
 
 def test_restore_redispatches_interrupted_job_first_keeping_its_attempts() -> None:
     rows = [
-        StoredJobState(1, envelope("a"), "pending", attempts=1, not_before=50.0, last_reason="conflict"),
-        StoredJobState(2, envelope("b"), "running", attempts=2),
-        StoredJobState(3, envelope("c"), "pending"),
+        stored(1, envelope("a"), "pending", attempts=1, not_before=50.0, failure_reason="conflict"),
+        stored(2, envelope("b"), "running", attempts=2),
+        stored(3, envelope("c"), "pending"),
     ]
     q, cmds = QueueState.restore(rows, now=100.0)
     assert cmds == []
@@ -242,13 +241,13 @@ def test_restore_redispatches_interrupted_job_first_keeping_its_attempts() -> No
 
 
 def test_restore_ignores_backoff_of_interrupted_job() -> None:
-    rows = [StoredJobState(5, envelope("a"), "running", attempts=2, not_before=999.0)]
+    rows = [stored(5, envelope("a"), "running", attempts=2, not_before=999.0)]
     q, _ = QueueState.restore(rows, now=0.0)
     assert dispatches(q.next_dispatch(0.0)) == [(5, 3)]
 
 
 def test_restore_gives_up_on_interrupted_last_attempt() -> None:
-    rows = [StoredJobState(4, envelope("a", run_id="r"), "running", attempts=4)]
+    rows = [stored(4, envelope("a", run_id="r"), "running", attempts=4)]
     q, cmds = QueueState.restore(rows, now=0.0)
     assert cmds[0] == GiveUp(4, "a", 4, "interrupted")
     assert isinstance(cmds[1], EmitJobFailed)
@@ -259,14 +258,14 @@ def test_restore_gives_up_on_interrupted_last_attempt() -> None:
 
 
 def test_restore_keeps_lowest_seq_of_duplicate_rows() -> None:
-    rows = [StoredJobState(7, envelope("a"), "pending"), StoredJobState(3, envelope("a"), "pending")]
+    rows = [stored(7, envelope("a"), "pending"), stored(3, envelope("a"), "pending")]
     q, cmds = QueueState.restore(rows, now=0.0)
     assert cmds == [AlreadyQueued("a", 7, 3)]
     assert q.active_seq("a", "/data/a/om.sqlite") == 3 and q.depth == 1
 
 
 def test_restore_rejects_two_rows_with_one_seq() -> None:
-    rows = [StoredJobState(1, envelope("a"), "pending"), StoredJobState(1, envelope("b"), "pending")]
+    rows = [stored(1, envelope("a"), "pending"), stored(1, envelope("b"), "pending")]
     with pytest.raises(QueueStateError):
         QueueState.restore(rows, now=0.0)
 

@@ -15,7 +15,6 @@ starts before its time unless it rides with another job of its lane, and limits 
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -32,14 +31,14 @@ from actors.queue.state import (
     OutcomeIgnored,
     QueueState,
     ScheduleRetry,
-    StoredJobState,
     WakeAt,
     lane_of,
 )
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.outcomes import JobFailed, JobSucceeded
+from protocol.queue_rows import StoredJob, iso_utc
 
-from .helpers import envelope, observe, reflect, scan_next_dispatch
+from .helpers import envelope, observe, reflect, scan_next_dispatch, stored
 
 MAX_ATTEMPTS = 4
 
@@ -57,7 +56,7 @@ class QueueActorModel(RuleBasedStateMachine):
         self.now = 0.0
         self.next_seq = 1
         self.next_job = 1
-        self.durable: dict[int, StoredJobState] = {}  # active rows, by job_seq
+        self.durable: dict[int, StoredJob] = {}  # active rows, by job_seq
         self.accepted: dict[int, str] = {}  # every stored row: seq -> job id
         self.discarded: set[int] = set()  # surplus duplicate rows the actor deleted
         self.finished: dict[int, str] = {}  # seq -> "succeeded" | "failed"
@@ -80,8 +79,12 @@ class QueueActorModel(RuleBasedStateMachine):
             elif isinstance(cmd, ScheduleRetry):
                 row = self.durable[cmd.job_seq]
                 assert row.attempts == cmd.attempts
-                self.durable[cmd.job_seq] = dataclasses.replace(
-                    row, status="pending", not_before=cmd.not_before, last_reason=cmd.reason
+                self.durable[cmd.job_seq] = row.model_copy(
+                    update={
+                        "state": "pending",
+                        "not_before": iso_utc(cmd.not_before),
+                        "failure_reason": cmd.reason,
+                    }
                 )
             elif isinstance(cmd, MarkSucceeded | GiveUp):
                 assert cmd.job_seq not in self.finished, "a job finished twice"
@@ -122,8 +125,8 @@ class QueueActorModel(RuleBasedStateMachine):
                 assert len(cmd.covered) > 1, "a held job started early alone"
             runs.append(attempt)
             assert len(runs) <= MAX_ATTEMPTS
-            self.durable[seq] = dataclasses.replace(
-                self.durable[seq], status="running", attempts=attempt, not_before=None
+            self.durable[seq] = self.durable[seq].model_copy(
+                update={"state": "running", "attempts": attempt, "not_before": None}
             )
         self.live.add((cmd.job_seq, cmd.attempt))
         self.history.add((cmd.job_seq, cmd.attempt))
@@ -140,7 +143,7 @@ class QueueActorModel(RuleBasedStateMachine):
     def _store(self, job: JobEnvelope) -> int:
         seq = self.next_seq
         self.next_seq += 1
-        self.durable[seq] = StoredJobState(seq, job, "pending")
+        self.durable[seq] = stored(seq, job, "pending")
         self.accepted[seq] = job.job_id
         self.envelopes[seq] = job
         return seq
