@@ -24,13 +24,15 @@ a start is durable before the worker is called, a write batch that fails is retr
 order before anything newer (so the durable rows never diverge from the state), and every write
 is idempotent, so repeating a batch whose reply was lost is safe.
 
-Length: about 830 lines, on purpose: the threads share one lock, the commit generations and the
-unwritten writes, so their code stays in one class; the decisions live in ``state.py``.
+The threads share one lock, the commit generations and the unwritten writes, so their code stays
+in one class; the decisions live elsewhere: ``state.py`` (lanes, order, coalescing, retries),
+``writes.py`` (the writes of one commit), ``commits.py`` (what is unwritten, which commit makes
+what durable), ``attempts.py`` (what a worker's answer counts as), ``intake.py`` (what a dispatch
+accepts) and ``reports.py`` (metrics and logs).
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import threading
@@ -40,22 +42,20 @@ from typing import Any, Final
 
 from actors.queue.attempts import InFlight, read_outcome
 from actors.queue.commits import Batch, CommitLog, CommitStats
-from actors.queue.figures import QueueFigures, queue_figures, usage_of
+from actors.queue.figures import QueueFigures, queue_figures
+from actors.queue.intake import parse_envelope, parse_envelopes
 from actors.queue.ports import NoMetrics, QueueMetricsPort, QueueStorePort, WorkerPoolPort
+from actors.queue.reports import QueueReports, safe_metric
 from actors.queue.retry import RetryPolicy
 from actors.queue.state import (
     Command,
     Dispatch,
-    EmitJobFailed,
-    MarkSucceeded,
     QueueState,
-    ScheduleRetry,
 )
-from actors.queue.writes import Accept, wakes_callers_and_starts, writes_for
-from protocol.errors import InvalidPayloadError, StorageError
+from actors.queue.writes import wakes_callers_and_starts, writes_for
+from protocol.errors import StorageError
 from protocol.jobs import JobEnvelope
-from protocol.outcomes import JobFailedEvent, JobSucceeded
-from protocol.queue_rows import iso_utc
+from protocol.outcomes import JobSucceeded
 
 logger = logging.getLogger("omray.queue")
 
@@ -70,9 +70,6 @@ FINISH_LINGER_S: Final = 0.005
 start rides with them) for the next dispatch to share their transaction: one agent's next job then
 costs one commit, not one behind the last job's finish. A crash meanwhile re-runs the job, as any
 crash between an outcome and its write does (handlers are idempotent)."""
-
-MAX_DISPATCH_BATCH: Final = 256
-"""Most jobs one ``dispatch_many`` call may carry (a client sends what its hooks have waiting)."""
 
 
 def _envelope_of(command: Dispatch) -> dict[str, Any]:
@@ -116,6 +113,7 @@ class QueueActor:
         self._store = store
         self._workers = workers
         self._metrics: QueueMetricsPort = metrics or NoMetrics()
+        self._reports = QueueReports(self._metrics, clock)
         self._clock = clock
         # Guards the state machine and the bookkeeping below; never held across a store or Ray call.
         self._lock = threading.Lock()
@@ -125,9 +123,7 @@ class QueueActor:
         self._commit_wanted = threading.Event()
         self._depth_reported = 0.0  # when the queue-depth gauge was last set (at most once a tick)
         self._stop = threading.Event()
-        self._recent_failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._in_flight = InFlight()
-        self._completed = 0
         self._coalesced = 0
         self._stats = CommitStats()
         # What the loop has not written yet, in order, each with the time it was issued (so a
@@ -164,16 +160,7 @@ class QueueActor:
 
     def dispatch(self, envelope: JobEnvelope | Mapping[str, Any]) -> str:
         """Accept a job durably and return its job id; a job key already pending is not queued twice."""
-        try:
-            job = envelope if isinstance(envelope, JobEnvelope) else JobEnvelope.model_validate(envelope)
-        except Exception as exc:
-            raise InvalidPayloadError(f"invalid job envelope ({type(exc).__name__})") from None
-        started = time.perf_counter()
-        generation = self._accept(job)
-        if generation is not None:
-            self._await_durable(generation)
-        self._stats.dispatched((time.perf_counter() - started) * 1000.0)
-        return job.job_id
+        return self._dispatch([parse_envelope(envelope)])[0]
 
     def dispatch_many(self, envelopes: Sequence[JobEnvelope | Mapping[str, Any]]) -> list[str]:
         """Accept several jobs durably in one call, in the order given; their job ids, in that order.
@@ -183,30 +170,14 @@ class QueueActor:
         one envelope that does not validate, or more than ``MAX_DISPATCH_BATCH``, rejects the call
         and accepts none of them.
         """
-        if isinstance(envelopes, str | bytes | Mapping) or not isinstance(envelopes, Sequence):
-            raise InvalidPayloadError(
-                f"dispatch_many takes a list of job envelopes, not {type(envelopes).__name__}"
-            )
-        if len(envelopes) > MAX_DISPATCH_BATCH:
-            raise InvalidPayloadError(
-                f"at most {MAX_DISPATCH_BATCH} jobs per dispatch_many, got {len(envelopes)}"
-            )
-        jobs: list[JobEnvelope] = []
-        for index, envelope in enumerate(envelopes):
-            try:
-                jobs.append(
-                    envelope if isinstance(envelope, JobEnvelope) else JobEnvelope.model_validate(envelope)
-                )
-            except Exception as exc:
-                raise InvalidPayloadError(
-                    f"invalid job envelope at index {index} ({type(exc).__name__}); no job accepted"
-                ) from None
+        return self._dispatch(parse_envelopes(envelopes))
+
+    def _dispatch(self, jobs: Sequence[JobEnvelope]) -> list[str]:
         started = time.perf_counter()
         generation = self._accept(*jobs)
         if generation is not None:
             self._await_durable(generation)
-        elapsed_ms = (time.perf_counter() - started) * 1000.0
-        self._stats.dispatched(elapsed_ms, len(jobs))
+        self._stats.dispatched((time.perf_counter() - started) * 1000.0, len(jobs))
         return [job.job_id for job in jobs]
 
     def _accept(self, *jobs: JobEnvelope) -> int | None:
@@ -266,9 +237,9 @@ class QueueActor:
                 "lanes": snapshot["lanes"],
                 "busy_lanes": snapshot["busy_lanes"],
                 "capacity": snapshot["capacity"],
-                "completed_since_start": self._completed,
+                "completed_since_start": self._reports.completed,
                 "coalesced_since_start": self._coalesced,
-                "recent_failures": list(self._recent_failures),
+                "recent_failures": list(self._reports.recent_failures),
                 "unwritten": len(self._log),
                 "commits": self._stats.figures(),
                 "state": snapshot,
@@ -435,7 +406,7 @@ class QueueActor:
                 starts.append(item)  # a commit's starts go out together (one lane has one at most)
                 continue
             try:
-                self._effect(item)
+                self._reports.effect(item)
             except Exception as exc:  # a log or metric failing must not keep a start from going out
                 logger.error("queue effect failed", extra={"error_class": type(exc).__name__})
         start_many = getattr(self._workers, "start_many", None)
@@ -476,10 +447,10 @@ class QueueActor:
         if wanted and not self._collects_in_loop:
             self._commit_wanted.set()  # the loop thread commits them (it called this itself otherwise)
         for report in reports:
-            self._safe_metric(report)
+            safe_metric(report)
         if figures is not None:
             self._depth_reported = now  # gauges: once a tick is enough, and saves the loop a call
-            self._safe_metric(self._metrics.queue_figures, figures)
+            safe_metric(self._metrics.queue_figures, figures)
         return len(finished)
 
     def tick(self, timeout_s: float) -> int:
@@ -502,7 +473,7 @@ class QueueActor:
             commands = self._state.on_outcome(job_seq, parsed, now, attempt=attempt)
             kind = parsed.kind
             if isinstance(parsed, JobSucceeded) and sent is not None:
-                reports.append(functools.partial(self._report_tokens, sent.handler_id, parsed.detail))
+                reports.append(functools.partial(self._reports.tokens, sent.handler_id, parsed.detail))
         if sent is not None:
             reports.append(
                 functools.partial(
@@ -511,36 +482,11 @@ class QueueActor:
             )
         return commands
 
-    def _report_tokens(self, handler_id: str, detail: Mapping[str, Any]) -> None:
-        for usage in usage_of(handler_id, detail):
-            self._safe_metric(self._metrics.model_usage, handler_id, usage)
-
-    @staticmethod
-    def _safe_metric(record: Callable[..., None], *args: Any) -> None:
-        # Metrics never hurt work: a failing exporter is logged and ignored.
-        try:
-            record(*args)
-        except Exception as exc:
-            logger.warning("metric update failed", extra={"error_class": type(exc).__name__})
-
     # --- command execution -------------------------------------------------------------------------
 
     def _enqueue(self, commands: Sequence[Command], now: float) -> None:
         """Queue commands for the loop (under the lock); notices need no write and are dropped."""
         self._log.add(commands, now)
-
-    def _effect(self, command: Command | Accept) -> None:
-        """What a command other than a start does once its writes are durable (no store access here;
-        :meth:`_carry_out` sends the starts)."""
-        if isinstance(command, MarkSucceeded):
-            self._completed += 1
-        elif isinstance(command, ScheduleRetry):
-            logger.warning(
-                "job attempt failed; retry scheduled",
-                extra={"job_id": command.job_id, "attempts": command.attempts, "reason": command.reason},
-            )
-        elif isinstance(command, EmitJobFailed):
-            self._report_job_failed(command.run_id, command.event, self._clock())
 
     def _start(self, command: Dispatch) -> None:
         self._mark_in_flight([command])
@@ -571,18 +517,3 @@ class QueueActor:
                 extra={"job_id": command.job_id, "error_class": type(exc).__name__},
             )
         self._commit_wanted.set()
-
-    def _report_job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:
-        payload = event.model_dump()
-        self._recent_failures.append({"run_id": run_id, **payload, "at": iso_utc(now)})
-        self._safe_metric(self._metrics.job_failed, event.handler_id, event.reason)
-        logger.error(
-            "job failed after retrying",
-            extra={
-                "run_id": run_id,
-                "job_id": event.job_id,
-                "handler_id": event.handler_id,
-                "reason": event.reason,
-                "attempts": event.attempts,
-            },
-        )

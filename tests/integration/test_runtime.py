@@ -400,7 +400,7 @@ def test_rejections_through_the_child_link_keep_their_type_and_the_connection(
     ``InvalidPayloadError`` (not "not running") and accepts nothing; a runtime without
     ``dispatch_many`` raises ``RuntimeMethodMissingError`` and the outbox still delivers every job. Neither
     costs a new child (a Ray connection)."""
-    from actors.queue.actor import MAX_DISPATCH_BATCH
+    from actors.queue.intake import MAX_DISPATCH_BATCH
     from cluster.link import ChildLink, RuntimeMethodMissingError
     from protocol.errors import InvalidPayloadError
 
