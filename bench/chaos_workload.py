@@ -1,9 +1,9 @@
 """The real work of ``omray bench chaos --real``: agent sessions, the scripted model, and a driver.
 
 ``sessions`` sessions of one project (one memory database) each commit ``turns`` turns of the
-sample coding session (``bench/sample_session.py``, repeated with later seqs and times when
+sample coding session (``cluster/demo_session.py``, repeated with later seqs and times when
 ``turns`` exceeds it) through the public client's ``after_turn_commit``, as a host agent would.
-The model is :class:`bench.scripted_models.ScriptedMemoryModel` behind the scripted
+The model is :class:`testkit.scripted_models.ScriptedMemoryModel` behind the scripted
 OpenAI-compatible server, called through the real ``openai`` client in the workers, with
 ``model_latency_s`` per answer; embeddings come from the same server (``hash_vector``), so real
 observe, reflect (with the Dropper) and index jobs run.
@@ -29,12 +29,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.sample_session import commit_turn, demo_session
-from bench.scripted_models import ScriptedMemoryModel
-from bench.scripted_server import Reply, ScriptedServer
 from cluster.client import OmrayClient
+from cluster.demo_session import commit_turn, demo_session
 from persistence.queries import MemoryReader
 from protocol.settings import settings_from_mapping
+from testkit.scripted_models import ScriptedMemoryModel
+from testkit.scripted_server import Reply, ScriptedServer
 
 logger = logging.getLogger("omray.bench")
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench.chaos_workload import CountingServer, RequestKind, Workload, drive, uncovered_events, wait_settled
-from bench.memory_snapshot import memory_snapshot
+from testkit.memory_snapshot import memory_snapshot
 
 CALL_TIMEOUT_S = 10.0
 """Deadline of the driver's calls into the runtime: a call into the stopped cluster gives up by then

@@ -54,12 +54,12 @@ from typing import Any, Literal
 
 import ray
 
-from bench.scripted_models import ScriptedMemoryModel
-from bench.scripted_server import ScriptedServerProcess
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
 from protocol.events import AfterTurnCommit, EventSummary
+from testkit.scripted_models import ScriptedMemoryModel
+from testkit.scripted_server import ScriptedServerProcess
 
 SCHEMA_VERSION = "1.0"
 REQUESTS_PER_OBSERVE_JOB = 1

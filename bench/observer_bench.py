@@ -36,7 +36,6 @@ from actors.models.registry import model_for
 from actors.models.tokens import token_counter
 from actors.observer.blocks import build_source_blocks
 from actors.observer.pipeline import ObserverPorts, observe_through
-from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 from cluster.client import OmrayClient
 from persistence.events_reader import iter_events, read_event_window
 from persistence.importers import detect_format, import_transcript
@@ -45,6 +44,7 @@ from persistence.store import Store
 from protocol.events import AfterTurnCommit, EventSummary, SessionEvent
 from protocol.jobs import ObserveBoundaryJob
 from protocol.settings import settings_from_mapping
+from testkit.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_TRANSCRIPT = REPO_ROOT / "tests" / "fixtures" / "transcripts" / "pi-session.jsonl"

@@ -70,7 +70,6 @@ import ray
 from pydantic import BaseModel, ConfigDict
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
-from actors.bench_handlers import LEDGER_ENV, read_ledger
 from cluster.naming import RuntimeNames
 from cluster.runtime import ROLE_NAMES, PoolSizes, ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
@@ -80,6 +79,7 @@ from protocol.jobs import (
     SEMANTIC_INDEX_HANDLER,
     JobEnvelope,
 )
+from testkit.handlers import LEDGER_ENV, read_ledger
 
 logger = logging.getLogger("omray.bench")
 

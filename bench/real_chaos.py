@@ -4,7 +4,7 @@ The workload of :mod:`bench.chaos_workload` (agents through the public client, t
 through the real ``openai`` client, scripted embeddings) runs once without faults, the *baseline*,
 and then once per seed on a fresh runtime while a seeded schedule SIGKILLs the QueueActor, the
 ObserverActor, the ReflectorActor, the IndexerActor and the memory database's StoreActor. Each
-run's memory is read with :func:`bench.memory_snapshot.memory_snapshot` and compared with the
+run's memory is read with :func:`testkit.memory_snapshot.memory_snapshot` and compared with the
 baseline's.
 
 The kill schedule (:func:`plan_kills`) is drawn from the seed and the baseline's request counts:
@@ -20,7 +20,7 @@ ones, ``missed_kills`` the others, by kind).
 Per seed:
 
 - ``memory_identical``: every section of the snapshot equals the baseline's (see
-  :mod:`bench.memory_snapshot` for what is compared and what is left out).
+  :mod:`testkit.memory_snapshot` for what is compared and what is left out).
 - ``lost``: observations, coverage rows and reflections of the baseline that the run lacks, plus
   input events the run's coverage does not reach.
 - ``duplicated``: observations, coverage rows and reflections the run has and the baseline lacks
@@ -63,11 +63,11 @@ from bench.chaos_workload import (
     uncovered_events,
     wait_settled,
 )
-from bench.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 from bench.queue_bench import BenchError, MachineInfo, _Frozen, kill_actor, machine_info
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
+from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 
 logger = logging.getLogger("omray.bench")
 

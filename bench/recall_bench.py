@@ -572,8 +572,8 @@ class _observer_server:
     def __enter__(self) -> str | None:
         if self._observer == "builtin":
             return None
-        from bench.scripted_models import CondensingMemoryModel
-        from bench.scripted_server import ScriptedServerProcess
+        from testkit.scripted_models import CondensingMemoryModel
+        from testkit.scripted_server import ScriptedServerProcess
 
         self._process = ScriptedServerProcess(CondensingMemoryModel, CONDENSE_EVERY)
         return str(self._process.__enter__().base_url)

@@ -207,6 +207,29 @@ def _observe_after_import(session_id: str, events_path: Path, last_seq: int) -> 
     )
 
 
+def _mount_bench() -> None:
+    """``bench.cli``'s commands in a source checkout; in an installed wheel, a command that says why
+    there are none. ``bench`` sits above ``cluster`` (it drives the runtime), so it is found by name,
+    never imported here."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is not None:
+        bench_app: typer.Typer = importlib.import_module("bench.cli").bench_app
+        app.add_typer(bench_app, name="bench", help="Benchmarks: print figures as JSON with --json.")
+        return
+
+    @app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def _needs_the_bench_package() -> None:
+        """Benchmarks run from a source checkout: the ``bench`` package does not ship in the wheel."""
+        typer.echo(
+            "omray bench: the benchmarks run from a source checkout of omray (`make setup`, then "
+            "`.venv/bin/omray bench ...`); this installation has no `bench` package.",
+            err=True,
+        )
+        raise typer.Exit(code=2)
+
+
 def _mount_subcommands() -> None:
     from cluster import import_cli
 
@@ -215,9 +238,7 @@ def _mount_subcommands() -> None:
     from cluster.memory_cli import memory_app
 
     app.add_typer(memory_app, name="memory", help="Read memory: status, view, project, search, recall.")
-    from cluster.bench_cli import bench_app
-
-    app.add_typer(bench_app, name="bench", help="Benchmarks: print figures as JSON with --json.")
+    _mount_bench()
     from cluster.metrics_cli import metrics_app
 
     app.add_typer(metrics_app, name="metrics", help="omray's Grafana dashboard and a Prometheus config.")

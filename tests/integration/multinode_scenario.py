@@ -28,13 +28,13 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
-from bench.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
-from bench.sample_session import commit_turn, demo_session
-from bench.scripted_models import ScriptedMemoryModel
-from bench.scripted_server import ScriptedServer
 from cluster.client import OmrayClient
+from cluster.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
+from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
+from testkit.scripted_models import ScriptedMemoryModel
+from testkit.scripted_server import ScriptedServer
 
 SESSIONS = ("mn-a", "mn-b")
 """Sessions observed in each run."""

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.sample_session import commit_turn, demo_session
 from cluster.client import connect
+from cluster.demo_session import commit_turn, demo_session
 
 SESSION = "restart-session"
 SETTINGS = {"model": "builtin/extractive", "observer": {"observe_after_tokens": 0}}

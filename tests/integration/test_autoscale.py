@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.bench_handlers import LEDGER_ENV, for_every_role, read_ledger
 from actors.queue.scaling import ScalingPolicy
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import PoolSizes, ensure_runtime
 from protocol.jobs import REFLECT_GENERATION_HANDLER, JobEnvelope
+from testkit.handlers import LEDGER_ENV, for_every_role, read_ledger
 from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ def test_a_pool_grows_under_a_backlog_and_shrinks_when_idle(names: RuntimeNames,
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
-        handler_paths=for_every_role("actors.bench_handlers:slow"),
+        handler_paths=for_every_role("testkit.handlers:slow"),
         worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "0.4"},
         pools=PoolSizes(reflectors=1, max_reflectors=3, reflector_slots=1),
         scaling=ScalingPolicy(grow_after_s=0.5, shrink_after_s=2.0, cooldown_s=0.5),

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from bench.cli import bench_app
 from bench.queue_bench import JobRow, audit_jobs, run_chaos_bench, run_queue_bench
-from cluster.bench_cli import bench_app
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cluster.bench_cli import bench_app
+from bench.cli import bench_app
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.bench_handlers import LEDGER_ENV
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import ensure_runtime
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
+from testkit.handlers import LEDGER_ENV
 from tests.integration.conftest import ClusterInfo, assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_state_api_lists_omray_actors_by_name(
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
-        handler_paths={SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:noop"},
+        handler_paths={SEMANTIC_INDEX_HANDLER: "testkit.handlers:noop"},
     )
 
     def alive_names() -> set[str]:
@@ -50,7 +50,7 @@ def test_custom_metrics_reach_the_prometheus_endpoint(
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
-        handler_paths={SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:noop"},
+        handler_paths={SEMANTIC_INDEX_HANDLER: "testkit.handlers:noop"},
         worker_env={LEDGER_ENV: str(tmp_path / "ledger.jsonl")},
     )
     client = OmrayClient(names)

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from bench.sample_session import commit_turn, demo_session, event_line
-from bench.scripted_server import ScriptedServer, hash_vector, http_error
 from cluster.client import OmrayClient
+from cluster.demo_session import commit_turn, demo_session, event_line
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.semantic import VECTOR_FILE
 from protocol.events import AfterTurnCommit, EventSummary
+from testkit.scripted_server import ScriptedServer, hash_vector, http_error
 
 pytestmark = pytest.mark.integration
 

@@ -26,12 +26,10 @@ from typing import Any
 import pytest
 import ray
 
-from actors.bench_handlers import GATE_ENV
 from actors.queue.scaling import ScalingPolicy
 from bench.observer_bench import PrefixCachingObserver
-from bench.sample_session import commit_turn, demo_session
-from bench.scripted_server import ScriptedServer
 from cluster.client import OmrayClient
+from cluster.demo_session import commit_turn, demo_session
 from cluster.grafana import prometheus_config, queries, service_discovery_file
 from cluster.metric_catalog import ALL_METRICS, LABEL_VALUES
 from cluster.naming import RuntimeNames
@@ -45,6 +43,8 @@ from protocol.jobs import (
     ReflectGenerationJob,
     SemanticIndexJob,
 )
+from testkit.handlers import GATE_ENV
+from testkit.scripted_server import ScriptedServer
 from tests.integration.conftest import ClusterInfo, assert_eventually, free_port
 
 pytestmark = pytest.mark.integration
@@ -164,8 +164,8 @@ def runtime(
             queue_db=str(tmp / "queue.sqlite"),
             handler_paths={
                 OBSERVE_BOUNDARY_HANDLER: DEFAULT_HANDLERS[OBSERVE_BOUNDARY_HANDLER],
-                REFLECT_GENERATION_HANDLER: "actors.bench_handlers:always_fail",
-                SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:gated",
+                REFLECT_GENERATION_HANDLER: "testkit.handlers:always_fail",
+                SEMANTIC_INDEX_HANDLER: "testkit.handlers:gated",
             },
             worker_env={GATE_ENV: str(gate)},
             retry_base_delay_s=0.05,

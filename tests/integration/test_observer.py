@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from bench.sample_session import commit_turn, demo_session
-from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 from cluster.client import OmrayClient
+from cluster.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader
 from protocol.events import AfterTurnCommit, EventSummary
+from testkit.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from bench.observer_bench import PrefixCachingObserver
-from bench.sample_session import commit_turn, demo_session
-from bench.scripted_server import ScriptedServer
 from cluster.client import OmrayClient
+from cluster.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader
+from testkit.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.integration
 

@@ -12,14 +12,14 @@ import pytest
 import ray
 from typer.testing import CliRunner
 
-from bench.sample_session import commit_turn, demo_session
-from bench.scripted_models import ScriptedMemoryModel
-from bench.scripted_server import ScriptedServer
 from cluster.client import OmrayClient
+from cluster.demo_session import commit_turn, demo_session
 from cluster.memory_cli import memory_app
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader
+from testkit.scripted_models import ScriptedMemoryModel
+from testkit.scripted_server import ScriptedServer
 from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration

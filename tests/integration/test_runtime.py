@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import ray
 
-from actors.bench_handlers import LEDGER_ENV, for_every_role, read_ledger
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import PoolSizes, ensure_runtime
@@ -23,6 +22,7 @@ from protocol.jobs import (
     JobEnvelope,
     SemanticIndexJob,
 )
+from testkit.handlers import LEDGER_ENV, for_every_role, read_ledger
 from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -93,7 +93,7 @@ def _lane_runs(ledger: Path, lane_of_job: dict[str, str]) -> dict[str, list[tupl
 def test_lanes_keep_their_order_over_200_jobs_and_run_side_by_side(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    handlers = for_every_role("actors.bench_handlers:slow")
+    handlers = for_every_role("testkit.handlers:slow")
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
@@ -127,7 +127,7 @@ def test_lanes_keep_their_order_over_200_jobs_and_run_side_by_side(
 
 
 def test_pending_job_id_is_not_queued_twice(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
-    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"})
+    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"})
     first = [client.dispatch(_job("s1", n)) for n in range(3)]
     again = client.dispatch(_job("s1", 2))  # still pending behind the slow ones
     assert again == first[2]
@@ -139,7 +139,7 @@ def test_pending_job_id_is_not_queued_twice(names: RuntimeNames, tmp_path: Path,
 def test_queue_sigkill_mid_run_every_job_completes_once(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"})
+    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"})
     job_ids = [client.dispatch(_job("s1", n)) for n in range(40)]
     assert_eventually(lambda: len(_starts(ledger)) >= 10, message="jobs did not start")
     pid = ray.get(client.queue_handle().ping.remote())["pid"]
@@ -154,7 +154,7 @@ def test_queue_sigkill_mid_run_every_job_completes_once(
 def test_queue_sigkill_while_an_attempt_runs_never_overlaps_two_attempts(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    handlers = {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"}
+    handlers = {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"}
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
@@ -187,7 +187,7 @@ def test_a_restarted_queue_redelivers_to_the_pool_member_still_running_the_old_a
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
-        handler_paths={SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"},
+        handler_paths={SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"},
         worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "8"},
         retry_base_delay_s=0.05,
         pools=PoolSizes(indexers=2, max_indexers=2, indexer_slots=1),
@@ -220,7 +220,7 @@ def test_a_restarted_queue_redelivers_to_the_pool_member_still_running_the_old_a
 
 
 def test_worker_sigkill_mid_job_is_retried(names: RuntimeNames, tmp_path: Path, ledger: Path) -> None:
-    handlers = {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"}
+    handlers = {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"}
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
@@ -246,7 +246,7 @@ def test_worker_sigkill_mid_job_is_retried(names: RuntimeNames, tmp_path: Path, 
 def test_always_failing_handler_gets_four_attempts_and_one_event(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:always_fail"})
+    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "testkit.handlers:always_fail"})
     run_id = f"session-{uuid.uuid4().hex[:6]}"
     client.dispatch(_job(run_id, 7))
     assert client.wait_idle(timeout_s=60)
@@ -273,7 +273,7 @@ def test_pending_jobs_resume_after_the_whole_runtime_stops(
 ) -> None:
     from cluster.runtime import remove_runtime
 
-    handlers = {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"}
+    handlers = {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"}
     client = _start(names, tmp_path, ledger, handlers)
     job_ids = [client.dispatch(_job("s1", n)) for n in range(30)]
     assert_eventually(lambda: len(_starts(ledger)) >= 3, message="jobs did not start")
@@ -292,7 +292,7 @@ def test_queue_sigkill_with_many_lanes_in_flight_loses_nothing(
     ensure_runtime(
         names,
         queue_db=str(tmp_path / "queue.sqlite"),
-        handler_paths=for_every_role("actors.bench_handlers:slow"),
+        handler_paths=for_every_role("testkit.handlers:slow"),
         worker_env={LEDGER_ENV: str(ledger), "OMRAY_BENCH_SLOW_S": "0.1"},
         retry_base_delay_s=0.05,
         pools=PoolSizes(observers=1, reflectors=3, indexers=1),
@@ -314,7 +314,7 @@ def test_queue_sigkill_with_many_lanes_in_flight_loses_nothing(
 def test_sessions_of_two_projects_with_one_job_id_both_run(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    client = _start(names, tmp_path, ledger, for_every_role("actors.bench_handlers:noop"))
+    client = _start(names, tmp_path, ledger, for_every_role("testkit.handlers:noop"))
     one = _job("shared-session", 5, "observe_boundary")
     two = JobEnvelope(
         job_id=one.job_id,
@@ -336,7 +336,7 @@ def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
         info: dict[str, Any] = ray.get(handle.ping.remote())
         return int(info["pid"])
 
-    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "actors.bench_handlers:slow"})
+    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"})
     worker: Any = ray.get_actor(names.worker("indexer", 0), namespace=names.namespace)
     store = store_handle(names, tmp_path / "om.sqlite")
     queue_nice = os.getpriority(os.PRIO_PROCESS, pid_of(client.queue_handle()))
@@ -358,7 +358,7 @@ def test_batched_dispatches_and_starts_run_every_job_once(
         names,
         tmp_path,
         ledger,
-        for_every_role("actors.bench_handlers:noop"),
+        for_every_role("testkit.handlers:noop"),
         pools=PoolSizes(reflectors=1, max_reflectors=1, reflector_slots=8),
     )
     first = [_job(f"s{n}", n, "reflect_generation") for n in range(16)]
@@ -404,7 +404,7 @@ def test_rejections_through_the_child_link_keep_their_type_and_the_connection(
     from cluster.link import ChildLink, RuntimeMethodMissingError
     from protocol.errors import InvalidPayloadError
 
-    client = _start(names, tmp_path, ledger, for_every_role("actors.bench_handlers:noop"))
+    client = _start(names, tmp_path, ledger, for_every_role("testkit.handlers:noop"))
     address = ray.get_runtime_context().gcs_address
     link = ChildLink(address, names.queue, names.namespace)
     old_names = RuntimeNames(prefix=f"old{uuid.uuid4().hex[:8]}")

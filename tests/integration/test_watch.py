@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.bench_handlers import for_every_role
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import ensure_runtime
@@ -29,12 +28,13 @@ from protocol.jobs import (
     SemanticIndexJob,
 )
 from protocol.records import ActivityRecord
+from testkit.handlers import for_every_role
 from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-ALL_SLOW = for_every_role("actors.bench_handlers:slow")
+ALL_SLOW = for_every_role("testkit.handlers:slow")
 STAGE_LINE = "s-watch  Observational memory: observer running on ~1,234-token chunk"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[=>]|\r")
 

@@ -53,7 +53,7 @@ def test_the_built_wheel_runs_the_demo_offline_in_a_fresh_environment(tmp_path: 
     [wheel] = dist.glob("omray-*.whl")
 
     names = zipfile.ZipFile(wheel).namelist()
-    assert not [name for name in names if name.startswith("bench/")]  # benchmarks and test servers
+    assert not [name for name in names if name.startswith(("bench/", "testkit/"))]  # benchmarks, test support
     for shipped in ("tokenizer.json", "LICENSE", "NOTICE"):
         assert f"actors/models/minilm/{shipped}" in names
     metadata = next(name for name in names if name.endswith(".dist-info/METADATA"))

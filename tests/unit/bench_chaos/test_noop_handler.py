@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.bench_handlers import LEDGER_ENV, read_ledger
 from bench import queue_bench
 from bench.queue_bench import EFFECTS_ENV, _mark_once, bench_job, idempotent_noop
+from testkit.handlers import LEDGER_ENV, read_ledger
 
 
 def test_a_marker_is_made_once_and_then_found(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
+from bench.cli import bench_app
 from bench.hybrid_bench import (
     MODES,
     QUERY_KINDS,
@@ -32,7 +33,6 @@ from bench.hybrid_bench import (
     recall_table,
     run_hybrid_bench,
 )
-from cluster.bench_cli import bench_app
 
 TEXT = "Assistant: Renamed the MapToolArguments helper and fixed the failing pagination test in src/page.ts"
 

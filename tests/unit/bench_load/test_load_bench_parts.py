@@ -6,8 +6,8 @@ import json
 import os
 import urllib.request
 
-from bench.scripted_models import ScriptedMemoryModel
-from bench.scripted_server import ScriptedServerProcess
+from testkit.scripted_models import ScriptedMemoryModel
+from testkit.scripted_server import ScriptedServerProcess
 
 
 def test_the_server_process_answers_counts_requests_and_stops() -> None:

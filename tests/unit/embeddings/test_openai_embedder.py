@@ -10,7 +10,7 @@ import pytest
 
 from actors.models.chat import MissingApiKeyError
 from actors.models.embeddings import EMBEDDING_FAILED_MESSAGE, EmbeddingError, OpenAIEmbedder
-from bench.scripted_server import Reply, ScriptedServer, embeddings_reply, hash_vector, http_error
+from testkit.scripted_server import Reply, ScriptedServer, embeddings_reply, hash_vector, http_error
 
 SECRET_TEXT = "private memory text 7f3a"
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from actors.models.embeddings import RERANK_FAILED_MESSAGE, HttpReranker, RerankError
-from bench.scripted_server import Reply, ScriptedServer, http_error, rerank_reply
+from testkit.scripted_server import Reply, ScriptedServer, http_error, rerank_reply
 
 SECRET_QUERY = "secret query 91c2"
 

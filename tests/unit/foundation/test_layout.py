@@ -6,7 +6,17 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-PACKAGES = ("protocol", "persistence", "actors", "cluster", "bench")
+PACKAGES = ("protocol", "persistence", "actors", "cluster", "testkit", "bench")
+
+MAY_IMPORT = {
+    "protocol": {"protocol"},
+    "persistence": {"protocol", "persistence"},
+    "actors": {"protocol", "persistence", "actors"},
+    "cluster": {"protocol", "persistence", "actors", "cluster"},
+    "testkit": {"protocol", "persistence", "testkit"},
+    "bench": {"protocol", "persistence", "actors", "cluster", "testkit", "bench"},
+}
+"""Which rooms each room may import (DESIGN.md's layout; ``testkit`` and ``bench`` never ship)."""
 
 
 def _module_name(path: Path) -> str:
@@ -61,6 +71,21 @@ def test_no_import_circle_between_project_modules() -> None:
     for module in graph:
         graph[module] = {t for t in graph[module] if not t.startswith(module + ".")}
     assert _cycle(graph) is None
+
+
+def test_no_room_imports_a_room_above_it() -> None:
+    """Every arrow points down the layout: no production room imports test support or benchmarks."""
+    upward = sorted(
+        (module, target)
+        for module, targets in _import_graph().items()
+        for target in targets
+        if target.split(".")[0] not in MAY_IMPORT[module.split(".")[0]]
+    )
+    assert upward == []
+
+
+def test_the_rooms_are_the_packages() -> None:
+    assert set(MAY_IMPORT) == set(PACKAGES)
 
 
 def test_each_actor_of_the_design_card_has_its_folder() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.scripted_server import (
+from testkit.scripted_server import (
     ScriptedServer,
     embeddings_reply,
     hash_vector,

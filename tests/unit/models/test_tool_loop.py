@@ -18,7 +18,6 @@ from actors.models.chat import (
     ToolLoopResult,
     run_tool_loop,
 )
-from bench.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls, http_error
 from protocol.tool_specs import RECORD_OBSERVATIONS, record_observations_spec
 from protocol.tools import (
     ObservationReceipt,
@@ -27,6 +26,7 @@ from protocol.tools import (
     observation_receipt,
     parse_observation_draft,
 )
+from testkit.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls, http_error
 
 MODEL = "local/gpt-test"
 GOOD_ITEM = {

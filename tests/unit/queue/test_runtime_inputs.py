@@ -69,7 +69,7 @@ def test_pool_limits_that_cannot_work_are_refused(limits: tuple[Any, Any, Any]) 
     [
         ({"handler_paths": {**DEFAULT_HANDLERS, "bogus.handler": "x:y"}}, "no worker role serves"),
         ({"handler_paths": {OBSERVE_BOUNDARY_HANDLER: "no.such.module:run"}}, "cannot be imported"),
-        ({"handler_paths": {OBSERVE_BOUNDARY_HANDLER: "actors.bench_handlers"}}, "must be 'module:function'"),
+        ({"handler_paths": {OBSERVE_BOUNDARY_HANDLER: "testkit.handlers"}}, "must be 'module:function'"),
         ({"max_in_flight": 0}, "max_in_flight must be an integer >= 1"),
         ({"max_in_flight": -1}, "max_in_flight must be an integer >= 1"),
     ],

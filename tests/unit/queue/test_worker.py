@@ -94,7 +94,7 @@ def test_a_role_worker_leaves_its_process_priority_alone_unless_asked() -> None:
     from actors.indexer.actor import IndexerActor
 
     before = os.getpriority(os.PRIO_PROCESS, 0)
-    IndexerActor(context=None, handler="actors.bench_handlers:noop")  # type: ignore[arg-type]
+    IndexerActor(context=None, handler="testkit.handlers:noop")  # type: ignore[arg-type]
     assert os.getpriority(os.PRIO_PROCESS, 0) == before
 
 
@@ -103,7 +103,7 @@ def _warm_in_child() -> tuple[bool, dict[str, Any], bool]:
 
     from actors.indexer.actor import IndexerActor
 
-    worker = IndexerActor(context=None, handler="actors.bench_handlers:noop")  # type: ignore[arg-type]
+    worker = IndexerActor(context=None, handler="testkit.handlers:noop")  # type: ignore[arg-type]
     before = "openai.types.chat" in sys.modules
     return before, worker.warm(), "openai.types.chat" in sys.modules
 

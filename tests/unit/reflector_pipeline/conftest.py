@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from actors.models.chat import OpenAIChatModel
-from bench.scripted_server import ScriptedServer
+from testkit.scripted_server import ScriptedServer
 
 THINKING_OFF_BODY = {"chat_template_kwargs": {"enable_thinking": False}}
 

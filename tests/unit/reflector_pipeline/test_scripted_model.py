@@ -9,12 +9,12 @@ import pytest
 from actors.models.chat import ModelCallError, OpenAIChatModel
 from actors.reflector.core import ReflectPayloadError
 from actors.reflector.pipeline import ReflectResult, reflect_generation
-from bench.scripted_server import ScriptedServer, chat_text, chat_tool_calls, http_error
 from persistence.queries import MemoryReader
 from persistence.store import Store
 from protocol.errors import ConflictError
 from protocol.jobs import ReflectGenerationJob
 from protocol.records import ActivityRecord, ObservationRecord, Relevance
+from testkit.scripted_server import ScriptedServer, chat_text, chat_tool_calls, http_error
 
 from .helpers import (
     RUN,

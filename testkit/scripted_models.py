@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from bench.scripted_server import Reply, chat_text, chat_tool_calls
+from testkit.scripted_server import Reply, chat_text, chat_tool_calls
 
 _LABEL = re.compile(r"\[Source entry id: ([^:\]]+):(\d+)\]\n\[[^\]@]+ @ (\d{4}-\d{2}-\d{2} \d{2}:\d{2})\]")
 _LOCAL_ID = re.compile(r"^\[(\d+)\] ", re.MULTILINE)

@@ -1,4 +1,4 @@
-"""``omray bench``: benchmarks of the runtime (mounted by ``cluster.cli``).
+"""``omray bench``: benchmarks of the runtime (``cluster.cli`` mounts it when this package is there).
 
 Each command starts a private local Ray cluster sized for this machine, or joins one with
 ``--address``, runs one benchmark from ``bench/`` and prints its figures (one JSON object with
@@ -23,20 +23,6 @@ bench_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-
-
-@bench_app.callback()
-def _needs_the_bench_package() -> None:
-    """Benchmarks run from a source checkout: the ``bench`` package does not ship in the wheel."""
-    import importlib.util
-
-    if importlib.util.find_spec("bench") is None:
-        typer.echo(
-            "omray bench: the benchmarks run from a source checkout of omray (`make setup`, then "
-            "`.venv/bin/omray bench ...`); this installation has no `bench` package.",
-            err=True,
-        )
-        raise typer.Exit(code=2)
 
 
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
@@ -167,10 +153,6 @@ def chaos_command(
 
 
 def _register_more() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("bench") is None:
-        return  # an installed wheel: no benchmarks (the callback above says so)
     from bench.hook_bench import bench_hook_command
     from bench.search_bench import bench_search_command
 

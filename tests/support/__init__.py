@@ -1,1 +1,0 @@
-"""Test helpers shared by unit and integration tests (local, in-process, no network)."""
