@@ -1,27 +1,24 @@
-"""Pure logic of hybrid retrieval (reference §14.3, §14.5, §14.7, §13.4).
+"""The shapes of hybrid retrieval (reference §14.3, §14.7): chunks and their ids, the memories they
+come from, date bounds, what a retrieval found, the error codes, and the embedder and reranker
+protocols.
 
-The chunker and chunk ids, reciprocal-rank fusion, per-store candidate filtering with its
-truthful ``truncated`` flag, per-kind date filtering, collapsing chunk hits to memories, and the
-tool answers of hybrid ``memory_search``. No I/O: the derived index files, the lock and the
-lifecycle live in ``persistence.semantic``; the HTTP/offline clients live elsewhere and only
-have to satisfy :class:`Embedder` and :class:`Reranker`.
+No I/O. The derived index files, the lock and the lifecycle live in ``persistence.semantic`` (its
+ranking rules in :mod:`persistence.semantic.fusion`); the tool answers in :mod:`actors.read.hybrid`;
+the HTTP/offline clients live elsewhere and only have to satisfy :class:`Embedder` and
+:class:`Reranker`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal, Protocol
 
 from protocol.canonical import condense
 from protocol.errors import OmrayError
 from protocol.identities import semantic_chunk_id
-from protocol.ids import display_id
 from protocol.settings import EmbeddingApiSettings
 from protocol.source_text import SourceExcerpt, quoted_in
-
-_logger = logging.getLogger("omray.semantic")
 
 MemoryKind = Literal["observation", "reflection", "event"]
 """What is indexed: the two kinds of memory (reference §14.2), and every covered event's text (the
@@ -45,15 +42,6 @@ SemanticErrorCode = Literal[
     "semantic_search_failed",
 ]
 """Failure codes of hybrid search (reference §14.7)."""
-
-RRF_K: Final[int] = 60
-"""Reciprocal-rank fusion constant."""
-STORE_HIT_LIMIT: Final[int] = 100
-"""Kept hits per store (vector, keyword)."""
-STORE_OVERFETCH_LIMIT: Final[int] = 500
-"""Hits read per store when hits can be filtered out (date bounds or a partial index)."""
-FUSED_CANDIDATE_LIMIT: Final[int] = 200
-"""Fused chunk candidates kept after fusion."""
 
 INDEX_BUILDING_MESSAGE: Final[str] = (
     "The semantic index is being built or rebuilt; retry memory_search once indexing has caught up."
@@ -344,196 +332,9 @@ class DateBounds:
         return (after is None or after <= timestamp) and (before is None or timestamp <= before)
 
 
-# ------------------------------------------------------------------------------ store candidates
-
-
-def store_fetch_size(chunk_count: int, filtered: bool, limit: int = STORE_HIT_LIMIT) -> int:
-    """Hits to read from one store: ``min(max(1, chunks), 500 if filtered else limit)``."""
-    return min(max(1, chunk_count), STORE_OVERFETCH_LIMIT if filtered else limit)
-
-
-@dataclass(frozen=True, slots=True)
-class StoreHits:
-    """Hits kept from one store, in rank order, and whether the store had more to give."""
-
-    chunk_ids: tuple[str, ...]
-    """Kept chunk ids, best first."""
-    truncated: bool
-    """True when the read stopped at a bound while the store held more chunks."""
-
-
-def filter_store_hits(
-    ranked: Iterable[str],
-    accept: Callable[[str], bool],
-    fetch: int,
-    chunk_count: int,
-    limit: int = STORE_HIT_LIMIT,
-) -> StoreHits:
-    """Keep up to ``limit`` accepted hits among the first ``fetch`` ranked ones (reference §14.5 #11).
-
-    ``truncated`` is true when ``fetch`` hits were read while the store holds more chunks, or when
-    the ``limit`` was reached before the store was exhausted.
-    """
-    kept: list[str] = []
-    seen = 0
-    truncated = False
-    for chunk_id in ranked:
-        if seen >= fetch:
-            break
-        seen += 1
-        truncated = seen >= fetch and chunk_count > seen
-        if not accept(chunk_id):
-            continue
-        kept.append(chunk_id)
-        if len(kept) >= limit:
-            truncated = truncated or chunk_count > seen
-            break
-    return StoreHits(tuple(kept), truncated)
-
-
-def rrf_fuse(
-    ranked_lists: Sequence[Sequence[str]], k: int = RRF_K, limit: int = FUSED_CANDIDATE_LIMIT
-) -> list[str]:
-    """Reciprocal-rank fusion: score ``sum(1 / (k + rank))`` (rank from 1), best first, at most ``limit``.
-
-    Ties keep the better single rank, then the earlier list.
-    """
-    scores: dict[str, float] = {}
-    best: dict[str, tuple[int, int]] = {}
-    for list_index, ranked in enumerate(ranked_lists):
-        for rank, item in enumerate(ranked, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-            best[item] = min(best.get(item, (rank, list_index)), (rank, list_index))
-    ordered = sorted(scores, key=lambda item: (-scores[item], best[item]))
-    return ordered[:limit]
-
-
 FusionMode = Literal["convex", "rrf", "keyword"]
 """How the vector and keyword rankings are fused: score-aware convex combination, rank-only RRF, or
 the keyword ranking alone (kept for comparison in ``omray bench recall``)."""
-CONVEX_VECTOR_WEIGHT: Final[float] = 0.5
-"""Weight of the normalized vector score in the convex fusion (the keyword score gets the rest)."""
-
-
-def convex_fuse(
-    vector_hits: Sequence[str],
-    vector_scores: Mapping[str, float],
-    keyword_hits: Sequence[str],
-    keyword_scores: Mapping[str, float],
-    weight: float = CONVEX_VECTOR_WEIGHT,
-    limit: int = FUSED_CANDIDATE_LIMIT,
-) -> list[str]:
-    """Score-aware fusion: ``weight * cosine + (1 - weight) * bm25 / best bm25``.
-
-    Unlike RRF it keeps how far apart the scores are: a chunk that BM25 scores far above the rest
-    (a rare name, a number) is not levelled with the runner-up, and two nearly equal vector hits
-    stay nearly equal. ``vector_scores`` are cosine similarities (clipped to 0..1), keyword scores
-    are divided by the best keyword hit's (the theoretical minimum of both is 0, so no per-query
-    min-max stretches small differences). The score maps may hold candidates the other list did
-    not rank: a keyword hit is scored by its true cosine, a vector hit by its true BM25; a
-    candidate with no score on a side gets 0 there. Ties keep the better vector rank, then the
-    keyword rank.
-    """
-    best = max((keyword_scores.get(item, 0.0) for item in keyword_hits), default=0.0)
-    rank = {item: position for position, item in enumerate(vector_hits)}
-    keyword_rank = {item: position for position, item in enumerate(keyword_hits)}
-
-    def score(item: str) -> float:
-        cosine = min(1.0, max(0.0, vector_scores.get(item, 0.0)))
-        keyword = keyword_scores.get(item, 0.0) / best if best > 0 else 0.0
-        return weight * cosine + (1 - weight) * min(1.0, keyword)
-
-    combined = {item: score(item) for item in (*vector_hits, *keyword_hits)}
-    missing = len(vector_hits) + len(keyword_hits)
-    ordered = sorted(
-        combined,
-        key=lambda item: (-combined[item], rank.get(item, missing), keyword_rank.get(item, missing)),
-    )
-    return ordered[:limit]
-
-
-def apply_rerank(hits: Sequence[str], order: Sequence[int]) -> list[str]:
-    """``hits`` reordered (and filtered) to the reranker's offsets; bad offsets are a failure."""
-    if any(not 0 <= offset < len(hits) for offset in order) or len(set(order)) != len(order):
-        raise SemanticSearchError("reranker_unavailable", RERANKER_UNAVAILABLE_MESSAGE)
-    return [hits[offset] for offset in order]
-
-
-CoveringLookup = Callable[[Sequence[tuple[str, int]]], Mapping[tuple[str, int], SourceMemory]]
-"""``(session, seq)`` of transcript events -> the observation covering each (those without one left out)."""
-
-
-def collapse_hits(
-    chunk_ids: Sequence[str],
-    parent_of: Mapping[str, str],
-    memories: Mapping[str, SourceMemory],
-    excerpts: Mapping[str, SourceExcerpt],
-    covering: CoveringLookup,
-    limit: int | None = None,
-) -> list[tuple[SourceMemory, SourceExcerpt | None]]:
-    """Chunk hits to results in hit order (first occurrence wins), each with its excerpt.
-
-    A memory chunk stands for its memory; a transcript chunk for the observation that covers its
-    event (looked up in windows, as the walk needs them), else for the event itself, with the chunk
-    as the excerpt. A later event of an observation already listed comes as itself, with
-    ``covered_by`` naming the observation. With ``limit``, the walk stops once ``limit + 1``
-    results are found (the caller tells ``truncated`` from the extra one).
-    """
-    results: list[tuple[SourceMemory, SourceExcerpt | None]] = []
-    seen: set[str] = set()
-    resolved: dict[tuple[str, int], SourceMemory | None] = {}
-    window = max(16, 2 * (limit + 1)) if limit is not None else max(16, len(chunk_ids))
-    for start in range(0, len(chunk_ids), window):
-        batch = chunk_ids[start : start + window]
-        parents: list[SourceMemory] = []
-        for chunk_id in batch:
-            key = parent_of.get(chunk_id)
-            memory = memories.get(key) if key is not None else None
-            if memory is None:
-                raise SemanticSearchError("semantic_search_failed", NO_CANONICAL_MEMORY_MESSAGE)
-            parents.append(memory)
-        wanted = [
-            event
-            for memory in parents
-            if memory.kind == "event" and (event := (memory.session_id, memory.seq or 0)) not in resolved
-        ]
-        if wanted:
-            found = covering(list(dict.fromkeys(wanted)))
-            resolved.update((event, found.get(event)) for event in wanted)
-        for chunk_id, memory in zip(batch, parents, strict=True):
-            target = memory
-            if memory.kind == "event":
-                target = resolved.get((memory.session_id, memory.seq or 0)) or memory
-            if target.parent_key in seen:
-                if target is memory or memory.parent_key in seen:
-                    continue
-                # Another event its observation covers, the observation listed already: a condensing
-                # observer writes one observation for many events, and each matching event is
-                # evidence of its own. It comes as itself, naming the observation.
-                target = replace(memory, covered_by=target.memory_id)
-            seen.add(target.parent_key)
-            results.append((target, excerpts.get(chunk_id)))
-            if limit is not None and len(results) > limit:
-                return results
-    return results
-
-
-def collapse_to_memories(
-    chunk_ids: Iterable[str], parent_of: Mapping[str, str], memories: Mapping[str, SourceMemory]
-) -> list[SourceMemory]:
-    """Chunk hits to their memories, in hit order, first occurrence wins."""
-    results: list[SourceMemory] = []
-    seen: set[str] = set()
-    for chunk_id in chunk_ids:
-        key = parent_of.get(chunk_id)
-        memory = memories.get(key) if key is not None else None
-        if memory is None:
-            raise SemanticSearchError("semantic_search_failed", NO_CANONICAL_MEMORY_MESSAGE)
-        if memory.parent_key in seen:
-            continue
-        seen.add(memory.parent_key)
-        results.append(memory)
-    return results
 
 
 def query_text_for_embedding(query_prefix: str, query: str) -> str:
@@ -560,67 +361,3 @@ class Retrieval:
     def excerpt_of(self, position: int) -> SourceExcerpt | None:
         """The source excerpt of result ``position`` (``None`` when its own text matched)."""
         return self.excerpts[position] if position < len(self.excerpts) else None
-
-
-EVENT_CONTENT_CHARS: Final[int] = 1200
-"""Characters of a transcript event shown as the ``content`` of an ``event`` result."""
-
-
-def memory_result_item(memory: SourceMemory, excerpt: SourceExcerpt | None = None) -> dict[str, object]:
-    """One hybrid search result (reference §13.4); importance only for observations; ``source``
-    (``{seq_start, seq_end, excerpt}``) when the match was in the transcript: an event the memory
-    covers, or, for an ``event`` result (no memory covers it), the event itself."""
-    content = condense(memory.content)
-    if memory.kind == "event":
-        content = excerpt.text if excerpt is not None else content[:EVENT_CONTENT_CHARS]
-        if excerpt is None and memory.seq is not None:
-            excerpt = SourceExcerpt(memory.seq, memory.seq, content)
-    item: dict[str, object] = {
-        "kind": memory.kind,
-        "session_id": memory.session_id,
-        "id": memory.memory_id,
-        "display_id": display_id(memory.memory_id),
-        "timestamp": memory.timestamp,
-        "content": content,
-    }
-    if memory.kind == "observation":
-        item["importance"] = memory.importance
-    if excerpt is not None:
-        item["source"] = excerpt.as_dict()
-    if memory.covered_by is not None:
-        item["covered_by"] = memory.covered_by
-    return item
-
-
-def hybrid_answer(query: str, limit: int, retrieval: Retrieval) -> dict[str, object]:
-    """``{ok, query, limit, truncated, partial, count, results}`` for a retrieval."""
-    results = [
-        memory_result_item(memory, retrieval.excerpt_of(position))
-        for position, memory in enumerate(retrieval.results[:limit])
-    ]
-    return {
-        "ok": True,
-        "query": query,
-        "limit": limit,
-        "truncated": retrieval.truncated or len(retrieval.results) > limit,
-        "partial": retrieval.partial,
-        "count": len(results),
-        "results": results,
-    }
-
-
-def run_hybrid_search(search: Callable[[], Retrieval], query: str, limit: int) -> dict[str, object]:
-    """Run a retrieval and turn it into the tool answer; failures become visible error answers.
-
-    Never falls back to exact search. Unexpected exceptions become ``semantic_search_failed``
-    (their text is not shown: it could hold memory content).
-    """
-    try:
-        retrieval = search()
-    except SemanticSearchError as exc:
-        return exc.as_result()
-    except Exception as exc:  # every other failure must still be a visible answer, never a fallback
-        # The class only: the exception's text could hold memory content.
-        _logger.warning("om.semantic.search_failed", extra={"exception_class": type(exc).__name__})
-        return {"ok": False, "error": "semantic_search_failed", "message": SEARCH_FAILED_MESSAGE}
-    return hybrid_answer(query, limit, retrieval)

@@ -1,22 +1,34 @@
-"""``memory_search`` in hybrid mode: the semantic index wired to the embedder and the reranker.
+"""``memory_search`` in hybrid mode: the semantic index wired to the embedder and the reranker, and
+the tool answers built from what it retrieved (reference §13.4, §14.7).
 
-The index itself is :class:`persistence.semantic.SemanticIndex`; embedders and the reranker are in
-:mod:`actors.models.embeddings`.
+The index itself is :class:`persistence.semantic.SemanticIndex` (its ranking rules in
+:mod:`persistence.semantic.fusion`); embedders and the reranker are in :mod:`actors.models.embeddings`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from actors.models.embeddings import embedder_for, reranker_for
 from actors.read.search import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter
-from protocol.semantic import DateBounds, FusionMode, run_hybrid_search
+from protocol.canonical import condense
+from protocol.ids import display_id
+from protocol.semantic import (
+    SEARCH_FAILED_MESSAGE,
+    DateBounds,
+    FusionMode,
+    Retrieval,
+    SemanticSearchError,
+    SourceMemory,
+)
 from protocol.settings import SemanticSettings
+from protocol.source_text import SourceExcerpt
 
 logger = logging.getLogger("omray.hybrid")
+_semantic_logger = logging.getLogger("omray.semantic")  # where hybrid search failures were always logged
 
 
 class NoStateWrites:
@@ -64,3 +76,67 @@ def hybrid_search_for(
         )
 
     return search
+
+
+EVENT_CONTENT_CHARS: Final[int] = 1200
+"""Characters of a transcript event shown as the ``content`` of an ``event`` result."""
+
+
+def memory_result_item(memory: SourceMemory, excerpt: SourceExcerpt | None = None) -> dict[str, object]:
+    """One hybrid search result (reference §13.4); importance only for observations; ``source``
+    (``{seq_start, seq_end, excerpt}``) when the match was in the transcript: an event the memory
+    covers, or, for an ``event`` result (no memory covers it), the event itself."""
+    content = condense(memory.content)
+    if memory.kind == "event":
+        content = excerpt.text if excerpt is not None else content[:EVENT_CONTENT_CHARS]
+        if excerpt is None and memory.seq is not None:
+            excerpt = SourceExcerpt(memory.seq, memory.seq, content)
+    item: dict[str, object] = {
+        "kind": memory.kind,
+        "session_id": memory.session_id,
+        "id": memory.memory_id,
+        "display_id": display_id(memory.memory_id),
+        "timestamp": memory.timestamp,
+        "content": content,
+    }
+    if memory.kind == "observation":
+        item["importance"] = memory.importance
+    if excerpt is not None:
+        item["source"] = excerpt.as_dict()
+    if memory.covered_by is not None:
+        item["covered_by"] = memory.covered_by
+    return item
+
+
+def hybrid_answer(query: str, limit: int, retrieval: Retrieval) -> dict[str, object]:
+    """``{ok, query, limit, truncated, partial, count, results}`` for a retrieval."""
+    results = [
+        memory_result_item(memory, retrieval.excerpt_of(position))
+        for position, memory in enumerate(retrieval.results[:limit])
+    ]
+    return {
+        "ok": True,
+        "query": query,
+        "limit": limit,
+        "truncated": retrieval.truncated or len(retrieval.results) > limit,
+        "partial": retrieval.partial,
+        "count": len(results),
+        "results": results,
+    }
+
+
+def run_hybrid_search(search: Callable[[], Retrieval], query: str, limit: int) -> dict[str, object]:
+    """Run a retrieval and turn it into the tool answer; failures become visible error answers.
+
+    Never falls back to exact search. Unexpected exceptions become ``semantic_search_failed``
+    (their text is not shown: it could hold memory content).
+    """
+    try:
+        retrieval = search()
+    except SemanticSearchError as exc:
+        return exc.as_result()
+    except Exception as exc:  # every other failure must still be a visible answer, never a fallback
+        # The class only: the exception's text could hold memory content.
+        _semantic_logger.warning("om.semantic.search_failed", extra={"exception_class": type(exc).__name__})
+        return {"ok": False, "error": "semantic_search_failed", "message": SEARCH_FAILED_MESSAGE}
+    return hybrid_answer(query, limit, retrieval)

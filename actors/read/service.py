@@ -53,6 +53,7 @@ from actors.read.status_view import (
 )
 from persistence.events_reader import iter_events
 from persistence.search_queries import ExactSearchSpec, SearchReader, SearchStrategy
+from persistence.semantic.fusion import FUSED_CANDIDATE_LIMIT
 from protocol.canonical import php_trim
 from protocol.errors import EventsFileError, EventsUnreadableError, OmrayError
 from protocol.events import (
@@ -63,7 +64,6 @@ from protocol.events import (
     projection_metadata,
 )
 from protocol.records import ObservationRecord, ReflectionRecord
-from protocol.semantic import FUSED_CANDIDATE_LIMIT
 from protocol.settings import DEFAULT_VERSION, OmSettings
 from protocol.tool_specs import MEMORY_SEARCH, MEMORY_STATUS, MEMORY_VIEW, RECALL
 

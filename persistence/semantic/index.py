@@ -29,7 +29,7 @@ event's chunk carries its excerpt and seq and leads to the observation covering 
 stands alone when none does). Each event's first chunk gets a vector, the rest keyword entries
 only, so the index grows with events, not bytes. Fusion is score-aware by default (cosine +
 max-normalized BM25 over both sides' candidates, each scored on both sides,
-``protocol.semantic.convex_fuse``); the reference's RRF stays available (``fusion="rrf"``).
+``persistence.semantic.fusion.convex_fuse``); the reference's RRF stays available (``fusion="rrf"``).
 
 Length: about 770 lines, on purpose. The lock discipline of ``synchronize`` and ``search``
 (dirty marker, snapshot re-validation, corruption handling) and the retrieval it guards are kept
@@ -62,6 +62,14 @@ from persistence.semantic.files import (
     VECTOR_FILE,
     DerivedIndexError,
 )
+from persistence.semantic.fusion import (
+    apply_rerank,
+    collapse_hits,
+    convex_fuse,
+    filter_store_hits,
+    rrf_fuse,
+    store_fetch_size,
+)
 from persistence.semantic.keyword import KeywordScores, KeywordStore, query_tokens
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.sources import (
@@ -87,13 +95,7 @@ from protocol.semantic import (
     Retrieval,
     SemanticSearchError,
     SourceMemory,
-    apply_rerank,
-    collapse_hits,
-    convex_fuse,
-    filter_store_hits,
     query_text_for_embedding,
-    rrf_fuse,
-    store_fetch_size,
 )
 from protocol.settings import SemanticSettings
 from protocol.source_text import SourceExcerpt

@@ -10,8 +10,8 @@ import pytest
 import actors.read.service as read_service
 from actors.read.search import SearchRequest
 from actors.read.service import call_tool, memory_search
+from persistence.semantic.fusion import FUSED_CANDIDATE_LIMIT
 from persistence.store import Store
-from protocol.semantic import FUSED_CANDIDATE_LIMIT
 from protocol.tool_specs import MEMORY_SEARCH_ARGUMENTS
 from tests.unit.read_service.helpers import commit, promote
 from tests.unit.read_side.factories import observation, reflection

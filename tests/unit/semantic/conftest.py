@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from actors.read.hybrid import run_hybrid_search
 from actors.read.search import SearchRequest
 from persistence.semantic import SemanticIndex
 from persistence.store import Store
-from protocol.semantic import DateBounds, run_hybrid_search
+from protocol.semantic import DateBounds
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
 
 _WORD = re.compile(r"[^\W_]+")

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from actors.read.hybrid import hybrid_answer, run_hybrid_search
 from actors.read.search import SearchRequest, validate_search_arguments
+from persistence.semantic.fusion import (
+    apply_rerank,
+    collapse_to_memories,
+    filter_store_hits,
+    rrf_fuse,
+    store_fetch_size,
+)
 from protocol.semantic import (
     DateBounds,
     Retrieval,
     SemanticSearchError,
     SourceMemory,
-    apply_rerank,
-    collapse_to_memories,
-    filter_store_hits,
-    hybrid_answer,
     query_text_for_embedding,
-    rrf_fuse,
-    run_hybrid_search,
-    store_fetch_size,
 )
 
 OBS = SourceMemory("observation", "a" * 64, "s1", "2026-09-11 08:00", "first  memory\n text", "high")

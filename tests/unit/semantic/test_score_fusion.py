@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from persistence.semantic import SemanticIndex
+from persistence.semantic.fusion import convex_fuse, rrf_fuse
 from persistence.store import Store
-from protocol.semantic import convex_fuse, rrf_fuse
 from tests.unit.semantic.conftest import Memories, RecordingWriter, semantic_settings
 
 

@@ -7,6 +7,7 @@ import json
 from contextlib import closing
 from pathlib import Path
 
+from actors.read.hybrid import hybrid_answer
 from actors.read.service import memory_search, recall
 from persistence.semantic import SemanticIndex
 from persistence.semantic.manifest import Manifest
@@ -14,7 +15,6 @@ from persistence.store import Store
 from protocol.events import SessionEvent
 from protocol.identities import transcript_event_id
 from protocol.records import CoveragePart, ObservationRecord, SourceRef, TranscriptEntry
-from protocol.semantic import hybrid_answer
 from protocol.source_text import event_search_text, quoted_in
 from tests.unit.persistence.builders import make_observation, make_part
 from tests.unit.semantic.conftest import HashEmbedder, hybrid_tool, sync_all
