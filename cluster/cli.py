@@ -233,8 +233,7 @@ def _mount_bench() -> None:
 def _mount_subcommands() -> None:
     from cluster import import_cli
 
-    import_cli.OBSERVE_HOOK = _observe_after_import
-    app.command("import")(import_cli.import_command)
+    app.command("import")(import_cli.import_command_for(_observe_after_import))
     from cluster.memory_cli import memory_app
 
     app.add_typer(memory_app, name="memory", help="Read memory: status, view, project, search, recall.")

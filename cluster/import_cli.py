@@ -1,8 +1,8 @@
 """``omray import``: convert a pi, Claude Code or Codex transcript into a session's ``events.jsonl``.
 
 The conversion itself lives in :mod:`persistence.importers`; this module adds the progress bar,
-the summary and the optional observation after the import. It never starts Ray: observing is
-delegated to :data:`OBSERVE_HOOK`, which the command line that mounts this command sets.
+the summary and the optional observation after the import. It never starts Ray: the command line
+that mounts the command hands :func:`import_command_for` how to observe.
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ from persistence.importers import (
 
 ObserveHook = Callable[[str, Path, int], None]
 """``observe_after_import(session_id, events_path, last_seq)``: observe the imported session."""
-
-OBSERVE_HOOK: ObserveHook | None = None
-"""Set by the mounting CLI; when None, ``omray import`` only converts and says so."""
 
 _POSTFIX_EVERY = 256
 
@@ -82,48 +79,58 @@ def summary_line(summary: ImportSummary, transcript_format: str) -> str:
     )
 
 
-def import_command(
-    file: Annotated[Path, typer.Argument(help="Transcript file (JSONL) to convert.", show_default=False)],
-    transcript_format: Annotated[
-        FormatChoice, typer.Option("--format", help="Transcript format.", case_sensitive=False)
-    ],
-    session: Annotated[str, typer.Option("--session", help="Session id written as run_id on every event.")],
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", help="Events file to write (default: .hatfield/sessions/SESSION/events.jsonl)."
-        ),
-    ] = None,
-    no_observe: Annotated[bool, typer.Option("--no-observe", help="Only convert; do not observe.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing events file.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print the summary as one JSON object.")
-    ] = False,
-) -> None:
-    """Convert a pi, Claude Code or Codex transcript into omray's events.jsonl, then observe it."""
-    try:
-        validate_session_id(session)
-        events_path = out if out is not None else default_events_path(session)
-        bar = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
+def import_command_for(observe: ObserveHook | None) -> Callable[..., None]:
+    """The ``omray import`` command; ``observe`` observes the imported session (``None``: the command
+    only converts, and says so)."""
+
+    def import_command(
+        file: Annotated[Path, typer.Argument(help="Transcript file (JSONL) to convert.", show_default=False)],
+        transcript_format: Annotated[
+            FormatChoice, typer.Option("--format", help="Transcript format.", case_sensitive=False)
+        ],
+        session: Annotated[
+            str, typer.Option("--session", help="Session id written as run_id on every event.")
+        ],
+        out: Annotated[
+            Path | None,
+            typer.Option(
+                "--out", help="Events file to write (default: .hatfield/sessions/SESSION/events.jsonl)."
+            ),
+        ] = None,
+        no_observe: Annotated[
+            bool, typer.Option("--no-observe", help="Only convert; do not observe.")
+        ] = False,
+        force: Annotated[bool, typer.Option("--force", help="Replace an existing events file.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+        json_output: Annotated[
+            bool, typer.Option("--json", help="Print the summary as one JSON object.")
+        ] = False,
+    ) -> None:
+        """Convert a pi, Claude Code or Codex transcript into omray's events.jsonl, then observe it."""
         try:
-            summary = import_transcript(
-                transcript_format.value, file, session, events_path, overwrite=force, progress=bar
-            )
-        finally:
-            bar.close()
-    except TranscriptImportError as exc:
-        typer.echo(f"omray import: {exc}", err=True)
-        raise typer.Exit(code=1) from None
+            validate_session_id(session)
+            events_path = out if out is not None else default_events_path(session)
+            bar = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
+            try:
+                summary = import_transcript(
+                    transcript_format.value, file, session, events_path, overwrite=force, progress=bar
+                )
+            finally:
+                bar.close()
+        except TranscriptImportError as exc:
+            typer.echo(f"omray import: {exc}", err=True)
+            raise typer.Exit(code=1) from None
 
-    if json_output:
-        typer.echo(json.dumps(summary.model_dump(), sort_keys=False))
-    else:
-        typer.echo(summary_line(summary, transcript_format.value))
+        if json_output:
+            typer.echo(json.dumps(summary.model_dump(), sort_keys=False))
+        else:
+            typer.echo(summary_line(summary, transcript_format.value))
 
-    if no_observe or summary.last_seq == 0:
-        return
-    if OBSERVE_HOOK is None:
-        typer.echo("omray import: observation is not available in this build; converted only.", err=True)
-        return
-    OBSERVE_HOOK(summary.session_id, Path(summary.events_path), summary.last_seq)
+        if no_observe or summary.last_seq == 0:
+            return
+        if observe is None:
+            typer.echo("omray import: observation is not available in this build; converted only.", err=True)
+            return
+        observe(summary.session_id, Path(summary.events_path), summary.last_seq)
+
+    return import_command

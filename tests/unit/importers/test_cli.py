@@ -16,9 +16,9 @@ from tests.unit.importers.helpers import FIXTURES
 runner = CliRunner()
 
 
-def _app() -> typer.Typer:
+def _app(observe: import_cli.ObserveHook | None = None) -> typer.Typer:
     app = typer.Typer()
-    app.command("import")(import_cli.import_command)
+    app.command("import")(import_cli.import_command_for(observe))
 
     @app.command("noop")
     def _noop() -> None:  # a second command keeps typer from collapsing the app into one command
@@ -29,10 +29,10 @@ def _app() -> typer.Typer:
 
 def test_json_summary_and_no_observe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, Path, int]] = []
-    monkeypatch.setattr(import_cli, "OBSERVE_HOOK", lambda *args: calls.append(args))
+    hook: import_cli.ObserveHook = lambda *args: calls.append(args)  # noqa: E731
     out = tmp_path / "events.jsonl"
     args = ["import", "--format", "codex", str(FIXTURES / "codex-rollout.jsonl"), "--session", "9"]
-    result = runner.invoke(_app(), [*args, "--out", str(out), "--json", "--no-observe"])
+    result = runner.invoke(_app(hook), [*args, "--out", str(out), "--json", "--no-observe"])
 
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -45,7 +45,7 @@ def test_json_summary_and_no_observe(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_summary_line_and_observe_hook_called(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, Path, int]] = []
-    monkeypatch.setattr(import_cli, "OBSERVE_HOOK", lambda *args: calls.append(args))
+    hook: import_cli.ObserveHook = lambda *args: calls.append(args)  # noqa: E731
     out = tmp_path / "events.jsonl"
     args = [
         "import",
@@ -57,7 +57,7 @@ def test_summary_line_and_observe_hook_called(tmp_path: Path, monkeypatch: pytes
         "--out",
         str(out),
     ]
-    result = runner.invoke(_app(), [*args, "--quiet"])
+    result = runner.invoke(_app(hook), [*args, "--quiet"])
 
     assert result.exit_code == 0, result.output
     line = result.stdout.strip()
@@ -67,7 +67,6 @@ def test_summary_line_and_observe_hook_called(tmp_path: Path, monkeypatch: pytes
 
 
 def test_default_output_path_and_no_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(import_cli, "OBSERVE_HOOK", None)
     monkeypatch.chdir(tmp_path)
     source = str(FIXTURES / "claude-code-session.jsonl")
     result = runner.invoke(_app(), ["import", "--format", "claude-code", source, "--session", "cc"])

@@ -33,7 +33,7 @@ SOURCES: dict[TranscriptFormat, Path] = {
 
 def _app() -> typer.Typer:
     app = typer.Typer()
-    app.command("import")(import_cli.import_command)
+    app.command("import")(import_cli.import_command_for(None))
 
     @app.command("noop")
     def _noop() -> None:  # a second command keeps typer from collapsing the app into one command
