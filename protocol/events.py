@@ -176,8 +176,9 @@ class TerminalBoundary(_Hook):
     """How the run ended."""
 
 
-def _php_truthy(value: object) -> bool:
-    """PHP's ``(bool)`` cast, which §7.1 applies to ``retryable`` and ``retries_exhausted``."""
+def php_truthy(value: object) -> bool:
+    """PHP's ``(bool)`` cast, which the original applies to event flags such as ``retryable`` and
+    ``retries_exhausted`` (§7.1, and the Observer's source blocks)."""
     if value is None or value is False:
         return False
     if isinstance(value, int | float):
@@ -208,7 +209,7 @@ def detect_terminal_boundary(ctx: AfterTurnCommit) -> TerminalBoundary | None:
         if event.type != "llm_step_failed":
             continue
         payload = event.payload
-        if not _php_truthy(payload.get("retryable")) or _php_truthy(payload.get("retries_exhausted")):
+        if not php_truthy(payload.get("retryable")) or php_truthy(payload.get("retries_exhausted")):
             return TerminalBoundary(end_seq=event.seq, status="failed")
     return None
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protocol.canonical import canonical_json
 from protocol.errors import OmrayError
-from protocol.events import SessionEvent
+from protocol.events import SessionEvent, php_truthy
 from protocol.identities import normalize_source_refs
 from protocol.ids import SessionId
 from protocol.records import SourceRef
@@ -301,7 +301,7 @@ class _Builder:
         )
 
     def llm_step_failed(self, event: SessionEvent) -> None:
-        retryable = "true" if _php_truthy(event.payload.get("retryable")) else "false"
+        retryable = "true" if php_truthy(event.payload.get("retryable")) else "false"
         self.emit(
             event, "outcome", f"[Outcome @ {self.timestamp(event)}]: llm_step_failed retryable={retryable}"
         )
@@ -316,18 +316,6 @@ class _Builder:
             self.emit(call.event, "tool_call", "\n".join(call.parts))
         self.pending.clear()
         return self.blocks
-
-
-def _php_truthy(value: object) -> bool:
-    if value is None or value is False:
-        return False
-    if isinstance(value, int | float):
-        return value != 0
-    if isinstance(value, str):
-        return value not in ("", "0")
-    if isinstance(value, list | dict):
-        return len(value) > 0
-    return True
 
 
 _HANDLERS: dict[str, Callable[[_Builder, SessionEvent], None]] = {

@@ -182,3 +182,12 @@ def test_compaction_decisions() -> None:
 def test_compaction_decision_fields_must_match_action(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         CompactionDecision(**kwargs)
+
+
+def test_php_truthy_is_phps_bool_cast() -> None:
+    from protocol.events import php_truthy
+
+    falsy: list[object] = [None, False, 0, 0.0, "", "0", [], {}]
+    truthy: list[object] = [True, 1, -1, 0.5, "0.0", "false", " ", [0], {"a": 0}, object()]
+    assert [php_truthy(v) for v in falsy] == [False] * len(falsy)
+    assert [php_truthy(v) for v in truthy] == [True] * len(truthy)
