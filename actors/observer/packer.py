@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,7 @@ from actors.observer.blocks import SourceBlock
 from protocol.errors import OmrayError
 from protocol.identities import chunk_key, coverage_key, normalize_source_refs, part_digest, source_digest
 from protocol.ids import SessionId
+from protocol.memory_views import ObservationView, ReflectionView
 from protocol.records import CoveragePart, SourceRef
 
 MEMORY_ENVELOPE_FRACTION = 0.55
@@ -48,24 +49,6 @@ NO_MEMORY_YET = "(none yet)"
 
 class PackerInvariantError(OmrayError):
     """The packer built a multi-block group that does not fit its own budget (a bug, not bad input)."""
-
-
-class _ReflectionLike(Protocol):
-    @property
-    def reflection_id(self) -> str: ...
-    @property
-    def content(self) -> str: ...
-
-
-class _ObservationLike(Protocol):
-    @property
-    def observation_id(self) -> str: ...
-    @property
-    def timestamp(self) -> str: ...
-    @property
-    def relevance(self) -> str: ...
-    @property
-    def content(self) -> str: ...
 
 
 class MemoryLine(BaseModel):
@@ -147,8 +130,8 @@ class ChunkPart(BaseModel):
 
 
 def memory_context_lines(
-    reflections: Sequence[_ReflectionLike],
-    observations: Sequence[_ObservationLike],
+    reflections: Sequence[ReflectionView],
+    observations: Sequence[ObservationView],
     local_ids: Mapping[str, str] | None = None,
 ) -> list[MemoryLine]:
     """Memory lines in the order given: reflections (position order), then observations.

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, Protocol
 
+from protocol.memory_views import ObservationView, ReflectionView
+
 PROJECTION_METADATA_BASE: Final[dict[str, str]] = {
     "om_source": "observational_memory",
     "om_projection": "active_durable_memory",
@@ -39,28 +41,16 @@ NONE_LINE: Final[str] = "(none)"
 """Line shown under a section heading that has no entries."""
 
 
-class ShownReflection(Protocol):
+class ShownReflection(ReflectionView, Protocol):
     """What the projection shows of an active reflection (``ActiveReflection`` or a slim row)."""
 
     @property
-    def reflection_id(self) -> str: ...
-    @property
     def position(self) -> int: ...
-    @property
-    def content(self) -> str: ...
 
 
-class ShownObservation(Protocol):
+class ShownObservation(ObservationView, Protocol):
     """What the projection shows of an active observation (``ObservationRecord`` or a slim row)."""
 
-    @property
-    def observation_id(self) -> str: ...
-    @property
-    def timestamp(self) -> str: ...
-    @property
-    def relevance(self) -> str: ...
-    @property
-    def content(self) -> str: ...
     @property
     def first_source_seq(self) -> int: ...
 

@@ -20,6 +20,7 @@ from typing import Any, Final, Literal, Protocol, TypeGuard
 
 from protocol.canonical import condense, php_trim
 from protocol.ids import display_id
+from protocol.memory_views import ObservationView, ReflectionView
 from protocol.records import ObservationRecord, ReflectionRecord, SourceRef
 from protocol.tool_specs import (
     MEMORY_SEARCH_ARGUMENTS,
@@ -49,32 +50,20 @@ FULL_ID_LENGTH: Final[int] = 64
 """Length of a full memory id; shorter ids are prefixes."""
 
 
-class SearchedObservation(Protocol):
+class SearchedObservation(ObservationView, Protocol):
     """What a search answer shows of an observation (a full record or a slim search hit)."""
 
     @property
-    def observation_id(self) -> str: ...
-    @property
     def run_id(self) -> str: ...
-    @property
-    def timestamp(self) -> str: ...
-    @property
-    def relevance(self) -> str: ...
-    @property
-    def content(self) -> str: ...
 
 
-class SearchedReflection(Protocol):
+class SearchedReflection(ReflectionView, Protocol):
     """What a search answer shows of a reflection (a full record or a slim search hit)."""
 
-    @property
-    def reflection_id(self) -> str: ...
     @property
     def run_id(self) -> str: ...
     @property
     def created_at(self) -> str: ...
-    @property
-    def content(self) -> str: ...
 
 
 class SearchedEvent(Protocol):

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Final, Literal, Protocol
 
 from actors.reflector.core import RequestLocalIdMap, coverage_tier, observation_lines, support_counts
+from protocol.memory_views import ReflectionView
 from protocol.records import ActivityRecord, ObservationRecord, relevance_rank
 from protocol.settings import AGENT_HTTP_MAX_DURATION_SECONDS, DEFAULT_AGENT_MAX_TOOL_CALLS
 from protocol.tools import DropReceipt, InvalidArgumentsReceipt, drop_ids, drop_receipt
@@ -30,16 +31,8 @@ _COVERAGE_RANK: Final = {"strong": 0, "partial": 1, "none": 2}
 _TIMESTAMP_RE = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[ T]([0-9]{2}):([0-9]{2})$")
 
 
-class ReflectionLike(Protocol):
+class ReflectionLike(ReflectionView, Protocol):
     """What the Dropper needs of a reflection (an active one or one accepted in this run)."""
-
-    @property
-    def reflection_id(self) -> str:
-        """Full reflection id."""
-
-    @property
-    def content(self) -> str:
-        """Text."""
 
     @property
     def supporting_observation_ids(self) -> tuple[str, ...]:
