@@ -61,11 +61,17 @@ def ray_for_bench(address: str | None) -> Iterator[None]:
 
 
 def emit(result: BaseModel, as_json: bool) -> None:
-    """Print a result as one JSON object, or as ``name: value`` lines."""
+    """Print a result as one JSON object, or as ``name: value`` lines; a result's ``HEADLINE``
+    figures (a class attribute naming fields) come first, the rest in field order."""
+    figures = result.model_dump(mode="json")
+    leading = [name for name in getattr(result, "HEADLINE", ()) if name in figures]
+    ordered = {name: figures[name] for name in leading} | figures
     if as_json:
-        typer.echo(result.model_dump_json())
+        import json
+
+        typer.echo(json.dumps(ordered, separators=(",", ":")))
         return
-    for name, value in result.model_dump().items():
+    for name, value in ordered.items():
         typer.echo(f"{name}: {value}")
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import typer
 from filelock import FileLock
 from pydantic import BaseModel
 
+from bench.measure import percentile
 from bench.search_bench import ACTIVE_SESSION, build_active_session
 from cluster.hook_fast import DISPATCH_LOCK
 
@@ -195,7 +195,7 @@ def run_hook_bench(runs: int, transcript: Path, memories: int, spacing_s: float 
             times["stop_spawning"].append(_timed(hook, payload("Stop"), root, env))
             time.sleep(spacing_s)  # the dispatcher it started finds no runtime and exits
         projection = project(root / "om.sqlite", SESSION)
-    base = statistics.median(interpreter)
+    base = percentile(interpreter, 0.5)
     return HookBenchResult(
         runs=runs,
         memories=memories,
@@ -203,9 +203,9 @@ def run_hook_bench(runs: int, transcript: Path, memories: int, spacing_s: float 
         interpreter_p90_ms=round(_p90(interpreter), 1),
         calls={
             name: Timing(
-                p50_ms=round(statistics.median(values), 1),
+                p50_ms=round(percentile(values, 0.5), 1),
                 p90_ms=round(_p90(values), 1),
-                p50_over_interpreter_ms=round(statistics.median(values) - base, 1),
+                p50_over_interpreter_ms=round(percentile(values, 0.5) - base, 1),
             )
             for name, values in times.items()
         },

@@ -68,6 +68,7 @@ from actors.models.embeddings import default_offline_embedder
 from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search
 from bench.hybrid_words import STOP_WORDS, SYNONYMS
+from bench.measure import percentile
 from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
 from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
 from persistence.semantic.index import embed_in_batches
@@ -498,15 +499,6 @@ class SingleStores:
 # ------------------------------------------------------------------------------------ measuring
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of ``values`` (0 when empty), rounded to microseconds."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
-    return round(ordered[index], 3)
-
-
 def _timed_ms(call: Callable[[], T]) -> tuple[float, T]:
     started = time.perf_counter()
     value = call()
@@ -740,12 +732,12 @@ def run_hybrid_bench(
         backfill_vs_embedding=round(chunks_per_s / sentences_per_s, 3) if sentences_per_s else 0.0,
         original=dict(ORIGINAL_BACKFILL),
         queries_timed=len(measured.search_ms),
-        query_embedding_p50_ms=percentile(measured.embed_ms, 0.5),
-        search_p50_ms=percentile(measured.search_ms, 0.5),
-        search_p99_ms=percentile(measured.search_ms, 0.99),
-        exact_p50_ms=percentile(measured.exact_ms, 0.5),
-        exact_p99_ms=percentile(measured.exact_ms, 0.99),
-        exact_literal_p50_ms=percentile(measured.exact_literal_ms, 0.5),
+        query_embedding_p50_ms=round(percentile(measured.embed_ms, 0.5), 3),
+        search_p50_ms=round(percentile(measured.search_ms, 0.5), 3),
+        search_p99_ms=round(percentile(measured.search_ms, 0.99), 3),
+        exact_p50_ms=round(percentile(measured.exact_ms, 0.5), 3),
+        exact_p99_ms=round(percentile(measured.exact_ms, 0.99), 3),
+        exact_literal_p50_ms=round(percentile(measured.exact_literal_ms, 0.5), 3),
         recall_at_10=headline,
         recall_at_10_by_query=by_query,
         labelled_set={

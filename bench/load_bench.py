@@ -54,6 +54,7 @@ from typing import Any, Literal
 
 import ray
 
+from bench.measure import percentile
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
@@ -339,10 +340,10 @@ def run_load(
         "makespan_s": round(makespan, 2),
         "ideal_parallel_s": round(last_turn_s + REQUESTS_PER_OBSERVE_JOB * model_latency_ms / 1000.0, 2),
         "jobs": int(status.get("succeeded", 0)) + int(status.get("failed", 0)),
-        "visible_lag_p50_s": round(_pct(lags, 0.5), 3),
-        "visible_lag_p95_s": round(_pct(lags, 0.95), 3),
-        "after_turn_commit_p50_ms": round(_pct(hooks, 0.5), 2),
-        "after_turn_commit_p95_ms": round(_pct(hooks, 0.95), 2),
+        "visible_lag_p50_s": round(percentile(lags, 0.5), 3),
+        "visible_lag_p95_s": round(percentile(lags, 0.95), 3),
+        "after_turn_commit_p50_ms": round(percentile(hooks, 0.5), 2),
+        "after_turn_commit_p95_ms": round(percentile(hooks, 0.95), 2),
         "lost": len(pending) + sum(1 for a in audits if a["lost_events"]),
         "duplicated": sum(a["duplicated"] for a in audits),
         "lane_order_violations": sum(a["order_violations"] for a in audits),
@@ -358,12 +359,6 @@ def _phase(index: int, sessions: int, interval_s: float, phases: Phases) -> floa
 
 def _ratio(serial_s: float, parallel_s: float) -> float:
     return round(serial_s / max(parallel_s, 1e-9), 2)
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
 def run_load_bench(

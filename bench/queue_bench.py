@@ -53,7 +53,6 @@ import os
 import random
 import signal
 import sqlite3
-import statistics
 import tempfile
 import threading
 import time
@@ -64,12 +63,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import ray
 from pydantic import BaseModel, ConfigDict
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+from bench.measure import percentile
 from cluster.naming import RuntimeNames
 from cluster.runtime import ROLE_NAMES, PoolSizes, ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
@@ -234,7 +234,22 @@ class _AuditedRun(_Frozen):
 
 
 class QueueBenchResult(_AuditedRun):
-    """``omray bench queue``: throughput and dispatch latency of the durable queue vs plain Ray."""
+    """``omray bench queue``: throughput and dispatch latency of the durable queue vs plain Ray.
+
+    Headline: what one ``dispatch`` costs while :data:`DISPATCHERS` agents dispatch at once, next to
+    a plain Ray actor call with as many callers; then throughput next to plain Ray's. The single
+    agent on a drained queue (``dispatch_overhead_ms_*``) is the best case, reported after them.
+    """
+
+    HEADLINE: ClassVar[tuple[str, ...]] = (
+        "dispatchers",
+        "dispatch_ms_p50_concurrent",
+        "baseline_call_ms_p50_concurrent",
+        "dispatch_ms_p99_concurrent",
+        "jobs_per_s",
+        "baseline_jobs_per_s",
+    )
+    """Figures ``omray bench queue`` prints first."""
 
     bench: Literal["queue"] = "queue"
     """Which benchmark."""
@@ -243,8 +258,9 @@ class QueueBenchResult(_AuditedRun):
     jobs_per_s: float
     """Accepted jobs per second through the durable queue."""
     dispatch_overhead_ms_p50: float
-    """Median latency of one durable ``dispatch`` call by one agent alone (``probe_jobs`` calls in
-    turn after the throughput run drained; compare ``baseline_call_ms_p50``)."""
+    """Median latency of one durable ``dispatch`` call by one agent alone on a drained queue (the
+    best case: ``probe_jobs`` calls in turn after the throughput run; compare
+    ``baseline_call_ms_p50``)."""
     dispatch_overhead_ms_p99: float
     """99th percentile of the same calls."""
     dispatch_ms_p50_concurrent: float
@@ -339,17 +355,6 @@ def bench_job(run_id: str, n: int) -> JobEnvelope:
             "reflector_schema_version": "1",
         }
     return JobEnvelope.model_validate({"job_id": job_id, "correlation_id": session, "payload": payload})
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-quantile (0..1) by linear interpolation; 0.0 for no values."""
-    if not values:
-        return 0.0
-    if len(values) == 1:
-        return values[0]
-    cuts = statistics.quantiles(values, n=100, method="inclusive")
-    index = min(max(round(q * 100) - 1, 0), len(cuts) - 1)
-    return cuts[index]
 
 
 @dataclass(frozen=True)
@@ -658,7 +663,7 @@ def run_baseline(jobs: int, directory: Path, probes: int) -> Baseline:
             caller.start()
         for caller in callers:
             caller.join()
-        return Baseline(jobs_per_s, statistics.median(calls), statistics.median(concurrent))
+        return Baseline(jobs_per_s, percentile(calls, 0.5), percentile(concurrent, 0.5))
     finally:
         ray.kill(actor, no_restart=True)
 

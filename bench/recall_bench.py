@@ -45,7 +45,6 @@ import json
 import random
 import re
 import sqlite3
-import statistics
 import tempfile
 import time
 import uuid
@@ -55,11 +54,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import numpy as np
 from pydantic import BaseModel
 
 from actors.read.hybrid import hybrid_search_for
 from actors.read.service import memory_search
+from bench.measure import percentile
 from bench.shared_data import shared_data_dir
 from persistence.semantic.keyword import KeywordIndex, query_tokens
 from protocol.events import AfterTurnCommit, EventSummary
@@ -543,9 +542,9 @@ def run_recall_bench(
         findable_turns=len(scores.findable),
         findable_short=round(sum(scores.findable_short) / max(1, len(scores.findable_short)), 4),
         findable_short_turns=len(scores.findable_short),
-        search_p50_ms=round(statistics.median(scores.latencies), 1) if scores.latencies else 0.0,
-        search_p99_ms=round(float(np.percentile(scores.latencies, 99)), 1) if scores.latencies else 0.0,
-        exact_p50_ms=round(statistics.median(scores.exact_latencies), 2) if scores.exact_latencies else 0.0,
+        search_p50_ms=round(percentile(scores.latencies, 0.5), 1) if scores.latencies else 0.0,
+        search_p99_ms=round(percentile(scores.latencies, 0.99), 1) if scores.latencies else 0.0,
+        exact_p50_ms=round(percentile(scores.exact_latencies, 0.5), 2) if scores.exact_latencies else 0.0,
         build_s=round(build_s, 1),
         seconds=round(time.monotonic() - started, 1),
         embedder="builtin/all-minilm-l6-v2 (int8 ONNX)",

@@ -40,6 +40,7 @@ import typer
 from actors.read.projector import render_active_memory
 from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search, project, reader_for
+from bench.measure import percentile
 from bench.shared_data import shared_data_dir
 from persistence.search_queries import ExactSearchSpec, SearchReader
 from persistence.store import Store
@@ -453,12 +454,6 @@ def _spec(request: SearchRequest) -> ExactSearchSpec:
     )
 
 
-def _percentile(values: Sequence[float], fraction: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return round(ordered[index], 3)
-
-
 def _timed(call: Any) -> tuple[float, Any]:
     started = time.perf_counter()
     result = call()
@@ -503,24 +498,24 @@ def _measure_size(db_path: Path, size: int, seed: int) -> dict[str, object]:
         "queries": len(requests),
         "corpus_source": source,
         "build_s": round(build_s, 2),
-        "exact_p50_ms": _percentile(all_exact, 0.5),
-        "exact_p99_ms": _percentile(all_exact, 0.99),
-        "like_p50_ms": _percentile(all_like, 0.5),
-        "like_p99_ms": _percentile(all_like, 0.99),
+        "exact_p50_ms": round(percentile(all_exact, 0.5), 3),
+        "exact_p99_ms": round(percentile(all_exact, 0.99), 3),
+        "like_p50_ms": round(percentile(all_like, 0.5), 3),
+        "like_p99_ms": round(percentile(all_like, 0.99), 3),
         "exact_mean_ms": round(statistics.fmean(all_exact), 3),
         "like_mean_ms": round(statistics.fmean(all_like), 3),
         "identical": identical,
         "by_class": {
             query_class: {
                 "queries": len(exact_ms[query_class]) // QUERY_REPEATS,
-                "exact_p50_ms": _percentile(exact_ms[query_class], 0.5),
-                "like_p50_ms": _percentile(like_ms[query_class], 0.5),
+                "exact_p50_ms": round(percentile(exact_ms[query_class], 0.5), 3),
+                "like_p50_ms": round(percentile(like_ms[query_class], 0.5), 3),
             }
             for query_class in exact_ms
         },
         "observation_plans": dict(sorted(plans.items())),
-        "projection_p50_ms": _percentile(projection_ms, 0.5),
-        "projection_p99_ms": _percentile(projection_ms, 0.99),
+        "projection_p50_ms": round(percentile(projection_ms, 0.5), 3),
+        "projection_p99_ms": round(percentile(projection_ms, 0.99), 3),
         **active,
     }
 
@@ -586,15 +581,15 @@ def measure_active_projection(db_path: Path, size: int, seed: int) -> dict[str, 
     return {
         "active_memories": size + ACTIVE_REFLECTIONS,
         "active_projection_identical": text == baseline_text,
-        "active_projection_cold_p50_ms": _percentile(cold, 0.5),
-        "active_projection_cold_max_ms": _percentile(cold, 1.0),
+        "active_projection_cold_p50_ms": round(percentile(cold, 0.5), 3),
+        "active_projection_cold_max_ms": round(percentile(cold, 1.0), 3),
         "active_projection_first_in_process_ms": round(first_ms, 3),
-        "active_projection_warm_p50_ms": _percentile(warm, 0.5),
-        "active_projection_warm_p99_ms": _percentile(warm, 0.99),
-        "active_projection_after_commit_p50_ms": _percentile(after_commit, 0.5),
-        "active_projection_after_commit_p99_ms": _percentile(after_commit, 0.99),
-        "active_projection_baseline_p50_ms": _percentile(baseline, 0.5),
-        "active_projection_baseline_max_ms": _percentile(baseline, 1.0),
+        "active_projection_warm_p50_ms": round(percentile(warm, 0.5), 3),
+        "active_projection_warm_p99_ms": round(percentile(warm, 0.99), 3),
+        "active_projection_after_commit_p50_ms": round(percentile(after_commit, 0.5), 3),
+        "active_projection_after_commit_p99_ms": round(percentile(after_commit, 0.99), 3),
+        "active_projection_baseline_p50_ms": round(percentile(baseline, 0.5), 3),
+        "active_projection_baseline_max_ms": round(percentile(baseline, 1.0), 3),
     }
 
 

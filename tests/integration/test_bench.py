@@ -45,6 +45,12 @@ def test_bench_queue_command_prints_one_json_object(ray_cluster: object) -> None
     )
     assert (figures["jobs"], figures["completed"], figures["baseline_jobs_per_s"]) == (24, 24, None)
     assert figures["probe_jobs"] == 12 and figures["dispatch_ms_p50_concurrent"] > 0
+    # It leads with many agents at once next to plain Ray's as many callers, not one agent alone.
+    assert list(figures)[:3] == [
+        "dispatchers",
+        "dispatch_ms_p50_concurrent",
+        "baseline_call_ms_p50_concurrent",
+    ]
     assert {"cores", "memory_gb"} <= set(figures["machine"])
 
 

@@ -29,7 +29,6 @@ from bench.hybrid_bench import (
     literal_query,
     memory_texts,
     paraphrase_query,
-    percentile,
     recall_table,
     run_hybrid_bench,
 )
@@ -84,13 +83,6 @@ def test_memory_texts_are_distinct_even_beyond_the_sentence_pool() -> None:
     assert len(texts) == 4000 == len(set(texts))
     assert source in ("transcripts", "generated")
     assert len(set(generated_sentences(300, random.Random(0)))) == 300
-
-
-def test_percentile_is_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 0.5) == 50.0
-    assert percentile(values, 0.99) == 99.0
-    assert percentile([], 0.5) == 0.0
 
 
 def test_recall_table_scores_each_mode_on_its_query_types() -> None:
