@@ -323,7 +323,13 @@ def load_command(
     projects: int = typer.Option(2, "--projects", min=1, help="Project directories (memory databases)."),
     turns: int = typer.Option(20, "--turns", min=1, help="Turns per session."),
     model_latency_ms: float = typer.Option(
-        1000.0, "--model-latency-ms", min=0.0, help="Delay of every model answer."
+        1000.0, "--model-latency-ms", min=0.0, help="Fixed delay of every model answer."
+    ),
+    model_ms_per_100_tokens: float = typer.Option(
+        1.0,
+        "--model-ms-per-100-tokens",
+        min=0.0,
+        help="Further delay per 100 prompt tokens (a big coalesced prompt takes longer).",
     ),
     turn_interval_s: float = typer.Option(0.5, "--turn-interval-s", min=0.0, help="Seconds between turns."),
     observers: int = typer.Option(8, "--observers", min=1, max=64, help="ObserverActors."),
@@ -332,8 +338,9 @@ def load_command(
     serial_baseline: str = typer.Option(
         "both",
         "--serial-baseline",
-        help="original: every job on its own, as the original ran them (about 11 min at the default"
-        " sizes); coalescing: a session's waiting jobs as one; both.",
+        help="coalescing: one worker that coalesces a session's waiting jobs like the runtime (the"
+        " speedup_vs_serial); original: every job on its own, as the original ran them (over 11 min at"
+        " the default sizes; its own speedup figure); both.",
     ),
     synchronized: bool = typer.Option(
         False,
@@ -358,6 +365,7 @@ def load_command(
             serial=serial,
             phases="synchronized" if synchronized else "staggered",
             serial_baseline=_serial_baseline(serial_baseline),
+            model_ms_per_100_tokens=model_ms_per_100_tokens,
         )
     if as_json:
         import json

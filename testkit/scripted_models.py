@@ -3,7 +3,9 @@
 :class:`ScriptedMemoryModel` answers all three memory roles through native tool calls, the way a
 diligent real model would: the Observer gets one observation per source block of its chunk, the
 Reflector one reflection supported by the first observations it was shown, the Dropper a few
-drop proposals. An optional latency per request stands in for a real model's response time.
+drop proposals. An optional latency per request stands in for a real model's response time: a
+fixed part, plus a part that grows with the prompt (a real model reads every prompt token before it
+answers, so a coalesced prompt of many turns takes longer than one turn's).
 """
 
 from __future__ import annotations
@@ -17,23 +19,45 @@ from testkit.scripted_server import Reply, chat_text, chat_tool_calls
 _LABEL = re.compile(r"\[Source entry id: ([^:\]]+):(\d+)\]\n\[[^\]@]+ @ (\d{4}-\d{2}-\d{2} \d{2}:\d{2})\]")
 _LOCAL_ID = re.compile(r"^\[(\d+)\] ", re.MULTILINE)
 
+CHARS_PER_TOKEN = 4
+"""Characters per prompt token in :func:`prompt_tokens`'s estimate (English text with OpenAI's
+tokenizers averages about four)."""
+
+
+def prompt_tokens(body: Mapping[str, Any]) -> int:
+    """Estimated prompt tokens of a chat request: the characters of its messages' text, over
+    :data:`CHARS_PER_TOKEN` (no tokenizer: the scripted server stays dependency-free)."""
+    chars = 0
+    for message in body.get("messages", ()):
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, Mapping))
+    return chars // CHARS_PER_TOKEN
+
 
 class ScriptedMemoryModel:
     """Answers the Observer (one observation per block), the Reflector and the Dropper.
 
-    ``latency_s`` delays every answer. Thread-safe enough for a threaded server: the counters are
-    informational only.
+    Every answer waits ``latency_s`` plus ``seconds_per_prompt_token`` for each prompt token
+    (estimated by :func:`prompt_tokens`). Thread-safe enough for a threaded server: the counters
+    are informational only.
     """
 
-    def __init__(self, latency_s: float = 0.0) -> None:
+    def __init__(self, latency_s: float = 0.0, seconds_per_prompt_token: float = 0.0) -> None:
         self.latency_s = latency_s
+        self.seconds_per_prompt_token = seconds_per_prompt_token
         self.reflector_requests = 0
         self.hold_reflector_s = 0.0
 
     def __call__(self, body: Mapping[str, Any]) -> Reply:
         reply = self._answer(body)
-        if self.latency_s:
-            return Reply(status=reply.status, body=reply.body, delay_s=reply.delay_s + self.latency_s)
+        delay = self.latency_s
+        if self.seconds_per_prompt_token:
+            delay += self.seconds_per_prompt_token * prompt_tokens(body)
+        if delay:
+            return Reply(status=reply.status, body=reply.body, delay_s=reply.delay_s + delay)
         return reply
 
     def _answer(self, body: Mapping[str, Any]) -> Reply:
@@ -79,8 +103,10 @@ class CondensingMemoryModel(ScriptedMemoryModel):
     citing them all and quoting only the first few words of the first; Reflector and Dropper as
     :class:`ScriptedMemoryModel`. What it leaves out must stay findable in the transcript."""
 
-    def __init__(self, every: int = 10, latency_s: float = 0.0) -> None:
-        super().__init__(latency_s)
+    def __init__(
+        self, every: int = 10, latency_s: float = 0.0, seconds_per_prompt_token: float = 0.0
+    ) -> None:
+        super().__init__(latency_s, seconds_per_prompt_token)
         self.every = every
 
     def _answer(self, body: Mapping[str, Any]) -> Reply:

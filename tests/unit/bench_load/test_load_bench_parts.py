@@ -34,3 +34,17 @@ def test_staggered_agents_spread_over_one_interval_and_synchronized_ones_start_t
     assert staggered[0] == 0.0 and staggered == sorted(staggered) and staggered[-1] < 0.5
     assert len(set(staggered)) == 32
     assert {_phase(i, 32, 0.5, "synchronized") for i in range(32)} == {0.0}
+
+
+def test_the_load_models_answer_takes_longer_for_a_longer_prompt() -> None:
+    from testkit.scripted_models import prompt_tokens
+
+    def body(chars: int) -> dict[str, object]:
+        return {"model": "m", "messages": [{"role": "tool", "content": "x" * chars, "tool_call_id": "c"}]}
+
+    # 1 s, plus 1 ms per 100 prompt tokens (the load bench's default).
+    model = ScriptedMemoryModel(1.0, 0.001 / 100)
+    assert prompt_tokens(body(40_000)) == 10_000
+    assert model(body(0)).delay_s == 1.0
+    assert abs(model(body(40_000)).delay_s - 1.1) < 1e-9
+    assert ScriptedMemoryModel(1.0)(body(40_000)).delay_s == 1.0  # no per-token part unless asked
