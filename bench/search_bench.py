@@ -39,10 +39,10 @@ import typer
 
 from actors.read.projector import render_active_memory
 from actors.read.search import SearchRequest, validate_search_arguments
-from actors.read.service import exact_search, project, reader_for
+from actors.read.service import exact_search, exact_spec, project, reader_for
 from bench.measure import percentile
 from bench.shared_data import shared_data_dir
-from persistence.search_queries import ExactSearchSpec, SearchReader
+from persistence.search_queries import SearchReader
 from persistence.store import Store
 from protocol.identities import (
     chunk_key,
@@ -220,6 +220,27 @@ def _content(sentences: Sequence[str], paths: Sequence[str], rng: random.Random)
     return sentence
 
 
+def _reflections(
+    run_id: str, set_hash: str, facts: Sequence[tuple[str, tuple[str, ...]]], now: str
+) -> list[ReflectionRecord]:
+    """Reflection rows of ``(content, supporting ids)`` facts, one per distinct id, in order."""
+    rows = [
+        ReflectionRecord(
+            reflection_id=reflection_id(run_id, _REFLECTOR_SCHEMA, content, support),
+            run_id=run_id,
+            observation_set_hash=set_hash,
+            content=content,
+            supporting_observation_ids=support,
+            token_count=max(1, len(content) // 4),
+            reflector_model=_MODEL,
+            reflector_schema_version=_REFLECTOR_SCHEMA,
+            created_at=now,
+        )
+        for content, support in facts
+    ]
+    return list({row.reflection_id: row for row in rows}.values())
+
+
 def _promote(
     store: Store, run_id: str, observations: Sequence[ObservationRecord], rng: random.Random
 ) -> None:
@@ -233,24 +254,11 @@ def _promote(
     end_seq = max(o.source_end_seq for o in covered)
     now = covered[-1].created_at
     store.claim_generation(generation, run_id, set_hash, _MODEL, _REFLECTOR_SCHEMA, 1, end_seq, now)
-    reflections = []
+    facts = []
     for index in range(5):
         content = f"Durable fact {index}: {rng.choice(covered).content}"
-        support = tuple(sorted({rng.choice(covered).observation_id for _ in range(3)}))
-        reflections.append(
-            ReflectionRecord(
-                reflection_id=reflection_id(run_id, _REFLECTOR_SCHEMA, content, support),
-                run_id=run_id,
-                observation_set_hash=set_hash,
-                content=content,
-                supporting_observation_ids=support,
-                token_count=max(1, len(content) // 4),
-                reflector_model=_MODEL,
-                reflector_schema_version=_REFLECTOR_SCHEMA,
-                created_at=now,
-            )
-        )
-    unique = list({r.reflection_id: r for r in reflections}.values())
+        facts.append((content, tuple(sorted({rng.choice(covered).observation_id for _ in range(3)}))))
+    unique = _reflections(run_id, set_hash, facts, now)
     retained = [o.observation_id for o in covered[-50:]]
     store.promote_generation(generation, run_id, unique, retained, now)
 
@@ -378,24 +386,14 @@ def build_active_session(db_path: Path, size: int, seed: int) -> None:
     now = observations[-1].created_at
     set_hash = observation_set_hash(ACTIVE_SESSION, [])
     generation = threshold_generation_id(ACTIVE_SESSION, None, set_hash, _MODEL, _REFLECTOR_SCHEMA)
-    reflections = []
-    for index in range(ACTIVE_REFLECTIONS):
-        content = f"Durable fact {index}: {rng.choice(observations).content}"
-        support = (observations[index % size].observation_id,)
-        reflections.append(
-            ReflectionRecord(
-                reflection_id=reflection_id(ACTIVE_SESSION, _REFLECTOR_SCHEMA, content, support),
-                run_id=ACTIVE_SESSION,
-                observation_set_hash=set_hash,
-                content=content,
-                supporting_observation_ids=support,
-                token_count=max(1, len(content) // 4),
-                reflector_model=_MODEL,
-                reflector_schema_version=_REFLECTOR_SCHEMA,
-                created_at=now,
-            )
+    facts = [
+        (
+            f"Durable fact {index}: {rng.choice(observations).content}",
+            (observations[index % size].observation_id,),
         )
-    unique = list({r.reflection_id: r for r in reflections}.values())
+        for index in range(ACTIVE_REFLECTIONS)
+    ]
+    unique = _reflections(ACTIVE_SESSION, set_hash, facts, now)
     with Store(db_path) as store:
         store.claim_generation(generation, ACTIVE_SESSION, set_hash, _MODEL, _REFLECTOR_SCHEMA, 1, 0, now)
         store.promote_generation(generation, ACTIVE_SESSION, unique, [], now)
@@ -442,18 +440,6 @@ def query_set(sentences: Sequence[str], paths: Sequence[str], seed: int) -> list
     return [arguments for _, arguments in classified_query_set(sentences, paths, seed)]
 
 
-def _spec(request: SearchRequest) -> ExactSearchSpec:
-    return ExactSearchSpec(
-        query=request.query,
-        like_pattern=request.like_pattern,
-        fetch_limit=request.limit + 1,
-        observation_after=request.observation_after,
-        observation_before=request.observation_before,
-        reflection_after=request.reflection_after,
-        reflection_before=request.reflection_before,
-    )
-
-
 def _timed(call: Any) -> tuple[float, Any]:
     started = time.perf_counter()
     result = call()
@@ -475,7 +461,7 @@ def _measure_size(db_path: Path, size: int, seed: int) -> dict[str, object]:
     identical = True
     for query_class, request in requests:
         exact_search(db_path, request)  # warm the page cache for both strategies alike
-        plans[reader_for(db_path).exact_search(_spec(request)).observation_strategy] += 1
+        plans[reader_for(db_path).exact_search(exact_spec(request)).observation_strategy] += 1
         for _ in range(QUERY_REPEATS):
             fast_time, fast = _timed(lambda r=request: exact_search(db_path, r))
             scan_time, scan = _timed(lambda r=request: exact_search(db_path, r, "scan"))

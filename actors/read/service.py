@@ -200,9 +200,9 @@ def memory_view(db_path: DbPath, session_id: str) -> tuple[str, dict[str, object
 # ---------------------------------------------------------------------------------------- search
 
 
-def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrategy = "auto") -> ToolResult:
-    """Exact search (reference §13.3) in the request's scope; ``strategy="scan"`` forces the plain LIKE."""
-    spec = ExactSearchSpec(
+def exact_spec(request: SearchRequest) -> ExactSearchSpec:
+    """What the exact-search queries need of a request (one more row than the limit: ``truncated``)."""
+    return ExactSearchSpec(
         query=request.query,
         like_pattern=request.like_pattern,
         fetch_limit=request.limit + 1,
@@ -212,6 +212,11 @@ def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrate
         reflection_before=request.reflection_before,
         sessions=request.sessions,
     )
+
+
+def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrategy = "auto") -> ToolResult:
+    """Exact search (reference §13.3) in the request's scope; ``strategy="scan"`` forces the plain LIKE."""
+    spec = exact_spec(request)
     reader = reader_for(db_path)
     rows = reader.exact_search(spec, strategy)
     covering = reader.covering_observations([(event.run_id, event.seq) for event in rows.transcript])
