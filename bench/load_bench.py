@@ -365,6 +365,17 @@ def _ratio(serial_s: float, parallel_s: float) -> float:
     return round(serial_s / max(parallel_s, 1e-9), 2)
 
 
+def _serial_figures(name: str, serial: Mapping[str, Any], parallel: Mapping[str, Any]) -> dict[str, Any]:
+    """A serial run's figures under ``name`` (``serial`` -> ``serial_makespan_s``, ...), and the
+    parallel run's speedup over it (``speedup_vs_serial``, ``speedup_vs_serial_no_coalescing``)."""
+    figures = {
+        f"{name}_{key}": serial[key]
+        for key in ("makespan_s", "visible_lag_p95_s", "lost", "jobs", "model_requests")
+    }
+    figures[f"speedup_vs_{name}"] = _ratio(serial["makespan_s"], parallel["makespan_s"])
+    return figures
+
+
 def run_load_bench(
     *,
     sessions: int = 32,
@@ -425,12 +436,7 @@ def run_load_bench(
         if serial_baseline in ("coalescing", "both"):
             # One worker that coalesces as the runtime does: what lanes and pools add on top of it.
             merged = run_load(pools=one, max_in_flight=1, **common)  # type: ignore[arg-type]
-            result["serial_makespan_s"] = merged["makespan_s"]
-            result["serial_visible_lag_p95_s"] = merged["visible_lag_p95_s"]
-            result["serial_lost"] = merged["lost"]
-            result["serial_jobs"] = merged["jobs"]
-            result["serial_model_requests"] = merged["model_requests"]
-            result["speedup_vs_serial"] = _ratio(merged["makespan_s"], parallel["makespan_s"])
+            result |= _serial_figures("serial", merged, parallel)
             result["serial_baseline"] = (
                 "one ObserverActor, one slot, one job in flight, coalescing like the runtime"
                 " (a session's waiting observe jobs run as one)"
@@ -440,12 +446,7 @@ def run_load_bench(
             runs = sessions * turns
             own = {**common, "timeout_s": max(timeout_s, runs * (model_latency_ms / 1000.0 + 0.5) + 120.0)}
             original = run_load(pools=one, max_in_flight=1, coalesce=False, **own)  # type: ignore[arg-type]
-            result["serial_no_coalescing_makespan_s"] = original["makespan_s"]
-            result["serial_no_coalescing_visible_lag_p95_s"] = original["visible_lag_p95_s"]
-            result["serial_no_coalescing_lost"] = original["lost"]
-            result["serial_no_coalescing_jobs"] = original["jobs"]
-            result["serial_no_coalescing_model_requests"] = original["model_requests"]
-            result["speedup_vs_serial_no_coalescing"] = _ratio(original["makespan_s"], parallel["makespan_s"])
+            result |= _serial_figures("serial_no_coalescing", original, parallel)
     result["makespan_vs_ideal"] = round(parallel["makespan_s"] / max(parallel["ideal_parallel_s"], 1e-9), 2)
     result["machine"] = {"cores": os.cpu_count()}
     return result

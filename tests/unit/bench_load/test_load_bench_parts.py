@@ -48,3 +48,14 @@ def test_the_load_models_answer_takes_longer_for_a_longer_prompt() -> None:
     assert model(body(0)).delay_s == 1.0
     assert abs(model(body(40_000)).delay_s - 1.1) < 1e-9
     assert ScriptedMemoryModel(1.0)(body(40_000)).delay_s == 1.0  # no per-token part unless asked
+
+
+def test_speedup_vs_serial_is_over_the_coalescing_worker_and_the_no_coalescing_run_has_its_own() -> None:
+    from bench.load_bench import _serial_figures
+
+    parallel = {"makespan_s": 10.0}
+    run = {"makespan_s": 36.0, "visible_lag_p95_s": 3.0, "lost": 0, "jobs": 200, "model_requests": 200}
+    figures = _serial_figures("serial", run, parallel)
+    assert figures["speedup_vs_serial"] == 3.6 and figures["serial_model_requests"] == 200
+    other = _serial_figures("serial_no_coalescing", {**run, "makespan_s": 530.0}, parallel)
+    assert other["speedup_vs_serial_no_coalescing"] == 53.0 and "speedup_vs_serial" not in other
