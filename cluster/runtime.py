@@ -39,7 +39,7 @@ from cluster.autoscale import PoolAutoscaler
 from cluster.naming import RuntimeNames, omray_home
 from cluster.proxies import RayWorkerPool, StoreProxy
 from persistence.connection import Synchronous
-from persistence.store import Store
+from persistence.queue_store import QueueStore
 from protocol.errors import SettingsError
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
@@ -349,7 +349,7 @@ class QueueRuntime:
         sys.setswitchinterval(QUEUE_SWITCH_INTERVAL_S)
         # The queue's own file has one writer, this actor: its group commits run in-process, with no
         # StoreActor round trip on the path of every dispatch (memory databases keep theirs).
-        store = Store(queue_db, synchronous=QUEUE_SYNCHRONOUS)
+        store = QueueStore(queue_db, synchronous=QUEUE_SYNCHRONOUS)
         workers = _with_grown_members(
             names, worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node), sizes
         )

@@ -12,46 +12,30 @@ Every write is idempotent where the reference says so (reference §4.4): content
 are inserted or verified, never duplicated, and a genuine mismatch raises ``ConflictError``.
 SQLite failures surface as ``StorageError`` with the exception class only (no SQL values).
 
-Length: about 1,000 lines, on purpose. ``Store`` is the one class with intention-named write methods
-(STYLE.md §4) for every table of one file: memory, generations, the job queue's group-commit
-writes and the observe-start pins. Splitting it would make more than one writer class per file.
+The job queue's own file has its writer of its own, :class:`persistence.queue_store.QueueStore`;
+both share :class:`persistence.writer.SqliteWriter` (the engine and the transaction helper).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sqlite3
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, Row, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 
 from persistence import schema
-from persistence.connection import Synchronous, open_write_engine
+from persistence.connection import Synchronous
 from persistence.projection_queries import render_dirty_projections
 from persistence.queries import select_coverage, select_generation
+from persistence.writer import NotFoundError, SqliteWriter, check_failure_reason
 from protocol.canonical import canonical_json
-from protocol.errors import ConflictError, InvalidPayloadError, OmrayError, StorageError
+from protocol.errors import ConflictError, InvalidPayloadError
 from protocol.identities import content_hash, source_refs_json, transcript_event_id
-from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
-from protocol.queue_rows import (
-    JobAccepted,
-    JobCounts,
-    JobFinished,
-    JobGivenUp,
-    JobRetry,
-    JobStarted,
-    JobWrite,
-    RuntimeEvent,
-    StoredJob,
-)
 from protocol.records import (
     ActivityRecord,
     CoveragePart,
@@ -67,14 +51,8 @@ ClaimOutcome = Literal["claimed", "already_running", "already_succeeded", "confl
 PromotionOutcome = Literal["promoted", "noop"]
 """Result of :meth:`Store.promote_generation`; ``noop`` when the generation already succeeded."""
 
-_FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}$")
-
 _ID_LOOKUP_BATCH = 500
 """Ids per lookup of already-stored observations (well under SQLite's bound-variable limit)."""
-
-
-class NotFoundError(OmrayError):
-    """The row a write needs (a generation, an unfinished job) does not exist."""
 
 
 class _Result(BaseModel):
@@ -92,80 +70,25 @@ class PartCommit(_Result):
     """Observations stored with the part (the stored count on ``noop``)."""
 
 
-class EnqueueResult(_Result):
-    """Outcome of accepting one job into the durable FIFO."""
-
-    job_seq: int
-    """Acceptance order of the (new or already queued) job."""
-    job_id: str
-    """Job id."""
-    created: bool
-    """False when the same job id was already pending or running."""
-
-
 class _CoverageRace(Exception):
     """Internal: the coverage insert hit a unique constraint."""
 
 
-def _check_failure_reason(reason: str | None) -> None:
-    if reason is not None and not _FAILURE_REASON.match(reason):
-        raise InvalidPayloadError("failure_reason must be a short lowercase category code")
-
-
-class Store:
+class Store(SqliteWriter):
     """Exclusive writer of one memory database.
 
     Guarantees: one transaction per outermost :meth:`atomic` (``BEGIN IMMEDIATE``; savepoints
     when nested); each intention method is atomic on its own; observation, coverage, reflection
-    and generation writes are idempotent per reference §4.4; the job FIFO is ordered by
-    ``job_seq``. One ``Store`` per file per process; safe to call from several threads (each
-    thread gets its own connection).
+    and generation writes are idempotent per reference §4.4; every transaction renders again the
+    projection text of the sessions it changed. One ``Store`` per file per process; safe to call
+    from several threads (each thread gets its own connection).
     """
 
     def __init__(self, db_path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL") -> None:
-        self._db_path = os.fspath(db_path)
-        self._engine = open_write_engine(self._db_path, synchronous=synchronous)
-        self._local = threading.local()
+        super().__init__(db_path, synchronous=synchronous)
         self._projection_names: frozenset[str] | None = None  # tables the projection text needs
 
-    @property
-    def db_path(self) -> str:
-        """Path of the database file."""
-        return self._db_path
-
-    def close(self) -> None:
-        """Release the engine (connections are per transaction, so nothing stays open)."""
-        self._engine.dispose()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-    # --- transactions ---------------------------------------------------------------------
-
-    @contextmanager
-    def atomic(self) -> Iterator[None]:
-        """One transaction (outermost) or savepoint (nested); rolls back when the block raises."""
-        current: Connection | None = getattr(self._local, "conn", None)
-        if current is not None:
-            with current.begin_nested():
-                yield
-            return
-        try:
-            with self._engine.connect() as conn:
-                self._local.conn = conn
-                try:
-                    with conn.begin():
-                        yield
-                        self._render_dirty_projections(conn)
-                finally:
-                    self._local.conn = None
-        except SQLAlchemyError as exc:
-            raise StorageError(f"write to {self._db_path!r} failed ({type(exc).__name__})") from exc
-
-    def _render_dirty_projections(self, conn: Connection) -> None:
+    def _before_commit(self, conn: Connection) -> None:
         """Render again, in this transaction, the projection text of every session marked dirty
         (:func:`persistence.projection_queries.render_dirty_projections`)."""
         raw = conn.connection.driver_connection  # the same sqlite3 connection, in this transaction
@@ -174,12 +97,6 @@ class Store:
             rows = raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
             self._projection_names = frozenset(row[0] for row in rows)
         render_dirty_projections(raw, self._projection_names)
-
-    def _conn(self) -> Connection:
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is None:  # pragma: no cover - every caller enters atomic() first
-            raise RuntimeError("no transaction is open")
-        return conn
 
     # --- observer parts (reference §7.8, §4.4) ------------------------------------------------
 
@@ -505,7 +422,7 @@ class Store:
 
     def fail_generation(self, generation_id: str, failure_code: str, now: str) -> bool:
         """Mark a running generation failed with a category code; False if it was not running."""
-        _check_failure_reason(failure_code)
+        check_failure_reason(failure_code)
         table = schema.om_memory_generation
         with self.atomic():
             result = self._conn().execute(
@@ -643,322 +560,3 @@ class Store:
         )
         with self.atomic():
             self._conn().execute(statement)
-
-    # --- durable job queue --------------------------------------------------------------------
-
-    def enqueue_job(self, envelope: JobEnvelope, accepted_at: str) -> EnqueueResult:
-        """Append one job under the next sequence number, unless its key is already pending or running.
-
-        For tools and tests; the QueueActor numbers its own jobs and writes them with
-        :class:`JobAccepted` in its group commit.
-        """
-        with self.atomic():
-            queued = self._unfinished_seq(self._conn(), envelope.payload.db_path, envelope.job_id)
-            if queued is not None:
-                return EnqueueResult(job_seq=queued, job_id=envelope.job_id, created=False)
-            job_seq = self.next_job_seq()
-            self.apply_job_writes([JobAccepted(job_seq=job_seq, envelope=envelope, accepted_at=accepted_at)])
-        return EnqueueResult(job_seq=job_seq, job_id=envelope.job_id, created=True)
-
-    def next_job_seq(self) -> int:
-        """The sequence number after every one ever used (the QueueActor numbers new jobs from it)."""
-        with self.atomic():
-            used = (
-                self._conn()
-                .exec_driver_sql(
-                    "SELECT max(coalesce((SELECT max(job_seq) FROM omray_job), 0),"
-                    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'omray_job'), 0))"
-                )
-                .scalar_one()
-            )
-        return int(used) + 1
-
-    def apply_job_writes(self, writes: Sequence[JobWrite]) -> int:
-        """Apply one loop step's queue writes in order, in ONE transaction; returns how many changed a row.
-
-        Each write is idempotent, so a batch repeated after a lost reply changes nothing more: a
-        ``finished`` write for a job already finished is skipped.
-        """
-        applied = 0
-        with self.atomic():
-            conn = self._conn()
-            for write in writes:
-                if isinstance(write, JobAccepted):
-                    self._insert_accepted(conn, write)
-                elif isinstance(write, JobStarted):
-                    if write.attempt < 1:
-                        raise InvalidPayloadError(f"attempt must be >= 1 for job seq {write.job_seq!r}")
-                    # The hot path of a busy queue: plain prepared statements, no savepoint each.
-                    changed = conn.exec_driver_sql(
-                        "UPDATE omray_job SET state = 'running', attempts = ?, started_at = ?,"
-                        " not_before = NULL WHERE job_seq = ? AND state IN ('pending', 'running')",
-                        (write.attempt, write.started_at, write.job_seq),
-                    ).rowcount
-                    if changed != 1:
-                        raise NotFoundError(f"no job with seq {write.job_seq!r} in state 'pending/running'")
-                elif isinstance(write, JobRetry):
-                    self.mark_job_retry(write.job_seq, write.not_before, write.failure_reason)
-                elif isinstance(write, JobFinished):
-                    _check_failure_reason(write.failure_reason)
-                    changed = conn.exec_driver_sql(
-                        "UPDATE omray_job SET state = ?, finished_at = ?, failure_reason = ?"
-                        " WHERE job_seq = ? AND state IN ('pending', 'running')",
-                        (write.state, write.finished_at, write.failure_reason, write.job_seq),
-                    ).rowcount
-                    if changed != 1:
-                        continue  # recorded by an earlier try of this batch
-                elif isinstance(write, JobGivenUp):
-                    self.give_up_job(
-                        write.job_seq,
-                        write.finished_at,
-                        write.failure_reason,
-                        write.run_id,
-                        write.event_type,
-                        write.event_payload,
-                    )
-                else:
-                    self.record_runtime_event(write.run_id, write.event_type, write.payload, write.created_at)
-                applied += 1
-        return applied
-
-    @staticmethod
-    def _insert_accepted(conn: Connection, write: JobAccepted) -> None:
-        envelope = write.envelope
-        # The hot path of a busy queue: a plain prepared statement. A row already there under this
-        # seq is this same write repeated after a lost reply; anything else is a broken contract.
-        inserted = conn.exec_driver_sql(
-            "INSERT INTO omray_job (job_seq, job_id, handler_id, correlation_id, run_id, db_path,"
-            " payload_json, state, attempts, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)"
-            " ON CONFLICT DO NOTHING",
-            (
-                write.job_seq,
-                envelope.job_id,
-                envelope.handler_id,
-                envelope.correlation_id,
-                envelope.payload.run_id,
-                envelope.payload.db_path,
-                JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
-                write.accepted_at,
-            ),
-        ).rowcount
-        if inserted == 1:
-            return
-        row = conn.exec_driver_sql(
-            "SELECT job_id, db_path FROM omray_job WHERE job_seq = ?", (write.job_seq,)
-        ).first()
-        if row is None or (row[0], row[1]) != (envelope.job_id, envelope.payload.db_path):
-            raise ConflictError(f"job seq {write.job_seq!r} or the key of job {envelope.job_id!r} is taken")
-
-    @staticmethod
-    def _unfinished_seq(conn: Connection, db_path: str, job_id: str) -> int | None:
-        row = conn.exec_driver_sql(
-            "SELECT job_seq FROM omray_job WHERE db_path = ? AND job_id = ?"
-            " AND state IN ('pending', 'running')",
-            (db_path, job_id),
-        ).first()
-        return None if row is None else int(row[0])
-
-    def _transition(self, job_seq: int, from_states: tuple[str, ...], **values: Any) -> None:
-        table = schema.omray_job
-        with self.atomic():
-            result = self._conn().execute(
-                update(table)
-                .where(table.c.job_seq == job_seq, table.c.state.in_(from_states))
-                .values(**values)
-            )
-            if result.rowcount != 1:
-                raise NotFoundError(f"no job with seq {job_seq!r} in state {'/'.join(from_states)!r}")
-
-    def mark_job_running(self, job_seq: int, attempt: int, started_at: str) -> None:
-        """Record that attempt number ``attempt`` (1-based) of an unfinished job started."""
-        if attempt < 1:
-            raise InvalidPayloadError(f"attempt must be >= 1 for job seq {job_seq!r}")
-        self._transition(
-            job_seq,
-            ("pending", "running"),
-            state="running",
-            attempts=attempt,
-            started_at=started_at,
-            not_before=None,
-        )
-
-    def mark_job_retry(self, job_seq: int, not_before: str, failure_reason: str) -> None:
-        """Put a running job back to ``pending`` until ``not_before`` after a retryable failure.
-
-        Repeating the same call (a durable proxy retrying after a lost reply) is a no-op.
-        """
-        _check_failure_reason(failure_reason)
-        table = schema.omray_job
-        with self.atomic():
-            result = self._conn().execute(
-                update(table)
-                .where(
-                    table.c.job_seq == job_seq,
-                    (table.c.state == "running")
-                    | (
-                        (table.c.state == "pending")
-                        & (table.c.not_before == not_before)
-                        & (table.c.failure_reason == failure_reason)
-                    ),
-                )
-                .values(state="pending", not_before=not_before, failure_reason=failure_reason)
-            )
-            if result.rowcount != 1:
-                raise NotFoundError(f"no job with seq {job_seq!r} in state 'running'")
-
-    def finish_job(
-        self,
-        job_seq: int,
-        state: Literal["succeeded", "failed"],
-        finished_at: str,
-        failure_reason: str | None = None,
-    ) -> None:
-        """Take an unfinished job out of the FIFO for good."""
-        _check_failure_reason(failure_reason)
-        self._transition(
-            job_seq,
-            ("pending", "running"),
-            state=state,
-            finished_at=finished_at,
-            failure_reason=failure_reason,
-        )
-
-    def give_up_job(
-        self,
-        job_seq: int,
-        finished_at: str,
-        failure_reason: str,
-        run_id: str,
-        event_type: str,
-        event_payload: Mapping[str, Any],
-    ) -> int:
-        """Finish a job as failed and record its failure event in ONE transaction; returns the event seq.
-
-        A crash can then never leave a job given up without its ``job_failed`` event. Repeating the
-        same call (a durable proxy retrying after a lost reply) changes nothing more.
-        """
-        table = schema.omray_job
-        with self.atomic():
-            conn = self._conn()
-            state = conn.execute(select(table.c.state).where(table.c.job_seq == job_seq)).scalar_one_or_none()
-            if state in ("pending", "running"):
-                self.finish_job(job_seq, "failed", finished_at, failure_reason)
-            elif state != "failed":
-                raise NotFoundError(f"no unfinished job with seq {job_seq!r}")
-            return self.record_runtime_event(run_id, event_type, event_payload, finished_at)
-
-    def record_runtime_event(
-        self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str
-    ) -> int:
-        """Record a sanitized runtime event for a session; returns its ``event_seq``.
-
-        Repeating the same call (same session, type, payload and time: a durable proxy retrying
-        after a lost reply) returns the event already recorded instead of a second one.
-        """
-        table = schema.omray_runtime_event
-        payload_json = canonical_json(dict(payload))
-        with self.atomic():
-            conn = self._conn()
-            recorded: int | None = conn.execute(
-                select(table.c.event_seq)
-                .where(
-                    table.c.run_id == run_id,
-                    table.c.event_type == event_type,
-                    table.c.payload_json == payload_json,
-                    table.c.created_at == created_at,
-                )
-                .limit(1)
-            ).scalar_one_or_none()
-            if recorded is not None:
-                return recorded
-            result = conn.execute(
-                table.insert().values(
-                    run_id=run_id,
-                    event_type=event_type,
-                    payload_json=payload_json,
-                    created_at=created_at,
-                )
-            )
-            event_seq = result.inserted_primary_key[0] if result.inserted_primary_key else None
-            if not isinstance(event_seq, int):  # pragma: no cover - SQLite always returns the rowid
-                raise StorageError(f"no event_seq returned for event {event_type!r}")
-            return event_seq
-
-    def list_unfinished_jobs(self) -> list[StoredJob]:
-        """Pending and running jobs in acceptance (``job_seq``) order."""
-        table = schema.omray_job
-        with self.atomic():
-            rows = self._conn().execute(
-                select(table).where(table.c.state.in_(("pending", "running"))).order_by(table.c.job_seq.asc())
-            )
-            return [self._stored_job(row) for row in rows]
-
-    @staticmethod
-    def _stored_job(row: Row[Any]) -> StoredJob:
-        envelope = JobEnvelope(
-            job_id=row.job_id,
-            correlation_id=row.correlation_id,
-            payload=JOB_PAYLOAD_ADAPTER.validate_json(row.payload_json),
-        )
-        return StoredJob(
-            job_seq=row.job_seq,
-            envelope=envelope,
-            handler_id=row.handler_id,
-            run_id=row.run_id,
-            state=row.state,
-            attempts=row.attempts,
-            not_before=row.not_before,
-            accepted_at=row.accepted_at,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            failure_reason=row.failure_reason,
-        )
-
-    def runtime_events(self, run_id: str, after_seq: int = 0) -> list[RuntimeEvent]:
-        """Runtime events of a session with ``event_seq > after_seq``, in order."""
-        table = schema.omray_runtime_event
-        with self.atomic():
-            rows = self._conn().execute(
-                select(table)
-                .where(table.c.run_id == run_id, table.c.event_seq > after_seq)
-                .order_by(table.c.event_seq.asc())
-            )
-            return [
-                RuntimeEvent(
-                    event_seq=row.event_seq,
-                    run_id=row.run_id,
-                    event_type=row.event_type,
-                    payload=json.loads(row.payload_json),
-                    created_at=row.created_at,
-                )
-                for row in rows
-            ]
-
-    def _read_statement(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        """Rows of ONE read statement run outside any write transaction.
-
-        SQLite runs a lone statement on a connection in autocommit mode as a read of one WAL
-        snapshot, so it never takes the write lock: a status poll never stalls the writer's commits
-        (every ``atomic()`` transaction begins ``IMMEDIATE``, which does).
-        """
-        current: Connection | None = getattr(self._local, "conn", None)
-        try:
-            if current is not None:  # inside atomic() on this thread: read in its transaction
-                return list(current.exec_driver_sql(sql, params).fetchall())
-            with self._engine.connect() as conn:
-                raw = conn.connection.driver_connection
-                assert isinstance(raw, sqlite3.Connection)
-                return raw.execute(sql, params).fetchall()
-        except (SQLAlchemyError, sqlite3.Error) as exc:
-            raise StorageError(f"read of {self._db_path!r} failed ({type(exc).__name__})") from exc
-
-    def job_counts(self) -> JobCounts:
-        """Number of jobs in each state (one snapshot; takes no write lock)."""
-        rows = self._read_statement("SELECT state, count(*) FROM omray_job GROUP BY state")
-        counts = {state: count for state, count in rows}
-        return JobCounts(
-            pending=counts.get("pending", 0),
-            running=counts.get("running", 0),
-            succeeded=counts.get("succeeded", 0),
-            failed=counts.get("failed", 0),
-        )

@@ -148,3 +148,14 @@ class JobCounts(_Result):
     """Finished successfully."""
     failed: int
     """Finished after exhausting retries."""
+
+
+class EnqueueResult(_Result):
+    """Outcome of accepting one job into the durable FIFO."""
+
+    job_seq: int
+    """Acceptance order of the (new or already queued) job."""
+    job_id: str
+    """Job id."""
+    created: bool
+    """False when the same job id was already pending or running."""

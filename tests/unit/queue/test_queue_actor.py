@@ -1,4 +1,4 @@
-"""The QueueActor shell without Ray: a real Store file, a fake worker pool, a manual clock."""
+"""The QueueActor shell without Ray: a real QueueStore file, a fake worker pool, a manual clock."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from actors.queue.actor import QueueActor
 from actors.queue.figures import ModelUsage, QueueFigures
 from actors.queue.retry import RetryPolicy
-from persistence.store import Store
+from persistence.queue_store import QueueStore
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.outcomes import JobFailed, JobSucceeded
@@ -70,14 +70,14 @@ def _drain(queue: QueueActor, clock: Clock, steps: int = 50) -> None:
 
 
 def test_dispatch_is_durable_before_it_returns(tmp_path: Path) -> None:
-    store = Store(tmp_path / "q.sqlite")
+    store = QueueStore(tmp_path / "q.sqlite")
     queue = QueueActor(store, FakeWorkers(_ok), start_loop=False)
     assert queue.dispatch(_job(1)) == "j1"
     assert [row.envelope.job_id for row in store.list_unfinished_jobs()] == ["j1"]
 
 
 def test_jobs_run_in_order_and_finish_once_even_with_failing_metrics(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     workers = FakeWorkers(_ok)
     queue = QueueActor(store, workers, clock=clock, start_loop=False, metrics=ExplodingMetrics())  # type: ignore[arg-type]
     for n in range(5):
@@ -106,7 +106,7 @@ class RecordingMetrics:
 
 
 def test_token_metrics_carry_the_model_a_job_reports(tmp_path: Path) -> None:
-    store, clock, metrics = Store(tmp_path / "q.sqlite"), Clock(), RecordingMetrics()
+    store, clock, metrics = QueueStore(tmp_path / "q.sqlite"), Clock(), RecordingMetrics()
 
     def with_model(job_id: str, attempt: int) -> dict[str, Any]:
         detail = {
@@ -133,7 +133,7 @@ class HoldingWorkers(FakeWorkers):
 
 
 def test_the_gauges_report_what_status_shows(tmp_path: Path) -> None:
-    store, clock, metrics = Store(tmp_path / "q.sqlite"), Clock(), RecordingMetrics()
+    store, clock, metrics = QueueStore(tmp_path / "q.sqlite"), Clock(), RecordingMetrics()
     queue = QueueActor(
         store,
         HoldingWorkers(_ok),
@@ -153,21 +153,21 @@ def test_the_gauges_report_what_status_shows(tmp_path: Path) -> None:
 
 
 def test_restart_resumes_the_job_that_was_running(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     first = FakeWorkers(lambda job_id, attempt: None)  # never collected: the "actor" dies
     queue = QueueActor(store, first, clock=clock, start_loop=False)
     queue.dispatch(_job(1))  # durable and started at once (a free slot); then the process dies
     queue.dispatch(_job(2))
     assert first.started == [("j1", 1)]
     second = FakeWorkers(_ok)
-    restarted = QueueActor(Store(tmp_path / "q.sqlite"), second, clock=clock, start_loop=False)
+    restarted = QueueActor(QueueStore(tmp_path / "q.sqlite"), second, clock=clock, start_loop=False)
     _drain(restarted, clock)
     assert second.started == [("j1", 2), ("j2", 1)]  # the interrupted attempt counted
     assert store.job_counts().succeeded == 2
 
 
 def test_always_failing_job_gets_four_attempts_and_one_event(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
 
     def fail(job_id: str, attempt: int) -> dict[str, Any]:
         return JobFailed(job_id=job_id, retryable=True, reason="transient_runtime").model_dump()
@@ -183,9 +183,9 @@ def test_always_failing_job_gets_four_attempts_and_one_event(tmp_path: Path) -> 
 
 
 class FlakyStore:
-    """A Store whose named methods fail a set number of times (a StoreActor down, a timeout)."""
+    """A QueueStore whose named methods fail a set number of times (a StoreActor down, a timeout)."""
 
-    def __init__(self, store: Store, fail: dict[str, int], *, after_commit: bool = False) -> None:
+    def __init__(self, store: QueueStore, fail: dict[str, int], *, after_commit: bool = False) -> None:
         self._store = store
         self.fail = fail
         self._after_commit = after_commit
@@ -205,7 +205,7 @@ class FlakyStore:
 
 
 def test_a_dispatch_whose_commit_failed_is_written_by_the_next_commit(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     flaky = FlakyStore(store, {"apply_job_writes": 1})
     workers = FakeWorkers(_ok)
     queue = QueueActor(flaky, workers, clock=clock, start_loop=False)
@@ -226,7 +226,7 @@ def _drain_through_errors(queue: QueueActor, clock: Clock, steps: int = 50) -> N
 
 
 def test_a_failed_start_write_does_not_leave_the_job_stuck_running(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     flaky = FlakyStore(store, {})
     workers = FakeWorkers(_ok)
     queue = QueueActor(flaky, workers, clock=clock, start_loop=False)
@@ -240,7 +240,7 @@ def test_a_failed_start_write_does_not_leave_the_job_stuck_running(tmp_path: Pat
 
 
 def test_a_failed_outcome_write_loses_no_other_outcome(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     flaky = FlakyStore(store, {})
     workers = FakeWorkers(_ok)
     queue = QueueActor(flaky, workers, clock=clock, start_loop=False, max_in_flight=2)
@@ -254,7 +254,7 @@ def test_a_failed_outcome_write_loses_no_other_outcome(tmp_path: Path) -> None:
 
 
 def test_retried_writes_whose_reply_was_lost_are_idempotent(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     flaky = FlakyStore(store, {}, after_commit=True)
 
     def fail(job_id: str, attempt: int) -> dict[str, Any]:
@@ -272,7 +272,7 @@ def test_retried_writes_whose_reply_was_lost_are_idempotent(tmp_path: Path) -> N
 
 
 def test_a_worker_that_cannot_be_reached_costs_one_attempt(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
 
     class Unreachable(FakeWorkers):
         def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
@@ -289,7 +289,7 @@ def test_a_worker_that_cannot_be_reached_costs_one_attempt(tmp_path: Path) -> No
 
 
 def test_a_malformed_worker_outcome_costs_one_attempt(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
 
     def decide(job_id: str, attempt: int) -> dict[str, Any]:
         return {"kind": "bogus"} if attempt == 1 else _ok(job_id, attempt)
@@ -305,7 +305,7 @@ def test_a_malformed_worker_outcome_costs_one_attempt(tmp_path: Path) -> None:
 def test_concurrent_dispatches_are_group_committed_and_all_durable(tmp_path: Path) -> None:
     import threading
 
-    store = Store(tmp_path / "q.sqlite")
+    store = QueueStore(tmp_path / "q.sqlite")
     first_write_started, release = threading.Event(), threading.Event()
     accepts_per_commit: list[int] = []
 
@@ -350,7 +350,7 @@ def test_concurrent_dispatches_are_group_committed_and_all_durable(tmp_path: Pat
 
 
 def test_jobs_of_two_databases_with_one_id_are_two_jobs(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     workers = FakeWorkers(_ok)
     queue = QueueActor(store, workers, clock=clock, start_loop=False, max_in_flight=2)
     one = JobEnvelope(job_id="same", payload=SemanticIndexJob(run_id="s", db_path="/project-a/om.sqlite"))
@@ -428,7 +428,7 @@ def test_many_callers_with_the_committer_lose_nothing_and_keep_lane_order(
     import threading
     import time
 
-    store = Store(tmp_path / "q.sqlite", synchronous="NORMAL")
+    store = QueueStore(tmp_path / "q.sqlite", synchronous="NORMAL")
     workers = pool()
     queue = QueueActor(store, workers, max_in_flight=6)
     returned: dict[str, list[str]] = {}
@@ -462,7 +462,7 @@ def test_many_callers_with_the_committer_lose_nothing_and_keep_lane_order(
 
 
 def test_dispatch_many_accepts_every_job_in_order_in_one_commit(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     workers = FakeWorkers(_ok)
     queue = QueueActor(store, workers, clock=clock, start_loop=False)
     before = queue.status()["commits"]["transactions"]
@@ -476,7 +476,7 @@ def test_dispatch_many_accepts_every_job_in_order_in_one_commit(tmp_path: Path) 
 
 
 def test_dispatch_many_with_one_bad_envelope_accepts_none(tmp_path: Path) -> None:
-    store = Store(tmp_path / "q.sqlite")
+    store = QueueStore(tmp_path / "q.sqlite")
     queue = QueueActor(store, FakeWorkers(_ok), start_loop=False)
     bad = {**_job(2).model_dump(mode="json"), "payload": {"kind": "no_such_kind"}}
     for envelopes in ([_job(1), bad], _job(1).model_dump(mode="json"), "j1", [_job(n) for n in range(300)]):
@@ -508,7 +508,7 @@ class BatchingWorkers(FakeWorkers):
 
 
 def test_the_starts_of_one_commit_go_out_together_and_a_refused_one_is_retried(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     workers = BatchingWorkers(_ok, refuse={"j2"})
     queue = QueueActor(store, workers, clock=clock, start_loop=False, max_in_flight=8)
     queue.dispatch_many([_job(1), _job(2), _job(3)])
@@ -524,7 +524,7 @@ def test_one_agents_finishes_ride_with_its_next_job_and_the_last_is_still_writte
 ) -> None:
     import time
 
-    store = Store(tmp_path / "q.sqlite", synchronous="NORMAL")
+    store = QueueStore(tmp_path / "q.sqlite", synchronous="NORMAL")
     queue = QueueActor(store, pool(), max_in_flight=2)
     try:
         for n in range(40):
@@ -542,9 +542,9 @@ def test_one_agents_finishes_ride_with_its_next_job_and_the_last_is_still_writte
 
 
 class _SlowFinishStore:
-    """A real Store whose commits carrying a success record wait until released."""
+    """A real QueueStore whose commits carrying a success record wait until released."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: QueueStore) -> None:
         import threading
 
         self._store = store
@@ -567,7 +567,7 @@ class _SlowFinishStore:
 def test_the_queue_is_idle_only_once_its_last_writes_are_durable(
     tmp_path: Path, pool: type[ThreadedWorkers]
 ) -> None:
-    store = Store(tmp_path / "q.sqlite")
+    store = QueueStore(tmp_path / "q.sqlite")
     slow = _SlowFinishStore(store)
     queue = QueueActor(slow, pool())
     try:
@@ -591,7 +591,7 @@ def test_the_queue_is_idle_only_once_its_last_writes_are_durable(
 def test_a_batch_whose_writes_cannot_be_built_is_put_back_and_written_later(tmp_path: Path) -> None:
     from unittest import mock
 
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     queue = QueueActor(store, FakeWorkers(_ok), clock=clock, start_loop=False)
     import actors.queue.actor as actor_module
 
@@ -606,7 +606,7 @@ def test_a_batch_whose_writes_cannot_be_built_is_put_back_and_written_later(tmp_
 
 
 def test_an_outcome_naming_another_job_is_a_lost_attempt_not_a_stuck_lane(tmp_path: Path) -> None:
-    store, clock = Store(tmp_path / "q.sqlite"), Clock()
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
 
     def decide(job_id: str, attempt: int) -> dict[str, Any]:
         return _ok("someone-else" if attempt == 1 else job_id, attempt)
@@ -659,7 +659,7 @@ class _FailingReadyWorkers(ReadyWorkers):
 def test_the_queue_is_not_idle_while_a_durable_batch_is_still_being_carried_out(tmp_path: Path) -> None:
     import time
 
-    store = Store(tmp_path / "q.sqlite")
+    store = QueueStore(tmp_path / "q.sqlite")
     metrics = _BlockingFailureMetrics()
     policy = RetryPolicy(give_up_on_non_retryable=True)
     queue = QueueActor(store, _FailingReadyWorkers(), policy=policy, metrics=metrics)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ collector hands over worker outcomes (success, failure, a lost worker, in any or
 actor crashes and restarts from the real SQLite file, abandoning its unwritten writes and its
 callers that had not returned.
 
-Checked under every interleaving, against the durable rows of a real ``Store``:
+Checked under every interleaving, against the durable rows of a real ``QueueStore``:
 
 - a worker is started only for a row that is durably ``running`` with that attempt, and never
   for a job whose success is recorded (nothing done twice);
@@ -35,7 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from actors.queue.actor import QueueActor
 from actors.queue.retry import RetryPolicy
 from actors.queue.state import lane_of
-from persistence.store import Store
+from persistence.queue_store import QueueStore
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
 from protocol.outcomes import JobFailed, JobSucceeded
 
@@ -47,9 +47,9 @@ class _StoreFault(Exception):
 
 
 class _FlakyStore:
-    """A real Store whose next ``apply_job_writes`` can fail before or after its transaction."""
+    """A real QueueStore whose next ``apply_job_writes`` can fail before or after its transaction."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: QueueStore) -> None:
         self.store = store
         self.fault: str | None = None
 
@@ -135,7 +135,7 @@ class QueueCommitterModel(RuleBasedStateMachine):
         self.directory = Path(tempfile.mkdtemp(prefix="omray-committer-"))
         self.path = self.directory / "q.sqlite"
         self.rows = _Rows(self.path)
-        self.store = _FlakyStore(Store(self.path, synchronous="NORMAL"))
+        self.store = _FlakyStore(QueueStore(self.path, synchronous="NORMAL"))
         self.now = 1_000_000.0
         self.envelopes: dict[tuple[str, str], JobEnvelope] = {}
         self.waiting: list[tuple[JobEnvelope, int]] = []  # dispatch callers not returned yet

@@ -1,16 +1,15 @@
-"""Durable job FIFO, runtime events (omray tables) and live activity rows (reference §11.1)."""
+"""The job queue's own writer (``persistence.queue_store.QueueStore``): durable FIFO and runtime events."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from persistence.queries import MemoryReader
-from persistence.store import NotFoundError, Store
+from persistence.queue_store import NotFoundError, QueueStore
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, SemanticIndexJob
-from protocol.records import ActivityRecord
 
 T0 = "2026-07-23T12:00:00+00:00"
 
@@ -28,7 +27,15 @@ def _envelope(job_id: str, run_id: str = "run-1") -> JobEnvelope:
     return JobEnvelope(job_id=job_id, correlation_id=run_id, payload=payload)
 
 
-def test_jobs_are_listed_in_acceptance_order(store: Store) -> None:
+@pytest.fixture
+def store(db_path: Path) -> Iterator[QueueStore]:
+    """The test queue database's writer, closed after the test."""
+    opened = QueueStore(db_path)
+    yield opened
+    opened.close()
+
+
+def test_jobs_are_listed_in_acceptance_order(store: QueueStore) -> None:
     results = [store.enqueue_job(_envelope(job_id), T0) for job_id in ("c", "a", "b")]
     assert all(r.created for r in results)
     assert results[0].job_seq < results[1].job_seq < results[2].job_seq
@@ -43,7 +50,7 @@ def test_jobs_are_listed_in_acceptance_order(store: Store) -> None:
     )
 
 
-def test_pending_or_running_job_id_is_not_queued_twice(store: Store) -> None:
+def test_pending_or_running_job_id_is_not_queued_twice(store: QueueStore) -> None:
     first = store.enqueue_job(_envelope("same"), T0)
     again = store.enqueue_job(_envelope("same"), T0)
     assert (again.created, again.job_seq) == (False, first.job_seq)
@@ -52,7 +59,7 @@ def test_pending_or_running_job_id_is_not_queued_twice(store: Store) -> None:
     assert len(store.list_unfinished_jobs()) == 1
 
 
-def test_finished_job_id_may_be_queued_again(store: Store) -> None:
+def test_finished_job_id_may_be_queued_again(store: QueueStore) -> None:
     first = store.enqueue_job(_envelope("same"), T0)
     store.mark_job_running(first.job_seq, 1, T0)
     store.finish_job(first.job_seq, "succeeded", T0)
@@ -60,7 +67,7 @@ def test_finished_job_id_may_be_queued_again(store: Store) -> None:
     assert again.created and again.job_seq > first.job_seq
 
 
-def test_retry_and_finish_lifecycle(store: Store) -> None:
+def test_retry_and_finish_lifecycle(store: QueueStore) -> None:
     seq = store.enqueue_job(_envelope("j"), T0).job_seq
     store.mark_job_running(seq, 1, T0)
     store.mark_job_retry(seq, "2026-07-23T12:00:05+00:00", "transient_runtime")
@@ -89,7 +96,7 @@ def test_retry_and_finish_lifecycle(store: Store) -> None:
         store.mark_job_retry(seq, T0, "transient_runtime")
 
 
-def test_failure_reason_must_be_a_category_code(store: Store) -> None:
+def test_failure_reason_must_be_a_category_code(store: QueueStore) -> None:
     seq = store.enqueue_job(_envelope("j"), T0).job_seq
     store.mark_job_running(seq, 1, T0)
     with pytest.raises(InvalidPayloadError):
@@ -97,20 +104,20 @@ def test_failure_reason_must_be_a_category_code(store: Store) -> None:
 
 
 def test_queue_survives_reopening(db_path: Path) -> None:
-    with Store(db_path) as first:
+    with QueueStore(db_path) as first:
         first.enqueue_job(_envelope("a"), T0)
         index_job = JobEnvelope(
             job_id="f" * 32, correlation_id="run-2", payload=SemanticIndexJob(run_id="run-2", db_path="/d")
         )
         first.enqueue_job(index_job, T0)
-    with Store(db_path) as second:
+    with QueueStore(db_path) as second:
         jobs = second.list_unfinished_jobs()
         assert [j.envelope.job_id for j in jobs] == ["a", "f" * 32]
         assert jobs[1].envelope == index_job
         assert second.job_counts().pending == 2
 
 
-def test_runtime_events_are_per_session_and_ordered(store: Store) -> None:
+def test_runtime_events_are_per_session_and_ordered(store: QueueStore) -> None:
     first = store.record_runtime_event(
         "run-1", "extension_agent.job_failed", {"job_id": "j1", "attempts": 4}, T0
     )
@@ -122,36 +129,7 @@ def test_runtime_events_are_per_session_and_ordered(store: Store) -> None:
     assert [e.payload["job_id"] for e in store.runtime_events("run-1", after_seq=first)] == ["j3"]
 
 
-# --- activity ------------------------------------------------------------------------------
-
-
-def _activity(job_id: str, stage: str = "observer", run_id: str = "run-1") -> ActivityRecord:
-    return ActivityRecord.model_validate(
-        {"run_id": run_id, "job_id": job_id, "stage": stage, "current_tokens": 10, "updated_at": T0}
-    )
-
-
-def test_one_activity_row_per_session_newer_job_overwrites(store: Store, reader: MemoryReader) -> None:
-    store.upsert_activity(_activity("old"))
-    store.upsert_activity(_activity("new", stage="dropper").model_copy(update={"target_tokens": 70}))
-    row = reader.activity("run-1")
-    assert row is not None and (row.job_id, row.stage, row.target_tokens) == ("new", "dropper", 70)
-
-
-def test_older_job_cannot_clear_newer_row_and_sessions_are_isolated(
-    store: Store, reader: MemoryReader
-) -> None:
-    store.upsert_activity(_activity("old"))
-    store.upsert_activity(_activity("new"))
-    store.upsert_activity(_activity("other-job", run_id="run-2"))
-    assert store.clear_activity("run-1", "old") is False
-    assert reader.activity("run-1") is not None
-    assert store.clear_activity("run-1", "new") is True
-    assert reader.activity("run-1") is None
-    assert reader.activity("run-2") is not None
-
-
-def test_queue_writes_repeated_after_a_lost_reply_are_no_ops(store: Store) -> None:
+def test_queue_writes_repeated_after_a_lost_reply_are_no_ops(store: QueueStore) -> None:
     # StoreProxy(durable=True) repeats a call whose reply was lost (StoreActor restarted, timeout).
     seq = store.enqueue_job(_envelope("j"), T0).job_seq
     store.mark_job_running(seq, 1, T0)
@@ -171,7 +149,7 @@ def test_queue_writes_repeated_after_a_lost_reply_are_no_ops(store: Store) -> No
     assert later > first  # the same job failing again another time is a new event
 
 
-def test_giving_up_and_its_event_are_one_transaction(store: Store) -> None:
+def test_giving_up_and_its_event_are_one_transaction(store: QueueStore) -> None:
     seq = store.enqueue_job(_envelope("job-x"), "2026-11-30T00:00:00+00:00").job_seq
     store.mark_job_running(seq, 4, "2026-11-30T00:00:01+00:00")
     payload = {"job_id": "job-x", "attempts": 4, "reason": "retry_exhausted"}
@@ -195,7 +173,7 @@ def test_giving_up_and_its_event_are_one_transaction(store: Store) -> None:
         store.give_up_job(999, "2026-11-30T00:02:00+00:00", "transient_runtime", "run-1", "e", {})
 
 
-def test_job_counts_read_a_snapshot_while_a_writer_holds_the_lock(store: Store) -> None:
+def test_job_counts_read_a_snapshot_while_a_writer_holds_the_lock(store: QueueStore) -> None:
     """``omray status`` and ``watch`` poll the counts while the queue commits: the poll must neither
     wait for the write lock (every ``atomic()`` begins IMMEDIATE) nor see an uncommitted write."""
     import sqlite3
@@ -213,7 +191,7 @@ def test_job_counts_read_a_snapshot_while_a_writer_holds_the_lock(store: Store) 
     assert store.job_counts().succeeded == 1
 
 
-def test_job_counts_inside_a_transaction_see_its_writes(store: Store) -> None:
+def test_job_counts_inside_a_transaction_see_its_writes(store: QueueStore) -> None:
     with store.atomic():
         store.enqueue_job(_envelope("a"), T0)
         assert store.job_counts().pending == 1  # the open transaction's own write

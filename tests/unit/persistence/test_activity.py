@@ -1,0 +1,52 @@
+"""Live activity rows of a memory database (reference §11.1)."""
+
+from __future__ import annotations
+
+from persistence.queries import MemoryReader
+from persistence.store import Store
+from protocol.jobs import JobEnvelope, ObserveBoundaryJob
+from protocol.records import ActivityRecord
+
+T0 = "2026-07-23T12:00:00+00:00"
+
+
+def _envelope(job_id: str, run_id: str = "run-1") -> JobEnvelope:
+    payload = ObserveBoundaryJob(
+        run_id=run_id,
+        terminal_end_seq=3,
+        terminal_status="completed",
+        renderer_version="r1",
+        observer_schema_version="o1",
+        db_path="/data/om.sqlite",
+        events_path="/data/events.jsonl",
+    )
+    return JobEnvelope(job_id=job_id, correlation_id=run_id, payload=payload)
+
+
+# --- activity ------------------------------------------------------------------------------
+
+
+def _activity(job_id: str, stage: str = "observer", run_id: str = "run-1") -> ActivityRecord:
+    return ActivityRecord.model_validate(
+        {"run_id": run_id, "job_id": job_id, "stage": stage, "current_tokens": 10, "updated_at": T0}
+    )
+
+
+def test_one_activity_row_per_session_newer_job_overwrites(store: Store, reader: MemoryReader) -> None:
+    store.upsert_activity(_activity("old"))
+    store.upsert_activity(_activity("new", stage="dropper").model_copy(update={"target_tokens": 70}))
+    row = reader.activity("run-1")
+    assert row is not None and (row.job_id, row.stage, row.target_tokens) == ("new", "dropper", 70)
+
+
+def test_older_job_cannot_clear_newer_row_and_sessions_are_isolated(
+    store: Store, reader: MemoryReader
+) -> None:
+    store.upsert_activity(_activity("old"))
+    store.upsert_activity(_activity("new"))
+    store.upsert_activity(_activity("other-job", run_id="run-2"))
+    assert store.clear_activity("run-1", "old") is False
+    assert reader.activity("run-1") is not None
+    assert store.clear_activity("run-1", "new") is True
+    assert reader.activity("run-1") is None
+    assert reader.activity("run-2") is not None
