@@ -26,7 +26,6 @@ from cluster.link import (
     ChildLink,
     InProcessLink,
     Link,
-    Outbox,
     RuntimeAuthError,
     RuntimeUnavailableError,
     init_ray,
@@ -35,6 +34,7 @@ from cluster.link import (
     resolve_address,
 )
 from cluster.naming import RuntimeNames
+from cluster.outbox import Outbox
 from persistence.queries import MemoryReader
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.events import (

@@ -14,7 +14,8 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.link import Outbox, RuntimeMethodMissingError, RuntimeUnavailableError
+from cluster.link import RuntimeMethodMissingError, RuntimeUnavailableError
+from cluster.outbox import Outbox
 from protocol.errors import InvalidPayloadError
 
 # Mostly hooks that do not wait: the next turn arrives while the last one is still being sent.
@@ -81,7 +82,7 @@ def test_every_job_is_accepted_once_in_session_order(
     submits: list[tuple[str, float]], seed: int, refuse: float, batched: bool, parallel: int
 ) -> None:
     queue = _Queue(seed, refuse)
-    with mock.patch("cluster.link.BATCH_PAUSE_S", 0.005):  # batching comes back within the example
+    with mock.patch("cluster.outbox.BATCH_PAUSE_S", 0.005):  # batching comes back within the example
         _check_every_job_accepted_once(queue, submits, batched, parallel)
 
 

@@ -13,7 +13,6 @@ import pytest
 from cluster.client import OmrayClient
 from cluster.link import (
     InProcessLink,
-    Outbox,
     RuntimeAuthError,
     RuntimeMethodMissingError,
     RuntimeRejectedError,
@@ -22,6 +21,7 @@ from cluster.link import (
     probe_gcs,
     resolve_address,
 )
+from cluster.outbox import Outbox
 from protocol.errors import InvalidPayloadError, OmrayError, RuntimeNotRunningError, StorageError
 from protocol.events import AfterTurnCommit, EventSummary
 
