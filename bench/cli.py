@@ -153,7 +153,7 @@ def chaos_command(
             ),
         )
         return
-    from bench.queue_bench import run_chaos_bench
+    from bench.chaos_bench import run_chaos_bench
 
     _run(address, as_json, lambda: run_chaos_bench(jobs, seed=seed, max_kills=kills, timeout_s=timeout))
 
@@ -242,9 +242,10 @@ def all_command(
     import time
     from datetime import UTC, datetime
 
+    from bench.chaos_bench import run_chaos_bench
     from bench.hybrid_bench import run_hybrid_bench
     from bench.observer_bench import run_observer_bench
-    from bench.queue_bench import machine_info, run_chaos_bench, run_queue_bench
+    from bench.queue_bench import machine_info, run_queue_bench
     from bench.search_bench import run_search_bench
 
     sizes: dict[str, Any] = {

@@ -54,6 +54,7 @@ from typing import Any, Literal
 
 import ray
 
+from bench.chaos_bench import kill_actor
 from bench.chaos_workload import (
     CountingServer,
     RequestKind,
@@ -63,7 +64,7 @@ from bench.chaos_workload import (
     uncovered_events,
     wait_settled,
 )
-from bench.queue_bench import BenchError, MachineInfo, _Frozen, kill_actor, machine_info
+from bench.queue_bench import BenchError, MachineInfo, _Frozen, machine_info
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from bench.chaos_bench import run_chaos_bench
 from bench.cli import bench_app
-from bench.queue_bench import JobRow, audit_jobs, run_chaos_bench, run_queue_bench
+from bench.queue_bench import JobRow, audit_jobs, run_queue_bench
 
 pytestmark = pytest.mark.integration
 
