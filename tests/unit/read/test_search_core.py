@@ -14,7 +14,7 @@ from actors.read.search import (
     validate_search_arguments,
 )
 from protocol.records import ObservationRecord, ReflectionRecord
-from tests.unit.read_side.factories import hex_id, observation, reflection
+from tests.unit.read.factories import hex_id, observation, reflection
 
 
 def _request(**arguments: object) -> SearchRequest:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from actors.read.projector import ACTIVE_MEMORY_HEADER, PROJECTION_METADATA_BASE, render_active_memory
-from tests.unit.read_side.factories import active_reflection, hex_id, observation
+from tests.unit.read.factories import active_reflection, hex_id, observation
 
 
 def _body(text: str) -> str:

@@ -13,8 +13,8 @@ from actors.read.service import call_tool, memory_search
 from persistence.semantic.fusion import FUSED_CANDIDATE_LIMIT
 from persistence.store import Store
 from protocol.tool_specs import MEMORY_SEARCH_ARGUMENTS
-from tests.unit.read_service.helpers import commit, promote
-from tests.unit.read_side.factories import observation, reflection
+from tests.unit.read.factories import observation, reflection
+from tests.unit.read.helpers import commit, promote
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from persistence.store import Store
 from protocol.errors import StorageError
 from protocol.events import BeforeCompactionContext
 from protocol.settings import OmSettings
-from tests.unit.read_service.helpers import commit
-from tests.unit.read_side.factories import hex_id, observation
+from tests.unit.read.factories import hex_id, observation
+from tests.unit.read.helpers import commit
 
 runner = CliRunner()
 

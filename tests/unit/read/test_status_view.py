@@ -20,7 +20,7 @@ from actors.read.status_view import (
     view_json,
 )
 from protocol.records import ActivityRecord
-from tests.unit.read_side.factories import active_reflection, hex_id, observation
+from tests.unit.read.factories import active_reflection, hex_id, observation
 
 ONE_OBSERVATION = StatusInputs(
     recorded_observations=1,

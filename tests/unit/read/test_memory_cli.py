@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from cluster.memory_cli import memory_app
 from persistence.store import Store
-from tests.unit.read_service.helpers import commit
-from tests.unit.read_side.factories import observation
+from tests.unit.read.factories import observation
+from tests.unit.read.helpers import commit
 
 runner = CliRunner()
 

@@ -25,8 +25,8 @@ from persistence.store import Store
 from protocol.events import BeforeCompactionContext, projection_metadata
 from protocol.settings import settings_from_mapping
 from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER
-from tests.unit.read_service.helpers import commit, promote
-from tests.unit.read_side.factories import hex_id, observation, reflection
+from tests.unit.read.factories import hex_id, observation, reflection
+from tests.unit.read.helpers import commit, promote
 
 COMPACT_RUN = BeforeCompactionContext(
     run_id="s1", turn_no=4, trigger="compact_run", required_start_seq=1, required_end_seq=3

@@ -11,7 +11,7 @@ from cluster.demo_session import demo_session, event_line
 from persistence.queries import MemoryReader
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.outcomes import EventsLocation, JobFailed, JobFailedEvent, JobSucceeded
-from tests.unit.observer_pipeline.test_settings_at_run_time import FakeContext
+from tests.unit.observer.test_settings_at_run_time import FakeContext
 
 # The per-boundary policy (the original): these tests observe at every job, whatever its size.
 PER_BOUNDARY: dict[str, Any] = {"observer": {"observe_after_tokens": 0}}

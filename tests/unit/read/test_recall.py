@@ -18,7 +18,7 @@ from actors.read.search import (
     refs_for_session,
     validate_recall_arguments,
 )
-from tests.unit.read_side.factories import hex_id, observation, reflection
+from tests.unit.read.factories import hex_id, observation, reflection
 
 CURRENT = "5"
 

@@ -13,8 +13,8 @@ import actors.read.service as read_service
 from actors.read.search import SearchRequest
 from actors.read.service import call_tool, memory_search, recall
 from persistence.store import Store
-from tests.unit.read_service.helpers import commit, promote
-from tests.unit.read_side.factories import hex_id, observation, reflection
+from tests.unit.read.factories import hex_id, observation, reflection
+from tests.unit.read.helpers import commit, promote
 
 
 @pytest.fixture
