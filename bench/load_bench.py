@@ -58,7 +58,8 @@ import ray
 from bench.measure import percentile
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime, remove_runtime
+from cluster.pools import PoolSizes
+from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from protocol.events import AfterTurnCommit, EventSummary
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import ScriptedServerProcess

@@ -69,7 +69,8 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from bench.measure import percentile
 from cluster.naming import RuntimeNames
-from cluster.runtime import ROLE_NAMES, PoolSizes, ensure_runtime, remove_runtime
+from cluster.pools import ROLE_NAMES, PoolSizes
+from cluster.runtime import ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,

@@ -29,7 +29,8 @@ import ray
 
 from cluster.client import init_ray
 from cluster.naming import RuntimeNames, omray_home
-from cluster.runtime import PoolSizes, ensure_runtime, remove_runtime
+from cluster.pools import PoolSizes
+from cluster.runtime import ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
 
 logger = logging.getLogger("omray.bootstrap")

@@ -74,7 +74,7 @@ def up(
     import os
 
     from cluster.bootstrap import up as bootstrap_up
-    from cluster.runtime import PoolSizes
+    from cluster.pools import PoolSizes
 
     # Through the environment: `omray up` re-executes itself once after starting the head.
     for variable, value in (

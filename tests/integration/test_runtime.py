@@ -15,7 +15,8 @@ import ray
 
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
-from cluster.runtime import PoolSizes, ensure_runtime
+from cluster.pools import PoolSizes
+from cluster.runtime import ensure_runtime
 from protocol.errors import RuntimeNotRunningError
 from protocol.jobs import (
     SEMANTIC_INDEX_HANDLER,

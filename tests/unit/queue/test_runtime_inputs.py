@@ -15,7 +15,8 @@ from actors.queue.scaling import PoolLimits, ScalingError, ScalingPolicy
 from cluster import bootstrap
 from cluster.bootstrap import BootstrapError, RuntimeRecord, _write_record
 from cluster.cli import app
-from cluster.runtime import DEFAULT_HANDLERS, PoolSizes, ensure_runtime
+from cluster.pools import PoolSizes
+from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from protocol.errors import SettingsError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER
 
