@@ -47,11 +47,7 @@ from actors.queue.intake import parse_envelope, parse_envelopes
 from actors.queue.ports import NoMetrics, QueueMetricsPort, QueueStorePort, WorkerPoolPort
 from actors.queue.reports import QueueReports, safe_metric
 from actors.queue.retry import RetryPolicy
-from actors.queue.state import (
-    Command,
-    Dispatch,
-    QueueState,
-)
+from actors.queue.state import Command, Dispatch, QueueState
 from actors.queue.writes import wakes_callers_and_starts, writes_for
 from protocol.errors import StorageError
 from protocol.jobs import JobEnvelope
