@@ -18,7 +18,10 @@ replaced atomically. A file that does not parse is an error and is left untouche
 After writing (and with ``--check`` alone) the command checks what the agent will need: the
 settings of the project (model, provider, API key variable), a running memory runtime, and for
 Claude Code a trusted workspace (it ignores a project's permissions until the user accepts its
-trust dialog once); each finding says what to do.
+trust dialog once); each finding says what to do. ``--mcp-transport http`` points the agent at a
+running ``omray mcp --transport http`` instead (``cluster.integrate_http``).
+
+Over 600 lines: the two agents' merges, the file writing and the checks are one command's parts.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cluster.integrate_http import McpHttp, McpTransport, claude_mcp_entry, mcp_http_for
 from protocol.errors import OmrayError
 
 MCP_SERVER_NAME = "omray"
@@ -240,11 +244,15 @@ class Change:
     path: Path
     before: str
     after: str
+    mode: int | None = None
+    """Mode to write the file with (``None``: keep its mode; a new file is 0600)."""
 
     @property
     def changed(self) -> bool:
         """Whether writing it would change anything."""
-        return self.before != self.after
+        return self.before != self.after or (
+            self.mode is not None and self.path.exists() and self.path.stat().st_mode & 0o777 != self.mode
+        )
 
     @property
     def outcome(self) -> str:
@@ -293,10 +301,12 @@ def _json_change(path: Path, edit: Any) -> Change:
     return Change(path, before, after)
 
 
-def claude_code_changes(project: Path, command: str, remove: bool) -> list[Change]:
+def claude_code_changes(
+    project: Path, command: str, remove: bool, http: McpHttp | None = None
+) -> list[Change]:
     """The changes to ``.claude/settings.json`` and ``.mcp.json`` of ``project``."""
     hook_command = f"{shlex.quote(command)} hook claude-code"
-    server = {"command": command, "args": ["mcp"]}
+    server = claude_mcp_entry(command, http)
     if remove:
         return [
             _json_change(
@@ -314,8 +324,19 @@ def claude_code_changes(project: Path, command: str, remove: bool) -> list[Chang
     ]
 
 
-def codex_changes(config_path: Path, command: str, project: Path | None, remove: bool) -> list[Change]:
-    """The change to Codex's ``config.toml`` (``[mcp_servers.omray]`` and ``notify``)."""
+def codex_changes(
+    config_path: Path,
+    command: str,
+    project: Path | None,
+    remove: bool,
+    http: McpHttp | None = None,
+    token: str = "",
+) -> list[Change]:
+    """The change to Codex's ``config.toml`` (``[mcp_servers.omray]`` and ``notify``).
+
+    Over HTTP the entry carries the bearer ``token`` (Codex runs no helper for headers), so the file
+    is written 0600, like the token file itself.
+    """
     import tomlkit
 
     before = _read_text(config_path)
@@ -337,8 +358,12 @@ def codex_changes(config_path: Path, command: str, project: Path | None, remove:
     else:
         notify = merge_codex_notify(words, hook)
         server = tomlkit.table()
-        server["command"] = command
-        server["args"] = ["mcp", *pinned]
+        if http is None:
+            server["command"] = command
+            server["args"] = ["mcp", *pinned]
+        else:
+            server["url"] = http.url
+            server["http_headers"] = {"Authorization": f"Bearer {token}"}
         server["default_tools_approval_mode"] = CODEX_APPROVAL_MODE
         if not isinstance(servers, dict):
             document["mcp_servers"] = tomlkit.table(is_super_table=True)
@@ -353,7 +378,8 @@ def codex_changes(config_path: Path, command: str, project: Path | None, remove:
     if remove and after != before:
         # A table taken off the end leaves the blank line that separated it: one newline ends the file.
         after = after.rstrip("\n") + "\n"
-    return [Change(config_path, before, after if after.strip() else "")]
+    private = http is not None and not remove
+    return [Change(config_path, before, after if after.strip() else "", mode=0o600 if private else None)]
 
 
 def write_change(change: Change) -> None:
@@ -365,6 +391,7 @@ def write_change(change: Change) -> None:
         return
     change.path.parent.mkdir(parents=True, exist_ok=True)
     mode = change.path.stat().st_mode & 0o777 if change.path.exists() else 0o600
+    mode = change.mode if change.mode is not None else mode
     fd, tmp = tempfile.mkstemp(prefix=f".{change.path.name}.", dir=change.path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -551,6 +578,14 @@ def integrate_command(
     codex_config: Annotated[
         Path | None, typer.Option(help="Codex config file (default: $CODEX_HOME/config.toml).")
     ] = None,
+    mcp_transport: Annotated[
+        McpTransport,
+        typer.Option(help="How the agent reaches omray's MCP server: stdio (it starts one) or http."),
+    ] = McpTransport.STDIO,
+    mcp_port: Annotated[
+        int,
+        typer.Option(help="Port of `omray mcp --transport http` on 127.0.0.1 (with --mcp-transport http)."),
+    ] = 8766,
 ) -> None:
     """Add omray's hooks, MCP server and approvals to Claude Code or Codex settings, then check what
     else the agent needs (idempotent; --remove undoes; --check only checks)."""
@@ -561,25 +596,34 @@ def integrate_command(
         raise typer.Exit(code=0 if all(f.ok for f in findings) else 1)
     try:
         command = omray_command()
+        http, token = mcp_http_for(mcp_transport, mcp_port, remove)
         if agent is Agent.CLAUDE_CODE:
-            changes = claude_code_changes(root, command, remove)
+            changes = claude_code_changes(root, command, remove, http)
         else:
             home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
             pinned = project.resolve() if project is not None else None
-            changes = codex_changes(codex_config or home / "config.toml", command, pinned, remove)
-    except SettingsFileError as exc:
+            changes = codex_changes(
+                codex_config or home / "config.toml", command, pinned, remove, http, token
+            )
+    except OmrayError as exc:
         typer.echo(f"omray integrate: {exc}", err=True)
         raise typer.Exit(code=2) from None
     for change in changes:
         if not change.changed:
             typer.echo(f"{change.path}: unchanged")
         elif dry_run:
-            typer.echo(change.diff(), nl=False)
+            diff = change.diff()
+            typer.echo(diff.replace(token, "<token>") if token else diff, nl=False)
         else:
             outcome = change.outcome
             write_change(change)
             typer.echo(f"{change.path}: {outcome}")
     if dry_run or remove:
         return
+    if http is not None:
+        typer.echo(
+            f"the agent reaches {http.url}: keep `omray mcp --transport http --port {http.port}` running "
+            f"(with OMRAY_HOME={http.token_file.parent.parent}, whose token it checks)"
+        )
     typer.echo("checks:")
     print_findings(run_checks(agent, root))
