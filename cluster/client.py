@@ -416,9 +416,11 @@ class OmrayClient:
         return counts
 
     def runtime_events(self, session_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
-        """Sanitized runtime events for a session, such as ``extension_agent.job_failed``."""
+        """Sanitized runtime events for a session of this client's database, such as
+        ``extension_agent.job_failed`` (each names its ``db_path``; another project's session of the
+        same id is not listed)."""
         events: list[dict[str, Any]] = self.link.call(
-            "runtime_events", (session_id, after_seq), self.call_timeout_s
+            "runtime_events", (session_id, after_seq, str(self.db_path.resolve())), self.call_timeout_s
         )
         return events
 

@@ -85,7 +85,9 @@ class QueueStorePort(Protocol):
     def next_job_seq(self) -> int: ...
     def apply_job_writes(self, writes: Sequence[JobWrite]) -> int: ...
     def list_unfinished_jobs(self) -> Sequence[Any]: ...
-    def runtime_events(self, run_id: str, after_seq: int = 0) -> Sequence[Any]: ...
+    def runtime_events(
+        self, run_id: str, after_seq: int = 0, db_path: str | None = None
+    ) -> Sequence[Any]: ...
     def job_counts(self) -> Any: ...
 
 
@@ -443,9 +445,12 @@ class QueueActor:
             self._enqueue(self._state.next_dispatch(now), now)
         self._commit_wanted.set()
 
-    def runtime_events(self, run_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
-        """Sanitized runtime events (e.g. ``extension_agent.job_failed``) recorded for a session."""
-        return [event.model_dump() for event in self._store.runtime_events(run_id, after_seq)]
+    def runtime_events(
+        self, run_id: str, after_seq: int = 0, db_path: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Sanitized runtime events (e.g. ``extension_agent.job_failed``) recorded for a session: of
+        database ``db_path`` only, when given. Each names its database (``db_path``)."""
+        return [event.model_dump() for event in self._store.runtime_events(run_id, after_seq, db_path)]
 
     def job_counts(self) -> dict[str, int]:
         """Durable job counts by state."""
@@ -737,6 +742,7 @@ class QueueActor:
                             run_id=emit.run_id,
                             event_type=JobFailedEvent.event_type,
                             event_payload=emit.event.model_dump(),
+                            db_path=emit.db_path,
                         )
                     )
             elif isinstance(command, EmitJobFailed) and not self._is_paired(batch, index):
@@ -746,6 +752,7 @@ class QueueActor:
                         event_type=JobFailedEvent.event_type,
                         payload=command.event.model_dump(),
                         created_at=at,
+                        db_path=command.db_path,
                     )
                 )
         return writes
