@@ -10,13 +10,10 @@ or no answer at all (the SDK takes a request with an object id for a notificatio
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cluster.mcp_stdio import PARSE_ERROR, check_message
 from cluster.web_auth import ASGIApp, GuardPolicy, Message, Receive, Scope, Send, WebGuard
-
-if TYPE_CHECKING:
-    from cluster.mcp_server import MemoryTools
 
 HTTP_HOST = "127.0.0.1"
 """Address the streamable HTTP transport binds (loopback only)."""
@@ -80,12 +77,10 @@ async def _answer(send: Send, status: int, request_id: object, code: int, text: 
     await send({"type": "http.response.body", "body": body})
 
 
-def http_app(tools: MemoryTools, port: int, token: str | None) -> Any:
-    """The streamable HTTP app of ``tools`` on ``127.0.0.1:port``: :class:`WebGuard` (the bearer
-    ``token``; ``None``: no authentication), then :class:`JsonRpcCheck`, then the SDK."""
+def http_app(server: Any, port: int, token: str | None) -> Any:
+    """The streamable HTTP app of the SDK ``server`` on ``127.0.0.1:port``: :class:`WebGuard` (the
+    bearer ``token``; ``None``: no authentication), then :class:`JsonRpcCheck`, then the SDK."""
     from mcp.server.transport_security import TransportSecuritySettings
-
-    from cluster.mcp_server import build_server
 
     policy = GuardPolicy.for_bind(HTTP_HOST, port, token)
     # The SDK's own check allows any localhost port as Origin; ours runs first, and the SDK's is
@@ -95,7 +90,7 @@ def http_app(tools: MemoryTools, port: int, token: str | None) -> Any:
         allowed_hosts=list(policy.allowed_hosts),
         allowed_origins=list(policy.allowed_origins),
     )
-    app = build_server(tools).streamable_http_app(
+    app = server.streamable_http_app(
         streamable_http_path=HTTP_PATH,
         host=HTTP_HOST,
         transport_security=security,
@@ -104,10 +99,9 @@ def http_app(tools: MemoryTools, port: int, token: str | None) -> Any:
     return WebGuard(JsonRpcCheck(app), policy)
 
 
-def serve_http(tools: MemoryTools, port: int, token: str | None) -> None:
-    """Serve the tools over streamable HTTP on ``127.0.0.1:port`` (path ``/mcp``) until stopped."""
+def serve_http(server: Any, port: int, token: str | None) -> None:
+    """Serve the SDK ``server`` on ``127.0.0.1:port`` (path ``/mcp``) until stopped."""
     import uvicorn
 
-    uvicorn.run(
-        http_app(tools, port, token), host=HTTP_HOST, port=port, log_level="warning", access_log=False
-    )
+    app = http_app(server, port, token)
+    uvicorn.run(app, host=HTTP_HOST, port=port, log_level="warning", access_log=False)

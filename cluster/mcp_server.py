@@ -286,7 +286,7 @@ def serve(
             print(
                 NO_AUTH_WARNING.format(host=HTTP_HOST, port=port, path=HTTP_PATH), file=sys.stderr, flush=True
             )
-        serve_http(tools, port, token)
+        serve_http(build_server(tools), port, token)
         return 0
     return serve_stdio(root, db, session.strip())
 
