@@ -232,7 +232,7 @@ def build_server(tools: MemoryTools) -> Any:
             is_error=answer.get("ok") is False,
         )
 
-    return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call)
+    return Server(SERVER_NAME, version=SERVER_VERSION, on_list_tools=list_tools, on_call_tool=call)
 
 
 NO_AUTH_WARNING = (
