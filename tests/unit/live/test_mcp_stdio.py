@@ -10,6 +10,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster.mcp_stdio import (
     HANDSHAKE_VERSIONS,
@@ -161,3 +163,58 @@ def test_requests_read_before_stdin_closes_are_still_answered() -> None:
     by_id = {answer["id"]: answer for answer in (json.loads(line) for line in out.getvalue().splitlines())}
     assert by_id[1]["result"]["tools"] == TOOLS
     assert by_id[2]["result"]["isError"] is False
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+_MESSAGES = st.one_of(
+    _JSON,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "jsonrpc": st.sampled_from(["2.0", "1.0", 2]) | _JSON,
+            "id": st.integers() | st.text(max_size=4) | _JSON,
+            "method": st.sampled_from(["ping", "tools/list", "initialize", "nope", ""]) | _JSON,
+            "params": st.just({}) | _JSON,
+            "result": _JSON,
+        },
+    ),
+)
+
+
+@given(_MESSAGES)
+@settings(max_examples=300, deadline=None)
+def test_every_request_gets_exactly_one_answer_and_nothing_else_does(message: object) -> None:
+    """A message with an ``id`` (or one that is no valid notification) is answered exactly once."""
+    server, out = _server()
+    assert server.serve(io.BytesIO(json.dumps(message).encode() + b"\n")) == 0
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    valid_id = (
+        isinstance(message, dict)
+        and isinstance(message.get("id"), (str, int))
+        and not isinstance(message.get("id"), bool)
+    )
+    is_notification = (
+        isinstance(message, dict)
+        and "id" not in message
+        and message.get("jsonrpc") == "2.0"
+        and isinstance(message.get("method"), str)
+        and message["method"] != ""
+    )
+    is_response = (
+        valid_id
+        and isinstance(message, dict)
+        and "method" not in message
+        and (("result" in message) != ("error" in message))
+        and message.get("jsonrpc") == "2.0"
+    )
+    if is_notification or is_response:
+        assert answers == []
+    else:
+        assert len(answers) == 1
+        (answer,) = answers
+        assert answer["jsonrpc"] == "2.0" and ("result" in answer) != ("error" in answer)
+        assert answer["id"] == (message["id"] if valid_id and isinstance(message, dict) else None)
