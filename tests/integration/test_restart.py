@@ -217,6 +217,8 @@ def test_down_stops_only_the_head_up_started(omray_home: Path) -> None:
     # Ray's client server names the GCS address, not the session directory (issue 33: it was left).
     client_servers = _client_servers(port)
     assert client_servers, "ray start --head starts Ray's client server"
+    # the session directory alone (what `omray down` stopped before) misses it
+    assert not {p.pid for p in client_servers} & {p.pid for p in head_processes(ours)}
     assert {p.pid for p in client_servers} <= {p.pid for p in head_processes(ours, gcs_port=port)}
 
     stopped = omray(omray_home, "down")
