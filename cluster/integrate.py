@@ -42,7 +42,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cluster.integrate_http import McpHttp, McpTransport, claude_mcp_entry, mcp_http_for
+from cluster.integrate_http import McpHttp, McpTransport, check_mcp_http, claude_mcp_entry, mcp_http_for
 from protocol.errors import OmrayError
 
 MCP_SERVER_NAME = "omray"
@@ -620,10 +620,9 @@ def integrate_command(
             typer.echo(f"{change.path}: {outcome}")
     if dry_run or remove:
         return
-    if http is not None:
-        typer.echo(
-            f"the agent reaches {http.url}: keep `omray mcp --transport http --port {http.port}` running "
-            f"(with OMRAY_HOME={http.token_file.parent.parent}, whose token it checks)"
-        )
     typer.echo("checks:")
-    print_findings(run_checks(agent, root))
+    findings = run_checks(agent, root)
+    if http is not None:
+        ok, detail = check_mcp_http(http, token)
+        findings.append(Finding(ok, "mcp server", detail))
+    print_findings(findings)

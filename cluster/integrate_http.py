@@ -66,3 +66,40 @@ def claude_mcp_entry(command: str, http: McpHttp | None) -> dict[str, Any]:
         return {"command": command, "args": ["mcp"]}
     helper = f"{shlex.quote(command)} mcp --auth-header --token-file {shlex.quote(str(http.token_file))}"
     return {"type": "http", "url": http.url, "headersHelper": helper}
+
+
+def check_mcp_http(http: McpHttp, token: str, timeout_s: float = 3.0) -> tuple[bool, str]:
+    """Whether ``omray mcp --transport http`` answers at ``http.url`` and takes ``token``: ``(ok,
+    what was found, or what to do)``."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    request = urllib.request.Request(
+        http.url,
+        data=json.dumps(hello).encode(),
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
+    home = http.token_file.parent.parent
+    start = f"start it: `omray mcp --transport http --port {http.port}` (OMRAY_HOME={home})"
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            return True, f"{http.url} answers and takes the token"
+    except urllib.error.HTTPError as error:
+        if error.code == 401:
+            return (
+                False,
+                f"{http.url} refuses the token: it runs with another OMRAY_HOME or --token-file; {start}",
+            )
+        return (
+            True,
+            f"{http.url} answers and takes the token",
+        )  # a session-less ping: 400 after the token check
+    except (urllib.error.URLError, OSError, ValueError):
+        return False, f"nothing answers at {http.url}; {start}"

@@ -237,7 +237,7 @@ def build_server(tools: MemoryTools) -> Any:
 
 NO_AUTH_WARNING = (
     "omray mcp: WARNING: --no-auth: every local user (and any program they run) can read all of this "
-    "project's memory through http://{host}:{port}{path}"
+    "project's memory through {url}"
 )
 """Printed on stderr when the HTTP transport serves without a token."""
 
@@ -273,19 +273,21 @@ def serve(
     root = Path(project_dir(str(project) if project is not None else None, None))
     if transport == "http":
         from cluster.mcp_http import HTTP_HOST, HTTP_PATH, serve_http
-        from cluster.web_auth import load_or_create_token
+        from cluster.web_auth import default_token_path, load_or_create_token
         from protocol.errors import OmrayError
 
+        token_path = token_file if token_file is not None else default_token_path()
         try:
-            token = None if no_auth else load_or_create_token(token_file)
+            token = None if no_auth else load_or_create_token(token_path)
             tools = memory_tools(root, db, session.strip())
         except OmrayError as exc:
             print(f"omray mcp: {exc}", file=sys.stderr)
             return 2
+        url = f"http://{HTTP_HOST}:{port}{HTTP_PATH}"
         if token is None:
-            print(
-                NO_AUTH_WARNING.format(host=HTTP_HOST, port=port, path=HTTP_PATH), file=sys.stderr, flush=True
-            )
+            print(NO_AUTH_WARNING.format(url=url), file=sys.stderr, flush=True)
+        else:
+            print(f"omray mcp: serving {url} (bearer token in {token_path})", file=sys.stderr, flush=True)
         serve_http(build_server(tools), port, token)
         return 0
     return serve_stdio(root, db, session.strip())

@@ -216,3 +216,30 @@ def test_no_auth_warns_and_still_checks_origin(project: Path, omray_home: Path) 
         stderr = _stop(process).decode()
     assert "WARNING: --no-auth" in stderr and "every local user" in stderr
     assert not (omray_home / "auth").exists()  # no token made when none is used
+
+
+def test_integrate_wires_the_token_and_checks_the_running_server(project: Path, omray_home: Path) -> None:  # noqa: F811
+    port = free_port()
+    process = _start(project, omray_home, port)
+    env = {**os.environ, **_server_env(), "OMRAY_HOME": str(omray_home)}
+    integrate = [sys.executable, "-m", "cluster.cli", "integrate", "claude-code", "--project", str(project)]
+    http = ["--mcp-transport", "http", "--mcp-port", str(port)]
+    try:
+        _wait_listening(port, process)
+        wired = subprocess.run([*integrate, *http], env=env, capture_output=True, text=True, timeout=120)
+        assert wired.returncode == 0, wired.stderr
+        assert f"ok    mcp server: http://127.0.0.1:{port}/mcp answers and takes the token" in wired.stdout
+        entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["omray"]
+        # what Claude Code does with the entry: run the helper in a shell, send its headers
+        helper = subprocess.run(entry["headersHelper"], shell=True, env=env, capture_output=True, timeout=60)
+        headers = json.loads(helper.stdout)
+        answer = httpx.post(entry["url"], json=INITIALIZE, headers={**ACCEPT, **headers}, timeout=10)
+        assert answer.status_code == 200 and '"serverInfo"' in answer.text
+        # a server started with another OMRAY_HOME has another token: integrate says so
+        elsewhere = {**env, "OMRAY_HOME": str(omray_home.parent / "other-home")}
+        wrong = subprocess.run(
+            [*integrate, *http], env=elsewhere, capture_output=True, text=True, timeout=120
+        )
+        assert "todo  mcp server" in wrong.stdout and "refuses the token" in wrong.stdout
+    finally:
+        _stop(process)
