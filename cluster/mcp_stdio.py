@@ -45,7 +45,8 @@ def check_message(message: object) -> tuple[object, int, str] | None:
     error answer, or ``None`` when it is one (a request, a notification, or a response).
 
     The id answered is the message's own when it is a valid id, else ``null``. MCP's ``params`` are
-    always an object (JSON-RPC's by-position list is not used), ids are strings or integers, and
+    an object (JSON-RPC's by-position list is not used; ``null`` counts as omitted, as the SDK takes
+    it), ids are strings or integers, and
     batches are not part of MCP since 2025-06-18. Pure: the HTTP transport checks with it too.
     """
     if not isinstance(message, dict):
@@ -64,7 +65,7 @@ def check_message(message: object) -> tuple[object, int, str] | None:
         return request_id, INVALID_REQUEST, "invalid request: no method"
     if not isinstance(message["method"], str) or not message["method"]:
         return request_id, INVALID_REQUEST, "invalid request: method must be a non-empty string"
-    if "params" in message and not isinstance(message["params"], dict):
+    if message.get("params") is not None and not isinstance(message["params"], dict):
         return request_id, INVALID_PARAMS, "invalid params: params must be an object"
     return None
 

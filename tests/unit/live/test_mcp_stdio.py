@@ -102,7 +102,6 @@ MALFORMED: list[tuple[bytes, object, int]] = [
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":[1]}', 1, INVALID_PARAMS),
     (b'{"jsonrpc":"2.0","id":2,"method":"ping","params":[]}', 2, INVALID_PARAMS),
     (b'{"jsonrpc":"2.0","id":3,"method":"initialize","params":"x"}', 3, INVALID_PARAMS),
-    (b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":null}', 4, INVALID_PARAMS),
     (b'{"jsonrpc":"2.0","id":5}', 5, INVALID_REQUEST),
     (b'{"jsonrpc":"2.0","id":6,"method":5}', 6, INVALID_REQUEST),
     (b'{"jsonrpc":"2.0","id":7,"method":""}', 7, INVALID_REQUEST),
@@ -129,6 +128,18 @@ def test_every_malformed_request_gets_one_error_answer(line: bytes, answered_id:
     assert answer["jsonrpc"] == "2.0" and answer["id"] == answered_id
     assert answer["error"]["code"] == code and answer["error"]["message"]
     assert "result" not in answer
+
+
+def test_null_params_count_as_omitted() -> None:
+    server, out = _server()
+    stream = io.BytesIO(
+        b'{"jsonrpc":"2.0","id":1,"method":"ping","params":null}\n'
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":null}\n'
+    )
+    assert server.serve(stream) == 0
+    ping, call = (json.loads(line) for line in out.getvalue().splitlines())
+    assert ping == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert call["id"] == 2 and call["error"]["code"] == INVALID_PARAMS  # a call names its tool
 
 
 def test_a_notification_with_bad_params_gets_no_answer_and_valid_ones_still_work() -> None:
