@@ -56,7 +56,7 @@ SETTINGS_FILES = ("omray.yaml", ".hatfield/settings.yaml")
 """``persistence.settings_file.DEFAULT_SETTINGS_FILES``."""
 MAX_INPUT_BYTES = 1024 * 1024
 """Largest hook input read from stdin."""
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 """``persistence.importers.common`` accepts the same session ids."""
 
 CLOSING_EVENTS = {"Stop": None, "PreCompact": "compaction", "SessionEnd": "session_end"}
@@ -597,6 +597,17 @@ def _session_start(
     return output or None
 
 
+ROLLOUT_NAME_RE = re.compile(r"rollout-[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9]{2}-(.+)\.jsonl\Z")
+"""A Codex rollout file name: ``rollout-<YYYY-MM-DDTHH-MM-SS>-<thread id>.jsonl``."""
+
+
+def rollout_thread(name: str) -> str | None:
+    """The thread id a rollout file name holds (``None``: not a rollout name). Matched exactly, so a
+    short id never picks another thread's rollout that merely ends with it."""
+    found = ROLLOUT_NAME_RE.match(name)
+    return found.group(1) if found else None
+
+
 def codex_rollout(thread_id: str) -> str | None:
     """The newest rollout file of a Codex thread under ``$CODEX_HOME/sessions`` (default ``~/.codex``).
 
@@ -605,7 +616,6 @@ def codex_rollout(thread_id: str) -> str | None:
     directory reads however many sessions the user kept.
     """
     home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
-    suffix = f"{thread_id}.jsonl"
 
     def newest_first(path: str) -> list[str]:
         try:
@@ -617,7 +627,7 @@ def codex_rollout(thread_id: str) -> str | None:
         for month in newest_first(year):
             for day in newest_first(month):
                 try:
-                    names = [n for n in os.listdir(day) if n.startswith("rollout-") and n.endswith(suffix)]
+                    names = [n for n in os.listdir(day) if rollout_thread(n) == thread_id]
                 except OSError:
                     continue
                 if names:

@@ -83,8 +83,8 @@ MODEL_ID_MESSAGE = "semantic API requires a non-empty model_id."
 _PHP_NUMERIC_RE = re.compile(
     r"^[ \t\n\r\v\f]*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r\v\f]*$"
 )
-_PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "context_window", "timeout_s"})
 
 

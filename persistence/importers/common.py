@@ -44,7 +44,7 @@ TYPE_NAME_LIMIT = 64
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """Longest source line read (64 MiB); a longer one (a file without newlines) is an error."""
 
-_SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 class TranscriptImportError(OmrayError):
@@ -430,6 +430,27 @@ def iter_record_spans(
             yield line_no, offset, record
 
 
+PRIVATE_DIR_MODE = 0o700
+"""Mode of every folder an import creates (session folders hold the conversation, as the hooks')."""
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, each 0700 (existing folders are left as they are)."""
+    missing: list[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is cut by the umask; 0700 is wanted exactly
+
+
 def _file_mtime_ts(path: Path) -> str:
     try:
         stamp = normalize_timestamp(path.stat().st_mtime)
@@ -459,7 +480,7 @@ def convert_file(
         raise ImportTargetError(str(out), "it already exists (pass overwrite to replace it)")
     fallback_ts = _file_mtime_ts(source)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(out.parent)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".importing", dir=out.parent)
     except OSError as exc:
         raise ImportTargetError(str(out), type(exc).__name__) from None
