@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, BinaryIO, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict
 
@@ -390,18 +391,47 @@ def iter_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
         yield line_no, record
 
 
+NOT_REGULAR_REASON = "not a regular file (a FIFO, device or directory is never read)"
+"""Reason of the :class:`TranscriptSourceError` for a transcript that is not a regular file."""
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file, else :class:`TranscriptSourceError`.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO (or a file swapped for
+    one after a check) never blocks the caller, and a device or directory is never read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TranscriptSourceError(str(path), type(exc).__name__) from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError as exc:
+        os.close(fd)
+        raise TranscriptSourceError(str(path), type(exc).__name__) from None
+    if not regular:
+        os.close(fd)
+        raise TranscriptSourceError(str(path), NOT_REGULAR_REASON)
+    return os.fdopen(fd, "rb")
+
+
 def iter_record_spans(
-    path: Path, end_offset: int | None = None
+    path: Path, end_offset: int | None = None, *, regular_only: bool = False
 ) -> Iterator[tuple[int, int, Mapping[str, Any]]]:
     """Yield ``(line_no, end_offset, record)`` for every non-blank line, as :func:`iter_records` does.
 
     ``end_offset`` is the byte offset just past the record's line. With ``end_offset`` given, reading
     stops there: a transcript that is still being written is read only up to what was complete then.
+    With ``regular_only``, anything but a regular file is refused without blocking (:func:`open_regular`).
     """
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise TranscriptSourceError(str(path), type(exc).__name__) from None
+    if regular_only:
+        handle = open_regular(path)
+    else:
+        try:
+            handle = path.open("rb")
+        except OSError as exc:
+            raise TranscriptSourceError(str(path), type(exc).__name__) from None
     with handle:
         line_no = 0
         offset = 0
