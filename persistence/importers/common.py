@@ -443,6 +443,8 @@ def iter_record_spans(
                 raise TranscriptSourceError(str(path), type(exc).__name__) from None
             if not raw:
                 return
+            if end_offset is not None and not raw.endswith(b"\n") and len(raw) <= MAX_LINE_BYTES:
+                return  # the line runs past end_offset: it was not complete then, so it is not read
             line_no += 1
             offset += len(raw)
             if len(raw) > MAX_LINE_BYTES:

@@ -53,10 +53,9 @@ from persistence.importers.live_spans import (
     assign_marks,
     fingerprint,
     fingerprint_windows,
+    fold_marks,
     open_span,
     renumber,
-    span_marks,
-    span_target,
 )
 from protocol.errors import OmrayError
 
@@ -462,10 +461,11 @@ def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
                 if view.state == "unreadable":
                     problems.append(view.reason)
                 continue
-            target, closes = span_target(span_marks(spans, index, marks), view.complete)
+            span = fold_marks(spans, index, marks, view.complete)
+            target = min(span.furthest, view.complete)
             try:
                 conversion = convert_through(
-                    cast(LiveFormat, span.format), Path(span.transcript), session_id, target, closes, 0
+                    cast(LiveFormat, span.format), Path(span.transcript), session_id, target, span.closes, 0
                 )
             except TranscriptImportError as exc:  # this span waits for a fix; the others go on
                 spans[index] = span.model_copy(update={"waiting": True})

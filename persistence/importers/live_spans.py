@@ -76,6 +76,12 @@ class Span(BaseModel):
     """Session turn number that local turn was given (-1: none yet)."""
     first_seq: int = Field(default=0, ge=0)
     """Session seq of its first event (0: none yet)."""
+    next_mark: int = Field(default=0, ge=0)
+    """Index of the first mark not folded into ``furthest`` and ``closes`` yet."""
+    furthest: int = Field(default=0, ge=0)
+    """Bytes its marks say were complete (each never beyond the file's complete length when folded)."""
+    closes: tuple[int, ...] = ()
+    """Offsets where its turns were closed, in order (a conversion ends the open turn at each)."""
     ended: Literal["rewritten", "truncated"] | None = None
     """Why it takes no more marks (its transcript no longer holds what was read from it)."""
     waiting: bool = False
@@ -168,7 +174,11 @@ def assign_marks(
             first = 0 if not result else -1
             result.append(
                 Span(
-                    transcript=mark.transcript, format=mark.format, first_mark=index, last_session_turn=first
+                    transcript=mark.transcript,
+                    format=mark.format,
+                    first_mark=index,
+                    next_mark=index,
+                    last_session_turn=first,
                 )
             )
             current = len(result) - 1
@@ -176,26 +186,26 @@ def assign_marks(
     return Assignment(spans=tuple(result), to_convert=tuple(sorted(touched)), refused=tuple(refused))
 
 
-def span_marks(spans: Sequence[Span], index: int, marks: Sequence[LiveMark]) -> list[LiveMark]:
-    """The marks span ``index`` takes: its transcript's, from its first mark to the next span of it."""
+def fold_marks(spans: Sequence[Span], index: int, marks: Sequence[LiveMark], complete: int) -> Span:
+    """Span ``index`` with its new marks folded in: its transcript's marks up to the next span of it.
+
+    A mark's offset counts at most at the file's complete length now (a mark taken before the file
+    shrank), offsets never go backwards, and the closes are kept, so a conversion through
+    ``furthest`` with ``closes`` only ever extends the previous one.
+    """
     span = spans[index]
     later = [s.first_mark for s in spans[index + 1 :] if s.transcript == span.transcript]
     stop = min(later) if later else len(marks)
-    return [mark for mark in marks[span.first_mark : stop] if mark.transcript == span.transcript]
-
-
-def span_target(marks: Sequence[LiveMark], complete: int) -> tuple[int, tuple[int, ...]]:
-    """``(target, closes)`` of a span: read through its furthest mark, never past the file's complete
-    length now; close turns at its closing marks' offsets up to there (later ones wait, so a later
-    conversion only extends this one)."""
-    furthest = 0
-    closes: list[int] = []
-    for mark in marks:
-        furthest = max(furthest, mark.offset)
+    furthest, closes = span.furthest, list(span.closes)
+    for mark in marks[span.next_mark : stop]:
+        if mark.transcript != span.transcript:
+            continue
+        furthest = max(furthest, min(mark.offset, complete))
         if mark.close and (not closes or closes[-1] != furthest):
             closes.append(furthest)
-    target = min(furthest, complete)
-    return target, tuple(close for close in closes if close <= target)
+    return span.model_copy(
+        update={"next_mark": max(stop, span.next_mark), "furthest": furthest, "closes": tuple(closes)}
+    )
 
 
 @dataclass(frozen=True)
