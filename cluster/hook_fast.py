@@ -37,7 +37,7 @@ import os
 import re
 import stat
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 SESSIONS_DIR = ".hatfield/sessions"
 """Session folders under the project (``cluster.agent_hooks.SESSIONS_SUBDIR``)."""
@@ -118,7 +118,7 @@ def valid_session_id(value: object) -> str | None:
     return None
 
 
-def open_regular(path: str) -> Any:
+def open_regular(path: str) -> BinaryIO:
     """``path`` opened for reading, only when it is a regular file (``OSError`` else).
 
     Opened with ``O_NONBLOCK`` and checked on the descriptor: a FIFO named as a transcript (or

@@ -29,7 +29,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,14 +42,26 @@ PrefixState = Literal["same", "shrunk", "changed"]
 """A transcript's converted prefix compared with what its span recorded."""
 
 
-class LiveMark(BaseModel):
+class MarkView(Protocol):
     """The fields of a mark the core reads (``persistence.importers.live.Mark`` has them)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    @property
+    def transcript(self) -> str: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def close(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class LiveMark:
+    """A plain :class:`MarkView` (tests and callers without the pydantic ``Mark``)."""
 
     transcript: str
     format: str
-    offset: int = Field(ge=0)
+    offset: int
     close: bool
 
 
@@ -136,7 +148,7 @@ def open_span(spans: Sequence[Span], transcript: str) -> int | None:
 
 
 def assign_marks(
-    spans: Sequence[Span], marks: Sequence[LiveMark], start: int, views: Mapping[str, FileView]
+    spans: Sequence[Span], marks: Sequence[MarkView], start: int, views: Mapping[str, FileView]
 ) -> Assignment:
     """Give the marks ``marks[start:]`` to spans: the open span of their transcript, or a new one.
 
@@ -186,7 +198,7 @@ def assign_marks(
     return Assignment(spans=tuple(result), to_convert=tuple(sorted(touched)), refused=tuple(refused))
 
 
-def fold_marks(spans: Sequence[Span], index: int, marks: Sequence[LiveMark], complete: int) -> Span:
+def fold_marks(spans: Sequence[Span], index: int, marks: Sequence[MarkView], complete: int) -> Span:
     """Span ``index`` with its new marks folded in: its transcript's marks up to the next span of it.
 
     A mark's offset counts at most at the file's complete length now (a mark taken before the file
