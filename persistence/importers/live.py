@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal, cast
@@ -52,7 +52,6 @@ from persistence.importers.live_spans import (
     Span,
     assign_marks,
     fingerprint,
-    fingerprint_windows,
     fold_marks,
     open_span,
     renumber,
@@ -249,12 +248,19 @@ def complete_length(path: Path) -> int:
 
 
 def _fingerprint_of(handle: BinaryIO, length: int) -> str:
-    (head_start, head_end), (tail_start, tail_end) = fingerprint_windows(length)
-    handle.seek(head_start)
-    head = handle.read(head_end - head_start)
-    handle.seek(tail_start)
-    tail = handle.read(tail_end - tail_start)
-    return fingerprint(head, tail, length)
+    """SHA-256 of the first ``length`` bytes (read as the conversion reads them: once per sync)."""
+
+    def chunks() -> Iterator[bytes]:
+        handle.seek(0)
+        left = length
+        while left > 0:
+            chunk = handle.read(min(_TAIL_CHUNK, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+
+    return fingerprint(chunks(), length)
 
 
 def inspect_transcript(path: Path, span: Span | None) -> FileView:

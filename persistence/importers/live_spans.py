@@ -27,14 +27,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-
-FINGERPRINT_WINDOW = 4096
-"""Bytes at each end of a span's converted prefix that its fingerprint covers."""
 
 FileState = Literal["regular", "missing", "not_regular", "unreadable"]
 """What a transcript path is when a sync looks at it."""
@@ -124,19 +121,12 @@ class Assignment:
     """Transcript paths refused (not regular files), once each."""
 
 
-def fingerprint(prefix_head: bytes, prefix_tail: bytes, length: int) -> str:
-    """A small fingerprint of a converted prefix: its length and its first and last bytes."""
-    digest = hashlib.sha256()
-    digest.update(str(length).encode("ascii") + b"\n")
-    digest.update(prefix_head)
-    digest.update(b"\n")
-    digest.update(prefix_tail)
+def fingerprint(chunks: Iterable[bytes], length: int) -> str:
+    """The fingerprint of a converted prefix of ``length`` bytes given as ``chunks``: its SHA-256."""
+    digest = hashlib.sha256(str(length).encode("ascii") + b"\n")
+    for chunk in chunks:
+        digest.update(chunk)
     return digest.hexdigest()
-
-
-def fingerprint_windows(length: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """``((head_start, head_end), (tail_start, tail_end))``: the byte ranges :func:`fingerprint` reads."""
-    return (0, min(FINGERPRINT_WINDOW, length)), (max(0, length - FINGERPRINT_WINDOW), length)
 
 
 def open_span(spans: Sequence[Span], transcript: str) -> int | None:

@@ -315,7 +315,7 @@ def test_renumber_gives_a_continued_turn_a_new_number_after_another_span() -> No
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["append", "append", "append", "rewrite", "truncate", "mark", "mark", "sync"]),
+        st.sampled_from(["append", "append", "append", "rewrite", "truncate", "delete", "mark", "mark", "sync"]),
         st.integers(0, 2),  # which transcript
         st.booleans(),  # close
     ),
@@ -370,6 +370,10 @@ def test_any_appends_rewrites_truncations_and_switches_keep_the_events_exact(
             content[n] = [f"f{n}g{generation[n]}-{counter + i}" for i in range(kept)]
             counter += kept
             write(n)
+        elif op == "delete" and files[n].exists():  # the file goes away; a later append starts it anew
+            generation[n] += 1
+            content[n] = []
+            files[n].unlink()
         elif op == "mark" and files[n].exists():
             append_mark(session_dir, _mark(files[n], close))
         elif op == "sync":
