@@ -453,7 +453,7 @@ def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
         spans: list[Span] = list(cursor.spans)
         paths = {mark.transcript for mark in marks[start:]}
         paths |= {span.transcript for span in spans if span.waiting and span.ended is None}
-        views = {path: inspect_transcript(Path(path), _open(spans, path)) for path in sorted(paths)}
+        views = {path: inspect_transcript(Path(path), _open_span_of(spans, path)) for path in sorted(paths)}
         assignment = assign_marks(spans, marks, start, views)
         spans = list(assignment.spans)
         problems = [views[path].reason for path in assignment.refused]
@@ -511,7 +511,7 @@ def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
         return updated
 
 
-def _open(spans: list[Span], path: str) -> Span | None:
+def _open_span_of(spans: list[Span], path: str) -> Span | None:
     index = open_span(spans, path)
     return spans[index] if index is not None else None
 
