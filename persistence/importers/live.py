@@ -12,8 +12,11 @@ Files, next to the session's ``events.jsonl`` (``.hatfield/sessions/<session>/``
   waiting for dispatch (written atomically);
 * ``live.lock``: held while syncing or dispatching, so concurrent calls never append twice.
 
-Guarantees. The conversion is a pure function of the transcript bytes up to the last mark and
-the offsets of the closing marks (:func:`convert_through`): the same importer
+Guarantees. A session may name several transcripts (spans, :mod:`persistence.importers.live_spans`):
+each is converted from its own bytes and marks, a rewritten or truncated one starts a new span, and
+a FIFO, device or directory is refused without blocking. Within a span, the conversion is a pure
+function of the transcript bytes up to its last mark and the offsets of its closing marks
+(:func:`convert_through`): the same importer
 (``persistence.importers``) runs from the first record each time, closes the turn (``agent_end``)
 at every closing mark, and stops at the last mark without flushing what is still open. So its
 output for more marks always extends its output for fewer, and the events file only ever grows:
