@@ -188,8 +188,9 @@ def refuse(path: Path, problem: str | None) -> None:
 # ------------------------------------------------------------------------------------- writing
 
 
-def write_settings(path: Path, text: str, emptied: str = "") -> None:
-    """Replace the file (a symlink's target, the link kept) atomically, its mode kept (new: 0600).
+def write_settings(path: Path, text: str, emptied: str = "", mode: int | None = None) -> None:
+    """Replace the file (a symlink's target, the link kept) atomically, with ``mode`` (default: its
+    mode kept; a new file 0600).
 
     ``''`` removes a regular file; a symlinked one keeps its link and its target gets ``emptied``
     (``{}`` for JSON), so a settings file kept elsewhere (a dotfiles repository) is never orphaned.
@@ -200,7 +201,8 @@ def write_settings(path: Path, text: str, emptied: str = "") -> None:
     text = text or emptied
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     target.parent.mkdir(parents=True, exist_ok=True)
-    mode = target.stat().st_mode & 0o777 if target.exists() else 0o600
+    if mode is None:
+        mode = target.stat().st_mode & 0o777 if target.exists() else 0o600
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
