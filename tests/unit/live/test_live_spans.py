@@ -387,3 +387,27 @@ def test_any_appends_rewrites_truncations_and_switches_keep_the_events_exact(
     for n in range(3):
         for tag in content[n]:
             assert f"ask {tag}" in texts and f"answer {tag}" in texts
+
+
+def test_the_stop_hook_still_imports_nothing_heavy(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(_turn("q", 1))
+    event = {"session_id": SESSION, "hook_event_name": "Stop", "transcript_path": str(transcript)}
+    script = (
+        "import json, sys\n"
+        "from cluster import hook_fast\n"
+        "hook_fast.start_dispatcher = lambda project: None\n"
+        f"hook_fast.claude_code({json.dumps(json.dumps(event))}, {str(tmp_path)!r})\n"
+        "heavy = {'pydantic', 'sqlalchemy', 'ray', 'typer', 'persistence', 'protocol', 'actors'}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy)))\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=60
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == []
+    assert (tmp_path / ".hatfield" / "sessions" / SESSION / "live.marks.jsonl").exists()
