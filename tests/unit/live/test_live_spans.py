@@ -411,3 +411,22 @@ def test_the_stop_hook_still_imports_nothing_heavy(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == []
     assert (tmp_path / ".hatfield" / "sessions" / SESSION / "live.marks.jsonl").exists()
+
+
+def test_a_crash_between_append_and_cursor_write_appends_nothing_twice(tmp_path: Path) -> None:
+    a, b, session_dir = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "s"
+    a.write_bytes(_turn("a1", 1))
+    append_mark(session_dir, _mark(a))
+    sync_session(session_dir, SESSION)
+    saved = (session_dir / "live.cursor.json").read_bytes()
+    b.write_bytes(_turn("b1", 2))
+    with a.open("ab") as handle:
+        handle.write(_turn("a2", 3))
+    append_mark(session_dir, _mark(b))
+    append_mark(session_dir, _mark(a))
+    done = sync_session(session_dir, SESSION)
+    events = (session_dir / EVENTS_FILE).read_bytes()
+    (session_dir / "live.cursor.json").write_bytes(saved)  # the events were appended, the cursor lost
+    again = sync_session(session_dir, SESSION)
+    assert (session_dir / EVENTS_FILE).read_bytes() == events
+    assert again.pending == done.pending and again.last_seq == done.last_seq and again.spans == done.spans
