@@ -59,7 +59,7 @@ PromotionOutcome = Literal["promoted", "noop"]
 JobState = Literal["pending", "running", "succeeded", "failed"]
 """Lifecycle of one queued job."""
 
-_FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}$")
+_FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}\Z")
 
 _ID_LOOKUP_BATCH = 500
 """Ids per lookup of already-stored observations (well under SQLite's bound-variable limit)."""
