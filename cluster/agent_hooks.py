@@ -164,7 +164,15 @@ def dispatch_project(
                     f"omray: session {directory.name!r} is not observed: {exc}",
                 )
                 continue
-            hook_fast.clear_notices(project_str, f"sync:{directory.name}")
+            if cursor.problems:  # what could be converted was; these marks wait for a fix
+                logger.warning("live import incomplete", extra={"run_id": directory.name, "error_class": "-"})
+                hook_fast.set_notice(
+                    project_str,
+                    f"sync:{directory.name}",
+                    f"omray: session {directory.name!r} is not fully observed: {'; '.join(cursor.problems)}",
+                )
+            else:
+                hook_fast.clear_notices(project_str, f"sync:{directory.name}")
             if not cursor.pending and cursor.flush is None:
                 continue
             try:

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -154,19 +155,57 @@ def session_dir_of(port: int) -> str:
     return ""
 
 
-def head_processes(session_dir: str) -> list[Any]:
-    """The processes of one Ray head: those naming its session directory, and their descendants.
+CLIENT_SERVER_MODULE = "ray.util.client.server"
+"""Ray's client server (port 10001): ``ray start --head`` starts it naming the GCS address only."""
 
-    Another cluster of the machine has another session directory, so it is never among them.
+
+def names_head(
+    cmdline: Sequence[str], session_dir: str, gcs_port: int | None, local_hosts: Collection[str]
+) -> bool:
+    """Whether a process with ``cmdline`` belongs to the head of ``session_dir`` (pure).
+
+    Most of a head's processes name its session directory. Ray's client server names the GCS
+    address instead (``--address=<this machine>:<gcs port>``); only one head of a machine can serve
+    a GCS port, so that names this head too.
+    """
+    if session_dir and any(session_dir in arg for arg in cmdline):
+        return True
+    if gcs_port is None or CLIENT_SERVER_MODULE not in cmdline:
+        return False
+    for arg in cmdline:
+        if arg.startswith("--address="):
+            host, _, port = arg.removeprefix("--address=").rpartition(":")
+            if port == str(gcs_port) and host.strip("[]") in local_hosts:
+                return True
+    return False
+
+
+def _local_hosts(psutil: Any) -> frozenset[str]:
+    """This machine's addresses (a head's GCS address names one of them)."""
+    hosts = {"127.0.0.1", "localhost", "::1", socket.gethostname()}
+    try:
+        for addresses in psutil.net_if_addrs().values():
+            hosts.update(address.address.partition("%")[0] for address in addresses)
+    except Exception:  # an address list we cannot read: loopback and the host name still count
+        pass
+    return frozenset(hosts)
+
+
+def head_processes(session_dir: str, gcs_port: int | None = None) -> list[Any]:
+    """The processes of one Ray head: those naming its session directory (or, for Ray's client
+    server, its GCS port on this machine), and their descendants.
+
+    Another cluster of the machine has another session directory and GCS port, so it is never among them.
     """
     if not session_dir:
         return []
     psutil = _processes()
     me = os.getpid()
+    local = _local_hosts(psutil)
     found: dict[int, Any] = {}
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info.get("cmdline") or []
-        if process.pid != me and any(session_dir in arg for arg in cmdline):
+        if process.pid != me and names_head(cmdline, session_dir, gcs_port, local):
             found[process.pid] = process
             try:
                 for child in process.children(recursive=True):
@@ -177,10 +216,10 @@ def head_processes(session_dir: str) -> list[Any]:
     return list(found.values())
 
 
-def stop_head(session_dir: str, grace_s: float = 10.0) -> int:
+def stop_head(session_dir: str, grace_s: float = 10.0, gcs_port: int | None = None) -> int:
     """Stop the head of ``session_dir`` (SIGTERM, SIGKILL after ``grace_s``); returns the process count."""
     psutil = _processes()
-    processes = head_processes(session_dir)
+    processes = head_processes(session_dir, gcs_port)
     for process in processes:
         try:
             process.send_signal(signal.SIGTERM)
@@ -194,6 +233,12 @@ def stop_head(session_dir: str, grace_s: float = 10.0) -> int:
             continue
     psutil.wait_procs(alive, timeout=grace_s)
     return len(processes)
+
+
+def gcs_port_of(address: str) -> int | None:
+    """The port of a ``host:port`` address (``None`` for anything else)."""
+    port = address.rpartition(":")[2]
+    return int(port) if port.isdigit() else None
 
 
 def _gcs_answers(port: int) -> bool:
@@ -351,7 +396,8 @@ def down(names: RuntimeNames | None = None) -> dict[str, Any]:
     """Remove omray's actors; stop the Ray head only if ``omray up`` started it, and only that head.
 
     The head is stopped by its recorded session directory: its own processes (GCS, raylet,
-    dashboard, monitors) and their children (workers, agents). Any other Ray cluster on the machine
+    dashboard, monitors), Ray's client server (named by the head's GCS port) and their children
+    (workers, agents). Any other Ray cluster on the machine
     keeps running; a cluster omray only joined is left running and named in ``left_running``.
     """
     names = names or RuntimeNames()
@@ -369,7 +415,7 @@ def down(names: RuntimeNames | None = None) -> dict[str, Any]:
     stopped_processes = 0
     left_running: str | None = None
     if record is not None and record.started_head and record.session_dir:
-        stopped_processes = stop_head(record.session_dir)
+        stopped_processes = stop_head(record.session_dir, gcs_port=gcs_port_of(record.address))
     elif address is not None:
         left_running = f"the Ray cluster at {address} (omray up did not start it)"
     _record_path().unlink(missing_ok=True)

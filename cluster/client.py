@@ -415,10 +415,15 @@ class OmrayClient:
         counts: dict[str, int] = self.link.call("job_counts", (), self.call_timeout_s)
         return counts
 
-    def runtime_events(self, session_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
-        """Sanitized runtime events for a session, such as ``extension_agent.job_failed``."""
+    def runtime_events(
+        self, session_id: str, after_seq: int = 0, db_path: str | Path | None = None
+    ) -> list[dict[str, Any]]:
+        """Sanitized runtime events for a session of this client's database (or of ``db_path``),
+        such as ``extension_agent.job_failed``. Each names its ``db_path``; another project's session
+        of the same id is not listed."""
+        database = str(Path(db_path if db_path is not None else self.db_path).resolve())
         events: list[dict[str, Any]] = self.link.call(
-            "runtime_events", (session_id, after_seq), self.call_timeout_s
+            "runtime_events", (session_id, after_seq, database), self.call_timeout_s
         )
         return events
 

@@ -35,8 +35,9 @@ import contextlib
 import json
 import os
 import re
+import stat
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 SESSIONS_DIR = ".hatfield/sessions"
 """Session folders under the project (``cluster.agent_hooks.SESSIONS_SUBDIR``)."""
@@ -56,7 +57,7 @@ SETTINGS_FILES = ("omray.yaml", ".hatfield/settings.yaml")
 """``persistence.settings_file.DEFAULT_SETTINGS_FILES``."""
 MAX_INPUT_BYTES = 1024 * 1024
 """Largest hook input read from stdin."""
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 """``persistence.importers.common`` accepts the same session ids."""
 
 CLOSING_EVENTS = {"Stop": None, "PreCompact": "compaction", "SessionEnd": "session_end"}
@@ -117,10 +118,27 @@ def valid_session_id(value: object) -> str | None:
     return None
 
 
-def complete_length(path: str) -> int:
-    """Bytes of ``path`` through its last newline (0 when it has none or does not exist)."""
+def open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading, only when it is a regular file (``OSError`` else).
+
+    Opened with ``O_NONBLOCK`` and checked on the descriptor: a FIFO named as a transcript (or
+    swapped in after a check) never blocks the hook, and a device or directory is never read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        with open(path, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(path)  # any OSError: the callers treat it as "nothing to read"
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def complete_length(path: str) -> int:
+    """Bytes of ``path`` through its last newline (0 when it has none, does not exist or is not a
+    regular file)."""
+    try:
+        with open_regular(path) as handle:
             position = handle.seek(0, os.SEEK_END)
             while position > 0:
                 start = max(0, position - 64 * 1024)
@@ -163,7 +181,7 @@ def transcript_lags(transcript: str, offset: int, last_message: object) -> bool:
         return False
     needle = json.dumps(last_message.strip()[:120], ensure_ascii=False)[1:-1].encode("utf-8")
     try:
-        with open(transcript, "rb") as handle:
+        with open_regular(transcript) as handle:
             start = max(0, offset - _TAIL_CHUNK)
             handle.seek(start)
             tail = handle.read(offset - start)
@@ -502,7 +520,7 @@ def resume_needs_memory(transcript: str) -> bool:
     was added after its last compaction. Reads the file backwards, stopping at the boundary."""
     marker = MEMORY_MARKER.encode("utf-8")
     try:
-        with open(transcript, "rb") as handle:
+        with open_regular(transcript) as handle:
             position = handle.seek(0, os.SEEK_END)
             carry = b""
             while position > 0:
@@ -597,6 +615,17 @@ def _session_start(
     return output or None
 
 
+ROLLOUT_NAME_RE = re.compile(r"rollout-[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9]{2}-(.+)\.jsonl\Z")
+"""A Codex rollout file name: ``rollout-<YYYY-MM-DDTHH-MM-SS>-<thread id>.jsonl``."""
+
+
+def rollout_thread(name: str) -> str | None:
+    """The thread id a rollout file name holds (``None``: not a rollout name). Matched exactly, so a
+    short id never picks another thread's rollout that merely ends with it."""
+    found = ROLLOUT_NAME_RE.match(name)
+    return found.group(1) if found else None
+
+
 def codex_rollout(thread_id: str) -> str | None:
     """The newest rollout file of a Codex thread under ``$CODEX_HOME/sessions`` (default ``~/.codex``).
 
@@ -605,7 +634,6 @@ def codex_rollout(thread_id: str) -> str | None:
     directory reads however many sessions the user kept.
     """
     home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
-    suffix = f"{thread_id}.jsonl"
 
     def newest_first(path: str) -> list[str]:
         try:
@@ -617,7 +645,7 @@ def codex_rollout(thread_id: str) -> str | None:
         for month in newest_first(year):
             for day in newest_first(month):
                 try:
-                    names = [n for n in os.listdir(day) if n.startswith("rollout-") and n.endswith(suffix)]
+                    names = [n for n in os.listdir(day) if rollout_thread(n) == thread_id]
                 except OSError:
                     continue
                 if names:
@@ -639,8 +667,10 @@ def codex(raw: str, explicit_project: str | None) -> None:
     rollout = codex_rollout(thread_id)
     if rollout is None:
         return  # not written yet, or not this Codex's: nothing to observe
-    project = project_dir(explicit_project, notification.get("cwd"))
     rollout = os.path.realpath(rollout)
+    if not os.path.isfile(rollout):
+        return  # a FIFO, device or folder named like a rollout is never read
+    project = project_dir(explicit_project, notification.get("cwd"))
     append_mark(project, thread_id, mark_line(rollout, "codex", complete_length(rollout), True, None))
     start_dispatcher(project)
 

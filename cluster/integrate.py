@@ -18,7 +18,10 @@ replaced atomically. A file that does not parse is an error and is left untouche
 After writing (and with ``--check`` alone) the command checks what the agent will need: the
 settings of the project (model, provider, API key variable), a running memory runtime, and for
 Claude Code a trusted workspace (it ignores a project's permissions until the user accepts its
-trust dialog once); each finding says what to do.
+trust dialog once); each finding says what to do. ``--mcp-transport http`` points the agent at a
+running ``omray mcp --transport http`` instead (``cluster.integrate_http``).
+
+Over 600 lines: the two agents' merges, the file writing and the checks are one command's parts.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,17 @@ from typing import Annotated, Any
 
 import typer
 
+from cluster.integrate_files import (
+    SettingsFileError,
+    claude_settings_problem,
+    codex_config_problem,
+    mcp_config_problem,
+    parse_json_object,
+    read_settings_text,
+    refuse,
+    write_settings,
+)
+from cluster.integrate_http import McpHttp, McpTransport, check_mcp_http, claude_mcp_entry, mcp_http_for
 from protocol.errors import OmrayError
 
 MCP_SERVER_NAME = "omray"
@@ -65,10 +78,6 @@ class Agent(enum.StrEnum):
 
     CLAUDE_CODE = "claude-code"
     CODEX = "codex"
-
-
-class SettingsFileError(OmrayError):
-    """An agent settings file that cannot be read or parsed (nothing is written)."""
 
 
 # ----------------------------------------------------------------------------- pure: Claude Code
@@ -153,22 +162,37 @@ def remove_claude_approvals(settings: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(settings)
     _remove_from_list(merged, "enabledMcpjsonServers", MCP_SERVER_NAME)
     permissions = merged.get("permissions")
-    if isinstance(permissions, dict):
+    allowed = permissions.get("allow") if isinstance(permissions, dict) else None
+    if isinstance(permissions, dict) and isinstance(allowed, list) and CLAUDE_CODE_TOOL_PERMISSION in allowed:
         _remove_from_list(permissions, "allow", CLAUDE_CODE_TOOL_PERMISSION)
-        if not permissions:
+        if not permissions:  # emptied by taking omray's rule out: it was omray's
             del merged["permissions"]
     return merged
 
 
+def _holds_ours(groups: object) -> bool:
+    return isinstance(groups, list) and any(
+        isinstance(group, dict)
+        and isinstance(group.get("hooks"), list)
+        and any(map(_is_ours, group["hooks"]))
+        for group in groups
+    )
+
+
 def remove_claude_hooks(settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` without omray's hooks; groups and events left empty by that are dropped."""
+    """``settings`` without omray's hooks; groups and events left empty by that are dropped.
+
+    Only what taking omray's hooks out emptied is dropped: a user's empty ``hooks`` or
+    ``hooks.Stop`` stays as it is.
+    """
     merged = copy.deepcopy(settings)
     hooks = merged.get("hooks")
     if not isinstance(hooks, dict):
         return merged
+    emptied = False
     for event in list(hooks):
         groups = hooks[event]
-        if not isinstance(groups, list):
+        if not _holds_ours(groups):
             continue
         kept = []
         for group in groups:
@@ -183,7 +207,8 @@ def remove_claude_hooks(settings: dict[str, Any]) -> dict[str, Any]:
             hooks[event] = kept
         else:
             del hooks[event]
-    if not hooks:
+            emptied = True
+    if not hooks and emptied:
         del merged["hooks"]
     return merged
 
@@ -240,11 +265,15 @@ class Change:
     path: Path
     before: str
     after: str
+    mode: int | None = None
+    """Mode to write the file with (``None``: keep its mode; a new file is 0600)."""
 
     @property
     def changed(self) -> bool:
         """Whether writing it would change anything."""
-        return self.before != self.after
+        return self.before != self.after or (
+            self.mode is not None and self.path.exists() and self.path.stat().st_mode & 0o777 != self.mode
+        )
 
     @property
     def outcome(self) -> str:
@@ -267,25 +296,10 @@ class Change:
         )
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ""
-    except OSError as exc:
-        raise SettingsFileError(f"cannot read {str(path)!r} ({type(exc).__name__})") from None
-
-
-def _json_change(path: Path, edit: Any) -> Change:
-    before = _read_text(path)
-    try:
-        data = json.loads(before) if before.strip() else {}
-    except ValueError:
-        raise SettingsFileError(
-            f"{str(path)!r} is not valid JSON; fix it first (nothing was written)"
-        ) from None
-    if not isinstance(data, dict):
-        raise SettingsFileError(f"{str(path)!r} does not hold a JSON object (nothing was written)")
+def _json_change(path: Path, edit: Any, problem: Any) -> Change:
+    before = read_settings_text(path)
+    data = parse_json_object(path, before)
+    refuse(path, problem(data))
     updated = edit(data)
     if updated == data:
         return Change(path, before, before)
@@ -293,36 +307,60 @@ def _json_change(path: Path, edit: Any) -> Change:
     return Change(path, before, after)
 
 
-def claude_code_changes(project: Path, command: str, remove: bool) -> list[Change]:
+def claude_code_changes(
+    project: Path, command: str, remove: bool, http: McpHttp | None = None
+) -> list[Change]:
     """The changes to ``.claude/settings.json`` and ``.mcp.json`` of ``project``."""
     hook_command = f"{shlex.quote(command)} hook claude-code"
-    server = {"command": command, "args": ["mcp"]}
+    server = claude_mcp_entry(command, http)
+    settings_path, mcp_path = project / ".claude" / "settings.json", project / ".mcp.json"
+    events = [event for event, _ in CLAUDE_CODE_HOOKS]
+
+    def settings_problem(data: dict[str, Any]) -> str | None:
+        # Removing looks at every event (an omray hook may sit anywhere); adding edits omray's.
+        hooks = data.get("hooks")
+        return claude_settings_problem(data, list(hooks) if remove and isinstance(hooks, dict) else events)
+
     if remove:
         return [
             _json_change(
-                project / ".claude" / "settings.json",
-                lambda d: remove_claude_approvals(remove_claude_hooks(d)),
+                settings_path, lambda d: remove_claude_approvals(remove_claude_hooks(d)), settings_problem
             ),
-            _json_change(project / ".mcp.json", remove_mcp_server),
+            _json_change(mcp_path, remove_mcp_server, mcp_config_problem),
         ]
     return [
         _json_change(
-            project / ".claude" / "settings.json",
+            settings_path,
             lambda d: merge_claude_approvals(merge_claude_hooks(d, hook_command)),
+            settings_problem,
         ),
-        _json_change(project / ".mcp.json", lambda d: merge_mcp_server(d, server)),
+        _json_change(mcp_path, lambda d: merge_mcp_server(d, server), mcp_config_problem),
     ]
 
 
-def codex_changes(config_path: Path, command: str, project: Path | None, remove: bool) -> list[Change]:
-    """The change to Codex's ``config.toml`` (``[mcp_servers.omray]`` and ``notify``)."""
+def codex_changes(
+    config_path: Path,
+    command: str,
+    project: Path | None,
+    remove: bool,
+    http: McpHttp | None = None,
+    token: str = "",
+) -> list[Change]:
+    """The change to Codex's ``config.toml`` (``[mcp_servers.omray]`` and ``notify``).
+
+    Over HTTP the entry carries the bearer ``token`` (Codex runs no helper for headers), so the file
+    is written 0600, like the token file itself.
+    """
     import tomlkit
 
-    before = _read_text(config_path)
+    before = read_settings_text(config_path)
     try:
         document = tomlkit.parse(before)
     except tomlkit.exceptions.ParseError:
         raise SettingsFileError(f"{str(config_path)!r} is not valid TOML (nothing was written)") from None
+    except RecursionError:
+        raise SettingsFileError(f"{str(config_path)!r} is nested too deeply (nothing was written)") from None
+    refuse(config_path, codex_config_problem(document, MCP_SERVER_NAME))
     pinned = ["--project", str(project)] if project is not None else []
     hook = [command, "hook", "codex", *pinned]
     current = document.get("notify")
@@ -337,8 +375,12 @@ def codex_changes(config_path: Path, command: str, project: Path | None, remove:
     else:
         notify = merge_codex_notify(words, hook)
         server = tomlkit.table()
-        server["command"] = command
-        server["args"] = ["mcp", *pinned]
+        if http is None:
+            server["command"] = command
+            server["args"] = ["mcp", *pinned]
+        else:
+            server["url"] = http.url
+            server["http_headers"] = {"Authorization": f"Bearer {token}"}
         server["default_tools_approval_mode"] = CODEX_APPROVAL_MODE
         if not isinstance(servers, dict):
             document["mcp_servers"] = tomlkit.table(is_super_table=True)
@@ -353,29 +395,16 @@ def codex_changes(config_path: Path, command: str, project: Path | None, remove:
     if remove and after != before:
         # A table taken off the end leaves the blank line that separated it: one newline ends the file.
         after = after.rstrip("\n") + "\n"
-    return [Change(config_path, before, after if after.strip() else "")]
+    private = http is not None and not remove
+    return [Change(config_path, before, after if after.strip() else "", mode=0o600 if private else None)]
 
 
 def write_change(change: Change) -> None:
-    """Replace the file atomically (its mode kept; new files 0600); an emptied file is removed."""
-    if not change.changed:
-        return
-    if change.after == "":
-        change.path.unlink(missing_ok=True)
-        return
-    change.path.parent.mkdir(parents=True, exist_ok=True)
-    mode = change.path.stat().st_mode & 0o777 if change.path.exists() else 0o600
-    fd, tmp = tempfile.mkstemp(prefix=f".{change.path.name}.", dir=change.path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(change.after)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, change.path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace the file atomically (its mode kept; new files 0600; a symlink's target, the link
+    kept); an emptied file is removed (a symlinked one is left holding an empty document)."""
+    if change.changed:
+        emptied = "{}\n" if change.path.suffix == ".json" else ""
+        write_settings(change.path, change.after, emptied, change.mode)
 
 
 def omray_command() -> str:
@@ -551,6 +580,14 @@ def integrate_command(
     codex_config: Annotated[
         Path | None, typer.Option(help="Codex config file (default: $CODEX_HOME/config.toml).")
     ] = None,
+    mcp_transport: Annotated[
+        McpTransport,
+        typer.Option(help="How the agent reaches omray's MCP server: stdio (it starts one) or http."),
+    ] = McpTransport.STDIO,
+    mcp_port: Annotated[
+        int,
+        typer.Option(help="Port of `omray mcp --transport http` on 127.0.0.1 (with --mcp-transport http)."),
+    ] = 8766,
 ) -> None:
     """Add omray's hooks, MCP server and approvals to Claude Code or Codex settings, then check what
     else the agent needs (idempotent; --remove undoes; --check only checks)."""
@@ -561,25 +598,39 @@ def integrate_command(
         raise typer.Exit(code=0 if all(f.ok for f in findings) else 1)
     try:
         command = omray_command()
+        http, token = mcp_http_for(mcp_transport, mcp_port, remove)
         if agent is Agent.CLAUDE_CODE:
-            changes = claude_code_changes(root, command, remove)
+            changes = claude_code_changes(root, command, remove, http)
         else:
             home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
             pinned = project.resolve() if project is not None else None
-            changes = codex_changes(codex_config or home / "config.toml", command, pinned, remove)
-    except SettingsFileError as exc:
+            changes = codex_changes(
+                codex_config or home / "config.toml", command, pinned, remove, http, token
+            )
+    except OmrayError as exc:
         typer.echo(f"omray integrate: {exc}", err=True)
         raise typer.Exit(code=2) from None
     for change in changes:
         if not change.changed:
             typer.echo(f"{change.path}: unchanged")
         elif dry_run:
-            typer.echo(change.diff(), nl=False)
+            diff = change.diff()
+            typer.echo(diff.replace(token, "<token>") if token else diff, nl=False)
         else:
             outcome = change.outcome
-            write_change(change)
+            try:
+                write_change(change)
+            except OSError as exc:
+                typer.echo(
+                    f"omray integrate: cannot write {str(change.path)!r} ({type(exc).__name__})", err=True
+                )
+                raise typer.Exit(code=2) from None
             typer.echo(f"{change.path}: {outcome}")
     if dry_run or remove:
         return
     typer.echo("checks:")
-    print_findings(run_checks(agent, root))
+    findings = run_checks(agent, root)
+    if http is not None:
+        ok, detail = check_mcp_http(http, token)
+        findings.append(Finding(ok, "mcp server", detail))
+    print_findings(findings)

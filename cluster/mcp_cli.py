@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cluster.mcp_server import DEFAULT_HTTP_PORT, serve
+from cluster.mcp_server import DEFAULT_HTTP_PORT, auth_header, serve
 
 
 class Transport(StrEnum):
@@ -31,6 +31,32 @@ def mcp_command(
     session: Annotated[
         str, typer.Option(envvar="OMRAY_SESSION", help="The caller's session id (scope 'session', recall).")
     ] = "",
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="HTTP without the bearer token: every local user can read this memory (warns on stderr).",
+        ),
+    ] = False,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="HTTP bearer token file (default: $OMRAY_HOME/auth/web.token, made on first use)."),
+    ] = None,
+    print_auth_header: Annotated[
+        bool,
+        typer.Option(
+            "--auth-header",
+            help='Print {"Authorization": "Bearer <token>"} and exit (Claude Code\'s headersHelper).',
+        ),
+    ] = False,
 ) -> None:
-    """Serve memory_search, recall, memory_status and memory_view to MCP clients (no Ray needed)."""
-    raise typer.Exit(code=serve(transport.value, port, project, db, session))
+    """Serve memory_search, recall, memory_status and memory_view to MCP clients (no Ray needed).
+
+    Over HTTP every request needs the bearer token from the token file (`omray integrate ...
+    --mcp-transport http` wires it into the agent), names the server's own address as Host, and
+    carries no browser Origin.
+    """
+    if print_auth_header:
+        raise typer.Exit(code=auth_header(token_file))
+    code = serve(transport.value, port, project, db, session, no_auth=no_auth, token_file=token_file)
+    raise typer.Exit(code=code)

@@ -39,8 +39,7 @@ SERVER_VERSION = "0.1.0"
 """Version the server reports."""
 DEFAULT_HTTP_PORT = 8766
 """Port of the streamable HTTP transport (on 127.0.0.1)."""
-HTTP_PATH = "/mcp"
-"""Path of the streamable HTTP endpoint."""
+
 TRANSPORTS = ("stdio", "http")
 """``--transport`` values."""
 SETTINGS_INVALID = "settings_invalid"
@@ -233,29 +232,63 @@ def build_server(tools: MemoryTools) -> Any:
             is_error=answer.get("ok") is False,
         )
 
-    return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call)
+    return Server(SERVER_NAME, version=SERVER_VERSION, on_list_tools=list_tools, on_call_tool=call)
 
 
-def serve_http(tools: MemoryTools, port: int) -> None:
-    """Serve the tools over streamable HTTP on ``127.0.0.1:port`` (path ``/mcp``), with the SDK."""
-    import uvicorn
+NO_AUTH_WARNING = (
+    "omray mcp: WARNING: --no-auth: every local user (and any program they run) can read all of this "
+    "project's memory through {url}"
+)
+"""Printed on stderr when the HTTP transport serves without a token."""
 
-    app = build_server(tools).streamable_http_app(streamable_http_path=HTTP_PATH, host="127.0.0.1")
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+def auth_header(token_file: Path | None) -> int:
+    """``omray mcp --auth-header``: print ``{"Authorization": "Bearer <token>"}`` (Claude Code's
+    ``headersHelper``), creating the token on first use."""
+    import json
+
+    from cluster.web_auth import load_or_create_token
+    from protocol.errors import OmrayError
+
+    try:
+        token = load_or_create_token(token_file)
+    except OmrayError as exc:
+        print(f"omray mcp: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"Authorization": f"Bearer {token}"}))
+    return 0
 
 
-def serve(transport: str, port: int, project: Path | None, db: Path | None, session: str) -> int:
+def serve(
+    transport: str,
+    port: int,
+    project: Path | None,
+    db: Path | None,
+    session: str,
+    *,
+    no_auth: bool = False,
+    token_file: Path | None = None,
+) -> int:
     """``omray mcp``: serve over ``transport``; returns the exit status."""
     root = Path(project_dir(str(project) if project is not None else None, None))
     if transport == "http":
+        from cluster.mcp_http import HTTP_HOST, HTTP_PATH, serve_http
+        from cluster.web_auth import default_token_path, load_or_create_token
         from protocol.errors import OmrayError
 
+        token_path = token_file if token_file is not None else default_token_path()
         try:
+            token = None if no_auth else load_or_create_token(token_path)
             tools = memory_tools(root, db, session.strip())
         except OmrayError as exc:
             print(f"omray mcp: {exc}", file=sys.stderr)
             return 2
-        serve_http(tools, port)
+        url = f"http://{HTTP_HOST}:{port}{HTTP_PATH}"
+        if token is None:
+            print(NO_AUTH_WARNING.format(url=url), file=sys.stderr, flush=True)
+        else:
+            print(f"omray mcp: serving {url} (bearer token in {token_path})", file=sys.stderr, flush=True)
+        serve_http(build_server(tools), port, token)
         return 0
     return serve_stdio(root, db, session.strip())
 
@@ -267,9 +300,13 @@ def run_fast(args: list[str]) -> bool:
     """
     options: dict[str, str] = {}
     words = list(args)
-    names = {"--transport", "--port", "--project", "--db", "--session"}
+    names = {"--transport", "--port", "--project", "--db", "--session", "--token-file"}
+    flags = {"--no-auth", "--auth-header"}
     while words:
         word = words.pop(0)
+        if word in flags:
+            options[word] = ""
+            continue
         name, _, value = word.partition("=")
         if name not in names:
             return False
@@ -281,12 +318,19 @@ def run_fast(args: list[str]) -> bool:
     transport = options.get("--transport", "stdio")
     if transport not in TRANSPORTS or not options.get("--port", "1").isdigit():
         return False
+    token_file = Path(options["--token-file"]) if "--token-file" in options else None
+    if "--auth-header" in options:
+        code = auth_header(token_file)
+        sys.stdout.flush()
+        os._exit(code)
     code = serve(
         transport,
         int(options.get("--port", DEFAULT_HTTP_PORT)),
         Path(options["--project"]) if "--project" in options else None,
         Path(options["--db"]) if "--db" in options else None,
         options.get("--session", os.environ.get("OMRAY_SESSION", "")),
+        no_auth="--no-auth" in options,
+        token_file=token_file,
     )
     sys.stdout.flush()
     os._exit(code)

@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, BinaryIO
 
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -30,11 +30,45 @@ HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Longest message read."""
 
+DRAIN_TIMEOUT_S = 30.0
+"""Longest wait, once stdin closes, for the answers to requests already read."""
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+
+
+def check_message(message: object) -> tuple[object, int, str] | None:
+    """Why ``message`` is not a JSON-RPC 2.0 message MCP accepts, as ``(id, code, text)`` of the
+    error answer, or ``None`` when it is one (a request, a notification, or a response).
+
+    The id answered is the message's own when it is a valid id, else ``null``. MCP's ``params`` are
+    an object (JSON-RPC's by-position list is not used; ``null`` counts as omitted, as the SDK takes
+    it), ids are strings or integers, and
+    batches are not part of MCP since 2025-06-18. Pure: the HTTP transport checks with it too.
+    """
+    if not isinstance(message, dict):
+        if isinstance(message, list):
+            return None, INVALID_REQUEST, "invalid request: batches are not supported; send one message"
+        return None, INVALID_REQUEST, "invalid request: a message is a JSON object"
+    has_id = "id" in message
+    request_id = message.get("id")
+    if has_id and (not isinstance(request_id, (str, int)) or isinstance(request_id, bool)):
+        return None, INVALID_REQUEST, "invalid request: id must be a string or an integer"
+    if message.get("jsonrpc") != "2.0":
+        return request_id, INVALID_REQUEST, 'invalid request: jsonrpc must be "2.0"'
+    if "method" not in message:
+        if has_id and ("result" in message) != ("error" in message):
+            return None  # a client's answer to a server request
+        return request_id, INVALID_REQUEST, "invalid request: no method"
+    if not isinstance(message["method"], str) or not message["method"]:
+        return request_id, INVALID_REQUEST, "invalid request: method must be a non-empty string"
+    if message.get("params") is not None and not isinstance(message["params"], dict):
+        return request_id, INVALID_PARAMS, "invalid params: params must be an object"
+    return None
+
 
 ListTools = Callable[[], list[dict[str, Any]]]
 """The tools as MCP lists them (``name``, ``description``, ``inputSchema``); may wait for settings."""
@@ -65,6 +99,7 @@ class StdioServer:
         self.output = output if output is not None else sys.stdout.buffer
         self._write_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="omray-mcp")
+        self._pending: set[Future[None]] = set()
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -90,25 +125,26 @@ class StdioServer:
         except ValueError:
             self._error(None, PARSE_ERROR, "parse error: not JSON")
             return
-        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-            if isinstance(message, dict) and ("result" in message or "error" in message):
-                return  # an answer to a request we never send
-            self._error(
-                message.get("id") if isinstance(message, dict) else None, INVALID_REQUEST, "invalid request"
-            )
+        problem = check_message(message)
+        if problem is not None:
+            request_id, code, text = problem
+            notification = isinstance(message, dict) and "id" not in message
+            if not (notification and code == INVALID_PARAMS):  # a notification gets no answer
+                self._error(request_id, code, text)
             return
+        if "method" not in message:
+            return  # an answer to a request we never send
         method: str = message["method"]
         if "id" not in message:
             return  # notifications (initialized, cancelled, ...) need no answer
         request_id = message["id"]
-        raw_params = message.get("params")
-        params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+        params: dict[str, Any] = message.get("params") or {}
         if method == "initialize":
             self._result(request_id, self._initialize(params))
         elif method == "ping":
             self._result(request_id, {})
         elif method == "tools/list":
-            self._pool.submit(self._list, request_id)
+            self._submit(self._list, request_id)
         elif method == "tools/call":
             name, arguments = params.get("name"), params.get("arguments") or {}
             if not isinstance(name, str) or not isinstance(arguments, dict):
@@ -116,9 +152,14 @@ class StdioServer:
                     request_id, INVALID_PARAMS, "tools/call needs a tool name and an arguments object"
                 )
                 return
-            self._pool.submit(self._call, request_id, name, arguments)
+            self._submit(self._call, request_id, name, arguments)
         else:
             self._error(request_id, METHOD_NOT_FOUND, f"method not found: {method}")
+
+    def _submit(self, work: Callable[..., None], *args: Any) -> None:
+        future = self._pool.submit(work, *args)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         asked = params.get("protocolVersion")
@@ -164,6 +205,9 @@ class StdioServer:
                 if not line:
                     break
                 self.handle_line(line)
+            # stdin closed: the requests already read are still answered (a client may write its
+            # last request and close its end at once), unless a stop signal comes first.
+            wait(list(self._pending), timeout=DRAIN_TIMEOUT_S)
         except (_Stop, BrokenPipeError, KeyboardInterrupt):
             pass
         finally:

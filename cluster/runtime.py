@@ -276,9 +276,11 @@ class QueueRuntime:
         """:meth:`QueueActor.waiting_by_handler`."""
         return self._queue.waiting_by_handler()
 
-    def runtime_events(self, run_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
+    def runtime_events(
+        self, run_id: str, after_seq: int = 0, db_path: str | None = None
+    ) -> list[dict[str, Any]]:
         """:meth:`QueueActor.runtime_events`."""
-        return self._queue.runtime_events(run_id, after_seq)
+        return self._queue.runtime_events(run_id, after_seq, db_path)
 
     def job_counts(self) -> dict[str, int]:
         """:meth:`QueueActor.job_counts`."""

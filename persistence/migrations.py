@@ -573,6 +573,22 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "order) instead of (minute, id)",
         _source_order_ddl(),
     ),
+    Migration(
+        "omray_013_runtime_events_database",
+        "Runtime events per database: a db_path column (from the failed job's row for older events) "
+        "and an index by database, session and sequence",
+        (
+            "ALTER TABLE omray_runtime_event ADD COLUMN db_path TEXT NOT NULL DEFAULT ''",
+            # An older event names its job: the database is that failed job's. Unknown stays ''
+            # (listed for no database).
+            "UPDATE omray_runtime_event SET db_path = coalesce((SELECT j.db_path FROM omray_job j "
+            "WHERE j.job_id = json_extract(omray_runtime_event.payload_json, '$.job_id') "
+            "AND j.run_id = omray_runtime_event.run_id AND j.state = 'failed' "
+            "ORDER BY j.job_seq DESC LIMIT 1), '')",
+            "CREATE INDEX IF NOT EXISTS idx_omray_runtime_event_db_run_seq "
+            "ON omray_runtime_event (db_path, run_id, event_seq)",
+        ),
+    ),
 )
 """omray's own additive migrations, in order."""
 

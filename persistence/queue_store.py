@@ -96,9 +96,12 @@ class QueueStore(SqliteWriter):
                         write.run_id,
                         write.event_type,
                         write.event_payload,
+                        write.db_path,
                     )
                 else:
-                    self.record_runtime_event(write.run_id, write.event_type, write.payload, write.created_at)
+                    self.record_runtime_event(
+                        write.run_id, write.event_type, write.payload, write.created_at, write.db_path
+                    )
                 applied += 1
         return applied
 
@@ -217,6 +220,7 @@ class QueueStore(SqliteWriter):
         run_id: str,
         event_type: str,
         event_payload: Mapping[str, Any],
+        db_path: str = "",
     ) -> int:
         """Finish a job as failed and record its failure event in ONE transaction; returns the event seq.
 
@@ -231,12 +235,12 @@ class QueueStore(SqliteWriter):
                 self.finish_job(job_seq, "failed", finished_at, failure_reason)
             elif state != "failed":
                 raise NotFoundError(f"no unfinished job with seq {job_seq!r}")
-            return self.record_runtime_event(run_id, event_type, event_payload, finished_at)
+            return self.record_runtime_event(run_id, event_type, event_payload, finished_at, db_path)
 
     def record_runtime_event(
-        self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str
+        self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str, db_path: str = ""
     ) -> int:
-        """Record a sanitized runtime event for a session; returns its ``event_seq``.
+        """Record a sanitized runtime event for a session of database ``db_path``; returns its ``event_seq``.
 
         Repeating the same call (same session, type, payload and time: a durable proxy retrying
         after a lost reply) returns the event already recorded instead of a second one.
@@ -252,6 +256,7 @@ class QueueStore(SqliteWriter):
                     table.c.event_type == event_type,
                     table.c.payload_json == payload_json,
                     table.c.created_at == created_at,
+                    table.c.db_path == db_path,
                 )
                 .limit(1)
             ).scalar_one_or_none()
@@ -263,6 +268,7 @@ class QueueStore(SqliteWriter):
                     event_type=event_type,
                     payload_json=payload_json,
                     created_at=created_at,
+                    db_path=db_path,
                 )
             )
             event_seq = result.inserted_primary_key[0] if result.inserted_primary_key else None
@@ -300,15 +306,17 @@ class QueueStore(SqliteWriter):
             failure_reason=row.failure_reason,
         )
 
-    def runtime_events(self, run_id: str, after_seq: int = 0) -> list[RuntimeEvent]:
-        """Runtime events of a session with ``event_seq > after_seq``, in order."""
+    def runtime_events(
+        self, run_id: str, after_seq: int = 0, db_path: str | None = None
+    ) -> list[RuntimeEvent]:
+        """Runtime events of a session with ``event_seq > after_seq``, in order: of that session in
+        database ``db_path`` only, when given (another project may use the same session id)."""
         table = schema.omray_runtime_event
+        where = [table.c.run_id == run_id, table.c.event_seq > after_seq]
+        if db_path is not None:
+            where.append(table.c.db_path == db_path)
         with self.atomic():
-            rows = self._conn().execute(
-                select(table)
-                .where(table.c.run_id == run_id, table.c.event_seq > after_seq)
-                .order_by(table.c.event_seq.asc())
-            )
+            rows = self._conn().execute(select(table).where(*where).order_by(table.c.event_seq.asc()))
             return [
                 RuntimeEvent(
                     event_seq=row.event_seq,
@@ -316,6 +324,7 @@ class QueueStore(SqliteWriter):
                     event_type=row.event_type,
                     payload=json.loads(row.payload_json),
                     created_at=row.created_at,
+                    db_path=row.db_path,
                 )
                 for row in rows
             ]

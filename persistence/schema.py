@@ -310,9 +310,16 @@ omray_runtime_event = Table(
     Column("event_type", Text, nullable=False),
     Column("payload_json", Text, nullable=False),
     Column("created_at", Text, nullable=False),
+    Column("db_path", Text, nullable=False, server_default=text("''")),
     sqlite_autoincrement=True,
 )
 Index("idx_omray_runtime_event_run_seq", omray_runtime_event.c.run_id, omray_runtime_event.c.event_seq)
+Index(
+    "idx_omray_runtime_event_db_run_seq",
+    omray_runtime_event.c.db_path,
+    omray_runtime_event.c.run_id,
+    omray_runtime_event.c.event_seq,
+)
 
 omray_observe_start = Table(
     "omray_observe_start",

@@ -115,7 +115,7 @@ RECALL_LOOKUP_LIMIT: Final[int] = 3
 FULL_ID_LENGTH: Final[int] = 64
 """Length of a full memory id; shorter ids are prefixes."""
 
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}\Z")
 
 _OBSERVATION_TABLES: Final = ("om_observation",)
 _REFLECTION_TABLES: Final = ("om_reflection",)

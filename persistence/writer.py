@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from persistence.connection import Synchronous, open_write_engine
 from protocol.errors import InvalidPayloadError, OmrayError, StorageError
 
-_FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}$")
+_FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}\Z")
 
 
 class NotFoundError(OmrayError):

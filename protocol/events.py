@@ -22,7 +22,7 @@ from protocol.ids import SessionId
 SUPPORTED_SCHEMA_MAJOR = 1
 """Major ``schema_version`` of the events envelope omray reads; lines of another major are skipped."""
 
-_SCHEMA_VERSION_RE = re.compile(r"^([0-9]+)(\.[0-9]+)*$")
+_SCHEMA_VERSION_RE = re.compile(r"^([0-9]+)(\.[0-9]+)*\Z")
 
 MAX_SEQ = 2**63 - 1
 """Largest seq omray accepts: SQLite's largest integer (every seq ends up in a coverage row)."""

@@ -12,7 +12,7 @@ from typing import Any
 from protocol.canonical import canonical_hash, canonical_json, php_trim, sha256_hex
 from protocol.records import SourceRef
 
-_TIMESTAMP_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}$")
+_TIMESTAMP_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}\Z")
 
 
 def normalize_source_refs(refs: Iterable[SourceRef | Mapping[str, Any]]) -> list[SourceRef]:

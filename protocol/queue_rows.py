@@ -79,6 +79,8 @@ class JobGivenUp(_Result):
     run_id: str
     event_type: str
     event_payload: dict[str, Any]
+    db_path: str = ""
+    """Database of the job (its session is a session of that database)."""
 
 
 class RuntimeEventWrite(_Result):
@@ -89,6 +91,8 @@ class RuntimeEventWrite(_Result):
     event_type: str
     payload: dict[str, Any]
     created_at: str
+    db_path: str = ""
+    """Database whose session the event concerns."""
 
 
 JobWrite = JobAccepted | JobStarted | JobRetry | JobFinished | JobGivenUp | RuntimeEventWrite
@@ -135,6 +139,8 @@ class RuntimeEvent(_Result):
     """Sanitized payload (ids, counts, codes; never memory text)."""
     created_at: str
     """When it was recorded."""
+    db_path: str = ""
+    """Database whose session it concerns (``""``: unknown, an event older than the column)."""
 
 
 class JobCounts(_Result):

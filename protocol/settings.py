@@ -2,7 +2,9 @@
 
 :func:`settings_from_mapping` takes the block as the YAML loader produced it and applies the
 original's defaults, coercions, ignored keys and error messages, plus omray's own keys
-(``providers``, ``tokens``). The result is immutable; reading files is the caller's job.
+(``providers``, ``tokens``), with every duration and threshold finite and bounded
+(:mod:`protocol.settings_limits`). The result is immutable; reading files is the caller's job.
+(Over 600 lines: one rule per settings key, kept in one place with the models they build.)
 """
 
 from __future__ import annotations
@@ -20,6 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from protocol.canonical import sha256_hex
 from protocol.errors import ModelSettingsError, SettingsError
+from protocol.settings_limits import (
+    MAX_BATCH_SIZE,
+    MAX_CHUNK_BYTES,
+    MAX_CHUNK_LINES,
+    MAX_CONTEXT_WINDOW,
+    MAX_IDLE_FLUSH_SECONDS,
+    MAX_PRICE,
+    MAX_PROVIDER_TIMEOUT_S,
+    MAX_TOKEN_THRESHOLD,
+)
 
 DEFAULT_DATABASE = ".hatfield/extensions-data/observational-memory/om.sqlite"
 """Default ``storage.database`` (relative to the host's working directory)."""
@@ -83,8 +95,8 @@ MODEL_ID_MESSAGE = "semantic API requires a non-empty model_id."
 _PHP_NUMERIC_RE = re.compile(
     r"^[ \t\n\r\v\f]*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r\v\f]*$"
 )
-_PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "context_window", "timeout_s"})
 
 
@@ -101,13 +113,13 @@ class EmbeddingApiSettings(_Settings):
     """Embedding model id sent to the endpoint, or :data:`BUILTIN_EMBEDDING_MODEL` for the offline one."""
     query_prefix: str = ""
     """Text prepended to search queries before embedding (trimmed)."""
-    chunk_bytes: int = Field(default=1200, ge=4)
+    chunk_bytes: int = Field(default=1200, ge=4, le=MAX_CHUNK_BYTES)
     """Maximum UTF-8 bytes per chunk."""
     overlap_bytes: int = Field(default=192, ge=0)
     """Bytes shared by consecutive chunks (smaller than ``chunk_bytes``)."""
-    max_lines: int = Field(default=80, ge=1)
+    max_lines: int = Field(default=80, ge=1, le=MAX_CHUNK_LINES)
     """Maximum lines per chunk."""
-    batch_size: int = Field(default=4, ge=1)
+    batch_size: int = Field(default=4, ge=1, le=MAX_BATCH_SIZE)
     """Chunks embedded per index job batch."""
 
     @model_validator(mode="after")
@@ -129,11 +141,11 @@ class RerankerApiSettings(_Settings):
     """HTTP(S) base URL without a trailing ``/``."""
     model_id: str = Field(min_length=1)
     """Reranker model id."""
-    batch_size: int = Field(default=8, ge=1)
+    batch_size: int = Field(default=8, ge=1, le=MAX_BATCH_SIZE)
     """Documents per rerank request."""
-    document_characters: int = Field(default=768, ge=1)
+    document_characters: int = Field(default=768, ge=1, le=MAX_CHUNK_BYTES)
     """Characters of each document sent for reranking."""
-    min_score: float | None = None
+    min_score: float | None = Field(default=None, allow_inf_nan=False)
     """Inclusive score floor; ``None`` keeps every result."""
 
 
@@ -169,9 +181,11 @@ class ProviderSettings(_Settings):
     """HTTP(S) base URL (``None`` only for ``builtin``)."""
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (never the key itself)."""
-    context_window: int = Field(ge=1)
+    context_window: int = Field(ge=1, le=MAX_CONTEXT_WINDOW)
     """Model context window in tokens; sizes observer parts."""
-    timeout_s: float = Field(default=DEFAULT_PROVIDER_TIMEOUT_S, gt=0)
+    timeout_s: float = Field(
+        default=DEFAULT_PROVIDER_TIMEOUT_S, gt=0, le=MAX_PROVIDER_TIMEOUT_S, allow_inf_nan=False
+    )
     """HTTP timeout per request, in seconds."""
 
 
@@ -184,11 +198,11 @@ BUILTIN_PROVIDER_SETTINGS = ProviderSettings(
 class ModelPrice(_Settings):
     """Price of one model's tokens, per million tokens, in the table's currency."""
 
-    prompt: float = Field(ge=0)
+    prompt: float = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
     """Uncached input tokens."""
-    cached_prompt: float | None = Field(default=None, ge=0)
+    cached_prompt: float | None = Field(default=None, ge=0, le=MAX_PRICE, allow_inf_nan=False)
     """Input tokens served from the provider's cache (``None``: priced as ``prompt``)."""
-    completion: float = Field(ge=0)
+    completion: float = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
     """Output tokens."""
 
     def cost(self, prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int) -> float:
@@ -217,7 +231,7 @@ class OmSettings(_Settings):
     """``storage.database``; relative paths are joined to the working directory (:meth:`database_path`)."""
     model: str | None = None
     """``provider/model`` of Observer, Reflector and Dropper; checked lazily (:meth:`require_model`)."""
-    context_window_ratio: float = Field(default=DEFAULT_CONTEXT_WINDOW_RATIO, gt=0, lt=1)
+    context_window_ratio: float = Field(default=DEFAULT_CONTEXT_WINDOW_RATIO, gt=0, lt=1, allow_inf_nan=False)
     """``observer.context_window_ratio``: share of the context window one observer part may fill."""
     renderer_version: str = Field(default=DEFAULT_VERSION, min_length=1)
     """``observer.renderer_version``: part of chunk/coverage identity."""
@@ -225,9 +239,13 @@ class OmSettings(_Settings):
     """``observer.schema_version``: part of observation identity."""
     reflector_schema_version: str = Field(default=DEFAULT_VERSION, min_length=1)
     """``reflector.schema_version``: part of reflection and generation identity."""
-    reflect_after_observation_tokens: int = Field(default=DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS, ge=1)
+    reflect_after_observation_tokens: int = Field(
+        default=DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS, ge=1, le=MAX_TOKEN_THRESHOLD
+    )
     """Reflect when the active pool has strictly more tokens than this."""
-    observations_max_tokens: int = Field(default=DEFAULT_OBSERVATIONS_MAX_TOKENS, ge=1)
+    observations_max_tokens: int = Field(
+        default=DEFAULT_OBSERVATIONS_MAX_TOKENS, ge=1, le=MAX_TOKEN_THRESHOLD
+    )
     """``pools.observations_max_tokens``: Dropper gate (strict) and target."""
     semantic: SemanticSettings | None = None
     """Hybrid retrieval, or ``None`` for exact search."""
@@ -235,13 +253,17 @@ class OmSettings(_Settings):
     """Model providers; ``builtin`` is always first."""
     token_encoding: TokenEncoding = "o200k_base"
     """``tokens.encoding``: tiktoken encoding used for token counts."""
-    observe_after_tokens: int = Field(default=DEFAULT_OBSERVE_AFTER_TOKENS, ge=0)
+    observe_after_tokens: int = Field(default=DEFAULT_OBSERVE_AFTER_TOKENS, ge=0, le=MAX_TOKEN_THRESHOLD)
     """``observer.observe_after_tokens``: observe once this many source tokens are uncovered (0: at
     every turn end, the original policy)."""
-    pressure_context_fill: float = Field(default=DEFAULT_PRESSURE_CONTEXT_FILL, gt=0, le=1)
+    pressure_context_fill: float = Field(
+        default=DEFAULT_PRESSURE_CONTEXT_FILL, gt=0, le=1, allow_inf_nan=False
+    )
     """``observer.pressure_context_fill``: from this reported context fill on, observe at half the
     threshold, inside turns too, so compaction finds its range covered."""
-    idle_flush_seconds: float = Field(default=DEFAULT_IDLE_FLUSH_SECONDS, gt=0)
+    idle_flush_seconds: float = Field(
+        default=DEFAULT_IDLE_FLUSH_SECONDS, gt=0, le=MAX_IDLE_FLUSH_SECONDS, allow_inf_nan=False
+    )
     """``observer.idle_flush_seconds``: a deferred tail is observed after this long without a newer
     signal of its session."""
     prices: PriceTable | None = None
@@ -312,14 +334,21 @@ def _php_number(value: object) -> float | None:
     return None
 
 
-def _php_int_at_least_one(value: object, default: int) -> int:
-    """``max(1, (int) v)`` for numeric values (PHP casts non-finite floats to 0); default otherwise."""
+def _php_int_at_least_one(value: object, default: int, key: str) -> int:
+    """``max(1, (int) v)`` for numeric values (PHP casts non-finite floats to 0); default otherwise.
+
+    A value above :data:`MAX_TOKEN_THRESHOLD` is a :class:`SettingsError` naming ``key``.
+    """
     if isinstance(value, int) and not isinstance(value, bool):
-        return max(1, value)
-    number = _php_number(value)
-    if number is None:
-        return default
-    return max(1, int(number)) if math.isfinite(number) else 1
+        result = max(1, value)
+    else:
+        number = _php_number(value)
+        if number is None:
+            return default
+        result = max(1, int(number)) if math.isfinite(number) and abs(number) < 2**63 else 1
+    if result > MAX_TOKEN_THRESHOLD:
+        raise SettingsError(f"{key} must be at most {MAX_TOKEN_THRESHOLD}.")
+    return result
 
 
 def _text_or_default(value: object, default: str) -> str:
@@ -355,12 +384,14 @@ def _http_url(value: object) -> str | None:
     return text.rstrip("/")
 
 
-def _positive_int(block: Mapping[str, Any], key: str, default: int) -> int:
+def _positive_int(block: Mapping[str, Any], key: str, default: int, maximum: int) -> int:
     value = block.get(key)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SettingsError(f"semantic {key} must be a positive integer.")
+    if value > maximum:
+        raise SettingsError(f"semantic {key} must be at most {maximum}.")
     return value
 
 
@@ -409,16 +440,19 @@ def semantic_from_mapping(value: object) -> SemanticSettings | None:
         raise SettingsError(RERANKER_MAPPING_MESSAGE)
     reranker: Mapping[str, Any] = raw_reranker if raw_reranker is not None else {}
     min_score = _min_score(reranker)
-    chunk_bytes = _positive_int(embedding, "chunk_bytes", 1200)
-    max_lines = _positive_int(embedding, "max_lines", 80)
+    chunk_bytes = _positive_int(embedding, "chunk_bytes", 1200, MAX_CHUNK_BYTES)
+    max_lines = _positive_int(embedding, "max_lines", 80, MAX_CHUNK_LINES)
     # The reference embeds at most 4 chunks per batch (an HTTP endpoint's bound). The offline
     # embedder has no request to bound, and each batch pays fixed index writes, so it defaults to 32.
     batch_size = _positive_int(
-        embedding, "batch_size", BUILTIN_EMBEDDING_BATCH_SIZE if _builtin_model_id(embedding) else 4
+        embedding,
+        "batch_size",
+        BUILTIN_EMBEDDING_BATCH_SIZE if _builtin_model_id(embedding) else 4,
+        MAX_BATCH_SIZE,
     )
     # The reranker's integers are checked even without a reranker (their defaults always pass).
-    rerank_batch = _positive_int(reranker, "batch_size", 8)
-    document_characters = _positive_int(reranker, "document_characters", 768)
+    rerank_batch = _positive_int(reranker, "batch_size", 8, MAX_BATCH_SIZE)
+    document_characters = _positive_int(reranker, "document_characters", 768, MAX_CHUNK_BYTES)
     overlap = embedding.get("overlap_bytes")
     overlap = 192 if overlap is None else overlap
     if (
@@ -482,13 +516,13 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
     context_window = entry.get("context_window")
     if isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1:
         raise SettingsError(f"{where}.context_window must be an integer >= 1.")
+    if context_window > MAX_CONTEXT_WINDOW:
+        raise SettingsError(f"{where}.context_window must be at most {MAX_CONTEXT_WINDOW}.")
     timeout = entry.get("timeout_s", DEFAULT_PROVIDER_TIMEOUT_S)
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not (math.isfinite(timeout) and timeout > 0)
-    ):
-        raise SettingsError(f"{where}.timeout_s must be a number > 0.")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise SettingsError(f"{where}.timeout_s must be a number > 0.")  # NaN too
+    if not timeout <= MAX_PROVIDER_TIMEOUT_S:
+        raise SettingsError(f"{where}.timeout_s must be a finite number <= {MAX_PROVIDER_TIMEOUT_S:g}.")
     return ProviderSettings(
         name=name,
         kind="openai_compatible",
@@ -536,20 +570,23 @@ def _observer_int(observer: Mapping[str, Any], key: str, default: int) -> int:
     value = observer.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SettingsError(f"observer.{key} must be an integer >= 0.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_THRESHOLD:
+        raise SettingsError(f"observer.{key} must be an integer from 0 to {MAX_TOKEN_THRESHOLD}.")
     return value
 
 
-def _observer_number(
-    observer: Mapping[str, Any], key: str, default: float, maximum: float = math.inf
-) -> float:
+def _observer_number(observer: Mapping[str, Any], key: str, default: float, maximum: float) -> float:
+    """A finite number in ``(0, maximum]`` (NaN and infinities are refused), else an error naming ``key``."""
     value = observer.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= maximum:
-        bound = f" and <= {maximum:g}" if math.isfinite(maximum) else ""
-        raise SettingsError(f"observer.{key} must be a number > 0{bound}.")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= maximum
+    ):
+        raise SettingsError(f"observer.{key} must be a finite number > 0 and <= {maximum:g}.")
     return float(value)
 
 
@@ -571,7 +608,7 @@ def _prices(value: object) -> PriceTable | None:
         except ValueError:
             raise SettingsError(
                 f"prices.models[{model!r}] needs prompt and completion (and may give cached_prompt), "
-                "each a number >= 0 per million tokens."
+                f"each a finite number from 0 to {MAX_PRICE:g} per million tokens."
             ) from None
     return PriceTable(currency=currency.strip(), models=table)
 
@@ -606,10 +643,14 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
         observer_schema_version=_text_or_default(observer.get("schema_version"), DEFAULT_VERSION),
         reflector_schema_version=_text_or_default(reflector.get("schema_version"), DEFAULT_VERSION),
         reflect_after_observation_tokens=_php_int_at_least_one(
-            reflector.get("reflect_after_observation_tokens"), DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS
+            reflector.get("reflect_after_observation_tokens"),
+            DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS,
+            "reflector.reflect_after_observation_tokens",
         ),
         observations_max_tokens=_php_int_at_least_one(
-            pools.get("observations_max_tokens"), DEFAULT_OBSERVATIONS_MAX_TOKENS
+            pools.get("observations_max_tokens"),
+            DEFAULT_OBSERVATIONS_MAX_TOKENS,
+            "pools.observations_max_tokens",
         ),
         semantic=semantic_from_mapping(data.get("semantic", DEFAULT_SEMANTIC_BLOCK)),
         providers=_providers_from_mapping(data.get("providers")),
@@ -618,7 +659,9 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
         pressure_context_fill=_observer_number(
             observer, "pressure_context_fill", DEFAULT_PRESSURE_CONTEXT_FILL, maximum=1.0
         ),
-        idle_flush_seconds=_observer_number(observer, "idle_flush_seconds", DEFAULT_IDLE_FLUSH_SECONDS),
+        idle_flush_seconds=_observer_number(
+            observer, "idle_flush_seconds", DEFAULT_IDLE_FLUSH_SECONDS, maximum=MAX_IDLE_FLUSH_SECONDS
+        ),
         prices=_prices(data.get("prices")),
     )
 

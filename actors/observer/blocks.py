@@ -38,7 +38,7 @@ TOOL_OUTPUT_PREFIX_CHARS = 400
 FALLBACK_EVENT_TIMESTAMP = "1970-01-01 00:00"
 """Timestamp shown when an event's stored time cannot be read (reference §5.4)."""
 
-_TIMESTAMP_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}$")
+_TIMESTAMP_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}\Z")
 # PHP rtrim's default character set: the original trims only these, not every Unicode space.
 _RTRIM_CHARS = " \t\n\r\0\x0b"
 _ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool"}

@@ -272,9 +272,12 @@ class QueueActor:
             self._enqueue(self._state.next_dispatch(now), now)
         self._commit_wanted.set()
 
-    def runtime_events(self, run_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
-        """Sanitized runtime events (e.g. ``extension_agent.job_failed``) recorded for a session."""
-        return [event.model_dump() for event in self._store.runtime_events(run_id, after_seq)]
+    def runtime_events(
+        self, run_id: str, after_seq: int = 0, db_path: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Sanitized runtime events (e.g. ``extension_agent.job_failed``) recorded for a session: of
+        database ``db_path`` only, when given. Each names its database (``db_path``)."""
+        return [event.model_dump() for event in self._store.runtime_events(run_id, after_seq, db_path)]
 
     def job_counts(self) -> dict[str, int]:
         """Durable job counts by state."""

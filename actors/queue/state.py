@@ -204,6 +204,8 @@ class EmitJobFailed:
     """Session the event belongs to (the job payload's ``run_id``)."""
     event: JobFailedEvent
     """Sanitized event payload."""
+    db_path: str = ""
+    """Database of that session (the job payload's ``db_path``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,7 +724,7 @@ class QueueState:
         )
         return [
             GiveUp(job.seq, job.envelope.job_id, job.attempts, last),
-            EmitJobFailed(job.envelope.payload.run_id, event),
+            EmitJobFailed(job.envelope.payload.run_id, event, job.envelope.payload.db_path),
         ]
 
     def _remove(self, job: _Job) -> None:

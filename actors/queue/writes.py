@@ -92,6 +92,7 @@ def writes_for(batch: Sequence[Issued]) -> list[JobWrite]:
                     event_type=JobFailedEvent.event_type,
                     payload=command.event.model_dump(),
                     created_at=at,
+                    db_path=command.db_path,
                 )
             )
     return writes
@@ -110,6 +111,7 @@ def _give_up_write(command: GiveUp, emit: EmitJobFailed | None, at: str) -> JobW
         run_id=emit.run_id,
         event_type=JobFailedEvent.event_type,
         event_payload=emit.event.model_dump(),
+        db_path=emit.db_path,
     )
 
 

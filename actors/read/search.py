@@ -42,10 +42,10 @@ MAX_SEARCH_LIMIT: Final[int] = 50
 LIKE_ESCAPE: Final[str] = "\\"
 """Escape character of the exact-search LIKE pattern (``ESCAPE '\\'``)."""
 
-_DATE_BOUND = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9]{2}:[0-9]{2})?$")
-_MINUTE_KEY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}$")
+_DATE_BOUND = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9]{2}:[0-9]{2})?\Z")
+_MINUTE_KEY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}\Z")
 _SECOND_KEY = re.compile(r"^([0-9]{4}-[0-9]{2}-[0-9]{2})[ T]([0-9]{2}:[0-9]{2}:[0-9]{2})")
-_MEMORY_ID = re.compile(r"^[a-f0-9]{12,64}$")
+_MEMORY_ID = re.compile(r"^[a-f0-9]{12,64}\Z")
 FULL_ID_LENGTH: Final[int] = 64
 """Length of a full memory id; shorter ids are prefixes."""
 

@@ -28,7 +28,7 @@ DROPPER_THINKING_LEVEL: Final[Literal["off"]] = "off"
 """The Dropper runs with thinking off."""
 
 _COVERAGE_RANK: Final = {"strong": 0, "partial": 1, "none": 2}
-_TIMESTAMP_RE = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[ T]([0-9]{2}):([0-9]{2})$")
+_TIMESTAMP_RE = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[ T]([0-9]{2}):([0-9]{2})\Z")
 
 
 class ReflectionLike(ReflectionView, Protocol):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, BinaryIO, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,7 +45,7 @@ TYPE_NAME_LIMIT = 64
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """Longest source line read (64 MiB); a longer one (a file without newlines) is an error."""
 
-_SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 class TranscriptImportError(OmrayError):
@@ -390,18 +391,47 @@ def iter_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
         yield line_no, record
 
 
+NOT_REGULAR_REASON = "not a regular file (a FIFO, device or directory is never read)"
+"""Reason of the :class:`TranscriptSourceError` for a transcript that is not a regular file."""
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file, else :class:`TranscriptSourceError`.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO (or a file swapped for
+    one after a check) never blocks the caller, and a device or directory is never read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TranscriptSourceError(str(path), type(exc).__name__) from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError as exc:
+        os.close(fd)
+        raise TranscriptSourceError(str(path), type(exc).__name__) from None
+    if not regular:
+        os.close(fd)
+        raise TranscriptSourceError(str(path), NOT_REGULAR_REASON)
+    return os.fdopen(fd, "rb")
+
+
 def iter_record_spans(
-    path: Path, end_offset: int | None = None
+    path: Path, end_offset: int | None = None, *, regular_only: bool = False
 ) -> Iterator[tuple[int, int, Mapping[str, Any]]]:
     """Yield ``(line_no, end_offset, record)`` for every non-blank line, as :func:`iter_records` does.
 
     ``end_offset`` is the byte offset just past the record's line. With ``end_offset`` given, reading
     stops there: a transcript that is still being written is read only up to what was complete then.
+    With ``regular_only``, anything but a regular file is refused without blocking (:func:`open_regular`).
     """
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise TranscriptSourceError(str(path), type(exc).__name__) from None
+    if regular_only:
+        handle = open_regular(path)
+    else:
+        try:
+            handle = path.open("rb")
+        except OSError as exc:
+            raise TranscriptSourceError(str(path), type(exc).__name__) from None
     with handle:
         line_no = 0
         offset = 0
@@ -413,6 +443,8 @@ def iter_record_spans(
                 raise TranscriptSourceError(str(path), type(exc).__name__) from None
             if not raw:
                 return
+            if end_offset is not None and not raw.endswith(b"\n") and len(raw) <= MAX_LINE_BYTES:
+                return  # the line runs past end_offset: it was not complete then, so it is not read
             line_no += 1
             offset += len(raw)
             if len(raw) > MAX_LINE_BYTES:
@@ -428,6 +460,27 @@ def iter_record_spans(
             if not isinstance(record, dict):
                 raise ImportFormatError(str(path), line_no, "not a JSON object")
             yield line_no, offset, record
+
+
+PRIVATE_DIR_MODE = 0o700
+"""Mode of every folder an import creates (session folders hold the conversation, as the hooks')."""
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, each 0700 (existing folders are left as they are)."""
+    missing: list[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is cut by the umask; 0700 is wanted exactly
 
 
 def _file_mtime_ts(path: Path) -> str:
@@ -459,7 +512,7 @@ def convert_file(
         raise ImportTargetError(str(out), "it already exists (pass overwrite to replace it)")
     fallback_ts = _file_mtime_ts(source)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(out.parent)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".importing", dir=out.parent)
     except OSError as exc:
         raise ImportTargetError(str(out), type(exc).__name__) from None

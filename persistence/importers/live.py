@@ -12,8 +12,11 @@ Files, next to the session's ``events.jsonl`` (``.hatfield/sessions/<session>/``
   waiting for dispatch (written atomically);
 * ``live.lock``: held while syncing or dispatching, so concurrent calls never append twice.
 
-Guarantees. The conversion is a pure function of the transcript bytes up to the last mark and
-the offsets of the closing marks (:func:`convert_through`): the same importer
+Guarantees. A session may name several transcripts (spans, :mod:`persistence.importers.live_spans`):
+each is converted from its own bytes and marks, a rewritten or truncated one starts a new span, and
+a FIFO, device or directory is refused without blocking. Within a span, the conversion is a pure
+function of the transcript bytes up to its last mark and the offsets of its closing marks
+(:func:`convert_through`): the same importer
 (``persistence.importers``) runs from the first record each time, closes the turn (``agent_end``)
 at every closing mark, and stops at the last mark without flushing what is still open. So its
 output for more marks always extends its output for fewer, and the events file only ever grows:
@@ -28,10 +31,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal, cast
 
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -39,10 +42,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from persistence.importers.claude_code import ClaudeCodeConverter
 from persistence.importers.codex import CodexConverter
 from persistence.importers.common import (
+    NOT_REGULAR_REASON,
     RecordConverter,
     TranscriptBuilder,
     TranscriptImportError,
+    TranscriptSourceError,
     iter_record_spans,
+    open_regular,
+)
+from persistence.importers.live_spans import (
+    FileView,
+    Span,
+    assign_marks,
+    fingerprint,
+    fold_marks,
+    open_span,
+    renumber,
 )
 from protocol.errors import OmrayError
 
@@ -130,6 +145,12 @@ class LiveCursor(BaseModel):
     """A flush a mark asked for that the queue has not accepted yet (observe through ``last_seq``)."""
     flush_mark: int = 0
     """``marks_applied`` when that flush was asked for: only its own dispatch clears it."""
+    last_turn: int = 0
+    """Turn number of the last event appended by a sync."""
+    spans: tuple[Span, ...] = ()
+    """The transcripts feeding the session, in the order they first did (``live_spans``)."""
+    problems: tuple[str, ...] = ()
+    """Why some marks could not be converted at the last sync (files and lines, never content)."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +209,7 @@ def convert_through(
     builder = TranscriptBuilder(session_id, keep, LIVE_FALLBACK_TS)
     converter = LIVE_CONVERTERS[transcript_format](builder, str(source))
     pending_closes = list(closes)
-    for line_no, end, record in iter_record_spans(source, target):
+    for line_no, end, record in iter_record_spans(source, target, regular_only=True):
         while pending_closes and pending_closes[0] < end:
             pending_closes.pop(0)
             builder.finish()
@@ -206,23 +227,76 @@ def pending_after_dispatch(pending: Iterable[Boundary], accepted_through: int) -
 # ------------------------------------------------------------------------------------------ files
 
 
-def complete_length(path: Path) -> int:
-    """Bytes of ``path`` through its last newline (0 when it has none or does not exist)."""
-    try:
-        with path.open("rb") as handle:
-            end = handle.seek(0, os.SEEK_END)
-            position = end
-            while position > 0:
-                start = max(0, position - _TAIL_CHUNK)
-                handle.seek(start)
-                chunk = handle.read(position - start)
-                newline = chunk.rfind(b"\n")
-                if newline >= 0:
-                    return start + newline + 1
-                position = start
-    except FileNotFoundError:
-        return 0
+def _complete_length_of(handle: BinaryIO, end: int) -> int:
+    position = end
+    while position > 0:
+        start = max(0, position - _TAIL_CHUNK)
+        handle.seek(start)
+        chunk = handle.read(position - start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
     return 0
+
+
+def complete_length(path: Path) -> int:
+    """Bytes of ``path`` through its last newline (0 when it has none, does not exist or is not a
+    regular file: a FIFO is never opened for a blocking read)."""
+    try:
+        with open_regular(path) as handle:
+            return _complete_length_of(handle, handle.seek(0, os.SEEK_END))
+    except (TranscriptSourceError, OSError):
+        return 0
+
+
+def _fingerprint_of(handle: BinaryIO, length: int) -> str:
+    """SHA-256 of the first ``length`` bytes (read as the conversion reads them: once per sync)."""
+
+    def chunks() -> Iterator[bytes]:
+        handle.seek(0)
+        left = length
+        while left > 0:
+            chunk = handle.read(min(_TAIL_CHUNK, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+
+    return fingerprint(chunks(), length)
+
+
+def inspect_transcript(path: Path, span: Span | None) -> FileView:
+    """What ``path`` is now (never blocks on a FIFO), and whether the bytes ``span`` converted are
+    still its first bytes (a shorter file or another fingerprint: rewritten)."""
+    try:
+        handle = open_regular(path)
+    except TranscriptSourceError as exc:
+        if exc.reason == NOT_REGULAR_REASON:
+            return FileView("not_regular", reason=str(exc))
+        if exc.reason == "FileNotFoundError":
+            return FileView("missing")
+        return FileView("unreadable", reason=str(exc))
+    try:
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            complete = _complete_length_of(handle, size)
+            if span is None or span.read_to == 0:
+                return FileView("regular", complete)
+            if size < span.read_to:
+                return FileView("regular", complete, "shrunk")
+            same = _fingerprint_of(handle, span.read_to) == span.fingerprint
+            return FileView("regular", complete, "same" if same else "changed")
+    except OSError as exc:
+        return FileView("unreadable", reason=str(TranscriptSourceError(str(path), type(exc).__name__)))
+
+
+def _fingerprint_now(path: Path, length: int) -> str:
+    try:
+        with open_regular(path) as handle:
+            return _fingerprint_of(handle, length)
+    except (TranscriptSourceError, OSError):
+        return ""  # differs from any real fingerprint: the next sync starts a new span
 
 
 def _ensure_dir(directory: Path) -> None:
@@ -355,41 +429,94 @@ def session_lock(session_dir: Path, timeout_s: float = LOCK_TIMEOUT_S) -> FileLo
 def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
     """Bring ``events.jsonl`` up to the session's marks; returns the cursor (turns waiting included).
 
+    Each transcript the marks name is converted from its own bytes and marks (a span,
+    :mod:`persistence.importers.live_spans`); a rewritten or truncated one starts a new span, a
+    non-regular file is refused. What cannot be converted now (a missing file, a line that does not
+    parse) waits, is named in ``cursor.problems``, and never holds back the session's other spans.
+
     Idempotent and safe to call from several processes at once (the session lock). Raises
-    :class:`LiveImportError` for unusable state files and the importer's typed errors
-    (:class:`~persistence.importers.TranscriptImportError`) for a malformed transcript line; in
-    both cases nothing is appended.
+    :class:`LiveImportError` for unusable state files (nothing is appended then).
     """
     with session_lock(session_dir):
         cursor = read_cursor(session_dir)
         marks = read_marks(session_dir)
-        if not marks or cursor.marks_applied >= len(marks):
+        waiting = any(span.waiting and span.ended is None for span in cursor.spans)
+        if not marks or (cursor.marks_applied >= len(marks) and not waiting):
             return cursor
-        first = marks[0]
-        target, closes = close_points(marks)
         events_path = session_dir / EVENTS_FILE
         in_file = _last_seq_repairing_tail(events_path)
-        conversion = convert_through(
-            first.format, Path(first.transcript), session_id, target, closes, min(in_file, cursor.last_seq)
-        )
-        new_lines = [line for line in conversion.lines if json.loads(line)["seq"] > in_file]
+        if cursor.spans:
+            start, last_seq, last_turn = cursor.marks_applied, cursor.last_seq, cursor.last_turn
+            if in_file < last_seq:
+                raise LiveImportError(
+                    events_path, f"holds {in_file} events, the live cursor recorded {last_seq}"
+                )
+        else:  # a new session (or a cursor lost in a crash): numbered from the first mark on
+            start, last_seq, last_turn = 0, 0, 0
+        spans: list[Span] = list(cursor.spans)
+        paths = {mark.transcript for mark in marks[start:]}
+        paths |= {span.transcript for span in spans if span.waiting and span.ended is None}
+        views = {path: inspect_transcript(Path(path), _open_span_of(spans, path)) for path in sorted(paths)}
+        assignment = assign_marks(spans, marks, start, views)
+        spans = list(assignment.spans)
+        problems = [views[path].reason for path in assignment.refused]
+        lines: list[str] = []
+        ends: list[tuple[int, int]] = []
+        for index in assignment.to_convert:
+            span = spans[index]
+            view = views.get(span.transcript) or inspect_transcript(Path(span.transcript), None)
+            if view.state != "regular":
+                spans[index] = span.model_copy(update={"waiting": True})
+                if view.state == "unreadable":
+                    problems.append(view.reason)
+                continue
+            span = fold_marks(spans, index, marks, view.complete)
+            target = min(span.furthest, view.complete)
+            try:
+                conversion = convert_through(
+                    cast(LiveFormat, span.format), Path(span.transcript), session_id, target, span.closes, 0
+                )
+            except TranscriptImportError as exc:  # this span waits for a fix; the others go on
+                spans[index] = span.model_copy(update={"waiting": True})
+                problems.append(str(exc))
+                continue
+            emission = renumber(conversion.lines, span, last_seq, last_turn)
+            lines.extend(emission.lines)
+            ends.extend(emission.end_turns)
+            last_seq, last_turn = emission.last_seq, emission.last_turn
+            spans[index] = emission.span.model_copy(
+                update={"read_to": target, "fingerprint": _fingerprint_now(Path(span.transcript), target)}
+            )
+        new_lines = [line for line in lines if json.loads(line)["seq"] > in_file]
         try:
             if new_lines:
                 _append_lines(events_path, new_lines)
         except OSError as exc:
             raise LiveImportError(events_path, type(exc).__name__) from None
         known = {boundary.end_seq for boundary in cursor.pending}
-        added = [b for b in conversion.boundaries if b.end_seq > cursor.last_seq and b.end_seq not in known]
+        added = [
+            Boundary(end_seq=end_seq, turn_no=turn_no)
+            for end_seq, turn_no in ends
+            if end_seq > cursor.last_seq and end_seq not in known
+        ]
         flushes = [mark.flush for mark in marks[cursor.marks_applied :] if mark.flush is not None]
         updated = LiveCursor(
             marks_applied=len(marks),
-            last_seq=max(conversion.last_seq, cursor.last_seq),
+            last_seq=max(last_seq, cursor.last_seq),
+            last_turn=max(last_turn, cursor.last_turn),
             pending=(*cursor.pending, *added),
             flush=flushes[-1] if flushes else cursor.flush,
             flush_mark=len(marks) if flushes else cursor.flush_mark,
+            spans=tuple(spans),
+            problems=tuple(problems),
         )
         _write_cursor(session_dir, updated)
         return updated
+
+
+def _open_span_of(spans: list[Span], path: str) -> Span | None:
+    index = open_span(spans, path)
+    return spans[index] if index is not None else None
 
 
 def mark_dispatched(session_dir: Path, accepted_through: int, flushed_mark: int | None = None) -> LiveCursor:

@@ -266,3 +266,78 @@ def test_codex_rollout_observed_as_it_grows(names: RuntimeNames, tmp_path: Path)
     turn_ends = [e.seq for e in iter_events(session_dir / "events.jsonl") if e.type == "agent_end"]
     assert len(turn_ends) == len(CODEX_TURN_ENDS) and turn_ends[-1] == seqs[-1]
     assert project_memory(project / "om.sqlite", CODEX_THREAD).strip()
+
+
+def _claude_record(kind: str, text: str, n: int) -> bytes:
+    message: dict[str, Any] = (
+        {"role": "user", "content": text}
+        if kind == "user"
+        else {
+            "id": f"msg-b{n}",
+            "role": "assistant",
+            "model": "m",
+            "content": [{"type": "text", "text": text}],
+        }
+    )
+    record = {
+        "type": kind,
+        "uuid": f"b{kind}{n}",
+        "timestamp": f"2026-03-04T10:{n:02d}:00Z",
+        "message": message,
+    }
+    return (json.dumps(record) + "\n").encode()
+
+
+def test_one_session_naming_two_transcripts_observes_both(names: RuntimeNames, tmp_path: Path) -> None:
+    # Claude Code has named another transcript for the same session_id (after /clear, a fork, a
+    # compaction): b's offset must never be applied to a, and the session must never stall.
+    project, env, client = _project(names, tmp_path)
+    session = "two-transcripts"
+    first = project / "claude" / "a.jsonl"
+    second = project / "claude" / "b.jsonl"
+    first.parent.mkdir(parents=True)
+    first.write_bytes(
+        (
+            Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "claude-code-session.jsonl"
+        ).read_bytes()
+    )
+    padding = "x" * (first.stat().st_size // 2)  # b grows past a's length: its offset is no place in a
+    second.write_bytes(
+        b"".join(
+            _claude_record("user", f"Second transcript question {n} {padding}", n)
+            + _claude_record("assistant", f"Second transcript answer {n}", n)
+            for n in (1, 2)
+        )
+    )
+    for transcript in (first, second):
+        payload = {
+            "session_id": session,
+            "transcript_path": str(transcript),
+            "cwd": str(project),
+            "hook_event_name": "Stop",
+            "stop_hook_active": False,
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", "cluster.cli", "hook", "claude-code"],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=project,
+            timeout=120,
+        )
+        assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
+    session_dir = project / ".hatfield" / "sessions" / session
+    assert_eventually(lambda: _dispatched(session_dir), timeout_s=240, interval_s=0.5)
+    assert client.wait_idle(timeout_s=240)
+    cursor = read_cursor(session_dir)
+    assert cursor.problems == () and [s.transcript for s in cursor.spans] == [str(first), str(second)]
+    _assert_observed_once(project / "om.sqlite", session, session_dir / "events.jsonl")
+    prompts = [
+        str(e.payload.get("text", ""))[:28]
+        for e in iter_events(session_dir / "events.jsonl")
+        if e.type == "agent_command_applied"
+    ]
+    assert prompts[-2:] == ["Second transcript question 1", "Second transcript question 2"]
+    status = json.loads((project / ".hatfield" / "omray-hook.status.json").read_text())
+    assert not [n for n in status.get("notices", []) if str(n.get("key", "")).startswith("sync:")]

@@ -16,6 +16,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from actors.models.tokens import token_counter
 from actors.read.service import call_tool
@@ -127,19 +128,22 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout_s: floa
 
 def test_streamable_http_server_on_localhost(project: Path) -> None:
     port = free_port()
+    home = project / "omray-home"
     process = subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", "mcp", "--transport", "http", "--port", str(port)],
         cwd=project,
-        env={**os.environ, **_server_env()},
+        env={**os.environ, **_server_env(), "OMRAY_HOME": str(home)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         _wait_listening(port, process)
+        token = (home / "auth" / "web.token").read_text().strip()
 
         async def main() -> None:
             async with (
-                streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write),
+                create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+                streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (read, write),
                 ClientSession(read, write) as session,
             ):
                 await _exercise(session, project)

@@ -66,6 +66,20 @@ def _cmdline(process: Any) -> list[str]:
         return []
 
 
+def _client_servers(gcs_port: int) -> list[Any]:
+    """Ray client server processes serving the GCS on ``gcs_port``."""
+    import psutil  # type: ignore[import-untyped]
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        words = process.info.get("cmdline") or []
+        if "ray.util.client.server" in words and any(
+            word.startswith("--address=") and word.endswith(f":{gcs_port}") for word in words
+        ):
+            found.append(process)
+    return found
+
+
 def covered_end(project: Path) -> int:
     settings = settings_from_mapping(SETTINGS)
     db = project / "om.sqlite"
@@ -200,10 +214,18 @@ def test_down_stops_only_the_head_up_started(omray_home: Path) -> None:
     assert "omray.queue" in {actor["name"] for actor in actors}
     assert {actor["state"] for actor in actors} == {"ALIVE"}
 
+    # Ray's client server names the GCS address, not the session directory (issue 33: it was left).
+    client_servers = _client_servers(port)
+    assert client_servers, "ray start --head starts Ray's client server"
+    # the session directory alone (what `omray down` stopped before) misses it
+    assert not {p.pid for p in client_servers} & {p.pid for p in head_processes(ours)}
+    assert {p.pid for p in client_servers} <= {p.pid for p in head_processes(ours, gcs_port=port)}
+
     stopped = omray(omray_home, "down")
     assert stopped.returncode == 0, stopped.stderr[-2000:]
     assert "stopped the Ray head omray up started: True" in stopped.stdout
     assert head_processes(ours) == []
+    assert _client_servers(port) == []
     assert not (omray_home / "runtime.json").exists()
     # The unrelated cluster is untouched: the same processes, and it still runs work.
     assert shared_before <= {process.pid for process in head_processes(shared_session)}

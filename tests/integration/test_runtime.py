@@ -252,8 +252,9 @@ def test_always_failing_handler_gets_four_attempts_and_one_event(
     client.dispatch(_job(run_id, 7))
     assert client.wait_idle(timeout_s=60)
     assert [line["attempt"] for line in read_ledger(str(ledger))] == [1, 2, 3, 4]
-    events = client.runtime_events(run_id)
-    assert len(events) == 1
+    assert client.runtime_events(run_id) == []  # the job's database is not this client's
+    events = client.runtime_events(run_id, db_path="/nonexistent/7/om.sqlite")
+    assert len(events) == 1 and events[0]["db_path"] == "/nonexistent/7/om.sqlite"
     payload = events[0]["payload"]
     assert events[0]["event_type"] == "extension_agent.job_failed"
     assert payload["attempts"] == 4 and payload["retry_count"] == 3

@@ -265,3 +265,98 @@ def test_cli_codex_on_a_fresh_config(tmp_path: Path) -> None:
         app, ["integrate", "codex", "--codex-config", str(config), "--project", str(project), "--remove"]
     )
     assert not config.exists()
+
+
+def test_cli_claude_code_http_entry_uses_the_token_helper_never_the_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: with --mcp-transport http the agent's entry carries the token (via a helper), so a
+    server that requires it still serves the agent."""
+    import shlex
+    import subprocess
+    import sys
+
+    home = tmp_path / "omray-home"
+    monkeypatch.setenv("OMRAY_HOME", str(home))
+    project = _claude_project(tmp_path)
+    runner = CliRunner()
+    args = [
+        "integrate",
+        "claude-code",
+        "--project",
+        str(project),
+        "--mcp-transport",
+        "http",
+        "--mcp-port",
+        "9123",
+    ]
+    applied = runner.invoke(app, args)
+    assert applied.exit_code == 0, applied.output
+    token = (home / "auth" / "web.token").read_text().strip()
+    servers = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert servers["github"] == THEIR_MCP["mcpServers"]["github"]
+    entry = servers["omray"]
+    assert entry["type"] == "http" and entry["url"] == "http://127.0.0.1:9123/mcp"
+    assert token not in (project / ".mcp.json").read_text() and token not in applied.output
+    assert "omray mcp --transport http --port 9123" in applied.output
+    # Claude Code runs the helper with a shell and reads a JSON object of headers from it
+    words = shlex.split(entry["headersHelper"])
+    assert Path(words[0]).is_absolute() and words[1:4] == ["mcp", "--auth-header", "--token-file"]
+    printed = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *words[1:]],
+        capture_output=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "OMRAY_HOME": "/nonexistent", "PYTHONPATH": str(Path.cwd())},
+    )
+    assert json.loads(printed.stdout) == {"Authorization": f"Bearer {token}"}
+    assert runner.invoke(app, args).output.count("unchanged") == 2
+
+    removed = runner.invoke(app, ["integrate", "claude-code", "--project", str(project), "--remove"])
+    assert removed.exit_code == 0, removed.output
+    assert json.loads((project / ".mcp.json").read_text()) == THEIR_MCP
+
+
+def test_cli_codex_http_entry_holds_the_header_in_a_private_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import stat
+
+    home = tmp_path / "omray-home"
+    monkeypatch.setenv("OMRAY_HOME", str(home))
+    config = tmp_path / "config.toml"
+    config.write_text(THEIR_CODEX)
+    os.chmod(config, 0o644)
+    runner = CliRunner()
+    args = ["integrate", "codex", "--codex-config", str(config), "--mcp-transport", "http"]
+    dry = runner.invoke(app, [*args, "--dry-run"])
+    token = (home / "auth" / "web.token").read_text().strip()
+    assert dry.exit_code == 0 and "<token>" in dry.output and token not in dry.output
+    applied = runner.invoke(app, args)
+    assert applied.exit_code == 0, applied.output
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600  # it holds the token now
+    server = tomlkit.parse(config.read_text())["mcp_servers"]["omray"]
+    assert server["url"] == "http://127.0.0.1:8766/mcp" and "command" not in server
+    assert dict(server["http_headers"]) == {"Authorization": f"Bearer {token}"}
+    assert token not in applied.output
+    removed = runner.invoke(app, ["integrate", "codex", "--codex-config", str(config), "--remove"])
+    assert removed.exit_code == 0 and config.read_text() == THEIR_CODEX
+
+
+def test_cli_refuses_a_port_that_is_not_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMRAY_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(
+        app,
+        [
+            "integrate",
+            "claude-code",
+            "--project",
+            str(tmp_path),
+            "--mcp-transport",
+            "http",
+            "--mcp-port",
+            "0",
+        ],
+    )
+    assert result.exit_code == 2 and "--mcp-port" in result.output
+    assert not (tmp_path / ".mcp.json").exists()

@@ -178,6 +178,7 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("index", "idx_omray_job_unfinished_key"),
         ("index", "idx_omray_job_state_seq"),
         ("index", "idx_omray_runtime_event_run_seq"),
+        ("index", "idx_omray_runtime_event_db_run_seq"),
         ("index", "idx_omray_observation_walk"),
         ("index", "idx_omray_reflection_walk"),
         ("table", "omray_projection_line"),
@@ -230,8 +231,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_010_transcript",
         "omray_011_transcript_trigram",
         "omray_012_projection_source_order",
+        "omray_013_runtime_events_database",
     }
-    assert omray_versions <= set(versions) and len(versions) == 17
+    assert omray_versions <= set(versions) and len(versions) == 18
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

@@ -196,3 +196,49 @@ def test_job_counts_inside_a_transaction_see_its_writes(store: QueueStore) -> No
         store.enqueue_job(_envelope("a"), T0)
         assert store.job_counts().pending == 1  # the open transaction's own write
     assert store.job_counts().pending == 1
+
+
+def test_runtime_events_of_one_session_id_are_per_database(store: QueueStore) -> None:
+    """Issue 33: two projects with the same session id saw each other's failures, unnamed."""
+    mine = store.record_runtime_event(
+        "run-1", "extension_agent.job_failed", {"job_id": "j1"}, T0, "/a/om.sqlite"
+    )
+    store.record_runtime_event("run-1", "extension_agent.job_failed", {"job_id": "j2"}, T0, "/b/om.sqlite")
+    events = store.runtime_events("run-1", db_path="/a/om.sqlite")
+    assert [(e.event_seq, e.payload["job_id"], e.db_path) for e in events] == [(mine, "j1", "/a/om.sqlite")]
+    assert [e.payload["job_id"] for e in store.runtime_events("run-1", db_path="/b/om.sqlite")] == ["j2"]
+    assert store.runtime_events("run-1", db_path="/c/om.sqlite") == []
+    assert len(store.runtime_events("run-1")) == 2  # no database given: every one, each naming its own
+    # the same event for another database is another event, not a repeat of the first
+    again = store.record_runtime_event(
+        "run-1", "extension_agent.job_failed", {"job_id": "j1"}, T0, "/b/om.sqlite"
+    )
+    assert again != mine
+
+
+def test_migration_13_names_the_database_of_older_events(tmp_path: Path) -> None:
+    import sqlite3
+
+    from persistence import migrations
+
+    db_path = tmp_path / "q.sqlite"
+    with QueueStore(db_path) as store:
+        store.enqueue_job(_envelope("j1"), T0)
+        [job] = store.list_unfinished_jobs()
+        store.give_up_job(
+            job.job_seq, T0, "retry_exhausted", "run-1", "extension_agent.job_failed", {"job_id": "j1"}
+        )
+        store.record_runtime_event("run-1", "extension_agent.job_failed", {"job_id": "gone"}, T0)
+    step = next(m for m in migrations.OMRAY_MIGRATIONS if m.version == "omray_013_runtime_events_database")
+    conn = sqlite3.connect(db_path)
+    with conn:  # back to the shape before omray_013
+        conn.execute("DROP INDEX idx_omray_runtime_event_db_run_seq")
+        conn.execute("ALTER TABLE omray_runtime_event DROP COLUMN db_path")
+        conn.execute("DELETE FROM om_schema_version WHERE version = ?", (step.version,))
+    conn.close()
+    with QueueStore(db_path) as store:  # migrates
+        events = store.runtime_events("run-1")
+        assert [(e.payload["job_id"], e.db_path) for e in events] == [("j1", "/data/om.sqlite"), ("gone", "")]
+        assert [e.payload["job_id"] for e in store.runtime_events("run-1", db_path="/data/om.sqlite")] == [
+            "j1"
+        ]

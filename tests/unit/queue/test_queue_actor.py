@@ -182,6 +182,29 @@ def test_always_failing_job_gets_four_attempts_and_one_event(tmp_path: Path) -> 
     assert queue.status()["recent_failures"][0]["job_id"] == "j9"
 
 
+def test_failures_of_one_session_id_in_two_databases_stay_apart(tmp_path: Path) -> None:
+    """Issue 33: ``runtime_events(session)`` listed another project's failures, naming no database."""
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
+
+    def fail(job_id: str, attempt: int) -> dict[str, Any]:
+        return JobFailed(job_id=job_id, retryable=False, reason="invalid_payload").model_dump()
+
+    queue = QueueActor(store, FakeWorkers(fail), clock=clock, start_loop=False)
+    queue.dispatch(_job(1, db_path="/project-a/om.sqlite"))
+    queue.dispatch(_job(2, db_path="/project-b/om.sqlite"))
+    _drain(queue, clock)
+    mine = queue.runtime_events("s", 0, "/project-a/om.sqlite")
+    assert [(event["payload"]["job_id"], event["db_path"]) for event in mine] == [
+        ("j1", "/project-a/om.sqlite")
+    ]
+    theirs = queue.runtime_events("s", 0, "/project-b/om.sqlite")
+    assert [event["payload"]["job_id"] for event in theirs] == ["j2"]
+    assert {event["db_path"] for event in queue.runtime_events("s")} == {
+        "/project-a/om.sqlite",
+        "/project-b/om.sqlite",
+    }
+
+
 class FlakyStore:
     """A QueueStore whose named methods fail a set number of times (a StoreActor down, a timeout)."""
 
