@@ -125,14 +125,31 @@ class Redactor:
         return value
 
     def payload(self, value: Any) -> Any:
-        """``value`` (JSON data) with every string redacted; mappings and lists keep their shape."""
+        """``value`` (JSON data) with every string redacted; mappings and lists keep their shape.
+
+        Iterative, so a payload nested as deeply as the JSON parser allows never overflows the stack."""
         if isinstance(value, str):
             return self.text(value)
-        if isinstance(value, Mapping):
-            return {key: self.payload(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.payload(item) for item in value]
-        return value
+        if not isinstance(value, Mapping | list | tuple):
+            return value
+        root: list[Any] = [None]
+        # (container to fill, key or index, value to copy)
+        work: list[tuple[Any, Any, Any]] = [(root, 0, value)]
+        while work:
+            target, key, item = work.pop()
+            if isinstance(item, str):
+                target[key] = self.text(item)
+            elif isinstance(item, Mapping):
+                copy: dict[Any, Any] = dict.fromkeys(item)
+                target[key] = copy
+                work.extend((copy, k, v) for k, v in item.items())
+            elif isinstance(item, list | tuple):
+                items: list[Any] = [None] * len(item)
+                target[key] = items
+                work.extend((items, i, v) for i, v in enumerate(item))
+            else:
+                target[key] = item
+        return root[0]
 
 
 @functools.lru_cache(maxsize=32)

@@ -212,6 +212,12 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
             ]
             for event in events
         ],
+        ("table", "omray_forgotten"),
+        ("index", "sqlite_autoindex_omray_forgotten_1"),
+        ("index", "idx_omray_forgotten_job"),
+        ("index", "idx_omray_forgotten_run"),
+        ("table", "omray_forget_request"),
+        ("index", "sqlite_autoindex_omray_forget_request_1"),
     }
     assert added == omray_objects | trigram
     assert all(name.startswith(("omray_", "idx_omray_", "sqlite_")) for _, name in added)
@@ -230,8 +236,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_010_transcript",
         "omray_011_transcript_trigram",
         "omray_012_projection_source_order",
+        "omray_014_forget",
     }
-    assert omray_versions <= set(versions) and len(versions) == 17
+    assert omray_versions <= set(versions) and len(versions) == 18
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:
