@@ -169,7 +169,7 @@ def _forget_session(conn: Connection, run_id: str, job_id: str, now: str, result
     transcribed = conn.execute(
         text("SELECT max(seq) FROM omray_transcript WHERE run_id = :run"), params
     ).scalar()
-    end = max(int(covered or 0), int(transcribed or 0), 1)
+    end = max(int(covered or 0), int(transcribed or 0))
     memories = _ids(conn, "SELECT observation_id FROM om_observation WHERE run_id = :run", params)
     memories += _ids(conn, "SELECT reflection_id FROM om_reflection WHERE run_id = :run", params)
     found = _forget_memories(conn, run_id, memories, job_id, now)
@@ -194,6 +194,8 @@ def _forget_session(conn: Connection, run_id: str, job_id: str, now: str, result
         "omray_observe_start",
     ):
         conn.execute(text(f"DELETE FROM {table} WHERE run_id = :run"), params)
+    if end < 1:
+        return
     # No index job backfills the forgotten events from the events file: the watermark reaches the end.
     conn.execute(
         text(
