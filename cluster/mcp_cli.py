@@ -31,6 +31,13 @@ def mcp_command(
     session: Annotated[
         str, typer.Option(envvar="OMRAY_SESSION", help="The caller's session id (scope 'session', recall).")
     ] = "",
+    allow_forget: Annotated[
+        bool,
+        typer.Option(
+            "--allow-forget", help="Also serve the forget tool (removes memory for good; needs `omray up`)."
+        ),
+    ] = False,
 ) -> None:
-    """Serve memory_search, recall, memory_status and memory_view to MCP clients (no Ray needed)."""
-    raise typer.Exit(code=serve(transport.value, port, project, db, session))
+    """Serve memory_search, recall, memory_status and memory_view to MCP clients (no Ray needed);
+    with --allow-forget, also forget."""
+    raise typer.Exit(code=serve(transport.value, port, project, db, session, allow_forget))

@@ -159,14 +159,23 @@ _KILLED_FORGET = textwrap.dedent(
     import sys
     from persistence.forget import ForgetRequest
     from persistence.store import Store
-    Store(sys.argv[1]).forget(ForgetRequest("s1", whole_session=True), "job-killed", "2026-07-23T11:00:00+00:00")
+    request = ForgetRequest("s1", whole_session=True)
+    Store(sys.argv[1]).forget(request, "job-killed", "2026-07-23T11:00:00+00:00")
     """
 )
 
 
 def snapshot(db: Path) -> dict[str, list[tuple[object, ...]]]:
-    tables = ("om_observation", "omray_transcript", "omray_projection_line", "omray_observation_trigram",
-              "omray_transcript_trigram", "omray_forgotten", "omray_forget_request", "om_coverage")  # fmt: skip
+    tables = (
+        "om_observation",
+        "omray_transcript",
+        "omray_projection_line",
+        "omray_observation_trigram",
+        "omray_transcript_trigram",
+        "omray_forgotten",
+        "omray_forget_request",
+        "om_coverage",
+    )
     with sqlite3.connect(db) as conn:
         return {table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall()) for table in tables}
 
