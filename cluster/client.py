@@ -46,6 +46,7 @@ from protocol.events import (
 from protocol.identities import observe_job_id, signalled_observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal
 from protocol.records import ActivityRecord
+from protocol.redact import redactor_for
 from protocol.settings import OmSettings, settings_from_mapping
 
 logger = logging.getLogger("omray.client")
@@ -342,7 +343,13 @@ class OmrayClient:
 
     def recall(self, session_id: str, arguments: Mapping[str, object]) -> dict[str, object]:
         """The ``recall`` tool, scoped to ``session_id`` unless the arguments name another session."""
-        return read_service.recall(self.db_path, self.events_path, session_id, arguments)
+        return read_service.recall(
+            self.db_path,
+            self.events_path,
+            session_id,
+            arguments,
+            redactor=redactor_for(self.settings.redact_patterns),
+        )
 
     def call_tool(
         self, name: str, arguments: Mapping[str, object] | str, session_id: str
@@ -355,6 +362,7 @@ class OmrayClient:
             db_path=self.db_path,
             events_path_for=self.events_path,
             hybrid_search=self._hybrid_search(),
+            redactor=redactor_for(self.settings.redact_patterns),
         )
 
     def forget(

@@ -27,6 +27,7 @@ from actors.read.search import json_safe
 from actors.read.service import memory_search, memory_status, memory_view, project, recall
 from persistence.settings_file import load_settings
 from protocol.errors import OmrayError
+from protocol.redact import redactor_for
 from protocol.settings import OmSettings
 
 memory_app = typer.Typer(
@@ -225,7 +226,14 @@ def recall_command(
     """One memory with its source events; prints the JSON answer."""
     session_id = _session(session)
     try:
-        result = recall(_db_path(db), _events_path_for(events_dir), session_id, {"id": memory_id})
+        settings = _settings()
+        result = recall(
+            _db_path(db, settings),
+            _events_path_for(events_dir),
+            session_id,
+            {"id": memory_id},
+            redactor=redactor_for(settings.redact_patterns),
+        )
     except OmrayError as exc:
         _fail(f"recall unavailable ({type(exc).__name__}: {exc})")
     _answer(result)

@@ -69,6 +69,12 @@ class ForgetReader(MemoryReader):
 
         return self._run(query, False, ("om_observation", "om_reflection", "om_coverage", "omray_transcript"))
 
+    def forgotten_ranges(self, run_id: str) -> list[tuple[int, int]]:
+        """The forgotten event ranges of ``run_id`` (recall leaves their events out)."""
+        from persistence.forget import forgotten_ranges
+
+        return self._run(lambda conn: forgotten_ranges(conn, run_id), [], ("omray_forgotten",))
+
     def forget_result(self, job_id: str) -> dict[str, Any] | None:
         """The result of forget job ``job_id`` once its transaction committed, else ``None``."""
 
