@@ -116,8 +116,11 @@ def forget_tool(project: Path, arguments: dict[str, Any]) -> dict[str, object]:
 
     if not isinstance(arguments, dict) or set(arguments) - _FORGET_KEYS:
         unknown = sorted(set(arguments) - _FORGET_KEYS) if isinstance(arguments, dict) else []
-        return {"ok": False, "error": "unknown_arguments", "message": f"unknown keys {unknown!r}; "
-                f"accepted: {sorted(_FORGET_KEYS)!r}"}  # fmt: skip
+        return {
+            "ok": False,
+            "error": "unknown_arguments",
+            "message": f"unknown keys {unknown!r}; accepted: {sorted(_FORGET_KEYS)!r}",
+        }
     ids, session, ranges = (
         arguments.get("ids") or [],
         arguments.get("session_id"),

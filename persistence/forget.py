@@ -79,9 +79,15 @@ def _in_list(values: Sequence[str]) -> tuple[str, dict[str, Any]]:
 
 
 def _tombstone(
-    conn: Connection, forgotten_id: str, run_id: str, kind: str, job_id: str, now: str,
-    seq_start: int | None = None, seq_end: int | None = None,
-) -> None:  # fmt: skip
+    conn: Connection,
+    forgotten_id: str,
+    run_id: str,
+    kind: str,
+    job_id: str,
+    now: str,
+    seq_start: int | None = None,
+    seq_end: int | None = None,
+) -> None:
     conn.execute(
         text(
             "INSERT INTO omray_forgotten"
@@ -151,8 +157,9 @@ def _forget_memories(
     return result
 
 
-def _forget_events(conn: Connection, run_id: str, start: int, end: int, forgotten_id: str, kind: str,
-                   job_id: str, now: str) -> int:  # fmt: skip
+def _forget_events(
+    conn: Connection, run_id: str, start: int, end: int, forgotten_id: str, kind: str, job_id: str, now: str
+) -> int:
     _tombstone(conn, forgotten_id, run_id, kind, job_id, now, start, end)
     removed = conn.execute(
         text("DELETE FROM omray_transcript WHERE run_id = :run AND seq BETWEEN :a AND :b"),

@@ -40,11 +40,18 @@ def _write_turns(client: OmrayClient, session: str, texts: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     seq = 0
     for turn, text in enumerate(texts, start=1):
-        for event in ({"type": "agent_command_applied", "payload": {"text": text}},
-                      {"type": "agent_end", "payload": {"reason": "completed"}}):  # fmt: skip
+        for event in (
+            {"type": "agent_command_applied", "payload": {"text": text}},
+            {"type": "agent_end", "payload": {"reason": "completed"}},
+        ):
             seq += 1
-            line = {"schema_version": "1.0", "run_id": session, "seq": seq, "turn_no": turn,
-                    "ts": "2026-11-30T09:00:00+00:00"} | event  # fmt: skip
+            line = {
+                "schema_version": "1.0",
+                "run_id": session,
+                "seq": seq,
+                "turn_no": turn,
+                "ts": "2026-11-30T09:00:00+00:00",
+            } | event
             with path.open("a", encoding="utf-8") as handle:
                 handle.write(event_line(line))
         end = EventSummary(seq=seq, type="agent_end", payload={"reason": "completed"})

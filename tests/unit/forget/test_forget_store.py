@@ -31,8 +31,13 @@ def observation(run_id: str, word: str, seq: int) -> ObservationRecord:
 
 
 def transcript(run_id: str, word: str, seq: int) -> TranscriptEntry:
-    return TranscriptEntry(run_id=run_id, seq=seq, event_type="agent_command_applied", timestamp=TS,
-                           content=f"User: said {word}tail")  # fmt: skip
+    return TranscriptEntry(
+        run_id=run_id,
+        seq=seq,
+        event_type="agent_command_applied",
+        timestamp=TS,
+        content=f"User: said {word}tail",
+    )
 
 
 def commit_turn(store: Store, run_id: str, seq: int, word: str) -> str:
