@@ -121,7 +121,7 @@ def test_private_text_and_secrets_never_reach_memory_index_projection_search_or_
         logs = Path(ray._private.worker._global_node.get_logs_dir_path())
         assert not _files_holding(logs, needles)
         assert not [
-            request for request in server.requests if any(n in repr(request.body).encode() for n in needles)
+            request for request in indexing_requests if any(n in repr(request.body).encode() for n in needles)
         ]
 
 
