@@ -14,7 +14,7 @@ function h(tag, attrs, ...children) {
     else if (key === "class") el.className = value;
     else el.setAttribute(key, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     el.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -61,7 +61,7 @@ function errorBox(answer) {
 }
 function setView(...children) {
   const view = document.getElementById("view");
-  view.replaceChildren(...children.flat());
+  view.replaceChildren(...children.flat(Infinity).filter(c => c !== null && c !== undefined && c !== false));
 }
 
 // ------------------------------------------------------------------------------------ queue (live)
@@ -240,7 +240,7 @@ function renderResults(target, answer) {
   const canForget = (state.projects.find(p => p.name === answer.project) || {}).forget;
   const note = answer.hybrid_unavailable ? ` (hybrid unavailable: ${answer.hybrid_unavailable}; exact results)` : "";
   target.replaceChildren(h("p", { class: "muted", id: "result-count" }, `${answer.count} result(s)${answer.truncated ? ", more not shown" : ""}${note}`),
-    answer.results.map(r => h("div", { class: "result", "data-id": r.id, "data-kind": r.kind },
+    ...answer.results.map(r => h("div", { class: "result", "data-id": r.id, "data-kind": r.kind },
       h("div", { class: "row" }, h("span", { class: "badge" }, r.kind), h("code", {}, r.display_id || r.id.slice(0, 12)),
         h("a", { href: `#/session/${enc(answer.project)}/${enc(r.session_id)}` }, r.session_id),
         h("span", { class: "muted" }, r.timestamp || ""), r.importance ? h("span", { class: `badge ${r.importance}` }, r.importance) : null,
@@ -270,22 +270,24 @@ async function showRecall(project, session, id) {
 
 // -------------------------------------------------------------------------------------------- cost
 
-function chart(points) {
-  // Cumulative tokens per model over time; x = hour buckets in order.
+function chart(points, value, label, id) {
+  // A cumulative value per model over time (tokens, or money); x = hour buckets in order.
   const buckets = [...new Set(points.map(p => p.bucket))].sort();
   const models = [...new Set(points.map(p => p.model))].sort();
   const width = 760, height = 260, left = 60, bottom = 30, top = 10, right = 10;
   const series = models.map(model => {
     let total = 0;
-    return buckets.map(b => { for (const p of points) if (p.model === model && p.bucket === b) total += p.prompt_tokens + p.completion_tokens; return total; });
+    return buckets.map(b => { for (const p of points) if (p.model === model && p.bucket === b) total += value(p); return total; });
   });
-  const max = Math.max(1, ...series.flat());
+  const max = Math.max(label === "tokens" ? 1 : 1e-9, ...series.flat());
   const x = i => left + (buckets.length <= 1 ? (width - left - right) / 2 : i * (width - left - right) / (buckets.length - 1));
   const y = v => height - bottom - v * (height - bottom - top) / max;
-  const root = svg("svg", { class: "chart", id: "cost-chart", width, height, viewBox: `0 0 ${width} ${height}` });
+  const root = svg("svg", { class: "chart", id, width, height, viewBox: `0 0 ${width} ${height}` });
   root.append(svg("line", { x1: left, y1: height - bottom, x2: width - right, y2: height - bottom, stroke: "#999" }));
   root.append(svg("line", { x1: left, y1: top, x2: left, y2: height - bottom, stroke: "#999" }));
-  root.append(svg("text", { x: 4, y: top + 10 }, fmt(max)), svg("text", { x: 4, y: height - bottom }, "0"));
+  const topLabel = label === "tokens" ? fmt(max) : max.toFixed(4);
+  root.append(svg("text", { x: 4, y: top + 10 }, topLabel), svg("text", { x: 4, y: height - bottom }, "0"),
+    svg("text", { x: left + 8, y: top + 12 }, `cumulative ${label} per model`));
   if (buckets.length) {
     root.append(svg("text", { x: left, y: height - 8 }, buckets[0].replace("T", " ") + "h"));
     if (buckets.length > 1) root.append(svg("text", { x: width - right - 110, y: height - 8 }, buckets[buckets.length - 1].replace("T", " ") + "h"));
@@ -307,7 +309,9 @@ async function showCost() {
     if (cost.ok === false) { sections.push(errorBox(cost)); continue; }
     const money = v => v === null ? "–" : `${v.toFixed(4)} ${cost.currency}`;
     sections.push(h("section", {}, h("h2", {}, project.name),
-      cost.points.length ? chart(cost.points) : h("p", { class: "muted" }, "No model usage recorded."),
+      cost.points.length ? chart(cost.points, p => p.prompt_tokens + p.completion_tokens, "tokens", "tokens-chart") :
+        h("p", { class: "muted" }, "No model usage recorded."),
+      cost.points.length && cost.currency ? chart(cost.points, p => p.cost || 0, cost.currency, "cost-chart") : null,
       cost.currency ? null : h("p", { class: "muted" }, "No price table in the settings (prices:): tokens only."),
       cost.unpriced_models.length ? h("p", { class: "muted" }, "Unpriced: " + cost.unpriced_models.join(", ")) : null,
       h("table", { class: "cost" }, h("thead", {}, h("tr", {}, h("th", {}, "Session"), h("th", {}, "Model"), h("th", { class: "num" }, "Requests"),
