@@ -14,7 +14,9 @@ endpoints:
 * ``GET /api/queue``: depth, runs in flight, lanes and each pool's workers and waits, from a
   background poll of the queue, so no page waits on Ray;
 * ``POST /api/observe``: dispatch an observe job of a session through a seq (the runtime does the
-  work, as for any client).
+  work, as for any client);
+* ``POST /api/forget``: forget memories or a whole session through the runtime (the page asks for a
+  confirmation first), by the client's ``forget``, the path ``omray memory forget`` takes.
 
 Reads run on read-only SQLite connections in worker threads; the only writes are jobs sent to the
 runtime through the client's link. Uvicorn's access log is off and nothing here logs a request's
@@ -248,6 +250,33 @@ class UiBackend:
         job_id = client.observe(session_id, end_seq, events_path=events)
         return {"ok": True, "job_id": job_id, "session_id": session_id, "end_seq": end_seq}
 
+    def forget(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Forget memories by id, or a whole session, through the runtime (``omray memory forget``'s path).
+
+        ``ids`` (observation or reflection ids) and/or ``whole_session: true`` with ``session_id``.
+        Waits for the runtime's forget jobs, so search and the compaction text no longer show the
+        memories when this answers.
+        """
+        from protocol.errors import InvalidPayloadError
+
+        project = self.project(_text(body, "project", required=False))
+        session_id = _text(body, "session_id")
+        project.events_path(session_id)  # refuses an id that cannot name a session
+        client = _client(project)
+        if not hasattr(client, "forget"):
+            raise UiRequestError(501, "forget_unavailable", "this omray cannot forget (no `memory forget`)")
+        ids = body.get("ids", [])
+        if not isinstance(ids, list) or len(ids) > 100 or not all(isinstance(i, str) for i in ids):
+            raise UiRequestError(400, "invalid_ids", "ids must be a list of up to 100 memory ids")
+        whole = body.get("whole_session") is True
+        if not ids and not whole:
+            raise UiRequestError(400, "nothing_to_forget", "give ids, or whole_session: true")
+        try:
+            report = client.forget(ids, session_id=session_id if whole else None)
+        except InvalidPayloadError as exc:
+            raise UiRequestError(400, "invalid_forget", str(exc)) from None
+        return {"ok": True, **dict(report), "session_id": session_id}
+
 
 def _client(project: UiProject) -> Any:
     if project.client is None:
@@ -347,6 +376,9 @@ def build_app(backend: UiBackend) -> Starlette:
     async def observe(request: Request) -> Any:
         return await threaded(backend.observe, await _body(request))
 
+    async def forget(request: Request) -> Any:
+        return await threaded(backend.forget, await _body(request))
+
     async def index(request: Request) -> Response:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=SECURITY_HEADERS)
 
@@ -366,6 +398,7 @@ def build_app(backend: UiBackend) -> Starlette:
         Route("/api/cost", _endpoint(cost)),
         Route("/api/queue", _endpoint(queue)),
         Route("/api/observe", _endpoint(observe), methods=["POST"]),
+        Route("/api/forget", _endpoint(forget), methods=["POST"]),
     ]
     return Starlette(routes=routes)
 

@@ -144,11 +144,13 @@ function forgetButton(project, session, id) {
 }
 
 function confirmForget(anchor, project, session, id) {
+  const what = id ? `memory ${id.slice(0, 12)}… of session ${session}` : `everything omray remembers of session ${session}`;
   const box = h("div", { class: "confirm", id: "forget-confirm" },
-    h("p", {}, `Forget memory ${id.slice(0, 12)}… of session ${session}? Search and the compaction text will never show it again.`),
+    h("p", {}, `Forget ${what}? Search and the compaction text will never show it again.`),
     h("div", { class: "row" },
       h("button", { class: "danger", id: "confirm-forget", onclick: async () => {
-        const answer = await api("/api/forget", { project, session_id: session, ids: [id] });
+        const request = id ? { project, session_id: session, ids: [id] } : { project, session_id: session, whole_session: true };
+        const answer = await api("/api/forget", request);
         if (answer.ok) { toast("forgotten"); route(); } else { box.replaceWith(errorBox(answer)); }
       } }, "Forget"),
       h("button", { onclick: () => box.remove() }, "Cancel")));
@@ -158,13 +160,15 @@ function confirmForget(anchor, project, session, id) {
 
 function reobserveBox(project, s) {
   const input = h("input", { class: "seq", id: "observe-seq", type: "number", min: 1, value: s.last_seq || 1 });
+  const canForget = (state.projects.find(p => p.name === project) || {}).forget;
   const box = h("div", { class: "row session-actions" }, "Observe through seq ", input,
     h("button", { id: "observe-button", disabled: !s.actions, title: s.actions ? "" : "no runtime", onclick: async () => {
       const endSeq = Number(input.value);
       if (!window.confirm(`Send an observe job for ${s.session_id} through seq ${endSeq}? It runs with the settings in effect now.`)) return;
       const answer = await api("/api/observe", { project, session_id: s.session_id, end_seq: endSeq });
       toast(answer.ok ? `observe job ${answer.job_id.slice(0, 12)} queued` : `${answer.error}: ${answer.message}`);
-    } }, "Re-observe"));
+    } }, "Re-observe"),
+    canForget ? h("button", { class: "danger", id: "forget-session", onclick: (event) => confirmForget(event.target, project, s.session_id, null) }, "Forget session") : null);
   return box;
 }
 

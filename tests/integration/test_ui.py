@@ -230,3 +230,48 @@ def test_reobserve_goes_through_the_runtime(viewer: Viewer) -> None:
     assert viewer.client.wait_idle(timeout_s=60)
     status, answer = _request(f"{viewer.url}/api/observe", bearer, {"session_id": "../x", "end_seq": 3})
     assert status == 400 and answer["error"] == "invalid_session_id"
+
+
+def test_forget_from_the_page_removes_it_from_search_and_the_projection(
+    viewer: Viewer, tmp_path: Path
+) -> None:
+    if not hasattr(OmrayClient, "forget"):
+        pytest.skip("forget is not in this omray yet (`omray memory forget`)")
+    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        pytest.skip("needs Debian's chromium and chromium-driver (`.ci/run` installs them)")
+    from selenium.webdriver.common.by import By
+
+    before = viewer.client.memory_search({"query": QUERY, "mode": "exact", "scope": [SESSIONS[1]]})
+    target = next(r for r in before["results"] if r["kind"] == "observation")
+    assert target["display_id"] in viewer.client.project(SESSIONS[1])
+    driver = _browser(tmp_path / "chromium-profile")
+    try:
+        driver.get(url_with_token(f"{viewer.url}/", TOKEN))
+        driver.get(f"{viewer.url}/#/search")
+        field = assert_eventually(lambda: driver.find_elements(By.ID, "search-input"), timeout_s=30)[0]
+        field.send_keys(QUERY)
+        driver.find_element(By.ID, "search-session").send_keys(SESSIONS[1])
+        driver.find_element(By.ID, "search-button").click()
+        hit = assert_eventually(
+            lambda: driver.find_elements(By.CSS_SELECTOR, f"#results .result[data-id='{target['id']}']"),
+            timeout_s=30,
+        )[0]
+        hit.find_element(By.CSS_SELECTOR, "button.forget-button").click()
+        # A confirm step first: nothing is forgotten until it is answered.
+        confirm = assert_eventually(lambda: driver.find_elements(By.ID, "confirm-forget"), timeout_s=10)[0]
+        still = viewer.client.memory_search({"query": QUERY, "mode": "exact", "scope": [SESSIONS[1]]})
+        assert target["id"] in {r["id"] for r in still["results"]}
+        confirm.click()
+
+        def gone() -> bool:
+            shown = driver.find_elements(By.CSS_SELECTOR, "#results .result")
+            count = driver.find_elements(By.ID, "result-count")
+            return bool(count) and all(r.get_attribute("data-id") != target["id"] for r in shown)
+
+        assert_eventually(gone, timeout_s=60, interval_s=0.5, message="the forgotten memory is still listed")
+    finally:
+        driver.quit()
+    for mode in ("exact", "hybrid"):
+        after = viewer.client.memory_search({"query": QUERY, "mode": mode})
+        assert target["id"] not in {r["id"] for r in after.get("results", [])}
+    assert target["display_id"] not in viewer.client.project(SESSIONS[1])
