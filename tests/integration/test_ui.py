@@ -275,3 +275,59 @@ def test_forget_from_the_page_removes_it_from_search_and_the_projection(
         after = viewer.client.memory_search({"query": QUERY, "mode": mode})
         assert target["id"] not in {r["id"] for r in after.get("results", [])}
     assert target["display_id"] not in viewer.client.project(SESSIONS[1])
+
+
+def test_the_command_prints_a_token_url_and_serves_read_only_without_a_runtime(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "omray.yaml").write_text(
+        "observational_memory:\n  storage:\n    database: om.sqlite\n  semantic: null\n", encoding="utf-8"
+    )
+    home = tmp_path / "home"
+    port = free_port()
+    env = {
+        **os.environ,
+        "OMRAY_HOME": str(home),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "omray"), "ui", "--project", str(project), "--port", str(port)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        lines = []
+        while not any("open http" in line for line in lines):
+            line = process.stderr.readline()
+            assert line, f"omray ui exited: {lines!r}"
+            lines.append(line)
+        url = next(line for line in lines if "open http" in line).split("open ", 1)[1].strip()
+        token = url.split("token=", 1)[1]
+        token_file = home / "auth" / "web.token"
+        assert token_file.read_text().strip() == token
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert any("read-only" in line for line in lines)
+        bearer = {"authorization": f"Bearer {token}"}
+        base = f"http://127.0.0.1:{port}"
+        status, answer = assert_eventually(lambda: _poll(f"{base}/api/projects", bearer), timeout_s=30)
+        assert status == 200 and answer["runtime"] is False and answer["projects"][0]["sessions"] == []
+        assert _request(f"{base}/api/projects")[0] == 401
+        status, answer = _request(f"{base}/api/observe", bearer, {"session_id": "s", "end_seq": 1})
+        assert status == 503 and answer["error"] == "runtime_not_running"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _poll(url: str, headers: dict[str, str]) -> tuple[int, Any] | None:
+    try:
+        return _request(url, headers)
+    except OSError:
+        return None
