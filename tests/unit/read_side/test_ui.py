@@ -229,3 +229,12 @@ def test_bad_bodies_get_typed_answers_and_no_request_text_reaches_a_log(
     assert all(
         SECRET not in record.getMessage() and SECRET not in str(record.__dict__) for record in caplog.records
     )
+
+
+def test_forget_needs_a_runtime_and_refuses_bad_requests(backend: UiBackend) -> None:
+    with pytest.raises(UiRequestError) as offline:
+        backend.forget({"session_id": SESSION, "ids": ["a" * 64]})
+    assert offline.value.status == 503
+    with pytest.raises(UiRequestError) as unsafe:
+        backend.forget({"session_id": "..", "whole_session": True})
+    assert unsafe.value.status == 400 and unsafe.value.error == "invalid_session_id"
