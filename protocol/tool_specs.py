@@ -36,6 +36,9 @@ MEMORY_SEARCH_MODES: Final[tuple[SearchMode, ...]] = ("auto", "exact", "hybrid")
 """Accepted ``mode`` values."""
 MEMORY_SEARCH_ARGUMENTS: Final[tuple[str, ...]] = ("query", "after", "before", "limit", "scope", "mode")
 """Every argument ``memory_search`` takes; any other key is corrected, never ignored."""
+MEMORY_SEARCH_MAX_QUERY_BYTES = 10_000
+"""Longest ``query`` in UTF-8 bytes (either mode); a longer one is ``invalid_query``. SQLite refuses
+``LIKE`` patterns over 50,000 bytes, and no exact quote worth finding is this long."""
 MEMORY_SEARCH_MAX_SCOPE_SESSIONS = 50
 """Most session ids one ``scope`` list may name."""
 
@@ -164,7 +167,8 @@ def _search_texts(hybrid: bool) -> tuple[str, str, str]:
             "back best match first, with their dates and session ids; a match in the transcript gives the "
             'memory that covers it with a "source" excerpt (seq range), or the event itself (kind '
             '"event") when no memory covers it.',
-            "Keywords, identifiers, phrases, concepts or a paraphrase of what you are looking for.",
+            "Keywords, identifiers, phrases, concepts or a paraphrase of what you are looking for "
+            f"(at most {MEMORY_SEARCH_MAX_QUERY_BYTES:,} bytes).",
             f"How many ranked results to return (default {MEMORY_SEARCH_DEFAULT_LIMIT}, "
             f"at most {MEMORY_SEARCH_MAX_LIMIT}).",
         )
@@ -174,7 +178,7 @@ def _search_texts(hybrid: bool) -> tuple[str, str, str]:
         "first, with their dates and session ids; a match in the transcript gives the memory that covers "
         'it with a "source" excerpt (seq range), or the event itself (kind "event").',
         "One contiguous piece of text to match literally (case-insensitive), such as a file name, "
-        "an identifier or an error code.",
+        f"an identifier or an error code (at most {MEMORY_SEARCH_MAX_QUERY_BYTES:,} bytes).",
         f"How many results to return (default {MEMORY_SEARCH_DEFAULT_LIMIT}, "
         f"at most {MEMORY_SEARCH_MAX_LIMIT}).",
     )

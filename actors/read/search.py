@@ -23,6 +23,7 @@ from protocol.ids import display_id
 from protocol.records import ObservationRecord, ReflectionRecord, SourceRef
 from protocol.tool_specs import (
     MEMORY_SEARCH_ARGUMENTS,
+    MEMORY_SEARCH_MAX_QUERY_BYTES,
     MEMORY_SEARCH_MAX_SCOPE_SESSIONS,
     MEMORY_SEARCH_MODES,
     SearchMode,
@@ -266,8 +267,16 @@ def _is_text(value: object) -> TypeGuard[str]:
 
 
 def _check_handler_types(arguments: Mapping[str, object]) -> ToolResult | None:
-    if not _is_text(arguments.get("query")):
+    query = arguments.get("query")
+    if not _is_text(query):
         return error_result("invalid_query", "query must be a non-empty string.")
+    size = len(query.encode("utf-8"))
+    if size > MEMORY_SEARCH_MAX_QUERY_BYTES:
+        return error_result(
+            "invalid_query",
+            f"query is {size:,} bytes long; at most {MEMORY_SEARCH_MAX_QUERY_BYTES:,} bytes are searched. "
+            "Search for a shorter, distinctive part of it.",
+        )
     for field in ("after", "before"):
         value = arguments.get(field)
         if value is not None and not isinstance(value, str):

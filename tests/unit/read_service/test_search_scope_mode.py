@@ -203,3 +203,25 @@ def test_call_tool_passes_the_calling_session_for_scope_session(memory: Store, t
     assert _ids(result) == ["a3"]
     corrected = call_tool("memory_search", {"query": "2510", "session": "s2"}, "s2", **kwargs)
     assert corrected["error"] == "unknown_arguments"
+
+
+@pytest.mark.parametrize("mode", ["exact", "hybrid", "auto"])
+@pytest.mark.parametrize("size", [10_001, 50_000])
+def test_a_query_over_the_limit_is_invalid_query_in_every_mode(memory: Store, mode: str, size: int) -> None:
+    """Issue 33: an exact query of ~50 kB answered storage_unavailable (SQLite refuses the LIKE)."""
+    from protocol.tool_specs import MEMORY_SEARCH_MAX_QUERY_BYTES
+
+    searched: list[SearchRequest] = []
+
+    def hybrid(request: SearchRequest) -> dict[str, object]:
+        searched.append(request)
+        return {"ok": True, "results": []}
+
+    for query in ["2510 " * (size // 5) + "x" * (size % 5), "é" * (size // 2 + 1)]:
+        result = memory_search(memory.db_path, {"query": query, "mode": mode}, hybrid, session_id="s1")
+        assert result["ok"] is False and result["error"] == "invalid_query", result
+        assert f"{MEMORY_SEARCH_MAX_QUERY_BYTES:,} bytes" in str(result["message"])
+        assert "2510" not in str(result["message"])  # the query is never echoed
+    assert searched == []
+    at_limit = "2510" + "x" * (MEMORY_SEARCH_MAX_QUERY_BYTES - 4)
+    assert memory_search(memory.db_path, {"query": at_limit, "mode": "exact"})["ok"] is True
