@@ -44,6 +44,9 @@ QUERY = "parse_date"
 SETTINGS = {
     "model": "builtin/extractive",
     "storage": {"database": "om.sqlite"},
+    # As in `omray demo`: low thresholds, so the Reflector and the Dropper run on a small session.
+    "reflector": {"reflect_after_observation_tokens": 200},
+    "pools": {"observations_max_tokens": 200},
     "semantic": {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2"}},
 }
 
@@ -189,7 +192,9 @@ def test_the_page_lists_sessions_opens_one_searches_and_recalls(viewer: Viewer, 
         assert observations, "the timeline shows no observation"
         assert driver.find_elements(By.CSS_SELECTOR, ".part .events li")
         body = driver.find_element(By.TAG_NAME, "body").text
-        assert "Compaction text" in body and "Generation" in body
+        assert "Compaction text" in body
+        assert driver.find_elements(By.CSS_SELECTOR, ".generation .badge.active")
+        assert driver.find_elements(By.CSS_SELECTOR, ".generation .reflection")
         time.sleep(0.3)  # let the layout settle for the screenshot
         driver.save_screenshot(str(tmp_path / "timeline.png"))
         if os.environ.get("OMRAY_UI_SCREENSHOT") == "1":
