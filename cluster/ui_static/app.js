@@ -228,9 +228,10 @@ async function showSearch() {
     Object.assign(s, { query: input.value, mode: mode.value, project: project.value, session: scope.value.trim() });
     const body = { project: s.project, query: s.query, mode: s.mode };
     if (s.session) body.scope = [s.session];
+    results.replaceChildren(h("p", { class: "muted" }, "Searching…"));
     const answer = await api("/api/search", body);
     state.lastSearch = answer;
-    renderResults(results, answer);
+    renderResults(results, answer, s.mode);
   };
   const form = h("form", { class: "row", onsubmit: (e) => { e.preventDefault(); run(); } },
     input, mode, project, scope, h("button", { class: "primary", id: "search-button", type: "submit" }, "Search"));
@@ -239,11 +240,11 @@ async function showSearch() {
   input.focus();
 }
 
-function renderResults(target, answer) {
+function renderResults(target, answer, mode) {
   if (!answer.ok) { target.replaceChildren(errorBox(answer)); return; }
   const canForget = (state.projects.find(p => p.name === answer.project) || {}).forget;
   const note = answer.hybrid_unavailable ? ` (hybrid unavailable: ${answer.hybrid_unavailable}; exact results)` : "";
-  target.replaceChildren(h("p", { class: "muted", id: "result-count" }, `${answer.count} result(s)${answer.truncated ? ", more not shown" : ""}${note}`),
+  target.replaceChildren(h("p", { class: "muted", id: "result-count", "data-mode": mode }, `${answer.count} result(s)${answer.truncated ? ", more not shown" : ""}${note}`),
     ...answer.results.map(r => h("div", { class: "result", "data-id": r.id, "data-kind": r.kind },
       h("div", { class: "row" }, h("span", { class: "badge" }, r.kind), h("code", {}, r.display_id || r.id.slice(0, 12)),
         h("a", { href: `#/session/${enc(answer.project)}/${enc(r.session_id)}` }, r.session_id),

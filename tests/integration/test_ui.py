@@ -207,9 +207,12 @@ def test_the_page_lists_sessions_opens_one_searches_and_recalls(viewer: Viewer, 
             field.send_keys(QUERY)
             Select(driver.find_element(By.ID, "search-mode")).select_by_value(mode)
             driver.find_element(By.ID, "search-button").click()
-            results = assert_eventually(
-                lambda: driver.find_elements(By.CSS_SELECTOR, "#results .result"), timeout_s=30
+            assert_eventually(
+                lambda: driver.find_elements(By.CSS_SELECTOR, f"#result-count[data-mode='{mode}']"),
+                timeout_s=30,
             )
+            results = driver.find_elements(By.CSS_SELECTOR, "#results .result")
+            assert results, mode
             excerpts = driver.find_elements(By.CSS_SELECTOR, "#results .result .excerpt")
             assert excerpts and all(e.text.startswith("events ") for e in excerpts)
         expected = viewer.client.memory_search({"query": QUERY, "mode": "exact"})
