@@ -208,7 +208,9 @@ def test_the_page_lists_sessions_opens_one_searches_and_recalls(viewer: Viewer, 
             Select(driver.find_element(By.ID, "search-mode")).select_by_value(mode)
             driver.find_element(By.ID, "search-button").click()
             assert_eventually(
-                lambda: driver.find_elements(By.CSS_SELECTOR, f"#result-count[data-mode='{mode}']"),
+                lambda selector=f"#result-count[data-mode='{mode}']": driver.find_elements(
+                    By.CSS_SELECTOR, selector
+                ),
                 timeout_s=30,
             )
             results = driver.find_elements(By.CSS_SELECTOR, "#results .result")
