@@ -333,6 +333,11 @@ def _endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
                 "om.ui.request_failed", extra={"path": request.url.path, "error_class": type(exc).__name__}
             )
             return _json({"ok": False, "error": "unavailable", "message": type(exc).__name__}, 503)
+        except Exception as exc:  # never a traceback in the log: its message may quote memory text
+            logger.warning(
+                "om.ui.request_crashed", extra={"path": request.url.path, "error_class": type(exc).__name__}
+            )
+            return _json({"ok": False, "error": "internal_error", "message": type(exc).__name__}, 500)
         finally:
             logger.debug(
                 "om.ui.request",
