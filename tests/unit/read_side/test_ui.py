@@ -238,3 +238,27 @@ def test_forget_needs_a_runtime_and_refuses_bad_requests(backend: UiBackend) -> 
     with pytest.raises(UiRequestError) as unsafe:
         backend.forget({"session_id": "..", "whole_session": True})
     assert unsafe.value.status == 400 and unsafe.value.error == "invalid_session_id"
+
+
+def test_a_damaged_database_or_a_crash_answers_with_a_class_never_text(
+    tmp_path: Path, backend: UiBackend, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "dir.sqlite").mkdir()
+    damaged = UiProject(
+        "bad", tmp_path, _settings(tmp_path / "dir.sqlite"), tmp_path / "dir.sqlite", tmp_path
+    )
+    answer = TestClient(build_app(UiBackend({"bad": damaged}))).get("/api/projects")
+    assert answer.status_code == 503 and answer.json()["message"] == "StorageError"
+
+    def crash() -> dict[str, Any]:
+        raise ValueError(f"while reading {SECRET}")
+
+    monkeypatch.setattr(backend, "projects_json", crash)
+    caplog.set_level(logging.DEBUG)
+    crashed = TestClient(build_app(backend), raise_server_exceptions=False).get("/api/projects")
+    assert crashed.status_code == 500 and crashed.json() == {
+        "ok": False,
+        "error": "internal_error",
+        "message": "ValueError",
+    }
+    assert caplog.records and all(SECRET not in str(record.__dict__) for record in caplog.records)
