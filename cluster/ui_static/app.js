@@ -80,6 +80,9 @@ async function pollQueue() {
       el.dataset.depth = String(f.depth);
     }
   } catch (e) { el.textContent = "queue: viewer unreachable"; }
+  // The sessions list (jobs, failures, coverage) follows the runtime too, every 5 s.
+  pollQueue.ticks = (pollQueue.ticks || 0) + 1;
+  if (pollQueue.ticks % 5 === 0 && document.body.dataset.view === "sessions") showSessions().catch(() => {});
   setTimeout(pollQueue, 1000);
 }
 
