@@ -248,6 +248,9 @@ def _mount_subcommands() -> None:
     app.add_typer(hook_app, name="hook", help="Agent hooks for Claude Code and Codex (run by the agent).")
     app.command("mcp")(mcp_command)
     app.command("integrate")(integrate_command)
+    from cluster.ui_cli import ui_command
+
+    app.command("ui")(ui_command)
 
 
 _mount_subcommands()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from protocol.events import (
 from protocol.identities import observe_job_id, signalled_observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal
 from protocol.records import ActivityRecord
+from protocol.redact import redactor_for
 from protocol.settings import OmSettings, settings_from_mapping
 
 logger = logging.getLogger("omray.client")
@@ -342,7 +343,13 @@ class OmrayClient:
 
     def recall(self, session_id: str, arguments: Mapping[str, object]) -> dict[str, object]:
         """The ``recall`` tool, scoped to ``session_id`` unless the arguments name another session."""
-        return read_service.recall(self.db_path, self.events_path, session_id, arguments)
+        return read_service.recall(
+            self.db_path,
+            self.events_path,
+            session_id,
+            arguments,
+            redactor=redactor_for(self.settings.redact_patterns),
+        )
 
     def call_tool(
         self, name: str, arguments: Mapping[str, object] | str, session_id: str
@@ -355,7 +362,42 @@ class OmrayClient:
             db_path=self.db_path,
             events_path_for=self.events_path,
             hybrid_search=self._hybrid_search(),
+            redactor=redactor_for(self.settings.redact_patterns),
         )
+
+    def forget(
+        self,
+        memory_ids: Sequence[str] = (),
+        *,
+        session_id: str | None = None,
+        event_ranges: Sequence[Sequence[int]] = (),
+        wait_s: float = 60.0,
+    ) -> dict[str, Any]:
+        """Forget memory through the runtime: observations and reflections by id (full ids or display
+        ids of 12+ characters), or everything of ``session_id``, or only the transcript text of its
+        ``event_ranges`` (inclusive ``(start, end)`` seqs).
+
+        One ``forget`` job per session goes through the queue, in the session's lane (after every job
+        of the session already accepted); then waits up to ``wait_s`` seconds for the jobs' transactions
+        (``complete``). Idempotent: ids forgotten before are listed in ``already_forgotten``, ids never
+        stored in ``unknown``, prefixes of several memories in ``ambiguous``. Raises
+        :class:`InvalidPayloadError` for a malformed request (nothing is sent).
+        """
+        from cluster.forget import forget_report, plan_forget, wait_for_results
+        from persistence.forget_queries import ForgetReader
+
+        reader = ForgetReader(self.db_path)
+        envelopes, report = plan_forget(
+            reader,
+            str(self.db_path.resolve()),
+            self.settings_block,
+            memory_ids,
+            session_id=session_id,
+            event_ranges=event_ranges,
+        )
+        job_ids = [self.dispatch(envelope) for envelope in envelopes]
+        results = wait_for_results(reader, job_ids, wait_s) if wait_s > 0 else {}
+        return forget_report(report, job_ids, results)
 
     def tool_specs(self) -> list[dict[str, Any]]:
         """OpenAI function-calling specs of ``memory_search`` and ``recall`` for this configuration."""

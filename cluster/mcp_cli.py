@@ -49,14 +49,29 @@ def mcp_command(
             help='Print {"Authorization": "Bearer <token>"} and exit (Claude Code\'s headersHelper).',
         ),
     ] = False,
+    allow_forget: Annotated[
+        bool,
+        typer.Option(
+            "--allow-forget", help="Also serve the forget tool (removes memory for good; needs `omray up`)."
+        ),
+    ] = False,
 ) -> None:
     """Serve memory_search, recall, memory_status and memory_view to MCP clients (no Ray needed).
 
     Over HTTP every request needs the bearer token from the token file (`omray integrate ...
     --mcp-transport http` wires it into the agent), names the server's own address as Host, and
-    carries no browser Origin.
+    carries no browser Origin. With --allow-forget, also forget.
     """
     if print_auth_header:
         raise typer.Exit(code=auth_header(token_file))
-    code = serve(transport.value, port, project, db, session, no_auth=no_auth, token_file=token_file)
+    code = serve(
+        transport.value,
+        port,
+        project,
+        db,
+        session,
+        no_auth=no_auth,
+        token_file=token_file,
+        allow_forget=allow_forget,
+    )
     raise typer.Exit(code=code)

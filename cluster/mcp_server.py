@@ -1,6 +1,7 @@
 """``omray mcp``: the read side as an MCP server, over stdio (default) or streamable HTTP.
 
-Tools: ``memory_search``, ``recall``, ``memory_status`` and ``memory_view``. Every call goes to
+Tools: ``memory_search``, ``recall``, ``memory_status`` and ``memory_view``, and ``forget`` only when
+started with ``--allow-forget`` (it writes, through the running runtime). Every call goes to
 ``actors.read.service.call_tool``, so arguments are validated there, once, and a bad argument
 is the same typed answer an in-process agent gets (``{"ok": false, "error": <code>, "message"}``),
 returned as a tool result with ``isError`` set and the answer as structured content. The server
@@ -62,14 +63,22 @@ class MemoryTools:
     """The caller's session, when known (``scope: "session"``, recall without ``session_id``)."""
     hybrid_search: HybridSearch | None = None
     """Hybrid ``memory_search``, when ``semantic`` is configured."""
+    allow_forget: bool = False
+    """Serve the ``forget`` tool (``omray mcp --allow-forget``); it writes through the runtime."""
+    project: Path | None = None
+    """The project directory (its settings file names the runtime's jobs' settings)."""
 
     def specs(self) -> list[dict[str, Any]]:
         """OpenAI-style function specs of the tools, in listing order."""
-        return tool_specs(hybrid=self.hybrid_search is not None)
+        return tool_specs(hybrid=self.hybrid_search is not None, allow_forget=self.allow_forget)
 
     def call(self, name: str, arguments: dict[str, Any]) -> dict[str, object]:
-        """Run one tool through the read service."""
+        """Run one tool through the read service (``forget`` through the runtime, when allowed)."""
         from actors.read.service import call_tool
+        from protocol.tool_specs import FORGET
+
+        if name == FORGET and self.allow_forget:
+            return forget_tool(self.project or Path.cwd(), arguments)
 
         return call_tool(
             name,
@@ -82,11 +91,68 @@ class MemoryTools:
         )
 
 
-def tool_specs(hybrid: bool) -> list[dict[str, Any]]:
-    """OpenAI-style function specs of the four tools, in listing order."""
-    from protocol.tool_specs import memory_search_spec, memory_status_spec, memory_view_spec, recall_spec
+def tool_specs(hybrid: bool, allow_forget: bool = False) -> list[dict[str, Any]]:
+    """OpenAI-style function specs of the four tools (and ``forget`` when allowed), in listing order."""
+    from protocol.tool_specs import (
+        forget_spec,
+        memory_search_spec,
+        memory_status_spec,
+        memory_view_spec,
+        recall_spec,
+    )
 
-    return [memory_search_spec(hybrid=hybrid), recall_spec(), memory_status_spec(), memory_view_spec()]
+    specs = [memory_search_spec(hybrid=hybrid), recall_spec(), memory_status_spec(), memory_view_spec()]
+    return [*specs, forget_spec()] if allow_forget else specs
+
+
+_FORGET_KEYS = frozenset({"ids", "session_id", "event_ranges"})
+
+
+def forget_tool(project: Path, arguments: dict[str, Any]) -> dict[str, object]:
+    """The ``forget`` tool: ``OmrayClient.forget`` on the project's runtime; always an answer dict."""
+    from cluster.client import connect
+    from protocol.errors import InvalidPayloadError, OmrayError
+
+    if not isinstance(arguments, dict) or set(arguments) - _FORGET_KEYS:
+        unknown = sorted(set(arguments) - _FORGET_KEYS) if isinstance(arguments, dict) else []
+        return {
+            "ok": False,
+            "error": "unknown_arguments",
+            "message": f"unknown keys {unknown!r}; accepted: {sorted(_FORGET_KEYS)!r}",
+        }
+    ids, session, ranges = (
+        arguments.get("ids") or [],
+        arguments.get("session_id"),
+        arguments.get("event_ranges"),
+    )
+    if not isinstance(ids, list) or (session is not None and not isinstance(session, str)):
+        return {
+            "ok": False,
+            "error": "invalid_arguments",
+            "message": "ids must be a list, session_id a string",
+        }
+    if ranges is not None and not isinstance(ranges, list):
+        return {"ok": False, "error": "invalid_arguments", "message": "event_ranges must be a list of pairs"}
+    try:
+        client = connect(cwd=project)
+    except OmrayError as exc:
+        return {
+            "ok": False,
+            "error": "runtime_unavailable",
+            "message": f"forget needs `omray up` ({type(exc).__name__})",
+        }
+    try:
+        return dict(client.forget(ids, session_id=session, event_ranges=ranges or ()))
+    except InvalidPayloadError as exc:
+        return {"ok": False, "error": "invalid_arguments", "message": str(exc)}
+    except OmrayError as exc:
+        return {
+            "ok": False,
+            "error": "runtime_unavailable",
+            "message": f"forget failed ({type(exc).__name__})",
+        }
+    finally:
+        client.close()
 
 
 def mcp_tool(spec: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +173,11 @@ def load_settings_for(project: Path) -> OmSettings:
 
 
 def memory_tools(
-    project: Path, db: Path | None = None, session_id: str = "", settings: OmSettings | None = None
+    project: Path,
+    db: Path | None = None,
+    session_id: str = "",
+    settings: OmSettings | None = None,
+    allow_forget: bool = False,
 ) -> MemoryTools:
     """The tools of ``project`` (its settings file, its database unless ``db`` is given)."""
     from actors.models.tokens import token_counter
@@ -126,6 +196,8 @@ def memory_tools(
         count_tokens=token_counter(settings.token_encoding).count,
         session_id=session_id,
         hybrid_search=hybrid,
+        allow_forget=allow_forget,
+        project=project,
     )
 
 
@@ -143,9 +215,15 @@ class LazyTools:
     """
 
     def __init__(
-        self, project: Path, db: Path | None, session_id: str, warm_after_s: float = WARM_AFTER_S
+        self,
+        project: Path,
+        db: Path | None,
+        session_id: str,
+        warm_after_s: float = WARM_AFTER_S,
+        allow_forget: bool = False,
     ) -> None:
         self.project, self.db, self.session_id = project, db, session_id
+        self.allow_forget = allow_forget
         self.warm_after_s = warm_after_s
         self._settings_ready = threading.Event()
         self._wanted = threading.Event()
@@ -168,7 +246,9 @@ class LazyTools:
         self._wanted.wait(self.warm_after_s)
         try:
             if self.settings is not None:
-                self.tools = memory_tools(self.project, self.db, self.session_id, self.settings)
+                self.tools = memory_tools(
+                    self.project, self.db, self.session_id, self.settings, self.allow_forget
+                )
         except OmrayError as exc:
             self.error = str(exc)
             print(f"omray mcp: {exc}", file=sys.stderr, flush=True)
@@ -179,7 +259,7 @@ class LazyTools:
         """The MCP tool list (hybrid search as the settings say; exact only when they cannot be read)."""
         self._settings_ready.wait()
         hybrid = self.settings is not None and self.settings.semantic is not None
-        return [mcp_tool(spec) for spec in tool_specs(hybrid=hybrid)]
+        return [mcp_tool(spec) for spec in tool_specs(hybrid=hybrid, allow_forget=self.allow_forget)]
 
     def call(self, name: str, arguments: dict[str, Any]) -> dict[str, object]:
         """One tool call (a ``settings_invalid`` answer while the settings cannot be read)."""
@@ -194,11 +274,11 @@ class LazyTools:
         return self.tools.call(name, arguments)
 
 
-def serve_stdio(project: Path, db: Path | None, session_id: str) -> int:
+def serve_stdio(project: Path, db: Path | None, session_id: str, allow_forget: bool = False) -> int:
     """Serve the tools on stdin/stdout until the client closes them or a stop signal arrives."""
     from cluster.mcp_stdio import StdioServer
 
-    tools = LazyTools(project, db, session_id)
+    tools = LazyTools(project, db, session_id, allow_forget=allow_forget)
     return StdioServer(SERVER_NAME, SERVER_VERSION, tools.list_tools, tools.call).serve(sys.stdin.buffer)
 
 
@@ -268,8 +348,10 @@ def serve(
     *,
     no_auth: bool = False,
     token_file: Path | None = None,
+    allow_forget: bool = False,
 ) -> int:
-    """``omray mcp``: serve over ``transport``; returns the exit status."""
+    """``omray mcp``: serve over ``transport``; returns the exit status. ``allow_forget`` lists the
+    ``forget`` tool (``--allow-forget``), which writes through the runtime."""
     root = Path(project_dir(str(project) if project is not None else None, None))
     if transport == "http":
         from cluster.mcp_http import HTTP_HOST, HTTP_PATH, serve_http
@@ -279,7 +361,7 @@ def serve(
         token_path = token_file if token_file is not None else default_token_path()
         try:
             token = None if no_auth else load_or_create_token(token_path)
-            tools = memory_tools(root, db, session.strip())
+            tools = memory_tools(root, db, session.strip(), allow_forget=allow_forget)
         except OmrayError as exc:
             print(f"omray mcp: {exc}", file=sys.stderr)
             return 2
@@ -290,7 +372,7 @@ def serve(
             print(f"omray mcp: serving {url} (bearer token in {token_path})", file=sys.stderr, flush=True)
         serve_http(build_server(tools), port, token)
         return 0
-    return serve_stdio(root, db, session.strip())
+    return serve_stdio(root, db, session.strip(), allow_forget)
 
 
 def run_fast(args: list[str]) -> bool:
@@ -301,7 +383,7 @@ def run_fast(args: list[str]) -> bool:
     options: dict[str, str] = {}
     words = list(args)
     names = {"--transport", "--port", "--project", "--db", "--session", "--token-file"}
-    flags = {"--no-auth", "--auth-header"}
+    flags = {"--no-auth", "--auth-header", "--allow-forget"}
     while words:
         word = words.pop(0)
         if word in flags:
@@ -331,6 +413,7 @@ def run_fast(args: list[str]) -> bool:
         options.get("--session", os.environ.get("OMRAY_SESSION", "")),
         no_auth="--no-auth" in options,
         token_file=token_file,
+        allow_forget="--allow-forget" in options,
     )
     sys.stdout.flush()
     os._exit(code)

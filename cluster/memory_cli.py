@@ -4,6 +4,8 @@
 * ``search QUERY [--session S ...] [--mode exact|hybrid] [--after D] [--before D] [--limit N] [--db PATH]``:
   ``memory_search`` (default: every session; exact, or hybrid when ``semantic`` is configured), JSON.
 * ``recall ID [--session S] [--db PATH] [--events-dir DIR]``: ``recall``, JSON.
+* ``forget ID... | --session S [--events A-B ...] [--wait SECONDS]``: forget memory through the running
+  runtime (the one command here that writes, and needs ``omray up``), JSON.
 
 The database defaults to the settings' ``storage.database`` joined to the working directory; the
 events of a session are read from ``<events-dir>/<session>/events.jsonl`` (default events dir:
@@ -25,6 +27,7 @@ from actors.read.search import json_safe
 from actors.read.service import memory_search, memory_status, memory_view, project, recall
 from persistence.settings_file import load_settings
 from protocol.errors import OmrayError
+from protocol.redact import redactor_for
 from protocol.settings import OmSettings
 
 memory_app = typer.Typer(
@@ -223,7 +226,63 @@ def recall_command(
     """One memory with its source events; prints the JSON answer."""
     session_id = _session(session)
     try:
-        result = recall(_db_path(db), _events_path_for(events_dir), session_id, {"id": memory_id})
+        settings = _settings()
+        result = recall(
+            _db_path(db, settings),
+            _events_path_for(events_dir),
+            session_id,
+            {"id": memory_id},
+            redactor=redactor_for(settings.redact_patterns),
+        )
     except OmrayError as exc:
         _fail(f"recall unavailable ({type(exc).__name__}: {exc})")
     _answer(result)
+
+
+def _event_range(text: str) -> tuple[int, int]:
+    start, sep, end = text.partition("-")
+    try:
+        return (int(start), int(end)) if sep else (int(start), int(start))
+    except ValueError:
+        _fail(f"--events takes SEQ or START-END, got {text!r}")
+
+
+@memory_app.command("forget")
+def forget_command(
+    memory_ids: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="ID...", help="Observation or reflection ids (full, or 12+ hex characters)."),
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", help="Forget everything of this session (or only --events of it)."),
+    ] = None,
+    events: Annotated[
+        list[str] | None,
+        typer.Option("--events", help="With --session: forget only these events' text (SEQ or A-B; repeat)."),
+    ] = None,
+    wait_s: Annotated[
+        float, typer.Option("--wait", help="Seconds to wait for the forget to commit (0: do not wait).")
+    ] = 60.0,
+) -> None:
+    """Forget memory through the running runtime (`omray up`): ids, a session, or a session's events.
+
+    Removed at once from exact and hybrid search, the projection and the transcript; coverage stays,
+    so nothing forgotten is observed again. Prints a JSON report (unknown ids are listed, not errors).
+    """
+    from cluster.client import connect
+
+    if not memory_ids and session is None:
+        _fail("name ids to forget, or --session")
+    ranges = [_event_range(item) for item in events or []]
+    try:
+        client = connect()
+    except OmrayError as exc:
+        _fail(f"forget needs a running runtime ({type(exc).__name__}: {exc})")
+    try:
+        result = client.forget(memory_ids or (), session_id=session, event_ranges=ranges, wait_s=wait_s)
+    except OmrayError as exc:
+        _fail(f"forget refused ({type(exc).__name__}: {exc})")
+    finally:
+        client.close()
+    _print_json(result)

@@ -32,13 +32,18 @@ from protocol.events import (
     is_compatible_schema_version,
     is_well_formed_schema_version,
 )
+from protocol.redact import DEFAULT_REDACTOR, Redactor
 
 
 class _RangeReader:
     """One pass over the file for ``start_seq..end_seq``; records how far the file was read."""
 
-    def __init__(self, path: Path, start_seq: int, end_seq: int | None) -> None:
+    def __init__(
+        self, path: Path, start_seq: int, end_seq: int | None, redactor: Redactor | None = DEFAULT_REDACTOR
+    ) -> None:
         self.path = path
+        self.redactor = redactor
+        """Applied to every event yielded (``None``: raw payloads, for reads that only count seqs)."""
         self.start_seq = start_seq
         self.end_seq = end_seq
         self.last_seq = 0
@@ -91,7 +96,7 @@ class _RangeReader:
             self.last_seq = event.seq
             if self.end_seq is not None and event.seq == self.end_seq:
                 self.reached_end = True
-                yield event
+                yield self._redacted(event)
                 return  # never read the line after the range
             if self.end_seq is not None and event.seq > self.end_seq:
                 # The range ends in a hole: it is a real hole only if no later line goes back into it.
@@ -99,9 +104,16 @@ class _RangeReader:
                 self.reached_end = True
                 return
             if event.seq >= self.start_seq:
-                yield event
+                yield self._redacted(event)
         if deferred is not None:
             raise deferred
+
+    def _redacted(self, event: SessionEvent) -> SessionEvent:
+        # The one choke point between events files and everything omray keeps or sends
+        # (protocol.redact): private spans and likely secrets never leave this reader.
+        if self.redactor is None:
+            return event
+        return event.model_copy(update={"payload": self.redactor.payload(event.payload)})
 
     def _check_no_line_returns_below(self, handle: BinaryIO, line_no: int, overshoot_seq: int) -> None:
         """Scan the rest of the file for an event that belongs to the range but comes after ``overshoot_seq``.
@@ -127,27 +139,38 @@ class _RangeReader:
                 )
 
 
-def iter_events(path: str | Path, start_seq: int = 1, end_seq: int | None = None) -> Iterator[SessionEvent]:
-    """Yield events with ``start_seq <= seq <= end_seq`` in file order.
+def iter_events(
+    path: str | Path,
+    start_seq: int = 1,
+    end_seq: int | None = None,
+    *,
+    redactor: Redactor = DEFAULT_REDACTOR,
+) -> Iterator[SessionEvent]:
+    """Yield events with ``start_seq <= seq <= end_seq`` in file order, redacted by ``redactor``
+    (``<private>`` spans and likely secrets; :mod:`protocol.redact`).
 
     Stops right after the event at or past ``end_seq`` (seqs increase strictly in file order).
     Lines of an incompatible major ``schema_version`` are skipped. A missing file yields nothing.
     """
-    return iter(_RangeReader(Path(path), start_seq, end_seq))
+    return iter(_RangeReader(Path(path), start_seq, end_seq, redactor))
 
 
-def read_event_range(path: str | Path, start_seq: int, end_seq: int) -> list[SessionEvent]:
-    """The events of the inclusive range ``start_seq..end_seq`` as a list (holes are possible)."""
-    return list(iter_events(path, start_seq, end_seq))
+def read_event_range(
+    path: str | Path, start_seq: int, end_seq: int, *, redactor: Redactor = DEFAULT_REDACTOR
+) -> list[SessionEvent]:
+    """The events of the inclusive range ``start_seq..end_seq`` as a list (holes are possible), redacted."""
+    return list(iter_events(path, start_seq, end_seq, redactor=redactor))
 
 
-def read_event_window(path: str | Path, start_seq: int, end_seq: int) -> EventWindow:
+def read_event_window(
+    path: str | Path, start_seq: int, end_seq: int, *, redactor: Redactor = DEFAULT_REDACTOR
+) -> EventWindow:
     """The events of ``start_seq..end_seq`` and how far the file has been read for them.
 
     ``through`` is ``end_seq`` when the file reaches the range's end, else the seq of its last
     complete event: the rest has not been written yet (or the end seq does not exist).
     """
-    reader = _RangeReader(Path(path), start_seq, end_seq)
+    reader = _RangeReader(Path(path), start_seq, end_seq, redactor)
     events = tuple(reader)
     through = end_seq if reader.reached_end else reader.last_seq
     return EventWindow(events=events, through=through)
@@ -155,7 +178,7 @@ def read_event_window(path: str | Path, start_seq: int, end_seq: int) -> EventWi
 
 def last_event_seq(path: str | Path) -> int:
     """Highest seq of a compatible event in the file (0 when there is none)."""
-    reader = _RangeReader(Path(path), 1, None)
+    reader = _RangeReader(Path(path), 1, None, None)
     for _ in reader:
         pass
     return reader.last_seq

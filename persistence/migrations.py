@@ -589,6 +589,11 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
             "ON omray_runtime_event (db_path, run_id, event_seq)",
         ),
     ),
+    Migration(
+        "omray_014_forget",
+        "What was forgotten (ids only), so a forgotten memory, event or session is never written again",
+        _ddl([schema.omray_forgotten, schema.omray_forget_request], _table_indexes(schema.omray_forgotten)),
+    ),
 )
 """omray's own additive migrations, in order."""
 

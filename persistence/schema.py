@@ -401,6 +401,38 @@ omray_observation_ref = Table(
 """Which observations cite each event of their own session (kept by triggers on ``om_observation``):
 a search hit in the transcript leads to the memory that covers it."""
 
+omray_forgotten = Table(
+    "omray_forgotten",
+    metadata,
+    Column("forgotten_id", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("seq_start", Integer, nullable=True),
+    Column("seq_end", Integer, nullable=True),
+    Column("job_id", Text, nullable=False),
+    Column("forgotten_at", Text, nullable=False),
+    CheckConstraint("kind IN ('observation', 'reflection', 'events', 'session')"),
+    CheckConstraint("(kind IN ('events', 'session')) = (seq_start IS NOT NULL AND seq_end IS NOT NULL)"),
+    Index("idx_omray_forgotten_job", "job_id"),
+    Index("idx_omray_forgotten_run", "run_id", "kind"),
+)
+"""What was forgotten (``omray memory forget``), ids and seqs only, never text: an observation or
+reflection (``forgotten_id`` its id), a range of a session's events (``events:<run>:<a>-<b>``), or a
+whole session (``session:<run>``, ``seq_start..seq_end`` = 1..the last seq covered when it was
+forgotten). Nothing forgotten is written again: an observation id here is never inserted, and no
+transcript row inside a forgotten range (a replayed observe part, a backfill from the events file)."""
+
+omray_forget_request = Table(
+    "omray_forget_request",
+    metadata,
+    Column("job_id", Text, primary_key=True, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("result_json", Text, nullable=False),
+    Column("finished_at", Text, nullable=False),
+)
+"""One row per forget job that ran (written in its transaction): how many rows it removed (counts
+and ids only). The client waits for its job's row."""
+
 PHP_TABLES: tuple[Table, ...] = (
     om_observation,
     om_coverage,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -30,6 +30,13 @@ from sqlalchemy.exc import IntegrityError
 
 from persistence import schema
 from persistence.connection import Synchronous
+from persistence.forget import (
+    ForgetRequest,
+    forget_rows,
+    forgotten_observation_ids,
+    forgotten_ranges,
+    in_ranges,
+)
 from persistence.projection_queries import render_dirty_projections
 from persistence.queries import select_coverage, select_generation
 from persistence.writer import NotFoundError, SqliteWriter, check_failure_reason
@@ -171,7 +178,12 @@ class Store(SqliteWriter):
 
     @staticmethod
     def _insert_transcript(conn: Connection, entries: Sequence[TranscriptEntry], now: str) -> None:
-        """Insert the rows not stored yet (an event keeps the text it was first covered with)."""
+        """Insert the rows not stored yet (an event keeps the text it was first covered with); never an
+        event inside a forgotten range (``persistence.forget``)."""
+        if not entries:
+            return
+        ranges = {run_id: forgotten_ranges(conn, run_id) for run_id in {entry.run_id for entry in entries}}
+        entries = [entry for entry in entries if not in_ranges(entry.seq, ranges[entry.run_id])]
         if not entries:
             return
         rows = [
@@ -231,8 +243,11 @@ class Store(SqliteWriter):
                 select(table.c.observation_id, table.c.content_hash).where(table.c.observation_id.in_(batch))
             )
             known.update((row[0], row[1]) for row in found)
+        forgotten = forgotten_observation_ids(conn, ids)  # a replayed part never brings one back
         rows: list[dict[str, Any]] = []
         for observation in observations:
+            if observation.observation_id in forgotten:
+                continue
             stored_hash = known.get(observation.observation_id)
             if stored_hash is not None:
                 if stored_hash == observation.content_hash:
@@ -261,6 +276,22 @@ class Store(SqliteWriter):
             )
         if rows:
             conn.execute(table.insert(), rows)
+
+    # --- forget (persistence.forget) ------------------------------------------------------------
+
+    def forget(self, request: ForgetRequest | Mapping[str, Any], job_id: str, now: str) -> dict[str, Any]:
+        """Forget what ``request`` names, in one transaction: canonical rows, their derived copies
+        (trigram rows, projection lines and pieces, citation rows) and a record of what was forgotten.
+        Idempotent; returns ids and counts (``persistence.forget.ForgetResult.as_dict``)."""
+        if not isinstance(request, ForgetRequest):
+            request = ForgetRequest(
+                run_id=str(request["run_id"]),
+                memory_ids=tuple(request.get("memory_ids", ())),
+                event_ranges=tuple((int(a), int(b)) for a, b in request.get("event_ranges", ())),
+                whole_session=bool(request.get("whole_session", False)),
+            )
+        with self.atomic():
+            return forget_rows(self._conn(), request, job_id, now).as_dict()
 
     # --- live activity (reference §11.1) -------------------------------------------------------
 

@@ -143,13 +143,52 @@ class SemanticIndexJob(_Job):
         return SEMANTIC_INDEX_HANDLER
 
 
+MAX_FORGET_IDS = 1000
+"""Most memory ids one forget job names."""
+
+
+class ForgetJob(_Job):
+    """Forget memory of one session (``omray memory forget``): observations and reflections by id,
+    ranges of its events (their transcript rows), or everything of the session.
+
+    It runs in the session's lane, after every job of the session accepted before it (an observe
+    job in flight commits first, then is forgotten), on the reflector pool (the role that rewrites
+    memory); one transaction of the StoreActor removes the canonical rows and their derived copies.
+    """
+
+    kind: Literal["forget"] = "forget"
+    """Discriminator."""
+    run_id: SessionId
+    """Session whose memory is forgotten."""
+    db_path: str = Field(min_length=1)
+    """Absolute path of the memory database."""
+    memory_ids: tuple[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")], ...] = Field(
+        default=(), max_length=MAX_FORGET_IDS
+    )
+    """Full observation or reflection ids of this session."""
+    event_ranges: tuple[tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]], ...] = Field(
+        default=(), max_length=100
+    )
+    """Inclusive seq ranges of the session's events whose transcript text is forgotten."""
+    whole_session: bool = False
+    """Forget everything of the session: memory, generations, transcript rows (coverage stays)."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The ``observational_memory`` block at dispatch: its ``semantic`` block says which index job
+    compacts the forgotten rows out of the hybrid index afterwards."""
+
+    @property
+    def handler_id(self) -> str:
+        """Stable handler id: the reflector pool's."""
+        return REFLECT_GENERATION_HANDLER
+
+
 JobPayload = Annotated[
-    ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob, Field(discriminator="kind")
+    ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob | ForgetJob, Field(discriminator="kind")
 ]
 """Any job payload."""
 
-JOB_PAYLOAD_ADAPTER: TypeAdapter[ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob] = TypeAdapter(
-    JobPayload
+JOB_PAYLOAD_ADAPTER: TypeAdapter[ObserveBoundaryJob | ReflectGenerationJob | SemanticIndexJob | ForgetJob] = (
+    TypeAdapter(JobPayload)
 )
 """Validates/serializes any job payload from/to JSON."""
 
@@ -157,6 +196,7 @@ HANDLER_BY_KIND: dict[str, str] = {
     "observe_boundary": OBSERVE_BOUNDARY_HANDLER,
     "reflect_generation": REFLECT_GENERATION_HANDLER,
     "semantic_index": SEMANTIC_INDEX_HANDLER,
+    "forget": REFLECT_GENERATION_HANDLER,
 }
 """Stable handler id of each job kind."""
 

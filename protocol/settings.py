@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from protocol.canonical import sha256_hex
 from protocol.errors import ModelSettingsError, SettingsError
+from protocol.redact import compile_custom_patterns
 from protocol.settings_limits import (
     MAX_BATCH_SIZE,
     MAX_CHUNK_BYTES,
@@ -267,6 +268,9 @@ class OmSettings(_Settings):
     """``observer.idle_flush_seconds``: a deferred tail is observed after this long without a newer
     signal of its session."""
     prices: PriceTable | None = None
+    redact_patterns: tuple[str, ...] = ()
+    """``privacy.redact_patterns``: regular expressions masked (``[redacted:custom]``) in event text
+    before it reaches a model or the index, on top of the built-in set (``protocol.redact``)."""
     """Optional price table of the cost report."""
 
     def require_model(self) -> str:
@@ -613,6 +617,14 @@ def _prices(value: object) -> PriceTable | None:
     return PriceTable(currency=currency.strip(), models=table)
 
 
+def _redact_patterns(privacy: object) -> tuple[str, ...]:
+    if privacy is None:
+        return ()
+    if not isinstance(privacy, Mapping):
+        raise SettingsError("observational_memory.privacy must be a mapping.")
+    return compile_custom_patterns(privacy.get("redact_patterns"))
+
+
 def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     """Build settings from the ``observational_memory`` block (``None`` -> all defaults).
 
@@ -663,6 +675,7 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
             observer, "idle_flush_seconds", DEFAULT_IDLE_FLUSH_SECONDS, maximum=MAX_IDLE_FLUSH_SECONDS
         ),
         prices=_prices(data.get("prices")),
+        redact_patterns=_redact_patterns(data.get("privacy")),
     )
 
 

@@ -326,6 +326,53 @@ def memory_view_spec() -> dict[str, Any]:
     )
 
 
+FORGET = "forget"
+"""Name of the MCP ``forget`` tool (served only by ``omray mcp --allow-forget``)."""
+
+
+def forget_spec() -> dict[str, Any]:
+    """Spec of ``forget``: remove memory for good (listed only when the server allows it)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": FORGET,
+            "description": (
+                "Permanently forget memory the user asks to remove: observations or reflections by id "
+                "(`ids`: full ids or the 12-character ids shown by memory_view and memory_search), or "
+                "everything of one session (`session_id`), or only the text of some of its events "
+                "(`session_id` with `event_ranges`: [[first_seq, last_seq], ...]). Forgotten memory is "
+                "gone from search, recall and the compaction summary at once and cannot be restored; "
+                "coverage stays, so it is not observed again. Answers with what was forgotten and the "
+                "ids that were unknown. Only call it when the user explicitly asks to forget."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "ids": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^[0-9a-f]{12,64}$"},
+                        "maxItems": 1000,
+                        "description": "Observation or reflection ids to forget.",
+                    },
+                    "session_id": {"type": "string", "minLength": 1, "description": "A session to forget."},
+                    "event_ranges": {
+                        "type": "array",
+                        "maxItems": 100,
+                        "items": {
+                            "type": "array",
+                            "items": {"type": "integer", "minimum": 1},
+                            "minItems": 2,
+                            "maxItems": 2,
+                        },
+                        "description": "With session_id: forget only these events' text, [first, last].",
+                    },
+                },
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
 def memory_tool_specs(hybrid: bool) -> list[dict[str, Any]]:
     """The agent-facing tools in registration order: ``memory_search`` then ``recall``."""
     return [memory_search_spec(hybrid), recall_spec()]

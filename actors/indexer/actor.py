@@ -19,13 +19,16 @@ from persistence.queries import MemoryReader
 from persistence.semantic import JOB_BATCHES, SemanticIndex
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
+from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for
 from protocol.settings import settings_from_mapping
 
 BACKFILL_SESSIONS = 8
 """Sessions whose transcript one index job backfills at most (a continuation does the rest)."""
 
 
-def backfill_transcripts(db_path: str, events_root: str | None, store: Any) -> int:
+def backfill_transcripts(
+    db_path: str, events_root: str | None, store: Any, redactor: Redactor = DEFAULT_REDACTOR
+) -> int:
     """Backfill the transcript of up to :data:`BACKFILL_SESSIONS` sessions whose coverage is ahead of
     it (a database observed before the transcript existed); needs the events root. Returns how many
     sessions it backfilled."""
@@ -39,7 +42,12 @@ def backfill_transcripts(db_path: str, events_root: str | None, store: Any) -> i
         if path is None:
             continue
         backfill_transcript(
-            session_id, reader, store, functools.partial(read_event_window, path), now_local, now_utc
+            session_id,
+            reader,
+            store,
+            functools.partial(read_event_window, path, redactor=redactor),
+            now_local,
+            now_utc,
         )
     return len(sessions)
 
@@ -59,7 +67,9 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
         return {"status": "semantic_not_configured"}
     store = context.store_for(job.db_path)
     store.ping()
-    backfilled = backfill_transcripts(job.db_path, job.events_root, store)
+    backfilled = backfill_transcripts(
+        job.db_path, job.events_root, store, redactor_for(settings.redact_patterns)
+    )
     index = SemanticIndex(job.db_path, settings.semantic, state_writer=store)
     result = index.synchronize(embedder_for(settings.semantic, worker_clients()), batches=JOB_BATCHES)
     continuation = None

@@ -24,6 +24,7 @@ from persistence.queries import MemoryReader
 from persistence.settings_file import job_settings_block
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
+from protocol.redact import redactor_for
 from protocol.settings import settings_from_mapping
 
 
@@ -39,7 +40,9 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     ports = ObserverPorts(
         memory=MemoryReader(job.db_path),
         store=store,
-        read_events=partial(read_event_window, job.events_path),
+        read_events=partial(
+            read_event_window, job.events_path, redactor=redactor_for(settings.redact_patterns)
+        ),
         resolve_model=partial(model_for, settings, clients=worker_clients()),
         count_tokens=token_counter(settings.token_encoding).count,
         now_utc=utc_now,

@@ -52,6 +52,8 @@ from actors.read.status_view import (
     view_json,
 )
 from persistence.events_reader import iter_events
+from persistence.forget import in_ranges
+from persistence.forget_queries import ForgetReader
 from persistence.search_queries import ExactSearchSpec, SearchReader, SearchStrategy
 from persistence.semantic.fusion import FUSED_CANDIDATE_LIMIT
 from protocol.canonical import php_trim
@@ -64,6 +66,7 @@ from protocol.events import (
     projection_metadata,
 )
 from protocol.records import ObservationRecord, ReflectionRecord
+from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for
 from protocol.settings import DEFAULT_VERSION, OmSettings
 from protocol.tool_specs import MEMORY_SEARCH, MEMORY_STATUS, MEMORY_VIEW, RECALL
 
@@ -291,8 +294,21 @@ def memory_search(
 # ---------------------------------------------------------------------------------------- recall
 
 
+@dataclasses.dataclass(frozen=True)
+class _EventRead:
+    """How recall reads a session's events: redacted (``protocol.redact``), forgotten ranges left out."""
+
+    redactor: Redactor = DEFAULT_REDACTOR
+    forgotten: tuple[tuple[int, int], ...] = ()
+
+    def __call__(
+        self, events_path: Path, refs: list[ToolResult], interrupt: ToolInterrupt
+    ) -> list[Mapping[str, object]]:
+        return _read_events(events_path, refs, interrupt, self)
+
+
 def _read_events(
-    events_path: Path, refs: list[ToolResult], interrupt: ToolInterrupt
+    events_path: Path, refs: list[ToolResult], interrupt: ToolInterrupt, how: _EventRead
 ) -> list[Mapping[str, object]]:
     """The events of one contiguous range covering ``refs`` (one read), as plain dicts."""
     span = hydration_range(refs)
@@ -301,8 +317,10 @@ def _read_events(
     checkpoint(interrupt, "before reading session events")
     events: list[Mapping[str, object]] = []
     try:
-        for event in iter_events(events_path, span[0], span[1]):
+        for event in iter_events(events_path, span[0], span[1], redactor=how.redactor):
             checkpoint(interrupt, "while reading session events")
+            if in_ranges(event.seq, how.forgotten):
+                continue  # forgotten (omray memory forget): never shown again
             events.append(event.model_dump())
     except OSError as exc:  # permissions, a directory, an I/O error: the file exists but is unreadable
         raise EventsUnreadableError(str(events_path), type(exc).__name__) from None
@@ -310,11 +328,15 @@ def _read_events(
 
 
 def _recall_observation(
-    observation: ObservationRecord, session_id: str, events_path_for: EventsPathFor, interrupt: ToolInterrupt
+    observation: ObservationRecord,
+    session_id: str,
+    events_path_for: EventsPathFor,
+    interrupt: ToolInterrupt,
+    read: _EventRead,
 ) -> ToolResult:
     refs = recall_source_refs(observation, session_id)
     checkpoint(interrupt, "before observation event hydration")
-    events = _read_events(events_path_for(session_id), refs, interrupt)
+    events = read(events_path_for(session_id), refs, interrupt)
     return observation_recall_result(observation, session_id, events)
 
 
@@ -324,6 +346,7 @@ def _recall_reflection(
     session_id: str,
     events_path_for: EventsPathFor,
     interrupt: ToolInterrupt,
+    read: _EventRead,
 ) -> ToolResult:
     checkpoint(interrupt, "while hydrating supporting observations")
     rows = reader.observations_by_ids(reflection.supporting_observation_ids, session_id)
@@ -331,7 +354,7 @@ def _recall_reflection(
     checkpoint(interrupt, "while collecting event refs")
     refs = recall_source_refs(supported, session_id)
     checkpoint(interrupt, "before reflection event hydration")
-    events = _read_events(events_path_for(session_id), refs, interrupt)
+    events = read(events_path_for(session_id), refs, interrupt)
     return reflection_recall_result(reflection, session_id, rows, events)
 
 
@@ -342,30 +365,32 @@ def _recall_lookup(
     memory_id: str,
     interrupt: ToolInterrupt,
     seq_range: tuple[int, int] | None = None,
+    redactor: Redactor = DEFAULT_REDACTOR,
 ) -> ToolResult:
     checkpoint(interrupt, "before database open")
     reader = reader_for(db_path)
+    read = _EventRead(redactor, tuple(ForgetReader(db_path).forgotten_ranges(session_id)))
     if memory_id == "" and seq_range is not None:
-        return _recall_events(reader, events_path_for, session_id, seq_range, None, interrupt)
+        return _recall_events(reader, events_path_for, session_id, seq_range, None, interrupt, read)
     checkpoint(interrupt, "before observation lookup")
     observations = reader.find_observations(session_id, memory_id)
     if len(observations) > 1:
         return recall_ambiguous("observation", session_id)
     if observations:
-        return _recall_observation(observations[0], session_id, events_path_for, interrupt)
+        return _recall_observation(observations[0], session_id, events_path_for, interrupt, read)
     checkpoint(interrupt, "before reflection lookup")
     reflections = reader.find_reflections(session_id, memory_id)
     if len(reflections) > 1:
         return recall_ambiguous("reflection", session_id)
     if reflections:
-        return _recall_reflection(reader, reflections[0], session_id, events_path_for, interrupt)
+        return _recall_reflection(reader, reflections[0], session_id, events_path_for, interrupt, read)
     checkpoint(interrupt, "before event lookup")
     events = reader.find_events(session_id, memory_id)
     if len(events) > 1:
         return recall_ambiguous("event", session_id)
     if events:
         event_id, seq = events[0]
-        return _recall_events(reader, events_path_for, session_id, (seq, seq), event_id, interrupt)
+        return _recall_events(reader, events_path_for, session_id, (seq, seq), event_id, interrupt, read)
     return recall_not_found(memory_id, session_id)
 
 
@@ -376,12 +401,13 @@ def _recall_events(
     seq_range: tuple[int, int],
     event_id: str | None,
     interrupt: ToolInterrupt,
+    read: _EventRead,
 ) -> ToolResult:
     start, end = seq_range
     covering = reader.covering_ids(session_id, start, end)
     refs: list[ToolResult] = [{"run_id": session_id, "seq": seq} for seq in range(start, end + 1)]
     checkpoint(interrupt, "before event hydration")
-    events = _read_events(events_path_for(session_id), refs, interrupt)
+    events = read(events_path_for(session_id), refs, interrupt)
     return event_recall_result(session_id, start, end, events, event_id, covering)
 
 
@@ -392,8 +418,12 @@ def recall(
     arguments: Mapping[str, object],
     *,
     interrupt: ToolInterrupt = NO_INTERRUPT,
+    redactor: Redactor = DEFAULT_REDACTOR,
 ) -> ToolResult:
     """The ``recall`` tool (reference §13.6): one memory by id or unique prefix, with its source events.
+
+    Events are read through ``redactor`` (``<private>`` spans and secrets masked; pass the settings'
+    ``redactor_for(settings.redact_patterns)``), and forgotten events are left out.
 
     The lookup stays in ``current_session_id`` unless ``arguments["session_id"]`` names another
     session; refs of any other session are never shown, and the target session's events file is
@@ -411,7 +441,7 @@ def recall(
         if request.seq_start is not None and request.seq_end is not None:
             seq_range = (request.seq_start, request.seq_end)
         result = _recall_lookup(
-            db_path, events_path_for, request.session_id, request.memory_id, interrupt, seq_range
+            db_path, events_path_for, request.session_id, request.memory_id, interrupt, seq_range, redactor
         )
     except Interrupted as stop:
         return stop.answer
@@ -483,8 +513,12 @@ def call_tool(
     hybrid_search: HybridSearch | None = None,
     interrupt: ToolInterrupt = NO_INTERRUPT,
     status_settings: tuple[OmSettings, CountTokens] | None = None,
+    redactor: Redactor | None = None,
 ) -> ToolResult:
     """Run ``memory_search`` or ``recall`` for an agent framework; always returns an answer dict.
+
+    ``recall`` reads events through ``redactor`` (default: the one of ``status_settings``' patterns,
+    else the built-in set).
 
     With ``status_settings`` (the settings and token counter in effect), ``memory_status`` and
     ``memory_view`` (argument ``session_id``) are served too, as MCP clients use them.
@@ -500,7 +534,13 @@ def call_tool(
         if name == MEMORY_SEARCH:
             return memory_search(db_path, decoded, hybrid_search, session_id=session_id, interrupt=interrupt)
         if name == RECALL:
-            return recall(db_path, events_path_for, session_id, decoded, interrupt=interrupt)
+            if redactor is None:
+                redactor = (
+                    redactor_for(status_settings[0].redact_patterns) if status_settings else DEFAULT_REDACTOR
+                )
+            return recall(
+                db_path, events_path_for, session_id, decoded, interrupt=interrupt, redactor=redactor
+            )
         if name in (MEMORY_STATUS, MEMORY_VIEW) and status_settings is not None:
             return _session_answer(name, decoded, db_path, *status_settings)
     except (EventsFileError, EventsUnreadableError) as exc:

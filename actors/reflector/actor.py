@@ -15,19 +15,23 @@ from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
 from actors.models.usage import with_cost
+from actors.reflector.forget import run_forget
 from actors.reflector.pipeline import ReflectorPorts
 from actors.reflector.pipeline import reflect_generation as run_reflection
 from actors.worker import RoleActor, WorkerContext, utc_now
 from persistence.queries import MemoryReader
 from persistence.settings_file import job_settings_block
 from protocol.errors import InvalidPayloadError
-from protocol.jobs import REFLECT_GENERATION_HANDLER, JobEnvelope, ReflectGenerationJob
+from protocol.jobs import REFLECT_GENERATION_HANDLER, ForgetJob, JobEnvelope, ReflectGenerationJob
 from protocol.settings import settings_from_mapping
 
 
 def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
-    """Handler of ``observational_memory.reflect_generation``."""
+    """Handler of ``observational_memory.reflect_generation`` (and of ``forget`` jobs, which the
+    reflector pool runs too: :mod:`actors.reflector.forget`)."""
     job = envelope.payload
+    if isinstance(job, ForgetJob):
+        return run_forget(envelope, job, context)
     if not isinstance(job, ReflectGenerationJob):
         raise InvalidPayloadError(f"job {envelope.job_id!r} is not a reflect_generation job")
     block = job_settings_block(job.settings_file, job.settings)  # current settings, not a snapshot

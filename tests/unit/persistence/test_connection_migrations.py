@@ -213,6 +213,12 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
             ]
             for event in events
         ],
+        ("table", "omray_forgotten"),
+        ("index", "sqlite_autoindex_omray_forgotten_1"),
+        ("index", "idx_omray_forgotten_job"),
+        ("index", "idx_omray_forgotten_run"),
+        ("table", "omray_forget_request"),
+        ("index", "sqlite_autoindex_omray_forget_request_1"),
     }
     assert added == omray_objects | trigram
     assert all(name.startswith(("omray_", "idx_omray_", "sqlite_")) for _, name in added)
@@ -232,8 +238,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_011_transcript_trigram",
         "omray_012_projection_source_order",
         "omray_013_runtime_events_database",
+        "omray_014_forget",
     }
-    assert omray_versions <= set(versions) and len(versions) == 18
+    assert omray_versions <= set(versions) and len(versions) == 19
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

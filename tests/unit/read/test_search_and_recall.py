@@ -140,9 +140,9 @@ def test_recall_by_unique_prefix_hydrates_only_own_session_events(
     calls: list[tuple[int, int]] = []
     original = read_service.iter_events
 
-    def counting(path: Path, start: int, end: int) -> Any:
+    def counting(path: Path, start: int, end: int, **options: Any) -> Any:
         calls.append((start, end))
-        return original(path, start, end)
+        return original(path, start, end, **options)
 
     monkeypatch.setattr(read_service, "iter_events", counting)
     result = _recall(recall_memory, tmp_path, {"id": "C0FFEE000001A"})

@@ -296,3 +296,27 @@ def test_a_project_with_no_database_yet_searches_and_indexes_nothing(tmp_path: P
     assert index.synchronize(HashEmbedder()).complete
     assert not (tmp_path / "not-yet").exists()
     assert memory_search(db, {"query": "anything"}, hybrid_tool(index, HashEmbedder()))["count"] == 0
+
+
+def test_the_manifest_keeps_its_chunk_and_vector_counts_equal_to_its_rows(
+    store: Store, index: SemanticIndex, embedder: HashEmbedder
+) -> None:
+    words = " ".join(f"filler{n}" for n in range(600))
+    for turn in range(1, 4):  # three index syncs, each adding long and short events
+        seq = 2 * turn - 1
+        observe(
+            store,
+            "s1",
+            seq,
+            seq + 1,
+            [(f"Decided on option {turn}", [seq])],
+            [entry("s1", seq, f"Tool result bash: {words}"), entry("s1", seq + 1, f"short {turn}")],
+        )
+        sync_all(index, embedder)
+        with closing(Manifest.open(index.directory / "manifest.sqlite")) as manifest:
+            rows = manifest._conn.execute("SELECT count(*), coalesce(sum(embedded), 0) FROM chunk").fetchone()
+            assert (manifest.meta("chunk_count"), manifest.meta("vector_count")) == (
+                str(rows[0]),
+                str(rows[1]),
+            )
+            assert (manifest.chunk_count(), manifest.vector_count()) == (rows[0], rows[1])

@@ -1,0 +1,162 @@
+"""What never leaves an events file: ``<private>`` text and likely secrets (pure).
+
+Every path from a session's ``events.jsonl`` to anything omray keeps or sends (the Observer's
+prompt, the transcript rows and the hybrid index built from them, ``recall``'s hydrated events)
+reads events through :mod:`persistence.events_reader`, which passes each event's payload through
+:meth:`Redactor.payload`: the one choke point. So:
+
+- text between ``<private>`` and ``</private>`` (any case; an unclosed tag hides the rest of
+  that string) becomes ``[private]``;
+- a likely secret becomes ``[redacted:<kind>]`` (:data:`BUILTIN_PATTERNS`: API keys such as
+  ``sk-...`` and ``sk-ant-...``, GitHub, Slack and AWS keys, JWTs, PEM private key blocks, the
+  password of a ``scheme://user:pass@host`` URL, ``Authorization: Bearer ...`` and
+  ``password=...``-style assignments), plus the patterns of the ``privacy.redact_patterns``
+  setting (``[redacted:custom]``).
+
+The events file itself is the agent's own log and is never rewritten: it keeps the raw text.
+Only string values are redacted (keys and numbers are kept), so an event keeps its shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from protocol.errors import SettingsError
+
+PRIVATE_MARK: Final = "[private]"
+"""What a ``<private>`` span becomes."""
+
+_PRIVATE: Final = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
+
+BUILTIN_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
+    # (kind, regex); a regex with a group named ``keep`` keeps that group and masks the rest.
+    (
+        "private-key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+    ),
+    ("api-key", r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{16,}"),
+    ("api-key", r"(?<![A-Za-z0-9_-])sk-(?:proj-|live-|test-|svcacct-)?[A-Za-z0-9_-]{20,}"),
+    ("token", r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{30,}"),
+    ("token", r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{22,}"),
+    ("aws-key", r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"),
+    ("token", r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("jwt", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("password", r"(?P<keep>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(?=@)"),
+    (
+        "token",
+        r"(?i)(?P<keep>\bauthorization\b[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)[A-Za-z0-9._~+/=-]{8,}",
+    ),
+    ("token", r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/=-]{20,}"),
+    (
+        "secret",
+        r"(?i)(?P<keep>\b(?:api[_-]?key|secret[_-]?key|client[_-]?secret|password|passwd|access[_-]?token"
+        r"|auth[_-]?token)\b[\"']?\s*[:=]\s*[\"']?)(?!\[redacted:)[^\s\"',;]{6,}",
+    ),
+)
+"""The built-in likely-secret patterns, applied in this order."""
+
+MAX_CUSTOM_PATTERNS: Final = 64
+"""Most ``privacy.redact_patterns`` entries accepted."""
+MAX_CUSTOM_PATTERN_CHARS: Final = 512
+"""Longest ``privacy.redact_patterns`` entry accepted."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    kind: str
+    regex: re.Pattern[str]
+
+    def apply(self, text: str) -> str:
+        mark = f"[redacted:{self.kind}]"
+        if "keep" in self.regex.groupindex:
+            return self.regex.sub(lambda m: m.group("keep") + mark, text)
+        return self.regex.sub(mark, text)
+
+
+def compile_custom_patterns(patterns: object) -> tuple[str, ...]:
+    """Validate ``privacy.redact_patterns``: a list of regular expressions; ``SettingsError`` naming
+    the entry's position (never its text: a pattern may quote a secret) otherwise."""
+    if patterns is None:
+        return ()
+    if isinstance(patterns, str) or not isinstance(patterns, list | tuple):
+        raise SettingsError("privacy.redact_patterns must be a list of regular expressions.")
+    if len(patterns) > MAX_CUSTOM_PATTERNS:
+        raise SettingsError(f"privacy.redact_patterns takes at most {MAX_CUSTOM_PATTERNS} patterns.")
+    checked: list[str] = []
+    for number, pattern in enumerate(patterns, start=1):
+        if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_CUSTOM_PATTERN_CHARS:
+            raise SettingsError(
+                f"privacy.redact_patterns entry #{number} must be a non-empty string of at most "
+                f"{MAX_CUSTOM_PATTERN_CHARS} characters."
+            )
+        try:
+            compiled = re.compile(pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise SettingsError(
+                f"privacy.redact_patterns entry #{number} is not a valid regular expression "
+                f"({type(exc).__name__})."
+            ) from None
+        if compiled.search("") is not None:
+            raise SettingsError(f"privacy.redact_patterns entry #{number} matches the empty string.")
+        checked.append(pattern)
+    return tuple(checked)
+
+
+class Redactor:
+    """Strips ``<private>`` spans and masks likely secrets in text and event payloads."""
+
+    def __init__(self, custom_patterns: Iterable[str] = ()) -> None:
+        rules = [_Rule(kind, re.compile(regex)) for kind, regex in BUILTIN_PATTERNS]
+        rules.extend(
+            _Rule("custom", re.compile(pattern)) for pattern in compile_custom_patterns(list(custom_patterns))
+        )
+        self._rules: tuple[_Rule, ...] = tuple(rules)
+
+    def text(self, value: str) -> str:
+        """``value`` with private spans replaced by ``[private]`` and secrets masked."""
+        if "<" in value:
+            value = _PRIVATE.sub(PRIVATE_MARK, value)
+        for rule in self._rules:
+            value = rule.apply(value)
+        return value
+
+    def payload(self, value: Any) -> Any:
+        """``value`` (JSON data) with every string redacted; mappings and lists keep their shape.
+
+        Iterative, so a payload nested as deeply as the JSON parser allows never overflows the stack."""
+        if isinstance(value, str):
+            return self.text(value)
+        if not isinstance(value, Mapping | list | tuple):
+            return value
+        root: list[Any] = [None]
+        # (container to fill, key or index, value to copy)
+        work: list[tuple[Any, Any, Any]] = [(root, 0, value)]
+        while work:
+            target, key, item = work.pop()
+            if isinstance(item, str):
+                target[key] = self.text(item)
+            elif isinstance(item, Mapping):
+                copy: dict[Any, Any] = dict.fromkeys(item)
+                target[key] = copy
+                work.extend((copy, k, v) for k, v in item.items())
+            elif isinstance(item, list | tuple):
+                items: list[Any] = [None] * len(item)
+                target[key] = items
+                work.extend((items, i, v) for i, v in enumerate(item))
+            else:
+                target[key] = item
+        return root[0]
+
+
+@functools.lru_cache(maxsize=32)
+def redactor_for(custom_patterns: tuple[str, ...] = ()) -> Redactor:
+    """The (cached) redactor of the built-in patterns plus ``custom_patterns``."""
+    return Redactor(custom_patterns)
+
+
+DEFAULT_REDACTOR: Final = redactor_for(())
+"""Built-in patterns only: what every events read applies unless given a redactor with more."""
