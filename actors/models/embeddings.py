@@ -551,7 +551,7 @@ class MiniLMEmbedder:
             options.intra_op_num_threads = self._threads
             options.inter_op_num_threads = 1
             # Idle pool threads sleep instead of spinning: on a shared 2-core machine spinning burnt
-            # a third more CPU and halved throughput (docs/benchmarks.md, hybrid retrieval).
+            # a third more CPU and halved throughput (docs/benchmarks-history.md, hybrid retrieval).
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = onnxruntime.InferenceSession(
                 str(model_path), options, providers=["CPUExecutionProvider"]
