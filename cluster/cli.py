@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -291,7 +293,11 @@ def watch(
         code = watch_runtime(client, address=address, session_filter=selected, interval_s=interval, once=once)
     except KeyboardInterrupt:  # Ctrl-C before the view started is a clean exit too
         code = 0
-    raise typer.Exit(code=code)
+    # A read-only driver has nothing to hand over: leave at once instead of through Ray's exit
+    # handler, which can wait on the polling thread's call to a slow cluster after Ctrl-C.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main() -> None:
