@@ -111,6 +111,10 @@ def test_watch_in_a_pseudo_terminal(names: RuntimeNames, tmp_path: Path) -> None
     pid, fd = pty.fork()
     if pid == 0:  # child: become `omray watch` at once
         try:
+            # A user's shell starts it with Ctrl-C deliverable; the test process may by now have
+            # SIGINT blocked or ignored (libraries of earlier tests), which execve would pass on.
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.chdir(REPO)
             os.execve(command[0], command, env)
         finally:
