@@ -5,9 +5,10 @@ the SQL that fetches rows and the reading of ``events.jsonl`` live elsewhere. Ev
 JSON-able dict; errors are ``{"ok": False, "error": <code>, "message": <text>}`` values, never
 exceptions, because they are answers the model must read and correct.
 
-Length: about 820 lines, on purpose. Argument validation (query, limit, dates, scope, mode, unknown
-keys) and the answer shapes of both tools, strict-JSON cleaning of recall included, stay together so
-the typed corrections read alike; the SQL lives in ``persistence/search_queries.py``.
+Length: about 950 lines, on purpose (issue 29's transcript and event-recall shapes added ~130).
+Argument validation (query, limit, dates, scope, mode, unknown keys) and the answer shapes of both
+tools, strict-JSON cleaning of recall included, stay together so the typed corrections read alike;
+the SQL lives in ``persistence/search_queries.py``.
 """
 
 from __future__ import annotations
