@@ -65,13 +65,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from actors.models.embeddings import default_offline_embedder
-from actors.read.search import SearchRequest, validate_search_arguments
+from actors.read.search_arguments import validate_search_arguments
 from actors.read.service import exact_search
 from bench.hybrid_words import STOP_WORDS, SYNONYMS
 from bench.measure import percentile
 from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
+from persistence.search_request import SearchRequest
 from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
-from persistence.semantic.index import embed_in_batches
+from persistence.semantic.build import embed_in_batches
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
 from persistence.store import Store
 from protocol.identities import transcript_event_id

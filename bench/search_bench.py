@@ -38,11 +38,12 @@ from typing import Annotated, Any, Literal
 import typer
 
 from actors.read.projector import render_active_memory
-from actors.read.search import SearchRequest, validate_search_arguments
-from actors.read.service import exact_search, exact_spec, project, reader_for
+from actors.read.search_arguments import validate_search_arguments
+from actors.read.service import exact_search, project, reader_for
 from bench.measure import percentile
 from bench.shared_data import shared_data_dir
 from persistence.search_queries import SearchReader
+from persistence.search_request import SearchRequest
 from persistence.store import Store
 from protocol.identities import (
     chunk_key,
@@ -461,7 +462,7 @@ def _measure_size(db_path: Path, size: int, seed: int) -> dict[str, object]:
     identical = True
     for query_class, request in requests:
         exact_search(db_path, request)  # warm the page cache for both strategies alike
-        plans[reader_for(db_path).exact_search(exact_spec(request)).observation_strategy] += 1
+        plans[reader_for(db_path).exact_search(request).observation_strategy] += 1
         for _ in range(QUERY_REPEATS):
             fast_time, fast = _timed(lambda r=request: exact_search(db_path, r))
             scan_time, scan = _timed(lambda r=request: exact_search(db_path, r, "scan"))

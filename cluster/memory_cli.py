@@ -23,7 +23,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from actors.models.tokens import token_counter
-from actors.read.search import json_safe
+from actors.read.answers import json_safe
 from actors.read.service import memory_search, memory_status, memory_view, project, recall
 from persistence.settings_file import load_settings
 from protocol.errors import OmrayError

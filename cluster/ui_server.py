@@ -39,7 +39,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
 from actors.read import ui_views
-from actors.read.search import json_safe
+from actors.read.answers import json_safe
 from persistence.ui_queries import UiReader
 from protocol.canonical import php_trim
 from protocol.errors import OmrayError

@@ -153,6 +153,16 @@ def contiguous_end(rows: Iterable[CoverageInterval]) -> int | None:
 # --- row decoding (persistence-internal) ------------------------------------------------------
 
 
+def json_list(raw: object) -> list[Any]:
+    """The JSON array a text column holds; ``[]`` for text that is not JSON or not an array (a
+    damaged or legacy row reads as empty rather than failing the whole answer)."""
+    try:
+        decoded = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return []
+    return decoded if isinstance(decoded, list) else []
+
+
 def _decode_source_refs(raw: str) -> list[Mapping[str, Any]]:
     decoded = json.loads(raw)
     if not isinstance(decoded, list):

@@ -9,13 +9,12 @@ a missing file or tables not created yet give empty answers. Rows come back as p
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from dataclasses import dataclass
 from typing import Final
 
-from persistence.queries import CoverageInterval, contiguous_end
+from persistence.queries import CoverageInterval, contiguous_end, json_list
 from persistence.read_connection import SnapshotReader
 
 EXCERPT_CHARS: Final[int] = 280
@@ -150,14 +149,8 @@ def _int(value: object) -> int:
 
 
 def _seqs(raw: str, session_id: str) -> tuple[int, ...]:
-    try:
-        decoded = json.loads(raw)
-    except ValueError:
-        return ()
-    if not isinstance(decoded, list):
-        return ()
     seqs: set[int] = set()
-    for item in decoded:
+    for item in json_list(raw):
         if isinstance(item, dict) and item.get("run_id", item.get("runId")) == session_id:
             seq = item.get("seq")
             if isinstance(seq, int) and not isinstance(seq, bool):
@@ -166,11 +159,7 @@ def _seqs(raw: str, session_id: str) -> tuple[int, ...]:
 
 
 def _ids(raw: str) -> tuple[str, ...]:
-    try:
-        decoded = json.loads(raw)
-    except ValueError:
-        return ()
-    return tuple(str(item) for item in decoded) if isinstance(decoded, list) else ()
+    return tuple(str(item) for item in json_list(raw))
 
 
 class UiReader:

@@ -272,66 +272,6 @@ class SourceMemory:
         ]
 
 
-# ------------------------------------------------------------------------------- date filtering
-
-
-class _DateBoundsSource(Protocol):
-    @property
-    def observation_after(self) -> str | None: ...
-    @property
-    def observation_before(self) -> str | None: ...
-    @property
-    def reflection_after(self) -> str | None: ...
-    @property
-    def reflection_before(self) -> str | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class DateBounds:
-    """Inclusive per-kind date bounds, already normalized (``actors.read.search`` does that)."""
-
-    observation_after: str | None = None
-    """Lower bound on an observation ``timestamp`` (``YYYY-MM-DD HH:MM``)."""
-    observation_before: str | None = None
-    """Upper bound on an observation ``timestamp``."""
-    reflection_after: str | None = None
-    """Lower bound on a reflection ``created_at`` (ISO-8601 UTC)."""
-    reflection_before: str | None = None
-    """Upper bound on a reflection ``created_at``."""
-
-    @classmethod
-    def from_request(cls, request: _DateBoundsSource) -> DateBounds:
-        """The bounds of a validated ``actors.read.search.SearchRequest``."""
-        return cls(
-            request.observation_after,
-            request.observation_before,
-            request.reflection_after,
-            request.reflection_before,
-        )
-
-    @property
-    def active(self) -> bool:
-        """Whether any bound is set."""
-        return any(
-            bound is not None
-            for bound in (
-                self.observation_after,
-                self.observation_before,
-                self.reflection_after,
-                self.reflection_before,
-            )
-        )
-
-    def accepts(self, kind: str, timestamp: str) -> bool:
-        """Whether a memory of ``kind`` dated ``timestamp`` is inside the bounds (string compares; an
-        event is dated like an observation)."""
-        if kind in ("observation", "event"):
-            after, before = self.observation_after, self.observation_before
-        else:
-            after, before = self.reflection_after, self.reflection_before
-        return (after is None or after <= timestamp) and (before is None or timestamp <= before)
-
-
 FusionMode = Literal["convex", "rrf", "keyword"]
 """How the vector and keyword rankings are fused: score-aware convex combination, rank-only RRF, or
 the keyword ranking alone (kept for comparison in ``omray bench recall``)."""

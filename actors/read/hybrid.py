@@ -12,13 +12,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from actors.models.embeddings import embedder_for, reranker_for
-from actors.read.search import SearchRequest
+from persistence.search_request import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter
 from protocol.canonical import condense
 from protocol.ids import display_id
 from protocol.semantic import (
     SEARCH_FAILED_MESSAGE,
-    DateBounds,
     FusionMode,
     Retrieval,
     SemanticSearchError,
@@ -67,7 +66,7 @@ def hybrid_search_for(
             lambda: index.search(
                 request.query,
                 embedder,
-                bounds=DateBounds.from_request(request),
+                bounds=request.bounds,
                 reranker=reranker,
                 limit=request.limit,
             ),

@@ -22,27 +22,23 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from actors.read.answers import ToolResult, error_result, json_safe
 from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
 from actors.read.projector import assemble_active_memory
-from actors.read.search import (
+from actors.read.recall import (
     INVALID_SESSION_ID_MESSAGE,
-    SearchRequest,
-    ToolResult,
-    error_result,
     event_recall_result,
     hydration_range,
-    json_safe,
-    merge_search_results,
     observation_recall_result,
     recall_ambiguous,
     recall_not_found,
     recall_source_refs,
     reflection_recall_result,
-    restrict_to_scope,
     supporting_observations_in_session,
     validate_recall_arguments,
-    validate_search_arguments,
 )
+from actors.read.search import merge_search_results, restrict_to_scope
+from actors.read.search_arguments import validate_search_arguments
 from actors.read.status_view import (
     StatusInputs,
     format_status,
@@ -52,9 +48,11 @@ from actors.read.status_view import (
     view_json,
 )
 from persistence.events_reader import iter_events
+from persistence.exact_plans import SearchStrategy
 from persistence.forget import in_ranges
 from persistence.forget_queries import ForgetReader
-from persistence.search_queries import ExactSearchSpec, SearchReader, SearchStrategy
+from persistence.search_queries import SearchReader
+from persistence.search_request import SearchRequest
 from persistence.semantic.fusion import FUSED_CANDIDATE_LIMIT
 from protocol.canonical import php_trim
 from protocol.errors import EventsFileError, EventsUnreadableError, OmrayError
@@ -203,25 +201,10 @@ def memory_view(db_path: DbPath, session_id: str) -> tuple[str, dict[str, object
 # ---------------------------------------------------------------------------------------- search
 
 
-def exact_spec(request: SearchRequest) -> ExactSearchSpec:
-    """What the exact-search queries need of a request (one more row than the limit: ``truncated``)."""
-    return ExactSearchSpec(
-        query=request.query,
-        like_pattern=request.like_pattern,
-        fetch_limit=request.limit + 1,
-        observation_after=request.observation_after,
-        observation_before=request.observation_before,
-        reflection_after=request.reflection_after,
-        reflection_before=request.reflection_before,
-        sessions=request.sessions,
-    )
-
-
 def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrategy = "auto") -> ToolResult:
     """Exact search (reference §13.3) in the request's scope; ``strategy="scan"`` forces the plain LIKE."""
-    spec = exact_spec(request)
     reader = reader_for(db_path)
-    rows = reader.exact_search(spec, strategy)
+    rows = reader.exact_search(request, strategy)
     covering = reader.covering_observations([(event.run_id, event.seq) for event in rows.transcript])
     return merge_search_results(
         request.query, request.limit, rows.observations, rows.reflections, rows.transcript, covering
@@ -461,7 +444,7 @@ def _events_unreadable(exc: EventsFileError | EventsUnreadableError) -> ToolResu
 
 
 def json_safe_result(result: ToolResult) -> ToolResult:
-    """``result`` with every value strict JSON can carry (see :func:`actors.read.search.json_safe`)."""
+    """``result`` with every value strict JSON can carry (see :func:`actors.read.answers.json_safe`)."""
     safe = json_safe(result)
     assert isinstance(safe, dict)
     return safe

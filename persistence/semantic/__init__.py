@@ -6,17 +6,17 @@
 - :mod:`.chunking`: planning one bounded batch of chunks to embed;
 - :mod:`.keyword`: the ``bm25s`` keyword index;
 - :mod:`.vectors`: the ``hnswlib`` vector index;
-- :mod:`.index`: :class:`SemanticIndex`, the lifecycle (lock, rebuild, synchronize) and search.
+- :mod:`.fusion`: candidate filtering, fusion and collapsing chunk hits to memories;
+- :mod:`.derived`: the index directory, its lock and the state row;
+- :mod:`.build`: synchronization (rebuild, bounded batches);
+- :mod:`.retrieve`: hybrid search;
+- :mod:`.index`: :class:`SemanticIndex`, the three above as one class.
 """
 
+from persistence.semantic.build import JOB_BATCHES, SyncResult
+from persistence.semantic.derived import IndexProgress
 from persistence.semantic.files import KEYWORD_DIR, MANIFEST_FILE, VECTOR_FILE, DerivedIndexError
-from persistence.semantic.index import (
-    JOB_BATCHES,
-    IndexProgress,
-    SemanticIndex,
-    SyncResult,
-    semantic_directory,
-)
+from persistence.semantic.index import SemanticIndex, semantic_directory
 from persistence.semantic.keyword import query_tokens, tokenize
 from persistence.semantic.sources import (
     SemanticSourceReader,

@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, text
 
-from persistence.queries import MemoryReader, select_covering_ids
+from persistence.queries import MemoryReader, json_list, select_covering_ids
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.semantic import MemoryKind, SourceMemory
 from protocol.source_text import cited_seqs
@@ -132,15 +132,7 @@ def content_digest(content: str) -> str:
 
 
 def _source_seqs(raw: object, session_id: str) -> tuple[int, ...]:
-    try:
-        refs = json.loads(raw) if isinstance(raw, str) else []
-    except ValueError:
-        return ()
-    return (
-        cited_seqs([ref for ref in refs if isinstance(ref, dict)], session_id)
-        if isinstance(refs, list)
-        else ()
-    )
+    return cited_seqs([ref for ref in json_list(raw) if isinstance(ref, dict)], session_id)
 
 
 def _observation(row: Any) -> SourceMemory:

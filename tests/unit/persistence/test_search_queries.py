@@ -11,8 +11,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.read.search import SearchRequest, search_in_memory, validate_search_arguments
+from actors.read.search import search_in_memory
+from actors.read.search_arguments import validate_search_arguments
 from actors.read.service import exact_search
+from persistence.exact_plans import (
+    DEFAULT_TUNING,
+    PlanTuning,
+    SearchStrategy,
+)
+from persistence.exact_sql import (
+    OBSERVATION_SEARCH,
+    REFLECTION_SEARCH,
+    SearchTable,
+    TableSearch,
+    trigram_match,
+    trigram_phrase,
+    uses_trigram,
+)
 from persistence.migrations import (
     OBSERVATION_TRIGRAM_TABLE,
     REFLECTION_TRIGRAM_TABLE,
@@ -21,20 +36,10 @@ from persistence.migrations import (
 )
 from persistence.search_candidates import Candidates, ascii_case_variants, tail_sql, trigram_fold
 from persistence.search_queries import (
-    DEFAULT_TUNING,
-    OBSERVATION_SEARCH,
-    REFLECTION_SEARCH,
     ExactSearchRows,
-    ExactSearchSpec,
-    PlanTuning,
     SearchReader,
-    SearchStrategy,
-    SearchTable,
-    TableSearch,
-    trigram_match,
-    trigram_phrase,
-    uses_trigram,
 )
+from persistence.search_request import SearchRequest
 from persistence.store import Store
 from protocol.errors import SettingsError
 from protocol.records import ObservationRecord, ReflectionRecord
@@ -66,19 +71,6 @@ TUNINGS = st.builds(
     first_window_fraction=st.integers(1, 64),
     selective_fraction=st.integers(1, 8),
 )
-
-
-def _spec(request: SearchRequest) -> ExactSearchSpec:
-    return ExactSearchSpec(
-        query=request.query,
-        like_pattern=request.like_pattern,
-        fetch_limit=request.limit + 1,
-        observation_after=request.observation_after,
-        observation_before=request.observation_before,
-        reflection_after=request.reflection_after,
-        reflection_before=request.reflection_before,
-        sessions=request.sessions,
-    )
 
 
 class Corpus:
@@ -151,9 +143,9 @@ def test_fast_path_equals_scan_and_in_memory_model(
     reader = SearchReader(corpus.db_path)
     strategies: tuple[SearchStrategy, ...] = ("scan", "trigram", "ordered", "session", "auto")
     results: dict[str, ExactSearchRows] = {
-        strategy: reader.exact_search(_spec(request), strategy) for strategy in strategies
+        strategy: reader.exact_search(request, strategy) for strategy in strategies
     }
-    results["tuned"] = reader.exact_search(_spec(request), "auto", tuning)
+    results["tuned"] = reader.exact_search(request, "auto", tuning)
     scan = results["scan"]
     assert scan.strategy == "scan"
     assert results["trigram"].strategy == ("trigram" if uses_trigram(request.query) else "scan")
@@ -173,7 +165,7 @@ def test_fast_path_equals_scan_and_in_memory_model(
 def _search(db_path: Path, query: str, strategy: SearchStrategy) -> list[str]:
     request = validate_search_arguments({"query": query})
     assert isinstance(request, SearchRequest)
-    rows = SearchReader(db_path).exact_search(_spec(request), strategy)
+    rows = SearchReader(db_path).exact_search(request, strategy)
     assert rows.strategy == ("scan" if strategy == "scan" else "trigram")
     return [row.observation_id for row in rows.observations] + [row.reflection_id for row in rows.reflections]
 
@@ -236,12 +228,12 @@ def test_short_queries_without_tail_indexes_fall_back_to_the_scan(corpus: Corpus
     corpus.add(["ab cd"], [], 0)
     request = validate_search_arguments({"query": "ab"})
     assert isinstance(request, SearchRequest)
-    assert SearchReader(corpus.db_path).exact_search(_spec(request), "trigram").strategy == "trigram"
+    assert SearchReader(corpus.db_path).exact_search(request, "trigram").strategy == "trigram"
     connection = sqlite3.connect(corpus.db_path)
     with connection:
         connection.execute(f"DROP INDEX {TAIL_INDEXES['om_observation'][1]}")
     connection.close()
-    rows = SearchReader(corpus.db_path).exact_search(_spec(request), "trigram")
+    rows = SearchReader(corpus.db_path).exact_search(request, "trigram")
     assert rows.observation_strategy == "scan" and len(rows.observations) == 1
     assert not uses_trigram("a\0bc") and uses_trigram("abc") and uses_trigram("a")
     assert trigram_phrase('say "hi"') == '"say ""hi"""'
@@ -290,8 +282,8 @@ def test_short_rare_queries_find_rows_holding_them_anywhere(corpus: Corpus, quer
     request = validate_search_arguments({"query": query, "limit": 50})
     assert isinstance(request, SearchRequest)
     reader = SearchReader(corpus.db_path)
-    forced = reader.exact_search(_spec(request), "trigram")
-    scan = reader.exact_search(_spec(request), "scan")
+    forced = reader.exact_search(request, "trigram")
+    scan = reader.exact_search(request, "scan")
     assert forced.strategy == "trigram"
     assert forced.observations == scan.observations and forced.reflections == scan.reflections
     assert len(scan.observations) >= 5 and len(scan.reflections) == 1
@@ -301,7 +293,7 @@ def test_missing_database_gives_empty_answers(tmp_path: Path) -> None:
     reader = SearchReader(tmp_path / "absent.sqlite")
     request = validate_search_arguments({"query": "anything"})
     assert isinstance(request, SearchRequest)
-    rows = reader.exact_search(_spec(request))
+    rows = reader.exact_search(request)
     assert rows.observations == () and rows.reflections == ()
     assert reader.find_observations("s", "a" * 12) == []
     assert reader.observation_ids_in_session("s") == set()
@@ -393,8 +385,8 @@ def test_auto_picks_the_plan_the_probes_point_to_and_answers_like_the_scan(
     request = validate_search_arguments({**arguments, "limit": 5})
     assert isinstance(request, SearchRequest)
     reader = SearchReader(branch_db)
-    auto = reader.exact_search(_spec(request), "auto", tuning)
-    scan = reader.exact_search(_spec(request), "scan")
+    auto = reader.exact_search(request, "auto", tuning)
+    scan = reader.exact_search(request, "scan")
     assert auto.observation_strategy == expected
     assert auto.observations == scan.observations and auto.reflections == scan.reflections
     assert 0 < len(scan.observations) <= 6
@@ -407,14 +399,14 @@ def test_default_tuning_walks_common_queries_and_prefilters_rare_ones(branch_db:
     for query in ("needle", "zeta", "a"):
         request = validate_search_arguments({"query": query})
         assert isinstance(request, SearchRequest)
-        assert reader.exact_search(_spec(request)).observation_strategy == "ordered"
+        assert reader.exact_search(request).observation_strategy == "ordered"
     small_window = dataclasses.replace(DEFAULT_TUNING, first_window=8)
     for query, expected in [("needle", "trigram"), ("zeta", "ordered"), ("a", "ordered")]:
         request = validate_search_arguments({"query": query})
         assert isinstance(request, SearchRequest)
-        rows = reader.exact_search(_spec(request), "auto", small_window)
+        rows = reader.exact_search(request, "auto", small_window)
         assert rows.observation_strategy == expected
-        assert rows.observations == reader.exact_search(_spec(request), "scan").observations
+        assert rows.observations == reader.exact_search(request, "scan").observations
 
 
 def test_missing_order_index_keeps_auto_correct(branch_db: Path) -> None:
@@ -429,10 +421,10 @@ def test_missing_order_index_keeps_auto_correct(branch_db: Path) -> None:
     for query in ("zeta", "a", "q!"):
         request = validate_search_arguments({"query": query, "limit": 5})
         assert isinstance(request, SearchRequest)
-        auto = reader.exact_search(_spec(request), "auto", BRANCH_TUNING)
+        auto = reader.exact_search(request, "auto", BRANCH_TUNING)
         assert auto.observation_strategy in ("trigram", "scan")
-        assert reader.exact_search(_spec(request), "ordered").observation_strategy == "scan"
-        assert auto.observations == reader.exact_search(_spec(request), "scan").observations
+        assert reader.exact_search(request, "ordered").observation_strategy == "scan"
+        assert auto.observations == reader.exact_search(request, "scan").observations
 
 
 def test_plan_tuning_rejects_values_below_one() -> None:
@@ -451,7 +443,7 @@ def _plan(db_path: Path, sql: str, params: dict[str, object]) -> str:
 def _table_search(names: SearchTable, after: str | None = None, before: str | None = None) -> TableSearch:
     request = validate_search_arguments({"query": "needle", "limit": 5})
     assert isinstance(request, SearchRequest)
-    return TableSearch(None, names, _spec(request), (after, before))  # type: ignore[arg-type]
+    return TableSearch(None, names, request, (after, before))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("names", [OBSERVATION_SEARCH, REFLECTION_SEARCH])
@@ -502,7 +494,7 @@ def test_session_plan_reads_only_the_scoped_sessions_by_their_index(
 ) -> None:
     request = validate_search_arguments({"query": "needle", "limit": 5, "scope": ["s", "t"]})
     assert isinstance(request, SearchRequest)
-    search = TableSearch(None, names, _spec(request), (None, None))  # type: ignore[arg-type]
+    search = TableSearch(None, names, request, (None, None))  # type: ignore[arg-type]
     sql, params = search.session_sql()
     assert params["session_0"] == "s" and params["session_1"] == "t"
     plan = _plan(branch_db, sql, params)
@@ -514,6 +506,6 @@ def test_auto_takes_the_session_plan_for_scoped_common_queries(branch_db: Path) 
     for scope, expected in ((["s"], 6), (["other"], 0)):
         request = validate_search_arguments({"query": "zeta", "limit": 5, "scope": scope})
         assert isinstance(request, SearchRequest)
-        rows = reader.exact_search(_spec(request))
+        rows = reader.exact_search(request)
         assert rows.observation_strategy == "session" and len(rows.observations) == expected
-        assert rows.observations == reader.exact_search(_spec(request), "scan").observations
+        assert rows.observations == reader.exact_search(request, "scan").observations

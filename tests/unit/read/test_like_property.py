@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.read.search import like_matches, like_pattern
+from actors.read.search import like_matches
+from persistence.search_request import like_pattern
 
 # Small alphabets make matches (and near misses) likely; the wide one covers non-ASCII folding.
 # NUL is included: SQLite reads both strings only up to their first NUL.

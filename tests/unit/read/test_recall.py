@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.read.search import (
+from actors.read.recall import (
     INVALID_ID_MESSAGE,
     INVALID_SESSION_ID_MESSAGE,
     RecallRequest,

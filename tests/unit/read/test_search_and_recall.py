@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import actors.read.service as read_service
-from actors.read.search import SearchRequest
 from actors.read.service import call_tool, memory_search, recall
+from persistence.search_request import SearchRequest
 from persistence.store import Store
 from tests.unit.read.factories import hex_id, observation, reflection
 from tests.unit.read.helpers import commit, promote

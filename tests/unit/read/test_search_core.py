@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.read.search import (
-    SearchRequest,
-    like_matches,
-    like_pattern,
-    merge_search_results,
-    search_in_memory,
-    sort_key,
-    validate_search_arguments,
-)
+from actors.read.search import like_matches, merge_search_results, search_in_memory
+from actors.read.search_arguments import sort_key, validate_search_arguments
+from persistence.search_request import SearchRequest, like_pattern
 from protocol.records import ObservationRecord, ReflectionRecord
 from tests.unit.read.factories import hex_id, observation, reflection
 
@@ -121,20 +115,26 @@ def test_validation_order() -> None:
 
 def test_blank_and_null_bounds_are_absent() -> None:
     request = _request(query="x", after="   ", before=None, limit=None)
-    assert request.observation_after is None and request.reflection_before is None
+    assert request.bounds.observation_after is None and request.bounds.reflection_before is None
     assert request.limit == 20
 
 
 def test_bound_normalization() -> None:
     dates = _request(query="x", after=" 2026-09-10 ", before="2026-09-11")
-    assert (dates.observation_after, dates.observation_before) == ("2026-09-10 00:00", "2026-09-11 23:59")
-    assert (dates.reflection_after, dates.reflection_before) == (
+    assert (dates.bounds.observation_after, dates.bounds.observation_before) == (
+        "2026-09-10 00:00",
+        "2026-09-11 23:59",
+    )
+    assert (dates.bounds.reflection_after, dates.bounds.reflection_before) == (
         "2026-09-10T00:00:00+00:00",
         "2026-09-11T23:59:59.999999+00:00",
     )
     minutes = _request(query="x", after="2026-09-11 08:15", before="2026-09-11 08:15")
-    assert (minutes.observation_after, minutes.observation_before) == ("2026-09-11 08:15", "2026-09-11 08:15")
-    assert (minutes.reflection_after, minutes.reflection_before) == (
+    assert (minutes.bounds.observation_after, minutes.bounds.observation_before) == (
+        "2026-09-11 08:15",
+        "2026-09-11 08:15",
+    )
+    assert (minutes.bounds.reflection_after, minutes.bounds.reflection_before) == (
         "2026-09-11T08:15:00+00:00",
         "2026-09-11T08:15:59.999999+00:00",
     )
@@ -311,7 +311,9 @@ def test_years_before_1000_are_real_calendar_dates(value: str) -> None:
     # The original's strict round trip formats the year with at least 4 digits; "0001-01-01" is a
     # common "since the beginning" bound and must not be rejected as unreal.
     request = _request(query="x", after=value)
-    assert request.observation_after is not None and request.observation_after.startswith(value[:10])
+    assert request.bounds.observation_after is not None and request.bounds.observation_after.startswith(
+        value[:10]
+    )
 
 
 @pytest.mark.parametrize("value", ["0100-02-29", "1900-02-29", "0001-04-31 00:00", "0001-01-01 23:60"])

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from actors.read.hybrid import run_hybrid_search
-from actors.read.search import SearchRequest
+from persistence.search_request import SearchRequest
 from persistence.semantic import SemanticIndex
 from persistence.store import Store
-from protocol.semantic import DateBounds
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
 
 _WORD = re.compile(r"[^\W_]+")
@@ -157,9 +156,7 @@ def hybrid_tool(index: SemanticIndex, embedder: HashEmbedder) -> Callable[[Searc
 
     def search(request: SearchRequest) -> dict[str, object]:
         return run_hybrid_search(
-            lambda: index.search(
-                request.query, embedder, bounds=DateBounds.from_request(request), limit=request.limit
-            ),
+            lambda: index.search(request.query, embedder, bounds=request.bounds, limit=request.limit),
             request.query,
             request.limit,
         )

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from persistence.semantic import SemanticIndex, SemanticSourceReader
-from persistence.semantic.index import embed_in_batches
+from persistence.semantic.build import embed_in_batches
 from persistence.semantic.vectors import VectorStore
 from protocol.semantic import SemanticSearchError
 from tests.unit.semantic.conftest import HashEmbedder, Memories, RecordingWriter, sync_all

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from actors.read.hybrid import hybrid_answer, run_hybrid_search
-from actors.read.search import SearchRequest, validate_search_arguments
+from actors.read.search_arguments import validate_search_arguments
+from persistence.search_request import DateBounds, SearchRequest
 from persistence.semantic.fusion import (
     apply_rerank,
     collapse_to_memories,
@@ -14,7 +15,6 @@ from persistence.semantic.fusion import (
     store_fetch_size,
 )
 from protocol.semantic import (
-    DateBounds,
     Retrieval,
     SemanticSearchError,
     SourceMemory,
@@ -88,7 +88,7 @@ def test_rerank_order_filters_and_rejects_bad_offsets() -> None:
 def _bounds(**arguments: object) -> DateBounds:
     request = validate_search_arguments({"query": "x", **arguments})
     assert isinstance(request, SearchRequest)
-    return DateBounds.from_request(request)
+    return request.bounds
 
 
 def test_date_bounds_are_per_kind_and_inclusive() -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from persistence.search_request import DateBounds
 from persistence.semantic import KEYWORD_DIR, VECTOR_FILE, SemanticIndex, SemanticSourceReader
-from protocol.semantic import DateBounds, SemanticSearchError
+from protocol.semantic import SemanticSearchError
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
 from tests.unit.semantic.conftest import HashEmbedder, Memories, RecordingWriter, sync_all
 

@@ -1,0 +1,318 @@
+"""Building the derived hybrid-search index: bounded, resumable synchronization (reference §14.4).
+
+``dirty`` is saved before any write to derived storage and cleared only after all of them
+succeeded, so any interrupted write leads to a rebuild instead of a silently inconsistent index.
+Unlike the original, which re-read and re-chunked every memory for each batch, indexing keeps a
+resumable cursor (:mod:`.chunking`): a batch reads and chunks O(batch) memories however many are
+already indexed. Canonical rows are append-only in omray (content-hash ids, insert-or-verify
+writes); ``synchronize(full_check=True)`` compares everything for a database edited by other
+tools. The embedding calls never run under the lock: the plan's snapshot is re-validated after
+re-acquiring it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from collections.abc import Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Final
+
+from persistence.semantic.chunking import BatchPlan, collect
+from persistence.semantic.derived import DerivedIndex
+from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
+from persistence.semantic.manifest import Manifest
+from persistence.semantic.sources import KINDS, SemanticState, SourceFingerprint
+from protocol.semantic import (
+    EMBEDDING_UNAVAILABLE_MESSAGE,
+    INDEX_DIMENSIONS_MESSAGE,
+    Embedder,
+    MemoryChunk,
+    SemanticSearchError,
+)
+
+logger = logging.getLogger("omray.semantic")
+
+JOB_BATCHES: Final[int] = 32
+"""Embedding batches one indexer job commits at once. Every commit rewrites and checksums the
+whole vector file, so one batch per commit made a backfill quadratic (at 50,000 memories most of
+its time went to rewriting the file); 32 batches of the offline model's 32 chunks keep that
+write a few percent of the embedding time at that size, and a job under a minute."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """Outcome of one bounded :meth:`SemanticIndex.synchronize` batch."""
+
+    complete: bool
+    """Nothing is pending and the source did not change during the batch."""
+    indexed_memories: int
+    """Memories fully indexed after the batch."""
+    source_memories: int
+    """Current memories."""
+    rebuilt: bool
+    """The derived index was discarded and started again in this call."""
+    embedded_chunks: int
+    """Chunks embedded and stored in this call."""
+    memories_read: int = 0
+    """Canonical memories read to plan the batch (cost measure; excludes a full comparison)."""
+    memories_chunked: int = 0
+    """Memories chunked to plan the batch (cost measure)."""
+    rebuild_reason: str | None = None
+    """Why the index was rebuilt, when it was."""
+
+
+def embed_in_batches(embedder: Embedder, texts: Sequence[str], size: int) -> list[list[float]]:
+    """Vectors of ``texts`` (in their order), embedded ``size`` at a time, shortest texts first.
+
+    Batching texts of similar length spares the padding an embedder adds to the longest text of
+    a batch (half the work on mixed conversation turns with the offline model)."""
+    order = sorted(range(len(texts)), key=lambda position: (len(texts[position]), position))
+    vectors: list[list[float]] = [[] for _ in texts]
+    for start in range(0, len(order), size):
+        positions = order[start : start + size]
+        embedded = embedder.embed([texts[position] for position in positions])
+        if len(embedded) != len(positions):
+            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+        for position, vector in zip(positions, embedded, strict=True):
+            vectors[position] = vector
+    return vectors
+
+
+class IndexBuilder(DerivedIndex):
+    """The build side of :class:`persistence.semantic.index.SemanticIndex`: ``synchronize``."""
+
+    def synchronize(
+        self,
+        embedder: Embedder,
+        batch_size: int | None = None,
+        *,
+        batches: int = 1,
+        full_check: bool = False,
+    ) -> SyncResult:
+        """Index up to ``batches`` batches of at most ``batch_size`` chunks, committed once;
+        ``complete`` when nothing is left.
+
+        Each batch is one embedding call; the vector file is saved and checksummed once per call of
+        this method, so ``batches`` amortizes that O(index) write (the indexer passes
+        :data:`JOB_BATCHES`). Rebuilds first when any rebuild condition holds. The embedding calls
+        run outside the lock; if the index changed meanwhile the work is dropped (``complete=False``,
+        nothing written), and a failing call leaves the index as it was. Raises
+        ``SemanticSearchError`` (``index_busy``, ``embedding_dimensions_changed``, or the embedder's
+        own ``embedding_unavailable``).
+        """
+        size = batch_size if batch_size is not None else self._settings.embedding_api.batch_size
+        if size < 1 or batches < 1:
+            raise ValueError("batch_size and batches must be >= 1")
+        if not os.path.exists(self._db_path):
+            return SyncResult(True, 0, 0, False, 0)  # no database yet: nothing to index
+        with self._locked():
+            plan = self._plan(size * batches, full_check)
+        vectors = embed_in_batches(
+            embedder, [chunk.vector_text for chunk in plan.chunks if chunk.embedded], size
+        )
+        with self._locked():
+            return self._commit(plan, vectors)
+
+    def _plan(self, size: int, full_check: bool) -> BatchPlan:
+        state, fingerprint = self._reader.snapshot()
+        reason, cursors = self._check(state, fingerprint, full_check)
+        rebuilt = reason is not None
+        if reason is not None:
+            self._rebuild(reason, fingerprint, first_build=state is None)
+            state = SemanticState(self._signature, fingerprint.digest(), 0, False, False)
+            cursors = {kind: 0 for kind in KINDS}
+        assert state is not None
+        with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
+            keyword_invalid = manifest.chunk_count() > 0 and not self._keyword.is_valid(manifest)
+            stored_cursors = manifest.cursors()
+            plan = BatchPlan(
+                state=state,
+                fingerprint=fingerprint,
+                manifest_token=manifest.token(),
+                chunks=[],
+                completed=[],
+                new_memories=[],
+                cursors=dict(cursors),
+                cursors_changed=cursors != stored_cursors or manifest.fingerprint() != fingerprint,
+                rebuilt=rebuilt,
+                rebuild_reason=reason,
+                keyword_invalid=keyword_invalid,
+            )
+            collect(self._reader, manifest, plan, size, self._rules)
+        return plan
+
+    def _check(
+        self, state: SemanticState | None, fingerprint: SourceFingerprint, full_check: bool
+    ) -> tuple[str | None, dict[str, int]]:
+        """The rebuild reason (``None`` when the index can be extended) and the cursors to resume from."""
+        if state is None:
+            return "no_state", {}
+        if state.dirty:
+            return "dirty", {}
+        if state.signature != self._signature:
+            return "signature_changed", {}
+        try:
+            with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
+                if manifest.meta("signature") != self._signature:
+                    return "derived_inconsistent", {}
+                dimensions = manifest.meta_int("dimensions")
+                if dimensions != state.dimensions:
+                    return "derived_inconsistent", {}
+                if manifest.vector_count() > 0:
+                    self._vectors.load(manifest, dimensions)
+                cursors = manifest.cursors()
+                previous = manifest.fingerprint()
+                if full_check or not self._appended_only(previous, fingerprint):
+                    return self._full_diff(manifest, cursors)
+                return None, cursors
+        except DerivedIndexError as exc:
+            logger.warning("om.semantic.derived_invalid", extra={"exception_class": type(exc).__name__})
+            return "derived_invalid", {}
+        except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+            logger.warning("om.semantic.derived_invalid", extra={"exception_class": type(exc).__name__})
+            return "derived_invalid", {}
+
+    def _appended_only(self, previous: SourceFingerprint, current: SourceFingerprint) -> bool:
+        if previous == current:
+            return True
+        for kind in KINDS:
+            before, now = previous.table(kind), current.table(kind)
+            if now.count < before.count or now.max_rowid < before.max_rowid:
+                return False
+            if before.count and self._reader.count_through(kind, before.max_rowid) != before.count:
+                return False
+            if before.count and self._reader.id_at(kind, before.max_rowid) != before.last_id:
+                return False  # the last row was deleted and its rowid reused by a new memory
+        return True
+
+    def _full_diff(self, manifest: Manifest, cursors: dict[str, int]) -> tuple[str | None, dict[str, int]]:
+        """Compare the manifest with every canonical memory: stale chunks -> rebuild; misses behind
+        the cursor -> move the cursor back (already indexed memories are then skipped cheaply)."""
+        current = self._reader.content_digests()
+        for key, digest in manifest.memory_digests().items():
+            found = current.get(key)
+            if found is None or found[2] != digest:
+                return "stale_chunk", {}
+        in_progress = manifest.in_progress_parents()
+        memories = self._reader.memories_by_keys(in_progress)
+        for key in in_progress:
+            memory = memories.get(key)
+            if memory is None:
+                return "stale_chunk", {}
+            own = manifest.chunk_ids_of(key)
+            if not own <= {chunk.chunk_id for chunk in memory.chunks(self._rules)}:
+                return "stale_chunk", {}
+        resumed = dict(cursors)
+        indexed = manifest.memory_digests()
+        for key, (kind, rowid, _digest) in current.items():
+            if key not in indexed and rowid <= resumed[kind]:
+                resumed[kind] = rowid - 1
+        return None, resumed
+
+    def _rebuild(self, reason: str, fingerprint: SourceFingerprint, first_build: bool) -> None:
+        # The marker precedes any derived write, so a crash mid-rebuild is rebuilt again.
+        self._save_state(fingerprint.digest(), 0, dirty=True, complete=False)
+        self._remove_derived()
+        Manifest.create(self._path(MANIFEST_FILE), self._signature, fingerprint).close()
+        self._save_state(fingerprint.digest(), 0, dirty=False, complete=False)
+        log = logger.info if first_build else logger.warning
+        log("om.semantic.rebuild", extra={"reason": reason, "source_count": fingerprint.total})
+
+    def _commit(self, plan: BatchPlan, vectors: Sequence[Sequence[float]]) -> SyncResult:
+        state = self._reader.semantic_state()
+        manifest = Manifest.open(self._path(MANIFEST_FILE))
+        with closing(manifest):
+            if state != plan.state or manifest.token() != plan.manifest_token:
+                # Someone else wrote meanwhile: drop this batch rather than mix two snapshots.
+                return self._result(plan, manifest, complete=False, embedded=0)
+            dimensions = self._check_vectors(plan, vectors)
+            if not plan.chunks and not plan.cursors_changed and not plan.keyword_invalid:
+                return self._finish(plan, manifest, dimensions, embedded=0)
+            self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)
+            # From here on the state row says dirty: _finish must always clear it.
+            labels: list[tuple[int, MemoryChunk]] = []
+            vector_sha = manifest.meta("vector_sha") or ""
+            if plan.chunks:
+                first = manifest.next_label()
+                labels = [(first + offset, chunk) for offset, chunk in enumerate(plan.chunks)]
+                with_vectors = [(label, chunk) for label, chunk in labels if chunk.embedded]
+                if with_vectors:
+                    vector_sha = self._vectors.append(manifest, dimensions, with_vectors, vectors)
+            generation = manifest.meta_int("generation") + 1
+            with manifest.transaction():
+                manifest.add(labels, plan.new_memories)
+                manifest.set_meta(
+                    generation=generation,
+                    dimensions=dimensions,
+                    vector_sha=vector_sha,
+                    cursor_observation=plan.cursors["observation"],
+                    cursor_reflection=plan.cursors["reflection"],
+                    cursor_event=plan.cursors["event"],
+                    fingerprint=plan.fingerprint.to_json(),
+                )
+            pending = self._reader.has_rows_after(plan.cursors)
+            chunk_count = manifest.chunk_count()
+            keyword_count = manifest.meta_int("keyword_count")
+            # bm25s cannot add documents: rebuild when done, or when the lag doubles (amortized O(1)).
+            if plan.keyword_invalid or (
+                keyword_count != chunk_count and (not pending or chunk_count >= 2 * keyword_count)
+            ):
+                self._keyword.rebuild(manifest)
+            embedded = sum(1 for _, chunk in labels if chunk.embedded)
+            return self._finish(plan, manifest, dimensions, embedded=embedded, marked_dirty=True)
+
+    def _check_vectors(self, plan: BatchPlan, vectors: Sequence[Sequence[float]]) -> int:
+        dimensions = plan.state.dimensions
+        if not plan.embedded:
+            if vectors:
+                raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+            return dimensions
+        widths = {len(vector) for vector in vectors}
+        if len(vectors) != plan.embedded or len(widths) != 1 or 0 in widths:
+            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+        batch_dimensions = widths.pop()
+        if dimensions not in (0, batch_dimensions):
+            self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)
+            logger.warning("om.semantic.dimensions_changed", extra={"dimensions": batch_dimensions})
+            raise SemanticSearchError("embedding_dimensions_changed", INDEX_DIMENSIONS_MESSAGE)
+        return batch_dimensions
+
+    def _finish(
+        self,
+        plan: BatchPlan,
+        manifest: Manifest,
+        dimensions: int,
+        embedded: int,
+        marked_dirty: bool = False,
+    ) -> SyncResult:
+        pending = self._reader.has_rows_after(plan.cursors)
+        unchanged = self._reader.fingerprint() == plan.fingerprint
+        complete = not pending and unchanged
+        final = SemanticState(self._signature, plan.fingerprint.digest(), dimensions, False, complete)
+        if marked_dirty or final != plan.state or embedded or plan.cursors_changed:
+            self._save_state(final.source_hash, final.dimensions, dirty=False, complete=complete)
+        if plan.rebuilt or embedded:
+            logger.info(
+                "om.semantic.batch",
+                extra={
+                    "embedded_chunks": embedded,
+                    "complete": complete,
+                    "source_count": plan.fingerprint.total,
+                },
+            )
+        return self._result(plan, manifest, complete=complete, embedded=embedded)
+
+    def _result(self, plan: BatchPlan, manifest: Manifest, complete: bool, embedded: int) -> SyncResult:
+        return SyncResult(
+            complete=complete,
+            indexed_memories=manifest.memory_count(),
+            source_memories=plan.fingerprint.total,
+            rebuilt=plan.rebuilt,
+            embedded_chunks=embedded,
+            memories_read=plan.memories_read,
+            memories_chunked=plan.memories_chunked,
+            rebuild_reason=plan.rebuild_reason,
+        )
