@@ -33,7 +33,7 @@ detail the observation left out, which only the event's chunks hold.
   keyword queries; ``recall_at_10_by_query`` has every mode on every query type.
 
 The index keeps its keyword and vector stores private, so the single-store rankings are computed
-directly over the same chunks (``protocol.semantic.chunk_memory`` with the index's chunking rules):
+directly over the same chunks (``persistence.semantic.chunks.chunk_memory`` with the index's chunking rules):
 ``bm25`` is a ``bm25s.BM25`` index of the index's own tokenizer output, queried with the index's
 query tokens (unknown tokens dropped, zero scores cut); ``vector`` is an ``hnswlib`` cosine index
 with the index's construction parameters (``persistence.semantic.vectors``, ef max(k, 64)) over the
@@ -73,17 +73,13 @@ from bench.search_bench import corpus_material, corpus_observation, corpus_part,
 from persistence.search_request import SearchRequest
 from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
 from persistence.semantic.build import embed_in_batches
+from persistence.semantic.chunks import memory_chunks
+from persistence.semantic.retrieve import query_text_for_embedding
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
 from persistence.store import Store
 from protocol.identities import transcript_event_id
 from protocol.records import ObservationRecord, TranscriptEntry
-from protocol.semantic import (
-    ChunkingRules,
-    Embedder,
-    MemoryChunk,
-    SourceMemory,
-    query_text_for_embedding,
-)
+from protocol.semantic import ChunkingRules, Embedder, MemoryChunk, SourceMemory
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings, semantic_from_mapping
 
 DEFAULT_SIZE: Final[int] = 2000
@@ -577,8 +573,8 @@ def corpus_chunks(
         )
         event_id = transcript_event_id(memory.run_id, memory.seq)
         event = SourceMemory("event", event_id, memory.run_id, "", memory.event_text, None, (memory.seq,))
-        own = observation.chunks(rules, [memory.event_text])
-        transcript = event.chunks(rules)
+        own = memory_chunks(observation, rules, [memory.event_text])
+        transcript = memory_chunks(event, rules)
         chunks.extend(own + transcript)
         owner.update((chunk.chunk_id, memory.memory_id) for chunk in own + transcript)
         events += len(transcript)

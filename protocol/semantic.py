@@ -1,9 +1,10 @@
 """The shapes of hybrid retrieval (reference §14.3, §14.7): chunks and their ids, the memories they
-come from, date bounds, what a retrieval found, the error codes, and the embedder and reranker
+come from, what a retrieval found, the error codes, and the embedder and reranker
 protocols.
 
-No I/O. The derived index files, the lock and the lifecycle live in ``persistence.semantic`` (its
-ranking rules in :mod:`persistence.semantic.fusion`); the tool answers in :mod:`actors.read.hybrid`;
+Shapes only. The chunking rules at work (``persistence.semantic.chunks``), the derived index files,
+the lock and the lifecycle live in ``persistence.semantic`` (its ranking rules in
+:mod:`persistence.semantic.fusion`); the tool answers in :mod:`actors.read.hybrid`;
 the HTTP/offline clients live elsewhere and only have to satisfy :class:`Embedder` and
 :class:`Reranker`.
 """
@@ -11,14 +12,13 @@ the HTTP/offline clients live elsewhere and only have to satisfy :class:`Embedde
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
 from protocol.canonical import condense
 from protocol.errors import OmrayError
-from protocol.identities import semantic_chunk_id
 from protocol.settings import EmbeddingApiSettings
-from protocol.source_text import SourceExcerpt, quoted_in
+from protocol.source_text import SourceExcerpt
 
 MemoryKind = Literal["observation", "reflection", "event"]
 """What is indexed: the two kinds of memory (reference §14.2), and every covered event's text (the
@@ -123,43 +123,6 @@ class ChunkingRules:
         return cls(settings.chunk_bytes, settings.overlap_bytes, settings.max_lines)
 
 
-def _is_continuation(byte: int) -> bool:
-    return byte & 0xC0 == 0x80
-
-
-def split_text(text: str, rules: ChunkingRules) -> list[str]:
-    """Overlapping chunks of ``text``: at most ``chunk_bytes`` bytes, never splitting a character.
-
-    A chunk with more than ``max_lines`` lines keeps its first ``max_lines`` lines plus a
-    trailing newline. The next chunk starts ``overlap_bytes`` before the previous end (at least
-    one byte further, moved forward to a character start). Empty text has no chunks.
-    """
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ChunkingError(INVALID_UTF8_MESSAGE) from None
-    length = len(data)
-    chunks: list[str] = []
-    offset = 0
-    while offset < length:
-        end = min(offset + rules.chunk_bytes, length)
-        while offset < end < length and _is_continuation(data[end]):
-            end -= 1
-        chunk = data[offset:end].decode("utf-8")
-        lines = chunk.split("\n")
-        if len(lines) > rules.max_lines:
-            chunk = "\n".join(lines[: rules.max_lines]) + "\n"
-        chunks.append(chunk)
-        end = offset + len(chunk.encode("utf-8"))
-        if end >= length:
-            break
-        following = max(offset + 1, end - rules.overlap_bytes)
-        while following < end and _is_continuation(data[following]):
-            following += 1
-        offset = following
-    return chunks
-
-
 def parent_key(kind: str, memory_id: str) -> str:
     """``"<kind>:<id>"``: the key of a memory in the index."""
     return f"{kind}:{memory_id}"
@@ -197,32 +160,6 @@ class MemoryChunk:
         return self.text[:EVENT_VECTOR_CHARS] if self.seq_start is not None else self.text
 
 
-def chunk_memory(kind: str, memory_id: str, content: str, rules: ChunkingRules) -> list[MemoryChunk]:
-    """The chunks of one memory with their ids, in position order."""
-    key = parent_key(kind, memory_id)
-    return [
-        MemoryChunk(semantic_chunk_id(kind, memory_id, position, text), key, position, text)
-        for position, text in enumerate(split_text(content, rules))
-    ]
-
-
-def chunk_event(event_id: str, seq: int, content: str, rules: ChunkingRules) -> list[MemoryChunk]:
-    """The chunks of one transcript event; only the first :data:`EVENT_VECTOR_CHUNKS` get a vector."""
-    key = parent_key("event", event_id)
-    return [
-        MemoryChunk(
-            semantic_chunk_id("event", event_id, position, text),
-            key,
-            position,
-            text,
-            seq,
-            seq,
-            embedded=position < EVENT_VECTOR_CHUNKS,
-        )
-        for position, text in enumerate(split_text(content, rules))
-    ]
-
-
 @dataclass(frozen=True, slots=True)
 class SourceMemory:
     """One canonical memory as indexed and returned by hybrid search (reference §14.2)."""
@@ -255,31 +192,10 @@ class SourceMemory:
         """An event's seq (``None`` for memories)."""
         return self.source_seqs[0] if self.kind == "event" and self.source_seqs else None
 
-    def chunks(self, rules: ChunkingRules, quoted_sources: Sequence[str] = ()) -> list[MemoryChunk]:
-        """The current chunks of its text. A memory chunk that only quotes one of ``quoted_sources``
-        (the texts of the events it cites) gets no vector of its own: the event's chunk carries that
-        meaning, and a hit on it leads back to the memory."""
-        if self.kind == "event":
-            return chunk_event(self.memory_id, self.seq or 0, self.content, rules)
-        chunks = chunk_memory(self.kind, self.memory_id, self.content, rules)
-        if not quoted_sources:
-            return chunks
-        return [
-            replace(chunk, embedded=False)
-            if any(quoted_in(chunk.text, source) for source in quoted_sources)
-            else chunk
-            for chunk in chunks
-        ]
-
 
 FusionMode = Literal["convex", "rrf", "keyword"]
 """How the vector and keyword rankings are fused: score-aware convex combination, rank-only RRF, or
 the keyword ranking alone (kept for comparison in ``omray bench recall``)."""
-
-
-def query_text_for_embedding(query_prefix: str, query: str) -> str:
-    """``prefix + " " + query`` when a prefix is configured, else the query."""
-    return f"{query_prefix} {query}" if query_prefix else query
 
 
 # ------------------------------------------------------------------------------------ answers

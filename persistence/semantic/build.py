@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from persistence.semantic.chunking import BatchPlan, collect
+from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.derived import DerivedIndex
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
 from persistence.semantic.manifest import Manifest
@@ -203,7 +204,7 @@ class IndexBuilder(DerivedIndex):
             if memory is None:
                 return "stale_chunk", {}
             own = manifest.chunk_ids_of(key)
-            if not own <= {chunk.chunk_id for chunk in memory.chunks(self._rules)}:
+            if not own <= {chunk.chunk_id for chunk in memory_chunks(memory, self._rules)}:
                 return "stale_chunk", {}
         resumed = dict(cursors)
         indexed = manifest.memory_digests()

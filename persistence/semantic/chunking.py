@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.sources import (
     KINDS,
@@ -96,7 +97,7 @@ def _take(
     quoted: list[str] = []
     if memory.kind == "observation" and memory.source_seqs:
         quoted = list(reader.transcript_texts(memory.session_id, memory.source_seqs).values())
-    chunks = memory.chunks(rules, quoted)
+    chunks = memory_chunks(memory, rules, quoted)
     plan.memories_chunked += 1
     done = manifest.chunk_ids_of(memory.parent_key)
     todo = [chunk for chunk in chunks if chunk.chunk_id not in done]

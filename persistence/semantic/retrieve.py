@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from persistence.search_request import DateBounds
+from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.derived import DerivedIndex
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
 from persistence.semantic.fusion import (
@@ -44,11 +45,15 @@ from protocol.semantic import (
     Retrieval,
     SemanticSearchError,
     SourceMemory,
-    query_text_for_embedding,
 )
 from protocol.source_text import SourceExcerpt
 
 logger = logging.getLogger("omray.semantic")
+
+
+def query_text_for_embedding(query_prefix: str, query: str) -> str:
+    """``prefix + " " + query`` when a prefix is configured, else the query."""
+    return f"{query_prefix} {query}" if query_prefix else query
 
 
 @dataclass
@@ -296,7 +301,7 @@ class IndexSearcher(DerivedIndex):
             if not bounds.accepts(memory.kind, memory.timestamp):
                 return False
             if key not in current:
-                current[key] = {chunk.chunk_id for chunk in memory.chunks(self._rules)}
+                current[key] = {chunk.chunk_id for chunk in memory_chunks(memory, self._rules)}
             if chunk_id not in current[key]:
                 stale.add(key)
                 return False

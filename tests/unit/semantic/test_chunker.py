@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from persistence.semantic.chunks import chunk_memory, split_text
 from protocol.canonical import sha256_hex
-from protocol.semantic import ChunkingError, ChunkingRules, chunk_memory, split_text
+from protocol.semantic import ChunkingError, ChunkingRules
 
 
 def test_ascii_overlap_example() -> None:

@@ -14,11 +14,11 @@ from persistence.semantic.fusion import (
     rrf_fuse,
     store_fetch_size,
 )
+from persistence.semantic.retrieve import query_text_for_embedding
 from protocol.semantic import (
     Retrieval,
     SemanticSearchError,
     SourceMemory,
-    query_text_for_embedding,
 )
 
 OBS = SourceMemory("observation", "a" * 64, "s1", "2026-09-11 08:00", "first  memory\n text", "high")
