@@ -27,6 +27,7 @@ from persistence import schema
 from persistence.connection import DatabaseMissingError, open_read_engine
 from persistence.migrations import known_tables, tables_created_by
 from persistence.projection_sql import FIRST_SOURCE_SEQ_SQL
+from persistence.read_connection import in_batches
 from protocol.errors import StorageError
 from protocol.identities import normalize_source_refs, observation_set_hash
 from protocol.records import (
@@ -39,8 +40,6 @@ from protocol.records import (
 )
 
 T = TypeVar("T")
-
-_ID_BATCH = 500  # stays well below SQLite's bound-variable limit
 
 
 class _Result(BaseModel):
@@ -566,8 +565,8 @@ class MemoryReader:
             obs = schema.om_observation
             wanted = list(dict.fromkeys(observation_ids))
             found: dict[str, ObservationRecord] = {}
-            for start in range(0, len(wanted), _ID_BATCH):
-                batch = select(obs).where(obs.c.observation_id.in_(wanted[start : start + _ID_BATCH]))
+            for ids, _ in in_batches(wanted):
+                batch = select(obs).where(obs.c.observation_id.in_(ids))
                 if run_id is not None:
                     batch = batch.where(obs.c.run_id == run_id)
                 for row in conn.execute(batch):

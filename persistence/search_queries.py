@@ -57,7 +57,7 @@ from persistence.queries import (
     select_active_candidate_set,
     select_covering_ids,
 )
-from persistence.read_connection import SnapshotReader
+from persistence.read_connection import SnapshotReader, in_batches
 from persistence.search_candidates import vocabulary_ddl
 from persistence.search_request import SearchRequest, escape_like
 from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord, Relevance
@@ -331,9 +331,7 @@ class SearchReader(MemoryReader):
             chosen = select_covering_ids(conn, events)
             ids = sorted(set(chosen.values()))
             hits: dict[str, ObservationHit] = {}
-            for start in range(0, len(ids), 500):
-                batch = ids[start : start + 500]
-                marks = ", ".join("?" for _ in batch)
+            for batch, marks in in_batches(ids):
                 sql = (
                     f"SELECT {OBSERVATION_HIT_COLUMNS} FROM om_observation WHERE observation_id IN ({marks})"
                 )

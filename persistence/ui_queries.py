@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from persistence.queries import CoverageInterval, contiguous_end, json_list
-from persistence.read_connection import SnapshotReader
+from persistence.read_connection import SnapshotReader, in_batches
 
 EXCERPT_CHARS: Final[int] = 280
 """Characters of an event's text the timeline shows (the full text is one ``recall`` away)."""
@@ -404,9 +404,7 @@ def _generations(
 
 def _source_excerpts(conn: sqlite3.Connection, observation_ids: list[str]) -> dict[str, tuple[int, str]]:
     found: dict[str, tuple[int, str]] = {}
-    for start in range(0, len(observation_ids), 500):
-        batch = observation_ids[start : start + 500]
-        marks = ", ".join("?" for _ in batch)
+    for batch, marks in in_batches(observation_ids):
         for observation_id, seq, excerpt in conn.execute(
             "SELECT r.observation_id, r.seq, substr(t.content, 1, ?) FROM omray_observation_ref AS r"
             " JOIN omray_transcript AS t ON t.run_id = r.run_id AND t.seq = r.seq"

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from actors.models.embeddings import embedder_for, reranker_for
+from actors.read.search import result_item
 from persistence.search_request import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter
 from protocol.canonical import condense
-from protocol.ids import display_id
 from protocol.semantic import (
     SEARCH_FAILED_MESSAGE,
     FusionMode,
@@ -90,14 +90,7 @@ def memory_result_item(memory: SourceMemory, excerpt: SourceExcerpt | None = Non
         content = excerpt.text if excerpt is not None else content[:EVENT_CONTENT_CHARS]
         if excerpt is None and memory.seq is not None:
             excerpt = SourceExcerpt(memory.seq, memory.seq, content)
-    item: dict[str, object] = {
-        "kind": memory.kind,
-        "session_id": memory.session_id,
-        "id": memory.memory_id,
-        "display_id": display_id(memory.memory_id),
-        "timestamp": memory.timestamp,
-        "content": content,
-    }
+    item = result_item(memory.kind, memory.session_id, memory.memory_id, memory.timestamp, content)
     if memory.kind == "observation":
         item["importance"] = memory.importance
     if excerpt is not None:

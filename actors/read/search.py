@@ -83,17 +83,29 @@ def _widen_source(item: ToolResult, seq: int, excerpt: str) -> None:
     source["seq_end"] = max(int(source["seq_end"]), seq)
 
 
+def result_item(
+    kind: str, session_id: str, memory_id: str, timestamp: str, content: str, importance: str | None = None
+) -> ToolResult:
+    """One ``memory_search`` result, exact or hybrid: ``{kind, session_id, id, display_id, timestamp,
+    importance?, content}`` (``importance`` only when given: an observation's)."""
+    item: ToolResult = {
+        "kind": kind,
+        "session_id": session_id,
+        "id": memory_id,
+        "display_id": display_id(memory_id),
+        "timestamp": timestamp,
+    }
+    if importance is not None:
+        item["importance"] = importance
+    item["content"] = content
+    return item
+
+
 def event_search_item(event: SearchedEvent, excerpt: str) -> ToolResult:
     """A transcript hit that no observation covers: the event itself (``recall`` takes its id)."""
-    return {
-        "kind": "event",
-        "session_id": event.run_id,
-        "id": event.event_id,
-        "display_id": display_id(event.event_id),
-        "timestamp": event.timestamp,
-        "content": excerpt,
-        "source": source_item(event.seq, excerpt),
-    }
+    item = result_item("event", event.run_id, event.event_id, event.timestamp, excerpt)
+    item["source"] = source_item(event.seq, excerpt)
+    return item
 
 
 def _fold(char: str) -> str:
@@ -176,27 +188,25 @@ def reflection_matches(request: SearchRequest, reflection: ReflectionRecord) -> 
 
 def observation_search_item(observation: SearchedObservation) -> ToolResult:
     """One observation hit."""
-    return {
-        "kind": "observation",
-        "session_id": observation.run_id,
-        "id": observation.observation_id,
-        "display_id": display_id(observation.observation_id),
-        "timestamp": observation.timestamp,
-        "importance": observation.relevance,
-        "content": condense(observation.content),
-    }
+    return result_item(
+        "observation",
+        observation.run_id,
+        observation.observation_id,
+        observation.timestamp,
+        condense(observation.content),
+        observation.relevance,
+    )
 
 
 def reflection_search_item(reflection: SearchedReflection) -> ToolResult:
     """One reflection hit (no importance; its time is ``created_at``)."""
-    return {
-        "kind": "reflection",
-        "session_id": reflection.run_id,
-        "id": reflection.reflection_id,
-        "display_id": display_id(reflection.reflection_id),
-        "timestamp": reflection.created_at,
-        "content": condense(reflection.content),
-    }
+    return result_item(
+        "reflection",
+        reflection.run_id,
+        reflection.reflection_id,
+        reflection.created_at,
+        condense(reflection.content),
+    )
 
 
 def merge_search_results(

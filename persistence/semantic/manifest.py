@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+from persistence.read_connection import in_batches
 from persistence.semantic.files import FILE_MODE, DerivedIndexError, seal, verify_sealed
-from persistence.semantic.sources import ID_BATCH, KINDS, SourceFingerprint
+from persistence.semantic.sources import KINDS, SourceFingerprint
 from protocol.semantic import MemoryChunk
 
 MANIFEST_FORMAT: Final[str] = "omray-semantic-manifest-3"
@@ -148,10 +149,7 @@ class Manifest:
         first chunk of the same event (the only one of an event's chunks with a vector). Chunks
         with neither are left out."""
         found: dict[int, int] = {}
-        wanted = list(labels)
-        for start in range(0, len(wanted), ID_BATCH):
-            batch = wanted[start : start + ID_BATCH]
-            marks = ", ".join("?" for _ in batch)
+        for batch, marks in in_batches(labels):
             rows = self._conn.execute(
                 "SELECT c.label, coalesce(CASE WHEN c.embedded = 1 THEN c.label END,"
                 " (SELECT f.label FROM chunk AS f WHERE f.parent_key = c.parent_key AND f.embedded = 1"
@@ -191,10 +189,7 @@ class Manifest:
 
     def chunks_by_labels(self, labels: Collection[int]) -> dict[int, MemoryChunk]:
         found: dict[int, MemoryChunk] = {}
-        wanted = list(labels)
-        for start in range(0, len(wanted), ID_BATCH):
-            batch = wanted[start : start + ID_BATCH]
-            marks = ", ".join("?" for _ in batch)
+        for batch, marks in in_batches(labels):
             rows = self._conn.execute(
                 "SELECT label, chunk_id, parent_key, position, text, seq_start, seq_end, embedded FROM chunk"
                 f" WHERE label IN ({marks})",

@@ -16,6 +16,7 @@ from typing import Any, Final, Protocol
 from sqlalchemy import Connection, text
 
 from persistence.queries import MemoryReader, json_list, select_covering_ids
+from persistence.read_connection import in_batches
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.semantic import MemoryKind, SourceMemory
 from protocol.source_text import cited_seqs
@@ -24,7 +25,6 @@ TABLES: Final = ("om_observation", "om_reflection", "omray_transcript")
 MEMORY_TABLES: Final = TABLES[:2]
 """The tables an index needs before it can say anything (the transcript may be missing)."""
 KINDS: Final[tuple[MemoryKind, MemoryKind, MemoryKind]] = ("observation", "reflection", "event")
-ID_BATCH: Final[int] = 500
 
 
 class SemanticStateWriter(Protocol):
@@ -301,9 +301,7 @@ class SemanticSourceReader(MemoryReader):
                 wanted = ids[kind]
                 if not wanted or table not in present:
                     continue
-                for start in range(0, len(wanted), ID_BATCH):
-                    batch = tuple(wanted[start : start + ID_BATCH])
-                    marks = ", ".join("?" for _ in batch)
+                for batch, marks in in_batches(wanted):
                     # A driver-level statement: compiling a text() with hundreds of named binds
                     # was a third of a hybrid search's time.
                     for row in conn.exec_driver_sql(f"{sql} WHERE {id_column} IN ({marks})", batch):
@@ -336,9 +334,7 @@ class SemanticSourceReader(MemoryReader):
 
         def query(conn: Connection) -> dict[int, str]:
             found: dict[int, str] = {}
-            for start in range(0, len(wanted), ID_BATCH):
-                batch = wanted[start : start + ID_BATCH]
-                marks = ", ".join("?" for _ in batch)
+            for batch, marks in in_batches(wanted):
                 rows = conn.exec_driver_sql(
                     f"SELECT seq, content FROM omray_transcript WHERE run_id = ? AND seq IN ({marks})",
                     (run_id, *batch),
@@ -359,10 +355,8 @@ class SemanticSourceReader(MemoryReader):
             ids = sorted(set(chosen.values()))
             rows: dict[str, SourceMemory] = {}
             sql = _SELECT["observation"][0]
-            for start in range(0, len(ids), ID_BATCH):
-                batch = ids[start : start + ID_BATCH]
-                marks = ", ".join("?" for _ in batch)
-                for row in conn.exec_driver_sql(f"{sql} WHERE observation_id IN ({marks})", tuple(batch)):
+            for batch, marks in in_batches(ids):
+                for row in conn.exec_driver_sql(f"{sql} WHERE observation_id IN ({marks})", batch):
                     memory = _observation(row)
                     rows[memory.memory_id] = memory
             return {event: rows[memory_id] for event, memory_id in chosen.items() if memory_id in rows}
