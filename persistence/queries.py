@@ -188,6 +188,51 @@ def _decode_id_list(raw: str) -> tuple[str, ...]:
     return tuple(str(item) for item in decoded)
 
 
+def _lenient_id_list(raw: str) -> tuple[str, ...]:
+    return tuple(str(item) for item in json_list(raw))
+
+
+def select_active_reflections(
+    conn: Connection, run_id: str, *, lenient: bool = False
+) -> tuple[ActiveReflection, ...]:
+    """Reflections linked to the session's active generation, by position then id.
+
+    Support ids that are not JSON raise ``ValueError``, unless ``lenient`` (the read tools: such a
+    row then shows no support ids rather than failing the whole answer).
+    """
+    ref, link, active = (
+        schema.om_reflection,
+        schema.om_generation_reflection,
+        schema.om_active_generation,
+    )
+    rows = conn.execute(
+        select(
+            ref.c.reflection_id,
+            ref.c.content,
+            ref.c.supporting_observation_ids_json,
+            ref.c.token_count,
+            ref.c.created_at,
+            link.c.position,
+        )
+        .join(link, link.c.reflection_id == ref.c.reflection_id)
+        .join(active, active.c.generation_id == link.c.generation_id)
+        .where(active.c.run_id == run_id)
+        .order_by(link.c.position.asc(), ref.c.reflection_id.asc())
+    )
+    decode = _lenient_id_list if lenient else _decode_id_list
+    return tuple(
+        ActiveReflection(
+            reflection_id=row.reflection_id,
+            content=row.content,
+            supporting_observation_ids=decode(row.supporting_observation_ids_json),
+            token_count=row.token_count,
+            position=row.position,
+            created_at=row.created_at,
+        )
+        for row in rows
+    )
+
+
 def generation_from_row(row: Row[Any]) -> GenerationRecord:
     """An ``om_memory_generation`` row as a record (legacy columns left out)."""
     data = row._asdict()
@@ -409,41 +454,13 @@ class MemoryReader:
         return self._run(query, False, ("om_memory_generation",))
 
     def active_reflections(self, run_id: str) -> list[ActiveReflection]:
-        """Reflections linked to the active generation, by position."""
-
-        def query(conn: Connection) -> list[ActiveReflection]:
-            ref, link, active = (
-                schema.om_reflection,
-                schema.om_generation_reflection,
-                schema.om_active_generation,
-            )
-            rows = conn.execute(
-                select(
-                    ref.c.reflection_id,
-                    ref.c.content,
-                    ref.c.supporting_observation_ids_json,
-                    ref.c.token_count,
-                    ref.c.created_at,
-                    link.c.position,
-                )
-                .join(link, link.c.reflection_id == ref.c.reflection_id)
-                .join(active, active.c.generation_id == link.c.generation_id)
-                .where(active.c.run_id == run_id)
-                .order_by(link.c.position.asc(), ref.c.reflection_id.asc())
-            )
-            return [
-                ActiveReflection(
-                    reflection_id=row.reflection_id,
-                    content=row.content,
-                    supporting_observation_ids=_decode_id_list(row.supporting_observation_ids_json),
-                    token_count=row.token_count,
-                    position=row.position,
-                    created_at=row.created_at,
-                )
-                for row in rows
-            ]
-
-        return self._run(query, [], ("om_reflection", "om_generation_reflection", "om_active_generation"))
+        """Reflections linked to the active generation, by position (support ids that are not JSON
+        fail the read: the pipelines must not work from a damaged row)."""
+        return self._run(
+            lambda conn: list(select_active_reflections(conn, run_id)),
+            [],
+            ("om_reflection", "om_generation_reflection", "om_active_generation"),
+        )
 
     def active_candidate_set(self, run_id: str) -> ActiveCandidateSet:
         """The active observation pool (reference §8); callers count tokens themselves."""

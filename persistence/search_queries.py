@@ -55,6 +55,7 @@ from persistence.queries import (
     json_list,
     observation_from_row,
     select_active_candidate_set,
+    select_active_reflections,
     select_covering_ids,
 )
 from persistence.read_connection import SnapshotReader, in_batches
@@ -197,36 +198,6 @@ def reflection_from_row(row: Row[Any]) -> ReflectionRecord:
     data = row._asdict()
     data["supporting_observation_ids"] = _decode_support_ids(data.pop("supporting_observation_ids_json"))
     return ReflectionRecord(**data)
-
-
-def select_active_reflections(conn: Connection, run_id: str) -> tuple[ActiveReflection, ...]:
-    """Reflections linked to the session's active generation, by position then id."""
-    ref, link, active = schema.om_reflection, schema.om_generation_reflection, schema.om_active_generation
-    rows = conn.execute(
-        text(
-            f"SELECT r.reflection_id, r.content, r.supporting_observation_ids_json, r.token_count, "
-            f"r.created_at, l.position FROM {ref.name} r "
-            f"JOIN {link.name} l ON l.reflection_id = r.reflection_id "
-            f"JOIN {active.name} a ON a.generation_id = l.generation_id "
-            "WHERE a.run_id = :run_id ORDER BY l.position ASC, r.reflection_id ASC"
-        ),
-        {"run_id": run_id},
-    )
-    reflections: list[ActiveReflection] = []
-    for row in rows:
-        reflections.append(
-            ActiveReflection(
-                reflection_id=row.reflection_id,
-                content=row.content,
-                supporting_observation_ids=tuple(
-                    str(item) for item in json_list(row.supporting_observation_ids_json)
-                ),
-                token_count=row.token_count,
-                position=row.position,
-                created_at=row.created_at,
-            )
-        )
-    return tuple(reflections)
 
 
 def _existing_tables(conn: Connection) -> set[str]:
@@ -386,7 +357,7 @@ class SearchReader(MemoryReader):
 
         def query(conn: Connection) -> ActiveMemory:
             return ActiveMemory(
-                reflections=select_active_reflections(conn, run_id),
+                reflections=select_active_reflections(conn, run_id, lenient=True),
                 candidates=select_active_candidate_set(conn, run_id),
             )
 

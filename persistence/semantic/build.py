@@ -12,7 +12,6 @@ re-acquiring it.
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from typing import Final
 
 from persistence.semantic.chunking import BatchPlan, collect
 from persistence.semantic.chunks import memory_chunks
-from persistence.semantic.derived import DerivedIndex
+from persistence.semantic.derived import DerivedIndex, logger
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.sources import KINDS, SemanticState, SourceFingerprint
@@ -33,8 +32,6 @@ from protocol.semantic import (
     MemoryChunk,
     SemanticSearchError,
 )
-
-logger = logging.getLogger("omray.semantic")
 
 JOB_BATCHES: Final[int] = 32
 """Embedding batches one indexer job commits at once. Every commit rewrites and checksums the

@@ -44,6 +44,7 @@ from protocol.semantic import (
 from protocol.settings import SemanticSettings
 
 logger = logging.getLogger("omray.semantic")
+"""The semantic index's logger (its build and query sides log here too): counts, codes, reasons only."""
 
 LOCK_WAIT_S: Final[float] = 5.0
 """How long a search waits for a write (or a write for searches) before ``index_busy``."""

@@ -11,7 +11,6 @@ reference's RRF stays available (``fusion="rrf"``).
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ import numpy as np
 
 from persistence.search_request import DateBounds
 from persistence.semantic.chunks import memory_chunks
-from persistence.semantic.derived import DerivedIndex
+from persistence.semantic.derived import DerivedIndex, logger
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
 from persistence.semantic.fusion import (
     FUSED_CANDIDATE_LIMIT,
@@ -47,8 +46,6 @@ from protocol.semantic import (
     SourceMemory,
 )
 from protocol.source_text import SourceExcerpt
-
-logger = logging.getLogger("omray.semantic")
 
 
 def query_text_for_embedding(query_prefix: str, query: str) -> str:
