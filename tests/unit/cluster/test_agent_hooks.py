@@ -18,8 +18,8 @@ from persistence.importers.live import MARKS_FILE, Mark, read_cursor, read_marks
 from persistence.store import Store
 from protocol.errors import RuntimeNotRunningError
 from protocol.events import AfterTurnCommit
-from tests.unit.persistence.importers.helpers import FIXTURES
 from tests.unit.persistence.builders import make_observation, make_part
+from tests.unit.persistence.importers.helpers import FIXTURES
 
 SESSION = "5d0c3f3e-claude-fixture"
 

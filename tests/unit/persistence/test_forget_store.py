@@ -21,7 +21,12 @@ from persistence.semantic import SemanticIndex
 from persistence.store import Store
 from protocol.records import ObservationRecord, TranscriptEntry
 from tests.unit.persistence.builders import make_observation, make_part
-from tests.unit.persistence.semantic.conftest import HashEmbedder, RecordingWriter, hybrid_tool, semantic_settings
+from tests.unit.persistence.semantic.conftest import (
+    HashEmbedder,
+    RecordingWriter,
+    hybrid_tool,
+    semantic_settings,
+)
 
 TS = "2026-07-23 10:00"
 

@@ -17,7 +17,15 @@ from actors.observer.blocks import (
 from protocol.errors import OmrayError
 from protocol.events import SessionEvent
 from protocol.records import SourceRef
-from tests.unit.actors.observer.helpers import NOW, RUN, TS_SHOWN, event, simple_count, tool_call_step, tool_result
+from tests.unit.actors.observer.helpers import (
+    NOW,
+    RUN,
+    TS_SHOWN,
+    event,
+    simple_count,
+    tool_call_step,
+    tool_result,
+)
 
 
 def build(*events: SessionEvent) -> list[SourceBlock]:

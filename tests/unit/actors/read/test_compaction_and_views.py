@@ -24,9 +24,9 @@ from actors.read.service import before_compaction, memory_search, memory_status,
 from persistence.store import Store
 from protocol.events import BeforeCompactionContext, projection_metadata
 from protocol.settings import settings_from_mapping
-from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER
 from tests.unit.actors.read.factories import hex_id, observation, reflection
 from tests.unit.actors.read.helpers import commit, promote
+from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER
 
 COMPACT_RUN = BeforeCompactionContext(
     run_id="s1", turn_no=4, trigger="compact_run", required_start_seq=1, required_end_seq=3

@@ -16,7 +16,15 @@ from actors.reflector.core import (
 from actors.reflector.core import CandidatePool as Pool
 from protocol.identities import reflection_id
 from protocol.tools import InvalidArgumentsReceipt, ReflectionReceipt, looks_like_secret
-from tests.unit.actors.reflector.builders import NOW, RUN_ID, active_reflection, hex_id, observation, settings, words
+from tests.unit.actors.reflector.builders import (
+    NOW,
+    RUN_ID,
+    active_reflection,
+    hex_id,
+    observation,
+    settings,
+    words,
+)
 
 OBS_A = observation("a", "user prefers tabs", timestamp="2026-01-01 09:00", relevance="critical")
 OBS_B = observation("b", "tests passed", timestamp="2026-01-02 09:00", relevance="low")

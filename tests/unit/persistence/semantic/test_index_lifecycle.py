@@ -18,7 +18,13 @@ from persistence.semantic import (
 )
 from persistence.semantic.vectors import VectorStore
 from protocol.semantic import SemanticSearchError
-from tests.unit.persistence.semantic.conftest import HashEmbedder, Memories, RecordingWriter, semantic_settings, sync_all
+from tests.unit.persistence.semantic.conftest import (
+    HashEmbedder,
+    Memories,
+    RecordingWriter,
+    semantic_settings,
+    sync_all,
+)
 
 
 def _state(db_path: Path):  # type: ignore[no-untyped-def]

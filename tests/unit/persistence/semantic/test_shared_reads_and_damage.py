@@ -12,7 +12,13 @@ import pytest
 
 from persistence.semantic import SemanticIndex
 from protocol.semantic import SemanticSearchError
-from tests.unit.persistence.semantic.conftest import HashEmbedder, Memories, RecordingWriter, semantic_settings, sync_all
+from tests.unit.persistence.semantic.conftest import (
+    HashEmbedder,
+    Memories,
+    RecordingWriter,
+    semantic_settings,
+    sync_all,
+)
 
 
 def _hold_lock(index: SemanticIndex, mode: int) -> int:
