@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from persistence.queries import MemoryReader
+from persistence.search_queries import SearchReader
 from persistence.store import NotFoundError, Store
-from protocol.errors import ConflictError, InvalidPayloadError
+from protocol.errors import ConflictError, InvalidPayloadError, StorageError
 from protocol.identities import observation_set_hash
 from protocol.records import ObservationRecord
 from tests.unit.persistence.builders import (
@@ -270,3 +271,22 @@ def test_a_replayed_claim_is_still_claimed(store: Store, db_path: Path) -> None:
     reclaim = "2026-07-23T12:05:00+00:00"
     assert _claim(store, gen, now=reclaim) == "claimed"
     assert _claim(store, gen, now=reclaim) == "claimed"  # a replayed reclaim too
+
+
+def test_damaged_support_ids_fail_the_pipelines_read_and_show_empty_in_the_read_tools(
+    store: Store, reader: MemoryReader, db_path: Path
+) -> None:
+    obs = make_observation(RUN, "o")
+    _commit(store, 1, 3, obs)
+    _claim(store, "a" * 64, set_hash="1" * 64)
+    assert store.promote_generation("a" * 64, RUN, [make_reflection(RUN, "r", (obs.observation_id,))], [], T1)
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("UPDATE om_reflection SET supporting_observation_ids_json = 'not json'")
+    conn.close()
+    # The pipelines (observer, reflector) must not work from a damaged row: their read fails loudly.
+    with pytest.raises(StorageError):
+        reader.active_reflections(RUN)
+    # The read tools (status, view) show the reflection with no support ids instead of failing.
+    [shown] = SearchReader(db_path).active_memory(RUN).reflections
+    assert (shown.content, shown.supporting_observation_ids) == ("r", ())
