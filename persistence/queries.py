@@ -27,7 +27,7 @@ from persistence import schema
 from persistence.connection import DatabaseMissingError, open_read_engine
 from persistence.migrations import known_tables, tables_created_by
 from persistence.projection_sql import FIRST_SOURCE_SEQ_SQL
-from persistence.read_connection import in_batches
+from persistence.sql_values import in_batches, json_list
 from protocol.errors import StorageError
 from protocol.identities import normalize_source_refs, observation_set_hash
 from protocol.records import (
@@ -150,16 +150,6 @@ def contiguous_end(rows: Iterable[CoverageInterval]) -> int | None:
 
 
 # --- row decoding (persistence-internal) ------------------------------------------------------
-
-
-def json_list(raw: object) -> list[Any]:
-    """The JSON array a text column holds; ``[]`` for text that is not JSON or not an array (a
-    damaged or legacy row reads as empty rather than failing the whole answer)."""
-    try:
-        decoded = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
-        return []
-    return decoded if isinstance(decoded, list) else []
 
 
 def _decode_source_refs(raw: str) -> list[Mapping[str, Any]]:

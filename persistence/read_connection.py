@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Final, TypeVar, cast
@@ -31,19 +31,6 @@ from persistence.migrations import known_tables, tables_created_by
 from protocol.errors import StorageError
 
 T = TypeVar("T")
-
-ID_BATCH: Final[int] = 500
-"""Values bound in one ``IN (...)`` list at most (:func:`in_batches`)."""
-
-
-def in_batches(values: Iterable[T], size: int = ID_BATCH) -> Iterator[tuple[tuple[T, ...], str]]:
-    """``values`` in slices of at most ``size``, each with its ``?, ?, ...`` placeholder list: the
-    read side's ``... IN ({marks})`` lookups of many ids."""
-    items = list(values)
-    for start in range(0, len(items), size):
-        batch = tuple(items[start : start + size])
-        yield batch, ", ".join("?" * len(batch))
-
 
 MMAP_BYTES: Final[int] = 2 * 1024 * 1024 * 1024
 """``PRAGMA mmap_size``: pages are read from the OS page cache without a copy (address space only).

@@ -52,15 +52,15 @@ from persistence.queries import (
     ActiveCandidateSet,
     MemoryReader,
     _empty_candidate_set,
-    json_list,
     observation_from_row,
     select_active_candidate_set,
     select_active_reflections,
     select_covering_ids,
 )
-from persistence.read_connection import SnapshotReader, in_batches
+from persistence.read_connection import SnapshotReader
 from persistence.search_candidates import vocabulary_ddl
 from persistence.search_request import SearchRequest, escape_like
+from persistence.sql_values import in_batches, json_list
 from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord, Relevance
 
 RECALL_LOOKUP_LIMIT: Final[int] = 3

@@ -14,8 +14,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Final
 
-from persistence.queries import CoverageInterval, contiguous_end, json_list
-from persistence.read_connection import SnapshotReader, in_batches
+from persistence.queries import CoverageInterval, contiguous_end
+from persistence.read_connection import SnapshotReader
+from persistence.sql_values import in_batches, json_list
 
 EXCERPT_CHARS: Final[int] = 280
 """Characters of an event's text the timeline shows (the full text is one ``recall`` away)."""

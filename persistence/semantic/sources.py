@@ -15,8 +15,8 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, text
 
-from persistence.queries import MemoryReader, json_list, select_covering_ids
-from persistence.read_connection import in_batches
+from persistence.queries import MemoryReader, select_covering_ids
+from persistence.sql_values import in_batches, json_list
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.semantic import MemoryKind, SourceMemory
 from protocol.source_text import cited_seqs

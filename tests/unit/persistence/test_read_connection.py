@@ -16,7 +16,7 @@ from actors.read.projector import assemble_active_memory, render_active_memory
 from actors.read.service import project
 from persistence.migrations import OBSERVATION_LINE_TABLE
 from persistence.projection_queries import ProjectionLines, select_projection_lines
-from persistence.read_connection import ID_BATCH, MEMO_ENTRIES, SnapshotReader, in_batches
+from persistence.read_connection import MEMO_ENTRIES, SnapshotReader
 from persistence.search_queries import SearchReader
 from persistence.store import Store
 from protocol.errors import StorageError
@@ -191,14 +191,3 @@ def test_memo_keeps_a_bounded_number_of_answers(store: Store, db_path: Path) -> 
     counted(MEMO_ENTRIES)  # the newest is kept
     counted(0)  # the oldest was dropped
     assert calls == [*range(MEMO_ENTRIES + 1), 0]
-
-
-@pytest.mark.parametrize("count", [0, 1, 499, 500, 501, 1001])
-def test_in_batches_keeps_every_value_once_in_order_with_one_mark_each(count: int) -> None:
-    values = list(range(count))
-    batches = list(in_batches(values))
-    assert [value for batch, _ in batches for value in batch] == values
-    assert all(
-        1 <= len(batch) <= ID_BATCH and marks == ", ".join("?" * len(batch)) for batch, marks in batches
-    )
-    assert len(batches) == -(-count // ID_BATCH)
