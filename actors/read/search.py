@@ -9,46 +9,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 from actors.read.answers import ToolResult
 from actors.read.search_arguments import sort_key
+from persistence.search_queries import ObservationHit, ReflectionHit, TranscriptHit
 from persistence.search_request import LIKE_ESCAPE, SearchRequest
 from protocol.canonical import condense
 from protocol.ids import display_id
-from protocol.memory_views import ObservationView, ReflectionView
 from protocol.records import ObservationRecord, ReflectionRecord
 
+SearchedObservation = ObservationHit | ObservationRecord
+"""What a search answer shows of an observation: a slim hit of the SQL path or a full record."""
 
-class SearchedObservation(ObservationView, Protocol):
-    """What a search answer shows of an observation (a full record or a slim search hit)."""
+SearchedReflection = ReflectionHit | ReflectionRecord
+"""What a search answer shows of a reflection: a slim hit of the SQL path or a full record."""
 
-    @property
-    def run_id(self) -> str: ...
-
-
-class SearchedReflection(ReflectionView, Protocol):
-    """What a search answer shows of a reflection (a full record or a slim search hit)."""
-
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def created_at(self) -> str: ...
-
-
-class SearchedEvent(Protocol):
-    """What a search answer shows of a transcript event (a slim search hit)."""
-
-    @property
-    def event_id(self) -> str: ...
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def timestamp(self) -> str: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def content(self) -> str: ...
+SearchedEvent = TranscriptHit
+"""What a search answer shows of a transcript event."""
 
 
 EXCERPT_CHARS: Final[int] = 600
