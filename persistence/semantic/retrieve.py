@@ -101,7 +101,9 @@ class IndexSearcher(DerivedIndex):
         expected: tuple[SemanticState | None, SourceFingerprint] | None = None
         vector: list[float] | None = None
         if query_vector is None:
-            # The embedding call runs outside the lock; the snapshot is checked again after it.
+            # The embedding call runs outside the lock; the snapshot is checked again after it
+            # (§14.5 step 6): a state row or source fingerprint that changed meanwhile answers
+            # index_building. So the fingerprint's counts are read twice on this path, by design.
             with self._locked(shared=True):
                 expected = self._reader.snapshot()
                 if self._searchable(*expected) is None:
