@@ -25,12 +25,12 @@ import pytest
 import yaml
 
 from cluster.client import OmrayClient
-from cluster.demo_session import commit_turn, demo_session
+from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.commands.ui_cli import QueuePoller
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from cluster.ui_cli import QueuePoller
-from cluster.ui_server import UiBackend, guarded_app, load_project
-from cluster.web_auth import url_with_token
+from cluster.servers.ui_server import UiBackend, guarded_app, load_project
+from cluster.servers.web_auth import url_with_token
 from tests.integration.conftest import ClusterInfo, assert_eventually, free_port
 
 pytestmark = pytest.mark.integration

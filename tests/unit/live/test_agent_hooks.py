@@ -1,4 +1,5 @@
-"""Agent hooks without Ray: a hook call (``cluster.hook_fast``) and the dispatcher with a fake client."""
+"""Agent hooks without Ray: a hook call (``cluster.commands.hook_fast``) and the dispatcher with a
+fake client."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ from typing import Any
 import pytest
 
 from actors.read.service import project as project_memory
-from cluster import agent_hooks, hook_fast
-from cluster.agent_hooks import RUNTIME_MISSING_MESSAGE, dispatch_project, run_dispatcher, session_dir
+from cluster.commands import agent_hooks, hook_fast
+from cluster.commands.agent_hooks import (
+    RUNTIME_MISSING_MESSAGE,
+    dispatch_project,
+    run_dispatcher,
+    session_dir,
+)
 from persistence import settings_file
 from persistence.importers import common
 from persistence.importers.live import MARKS_FILE, Mark, read_cursor, read_marks

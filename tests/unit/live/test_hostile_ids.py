@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cluster import hook_fast, import_cli
+from cluster.commands import hook_fast, import_cli
 from persistence.importers import InvalidImportSessionIdError, default_events_path, validate_session_id
 from protocol.errors import SettingsError
 from protocol.settings import settings_from_mapping

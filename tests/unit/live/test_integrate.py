@@ -9,9 +9,9 @@ import pytest
 import tomlkit
 from typer.testing import CliRunner
 
-from cluster import integrate
-from cluster.cli import app
-from cluster.integrate import (
+from cluster.commands import integrate
+from cluster.commands.cli import app
+from cluster.commands.integrate import (
     CLAUDE_CODE_HOOKS,
     Finding,
     check_claude_trust,
@@ -303,7 +303,7 @@ def test_cli_claude_code_http_entry_uses_the_token_helper_never_the_token(
     words = shlex.split(entry["headersHelper"])
     assert Path(words[0]).is_absolute() and words[1:4] == ["mcp", "--auth-header", "--token-file"]
     printed = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *words[1:]],
+        [sys.executable, "-m", "cluster.commands.cli", *words[1:]],
         capture_output=True,
         check=True,
         env={"PATH": "/usr/bin:/bin", "OMRAY_HOME": "/nonexistent", "PYTHONPATH": str(Path.cwd())},

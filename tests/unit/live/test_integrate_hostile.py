@@ -14,7 +14,7 @@ import tomlkit
 from click.testing import Result
 from typer.testing import CliRunner
 
-from cluster.cli import app
+from cluster.commands.cli import app
 
 DEEP_JSON = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 

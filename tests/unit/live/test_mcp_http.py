@@ -1,4 +1,4 @@
-"""``cluster.mcp_http.JsonRpcCheck``: a malformed JSON-RPC POST is answered before the SDK sees it
+"""``cluster.servers.mcp_http.JsonRpcCheck``: a malformed JSON-RPC POST is answered before the SDK sees it
 (the real server and client are in tests/integration/test_mcp_auth.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from cluster.mcp_http import JsonRpcCheck
+from cluster.servers.mcp_http import JsonRpcCheck
 from tests.unit.live.test_mcp_stdio import MALFORMED
 
 

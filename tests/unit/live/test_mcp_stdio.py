@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.mcp_stdio import (
+from cluster.servers.mcp_stdio import (
     HANDSHAKE_VERSIONS,
     INVALID_PARAMS,
     INVALID_REQUEST,

@@ -1,4 +1,4 @@
-"""``cluster.web_auth``: the token file, the pure Host/Origin/token decision, and the ASGI guard
+"""``cluster.servers.web_auth``: the token file, the pure Host/Origin/token decision, and the ASGI guard
 (driven by Starlette's test client; the real server and the real MCP client are in
 tests/integration/test_mcp_auth.py)."""
 
@@ -18,7 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from cluster.web_auth import (
+from cluster.servers.web_auth import (
     COOKIE_NAME,
     GuardPolicy,
     RequestFacts,

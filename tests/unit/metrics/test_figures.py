@@ -15,7 +15,7 @@ from actors.queue.figures import (
     queue_figures,
     usage_of,
 )
-from cluster.watch import render_watch, snapshot_from, utc_now
+from cluster.commands.watch import render_watch, snapshot_from, utc_now
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, REFLECT_GENERATION_HANDLER, SEMANTIC_INDEX_HANDLER
 from protocol.settings import ModelPrice, PriceTable
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cluster.memory_cli import memory_app
+from cluster.commands.memory_cli import memory_app
 from persistence.store import Store
 from tests.unit.read.factories import observation
 from tests.unit.read.helpers import commit

@@ -8,7 +8,7 @@ import itertools
 import pytest
 from rich.console import Console
 
-from cluster.watch import MIN_INTERVAL_S, RefreshThrottle, WatchSnapshot, run_watch
+from cluster.commands.watch import MIN_INTERVAL_S, RefreshThrottle, WatchSnapshot, run_watch
 from tests.unit.watch.conftest import NOW
 
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.watch import FailureLine, InFlightJob, SessionLine, WatchSnapshot, render_watch, snapshot_from
+from cluster.commands.watch import (
+    FailureLine,
+    InFlightJob,
+    SessionLine,
+    WatchSnapshot,
+    render_watch,
+    snapshot_from,
+)
 from tests.unit.watch.conftest import NOW
 
 JOB_A = "a1b2c3d4e5f6" + "0" * 52

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import cluster.watch as watch_module
+import cluster.commands.watch as watch_module
 from cluster.client import OmrayClient
-from cluster.watch import BackgroundQueueReader, QueueUnavailableError, WatchSource, watch_runtime
+from cluster.commands.watch import BackgroundQueueReader, QueueUnavailableError, WatchSource, watch_runtime
 from persistence.store import Store
 from protocol.errors import StorageError
 from tests.unit.watch.conftest import NOW, activity
@@ -162,7 +162,7 @@ def test_watch_runtime_once_renders_queue_and_sessions(
 
 def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClient, store: Store) -> None:
     from actors.read.status_view import format_usage
-    from cluster.watch import render_watch
+    from cluster.commands.watch import render_watch
     from protocol.records import TokenUsageRecord
 
     records = [

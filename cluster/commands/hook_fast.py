@@ -2,13 +2,13 @@
 
 An agent runs a hook after every turn and waits for it, so a hook call costs the user time on
 every turn. This module is the whole hot path: it imports the standard library only (no pydantic,
-SQLAlchemy, typer or Ray, no other omray module), so a ``Stop`` hook costs little more than the
-interpreter's start. What it does per call:
+SQLAlchemy, typer or Ray; of omray only the standard-library :mod:`cluster.project_dirs`), so a
+``Stop`` hook costs little more than the interpreter's start. What it does per call:
 
 * ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd`` (and a Codex ``agent-turn-complete``):
   append a *mark* (how far the transcript is complete, whether a turn ended, whether to observe
   everything now) to the session's ``live.marks.jsonl`` with one ``write``, and start the
-  project's background dispatcher (``omray hook dispatch``, in ``cluster.agent_hooks``) unless one
+  project's background dispatcher (``omray hook dispatch``, in ``cluster.commands.agent_hooks``) unless one
   is running. A call whose transcript does not exist (Claude Code fires ``SessionEnd`` for
   ``claude mcp list``) does nothing at all.
 * ``SessionStart``: with source ``compact``, the session's memory as ``additionalContext``; with
@@ -39,8 +39,8 @@ import stat
 import sys
 from typing import Any, BinaryIO
 
-SESSIONS_DIR = ".hatfield/sessions"
-"""Session folders under the project (``cluster.agent_hooks.SESSIONS_SUBDIR``)."""
+from cluster.project_dirs import SESSIONS_DIR, project_dir
+
 MARKS_FILE = "live.marks.jsonl"
 """``persistence.importers.live.MARKS_FILE``."""
 STATUS_FILE = ".hatfield/omray-hook.status.json"
@@ -99,16 +99,6 @@ _TAIL_CHUNK = 1024 * 1024
 
 
 # ------------------------------------------------------------------------------------ helpers
-
-
-def project_dir(explicit: str | None, hook_cwd: object) -> str:
-    """The project of a hook call: ``--project``, else ``$CLAUDE_PROJECT_DIR``, else the hook's cwd."""
-    if explicit:
-        return os.path.realpath(explicit)
-    from_env = os.environ.get("CLAUDE_PROJECT_DIR", "").strip()
-    if from_env:
-        return os.path.realpath(from_env)
-    return os.path.realpath(hook_cwd if isinstance(hook_cwd, str) and hook_cwd else os.getcwd())
 
 
 def valid_session_id(value: object) -> str | None:
@@ -260,7 +250,7 @@ def start_dispatcher(project: str) -> None:
     """
     if dispatcher_running(project):
         return
-    argv = [sys.executable, "-P", "-m", "cluster.agent_hooks", "--project", project]
+    argv = [sys.executable, "-P", "-m", "cluster.commands.agent_hooks", "--project", project]
     spawn_detached(argv)
 
 

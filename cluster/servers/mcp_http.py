@@ -1,8 +1,8 @@
 """``omray mcp --transport http``: the SDK's streamable HTTP app, behind two checks of omray's own.
 
-Outermost, :class:`cluster.web_auth.WebGuard`: the exact Host, no browser Origin, the bearer
+Outermost, :class:`cluster.servers.web_auth.WebGuard`: the exact Host, no browser Origin, the bearer
 token. Then :class:`JsonRpcCheck`: a POST whose body is not one JSON-RPC message MCP accepts
-(:func:`cluster.mcp_stdio.check_message`, the same rules as the stdio transport) gets a JSON-RPC
+(:func:`cluster.servers.mcp_stdio.check_message`, the same rules as the stdio transport) gets a JSON-RPC
 error answer with HTTP 400, its own id when that id is valid, instead of the SDK's validation dump
 or no answer at all (the SDK takes a request with an object id for a notification: ``202``).
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cluster.mcp_stdio import PARSE_ERROR, check_message
-from cluster.web_auth import ASGIApp, GuardPolicy, Message, Receive, Scope, Send, WebGuard
+from cluster.servers.mcp_stdio import PARSE_ERROR, check_message
+from cluster.servers.web_auth import ASGIApp, GuardPolicy, Message, Receive, Scope, Send, WebGuard
 
 HTTP_HOST = "127.0.0.1"
 """Address the streamable HTTP transport binds (loopback only)."""

@@ -1,7 +1,7 @@
 """``omray hook ...``: the background side of observing a running Claude Code or Codex session.
 
 The hook calls themselves (``omray hook claude-code``, ``omray hook codex``) run in
-``cluster.hook_fast``, with the standard library only: they append a mark and start the project's
+``cluster.commands.hook_fast``, with the standard library only: they append a mark and start the project's
 dispatcher. This module is the dispatcher, ``omray hook dispatch``: a detached process that
 converts the new transcript lines into each session's ``events.jsonl`` (``sync_session``: the
 importers, append-only, under the session's lock), calls ``after_turn_commit`` for every turn that
@@ -10,14 +10,14 @@ runs per project at a time; it loops while marks keep arriving, and a hook that 
 leaves its mark for it.
 
 What stops a project's memory becomes a *notice* in ``.hatfield/omray-hook.status.json``, keyed
-by its cause, which the hooks show once (``cluster.hook_fast.take_notices``): no runtime, settings
+by its cause, which the hooks show once (``cluster.commands.hook_fast.take_notices``): no runtime, settings
 the client cannot load, a transcript line that does not parse, and observe jobs that gave up
 (their category explained by ``protocol.outcomes.explain_failure``). A cause that goes away (the
 runtime answers again, the line is repaired) takes its notice with it. Nothing prints or logs
 memory text: notices name sessions, files, lines and categories.
 
-The typer commands here are the full CLI's view of the hooks (``--help``); ``cluster.entry``
-sends the hook calls themselves to ``cluster.hook_fast`` without loading this module.
+The typer commands here are the full CLI's view of the hooks (``--help``); ``cluster.commands.entry``
+sends the hook calls themselves to ``cluster.commands.hook_fast`` without loading this module.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from typing import Annotated, Any
 import typer
 from filelock import FileLock, Timeout
 
-from cluster import hook_fast
+from cluster import project_dirs
+from cluster.commands import hook_fast
 from persistence.importers import validate_session_id
 from persistence.importers.live import (
     MARKS_FILE,
@@ -55,7 +56,7 @@ hook_app = typer.Typer(
     add_completion=False,
 )
 
-SESSIONS_SUBDIR = Path(hook_fast.SESSIONS_DIR)
+SESSIONS_SUBDIR = Path(project_dirs.SESSIONS_DIR)
 """Session folders under the project (the layout ``OmrayClient.events_path`` reads)."""
 PREFIX_ENV = "OMRAY_PREFIX"
 """Actor name prefix of the runtime the dispatcher joins (default ``omray``)."""
@@ -78,7 +79,7 @@ RUNTIME_MISSING_MESSAGE = (
 
 def project_dir(explicit: Path | None, hook_cwd: str | None) -> Path:
     """The project of a hook call: ``--project``, else ``$CLAUDE_PROJECT_DIR``, else the hook's cwd."""
-    return Path(hook_fast.project_dir(str(explicit) if explicit is not None else None, hook_cwd))
+    return Path(project_dirs.project_dir(str(explicit) if explicit is not None else None, hook_cwd))
 
 
 def session_dir(project: Path, session_id: str) -> Path:
@@ -439,7 +440,7 @@ def _fill_fields(record: logging.LogRecord) -> bool:
 
 
 def main_dispatch(argv: list[str]) -> None:
-    """``python -m cluster.agent_hooks --project DIR``: the dispatcher without the whole CLI (what
+    """``python -m cluster.commands.agent_hooks --project DIR``: the dispatcher without the whole CLI (what
     the hooks start: it imports only what dispatching needs). Whatever stops it is logged to the
     project's hook log and becomes a notice, so it never fails unseen."""
     if len(argv) != 2 or argv[0] != "--project":

@@ -4,7 +4,7 @@
 waits for its tool list. The official SDK takes longer to import (over half a second on a 2-core
 machine) than that list should take to arrive, so the stdio transport is served here: it answers
 ``initialize`` at once and ``tools/list`` as soon as the settings are read, while the read service
-loads in the background. The streamable HTTP transport stays on the SDK (``cluster.mcp_server``).
+loads in the background. The streamable HTTP transport stays on the SDK (``cluster.servers.mcp_server``).
 
 What is served: ``initialize`` (the client's protocol version when it is one of
 :data:`HANDSHAKE_VERSIONS`, else the newest), ``ping``, ``tools/list``, ``tools/call`` (each in a

@@ -1,5 +1,5 @@
 """``omray integrate ... --mcp-transport http``: the agent reaches a running ``omray mcp --transport
-http`` with the bearer token of ``cluster.web_auth`` instead of starting a stdio server.
+http`` with the bearer token of ``cluster.servers.web_auth`` instead of starting a stdio server.
 
 Claude Code's ``.mcp.json`` entry names the URL and a ``headersHelper``, a command Claude Code runs
 at each connection (``omray mcp --auth-header --token-file ...``, printing the ``Authorization``
@@ -34,7 +34,7 @@ def mcp_http_for(transport: McpTransport, port: int, remove: bool) -> tuple[McpH
     """The HTTP entry to write and its token (made now when missing), or ``(None, "")`` for stdio."""
     if transport is McpTransport.STDIO or remove:
         return None, ""
-    from cluster.web_auth import default_token_path, load_or_create_token
+    from cluster.servers.web_auth import default_token_path, load_or_create_token
 
     if not 0 < port < 65536:
         raise McpPortError(f"--mcp-port must be a TCP port (1-65535), not {port}")
@@ -54,7 +54,7 @@ class McpHttp:
     @property
     def url(self) -> str:
         """The MCP endpoint."""
-        from cluster.mcp_http import HTTP_HOST, HTTP_PATH
+        from cluster.servers.mcp_http import HTTP_HOST, HTTP_PATH
 
         return f"http://{HTTP_HOST}:{self.port}{HTTP_PATH}"
 

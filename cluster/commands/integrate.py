@@ -19,7 +19,7 @@ After writing (and with ``--check`` alone) the command checks what the agent wil
 settings of the project (model, provider, API key variable), a running memory runtime, and for
 Claude Code a trusted workspace (it ignores a project's permissions until the user accepts its
 trust dialog once); each finding says what to do. ``--mcp-transport http`` points the agent at a
-running ``omray mcp --transport http`` instead (``cluster.integrate_http``).
+running ``omray mcp --transport http`` instead (``cluster.commands.integrate_http``).
 
 Over 600 lines: the two agents' merges, the file writing and the checks are one command's parts.
 """
@@ -41,7 +41,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cluster.integrate_files import (
+from cluster.commands.integrate_files import (
     SettingsFileError,
     claude_settings_problem,
     codex_config_problem,
@@ -51,7 +51,13 @@ from cluster.integrate_files import (
     refuse,
     write_settings,
 )
-from cluster.integrate_http import McpHttp, McpTransport, check_mcp_http, claude_mcp_entry, mcp_http_for
+from cluster.commands.integrate_http import (
+    McpHttp,
+    McpTransport,
+    check_mcp_http,
+    claude_mcp_entry,
+    mcp_http_for,
+)
 from protocol.errors import OmrayError
 
 MCP_SERVER_NAME = "omray"
@@ -413,7 +419,7 @@ def omray_command() -> str:
     An agent started from another shell (no virtual environment on ``PATH``) must still find the
     same omray, so the entries never say a bare ``omray``. The path is kept as it was called (a
     ``bin/omray`` of a virtual environment, a pipx or ``~/.local/bin`` link), not resolved to a
-    versioned target. Run as ``python -m cluster.cli``, it is the ``omray`` next to the interpreter,
+    versioned target. Run as ``python -m cluster.commands.cli``, it is the ``omray`` next to the interpreter,
     else the one on ``PATH``.
     """
     running = Path(sys.argv[0])

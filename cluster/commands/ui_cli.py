@@ -1,4 +1,4 @@
-"""``omray ui [--project DIR ...] [--port N]``: start the memory viewer (``cluster.ui_server``)."""
+"""``omray ui [--project DIR ...] [--port N]``: start the memory viewer (``cluster.servers.ui_server``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import typer
 from protocol.errors import OmrayError
 
 if TYPE_CHECKING:
-    from cluster.ui_server import UiBackend, UiProject
+    from cluster.servers.ui_server import UiBackend, UiProject
 
 HOST = "127.0.0.1"
 """The viewer listens on loopback only."""
@@ -26,7 +26,7 @@ class QueuePoller:
     """The queue's status, polled on a background thread through a client link (never blocks a page)."""
 
     def __init__(self, link: Any, interval_s: float = QUEUE_POLL_S) -> None:
-        from cluster.watch import BackgroundQueueReader
+        from cluster.commands.watch import BackgroundQueueReader
 
         self._reader = BackgroundQueueReader(
             lambda: link.call("status", (), 5.0), interval_s=interval_s, max_age_s=max(5.0, 4 * interval_s)
@@ -79,7 +79,7 @@ def serve_ui(backend: UiBackend, port: int, token: str) -> None:
     """Serve ``backend`` on ``127.0.0.1:port`` until interrupted (no access log: URLs stay out of logs)."""
     import uvicorn
 
-    from cluster.ui_server import guarded_app
+    from cluster.servers.ui_server import guarded_app
 
     app = guarded_app(backend, HOST, port, token)
     uvicorn.run(app, host=HOST, port=port, log_level="warning", access_log=False)
@@ -94,8 +94,8 @@ def ui_command(
     prefix: Annotated[str, typer.Option(help="Actor name prefix of the runtime.")] = "omray",
 ) -> None:
     """A local page showing what each agent remembers, why, and what it cost (127.0.0.1, token)."""
-    from cluster.ui_server import UiBackend, load_project, no_queue, unique_names
-    from cluster.web_auth import load_or_create_token, url_with_token
+    from cluster.servers.ui_server import UiBackend, load_project, no_queue, unique_names
+    from cluster.servers.web_auth import load_or_create_token, url_with_token
 
     roots = [p.resolve() for p in (project or [Path.cwd()])]
     for root in roots:

@@ -24,7 +24,7 @@ import ray
 import actors.read.service as read_service
 from actors.models.tokens import token_counter
 from cluster.client import OmrayClient, init_ray
-from cluster.demo_session import commit_turn, demo_session
+from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from persistence.queries import MemoryReader

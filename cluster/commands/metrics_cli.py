@@ -1,4 +1,5 @@
-"""``omray metrics``: omray's Grafana dashboard and a Prometheus scrape config (mounted by ``cluster.cli``).
+"""``omray metrics``: omray's Grafana dashboard and a Prometheus scrape config (mounted by
+``cluster.commands.cli``).
 
 Both are printed on stdout, for a file or a provisioning folder::
 

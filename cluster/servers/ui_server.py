@@ -1,8 +1,8 @@
 """``omray ui``: a local page to see what each agent remembers, why, and what it cost.
 
-A Starlette app on 127.0.0.1 (uvicorn), behind :class:`cluster.web_auth.WebGuard` (exact Host and
+A Starlette app on 127.0.0.1 (uvicorn), behind :class:`cluster.servers.web_auth.WebGuard` (exact Host and
 Origin, the token from a 0600 file, once in the printed URL, then an ``HttpOnly``
-``SameSite=Strict`` cookie). The page (``cluster/ui_static``: plain JS, no CDN) polls small JSON
+``SameSite=Strict`` cookie). The page (``cluster/servers/ui_static``: plain JS, no CDN) polls small JSON
 endpoints:
 
 * ``GET /api/projects``: every project with its sessions (last activity, coverage, memory size,
@@ -410,7 +410,7 @@ def build_app(backend: UiBackend) -> Starlette:
 
 def guarded_app(backend: UiBackend, host: str, port: int, token: str) -> Any:
     """:func:`build_app` behind the web guard: the one place authentication plugs in."""
-    from cluster.web_auth import GuardPolicy, WebGuard
+    from cluster.servers.web_auth import GuardPolicy, WebGuard
 
     return WebGuard(build_app(backend), GuardPolicy.for_bind(host, port, token, browser=True))
 
@@ -420,7 +420,7 @@ def guarded_app(backend: UiBackend, host: str, port: int, token: str) -> Any:
 
 def load_project(root: Path, name: str, client: Any = None) -> UiProject:
     """The project in ``root`` with its settings (raises ``SettingsError``)."""
-    from cluster.hook_fast import SESSIONS_DIR
+    from cluster.project_dirs import SESSIONS_DIR
     from persistence.settings_file import load_settings
 
     settings = load_settings(cwd=root)

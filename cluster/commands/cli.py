@@ -139,7 +139,7 @@ def status(
 
     Exits 1 when Ray answers but omray's queue does not run there.
     """
-    from cluster.hook_fast import notices, read_status
+    from cluster.commands.hook_fast import notices, read_status
     from cluster.status import runtime_status
 
     hook_notices = [str(item.get("message")) for item in notices(read_status(str(Path.cwd())))]
@@ -185,7 +185,7 @@ def demo(
     keep: Annotated[bool, typer.Option(help="Keep the temporary project directory.")] = False,
 ) -> None:
     """Run the offline demo: a sample session observed end to end on a local Ray cluster."""
-    from cluster.demo import demo_json, render_demo, run_demo
+    from cluster.commands.demo import demo_json, render_demo, run_demo
 
     try:
         result = run_demo(set_ or [], keep=keep)
@@ -233,24 +233,24 @@ def _mount_bench() -> None:
 
 
 def _mount_subcommands() -> None:
-    from cluster import import_cli
+    from cluster.commands import import_cli
 
     app.command("import")(import_cli.import_command_for(_observe_after_import))
-    from cluster.memory_cli import memory_app
+    from cluster.commands.memory_cli import memory_app
 
     app.add_typer(memory_app, name="memory", help="Read memory: status, view, project, search, recall.")
     _mount_bench()
-    from cluster.metrics_cli import metrics_app
+    from cluster.commands.metrics_cli import metrics_app
 
     app.add_typer(metrics_app, name="metrics", help="omray's Grafana dashboard and a Prometheus config.")
-    from cluster.agent_hooks import hook_app
-    from cluster.integrate import integrate_command
-    from cluster.mcp_cli import mcp_command
+    from cluster.commands.agent_hooks import hook_app
+    from cluster.commands.integrate import integrate_command
+    from cluster.commands.mcp_cli import mcp_command
 
     app.add_typer(hook_app, name="hook", help="Agent hooks for Claude Code and Codex (run by the agent).")
     app.command("mcp")(mcp_command)
     app.command("integrate")(integrate_command)
-    from cluster.ui_cli import ui_command
+    from cluster.commands.ui_cli import ui_command
 
     app.command("ui")(ui_command)
 
@@ -276,8 +276,8 @@ def watch(
     """Live view: queue depth, the job in flight, each session's stage line, recent failures."""
     try:
         from cluster.client import OmrayClient
+        from cluster.commands.watch import watch_runtime
         from cluster.naming import RuntimeNames
-        from cluster.watch import watch_runtime
         from persistence.settings_file import load_settings_block
 
         try:

@@ -1,4 +1,4 @@
-"""``omray mcp`` as a command of the full CLI (its help); the server is ``cluster.mcp_server``."""
+"""``omray mcp`` as a command of the full CLI (its help); the server is ``cluster.servers.mcp_server``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cluster.mcp_server import DEFAULT_HTTP_PORT, auth_header, serve
+from cluster.servers.mcp_server import DEFAULT_HTTP_PORT, auth_header, serve
 
 
 class Transport(StrEnum):

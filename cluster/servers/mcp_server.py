@@ -8,7 +8,7 @@ returned as a tool result with ``isError`` set and the answer as structured cont
 reads durable memory on read-only connections: it needs no Ray runtime and no running agent.
 
 Start-up is lazy, because the agent waits for the tool list before its first model request: the
-stdio transport (``cluster.mcp_stdio``, standard library) answers ``initialize`` at once, the tool
+stdio transport (``cluster.servers.mcp_stdio``, standard library) answers ``initialize`` at once, the tool
 list once the settings are read (they say whether hybrid search is on), and tool calls once the
 read service has loaded in the background. Settings that cannot be read do not kill the server:
 every tool call answers ``settings_invalid`` with the reason, so the agent and its user see it.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cluster.hook_fast import SESSIONS_DIR, project_dir
+from cluster.project_dirs import SESSIONS_DIR, project_dir
 
 if TYPE_CHECKING:
     from actors.read.service import CountTokens, HybridSearch
@@ -276,7 +276,7 @@ class LazyTools:
 
 def serve_stdio(project: Path, db: Path | None, session_id: str, allow_forget: bool = False) -> int:
     """Serve the tools on stdin/stdout until the client closes them or a stop signal arrives."""
-    from cluster.mcp_stdio import StdioServer
+    from cluster.servers.mcp_stdio import StdioServer
 
     tools = LazyTools(project, db, session_id, allow_forget=allow_forget)
     return StdioServer(SERVER_NAME, SERVER_VERSION, tools.list_tools, tools.call).serve(sys.stdin.buffer)
@@ -327,7 +327,7 @@ def auth_header(token_file: Path | None) -> int:
     ``headersHelper``), creating the token on first use."""
     import json
 
-    from cluster.web_auth import load_or_create_token
+    from cluster.servers.web_auth import load_or_create_token
     from protocol.errors import OmrayError
 
     try:
@@ -354,8 +354,8 @@ def serve(
     ``forget`` tool (``--allow-forget``), which writes through the runtime."""
     root = Path(project_dir(str(project) if project is not None else None, None))
     if transport == "http":
-        from cluster.mcp_http import HTTP_HOST, HTTP_PATH, serve_http
-        from cluster.web_auth import default_token_path, load_or_create_token
+        from cluster.servers.mcp_http import HTTP_HOST, HTTP_PATH, serve_http
+        from cluster.servers.web_auth import default_token_path, load_or_create_token
         from protocol.errors import OmrayError
 
         token_path = token_file if token_file is not None else default_token_path()
