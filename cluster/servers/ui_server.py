@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -44,6 +44,9 @@ from persistence.ui_queries import UiReader
 from protocol.canonical import php_trim
 from protocol.errors import OmrayError
 from protocol.settings import OmSettings
+
+if TYPE_CHECKING:
+    from cluster.client import OmrayClient
 
 logger = logging.getLogger("omray.ui")
 
@@ -91,7 +94,7 @@ class UiProject:
     """The memory database (read-only here)."""
     events_root: Path
     """Folder of ``<session>/events.jsonl``."""
-    client: Any = None
+    client: OmrayClient | None = None
     """An :class:`cluster.client.OmrayClient` for actions through the runtime; ``None``: read-only."""
     reader: UiReader = field(init=False)
     _hybrid: Any = field(default=None, init=False)
@@ -166,7 +169,7 @@ class UiBackend:
                     "database": str(project.db_path),
                     "hybrid": project.settings.semantic is not None,
                     "actions": project.client is not None,
-                    "forget": project.client is not None and hasattr(project.client, "forget"),
+                    "forget": project.client is not None,
                     "sessions": [
                         ui_views.session_json(row, status, self._failures(status, row.session_id))
                         for row in rows
@@ -263,8 +266,6 @@ class UiBackend:
         session_id = _text(body, "session_id")
         project.events_path(session_id)  # refuses an id that cannot name a session
         client = _client(project)
-        if not hasattr(client, "forget"):
-            raise UiRequestError(501, "forget_unavailable", "this omray cannot forget (no `memory forget`)")
         ids = body.get("ids", [])
         if not isinstance(ids, list) or len(ids) > 100 or not all(isinstance(i, str) for i in ids):
             raise UiRequestError(400, "invalid_ids", "ids must be a list of up to 100 memory ids")
@@ -278,7 +279,7 @@ class UiBackend:
         return {"ok": True, **dict(report), "session_id": session_id}
 
 
-def _client(project: UiProject) -> Any:
+def _client(project: UiProject) -> OmrayClient:
     if project.client is None:
         raise UiRequestError(
             503, "runtime_not_running", "no omray runtime was reachable when the viewer started (`omray up`)"
@@ -418,7 +419,7 @@ def guarded_app(backend: UiBackend, host: str, port: int, token: str) -> Any:
 # ------------------------------------------------------------------------------------ projects
 
 
-def load_project(root: Path, name: str, client: Any = None) -> UiProject:
+def load_project(root: Path, name: str, client: OmrayClient | None = None) -> UiProject:
     """The project in ``root`` with its settings (raises ``SettingsError``)."""
     from cluster.project_dirs import SESSIONS_DIR
     from persistence.settings_file import load_settings

@@ -245,8 +245,6 @@ def test_reobserve_goes_through_the_runtime(viewer: Viewer) -> None:
 def test_forget_from_the_page_removes_it_from_search_and_the_projection(
     viewer: Viewer, tmp_path: Path
 ) -> None:
-    if not hasattr(OmrayClient, "forget"):
-        pytest.skip("forget is not in this omray yet (`omray memory forget`)")
     if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
         pytest.skip("needs Debian's chromium and chromium-driver (`.ci/run` installs them)")
     from selenium.webdriver.common.by import By
