@@ -7,6 +7,7 @@ typer, Ray and every other omray module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 SESSIONS_DIR = ".hatfield/sessions"
@@ -21,3 +22,14 @@ def project_dir(explicit: str | None, hook_cwd: object) -> str:
     if from_env:
         return os.path.realpath(from_env)
     return os.path.realpath(hook_cwd if isinstance(hook_cwd, str) and hook_cwd else os.getcwd())
+
+
+def private_dir(project: str, *parts: str) -> str:
+    """``project/parts...``, each folder created 0700 when missing (the project itself as it is)."""
+    os.makedirs(project, exist_ok=True)
+    path = project
+    for part in parts:
+        path = os.path.join(path, part)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    return path

@@ -10,7 +10,7 @@ runs per project at a time; it loops while marks keep arriving, and a hook that 
 leaves its mark for it.
 
 What stops a project's memory becomes a *notice* in ``.hatfield/omray-hook.status.json``, keyed
-by its cause, which the hooks show once (``cluster.commands.hook_fast.take_notices``): no runtime, settings
+by its cause, which the hooks show once (``cluster.commands.hook_notices.take_notices``): no runtime, settings
 the client cannot load, a transcript line that does not parse, and observe jobs that gave up
 (their category explained by ``protocol.outcomes.explain_failure``). A cause that goes away (the
 runtime answers again, the line is repaired) takes its notice with it. Nothing prints or logs
@@ -35,7 +35,7 @@ import typer
 from filelock import FileLock, Timeout
 
 from cluster import project_dirs
-from cluster.commands import hook_fast
+from cluster.commands import hook_fast, hook_notices
 from persistence.importers import validate_session_id
 from persistence.importers.live import (
     MARKS_FILE,
@@ -159,7 +159,7 @@ def dispatch_project(
                 logger.warning(
                     "live import failed", extra={"run_id": directory.name, "error_class": type(exc).__name__}
                 )
-                hook_fast.set_notice(
+                hook_notices.set_notice(
                     project_str,
                     f"sync:{directory.name}",
                     f"omray: session {directory.name!r} is not observed: {exc}",
@@ -167,13 +167,13 @@ def dispatch_project(
                 continue
             if cursor.problems:  # what could be converted was; these marks wait for a fix
                 logger.warning("live import incomplete", extra={"run_id": directory.name, "error_class": "-"})
-                hook_fast.set_notice(
+                hook_notices.set_notice(
                     project_str,
                     f"sync:{directory.name}",
                     f"omray: session {directory.name!r} is not fully observed: {'; '.join(cursor.problems)}",
                 )
             else:
-                hook_fast.clear_notices(project_str, f"sync:{directory.name}")
+                hook_notices.clear_notices(project_str, f"sync:{directory.name}")
             if not cursor.pending and cursor.flush is None:
                 continue
             try:
@@ -185,11 +185,11 @@ def dispatch_project(
                     if type(exc) is RuntimeNotRunningError
                     else f"omray: this project's sessions are not observed: {exc}"
                 )
-                hook_fast.set_notice(project_str, NOTICE_PROJECT, message)
+                hook_notices.set_notice(project_str, NOTICE_PROJECT, message)
                 state.runtime_up = False
                 return state
             except OmrayError as exc:  # bad settings, a rejected token: say which
-                hook_fast.set_notice(
+                hook_notices.set_notice(
                     project_str,
                     NOTICE_PROJECT,
                     f"omray: this project's sessions are not observed: {exc}. Fix it, then the waiting "
@@ -197,12 +197,12 @@ def dispatch_project(
                 )
                 state.runtime_up = False
                 return state
-            hook_fast.clear_notices(project_str, NOTICE_PROJECT)
+            hook_notices.clear_notices(project_str, NOTICE_PROJECT)
             _send(client, directory, cursor)
             _watch(project_str, directory.name, moment + WATCH_S)
             _refresh_database(project)
         state.watching = _look_for_failures(project_str, connect, state, moment)
-        hook_fast.clear_notices(project_str, "dispatcher")
+        hook_notices.clear_notices(project_str, "dispatcher")
     finally:
         if owned:
             _close(state)
@@ -256,14 +256,14 @@ def _watch(project: str, session: str, until: float) -> None:
         status["watch"] = {session: until}
         return True, None
 
-    hook_fast.update_status(project, change)
+    hook_notices.update_status(project, change)
 
 
 def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) -> bool:
     """Turn the job failures of the watched sessions into notices; True while any is watched."""
     from protocol.outcomes import JOB_FAILED_EVENT_TYPE, explain_failure, last_failure
 
-    status = hook_fast.read_status(project)
+    status = hook_notices.read_status(project)
     watched = status.get("watch")
     seen = status.get("events_seen")
     if not isinstance(watched, dict) or not watched:
@@ -288,7 +288,7 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
                 continue
             category = last_failure(payload)
             cause, fix = explain_failure(category)
-            hook_fast.set_notice(
+            hook_notices.set_notice(
                 project,
                 f"job:{session}:{category}",
                 f"omray: session {session!r} is not observed: {cause}. Fix: {fix}.",
@@ -300,7 +300,7 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
         current["watch"] = keep
         return True, None
 
-    hook_fast.update_status(project, change)
+    hook_notices.update_status(project, change)
     return bool(keep)
 
 
@@ -416,7 +416,7 @@ def _log_to_project(project: Path) -> None:
 
     path = project / LOG_FILE
     try:
-        hook_fast.private_dir(str(project), ".hatfield")
+        project_dirs.private_dir(str(project), ".hatfield")
         handler = RotatingFileHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=1, encoding="utf-8")
         os.chmod(path, 0o600)
     except OSError:
@@ -451,7 +451,7 @@ def main_dispatch(argv: list[str]) -> None:
         run_dispatcher(project)
     except Exception as exc:  # the last line of defence of a process nobody watches
         logger.error("dispatcher failed", extra={"error_class": type(exc).__name__})
-        hook_fast.set_notice(
+        hook_notices.set_notice(
             str(project),
             "dispatcher",
             f"omray: the hook dispatcher of this project failed ({type(exc).__name__}); "

@@ -139,7 +139,7 @@ def status(
 
     Exits 1 when Ray answers but omray's queue does not run there.
     """
-    from cluster.commands.hook_fast import notices, read_status
+    from cluster.commands.hook_notices import notices, read_status
     from cluster.status import runtime_status
 
     hook_notices = [str(item.get("message")) for item in notices(read_status(str(Path.cwd())))]

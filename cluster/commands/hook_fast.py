@@ -2,8 +2,9 @@
 
 An agent runs a hook after every turn and waits for it, so a hook call costs the user time on
 every turn. This module is the whole hot path: it imports the standard library only (no pydantic,
-SQLAlchemy, typer or Ray; of omray only the standard-library :mod:`cluster.project_dirs`), so a
-``Stop`` hook costs little more than the interpreter's start. What it does per call:
+SQLAlchemy, typer or Ray; of omray only the standard-library :mod:`cluster.project_dirs` and
+:mod:`.hook_notices`), so a ``Stop`` hook costs little more than the interpreter's start. What it
+does per call:
 
 * ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd`` (and a Codex ``agent-turn-complete``):
   append a *mark* (how far the transcript is complete, whether a turn ended, whether to observe
@@ -39,14 +40,11 @@ import stat
 import sys
 from typing import Any, BinaryIO
 
-from cluster.project_dirs import SESSIONS_DIR, project_dir
+from cluster.commands.hook_notices import take_notices
+from cluster.project_dirs import SESSIONS_DIR, private_dir, project_dir
 
 MARKS_FILE = "live.marks.jsonl"
 """``persistence.importers.live.MARKS_FILE``."""
-STATUS_FILE = ".hatfield/omray-hook.status.json"
-"""The dispatcher's notices: what stops this project's memory, and whether each was shown."""
-STATUS_LOCK = ".hatfield/omray-hook.status.lock"
-"""Held while the status file is read and written back."""
 DISPATCH_LOCK = ".hatfield/omray-hook.dispatch.lock"
 """Held by the project's one dispatcher."""
 RESOLVED_FILE = ".hatfield/omray-hook.resolved.json"
@@ -88,11 +86,6 @@ RESUME_HEADER = (
     "of an entry and memory_search for anything else."
 )
 """First paragraph of the memory added when a compacted session is resumed."""
-NOTICE_FOR_MODEL = (
-    "omray, the memory tool of this project, reports a problem the user should know about. "
-    "Tell the user, briefly and once, at the start of your reply:"
-)
-"""Opens a notice given to the model (the only channel to a ``claude -p`` user)."""
 COMPACT_BOUNDARY = b'"subtype":"compact_boundary"'
 """How Claude Code marks a compaction in its transcript."""
 _TAIL_CHUNK = 1024 * 1024
@@ -180,17 +173,6 @@ def transcript_lags(transcript: str, offset: int, last_message: object) -> bool:
     return needle not in tail
 
 
-def private_dir(project: str, *parts: str) -> str:
-    """``project/parts...``, each folder created 0700 when missing (the project itself as it is)."""
-    os.makedirs(project, exist_ok=True)
-    path = project
-    for part in parts:
-        path = os.path.join(path, part)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-    return path
-
-
 def append_mark(project: str, session_id: str, line: bytes) -> None:
     """Append ``line`` to the session's marks (one ``write``, then ``fsync``); folders 0700, file 0600."""
     directory = private_dir(project, *SESSIONS_DIR.split("/"), session_id)
@@ -252,124 +234,6 @@ def start_dispatcher(project: str) -> None:
         return
     argv = [sys.executable, "-P", "-m", "cluster.commands.agent_hooks", "--project", project]
     spawn_detached(argv)
-
-
-# ------------------------------------------------------------------------------------ notices
-
-
-def _locked_status(project: str) -> tuple[int, dict[str, object]]:
-    import fcntl
-
-    private_dir(project, ".hatfield")
-    lock = os.open(os.path.join(project, STATUS_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    return lock, read_status(project)
-
-
-def read_status(project: str) -> dict[str, object]:
-    """The status file (``{}`` when there is none or it cannot be read)."""
-    try:
-        with open(os.path.join(project, STATUS_FILE), encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_status(project: str, status: dict[str, object]) -> None:
-    """Replace the status file atomically (0600)."""
-    path = os.path.join(project, STATUS_FILE)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(status, handle)
-    os.replace(tmp, path)
-
-
-def update_status(project: str, change: object) -> object:
-    """Run ``change(status) -> (changed, result)`` under the status lock; write back when changed."""
-    lock, status = _locked_status(project)
-    try:
-        changed, result = change(status)  # type: ignore[operator]
-        if changed:
-            write_status(project, status)
-        return result
-    finally:
-        os.close(lock)
-
-
-def notices(status: dict[str, object]) -> list[dict[str, object]]:
-    """The status file's notices (each ``{"key", "message", "shown", "told", ...}``)."""
-    found = status.get("notices")
-    return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
-
-
-MAX_NOTICES = 64
-"""Notices kept in the status file (the oldest go first); a kept one is never shown twice."""
-
-
-def set_notice(project: str, key: str, message: str) -> None:
-    """Record ``message`` for the cause ``key``; a new or changed message will be shown once."""
-
-    def change(status: dict[str, object]) -> tuple[bool, None]:
-        items = notices(status)
-        for item in items:
-            if item.get("key") == key:
-                if item.get("message") == message:
-                    return False, None
-                item.update(message=message, shown=False, told=False)
-                status["notices"] = items
-                return True, None
-        items.append({"key": key, "message": message, "shown": False, "told": False})
-        status["notices"] = items[-MAX_NOTICES:]
-        return True, None
-
-    update_status(project, change)
-
-
-def clear_notices(project: str, prefix: str) -> None:
-    """Forget the notices whose key starts with ``prefix`` (their cause is gone)."""
-    if not os.path.exists(os.path.join(project, STATUS_FILE)):
-        return
-
-    def change(status: dict[str, object]) -> tuple[bool, None]:
-        items = notices(status)
-        kept = [item for item in items if not str(item.get("key", "")).startswith(prefix)]
-        status["notices"] = kept
-        return len(kept) != len(items), None
-
-    update_status(project, change)
-
-
-def take_notices(project: str, event: str, interactive: bool) -> tuple[str | None, str | None]:
-    """``(systemMessage, model context)`` of notices not shown yet; marks them shown (once per cause).
-
-    ``SessionStart`` also tells the model what it has not been told (``claude -p`` shows the user
-    nothing else); in the interactive UI the user has seen the message, so the model is not told.
-    """
-    if not os.path.exists(os.path.join(project, STATUS_FILE)):
-        return None, None  # the common case: nothing to report, no lock taken
-
-    def change(status: dict[str, object]) -> tuple[bool, tuple[str | None, str | None]]:
-        show: list[str] = []
-        tell: list[str] = []
-        for notice in notices(status):
-            message = notice.get("message")
-            if not isinstance(message, str):
-                continue
-            if not notice.get("shown"):
-                show.append(message)
-                notice["shown"] = True
-                if interactive:
-                    notice["told"] = True
-            if event == "SessionStart" and not notice.get("told"):
-                tell.append(message)
-                notice["told"] = True
-        context = f"{NOTICE_FOR_MODEL}\n" + "\n".join(f"- {m}" for m in tell) if tell else None
-        return bool(show or tell), ("\n".join(show) or None, context)
-
-    result = update_status(project, change)
-    return result  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------------- memory

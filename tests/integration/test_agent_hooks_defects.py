@@ -29,7 +29,8 @@ import ray
 
 from actors.read.service import memory_view
 from cluster.client import OmrayClient
-from cluster.commands.hook_fast import COMPACT_HEADER, NOTICE_FOR_MODEL, RESUME_HEADER
+from cluster.commands.hook_fast import COMPACT_HEADER, RESUME_HEADER
+from cluster.commands.hook_notices import NOTICE_FOR_MODEL
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from cluster.status import explain

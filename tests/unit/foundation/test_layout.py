@@ -26,6 +26,7 @@ it or itself."""
 STDLIB_HOT_PATHS = (
     "cluster.commands.entry",
     "cluster.commands.hook_fast",
+    "cluster.commands.hook_notices",
     "cluster.servers.mcp_server",
     "cluster.servers.mcp_stdio",
 )

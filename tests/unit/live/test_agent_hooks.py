@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from actors.read.service import project as project_memory
-from cluster.commands import agent_hooks, hook_fast
+from cluster.commands import agent_hooks, hook_fast, hook_notices
 from cluster.commands.agent_hooks import (
     RUNTIME_MISSING_MESSAGE,
     dispatch_project,
@@ -134,7 +134,7 @@ def test_a_call_whose_transcript_does_not_exist_creates_nothing_and_reports_noth
     tmp_path: Path, no_spawn: list[str]
 ) -> None:
     # `claude mcp list` fires SessionEnd with a transcript that is never written.
-    hook_fast.set_notice(str(tmp_path), "project", "omray: something to say")
+    hook_notices.set_notice(str(tmp_path), "project", "omray: something to say")
     for event in ("SessionEnd", "Stop", "PreCompact", "SubagentStop"):
         assert _hook(event, tmp_path, tmp_path / "never-written.jsonl") is None
     assert not (tmp_path / ".hatfield" / "sessions").exists() and no_spawn == []
@@ -198,7 +198,7 @@ def test_a_missing_runtime_keeps_the_turns_and_is_shown_once_in_the_interactive_
     client = FakeClient()
     assert dispatch_project(tmp_path, lambda project: client).runtime_up
     assert client.calls and read_cursor(session_dir(tmp_path, SESSION)).pending == ()
-    assert hook_fast.notices(hook_fast.read_status(str(tmp_path))) == []  # the cause went away
+    assert hook_notices.notices(hook_notices.read_status(str(tmp_path))) == []  # the cause went away
 
 
 def test_with_claude_p_the_model_is_told_once_at_the_next_session_start(
@@ -212,7 +212,7 @@ def test_with_claude_p_the_model_is_told_once_at_the_next_session_start(
     output = _hook("SessionStart", tmp_path, transcript, source="resume")
     assert output is not None and "systemMessage" not in output
     context = output["hookSpecificOutput"]["additionalContext"]
-    assert context.startswith(hook_fast.NOTICE_FOR_MODEL) and RUNTIME_MISSING_MESSAGE in context
+    assert context.startswith(hook_notices.NOTICE_FOR_MODEL) and RUNTIME_MISSING_MESSAGE in context
     assert _hook("SessionStart", tmp_path, transcript, source="startup") is None
     assert _hook("Stop", tmp_path, transcript) is None
 
@@ -232,7 +232,7 @@ def test_failed_jobs_become_one_notice_with_cause_and_fix(tmp_path: Path, no_spa
     client = FakeClient()
     client.idle = False
     state = dispatch_project(tmp_path, lambda project: client, now=1000.0)
-    assert state.watching and not hook_fast.notices(hook_fast.read_status(str(tmp_path)))
+    assert state.watching and not hook_notices.notices(hook_notices.read_status(str(tmp_path)))
     client.failures.append(failed)
     dispatch_project(tmp_path, lambda project: client, now=1001.0)
     client.failures.append({**failed, "event_seq": 4})  # the same cause again: no new notice
@@ -252,7 +252,7 @@ def test_the_dispatcher_watches_its_jobs_then_exits(tmp_path: Path, no_spawn: li
     clock = iter(range(1000, 1000 + 10 * int(agent_hooks.WATCH_S), 10))
     run_dispatcher(tmp_path, lambda project: client, poll_s=0.0, clock=lambda: float(next(clock)))
     assert client.calls and client.closed
-    assert hook_fast.read_status(str(tmp_path))["watch"] == {}
+    assert hook_notices.read_status(str(tmp_path))["watch"] == {}
 
 
 def _memory_project(tmp_path: Path, text: str = "Kettle config crashes") -> None:
@@ -370,7 +370,7 @@ def test_a_session_whose_transcript_is_gone_is_skipped_without_a_notice(
     transcript.unlink()
     client = FakeClient()
     assert dispatch_project(tmp_path, lambda project: client).runtime_up
-    assert client.calls == [] and hook_fast.notices(hook_fast.read_status(str(tmp_path))) == []
+    assert client.calls == [] and hook_notices.notices(hook_notices.read_status(str(tmp_path))) == []
 
 
 def test_run_handles_only_the_hook_calls_it_knows(
