@@ -13,8 +13,6 @@ from cluster.commands import integrate
 from cluster.commands.cli import app
 from cluster.commands.integrate import (
     CLAUDE_CODE_HOOKS,
-    Finding,
-    check_claude_trust,
     merge_claude_approvals,
     merge_claude_hooks,
     merge_codex_notify,
@@ -22,6 +20,7 @@ from cluster.commands.integrate import (
     remove_claude_hooks,
     remove_codex_notify,
 )
+from cluster.commands.integrate_checks import Finding, check_claude_trust
 
 HOOK = "omray hook claude-code"
 THEIR_SETTINGS = {
