@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -49,6 +50,9 @@ EXIT_ERROR = 2
 _SESSION_HELP = f"Session (run) id; defaults to ${SESSION_ENV}."
 _DB_HELP = "Memory database file; defaults to the settings' storage.database."
 _JSON_HELP = "Print JSON instead of markdown."
+SessionOption = Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)]
+DbOption = Annotated[Path | None, typer.Option("--db", help=_DB_HELP)]
+JsonOption = Annotated[bool, typer.Option("--json", help=_JSON_HELP)]
 
 
 class SearchModeOption(enum.StrEnum):
@@ -65,6 +69,15 @@ class UnsafeSessionIdError(OmrayError):
 def _fail(message: str) -> NoReturn:
     typer.echo(f"omray memory: {message}", err=True)
     raise typer.Exit(code=EXIT_ERROR)
+
+
+@contextmanager
+def _failing(what: str) -> Iterator[None]:
+    """An :class:`OmrayError` in the block fails the command: ``what (ErrorClass: message)``."""
+    try:
+        yield
+    except OmrayError as exc:
+        _fail(f"{what} ({type(exc).__name__}: {exc})")
 
 
 def _print_json(value: object) -> None:
@@ -120,49 +133,43 @@ def _answer(result: dict[str, object]) -> None:
 
 @memory_app.command("status")
 def status_command(
-    session: Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)] = None,
-    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help=_JSON_HELP)] = False,
+    session: SessionOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Counts, coverage and thresholds of one session's memory."""
     session_id = _session(session)
     settings = _settings()
-    try:
+    with _failing("status unavailable"):
         text, data = memory_status(
             _db_path(db, settings), session_id, settings, token_counter(settings.token_encoding)
         )
-    except OmrayError as exc:
-        _fail(f"status unavailable ({type(exc).__name__}: {exc})")
     _show(text, data, as_json)
 
 
 @memory_app.command("view")
 def view_command(
-    session: Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)] = None,
-    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help=_JSON_HELP)] = False,
+    session: SessionOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Active reflections and observations of one session."""
     session_id = _session(session)
-    try:
+    with _failing("view unavailable"):
         text, data = memory_view(_db_path(db), session_id)
-    except OmrayError as exc:
-        _fail(f"view unavailable ({type(exc).__name__}: {exc})")
     _show(text, data, as_json)
 
 
 @memory_app.command("project")
 def project_command(
-    session: Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)] = None,
-    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help=_JSON_HELP)] = False,
+    session: SessionOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """The compaction text the session's memory would replace its context with."""
     session_id = _session(session)
-    try:
+    with _failing("projection unavailable"):
         text = project(_db_path(db), session_id)
-    except OmrayError as exc:
-        _fail(f"projection unavailable ({type(exc).__name__}: {exc})")
     if as_json:
         _print_json({"session_id": session_id, "empty": text == "", "summary_text": text})
     elif text:
@@ -189,7 +196,7 @@ def search_command(
     limit: Annotated[
         int | None, typer.Option("--limit", help="Results to return (default 20, at most 50).")
     ] = None,
-    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    db: DbOption = None,
 ) -> None:
     """memory_search over every session or the --session ones; prints the JSON answer."""
     arguments: dict[str, object] = {"query": query, "after": after, "before": before, "limit": limit}
@@ -197,7 +204,7 @@ def search_command(
         arguments["scope"] = list(session)
     if mode is not None:
         arguments["mode"] = mode.value
-    try:
+    with _failing("search unavailable"):
         settings = _settings()
         db_path = _db_path(db, settings)
         hybrid = None
@@ -206,16 +213,14 @@ def search_command(
 
             hybrid = hybrid_search_for(str(db_path), settings.semantic)
         result = memory_search(db_path, arguments, hybrid_search=hybrid)
-    except OmrayError as exc:
-        _fail(f"search unavailable ({type(exc).__name__}: {exc})")
     _answer(result)
 
 
 @memory_app.command("recall")
 def recall_command(
     memory_id: Annotated[str, typer.Argument(metavar="ID", help="Memory id or unique prefix (12-64 hex).")],
-    session: Annotated[str | None, typer.Option("--session", envvar=SESSION_ENV, help=_SESSION_HELP)] = None,
-    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    session: SessionOption = None,
+    db: DbOption = None,
     events_dir: Annotated[
         Path | None,
         typer.Option(
@@ -225,7 +230,7 @@ def recall_command(
 ) -> None:
     """One memory with its source events; prints the JSON answer."""
     session_id = _session(session)
-    try:
+    with _failing("recall unavailable"):
         settings = _settings()
         result = recall(
             _db_path(db, settings),
@@ -234,8 +239,6 @@ def recall_command(
             {"id": memory_id},
             redactor=redactor_for(settings.redact_patterns),
         )
-    except OmrayError as exc:
-        _fail(f"recall unavailable ({type(exc).__name__}: {exc})")
     _answer(result)
 
 
@@ -275,14 +278,11 @@ def forget_command(
     if not memory_ids and session is None:
         _fail("name ids to forget, or --session")
     ranges = [_event_range(item) for item in events or []]
-    try:
+    with _failing("forget needs a running runtime"):
         client = connect()
-    except OmrayError as exc:
-        _fail(f"forget needs a running runtime ({type(exc).__name__}: {exc})")
     try:
-        result = client.forget(memory_ids or (), session_id=session, event_ranges=ranges, wait_s=wait_s)
-    except OmrayError as exc:
-        _fail(f"forget refused ({type(exc).__name__}: {exc})")
+        with _failing("forget refused"):
+            result = client.forget(memory_ids or (), session_id=session, event_ranges=ranges, wait_s=wait_s)
     finally:
         client.close()
     _print_json(result)
