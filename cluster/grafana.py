@@ -93,40 +93,25 @@ def _quantile(q: float, by: str) -> str:
     )
 
 
+def _stat(title: str, description: str, gauge: str, legend: str) -> Panel:
+    """A number panel: the current sum of one gauge."""
+    return Panel(title, description, (Query(_gauge(gauge), legend),), kind="stat")
+
+
 PANELS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
     (
         "Queue now (the numbers `omray watch` and `omray status` show)",
         (
-            Panel(
-                "Queue depth",
-                "Jobs accepted and not running.",
-                (Query(_gauge("omray_queue_depth"), "depth"),),
-                kind="stat",
-            ),
-            Panel(
+            _stat("Queue depth", "Jobs accepted and not running.", "omray_queue_depth", "depth"),
+            _stat(
                 "Runs in flight",
                 "Runs in flight (coalesced jobs count once).",
-                (Query(_gauge("omray_queue_in_flight"), "in flight"),),
-                kind="stat",
+                "omray_queue_in_flight",
+                "in flight",
             ),
-            Panel(
-                "Slots",
-                "Runs the queue may have in flight now.",
-                (Query(_gauge("omray_queue_slots"), "slots"),),
-                kind="stat",
-            ),
-            Panel(
-                "Lanes",
-                "Lanes with unfinished jobs.",
-                (Query(_gauge("omray_queue_lanes"), "lanes"),),
-                kind="stat",
-            ),
-            Panel(
-                "Busy lanes",
-                "Lanes with a run in flight.",
-                (Query(_gauge("omray_queue_busy_lanes"), "busy lanes"),),
-                kind="stat",
-            ),
+            _stat("Slots", "Runs the queue may have in flight now.", "omray_queue_slots", "slots"),
+            _stat("Lanes", "Lanes with unfinished jobs.", "omray_queue_lanes", "lanes"),
+            _stat("Busy lanes", "Lanes with a run in flight.", "omray_queue_busy_lanes", "busy lanes"),
         ),
     ),
     (
