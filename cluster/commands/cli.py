@@ -32,31 +32,28 @@ def emit(data: Any, as_json: bool, text: str) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
 
 
+def _pool_size(help: str) -> Any:
+    """An ``omray up`` option sizing a worker pool: 1 to 64 (unset: the default, or ``OMRAY_*``)."""
+    return typer.Option(min=1, max=64, help=help)
+
+
 @app.command()
 def up(
     address: Annotated[
         str | None, typer.Option(help="Join an existing Ray cluster instead of starting one.")
     ] = None,
-    observers: Annotated[
-        int | None, typer.Option(min=1, max=64, help="ObserverActors at least (default 2).")
-    ] = None,
-    reflectors: Annotated[
-        int | None, typer.Option(min=1, max=64, help="ReflectorActors at least (default 1).")
-    ] = None,
-    indexers: Annotated[
-        int | None, typer.Option(min=1, max=64, help="IndexerActors at least (default 1).")
-    ] = None,
+    observers: Annotated[int | None, _pool_size("ObserverActors at least (default 2).")] = None,
+    reflectors: Annotated[int | None, _pool_size("ReflectorActors at least (default 1).")] = None,
+    indexers: Annotated[int | None, _pool_size("IndexerActors at least (default 1).")] = None,
     max_observers: Annotated[
-        int | None, typer.Option(min=1, max=64, help="ObserverActors the pool may grow to (default 8).")
+        int | None, _pool_size("ObserverActors the pool may grow to (default 8).")
     ] = None,
     max_reflectors: Annotated[
-        int | None, typer.Option(min=1, max=64, help="ReflectorActors the pool may grow to (default 2).")
+        int | None, _pool_size("ReflectorActors the pool may grow to (default 2).")
     ] = None,
-    max_indexers: Annotated[
-        int | None, typer.Option(min=1, max=64, help="IndexerActors the pool may grow to (default 1).")
-    ] = None,
+    max_indexers: Annotated[int | None, _pool_size("IndexerActors the pool may grow to (default 1).")] = None,
     observer_slots: Annotated[
-        int | None, typer.Option(min=1, max=64, help="Observe jobs one observer runs at once (default 4).")
+        int | None, _pool_size("Observe jobs one observer runs at once (default 4).")
     ] = None,
     port: Annotated[
         int, typer.Option(min=1, max=65535, help="GCS port of the head omray starts or joins.")
