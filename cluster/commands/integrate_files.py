@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from persistence.atomic_file import replace_file
 from protocol.errors import OmrayError
 
 MAX_SETTINGS_FILE_BYTES = 16 * 1024 * 1024
@@ -203,14 +203,4 @@ def write_settings(path: Path, text: str, emptied: str = "", mode: int | None = 
     target.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         mode = target.stat().st_mode & 0o777 if target.exists() else 0o600
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(target, text.encode("utf-8"), mode)
