@@ -132,11 +132,7 @@ def _answer(result: dict[str, object]) -> None:
 
 
 @memory_app.command("status")
-def status_command(
-    session: SessionOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
+def status_command(session: SessionOption = None, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Counts, coverage and thresholds of one session's memory."""
     session_id = _session(session)
     settings = _settings()
@@ -148,11 +144,7 @@ def status_command(
 
 
 @memory_app.command("view")
-def view_command(
-    session: SessionOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
+def view_command(session: SessionOption = None, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Active reflections and observations of one session."""
     session_id = _session(session)
     with _failing("view unavailable"):
@@ -161,11 +153,7 @@ def view_command(
 
 
 @memory_app.command("project")
-def project_command(
-    session: SessionOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
+def project_command(session: SessionOption = None, db: DbOption = None, as_json: JsonOption = False) -> None:
     """The compaction text the session's memory would replace its context with."""
     session_id = _session(session)
     with _failing("projection unavailable"):
