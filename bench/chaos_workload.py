@@ -1,7 +1,7 @@
 """The real work of ``omray bench chaos --real``: agent sessions, the scripted model, and a driver.
 
 ``sessions`` sessions of one project (one memory database) each commit ``turns`` turns of the
-sample coding session (``cluster/demo_session.py``, repeated with later seqs and times when
+sample coding session (``cluster/commands/demo_session.py``, repeated with later seqs and times when
 ``turns`` exceeds it) through the public client's ``after_turn_commit``, as a host agent would.
 The model is :class:`testkit.scripted_models.ScriptedMemoryModel` behind the scripted
 OpenAI-compatible server, called through the real ``openai`` client in the workers, with
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.client import OmrayClient
-from cluster.demo_session import commit_turn, demo_session
+from cluster.commands.demo_session import commit_turn, demo_session
 from persistence.queries import MemoryReader
 from protocol.settings import settings_from_mapping
 from testkit.scripted_models import ScriptedMemoryModel

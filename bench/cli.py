@@ -1,4 +1,4 @@
-"""``omray bench``: benchmarks of the runtime (``cluster.cli`` mounts it when this package is there).
+"""``omray bench``: benchmarks of the runtime (``cluster.commands.cli`` mounts it when this package is there).
 
 Each command starts a private local Ray cluster sized for this machine, or joins one with
 ``--address``, runs one benchmark from ``bench/`` and prints its figures (one JSON object with

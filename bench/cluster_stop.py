@@ -40,7 +40,7 @@ def _free_port() -> int:
 
 def _omray(*args: str, timeout_s: float = 240.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *args],
+        [sys.executable, "-m", "cluster.commands.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,

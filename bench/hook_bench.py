@@ -1,7 +1,7 @@
 """What an agent waits for: ``omray hook claude-code`` per event, and ``omray mcp`` until its tool list.
 
 Each hook call is a fresh process started exactly as the ``omray`` console script starts
-(``cluster.entry.main``), with the hook JSON on stdin, in a temporary project whose database holds
+(``cluster.commands.entry.main``), with the hook JSON on stdin, in a temporary project whose database holds
 one session of ``--memories`` observations and a few reflections (``bench.search_bench``'s):
 
 * ``stop``, ``subagent_stop``, ``pre_compact``, ``session_end``: a mark on a transcript (the
@@ -38,13 +38,17 @@ from pydantic import BaseModel
 
 from bench.measure import percentile
 from bench.search_bench import ACTIVE_SESSION, build_active_session
-from cluster.hook_fast import DISPATCH_LOCK
+from cluster.commands.hook_fast import DISPATCH_LOCK
 
 FIXTURE = (
     Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "transcripts" / "claude-code-session.jsonl"
 )
 SESSION = ACTIVE_SESSION
-OMRAY = [sys.executable, "-c", "import sys; from cluster.entry import main; sys.argv[0] = 'omray'; main()"]
+OMRAY = [
+    sys.executable,
+    "-c",
+    "import sys; from cluster.commands.entry import main; sys.argv[0] = 'omray'; main()",
+]
 HOOK_EVENTS: dict[str, tuple[str, dict[str, object]]] = {
     "stop": ("Stop", {"stop_hook_active": False}),
     "subagent_stop": ("SubagentStop", {"stop_hook_active": False}),

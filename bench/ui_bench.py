@@ -82,7 +82,7 @@ def _percentile(values: list[float], fraction: float) -> float:
 def _serve(project: Path, port: int) -> tuple[Any, threading.Thread]:
     import uvicorn
 
-    from cluster.ui_server import UiBackend, guarded_app, load_project
+    from cluster.servers.ui_server import UiBackend, guarded_app, load_project
 
     (project / "omray.yaml").write_text(
         "observational_memory:\n  storage:\n    database: om.sqlite\n  semantic: null\n", encoding="utf-8"

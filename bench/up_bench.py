@@ -1,6 +1,6 @@
 """``omray bench up``: the time of ``omray up``, the idle runtime's memory, the time of ``omray down``.
 
-Each variant runs ``python -m cluster.cli up`` on a free port with its own ``OMRAY_HOME``, waits
+Each variant runs ``python -m cluster.commands.cli up`` on a free port with its own ``OMRAY_HOME``, waits
 for the runtime to settle, sums PSS and RSS (``/proc/<pid>/smaps_rollup``, Linux) of every process
 of that head by kind (GCS, raylet, dashboard and its module processes, agents, each actor class,
 idle workers), counts the actors, then runs ``omray down`` and checks that no process of the head
@@ -174,7 +174,7 @@ def _environment(home: Path) -> dict[str, str]:
 
 
 def _omray(home: Path, *args: str) -> float:
-    return _run([sys.executable, "-m", "cluster.cli", *args], _environment(home))
+    return _run([sys.executable, "-m", "cluster.commands.cli", *args], _environment(home))
 
 
 def _ray_start_head(home: Path) -> tuple[float, str]:

@@ -1,4 +1,12 @@
-"""Everything that touches Ray: bootstrap, named actors, the client and the CLI.
+"""Everything that touches Ray, and the public client: ``from cluster import connect``.
+
+The top of the package is the Ray wiring: bootstrap (``omray up/down``), the named actors and their
+pools (``runtime``, ``pools``, ``proxies``, ``autoscale``, ``naming``), the client and its link to
+the queue (``client``, ``link``, ``outbox``, ``forget``), Ray's head process (``ray_head``), metrics
+(``metrics``, ``metric_catalog``, ``grafana``), the runtime status, and ``project_dirs`` (standard
+library only, shared with the hook hot path). It imports ``protocol``, ``persistence`` and
+``actors``, never its two subpackages: :mod:`cluster.servers` (MCP and the memory viewer, no Ray)
+and :mod:`cluster.commands` (the ``omray`` CLI), which sit above it in that order.
 
 ``OmrayClient`` and ``connect`` are imported on first use, so the parts of the CLI that never
 reach Ray (agent hooks, ``omray mcp``, ``omray memory``) start without importing Ray.

@@ -293,7 +293,9 @@ def up(
             if record.auth == "token" and not token_existed:
                 # Ray loads the auth token once per process, before the head above created it: join
                 # from a fresh process, which finds the running head and the token.
-                os.execv(sys.executable, [sys.executable, "-m", "cluster.cli", "up", f"--port={port}"])
+                os.execv(
+                    sys.executable, [sys.executable, "-m", "cluster.commands.cli", "up", f"--port={port}"]
+                )
             init_ray(local)
     else:
         init_ray(address)

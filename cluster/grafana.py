@@ -93,40 +93,32 @@ def _quantile(q: float, by: str) -> str:
     )
 
 
+def _stat(title: str, description: str, gauge: str, legend: str) -> Panel:
+    """A number panel: the current sum of one gauge."""
+    return Panel(title, description, (Query(_gauge(gauge), legend),), kind="stat")
+
+
+def _rates(
+    title: str, description: str, counter: str, by: str, legend: str, per: int = 1, unit: Unit = "short"
+) -> Panel:
+    """A chart of one counter's rate (per second, or per ``per`` seconds), summed by ``by``."""
+    return Panel(title, description, (Query(_rate(counter, by, per), legend),), unit=unit)
+
+
 PANELS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
     (
         "Queue now (the numbers `omray watch` and `omray status` show)",
         (
-            Panel(
-                "Queue depth",
-                "Jobs accepted and not running.",
-                (Query(_gauge("omray_queue_depth"), "depth"),),
-                kind="stat",
-            ),
-            Panel(
+            _stat("Queue depth", "Jobs accepted and not running.", "omray_queue_depth", "depth"),
+            _stat(
                 "Runs in flight",
                 "Runs in flight (coalesced jobs count once).",
-                (Query(_gauge("omray_queue_in_flight"), "in flight"),),
-                kind="stat",
+                "omray_queue_in_flight",
+                "in flight",
             ),
-            Panel(
-                "Slots",
-                "Runs the queue may have in flight now.",
-                (Query(_gauge("omray_queue_slots"), "slots"),),
-                kind="stat",
-            ),
-            Panel(
-                "Lanes",
-                "Lanes with unfinished jobs.",
-                (Query(_gauge("omray_queue_lanes"), "lanes"),),
-                kind="stat",
-            ),
-            Panel(
-                "Busy lanes",
-                "Lanes with a run in flight.",
-                (Query(_gauge("omray_queue_busy_lanes"), "busy lanes"),),
-                kind="stat",
-            ),
+            _stat("Slots", "Runs the queue may have in flight now.", "omray_queue_slots", "slots"),
+            _stat("Lanes", "Lanes with unfinished jobs.", "omray_queue_lanes", "lanes"),
+            _stat("Busy lanes", "Lanes with a run in flight.", "omray_queue_busy_lanes", "busy lanes"),
         ),
     ),
     (
@@ -164,26 +156,21 @@ PANELS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
                 ),
                 unit="s",
             ),
-            Panel(
+            _rates(
                 "Attempts by handler and outcome",
                 "Attempts finished per second: succeeded, failed (retried by policy) or worker_lost.",
-                (
-                    Query(
-                        _rate("omray_job_attempts_total", "handler_id, outcome"),
-                        "{{handler_id}} {{outcome}}",
-                    ),
-                ),
+                "omray_job_attempts_total",
+                "handler_id, outcome",
+                "{{handler_id}} {{outcome}}",
                 unit="ops",
             ),
-            Panel(
+            _rates(
                 "Jobs given up by handler and reason",
                 "Jobs that failed after their retries, per minute (each also a job_failed event).",
-                (
-                    Query(
-                        _rate("omray_job_failures_total", "handler_id, reason", per=60),
-                        "{{handler_id}} {{reason}}",
-                    ),
-                ),
+                "omray_job_failures_total",
+                "handler_id, reason",
+                "{{handler_id}} {{reason}}",
+                per=60,
             ),
         ),
     ),
@@ -205,41 +192,41 @@ PANELS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
                 "Runs ready to start that wait for a free slot of a pool (what makes it grow).",
                 (Query(_gauge("omray_pool_waiting", "handler_id"), "{{handler_id}}"),),
             ),
-            Panel(
+            _rates(
                 "Pool resizes",
                 "Autoscaler decisions per minute, by pool and direction (grow, shrink).",
-                (
-                    Query(
-                        _rate("omray_pool_resizes_total", "handler_id, direction", per=60),
-                        "{{handler_id}} {{direction}}",
-                    ),
-                ),
+                "omray_pool_resizes_total",
+                "handler_id, direction",
+                "{{handler_id}} {{direction}}",
+                per=60,
             ),
         ),
     ),
     (
         "Models",
         (
-            Panel(
+            _rates(
                 "Model tokens by stage and direction",
                 "Tokens per second of the Observer (observe), Reflector (reflect) and Dropper (drop); "
                 "cached_prompt is part of prompt.",
-                (Query(_rate("omray_model_tokens_total", "kind, direction"), "{{kind}} {{direction}}"),),
+                "omray_model_tokens_total",
+                "kind, direction",
+                "{{kind}} {{direction}}",
             ),
-            Panel(
+            _rates(
                 "Model tokens by model",
                 "Tokens per second by the settings' provider/model.",
-                (Query(_rate("omray_model_tokens_total", "model, direction"), "{{model}} {{direction}}"),),
+                "omray_model_tokens_total",
+                "model, direction",
+                "{{model}} {{direction}}",
             ),
-            Panel(
+            _rates(
                 "Model cost per hour (when prices are set)",
                 "Money per hour in the price table's currency, for models the settings price.",
-                (
-                    Query(
-                        _rate("omray_model_cost_total", "kind, model, currency", per=3600),
-                        "{{kind}} {{model}} ({{currency}})",
-                    ),
-                ),
+                "omray_model_cost_total",
+                "kind, model, currency",
+                "{{kind}} {{model}} ({{currency}})",
+                per=3600,
                 unit="none",
             ),
         ),

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import BinaryIO, Literal, cast
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from persistence.atomic_file import replace_file
 from persistence.importers.claude_code import ClaudeCodeConverter
 from persistence.importers.codex import CodexConverter
 from persistence.importers.common import (
@@ -365,23 +365,9 @@ def read_cursor(session_dir: Path) -> LiveCursor:
         raise LiveImportError(path, type(exc).__name__) from None
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, FILE_MODE)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
 def _write_cursor(session_dir: Path, cursor: LiveCursor) -> None:
     try:
-        _write_atomically(session_dir / CURSOR_FILE, cursor.model_dump_json().encode("utf-8"))
+        replace_file(session_dir / CURSOR_FILE, cursor.model_dump_json().encode("utf-8"), FILE_MODE)
     except OSError as exc:
         raise LiveImportError(session_dir / CURSOR_FILE, type(exc).__name__) from None
 

@@ -29,7 +29,7 @@ from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
 from cluster.client import OmrayClient
-from cluster.demo_session import commit_turn, demo_session
+from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from cluster.client import connect
-from cluster.demo_session import commit_turn, demo_session
+from cluster.commands.demo_session import commit_turn, demo_session
 
 SESSION = "restart-session"
 SETTINGS = {"model": "builtin/extractive", "observer": {"observe_after_tokens": 0}}

@@ -1,7 +1,7 @@
 """Issue #30 on real Ray: a scripted Claude Code session per defect, hooks run as Claude Code runs them.
 
 Each hook call is a fresh process started as the ``omray`` console script starts
-(``cluster.entry.main``), the hook JSON on stdin, in the environment of ``claude -p``
+(``cluster.commands.entry.main``), the hook JSON on stdin, in the environment of ``claude -p``
 (``CLAUDE_CODE_ENTRYPOINT=sdk-cli``). Transcripts are written the way Claude Code 2.1 writes them
 (records seen in real sessions: ``compact_boundary``, the ``/compact`` command and its local
 output, the synthetic "No response requested.").
@@ -29,7 +29,8 @@ import ray
 
 from actors.read.service import memory_view
 from cluster.client import OmrayClient
-from cluster.hook_fast import COMPACT_HEADER, NOTICE_FOR_MODEL, RESUME_HEADER
+from cluster.commands.hook_fast import COMPACT_HEADER, RESUME_HEADER
+from cluster.commands.hook_notices import NOTICE_FOR_MODEL
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from cluster.status import explain
@@ -94,7 +95,7 @@ class Session:
             [
                 sys.executable,
                 "-c",
-                "import sys; from cluster.entry import main; main()",
+                "import sys; from cluster.commands.entry import main; main()",
                 "hook",
                 "claude-code",
             ],

@@ -27,7 +27,7 @@ import ray
 
 from actors.read.service import project as project_memory
 from cluster.client import OmrayClient
-from cluster.hook_fast import COMPACT_HEADER, CONTEXT_LIMIT
+from cluster.commands.hook_fast import COMPACT_HEADER, CONTEXT_LIMIT
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.events_reader import iter_events
@@ -93,7 +93,7 @@ class Replay:
             **extra,
         }
         result = subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "hook", "claude-code"],
+            [sys.executable, "-m", "cluster.commands.cli", "hook", "claude-code"],
             input=json.dumps(payload),
             capture_output=True,
             text=True,
@@ -250,7 +250,7 @@ def test_codex_rollout_observed_as_it_grows(names: RuntimeNames, tmp_path: Path)
             "last-assistant-message": "...",
         }
         result = subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "hook", "codex", json.dumps(notification)],
+            [sys.executable, "-m", "cluster.commands.cli", "hook", "codex", json.dumps(notification)],
             capture_output=True,
             text=True,
             env=env,
@@ -318,7 +318,7 @@ def test_one_session_naming_two_transcripts_observes_both(names: RuntimeNames, t
             "stop_hook_active": False,
         }
         result = subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "hook", "claude-code"],
+            [sys.executable, "-m", "cluster.commands.cli", "hook", "claude-code"],
             input=json.dumps(payload),
             capture_output=True,
             text=True,

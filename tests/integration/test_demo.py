@@ -18,7 +18,7 @@ def test_demo_runs_every_stage_offline(ray_cluster: object) -> None:
     # stopped head that a test before this one left as Ray's latest.
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     result = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "demo", "--json"],
+        [sys.executable, "-m", "cluster.commands.cli", "demo", "--json"],
         capture_output=True,
         text=True,
         timeout=300,

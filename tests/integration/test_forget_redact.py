@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from cluster.client import OmrayClient
-from cluster.demo_session import event_line
+from cluster.commands.demo_session import event_line
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from protocol.events import AfterTurnCommit, EventSummary

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cluster.client import OmrayClient
-from cluster.demo_session import commit_turn, demo_session, event_line
+from cluster.commands.demo_session import commit_turn, demo_session, event_line
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.semantic import VECTOR_FILE

@@ -102,7 +102,7 @@ async def _exercise(session: ClientSession, project: Path) -> None:
 def test_stdio_server_lists_and_calls_every_tool(project: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "cluster.cli", "mcp", "--project", str(project), "--session", SESSION],
+        args=["-m", "cluster.commands.cli", "mcp", "--project", str(project), "--session", SESSION],
         env=_server_env(),
         cwd=str(project),
     )
@@ -130,7 +130,7 @@ def test_streamable_http_server_on_localhost(project: Path) -> None:
     port = free_port()
     home = project / "omray-home"
     process = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "mcp", "--transport", "http", "--port", str(port)],
+        [sys.executable, "-m", "cluster.commands.cli", "mcp", "--transport", "http", "--port", str(port)],
         cwd=project,
         env={**os.environ, **_server_env(), "OMRAY_HOME": str(home)},
         stdout=subprocess.DEVNULL,
@@ -156,12 +156,12 @@ def test_streamable_http_server_on_localhost(project: Path) -> None:
 
 
 def _omray_mcp(project: Path, *args: str) -> subprocess.Popen[bytes]:
-    """``omray mcp`` started as the console script starts it (``cluster.entry``)."""
+    """``omray mcp`` started as the console script starts it (``cluster.commands.entry``)."""
     return subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys; from cluster.entry import main; sys.argv[0] = 'omray'; main()",
+            "import sys; from cluster.commands.entry import main; sys.argv[0] = 'omray'; main()",
             "mcp",
             *args,
         ],

@@ -51,7 +51,17 @@ def omray_home() -> Iterator[Path]:
 
 def _start(folder: Path, home: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "mcp", "--transport", "http", "--port", str(port), *extra],
+        [
+            sys.executable,
+            "-m",
+            "cluster.commands.cli",
+            "mcp",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            *extra,
+        ],
         cwd=folder,
         env={**os.environ, **_server_env(), "OMRAY_HOME": str(home)},
         stdout=subprocess.DEVNULL,
@@ -69,7 +79,13 @@ def _stop(process: subprocess.Popen[bytes]) -> bytes:
 def _auth_header(home: Path) -> dict[str, str]:
     """What Claude Code's ``headersHelper`` gets: ``omray mcp --auth-header`` (the console-script path)."""
     printed = subprocess.run(
-        [sys.executable, "-c", "import sys; from cluster.entry import main; main()", "mcp", "--auth-header"],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from cluster.commands.entry import main; main()",
+            "mcp",
+            "--auth-header",
+        ],
         env={**os.environ, **_server_env(), "OMRAY_HOME": str(home)},
         capture_output=True,
         check=True,
@@ -222,7 +238,15 @@ def test_integrate_wires_the_token_and_checks_the_running_server(project: Path, 
     port = free_port()
     process = _start(project, omray_home, port)
     env = {**os.environ, **_server_env(), "OMRAY_HOME": str(omray_home)}
-    integrate = [sys.executable, "-m", "cluster.cli", "integrate", "claude-code", "--project", str(project)]
+    integrate = [
+        sys.executable,
+        "-m",
+        "cluster.commands.cli",
+        "integrate",
+        "claude-code",
+        "--project",
+        str(project),
+    ]
     http = ["--mcp-transport", "http", "--mcp-port", str(port)]
     try:
         _wait_listening(port, process)

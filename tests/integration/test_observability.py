@@ -29,13 +29,13 @@ import ray
 from actors.queue.scaling import ScalingPolicy
 from bench.observer_bench import PrefixCachingObserver
 from cluster.client import OmrayClient
-from cluster.demo_session import commit_turn, demo_session
+from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.commands.watch import render_watch, snapshot_from, utc_now
 from cluster.grafana import prometheus_config, queries, service_discovery_file
 from cluster.metric_catalog import ALL_METRICS, LABEL_VALUES
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
-from cluster.watch import render_watch, snapshot_from, utc_now
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
     REFLECT_GENERATION_HANDLER,

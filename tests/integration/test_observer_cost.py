@@ -9,7 +9,7 @@ import pytest
 
 from bench.observer_bench import PrefixCachingObserver
 from cluster.client import OmrayClient
-from cluster.demo_session import commit_turn, demo_session
+from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader

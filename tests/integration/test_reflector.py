@@ -13,8 +13,8 @@ import ray
 from typer.testing import CliRunner
 
 from cluster.client import OmrayClient
-from cluster.demo_session import commit_turn, demo_session
-from cluster.memory_cli import memory_app
+from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.commands.memory_cli import memory_app
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader

@@ -1,6 +1,6 @@
 """Issue 19 on real clusters: a hook across a whole-cluster restart, and `omray down` scoped to its head.
 
-Each test starts its own omray head (`python -m cluster.cli up` on a free port, no dashboard) in
+Each test starts its own omray head (`python -m cluster.commands.cli up` on a free port, no dashboard) in
 subprocesses, because this process is already a driver of the shared session cluster, which plays
 the unrelated Ray cluster that must survive `omray down`.
 """
@@ -34,7 +34,7 @@ def omray(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedP
     env = {**os.environ, "OMRAY_HOME": str(home), "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *args],
+        [sys.executable, "-m", "cluster.commands.cli", *args],
         env=env,
         capture_output=True,
         text=True,

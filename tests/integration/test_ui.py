@@ -25,12 +25,12 @@ import pytest
 import yaml
 
 from cluster.client import OmrayClient
-from cluster.demo_session import commit_turn, demo_session
+from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.commands.ui_cli import QueuePoller
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from cluster.ui_cli import QueuePoller
-from cluster.ui_server import UiBackend, guarded_app, load_project
-from cluster.web_auth import url_with_token
+from cluster.servers.ui_server import UiBackend, guarded_app, load_project
+from cluster.servers.web_auth import url_with_token
 from tests.integration.conftest import ClusterInfo, assert_eventually, free_port
 
 pytestmark = pytest.mark.integration
@@ -245,8 +245,6 @@ def test_reobserve_goes_through_the_runtime(viewer: Viewer) -> None:
 def test_forget_from_the_page_removes_it_from_search_and_the_projection(
     viewer: Viewer, tmp_path: Path
 ) -> None:
-    if not hasattr(OmrayClient, "forget"):
-        pytest.skip("forget is not in this omray yet (`omray memory forget`)")
     if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
         pytest.skip("needs Debian's chromium and chromium-driver (`.ci/run` installs them)")
     from selenium.webdriver.common.by import By

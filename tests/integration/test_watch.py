@@ -69,7 +69,7 @@ def _command(db_path: Path, names: RuntimeNames) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "cluster.cli",
+        "cluster.commands.cli",
         "watch",
         "--db",
         str(db_path),

@@ -7,7 +7,7 @@ import json
 import yaml
 from typer.testing import CliRunner
 
-from cluster.cli import app
+from cluster.commands.cli import app
 from cluster.grafana import (
     DASHBOARD_FILE,
     DASHBOARD_UID,

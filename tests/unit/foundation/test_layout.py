@@ -18,6 +18,21 @@ MAY_IMPORT = {
 }
 """Which rooms each room may import (DESIGN.md's layout; ``testkit`` and ``bench`` never ship)."""
 
+CLUSTER_FLOORS = ("cluster", "cluster.servers", "cluster.commands")
+"""The floors inside ``cluster``, lowest first: the Ray wiring and the client at the top of the
+package, the servers (MCP, memory viewer), the ``omray`` commands. A floor imports only floors below
+it or itself."""
+
+STDLIB_HOT_PATHS = (
+    "cluster.commands.entry",
+    "cluster.commands.hook_fast",
+    "cluster.commands.hook_notices",
+    "cluster.servers.mcp_server",
+    "cluster.servers.mcp_stdio",
+)
+"""What an agent waits on (the ``omray`` entry point, a hook call, the MCP server's stdio start): their
+module-level imports load no project module outside this set and ``cluster.project_dirs``."""
+
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
@@ -82,6 +97,56 @@ def test_no_room_imports_a_room_above_it() -> None:
         if target.split(".")[0] not in MAY_IMPORT[module.split(".")[0]]
     )
     assert upward == []
+
+
+def _floor(module: str) -> str:
+    return max((f for f in CLUSTER_FLOORS if module == f or module.startswith(f + ".")), key=len)
+
+
+def test_the_ray_wiring_never_imports_the_servers_or_the_commands() -> None:
+    """Inside ``cluster`` every arrow points down too: wiring < servers < commands."""
+    upward = sorted(
+        (module, target)
+        for module, targets in _import_graph().items()
+        if module.startswith("cluster")
+        for target in targets
+        if target.startswith("cluster")
+        and CLUSTER_FLOORS.index(_floor(target)) > CLUSTER_FLOORS.index(_floor(module))
+    )
+    assert upward == []
+
+
+def test_every_cluster_module_is_on_a_floor() -> None:
+    subpackages = {p.parent.name for p in (REPO / "cluster").glob("*/__init__.py")}
+    assert {f"cluster.{name}" for name in subpackages} == set(CLUSTER_FLOORS[1:])
+
+
+def _top_level_imports(module: str) -> set[str]:
+    """Modules ``module`` imports when it loads (imports inside functions and
+    ``if TYPE_CHECKING`` blocks do not run then)."""
+    path = REPO / Path(*module.split(".")).with_suffix(".py")
+    if not path.exists():
+        path = REPO / Path(*module.split(".")) / "__init__.py"
+    found: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_the_hot_paths_load_the_standard_library_only() -> None:
+    """A hook call and ``omray mcp``'s stdio start import no third-party package and no omray module
+    beyond the stdlib-only ones (``tests/unit/live`` runs the Stop hook and checks ``sys.modules``)."""
+    import sys
+
+    allowed = {*STDLIB_HOT_PATHS, "cluster", "cluster.project_dirs", "cluster.commands", "cluster.servers"}
+    for module in [*STDLIB_HOT_PATHS, "cluster.project_dirs"]:
+        for name in _top_level_imports(module):
+            assert name in allowed or name.split(".")[0] in sys.stdlib_module_names, (module, name)
+    for package in ("cluster", "cluster.commands", "cluster.servers"):
+        assert _top_level_imports(package) <= {"__future__", "typing"}, package
 
 
 def test_the_rooms_are_the_packages() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cluster.forget import forget_report, plan_forget, wait_for_results
-from cluster.mcp_server import forget_tool, tool_specs
+from cluster.servers.mcp_server import forget_tool, tool_specs
 from persistence.forget import ForgetRequest
 from persistence.forget_queries import ForgetReader
 from persistence.store import Store

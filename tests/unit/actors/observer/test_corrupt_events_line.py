@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.observer.actor import ObserverActor
-from cluster.demo_session import demo_session, event_line
+from cluster.commands.demo_session import demo_session, event_line
 from persistence.queries import MemoryReader
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.outcomes import EventsLocation, JobFailed, JobFailedEvent, JobSucceeded

@@ -13,7 +13,7 @@ from actors.models.builtin import BuiltinExtractiveModel
 from actors.models.chat import ChatModel, ChatResponse, ModelCallError, ToolCall
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import EventsNotReadyError, ObserverError, ObserverPorts, observe_through
-from cluster.demo_session import demo_session, event_line
+from cluster.commands.demo_session import demo_session, event_line
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from persistence.store import Store

@@ -11,7 +11,7 @@ import yaml
 from actors.observer.actor import observe_boundary
 from actors.reflector.actor import reflect_generation
 from actors.reflector.core import ReflectPayloadError
-from cluster.demo_session import demo_session, event_line
+from cluster.commands.demo_session import demo_session, event_line
 from persistence.queries import MemoryReader
 from persistence.store import Store
 from protocol.errors import ModelSettingsError

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from actors.queue.scaling import PoolLimits, ScalingError, ScalingPolicy
 from cluster import bootstrap
 from cluster.bootstrap import BootstrapError, RuntimeRecord, _write_record
-from cluster.cli import app
+from cluster.commands.cli import app
 from cluster.pools import PoolSizes
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from protocol.errors import SettingsError

@@ -15,7 +15,7 @@ import actors.read.service as read_service
 from actors.read.answers import MAX_ANSWER_DEPTH, TOO_DEEP_TEXT, json_safe
 from actors.read.interrupt import CancelToken, ToolInterrupt
 from actors.read.service import before_compaction, call_tool, memory_search, memory_status, recall
-from cluster.memory_cli import memory_app
+from cluster.commands.memory_cli import memory_app
 from persistence.store import Store
 from protocol.errors import StorageError
 from protocol.events import BeforeCompactionContext

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from actors.read.service import project as projection
 from actors.read.ui_views import active_ids, retired_by
-from cluster.ui_server import UiBackend, UiProject, UiRequestError, build_app, guarded_app
+from cluster.servers.ui_server import UiBackend, UiProject, UiRequestError, build_app, guarded_app
 from persistence.queries import MemoryReader
 from persistence.store import Store
 from persistence.ui_queries import UiReader

@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cluster import import_cli
+from cluster.commands import import_cli
 from persistence.events_reader import last_event_seq
 from tests.unit.persistence.importers.helpers import FIXTURES
 

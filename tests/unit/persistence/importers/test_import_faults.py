@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 import persistence.importers.common as common
-from cluster import import_cli
+from cluster.commands import import_cli
 from persistence.importers import (
     ImportFormatError,
     ImportFormatMismatchError,

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster import hook_fast
+from cluster.commands import hook_fast
 from persistence.importers.live import (
     EVENTS_FILE,
     Mark,
@@ -398,7 +398,7 @@ def test_the_stop_hook_still_imports_nothing_heavy(tmp_path: Path) -> None:
     event = {"session_id": SESSION, "hook_event_name": "Stop", "transcript_path": str(transcript)}
     script = (
         "import json, sys\n"
-        "from cluster import hook_fast\n"
+        "from cluster.commands import hook_fast\n"
         "hook_fast.start_dispatcher = lambda project: None\n"
         f"hook_fast.claude_code({json.dumps(json.dumps(event))}, {str(tmp_path)!r})\n"
         "heavy = {'pydantic', 'sqlalchemy', 'ray', 'typer', 'persistence', 'protocol', 'actors'}\n"
