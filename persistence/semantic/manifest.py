@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from persistence.semantic.files import FILE_MODE, DerivedIndexError, seal, verify_sealed
 from persistence.semantic.sources import ID_BATCH, KINDS, SourceFingerprint
@@ -147,20 +147,22 @@ class Manifest:
         """For chunk labels, the label whose vector stands for each: its own when it has one, else the
         first chunk of the same event (the only one of an event's chunks with a vector). Chunks
         with neither are left out."""
-        found: dict[int, int] = {}
+        rows = self._rows_for_labels(
+            "SELECT c.label, coalesce(CASE WHEN c.embedded = 1 THEN c.label END,"
+            " (SELECT f.label FROM chunk AS f WHERE f.parent_key = c.parent_key AND f.embedded = 1"
+            " AND f.seq_start IS NOT NULL ORDER BY f.position LIMIT 1))"
+            " FROM chunk AS c WHERE c.label IN ({marks})",
+            labels,
+        )
+        return {int(label): int(vector) for label, vector in rows if vector is not None}
+
+    def _rows_for_labels(self, sql: str, labels: Collection[int]) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``sql`` (its ``{marks}``: the labels' placeholders), asked in batches that stay
+        below SQLite's bound-variable limit."""
         wanted = list(labels)
         for start in range(0, len(wanted), ID_BATCH):
             batch = wanted[start : start + ID_BATCH]
-            marks = ", ".join("?" for _ in batch)
-            rows = self._conn.execute(
-                "SELECT c.label, coalesce(CASE WHEN c.embedded = 1 THEN c.label END,"
-                " (SELECT f.label FROM chunk AS f WHERE f.parent_key = c.parent_key AND f.embedded = 1"
-                " AND f.seq_start IS NOT NULL ORDER BY f.position LIMIT 1))"
-                f" FROM chunk AS c WHERE c.label IN ({marks})",
-                batch,
-            )
-            found.update((int(label), int(vector)) for label, vector in rows if vector is not None)
-        return found
+            yield from self._conn.execute(sql.format(marks=", ".join("?" for _ in batch)), batch)
 
     def memory_count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM memory").fetchone()[0])
@@ -191,25 +193,21 @@ class Manifest:
 
     def chunks_by_labels(self, labels: Collection[int]) -> dict[int, MemoryChunk]:
         found: dict[int, MemoryChunk] = {}
-        wanted = list(labels)
-        for start in range(0, len(wanted), ID_BATCH):
-            batch = wanted[start : start + ID_BATCH]
-            marks = ", ".join("?" for _ in batch)
-            rows = self._conn.execute(
-                "SELECT label, chunk_id, parent_key, position, text, seq_start, seq_end, embedded FROM chunk"
-                f" WHERE label IN ({marks})",
-                batch,
+        rows = self._rows_for_labels(
+            "SELECT label, chunk_id, parent_key, position, text, seq_start, seq_end, embedded FROM chunk"
+            " WHERE label IN ({marks})",
+            labels,
+        )
+        for label, chunk_id, key, position, chunk_text, seq_start, seq_end, embedded in rows:
+            found[int(label)] = MemoryChunk(
+                str(chunk_id),
+                str(key),
+                int(position),
+                str(chunk_text),
+                None if seq_start is None else int(seq_start),
+                None if seq_end is None else int(seq_end),
+                bool(embedded),
             )
-            for label, chunk_id, key, position, chunk_text, seq_start, seq_end, embedded in rows:
-                found[int(label)] = MemoryChunk(
-                    str(chunk_id),
-                    str(key),
-                    int(position),
-                    str(chunk_text),
-                    None if seq_start is None else int(seq_start),
-                    None if seq_end is None else int(seq_end),
-                    bool(embedded),
-                )
         return found
 
     def all_chunk_texts(self) -> list[tuple[int, str]]:
