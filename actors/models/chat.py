@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.models.clients import openai_failure
 from protocol.errors import ModelSettingsError, OmrayError, SettingsError
 
 log = logging.getLogger("omray.models")
@@ -315,19 +316,9 @@ def run_tool_loop(
 
 
 def _category_for(exc: Exception) -> tuple[ModelErrorCategory, int | None]:
-    import openai
-
-    # Order matters: the timeout and rate-limit classes are subclasses of the broader ones.
-    if isinstance(exc, openai.APITimeoutError):
-        return "timeout", None
-    if isinstance(exc, openai.APIConnectionError):
-        return "connection", None
-    if isinstance(exc, openai.RateLimitError):
-        return "rate_limited", exc.status_code
-    if isinstance(exc, openai.APIStatusError):
-        category: ModelErrorCategory = "server_error" if exc.status_code >= 500 else "bad_response"
-        return category, exc.status_code
-    return "bad_response", None
+    failure, status = openai_failure(exc)
+    # A refused request (4xx other than 429) is a bad response to this model call.
+    return ("bad_response" if failure == "client_error" else failure), status
 
 
 class OpenAIChatModel:

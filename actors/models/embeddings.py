@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import httpx
 
 from actors.models.chat import NO_KEY_PLACEHOLDER, MissingApiKeyError
-from actors.models.clients import ClientPool
+from actors.models.clients import ClientPool, openai_failure
 from protocol.semantic import SemanticSearchError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
@@ -233,16 +233,9 @@ def _api_key(api_key_env: str | None, environ: Mapping[str, str] | None) -> str:
 
 
 def _openai_reason(exc: Exception) -> tuple[str, int | None]:
-    import openai
-
-    # Order matters: the timeout class is a subclass of the connection class.
-    if isinstance(exc, openai.APITimeoutError):
-        return "timeout", None
-    if isinstance(exc, openai.APIConnectionError):
-        return "connection", None
-    if isinstance(exc, openai.APIStatusError):
-        return ("server_error" if exc.status_code >= 500 else "http_error"), exc.status_code
-    return "bad_response", None
+    failure, status = openai_failure(exc)
+    # The embedding logs name any 4xx answer (429 included) ``http_error``.
+    return ("http_error" if failure in ("client_error", "rate_limited") else failure), status
 
 
 def _ordered_embeddings(body: object, count: int) -> list[object]:
