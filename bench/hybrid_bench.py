@@ -64,7 +64,7 @@ import hnswlib
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from actors.models.embeddings import default_offline_embedder
+from actors.models.offline_embedder import default_offline_embedder
 from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search
 from bench.hybrid_words import STOP_WORDS, SYNONYMS
