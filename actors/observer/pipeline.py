@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from actors.models.chat import ChatModel, run_tool_loop
 from actors.models.prompts import OBSERVER_SYSTEM_PROMPT
-from actors.models.usage import record_loop_usage
+from actors.models.usage import ModelSpend, record_loop_usage
 from actors.observer.blocks import build_source_blocks, empty_source_block
 from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
 from actors.observer.tool import RecordObservationsHandler
@@ -127,8 +127,8 @@ class ObserverPorts:
 
 
 @dataclass
-class ObserveResult:
-    """Counts of one observe job; never content."""
+class ObserveResult(ModelSpend):
+    """Counts of one observe job; never content (the model counters are :class:`ModelSpend`'s)."""
 
     status: str
     """``already_covered``, ``deferred``, ``inserted`` or ``noop``."""
@@ -148,16 +148,6 @@ class ObserveResult:
     """Parts already committed earlier (no model call)."""
     observations: int = 0
     """Observations committed by this run."""
-    model_rounds: int = 0
-    """Model requests made."""
-    prompt_tokens: int = 0
-    """Input tokens reported by the model."""
-    cached_prompt_tokens: int = 0
-    """Input tokens the endpoint reported as served from its prompt cache."""
-    completion_tokens: int = 0
-    """Output tokens reported by the model."""
-    model: str = ""
-    """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
     source_tokens: int = 0
     """Tokens of the rendered source sent (parts that called the model)."""
     reflect_job_id: str | None = None
@@ -410,11 +400,7 @@ def _observe(
         )
         result.parts_committed += 1
         result.observations += int(getattr(commit, "observation_count", len(records)))
-        result.model_rounds += loop.rounds
-        result.model = model
-        result.prompt_tokens += loop.prompt_tokens
-        result.cached_prompt_tokens += loop.cached_prompt_tokens
-        result.completion_tokens += loop.completion_tokens
+        result.add_spend(loop, model)
         result.source_tokens += ports.count_tokens(part.rendered_part)
     result.status = "inserted" if result.parts_committed else "noop"
     logger.info(

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 from actors.models.chat import ChatModel, ToolLoopResult, run_tool_loop
 from actors.models.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
-from actors.models.usage import record_loop_usage
+from actors.models.usage import ModelSpend, record_loop_usage
 from actors.reflector.core import (
     REFLECTOR_MAX_DURATION_SECONDS,
     REFLECTOR_MAX_TOOL_CALLS,
@@ -145,8 +145,9 @@ class ReflectorPorts:
 
 
 @dataclass
-class ReflectResult:
-    """Counts of one reflect job; never content."""
+class ReflectResult(ModelSpend):
+    """Counts of one reflect job; never content (the model counters, Reflector + Dropper, are
+    :class:`ModelSpend`'s)."""
 
     status: ReflectStatus
     """How the job ended."""
@@ -160,16 +161,6 @@ class ReflectResult:
     """Observations left out of the promoted generation."""
     retained: int = 0
     """Observations linked to the promoted generation."""
-    model_rounds: int = 0
-    """Model requests made (Reflector + Dropper)."""
-    prompt_tokens: int = 0
-    """Input tokens reported by the model."""
-    cached_prompt_tokens: int = 0
-    """Input tokens the endpoint reported as served from its prompt cache."""
-    completion_tokens: int = 0
-    """Output tokens reported by the model."""
-    model: str = ""
-    """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
     usage_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     """The token counts above split by stage (``reflect``, ``drop``), for the token metrics."""
 
@@ -181,11 +172,7 @@ class ReflectResult:
         self, loop: ToolLoopResult, ports: ReflectorPorts, payload: ReflectPayload, kind: UsageJobKind
     ) -> None:
         """Add one tool loop's model counters and store its token usage."""
-        self.model_rounds += loop.rounds
-        self.model = payload.reflector_model
-        self.prompt_tokens += loop.prompt_tokens
-        self.cached_prompt_tokens += loop.cached_prompt_tokens
-        self.completion_tokens += loop.completion_tokens
+        self.add_spend(loop, payload.reflector_model)
         counts = self.usage_by_kind.setdefault(
             kind, {"prompt_tokens": 0, "cached_prompt_tokens": 0, "completion_tokens": 0}
         )
