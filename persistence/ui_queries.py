@@ -15,7 +15,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Final
 
-from persistence.queries import CoverageInterval, contiguous_end
+from persistence.coverage_watermark import CoverageInterval, contiguous_end
 from persistence.read_connection import SnapshotReader
 
 EXCERPT_CHARS: Final[int] = 280
