@@ -3,7 +3,7 @@
 A temporary memory database gets ``size`` observations written through
 :class:`persistence.store.Store` (observer parts of 250, sessions of 500). Their texts are distinct
 user/assistant sentences of the real transcripts in ``../shared/data/transcripts`` (the material of
-``bench.search_bench``), paired into two-sentence observations once the distinct sentences run
+``bench.search_corpus``), paired into two-sentence observations once the distinct sentences run
 out; without that folder, generated sentences from a small coding vocabulary. Then:
 
 Each observation's cited event is written to the transcript with its part, as the Observer writes
@@ -69,7 +69,7 @@ from actors.read.search import SearchRequest, validate_search_arguments
 from actors.read.service import exact_search
 from bench.hybrid_words import STOP_WORDS, SYNONYMS
 from bench.measure import percentile
-from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
+from bench.search_corpus import corpus_material, corpus_observation, corpus_part, corpus_timestamp
 from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
 from persistence.semantic.index import embed_in_batches
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
