@@ -14,7 +14,8 @@ from cluster import agent_hooks, hook_fast
 from cluster.agent_hooks import RUNTIME_MISSING_MESSAGE, dispatch_project, run_dispatcher, session_dir
 from persistence import settings_file
 from persistence.importers import common
-from persistence.importers.live import MARKS_FILE, Mark, read_cursor, read_marks
+from persistence.importers.live import MARKS_FILE, read_cursor, read_marks
+from persistence.importers.live_spans import Mark
 from persistence.store import Store
 from protocol.errors import RuntimeNotRunningError
 from protocol.events import AfterTurnCommit
