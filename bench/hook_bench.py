@@ -2,7 +2,7 @@
 
 Each hook call is a fresh process started exactly as the ``omray`` console script starts
 (``cluster.commands.entry.main``), with the hook JSON on stdin, in a temporary project whose database holds
-one session of ``--memories`` observations and a few reflections (``bench.search_bench``'s):
+one session of ``--memories`` observations and a few reflections (``bench.search_corpus``'s):
 
 * ``stop``, ``subagent_stop``, ``pre_compact``, ``session_end``: a mark on a transcript (the
   project's Claude Code fixture, or ``--transcript``). The benchmark holds the project's dispatch
@@ -37,7 +37,7 @@ from filelock import FileLock
 from pydantic import BaseModel
 
 from bench.measure import percentile
-from bench.search_bench import ACTIVE_SESSION, build_active_session
+from bench.search_corpus import ACTIVE_SESSION, build_active_session
 from cluster.commands.hook_fast import DISPATCH_LOCK
 
 FIXTURE = (

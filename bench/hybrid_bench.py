@@ -3,7 +3,7 @@
 A temporary memory database gets ``size`` observations written through
 :class:`persistence.store.Store` (observer parts of 250, sessions of 500). Their texts are distinct
 user/assistant sentences of the real transcripts in ``../shared/data/transcripts`` (the material of
-``bench.search_bench``), paired into two-sentence observations once the distinct sentences run
+``bench.search_corpus``), paired into two-sentence observations once the distinct sentences run
 out; without that folder, generated sentences from a small coding vocabulary. Then:
 
 Each observation's cited event is written to the transcript with its part, as the Observer writes
@@ -64,12 +64,12 @@ import hnswlib
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from actors.models.embeddings import default_offline_embedder
+from actors.models.offline_embedder import default_offline_embedder
 from actors.read.search_arguments import validate_search_arguments
 from actors.read.service import exact_search
 from bench.hybrid_words import STOP_WORDS, SYNONYMS
 from bench.measure import percentile
-from bench.search_bench import corpus_material, corpus_observation, corpus_part, corpus_timestamp
+from bench.search_corpus import corpus_material, corpus_observation, corpus_part, corpus_timestamp
 from persistence.search_request import SearchRequest
 from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
 from persistence.semantic.build import embed_in_batches

@@ -56,6 +56,7 @@ from typing import Any, Literal
 import ray
 
 from bench.measure import percentile
+from bench.queue_bench import fixed_pools
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
@@ -425,15 +426,7 @@ def run_load_bench(
         **parallel,
     }
     if serial:
-        one = PoolSizes(
-            observers=1,
-            max_observers=1,
-            reflectors=1,
-            max_reflectors=1,
-            indexers=1,
-            observer_slots=1,
-            reflector_slots=1,
-        )
+        one = fixed_pools(workers=1, slots=1)
         if serial_baseline in ("coalescing", "both"):
             # One worker that coalesces as the runtime does: what lanes and pools add on top of it.
             merged = run_load(pools=one, max_in_flight=1, **common)  # type: ignore[arg-type]

@@ -448,17 +448,23 @@ class _Workspace:
     run_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:8]}")
 
 
-THROUGHPUT_POOLS = PoolSizes(
-    observers=2,
-    reflectors=2,
-    indexers=2,
-    observer_slots=8,
-    reflector_slots=8,
-    indexer_slots=8,
-    max_observers=2,
-    max_reflectors=2,
-    max_indexers=2,
-)
+def fixed_pools(workers: int, slots: int) -> PoolSizes:
+    """Every role at exactly ``workers`` actors (minimum = maximum: the autoscaler starts no process
+    mid-run), each running ``slots`` jobs at once."""
+    return PoolSizes(
+        observers=workers,
+        reflectors=workers,
+        indexers=workers,
+        observer_slots=slots,
+        reflector_slots=slots,
+        indexer_slots=slots,
+        max_observers=workers,
+        max_reflectors=workers,
+        max_indexers=workers,
+    )
+
+
+THROUGHPUT_POOLS = fixed_pools(workers=2, slots=8)
 """Worker pools of the throughput run: fixed (no process starts mid-run) and with slots enough for every
 lane, so the figure is the queue's own rate, not that of a one-slot pool running no-op jobs in turn
 (the production pools give index work one slot, since real index work is CPU-bound)."""

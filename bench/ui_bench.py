@@ -1,6 +1,6 @@
 """``omray bench ui``: how fast the memory viewer's pages answer over a large memory database.
 
-Builds a corpus with :func:`bench.search_bench.build_corpus` (default 50,000 observations in 50
+Builds a corpus with :func:`bench.search_corpus.build_corpus` (default 50,000 observations in 50
 sessions of 1,000, each with a promoted generation), adds token usage and one session's
 ``events.jsonl``, serves the real app behind the real web guard with uvicorn on a free loopback
 port, and times each endpoint the page calls, as a browser would (HTTP, bearer token, JSON
@@ -23,7 +23,8 @@ from typing import Annotated, Any
 
 import typer
 
-from bench.search_bench import build_corpus, query_set
+from bench.search_bench import query_set
+from bench.search_corpus import build_corpus
 from persistence.store import Store
 from protocol.records import TokenUsageRecord
 

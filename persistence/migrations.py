@@ -18,6 +18,9 @@ Running the plan twice is a no-op.
 Checksums are ``sha256`` of the step's statements joined by ``"\\n"``. omray compiles its DDL
 from ``persistence.schema``, so the checksums recorded for PHP versions differ from the PHP
 tool's; checksums are recorded for the record and never verified.
+
+Longer than 600 lines because released steps are append-only history, kept here in order; their SQL
+never changes (``tests/unit/persistence/test_migration_history.py``).
 """
 
 from __future__ import annotations
@@ -217,6 +220,46 @@ def _observation_line_ddl_v1() -> tuple[str, ...]:
     )
 
 
+def _version_bump(
+    dirty_table: str, from_column: str, run_id: str, key: str = "''", observation_id: str = "''"
+) -> str:
+    """Trigger body of the projection pieces (omray_008, and omray_012 with its new names): version
+    the session and mark it dirty from the first line touched (``key``, ``observation_id``)."""
+    # No conflict clauses: inside a trigger the outer statement's (an UPSERT's) would apply.
+    earlier = f"({key} < {from_column} OR ({key} = {from_column} AND {observation_id} < from_id))"
+    return (
+        f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {run_id}, 0 WHERE {run_id} IS NOT"
+        f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {run_id}); "
+        f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {run_id}; "
+        f"INSERT INTO {dirty_table} (run_id, {from_column}, from_id) SELECT {run_id}, {key},"
+        f" {observation_id} WHERE {run_id} IS NOT NULL"
+        f" AND NOT EXISTS (SELECT 1 FROM {dirty_table} WHERE run_id = {run_id}); "
+        f"UPDATE {dirty_table} SET {from_column} = CASE WHEN {earlier} THEN {key} ELSE {from_column}"
+        f" END, from_id = CASE WHEN {earlier} THEN {observation_id} ELSE from_id END"
+        f" WHERE run_id = {run_id};"
+    )
+
+
+def _generation_bump_triggers(bump: Callable[..., str]) -> tuple[tuple[str, str, str], ...]:
+    """(table, event, body) of the piece triggers on the generation tables: a change of the active
+    generation, or of its retained set, versions the whole session (dirty from the start)."""
+    active = schema.om_active_generation.name
+    generation = schema.om_memory_generation.name
+    retained = schema.om_generation_retained_observation.name
+
+    def of_generation(generation_id: str) -> str:
+        return f"(SELECT run_id FROM {generation} WHERE generation_id = {generation_id})"
+
+    return (
+        (active, "INSERT", bump("new.run_id")),
+        (active, "DELETE", bump("old.run_id")),
+        (active, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
+        (generation, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
+        (retained, "INSERT", bump(of_generation("new.generation_id"))),
+        (retained, "DELETE", bump(of_generation("old.generation_id"))),
+    )
+
+
 def _projection_cache_ddl_v1() -> tuple[str, ...]:
     # The first shape (migration omray_008), kept as released: replaced by omray_012.
     # Compaction reads a session's whole active pool; rendered at write time in pieces of
@@ -226,41 +269,15 @@ def _projection_cache_ddl_v1() -> tuple[str, ...]:
     # start); omray's Store renders again, in the same transaction, only the pieces from there on,
     # so an observation that arrives in time order rewrites the last piece alone. A reader uses the
     # pieces only when they show the session's current version, and reads the lines otherwise.
-    def bump(run_id: str, time: str = "''", observation_id: str = "''") -> str:
-        # No conflict clauses: inside a trigger the outer statement's (an UPSERT's) would apply.
-        earlier = f"({time} < from_time OR ({time} = from_time AND {observation_id} < from_id))"
-        return (
-            f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {run_id}, 0 WHERE {run_id} IS NOT"
-            f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {run_id}); "
-            f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {run_id}; "
-            f"INSERT INTO {_V1_DIRTY_TABLE} (run_id, from_time, from_id) SELECT {run_id}, {time},"
-            f" {observation_id} WHERE {run_id} IS NOT NULL"
-            f" AND NOT EXISTS (SELECT 1 FROM {_V1_DIRTY_TABLE} WHERE run_id = {run_id}); "
-            f"UPDATE {_V1_DIRTY_TABLE} SET from_time = CASE WHEN {earlier} THEN {time} ELSE from_time"
-            f" END, from_id = CASE WHEN {earlier} THEN {observation_id} ELSE from_id END"
-            f" WHERE run_id = {run_id};"
-        )
-
-    def of_generation(generation_id: str) -> str:
-        table = schema.om_memory_generation.name
-        return f"(SELECT run_id FROM {table} WHERE generation_id = {generation_id})"
-
     observation = schema.om_observation.name
-    active = schema.om_active_generation.name
-    generation = schema.om_memory_generation.name
-    retained = schema.om_generation_retained_observation.name
+    bump = functools.partial(_version_bump, _V1_DIRTY_TABLE, "from_time")
     new_line = bump("new.run_id", "new.timestamp", "new.observation_id")
     old_line = bump("old.run_id", "old.timestamp", "old.observation_id")
     triggers = (
         (observation, "INSERT", new_line),
         (observation, "DELETE", old_line),
         (observation, "UPDATE", old_line + " " + new_line),
-        (active, "INSERT", bump("new.run_id")),
-        (active, "DELETE", bump("old.run_id")),
-        (active, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
-        (generation, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
-        (retained, "INSERT", bump(of_generation("new.generation_id"))),
-        (retained, "DELETE", bump(of_generation("old.generation_id"))),
+        *_generation_bump_triggers(bump),
     )
     return (
         f"CREATE TABLE IF NOT EXISTS {SESSION_VERSION_TABLE} (run_id TEXT NOT NULL PRIMARY KEY, "
@@ -318,33 +335,11 @@ def _source_order_ddl() -> tuple[str, ...]:
         " AND observation_id = old.observation_id;"
     )
 
-    def bump(run_id: str, key: str = "''", observation_id: str = "''") -> str:
-        # No conflict clauses: inside a trigger the outer statement's (an UPSERT's) would apply.
-        earlier = f"({key} < from_key OR ({key} = from_key AND {observation_id} < from_id))"
-        return (
-            f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {run_id}, 0 WHERE {run_id} IS NOT"
-            f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {run_id}); "
-            f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {run_id}; "
-            f"INSERT INTO {PROJECTION_DIRTY_TABLE} (run_id, from_key, from_id) SELECT {run_id}, {key},"
-            f" {observation_id} WHERE {run_id} IS NOT NULL"
-            f" AND NOT EXISTS (SELECT 1 FROM {PROJECTION_DIRTY_TABLE} WHERE run_id = {run_id}); "
-            f"UPDATE {PROJECTION_DIRTY_TABLE} SET from_key = CASE WHEN {earlier} THEN {key} ELSE from_key"
-            f" END, from_id = CASE WHEN {earlier} THEN {observation_id} ELSE from_id END"
-            f" WHERE run_id = {run_id};"
-        )
-
-    def of_generation(generation_id: str) -> str:
-        return f"(SELECT run_id FROM {generation} WHERE generation_id = {generation_id})"
-
+    bump = functools.partial(_version_bump, PROJECTION_DIRTY_TABLE, "from_key")
     cache_triggers = (
         (line_table, "INSERT", bump("new.run_id", "new.order_key", "new.observation_id")),
         (line_table, "DELETE", bump("old.run_id", "old.order_key", "old.observation_id")),
-        (active, "INSERT", bump("new.run_id")),
-        (active, "DELETE", bump("old.run_id")),
-        (active, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
-        (generation, "UPDATE", bump("old.run_id") + " " + bump("new.run_id")),
-        (retained, "INSERT", bump(of_generation("new.generation_id"))),
-        (retained, "DELETE", bump(of_generation("old.generation_id"))),
+        *_generation_bump_triggers(bump),
     )
     return (
         *(f"DROP TRIGGER IF EXISTS {_V1_LINE_TABLE}_{event}" for event in ("ai", "ad", "au")),

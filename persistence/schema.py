@@ -175,24 +175,24 @@ Index(
     sqlite_where=text("compaction_request_id IS NOT NULL"),
 )
 
-om_generation_reflection = Table(
-    "om_generation_reflection",
-    metadata,
-    Column("generation_id", Text, ForeignKey("om_memory_generation.generation_id"), nullable=False),
-    Column("reflection_id", Text, nullable=False),
-    Column("position", Integer, nullable=False),
-    PrimaryKeyConstraint("generation_id", "reflection_id"),
-    UniqueConstraint("generation_id", "position"),
-)
 
-om_generation_retained_observation = Table(
-    "om_generation_retained_observation",
-    metadata,
-    Column("generation_id", Text, ForeignKey("om_memory_generation.generation_id"), nullable=False),
-    Column("observation_id", Text, nullable=False),
-    Column("position", Integer, nullable=False),
-    PrimaryKeyConstraint("generation_id", "observation_id"),
-    UniqueConstraint("generation_id", "position"),
+def _generation_members(name: str, member_id: str) -> Table:
+    """An ordered list of a generation's members (reflections, retained observations): one row per
+    member, each at its own position."""
+    return Table(
+        name,
+        metadata,
+        Column("generation_id", Text, ForeignKey("om_memory_generation.generation_id"), nullable=False),
+        Column(member_id, Text, nullable=False),
+        Column("position", Integer, nullable=False),
+        PrimaryKeyConstraint("generation_id", member_id),
+        UniqueConstraint("generation_id", "position"),
+    )
+
+
+om_generation_reflection = _generation_members("om_generation_reflection", "reflection_id")
+om_generation_retained_observation = _generation_members(
+    "om_generation_retained_observation", "observation_id"
 )
 
 om_active_generation = Table(

@@ -454,23 +454,21 @@ class Store(SqliteWriter):
     def fail_generation(self, generation_id: str, failure_code: str, now: str) -> bool:
         """Mark a running generation failed with a category code; False if it was not running."""
         check_failure_reason(failure_code)
-        table = schema.om_memory_generation
-        with self.atomic():
-            result = self._conn().execute(
-                update(table)
-                .where(table.c.generation_id == generation_id, table.c.status == "running")
-                .values(status="failed", failure_code=failure_code, completed_at=now)
-            )
-            return result.rowcount == 1
+        return self._finish_running_generation(generation_id, "failed", failure_code, now)
 
     def succeed_generation_without_promotion(self, generation_id: str, completed_at: str) -> bool:
         """Mark a running generation succeeded without touching the active pointer (under threshold)."""
+        return self._finish_running_generation(generation_id, "succeeded", None, completed_at)
+
+    def _finish_running_generation(
+        self, generation_id: str, status: str, failure_code: str | None, completed_at: str
+    ) -> bool:
         table = schema.om_memory_generation
         with self.atomic():
             result = self._conn().execute(
                 update(table)
                 .where(table.c.generation_id == generation_id, table.c.status == "running")
-                .values(status="succeeded", failure_code=None, completed_at=completed_at)
+                .values(status=status, failure_code=failure_code, completed_at=completed_at)
             )
             return result.rowcount == 1
 

@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Final
 
-from persistence.queries import CoverageInterval, contiguous_end
+from persistence.coverage_watermark import CoverageInterval, contiguous_end
 from persistence.read_connection import SnapshotReader
 from persistence.sql_values import in_batches, json_list
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from actors.indexer.schedule import events_path, schedule_index
 from actors.models.clients import worker_clients
-from actors.models.embeddings import embedder_for
+from actors.models.registry import embedder_for
 from actors.observer.transcript import backfill_transcript
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
 from persistence.events_reader import read_event_window

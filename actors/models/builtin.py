@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.models.chat import ChatResponse, Messages, ToolCall
+from actors.models.chat import ChatRequest, ChatResponse, Messages, ToolCall
 from protocol.records import relevance_rank
 from protocol.tool_specs import DROP_OBSERVATIONS, RECORD_OBSERVATIONS, RECORD_REFLECTIONS
 from protocol.tools import looks_like_secret
@@ -461,20 +461,13 @@ class BuiltinExtractiveModel:
     model (see the module docstring for exactly what it does). Stateless and thread-safe.
     """
 
-    def complete(
-        self,
-        model_name: str,
-        messages: Messages,
-        tools: Sequence[Mapping[str, Any]],
-        timeout_s: float,
-        *,
-        thinking_off: bool = False,
-    ) -> ChatResponse:
+    def complete(self, request: ChatRequest) -> ChatResponse:
         """One tool-call round for the first known tool offered, then a final message."""
+        messages = request.messages
         if any(message.get("role") == "assistant" and message.get("tool_calls") for message in messages):
             return ChatResponse(text="Done.")
         try:
-            call = self._tool_call(messages, tools)
+            call = self._tool_call(messages, request.tools)
         except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError) as exc:
             # Malformed input must never fail a job through this model: answer without a tool call.
             log.warning("builtin model could not parse its input: error_class=%s", type(exc).__name__)

@@ -21,10 +21,12 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.models.clients import openai_failure
 from protocol.errors import ModelSettingsError, OmrayError, SettingsError
 
 log = logging.getLogger("omray.models")
@@ -133,23 +135,27 @@ class ToolLoopResult(_Value):
     """Sum of reported output tokens."""
 
 
+@dataclass(frozen=True)
+class ChatRequest:
+    """One request to a chat model: what the tool loop sends each round."""
+
+    model_name: str
+    """The provider-local model name (after ``provider/``)."""
+    messages: Messages
+    """The conversation so far (system, user, then assistant turns and tool answers)."""
+    tools: Sequence[Mapping[str, Any]]
+    """Tool specs offered (OpenAI function format)."""
+    timeout_s: float
+    """Seconds this request may take."""
+    thinking_off: bool = False
+    """A hint that reasoning is not wanted; a model may ignore it."""
+
+
 class ChatModel(Protocol):
     """A chat model with native tool calling."""
 
-    def complete(
-        self,
-        model_name: str,
-        messages: Messages,
-        tools: Sequence[Mapping[str, Any]],
-        timeout_s: float,
-        *,
-        thinking_off: bool = False,
-    ) -> ChatResponse:
-        """One request; raises :class:`ModelCallError` on transport or provider failure.
-
-        ``model_name`` is the provider-local name (after ``provider/``). ``thinking_off`` is a
-        hint that reasoning is not wanted; a model may ignore it.
-        """
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        """One request; raises :class:`ModelCallError` on transport or provider failure."""
         ...
 
 
@@ -258,7 +264,7 @@ def run_tool_loop(
         remaining = deadline - clock()
         if remaining <= 0:
             raise ModelCallError("timeout")
-        response = client.complete(model_name, messages, specs, remaining, thinking_off=thinking_off)
+        response = client.complete(ChatRequest(model_name, messages, specs, remaining, thinking_off))
         rounds += 1
         prompt_tokens += response.usage.prompt_tokens
         cached_tokens += response.usage.cached_prompt_tokens
@@ -315,19 +321,9 @@ def run_tool_loop(
 
 
 def _category_for(exc: Exception) -> tuple[ModelErrorCategory, int | None]:
-    import openai
-
-    # Order matters: the timeout and rate-limit classes are subclasses of the broader ones.
-    if isinstance(exc, openai.APITimeoutError):
-        return "timeout", None
-    if isinstance(exc, openai.APIConnectionError):
-        return "connection", None
-    if isinstance(exc, openai.RateLimitError):
-        return "rate_limited", exc.status_code
-    if isinstance(exc, openai.APIStatusError):
-        category: ModelErrorCategory = "server_error" if exc.status_code >= 500 else "bad_response"
-        return category, exc.status_code
-    return "bad_response", None
+    failure, status = openai_failure(exc)
+    # A refused request (4xx other than 429) is a bad response to this model call.
+    return ("bad_response" if failure == "client_error" else failure), status
 
 
 class OpenAIChatModel:
@@ -362,28 +358,20 @@ class OpenAIChatModel:
         """Release the HTTP connection pool."""
         self._client.close()
 
-    def complete(
-        self,
-        model_name: str,
-        messages: Messages,
-        tools: Sequence[Mapping[str, Any]],
-        timeout_s: float,
-        *,
-        thinking_off: bool = False,
-    ) -> ChatResponse:
+    def complete(self, request: ChatRequest) -> ChatResponse:
         """One ``chat.completions.create`` request with native tool calling."""
         import openai
 
         extra: dict[str, Any] = {}
-        if tools:
-            extra["tools"] = [dict(tool) for tool in tools]
-        if thinking_off and self.thinking_off_body:
+        if request.tools:
+            extra["tools"] = [dict(tool) for tool in request.tools]
+        if request.thinking_off and self.thinking_off_body:
             extra["extra_body"] = self.thinking_off_body
         try:
             completion = self._client.chat.completions.create(
-                model=model_name,
-                messages=cast(Any, [dict(message) for message in messages]),
-                timeout=min(timeout_s, self.timeout_s),
+                model=request.model_name,
+                messages=cast(Any, [dict(message) for message in request.messages]),
+                timeout=min(request.timeout_s, self.timeout_s),
                 **extra,
             )
             return _chat_response(completion)

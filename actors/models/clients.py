@@ -14,7 +14,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable, Hashable
-from typing import Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 log = logging.getLogger("omray.clients")
 
@@ -78,3 +78,29 @@ atexit.register(_worker_pool.close)
 def worker_clients() -> ClientPool:
     """The client pool of this process, closed at exit."""
     return _worker_pool
+
+
+OpenAIFailure = Literal[
+    "timeout", "connection", "rate_limited", "server_error", "client_error", "bad_response"
+]
+"""What kind of failure an ``openai`` client call raised (each caller words it for its own logs)."""
+
+
+def openai_failure(exc: Exception) -> tuple[OpenAIFailure, int | None]:
+    """The kind of failure ``exc`` is, and its HTTP status when the endpoint answered with one.
+
+    ``openai`` is imported here, not with the module: its types cost a worker actor about half a
+    second and tens of MB at start, before its first request.
+    """
+    import openai
+
+    # Order matters: the timeout and rate-limit classes are subclasses of the broader ones.
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", None
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection", None
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limited", exc.status_code
+    if isinstance(exc, openai.APIStatusError):
+        return ("server_error" if exc.status_code >= 500 else "client_error"), exc.status_code
+    return "bad_response", None

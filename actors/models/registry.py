@@ -1,7 +1,8 @@
-"""Resolving a ``provider/model`` reference to a chat model (reference §2.2, §16).
+"""Resolving settings to the models that serve them: a ``provider/model`` reference to a chat model
+(reference §2.2, §16), the semantic settings to an embedder and a reranker (§14.6).
 
-Kept apart from :mod:`actors.models.chat` so that the built-in model, which speaks the chat types,
-and the OpenAI client can both be chosen here without importing each other.
+Kept apart from :mod:`actors.models.chat` and :mod:`actors.models.embeddings` so that the built-in
+models and the endpoint clients can all be chosen here without importing each other.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from actors.models.chat import (
     UnknownProviderError,
 )
 from actors.models.clients import ClientPool, secret_key
+from actors.models.embeddings import Embedder, EmbeddingError, HttpReranker, OpenAIEmbedder, Reranker
+from actors.models.offline_embedder import default_offline_embedder
 from protocol.errors import ModelSettingsError, SettingsError
-from protocol.settings import BUILTIN_MODEL, BUILTIN_PROVIDER, OmSettings
+from protocol.settings import BUILTIN_MODEL, BUILTIN_PROVIDER, OmSettings, SemanticSettings
 
 
 def model_for(
@@ -76,3 +79,44 @@ def model_for(
         return build(), provider.context_window
     key = ("chat", base_url, secret_key(api_key), timeout_s, max_retries)
     return clients.get(key, build), provider.context_window
+
+
+def embedder_for(semantic: SemanticSettings, clients: ClientPool | None = None) -> Embedder:
+    """The embedder selected by ``semantic.embedding_api`` (the shared offline one for the builtin id).
+
+    With ``clients`` an endpoint's client is built once and reused (a worker passes its pool).
+    """
+    api = semantic.embedding_api
+    if api.is_builtin:
+        return default_offline_embedder()
+    base_url = api.base_url
+    if base_url is None:  # the settings model forbids this; kept for the type checker
+        raise EmbeddingError(reason="no_endpoint")
+
+    def build() -> OpenAIEmbedder:
+        return OpenAIEmbedder(base_url, api.model_id, api_key_env=None)
+
+    if clients is None:
+        return build()
+    return clients.get(("embeddings", base_url, api.model_id), build)
+
+
+def reranker_for(semantic: SemanticSettings, clients: ClientPool | None = None) -> Reranker | None:
+    """The configured reranker, or ``None`` (no reranker ships offline); reused from ``clients`` if given."""
+    api = semantic.reranker_api
+    if api is None:
+        return None
+
+    def build() -> HttpReranker:
+        return HttpReranker(
+            api.base_url,
+            api.model_id,
+            batch_size=api.batch_size,
+            document_characters=api.document_characters,
+            min_score=api.min_score,
+        )
+
+    if clients is None:
+        return build()
+    key = ("rerank", api.base_url, api.model_id, api.batch_size, api.document_characters, api.min_score)
+    return clients.get(key, build)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from actors.models.chat import ToolLoopResult
@@ -15,6 +16,30 @@ from protocol.records import TokenUsageRecord, UsageJobKind
 from protocol.settings import PriceTable
 
 logger = logging.getLogger("omray.usage")
+
+
+@dataclass(kw_only=True)
+class ModelSpend:
+    """What a job's model tool loops spent, counts only: the model counters of a job's result."""
+
+    model_rounds: int = 0
+    """Model requests made."""
+    prompt_tokens: int = 0
+    """Input tokens reported by the model."""
+    cached_prompt_tokens: int = 0
+    """Input tokens the endpoint reported as served from its prompt cache."""
+    completion_tokens: int = 0
+    """Output tokens reported by the model."""
+    model: str = ""
+    """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
+
+    def add_spend(self, loop: ToolLoopResult, model: str) -> None:
+        """Add what one tool loop against ``model`` spent."""
+        self.model_rounds += loop.rounds
+        self.model = model
+        self.prompt_tokens += loop.prompt_tokens
+        self.cached_prompt_tokens += loop.cached_prompt_tokens
+        self.completion_tokens += loop.completion_tokens
 
 
 def record_loop_usage(

@@ -20,27 +20,26 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from actors.models.chat import ChatModel, run_tool_loop
 from actors.models.prompts import OBSERVER_SYSTEM_PROMPT
-from actors.models.usage import record_loop_usage
+from actors.models.usage import ModelSpend, record_loop_usage
 from actors.observer.blocks import build_source_blocks, empty_source_block
 from actors.observer.packer import ChunkPart, memory_context_lines, normalize_coverage, pack_parts
 from actors.observer.tool import RecordObservationsHandler
 from actors.observer.transcript import backfill_transcript, entries_in, transcript_entries
 from actors.observer.trigger import Defer, ObserveNow, TriggerPolicy, decide_observe
 from actors.reflector.core import CandidatePool, RequestLocalIdMap, threshold_check
+from persistence.queries import MemoryReader
+from persistence.store import Store
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.errors import ConflictError, OmrayError
 from protocol.events import EventWindow
 from protocol.identities import signalled_observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob
 from protocol.records import (
-    ActiveReflection,
     ActivityRecord,
-    CoveragePart,
-    ObservationRecord,
     TranscriptEntry,
 )
 from protocol.settings import AGENT_HTTP_MAX_DURATION_SECONDS, OBSERVER_MAX_TOOL_CALLS, OmSettings
@@ -56,57 +55,15 @@ class ObserverError(OmrayError):
     """A durable configuration or input problem of one observe job (the queue retries it)."""
 
 
-class CandidateSetLike(Protocol):
-    """What the pipeline reads of the active candidate set."""
-
-    @property
-    def observations(self) -> Sequence[ObservationRecord]: ...
-
-
-class MemoryPort(Protocol):
-    """Read-only memory queries (``persistence.queries.MemoryReader``)."""
-
-    def contiguous_covered_end(
-        self, run_id: str, renderer_version: str, observer_schema_version: str
-    ) -> int | None: ...
-    def active_reflections(self, run_id: str) -> list[ActiveReflection]: ...
-    def active_candidate_set(self, run_id: str) -> Any: ...
-    def all_observations(self, run_id: str) -> list[ObservationRecord]: ...
-    def stored_coverage_part(self, coverage_key: str) -> CoveragePart | None: ...
-    def active_generation(self, run_id: str) -> Any: ...
-    def generation_exists_for_set(self, run_id: str, observation_set_hash: str) -> bool: ...
-    def transcript_through(self, run_id: str) -> int: ...
-    def covered_end(self, run_id: str) -> int: ...
-
-
-class StorePort(Protocol):
-    """The writes the Observer makes (through the database's StoreActor)."""
-
-    def commit_observer_part(
-        self,
-        part: CoveragePart,
-        observations: Sequence[ObservationRecord],
-        transcript: Sequence[TranscriptEntry] = (),
-    ) -> Any: ...
-    def upsert_activity(self, activity: ActivityRecord) -> None: ...
-    def clear_activity(self, run_id: str, job_id: str) -> bool: ...
-    def pin_observe_start(
-        self, plan_key: str, run_id: str, job_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
-    ) -> int: ...
-    def release_observe_start(self, plan_key: str) -> bool: ...
-    def backfill_transcript(
-        self, run_id: str, entries: Sequence[TranscriptEntry], start_seq: int, through_seq: int, now: str
-    ) -> int: ...
-
-
 @dataclass
 class ObserverPorts:
     """Everything an observe job touches outside pure code."""
 
-    memory: MemoryPort
+    memory: MemoryReader
     """Read-only queries."""
-    store: StorePort
-    """The single writer of the database."""
+    store: Store
+    """The single writer of the database: a :class:`~persistence.store.Store`, or in a cluster the
+    StoreActor proxy, which forwards the same calls (typed by the Store's own signatures)."""
     read_events: Callable[[int, int], EventWindow]
     """Inclusive seq range of the session's ``events.jsonl`` and how far the file was read
     (``persistence.events_reader.read_event_window``)."""
@@ -127,8 +84,8 @@ class ObserverPorts:
 
 
 @dataclass
-class ObserveResult:
-    """Counts of one observe job; never content."""
+class ObserveResult(ModelSpend):
+    """Counts of one observe job; never content (the model counters are :class:`ModelSpend`'s)."""
 
     status: str
     """``already_covered``, ``deferred``, ``inserted`` or ``noop``."""
@@ -148,16 +105,6 @@ class ObserveResult:
     """Parts already committed earlier (no model call)."""
     observations: int = 0
     """Observations committed by this run."""
-    model_rounds: int = 0
-    """Model requests made."""
-    prompt_tokens: int = 0
-    """Input tokens reported by the model."""
-    cached_prompt_tokens: int = 0
-    """Input tokens the endpoint reported as served from its prompt cache."""
-    completion_tokens: int = 0
-    """Output tokens reported by the model."""
-    model: str = ""
-    """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
     source_tokens: int = 0
     """Tokens of the rendered source sent (parts that called the model)."""
     reflect_job_id: str | None = None
@@ -410,11 +357,7 @@ def _observe(
         )
         result.parts_committed += 1
         result.observations += int(getattr(commit, "observation_count", len(records)))
-        result.model_rounds += loop.rounds
-        result.model = model
-        result.prompt_tokens += loop.prompt_tokens
-        result.cached_prompt_tokens += loop.cached_prompt_tokens
-        result.completion_tokens += loop.completion_tokens
+        result.add_spend(loop, model)
         result.source_tokens += ports.count_tokens(part.rendered_part)
     result.status = "inserted" if result.parts_committed else "noop"
     logger.info(

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from actors.models.embeddings import embedder_for, reranker_for
+from actors.models.registry import embedder_for, reranker_for
 from actors.read.search import result_item
 from persistence.search_request import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from actors.models.chat import ChatModel, ToolLoopResult, run_tool_loop
 from actors.models.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
-from actors.models.usage import record_loop_usage
+from actors.models.usage import ModelSpend, record_loop_usage
 from actors.reflector.core import (
     REFLECTOR_MAX_DURATION_SECONDS,
     REFLECTOR_MAX_TOOL_CALLS,
@@ -55,13 +55,11 @@ from actors.reflector.dropper import (
     select_drop_candidates,
     should_run_dropper,
 )
+from persistence.queries import MemoryReader
+from persistence.store import Store
 from protocol.jobs import ReflectGenerationJob
 from protocol.records import (
-    ActiveReflection,
     ActivityRecord,
-    GenerationRecord,
-    ObservationRecord,
-    ReflectionRecord,
     UsageJobKind,
 )
 from protocol.settings import OmSettings
@@ -78,60 +76,15 @@ STALE_BEFORE_MODEL_MESSAGE = (
 STALE_AFTER_MODEL_MESSAGE = "Observation set of generation {generation_id!r} changed during the model calls."
 
 
-class CandidateSetLike(Protocol):
-    """What the pipeline reads of the active candidate set."""
-
-    @property
-    def observations(self) -> Sequence[ObservationRecord]: ...
-
-
-class MemoryPort(Protocol):
-    """Read-only memory queries (``persistence.queries.MemoryReader``)."""
-
-    def active_generation(self, run_id: str) -> GenerationRecord | None: ...
-    def generation(self, generation_id: str) -> GenerationRecord | None: ...
-    def active_reflections(self, run_id: str) -> list[ActiveReflection]: ...
-    def active_candidate_set(self, run_id: str) -> CandidateSetLike: ...
-    def all_observations(self, run_id: str) -> list[ObservationRecord]: ...
-
-
-class StorePort(Protocol):
-    """The writes a reflect job makes (through the database's StoreActor)."""
-
-    def claim_generation(
-        self,
-        generation_id: str,
-        run_id: str,
-        observation_set_hash: str,
-        reflector_model: str,
-        reflector_schema_version: str,
-        required_start_seq: int,
-        required_end_seq: int,
-        now: str,
-        take_over_running: bool = False,
-    ) -> Any: ...
-    def fail_generation(self, generation_id: str, failure_code: str, now: str) -> bool: ...
-    def succeed_generation_without_promotion(self, generation_id: str, completed_at: str) -> bool: ...
-    def promote_generation(
-        self,
-        generation_id: str,
-        run_id: str,
-        reflections: Sequence[ReflectionRecord],
-        retained_observation_ids: Sequence[str],
-        completed_at: str,
-    ) -> Any: ...
-    def upsert_activity(self, activity: ActivityRecord) -> None: ...
-    def clear_activity(self, run_id: str, job_id: str) -> bool: ...
-
-
 @dataclass
 class ReflectorPorts:
     """Everything a reflect job touches outside pure code."""
 
-    memory: MemoryPort
+    memory: MemoryReader
     """Read-only queries."""
-    store: StorePort
-    """The single writer of the database."""
+    store: Store
+    """The single writer of the database: a :class:`~persistence.store.Store`, or in a cluster the
+    StoreActor proxy, which forwards the same calls (typed by the Store's own signatures)."""
     resolve_model: Callable[[str], tuple[ChatModel, int]]
     """``provider/model`` -> (chat model, context window); called only when a model is needed."""
     count_tokens: Callable[[str], int]
@@ -145,8 +98,9 @@ class ReflectorPorts:
 
 
 @dataclass
-class ReflectResult:
-    """Counts of one reflect job; never content."""
+class ReflectResult(ModelSpend):
+    """Counts of one reflect job; never content (the model counters, Reflector + Dropper, are
+    :class:`ModelSpend`'s)."""
 
     status: ReflectStatus
     """How the job ended."""
@@ -160,16 +114,6 @@ class ReflectResult:
     """Observations left out of the promoted generation."""
     retained: int = 0
     """Observations linked to the promoted generation."""
-    model_rounds: int = 0
-    """Model requests made (Reflector + Dropper)."""
-    prompt_tokens: int = 0
-    """Input tokens reported by the model."""
-    cached_prompt_tokens: int = 0
-    """Input tokens the endpoint reported as served from its prompt cache."""
-    completion_tokens: int = 0
-    """Output tokens reported by the model."""
-    model: str = ""
-    """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
     usage_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     """The token counts above split by stage (``reflect``, ``drop``), for the token metrics."""
 
@@ -181,11 +125,7 @@ class ReflectResult:
         self, loop: ToolLoopResult, ports: ReflectorPorts, payload: ReflectPayload, kind: UsageJobKind
     ) -> None:
         """Add one tool loop's model counters and store its token usage."""
-        self.model_rounds += loop.rounds
-        self.model = payload.reflector_model
-        self.prompt_tokens += loop.prompt_tokens
-        self.cached_prompt_tokens += loop.cached_prompt_tokens
-        self.completion_tokens += loop.completion_tokens
+        self.add_spend(loop, payload.reflector_model)
         counts = self.usage_by_kind.setdefault(
             kind, {"prompt_tokens": 0, "cached_prompt_tokens": 0, "completion_tokens": 0}
         )

@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from persistence.importers.common import RecordConverter, ToolCall, text_of_parts
+from persistence.importers.common import RecordConverter, text_of_parts
 
 _IGNORED_TYPES = frozenset({"summary", "system", "file-history-snapshot"})
 _SYNTHETIC_MODEL = "<synthetic>"
@@ -161,19 +161,7 @@ class ClaudeCodeConverter(RecordConverter):
         if isinstance(content, str):
             self.builder.assistant(ts, [content], key=step_key)
             return
-        texts: list[str] = []
-        calls: list[ToolCall] = []
-        for part in content:
-            if not isinstance(part, Mapping):
-                raise self.fail(line_no, "a 'message.content' part is not an object")
-            kind = part.get("type")
-            if kind == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif kind == "tool_use":
-                call_id, name = part.get("id"), part.get("name")
-                if not isinstance(call_id, str) or not isinstance(name, str):
-                    raise self.fail(line_no, "a 'tool_use' part lacks a string 'id' or 'name'")
-                calls.append(ToolCall(call_id=call_id, name=name, arguments=part.get("input", {})))
+        texts, calls = self.assistant_parts(content, line_no, call_type="tool_use", arguments_key="input")
         if not texts and not calls:
             self.builder.ignore("assistant(no text)")
             return

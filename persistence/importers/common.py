@@ -23,7 +23,7 @@ import stat
 import tempfile
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -379,6 +379,27 @@ class RecordConverter(ABC):
         if not isinstance(value, Mapping):
             raise self.fail(line_no, f"{key!r} is not an object")
         return value
+
+    def assistant_parts(
+        self, parts: Iterable[object], line_no: int, *, call_type: str, arguments_key: str
+    ) -> tuple[list[str], list[ToolCall]]:
+        """The texts and tool calls of an assistant message's content parts, in order: ``text``
+        parts, and ``call_type`` parts (an ``id``, a ``name`` and arguments at ``arguments_key``);
+        parts of other types are passed over."""
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for part in parts:
+            if not isinstance(part, Mapping):
+                raise self.fail(line_no, "a 'message.content' part is not an object")
+            kind = part.get("type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif kind == call_type:
+                call_id, name = part.get("id"), part.get("name")
+                if not isinstance(call_id, str) or not isinstance(name, str):
+                    raise self.fail(line_no, f"a {call_type!r} part lacks a string 'id' or 'name'")
+                calls.append(ToolCall(call_id=call_id, name=name, arguments=part.get(arguments_key, {})))
+        return texts, calls
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:

@@ -33,7 +33,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Literal, cast
+from typing import BinaryIO, cast
 
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -52,6 +52,9 @@ from persistence.importers.common import (
 )
 from persistence.importers.live_spans import (
     FileView,
+    FlushSignal,
+    LiveFormat,
+    Mark,
     Span,
     assign_marks,
     fingerprint,
@@ -77,11 +80,6 @@ LOCK_TIMEOUT_S = 120.0
 
 _TAIL_CHUNK = 64 * 1024
 
-LiveFormat = Literal["claude-code", "codex"]
-"""Transcript formats a live hook follows."""
-FlushSignal = Literal["compaction", "session_end"]
-"""Why a mark asks to observe everything so far at once (``protocol.jobs.ObserveSignal``)."""
-
 LIVE_CONVERTERS: dict[LiveFormat, type[RecordConverter]] = {
     "claude-code": ClaudeCodeConverter,
     "codex": CodexConverter,
@@ -96,27 +94,6 @@ class LiveImportError(OmrayError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"live import state {self.path!r} unusable: {reason}")
-
-
-class Mark(BaseModel):
-    """One hook call: the transcript had ``offset`` complete bytes; ``close`` ends the turn there."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    transcript: str
-    """Absolute path of the transcript."""
-    format: LiveFormat
-    """Transcript format."""
-    offset: int = Field(ge=0)
-    """Bytes of the transcript, through its last newline, when the hook ran."""
-    close: bool
-    """Whether a turn ended at this point (Stop, PreCompact, SessionEnd, a Codex turn)."""
-    flush: FlushSignal | None = None
-    """The host is about to compact, or the session ended: observe everything through here now."""
-    settle: bool = False
-    """A turn ended, but the transcript had not caught up yet (the agent writes it asynchronously):
-    the dispatcher closes the turn where the transcript is complete when it looks
-    (:func:`settle_mark`). The mark itself closes nothing."""
 
 
 class Boundary(BaseModel):

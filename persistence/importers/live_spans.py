@@ -29,7 +29,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,27 +39,33 @@ PrefixState = Literal["same", "shrunk", "changed"]
 """A transcript's converted prefix compared with what its span recorded."""
 
 
-class MarkView(Protocol):
-    """The fields of a mark the core reads (``persistence.importers.live.Mark`` has them)."""
-
-    @property
-    def transcript(self) -> str: ...
-    @property
-    def format(self) -> str: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def close(self) -> bool: ...
+LiveFormat = Literal["claude-code", "codex"]
+"""Transcript formats a live hook follows."""
+FlushSignal = Literal["compaction", "session_end"]
+"""Why a mark asks to observe everything so far at once (``protocol.jobs.ObserveSignal``)."""
 
 
-@dataclass(frozen=True)
-class LiveMark:
-    """A plain :class:`MarkView` (tests and callers without the pydantic ``Mark``)."""
+class Mark(BaseModel):
+    """One hook call: the transcript had ``offset`` complete bytes; ``close`` ends the turn there.
+
+    A line of ``live.marks.jsonl`` (written and read by :mod:`persistence.importers.live`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     transcript: str
-    format: str
-    offset: int
+    """Absolute path of the transcript."""
+    format: LiveFormat
+    """Transcript format."""
+    offset: int = Field(ge=0)
+    """Bytes of the transcript, through its last newline, when the hook ran."""
     close: bool
+    """Whether a turn ended at this point (Stop, PreCompact, SessionEnd, a Codex turn)."""
+    flush: FlushSignal | None = None
+    """The host is about to compact, or the session ended: observe everything through here now."""
+    settle: bool = False
+    """A turn ended, but the transcript had not caught up yet (the agent writes it asynchronously):
+    the dispatcher closes the turn where the transcript is complete when it looks
+    (:func:`persistence.importers.live.settle_mark`). The mark itself closes nothing."""
 
 
 class Span(BaseModel):
@@ -138,7 +144,7 @@ def open_span(spans: Sequence[Span], transcript: str) -> int | None:
 
 
 def assign_marks(
-    spans: Sequence[Span], marks: Sequence[MarkView], start: int, views: Mapping[str, FileView]
+    spans: Sequence[Span], marks: Sequence[Mark], start: int, views: Mapping[str, FileView]
 ) -> Assignment:
     """Give the marks ``marks[start:]`` to spans: the open span of their transcript, or a new one.
 
@@ -188,7 +194,7 @@ def assign_marks(
     return Assignment(spans=tuple(result), to_convert=tuple(sorted(touched)), refused=tuple(refused))
 
 
-def fold_marks(spans: Sequence[Span], index: int, marks: Sequence[MarkView], complete: int) -> Span:
+def fold_marks(spans: Sequence[Span], index: int, marks: Sequence[Mark], complete: int) -> Span:
     """Span ``index`` with its new marks folded in: its transcript's marks up to the next span of it.
 
     A mark's offset counts at most at the file's complete length now (a mark taken before the file

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from persistence.importers.common import RecordConverter, ToolCall, text_of_parts
+from persistence.importers.common import RecordConverter, text_of_parts
 
 _IGNORED_TYPES = frozenset({"session", "model_change", "thinking_level_change", "compaction"})
 
@@ -73,19 +73,8 @@ class PiConverter(RecordConverter):
         if isinstance(content, str):
             self.builder.assistant(ts, [content], key=f"line:{line_no}")
             return
-        texts: list[str] = []
-        calls: list[ToolCall] = []
-        for part in content if isinstance(content, list) else ():
-            if not isinstance(part, Mapping):
-                raise self.fail(line_no, "a 'message.content' part is not an object")
-            kind = part.get("type")
-            if kind == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif kind == "toolCall":
-                call_id, name = part.get("id"), part.get("name")
-                if not isinstance(call_id, str) or not isinstance(name, str):
-                    raise self.fail(line_no, "a 'toolCall' part lacks a string 'id' or 'name'")
-                calls.append(ToolCall(call_id=call_id, name=name, arguments=part.get("arguments", {})))
+        parts = content if isinstance(content, list) else ()
+        texts, calls = self.assistant_parts(parts, line_no, call_type="toolCall", arguments_key="arguments")
         if not texts and not calls:
             self.builder.ignore("message:assistant(empty)")
             return

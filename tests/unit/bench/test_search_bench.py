@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.search_bench import corpus_material, run_search_bench
+from bench.search_bench import run_search_bench
+from bench.search_corpus import corpus_material
 
 
 def test_small_bench_reports_identical_results_and_all_keys() -> None:

@@ -7,7 +7,8 @@ from collections import defaultdict
 from hypothesis import given
 from hypothesis import strategies as st
 
-from persistence.queries import CoverageInterval, MemoryReader, contiguous_end
+from persistence.coverage_watermark import CoverageInterval, contiguous_end
+from persistence.queries import MemoryReader
 from persistence.store import Store
 from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER, make_part
 

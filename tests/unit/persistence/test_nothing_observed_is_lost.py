@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors.models.builtin import BuiltinExtractiveModel
-from actors.models.chat import ChatResponse, ToolCall
+from actors.models.chat import ChatRequest, ChatResponse, ToolCall
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.read.service import memory_search
@@ -195,7 +195,8 @@ def test_a_long_session_with_default_settings_keeps_every_message_in_memory(tmp_
 class CondensingModel:
     """A model that condenses as real ones do: one short observation per ten messages, citing them all."""
 
-    def complete(self, model_name: str, messages: Any, tools: Any, timeout_s: float, **kw: Any) -> Any:
+    def complete(self, request: ChatRequest) -> Any:
+        messages = request.messages
         if any(message.get("role") == "assistant" and message.get("tool_calls") for message in messages):
             return ChatResponse(text="done")
         text = str(messages[-1]["content"])

@@ -19,7 +19,7 @@ from actors.models.builtin import (
     propose_drops,
     propose_reflections,
 )
-from actors.models.chat import ChatResponse, run_tool_loop
+from actors.models.chat import ChatRequest, ChatResponse, run_tool_loop
 from protocol.tool_specs import (
     DROP_OBSERVATIONS,
     RECORD_OBSERVATIONS,
@@ -106,7 +106,7 @@ def drop_input(cap: int) -> str:
 
 def ask(text: str, spec: Mapping[str, Any]) -> ChatResponse:
     messages = [{"role": "system", "content": "stage prompt"}, {"role": "user", "content": text}]
-    return BuiltinExtractiveModel().complete("extractive", messages, [spec], 10.0)
+    return BuiltinExtractiveModel().complete(ChatRequest("extractive", messages, [spec], 10.0))
 
 
 def arguments_of(response: ChatResponse) -> dict[str, Any]:
@@ -230,7 +230,9 @@ def test_nothing_to_record_means_no_tool_call() -> None:
 def test_unknown_tools_or_missing_user_message_mean_no_tool_call() -> None:
     other = {"type": "function", "function": {"name": "memory_search", "parameters": {}}}
     assert ask(CHUNK, other).tool_calls == ()
-    response = BuiltinExtractiveModel().complete("extractive", [], [record_observations_spec()], 1.0)
+    response = BuiltinExtractiveModel().complete(
+        ChatRequest("extractive", [], [record_observations_spec()], 1.0)
+    )
     assert response.tool_calls == ()
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from actors.models.chat import OpenAIChatModel
 from actors.models.clients import ClientPool, worker_clients
-from actors.models.embeddings import OpenAIEmbedder, embedder_for, reranker_for
-from actors.models.registry import model_for
+from actors.models.embeddings import OpenAIEmbedder
+from actors.models.registry import embedder_for, model_for, reranker_for
 from protocol.settings import OmSettings, semantic_from_mapping, settings_from_mapping
 
 KEY_ENV = "OMRAY_TEST_KEY"

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from actors.models.embeddings import (
+from actors.models.embeddings import EmbeddingError
+from actors.models.offline_embedder import (
     MINILM_DIMENSIONS,
     MINILM_MODEL_PACKAGE,
     MINILM_TOKENIZER_FILE,
     MINILM_TOKENIZER_SHA256,
-    EmbeddingError,
     EmbeddingModelChecksumError,
     EmbeddingModelMissingError,
     MiniLMEmbedder,

@@ -6,15 +6,9 @@ from typing import Any
 
 import pytest
 
-from actors.models.embeddings import (
-    HttpReranker,
-    MiniLMEmbedder,
-    OpenAIEmbedder,
-    default_offline_embedder,
-    embedder_for,
-    query_text,
-    reranker_for,
-)
+from actors.models.embeddings import HttpReranker, OpenAIEmbedder, query_text
+from actors.models.offline_embedder import MiniLMEmbedder, default_offline_embedder
+from actors.models.registry import embedder_for, reranker_for
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings, semantic_from_mapping
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from actors.models.chat import (
     TOOL_CALL_LIMIT_MESSAGE,
+    ChatRequest,
     ChatResponse,
     ModelCallError,
     OpenAIChatModel,
@@ -146,10 +147,8 @@ def test_refused_calls_are_answered_with_the_limit_message() -> None:
     transcripts: list[Any] = []
 
     class Fake:
-        def complete(
-            self, model_name: str, messages: Any, tools: Any, timeout_s: float, **_: Any
-        ) -> ChatResponse:
-            transcripts.append(messages)
+        def complete(self, request: ChatRequest) -> ChatResponse:
+            transcripts.append(request.messages)
             calls = (
                 ToolCall(call_id="a", name="t", arguments="{}"),
                 ToolCall(call_id="b", name="t", arguments="{}"),

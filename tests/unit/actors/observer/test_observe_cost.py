@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.models.builtin import BuiltinExtractiveModel
-from actors.models.chat import ChatResponse, ToolCall
+from actors.models.chat import ChatRequest, ChatResponse, ToolCall
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from cluster.commands.demo_session import demo_session, event_line
@@ -29,11 +29,9 @@ class RecordingModel:
         self.inner = BuiltinExtractiveModel()
         self.requests: list[list[dict[str, Any]]] = []
 
-    def complete(
-        self, model_name: str, messages: Any, tools: Any, timeout_s: float, **kw: Any
-    ) -> ChatResponse:
-        self.requests.append([dict(m) for m in messages])
-        return self.inner.complete(model_name, messages, tools, timeout_s, **kw)
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        self.requests.append([dict(m) for m in request.messages])
+        return self.inner.complete(request)
 
 
 def _write(path: Path, turns: int) -> list[int]:
@@ -151,11 +149,9 @@ class OneInvalidItemModel:
     def __init__(self) -> None:
         self.requests = 0
 
-    def complete(
-        self, model_name: str, messages: Any, tools: Any, timeout_s: float, **kw: Any
-    ) -> ChatResponse:
+    def complete(self, request: ChatRequest) -> ChatResponse:
         self.requests += 1
-        if messages[-1]["role"] == "tool":
+        if request.messages[-1]["role"] == "tool":
             return ChatResponse(text="Done.")
         good = {
             "timestamp": "2026-11-30 10:00",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from actors.models.builtin import BuiltinExtractiveModel
-from actors.models.chat import ChatModel, ChatResponse, ModelCallError, ToolCall
+from actors.models.chat import ChatModel, ChatRequest, ChatResponse, ModelCallError, ToolCall
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import EventsNotReadyError, ObserverError, ObserverPorts, observe_through
 from cluster.commands.demo_session import demo_session, event_line
@@ -35,9 +35,9 @@ class CountingModel:
         self.inner = BuiltinExtractiveModel()
         self.calls = 0
 
-    def complete(self, model_name: str, messages: Any, tools: Any, timeout_s: float, **kw: Any) -> Any:
+    def complete(self, request: ChatRequest) -> Any:
         self.calls += 1
-        return self.inner.complete(model_name, messages, tools, timeout_s, **kw)
+        return self.inner.complete(request)
 
 
 class FlakyActivityStore:
@@ -178,8 +178,8 @@ class OneObservationPerPartModel:
         self.fail_on = fail_on
         self.parts = 0
 
-    def complete(self, model_name: str, messages: Any, tools: Any, timeout_s: float, **kw: Any) -> Any:
-        if messages[-1]["role"] == "tool":
+    def complete(self, request: ChatRequest) -> Any:
+        if request.messages[-1]["role"] == "tool":
             return ChatResponse(text="done")
         self.parts += 1
         if self.parts == self.fail_on:
@@ -276,9 +276,11 @@ class ScriptedMemoryAwareModel:
         self.crash_after = crash_after
         self.parts = 0
 
-    def complete(self, model_name: str, messages: Any, tools: Any, timeout_s: float, **kw: Any) -> Any:
+    def complete(self, request: ChatRequest) -> Any:
         import hashlib
         import re
+
+        messages = request.messages
 
         if messages[-1]["role"] == "tool":
             return ChatResponse(text="done")

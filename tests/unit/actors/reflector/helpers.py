@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from actors.models.chat import ChatModel, ChatResponse, Messages
+from actors.models.chat import ChatModel, ChatRequest, ChatResponse
 from actors.reflector.core import CandidatePool, threshold_check
 from actors.reflector.pipeline import ReflectorPorts
 from persistence.queries import MemoryReader
@@ -150,19 +150,11 @@ class HookedModel:
     calls: int = 0
     tools_seen: list[list[str]] = field(default_factory=list)
 
-    def complete(
-        self,
-        model_name: str,
-        messages: Messages,
-        tools: Sequence[Mapping[str, Any]],
-        timeout_s: float,
-        *,
-        thinking_off: bool = False,
-    ) -> ChatResponse:
+    def complete(self, request: ChatRequest) -> ChatResponse:
         index = self.calls
         self.calls += 1
-        self.tools_seen.append([str(spec["function"]["name"]) for spec in tools])
-        response = self.inner.complete(model_name, messages, tools, timeout_s, thinking_off=thinking_off)
+        self.tools_seen.append([str(spec["function"]["name"]) for spec in request.tools])
+        response = self.inner.complete(request)
         hook = self.hooks.get(index)
         if hook is not None:
             hook()

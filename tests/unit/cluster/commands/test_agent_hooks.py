@@ -20,7 +20,8 @@ from cluster.commands.agent_hooks import (
 )
 from persistence import settings_file
 from persistence.importers import common
-from persistence.importers.live import MARKS_FILE, Mark, read_cursor, read_marks
+from persistence.importers.live import MARKS_FILE, read_cursor, read_marks
+from persistence.importers.live_spans import Mark
 from persistence.store import Store
 from protocol.errors import RuntimeNotRunningError
 from protocol.events import AfterTurnCommit

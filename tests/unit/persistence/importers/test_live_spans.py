@@ -20,14 +20,13 @@ from hypothesis import strategies as st
 from cluster.commands import hook_fast
 from persistence.importers.live import (
     EVENTS_FILE,
-    Mark,
     append_mark,
     complete_length,
     convert_through,
     read_cursor,
     sync_session,
 )
-from persistence.importers.live_spans import FileView, LiveMark, Span, assign_marks, fold_marks, renumber
+from persistence.importers.live_spans import FileView, Mark, Span, assign_marks, fold_marks, renumber
 from tests.unit.persistence.importers.helpers import FIXTURES
 
 SESSION = "s1"
@@ -274,7 +273,7 @@ def test_a_cursor_from_before_spans_goes_on_as_one_span(tmp_path: Path) -> None:
 
 def test_folded_marks_never_read_past_the_complete_length_and_keep_their_closes() -> None:
     marks = [
-        LiveMark(transcript=t, format="claude-code", offset=o, close=c)
+        Mark(transcript=t, format="claude-code", offset=o, close=c)
         for t, o, c in [("a", 10, True), ("b", 99, True), ("a", 50, True), ("a", 40, False)]
     ]
     spans = (Span(transcript="a", format="claude-code", first_mark=0),)
@@ -285,11 +284,11 @@ def test_folded_marks_never_read_past_the_complete_length_and_keep_their_closes(
 
 
 def test_assign_marks_opens_one_span_per_transcript_and_a_new_one_after_a_rewrite() -> None:
-    marks = [LiveMark(transcript=t, format="claude-code", offset=5, close=True) for t in ("a", "b", "a")]
+    marks = [Mark(transcript=t, format="claude-code", offset=5, close=True) for t in ("a", "b", "a")]
     first = assign_marks((), marks, 0, {"a": FileView("regular", 5), "b": FileView("regular", 5)})
     assert [(s.transcript, s.first_mark) for s in first.spans] == [("a", 0), ("b", 1)]
     read = tuple(s.model_copy(update={"read_to": 5, "fingerprint": "x"}) for s in first.spans)
-    later = [*marks, LiveMark(transcript="a", format="claude-code", offset=9, close=True)]
+    later = [*marks, Mark(transcript="a", format="claude-code", offset=9, close=True)]
     again = assign_marks(read, later, 3, {"a": FileView("regular", 9, "changed")})
     assert [(s.transcript, s.first_mark, s.ended) for s in again.spans] == [
         ("a", 0, "rewritten"),
