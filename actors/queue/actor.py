@@ -41,13 +41,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from actors.queue.attempts import InFlight, read_outcome
+from actors.queue.commands import Command, Dispatch
 from actors.queue.commits import Batch, CommitLog, CommitStats
 from actors.queue.figures import QueueFigures, queue_figures
 from actors.queue.intake import parse_envelope, parse_envelopes
 from actors.queue.ports import NoMetrics, QueueMetricsPort, QueueStorePort, WorkerPoolPort
 from actors.queue.reports import QueueReports, safe_metric
 from actors.queue.retry import RetryPolicy
-from actors.queue.state import Command, Dispatch, QueueState
+from actors.queue.state import QueueState
 from actors.queue.writes import wakes_callers_and_starts, writes_for
 from protocol.errors import StorageError
 from protocol.jobs import JobEnvelope

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actors.queue.state import Dispatch
+from actors.queue.commands import Dispatch
 from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobOutcome
 
 logger = logging.getLogger("omray.queue")

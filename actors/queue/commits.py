@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from actors.queue.state import Command
+from actors.queue.commands import Command
 from actors.queue.writes import Accept, Issued, needs_commit, only_finishes
 from protocol.jobs import JobEnvelope
 

@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from actors.queue.commands import Command, EmitJobFailed, MarkSucceeded, ScheduleRetry
 from actors.queue.figures import usage_of
 from actors.queue.ports import QueueMetricsPort
-from actors.queue.state import Command, EmitJobFailed, MarkSucceeded, ScheduleRetry
 from actors.queue.writes import Accept
 from protocol.outcomes import JobFailedEvent
 from protocol.queue_rows import iso_utc

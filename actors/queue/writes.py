@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from actors.queue.state import (
+from actors.queue.commands import (
     AlreadyQueued,
     Command,
     Dispatch,
