@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from actors.queue.state import QueueState
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, REFLECT_GENERATION_HANDLER
 
 UNLIMITED: Final = 10**9
@@ -53,6 +54,19 @@ def queue_figures(
     """:class:`QueueFigures` from the state machine's counts (``capacity``: slots per handler id)."""
     slots = min(max_in_flight, sum(capacity.values())) if capacity else max_in_flight
     return QueueFigures(depth=depth, in_flight=in_flight, slots=slots, lanes=lanes, busy_lanes=busy_lanes)
+
+
+def state_figures(state: QueueState) -> QueueFigures:
+    """The figures of a queue's state machine now."""
+    lanes, busy_lanes = state.lane_counts()
+    return queue_figures(
+        depth=state.depth,
+        in_flight=state.in_flight,
+        max_in_flight=state.max_in_flight,
+        capacity=state.capacity,
+        lanes=lanes,
+        busy_lanes=busy_lanes,
+    )
 
 
 def figures_from_status(status: Mapping[str, Any]) -> QueueFigures | None:
