@@ -14,7 +14,7 @@ actor persists each one's store effect *before* acting on it:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from protocol.jobs import JobPayload
 from protocol.outcomes import JobFailedEvent
@@ -105,13 +105,12 @@ class EmitJobFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class AlreadyQueued:
-    """The job id is already pending or running as ``existing_seq``; it is not queued twice."""
+class AlreadyQueued(JobCommand):
+    """The job id is already pending or running as ``existing_seq``; it is not queued twice.
 
-    job_id: str
-    """Id of the job."""
-    job_seq: int
-    """Sequence number the duplicate was stored under (the surplus row, unless equal)."""
+    ``job_seq`` is the sequence number the duplicate was stored under (the surplus row, unless equal).
+    """
+
     existing_seq: int
     """Sequence number of the job already in the queue; report this one to the caller."""
 
@@ -137,3 +136,11 @@ Command = (
     | OutcomeIgnored
 )
 """Anything a step can ask the actor to do (or, for notices, to log)."""
+
+NOTICES: Final = (AlreadyQueued, OutcomeIgnored, WakeAt)
+"""The commands that write nothing and do nothing after a commit (the actor may log them)."""
+
+
+def needs_commit(command: Command) -> bool:
+    """False for the notices that write nothing and do nothing after a commit."""
+    return not isinstance(command, NOTICES)

@@ -211,7 +211,7 @@ class QueueState:
                 raise QueueStateError(f"two stored rows with job_seq {row.job_seq!r}")
             existing = state._seq_by_key.get(job_key(row.envelope))
             if existing is not None:
-                commands.append(AlreadyQueued(row.envelope.job_id, row.job_seq, existing))
+                commands.append(AlreadyQueued(row.job_seq, row.envelope.job_id, existing))
                 continue
             interrupted = row.state == "running"
             job = _Job(
@@ -242,7 +242,7 @@ class QueueState:
         del now
         existing = self._seq_by_key.get(job_key(envelope))
         if existing is not None:
-            return [AlreadyQueued(envelope.job_id, job_seq, existing)]
+            return [AlreadyQueued(job_seq, envelope.job_id, existing)]
         if job_seq in self._jobs:
             raise QueueStateError(f"job_seq {job_seq!r} is already used by another queued job")
         self._add(_Job(job_seq, envelope, "pending", 0, envelope.not_before, None))
