@@ -23,7 +23,16 @@ UNLIMITED: Final = 10**9
 
 
 @dataclass(frozen=True, slots=True)
-class QueueFigures:
+class Figures:
+    """Counts at one moment, all of them whole numbers."""
+
+    def as_dict(self) -> dict[str, int]:
+        """JSON-able copy."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFigures(Figures):
     """The queue's load at one moment."""
 
     depth: int
@@ -36,10 +45,6 @@ class QueueFigures:
     """Lanes (one session of one database, or one database's index work) with unfinished jobs."""
     busy_lanes: int
     """Lanes with a run in flight."""
-
-    def as_dict(self) -> dict[str, int]:
-        """JSON-able copy."""
-        return asdict(self)
 
 
 def queue_figures(
@@ -81,7 +86,7 @@ def figures_from_status(status: Mapping[str, Any]) -> QueueFigures | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PoolFigures:
+class PoolFigures(Figures):
     """One worker pool at one moment."""
 
     workers: int
@@ -96,10 +101,6 @@ class PoolFigures:
     """Attempts one member runs at once."""
     waiting: int
     """Runs that could start now but wait for a free slot of this pool."""
-
-    def as_dict(self) -> dict[str, int]:
-        """JSON-able copy."""
-        return asdict(self)
 
 
 USAGE_KIND_OF_HANDLER: Final[Mapping[str, str]] = {
