@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -194,6 +195,25 @@ def worker_pools(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """How a runtime's queue runs: the arguments of :func:`ensure_runtime` beyond names and paths,
+    handed to its actor (and to every restart of it) as one value."""
+
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables of the worker actors."""
+    retry_base_delay_s: float = 1.0
+    """Delay before a failed job's first retry (:class:`RetryPolicy`)."""
+    max_in_flight: int | None = None
+    """Most runs at once (default: the slots of all pools at their largest)."""
+    pools: PoolSizes = field(default_factory=PoolSizes)
+    """Worker pool sizes and slots."""
+    scaling: ScalingPolicy | None = None
+    """How quickly pools grow and shrink (default :class:`ScalingPolicy`)."""
+    coalesce: bool = True
+    """Run waiting observe (and index) jobs of one lane as one (``False``: the original's one by one)."""
+
+
 class QueueRuntime:
     """The runtime's queue as a Ray actor: a :class:`QueueActor` built from Ray ports, plus pool
     autoscaling, built in the actor process (and on restart).
@@ -207,16 +227,10 @@ class QueueRuntime:
         names: RuntimeNames,
         queue_db: str,
         handler_paths: Mapping[str, str],
-        worker_env: Mapping[str, str] | None = None,
-        retry_base_delay_s: float = 1.0,
-        max_in_flight: int | None = None,
-        data_node_id: str | None = None,
-        pools: PoolSizes | None = None,
-        scaling: ScalingPolicy | None = None,
-        coalesce: bool = True,
+        node: str,
+        options: QueueOptions,
     ) -> None:
-        node = data_node_id or current_node_id()
-        sizes = pools or PoolSizes()
+        sizes, worker_env = options.pools, options.worker_env
         sys.setswitchinterval(QUEUE_SWITCH_INTERVAL_S)
         # The queue's own file has one writer, this actor: its group commits run in-process, with no
         # StoreActor round trip on the path of every dispatch (memory databases keep theirs).
@@ -228,7 +242,7 @@ class QueueRuntime:
         # an earlier life of the queue left running (none on a fresh start: no query then).
         interrupted = {row.envelope.job_id for row in store.list_unfinished_jobs() if row.state == "running"}
         pool = RayWorkerPool(workers, running=running_attempts(workers, interrupted) if interrupted else None)
-        policy = RetryPolicy(base_delay_s=retry_base_delay_s)
+        policy = RetryPolicy(base_delay_s=options.retry_base_delay_s)
         from cluster.metrics import RayPoolMetrics, RayQueueMetrics
 
         self.data_node_id = node
@@ -236,9 +250,9 @@ class QueueRuntime:
             store,
             pool,
             policy=policy,
-            max_in_flight=max_in_flight or sizes.total,
+            max_in_flight=options.max_in_flight or sizes.total,
             capacity={hid: len(handles) * sizes.slots_of(hid) for hid, handles in workers.items()},
-            coalesce=coalesce,
+            coalesce=options.coalesce,
             metrics=RayQueueMetrics(names.prefix),
         )
         limits = {hid: bounds for hid, bounds in sizes.limits().items() if hid in handler_paths}
@@ -249,8 +263,9 @@ class QueueRuntime:
                 names, handler_id, handler_paths[handler_id], worker_env, node, index=index, slots=slots
             )
 
+        scaler = PoolScaler(limits, options.scaling)
         self._autoscaler = PoolAutoscaler(
-            self._queue, pool, PoolScaler(limits, scaling), create, RayPoolMetrics(names.prefix), time.time
+            self._queue, pool, scaler, create, RayPoolMetrics(names.prefix), time.time
         )
         self._autoscaler.start()
 
@@ -385,10 +400,17 @@ def ensure_runtime(
     db = queue_db or queue_db_path(names)
     paths = dict(handler_paths or DEFAULT_HANDLERS)
     _check_runtime_arguments(paths, max_in_flight)  # before anything is created
-    sizes = pools or PoolSizes.from_env()
+    options = QueueOptions(
+        worker_env=dict(worker_env or {}),
+        retry_base_delay_s=retry_base_delay_s,
+        max_in_flight=max_in_flight,
+        pools=pools or PoolSizes.from_env(),
+        scaling=scaling,
+        coalesce=coalesce,
+    )
     data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
     _remove_queue_store_actor(names, db)
-    worker_pools(names, paths, sizes, worker_env, data_node_id=data_node)
+    worker_pools(names, paths, options.pools, options.worker_env, data_node_id=data_node)
     queue = (
         ray.remote(QueueRuntime)
         .options(
@@ -404,18 +426,7 @@ def ensure_runtime(
             # supervisor does the same for itself), with memory work below it.
             runtime_env={"env_vars": {RAY_WORKER_NICENESS_ENV: str(QUEUE_NICENESS)}},
         )
-        .remote(
-            names,
-            db,
-            paths,
-            dict(worker_env or {}),
-            retry_base_delay_s,
-            max_in_flight,
-            data_node,
-            sizes,
-            scaling,
-            coalesce,
-        )
+        .remote(names, db, paths, data_node, options)
     )
     ray.get(queue.ping.remote())  # type: ignore[attr-defined]  # a Ray actor handle
     return queue

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from sqlalchemy import Connection, Row, select, update
 
@@ -32,6 +32,9 @@ from protocol.queue_rows import (
     RuntimeEvent,
     StoredJob,
 )
+
+_STORED_JOB_COLUMNS: Final = tuple(name for name in StoredJob.model_fields if name != "envelope")
+"""The fields of a :class:`StoredJob` read straight from the ``omray_job`` column of the same name."""
 
 
 class QueueStore(SqliteWriter):
@@ -292,19 +295,9 @@ class QueueStore(SqliteWriter):
             correlation_id=row.correlation_id,
             payload=JOB_PAYLOAD_ADAPTER.validate_json(row.payload_json),
         )
-        return StoredJob(
-            job_seq=row.job_seq,
-            envelope=envelope,
-            handler_id=row.handler_id,
-            run_id=row.run_id,
-            state=row.state,
-            attempts=row.attempts,
-            not_before=row.not_before,
-            accepted_at=row.accepted_at,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            failure_reason=row.failure_reason,
-        )
+        # Every other field is the row's column of the same name.
+        columns = row._mapping
+        return StoredJob(envelope=envelope, **{name: columns[name] for name in _STORED_JOB_COLUMNS})
 
     def runtime_events(
         self, run_id: str, after_seq: int = 0, db_path: str | None = None

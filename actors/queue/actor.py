@@ -1,57 +1,46 @@
 """QueueActor: the thin shell that executes :class:`actors.queue.state.QueueState` commands.
 
-It owns the durable ``extension_agent`` queue of one runtime. Every accepted job is written to the
-queue's own SQLite file (the queue is that file's one writer) *before* ``dispatch`` returns, so no
-crash loses an accepted job; the pure state machine decides lanes, order, coalescing and retries.
+It owns the durable ``extension_agent`` queue of one runtime: every accepted job is written to the
+queue's own SQLite file (its one writer) *before* ``dispatch`` returns. Two kinds of threads share
+one lock that covers only the in-memory state (never a store call):
 
-Two kinds of threads, one lock that covers only the in-memory state (never a store call):
+- ``dispatch`` callers (the actor serves many at once) hand their jobs to the state machine, queue
+  their durable writes and wait for the commit that includes them;
+- the *loop* thread does the rest, one step at a time: it feeds the worker outcomes that arrived to
+  the state machine, then commits every write queued so far in ONE transaction, wakes the callers
+  it made durable and starts the runs the writes allow, in commit order. Callers that arrive while
+  a commit is in flight ride in the next one (group commit: callers committing in turn themselves
+  measured slower under load). One thread, woken by whatever gave it work, means one thread switch
+  per step: a lane's next job is started by the step that recorded its predecessor's outcome. A
+  pool that cannot tell the queue when outcomes arrive gets a *collector* thread that waits instead.
 
-- ``dispatch`` callers (the actor serves many at once) number the job, hand it to the state
-  machine, queue its durable write and wait for the commit that includes it;
-- the *loop* thread does the rest, one step at a time: it takes the worker outcomes that arrived
-  and feeds them to the state machine, then commits every write queued so far (accepts, starts,
-  retries, finishes, give-ups, in order) in ONE transaction, wakes the callers it made durable and
-  carries out what the writes allow (starting workers), in commit order. ``dispatch`` callers only
-  wait, and those that arrive while a commit is in flight ride in the next one (group commit;
-  callers committing in turn themselves measured slower under load, as each commit then carried
-  fewer writes). One thread for all of it, woken by whatever gave it work, means one thread
-  switch per step: a lane's next job is started by the same step that recorded its predecessor's
-  outcome. A pool that cannot tell the queue when outcomes arrive gets a *collector* thread that
-  waits for them instead.
-
-The guarantees are those of one write per job: a job is durable before its ``dispatch`` returns,
-a start is durable before the worker is called, a write batch that fails is retried whole and in
-order before anything newer (so the durable rows never diverge from the state), and every write
-is idempotent, so repeating a batch whose reply was lost is safe.
-
-The threads share one lock, the commit generations and the unwritten writes, so their code stays
-in one class; the decisions live elsewhere: ``state.py`` (lanes, order, coalescing, retries),
-``writes.py`` (the writes of one commit), ``commits.py`` (what is unwritten, which commit makes
-what durable), ``attempts.py`` (what a worker's answer counts as), ``intake.py`` (what a dispatch
-accepts) and ``reports.py`` (metrics and logs).
+This module keeps the threads and the public API; the rest lives beside it: ``state.py`` (lanes,
+order, coalescing, retries), ``committer.py`` (running the group commits), ``commits.py`` and
+``writes.py`` (what one commit writes and makes durable), ``starts.py`` (sending starts, attempts in
+flight), ``attempts.py`` (what a worker's answer counts as), ``intake.py`` (what a dispatch accepts)
+and ``reports.py`` (status, metrics and logs).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from actors.queue.attempts import InFlight, read_outcome
-from actors.queue.commits import Batch, CommitLog, CommitStats
-from actors.queue.figures import QueueFigures, queue_figures
-from actors.queue.intake import parse_envelope, parse_envelopes
+from actors.queue.attempts import Answered, Attempt, apply_answer
+from actors.queue.commands import Dispatch
+from actors.queue.commits import Batch
+from actors.queue.committer import GroupCommitter
+from actors.queue.figures import QueueFigures, state_figures
+from actors.queue.intake import accept_jobs, parse_envelope, parse_envelopes
 from actors.queue.ports import NoMetrics, QueueMetricsPort, QueueStorePort, WorkerPoolPort
-from actors.queue.reports import QueueReports, safe_metric
+from actors.queue.reports import QueueReports, queue_status
 from actors.queue.retry import RetryPolicy
-from actors.queue.state import Command, Dispatch, QueueState
-from actors.queue.writes import wakes_callers_and_starts, writes_for
-from protocol.errors import StorageError
+from actors.queue.starts import Starter
+from actors.queue.state import QueueState
 from protocol.jobs import JobEnvelope
-from protocol.outcomes import JobSucceeded
 
 logger = logging.getLogger("omray.queue")
 
@@ -68,11 +57,6 @@ costs one commit, not one behind the last job's finish. A crash meanwhile re-run
 crash between an outcome and its write does (handlers are idempotent)."""
 
 
-def _envelope_of(command: Dispatch) -> dict[str, Any]:
-    """What a worker receives for one start."""
-    return JobEnvelope(job_id=command.job_id, payload=command.payload).model_dump()
-
-
 class QueueActor:
     """The durable job queue of one runtime, its single dispatcher.
 
@@ -87,7 +71,8 @@ class QueueActor:
     Writes and worker starts are kept, in order, until they succeeded: a write batch that fails (a
     StoreActor restarting, a timeout) is put back whole at the front and retried before anything
     newer, so the durable rows catch up with the in-memory state instead of diverging from it (a
-    job stuck as running, a finished job never recorded, a lost job-failed event).
+    job stuck as running, a finished job never recorded, a lost job-failed event); every write is
+    idempotent, so repeating a batch whose reply was lost is safe.
 
     With ``start_loop=False`` no thread runs: tests drive :meth:`commit`, :meth:`collect` and
     :meth:`tick` by hand (``dispatch`` then commits its own job before it returns).
@@ -108,24 +93,17 @@ class QueueActor:
     ) -> None:
         self._store = store
         self._workers = workers
-        self._metrics: QueueMetricsPort = metrics or NoMetrics()
-        self._reports = QueueReports(self._metrics, clock)
+        self._reports = QueueReports(metrics or NoMetrics(), clock)
         self._clock = clock
-        # Guards the state machine and the bookkeeping below; never held across a store or Ray call.
+        # Guards the state machine, the commit log and the attempts in flight; never held across a
+        # store or Ray call.
         self._lock = threading.Lock()
-        self._durable = threading.Condition(self._lock)
-        self._commit_lock = threading.Lock()  # one commit at a time, in order
+        self._committer = GroupCommitter(self._lock, store)
+        self._log = self._committer.log
+        self._starter = Starter(workers, self._lock, clock, self._start_lost)
         # Wakes the loop thread: a job accepted, an outcome ready, capacity changed, a start lost.
         self._commit_wanted = threading.Event()
-        self._depth_reported = 0.0  # when the queue-depth gauge was last set (at most once a tick)
         self._stop = threading.Event()
-        self._in_flight = InFlight()
-        self._coalesced = 0
-        self._stats = CommitStats()
-        # What the loop has not written yet, in order, each with the time it was issued (so a
-        # repeated write is byte-identical to the first try), and the commit generations callers
-        # wait for.
-        self._log = CommitLog()
         self._threads: list[threading.Thread] = []
         rows = list(store.list_unfinished_jobs())
         self._next_seq = store.next_job_seq()
@@ -133,8 +111,8 @@ class QueueActor:
             rows, clock(), policy, max_in_flight=max_in_flight, capacity=capacity, coalesce=coalesce
         )
         now = clock()
-        self._enqueue(commands, now)
-        self._enqueue(self._state.next_dispatch(now), now)
+        self._log.add(commands, now)
+        self._log.add(self._state.next_dispatch(now), now)
         self.commit()
         if rows:
             logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
@@ -172,92 +150,39 @@ class QueueActor:
         started = time.perf_counter()
         generation = self._accept(*jobs)
         if generation is not None:
-            self._await_durable(generation)
-        self._stats.dispatched((time.perf_counter() - started) * 1000.0, len(jobs))
+            # The loop thread writes it, with whatever else arrived meanwhile: callers never commit
+            # themselves, so concurrent dispatches share commits instead of taking turns at the store
+            # (and the GIL). Without the threads the caller commits; a failing commit raises.
+            if not self._threads:
+                self.commit()
+            self._committer.await_durable(generation, DURABLE_WAIT_S)
+        self._committer.stats.dispatched((time.perf_counter() - started) * 1000.0, len(jobs))
         return [job.job_id for job in jobs]
 
     def _accept(self, *jobs: JobEnvelope) -> int | None:
-        """Number the jobs, queue them and their starts (if slots are free); the generation to wait for.
-
-        ``None``: every one of them is pending or running already, and durable.
-        """
-        wait: int | None = None
+        """Queue the jobs and their starts; the generation to wait for (``None``: all durable already)."""
         with self._lock:
-            now = self._clock()
-            for job in jobs:
-                existing = self._state.active_seq(job.job_id, job.payload.db_path)
-                if existing is not None:
-                    pending = self._log.accept_pending(existing)
-                    if pending is not None:
-                        wait = max(wait or 0, pending)
-                    continue
-                job_seq, self._next_seq = self._next_seq, self._next_seq + 1
-                self._state.accept(job, job_seq, now)  # a new key: no notice to act on
-                wait = self._log.accept(job_seq, job, now)
-            # Their starts (or other lanes') ride in the same transaction as the accepts.
-            self._enqueue(self._state.next_dispatch(now), now)
+            wait, self._next_seq = accept_jobs(self._state, self._log, jobs, self._next_seq, self._clock())
         self._commit_wanted.set()
         return wait
-
-    def _await_durable(self, generation: int) -> None:
-        """Return once the commit carrying ``generation`` is durable.
-
-        The loop thread writes it, in one transaction with whatever else arrived meanwhile:
-        callers never commit themselves, so concurrent dispatches share commits instead of taking
-        turns at the store (and at the GIL). Without the threads (``start_loop=False``) the caller
-        commits; a commit of its own that fails raises, and the job stays queued.
-        """
-        if not self._threads:
-            self.commit()
-        deadline = time.monotonic() + DURABLE_WAIT_S
-        with self._durable:
-            while not self._log.is_durable(generation):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    # The job stays queued and is written once the store answers; a repeated
-                    # dispatch of it finds it and returns.
-                    raise StorageError("the queue store did not confirm the job in time; dispatch it again")
-                self._durable.wait(remaining)
 
     def status(self) -> dict[str, Any]:
         """Queue depth, runs in flight, lanes, recent failures and counters (ids and counts only)."""
         with self._lock:
-            now = self._clock()
-            in_flight = self._in_flight.snapshot(now)
-            snapshot = self._state.snapshot()
-            return {
-                "figures": self._figures().as_dict(),
-                "depth": self._state.depth,
-                "in_flight": in_flight,
-                "max_in_flight": self._state.max_in_flight,
-                "lanes": snapshot["lanes"],
-                "busy_lanes": snapshot["busy_lanes"],
-                "capacity": snapshot["capacity"],
-                "completed_since_start": self._reports.completed,
-                "coalesced_since_start": self._coalesced,
-                "recent_failures": list(self._reports.recent_failures),
-                "unwritten": len(self._log),
-                "commits": self._stats.figures(),
-                "state": snapshot,
-                "loop_alive": bool(self._threads) and all(t.is_alive() for t in self._threads),
-            }
+            return queue_status(
+                self._state,
+                self._reports,
+                in_flight=self._starter.in_flight.snapshot(self._clock()),
+                coalesced=self._starter.coalesced,
+                unwritten=len(self._log),
+                commits=self._committer.stats.figures(),
+                loop_alive=bool(self._threads) and all(t.is_alive() for t in self._threads),
+            )
 
     def figures(self) -> QueueFigures:
         """Depth, runs in flight, slots and lanes now: what ``status()`` and the metrics both report."""
         with self._lock:
-            return self._figures()
-
-    def _figures(self) -> QueueFigures:
-        """:meth:`figures`, under the lock."""
-        lanes, busy_lanes = self._state.lane_counts()
-        return queue_figures(
-            depth=self._state.depth,
-            in_flight=self._state.in_flight,
-            max_in_flight=self._state.max_in_flight,
-            capacity=self._state.capacity,
-            lanes=lanes,
-            busy_lanes=busy_lanes,
-        )
+            return state_figures(self._state)
 
     def waiting_by_handler(self) -> dict[str, int]:
         """Runs ready to start that wait for a free slot, by handler id (what autoscaling grows on)."""
@@ -269,7 +194,7 @@ class QueueActor:
         with self._lock:
             self._state.set_capacity(handler_id, size)
             now = self._clock()
-            self._enqueue(self._state.next_dispatch(now), now)
+            self._log.add(self._state.next_dispatch(now), now)
         self._commit_wanted.set()
 
     def runtime_events(
@@ -287,12 +212,7 @@ class QueueActor:
     def is_idle(self) -> bool:
         """True when no job is waiting or running."""
         with self._lock:
-            return (
-                self._state.depth == 0
-                and self._state.in_flight == 0
-                and not self._log
-                and not self._log.committing
-            )
+            return self._state.depth == 0 and self._state.in_flight == 0 and not self._committer.busy()
 
     def stop(self) -> None:
         """Stop the loop (and collector) thread (tests and shutdown; a restart starts new ones)."""
@@ -300,6 +220,46 @@ class QueueActor:
         self._commit_wanted.set()
         for thread in self._threads:
             thread.join(timeout=5)
+
+    def commit(self) -> bool:
+        """One group commit: every queued write in ONE transaction, then what they allow.
+
+        Wakes the ``dispatch`` callers whose jobs it made durable, then starts the runs it recorded.
+        Raises when the store write fails; the batch then stays queued, in order, ahead of anything
+        newer. Returns False when there was nothing to write.
+        """
+        return self._committer.commit(self._carry_out, yield_to_callers=bool(self._threads))
+
+    def collect(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for outcomes, apply them and queue what they free (and due retries)."""
+        finished = self._workers.poll(timeout_s)
+        answers: list[tuple[Attempt | None, Answered]] = []
+        with self._lock:
+            # Apply every collected outcome before anything is written: the pool has handed them
+            # over, so one failing write must not drop the outcomes after it.
+            now = self._clock()
+            for job_seq, outcome in finished:
+                sent = self._starter.in_flight.answered(job_seq)
+                answers.append((sent, apply_answer(self._state, job_seq, outcome, sent, now)))
+                self._log.add(answers[-1][1].commands, now)
+            self._log.add(self._state.next_dispatch(now), now)
+            wanted = bool(self._log)
+            due = self._reports.figures_due(now, TICK_S) or not self._threads
+            figures = state_figures(self._state) if due else None
+        if wanted and not self._collects_in_loop:
+            self._commit_wanted.set()  # the loop thread commits them (it called this itself otherwise)
+        for sent, answer in answers:
+            self._reports.answered(sent, answer, now)
+        if figures is not None:
+            self._reports.figures(figures, now)
+        return len(finished)
+
+    def tick(self, timeout_s: float) -> int:
+        """One step of both threads, for callers that drive the queue by hand (tests)."""
+        self.commit()
+        collected = self.collect(timeout_s)
+        self.commit()
+        return collected
 
     # --- the threads -----------------------------------------------------------------------------
 
@@ -356,148 +316,13 @@ class QueueActor:
                 logger.error("queue loop step failed", extra={"error_class": type(exc).__name__})
                 self._stop.wait(0.5)
 
-    def commit(self) -> bool:
-        """One group commit: every queued write in ONE transaction, then what they allow.
-
-        Wakes the ``dispatch`` callers whose jobs it made durable, then starts the runs it recorded.
-        Raises when the store write fails; the batch then stays queued, in order, ahead of anything
-        newer. Returns False when there was nothing to write.
-        """
-        with self._commit_lock:
-            return self._commit_locked()
-
-    def _commit_locked(self) -> bool:
-        with self._lock:
-            batch = self._log.take()  # out of the log, not durable or carried out yet: not idle
-        if batch is None:
-            return False
-        started = time.perf_counter()
-        try:
-            writes = writes_for(batch.items)  # inside: a batch that fails here is put back too
-            self._store.apply_job_writes(writes)
-        except BaseException:
-            with self._durable:
-                self._log.put_back(batch)
-                self._durable.notify_all()  # waiting callers try the next commit themselves
-            raise
-        try:
-            with self._durable:
-                self._log.written(batch)
-                self._durable.notify_all()
-            self._stats.committed(len(writes), time.perf_counter() - started)
-            if self._threads and wakes_callers_and_starts(batch.items):
-                # Let the callers just woken answer before the starts are sent: sending holds the
-                # GIL for some 0.3 ms, which each caller would otherwise wait out before it could
-                # return (alternating runs: one agent's dispatch p50 0.2 ms lower, same throughput).
-                time.sleep(0)
-            self._carry_out(batch)  # under the commit lock: starts go out in commit order
-        finally:
-            with self._lock:
-                self._log.committing = False
-        return True
+    # --- carrying out a durable batch ------------------------------------------------------------
 
     def _carry_out(self, batch: Batch) -> None:
-        """Start the runs of a durable batch and do what its other commands do; never raises, so no
-        start of it is skipped (a start that fails is a lost attempt, retried by policy)."""
-        starts: list[Dispatch] = []
-        for item, _issued in batch.items:
-            if isinstance(item, Dispatch):
-                starts.append(item)  # a commit's starts go out together (one lane has one at most)
-                continue
-            try:
-                self._reports.effect(item)
-            except Exception as exc:  # a log or metric failing must not keep a start from going out
-                logger.error("queue effect failed", extra={"error_class": type(exc).__name__})
-        start_many = getattr(self._workers, "start_many", None)
-        if start_many is None or len(starts) < 2:
-            for command in starts:
-                self._start(command)
-            return
-        self._mark_in_flight(starts)
-        failed: list[Dispatch] = []
-        sends: list[tuple[str, int, dict[str, Any], int]] = []
-        for command in starts:
-            try:
-                sends.append((command.handler_id, command.job_seq, _envelope_of(command), command.attempt))
-            except Exception:
-                failed.append(command)
-        try:
-            unsent = set(start_many(sends))
-        except Exception:
-            unsent = {job_seq for _, job_seq, _, _ in sends}
-        failed.extend(command for command in starts if command.job_seq in unsent)
-        for command in failed:
-            self._start_lost(command, "StartFailed")
-
-    def collect(self, timeout_s: float) -> int:
-        """Wait up to ``timeout_s`` for outcomes, apply them and queue what they free (and due retries)."""
-        finished = self._workers.poll(timeout_s)
-        reports: list[Callable[[], None]] = []
-        with self._lock:
-            # Apply every collected outcome before anything is written: the pool has handed them
-            # over, so one failing write must not drop the outcomes after it.
-            now = self._clock()
-            for job_seq, outcome in finished:
-                self._enqueue(self._apply_outcome(job_seq, outcome, now, reports), now)
-            self._enqueue(self._state.next_dispatch(now), now)
-            wanted = bool(self._log)
-            report_figures = now - self._depth_reported >= TICK_S or not self._threads
-            figures = self._figures() if report_figures else None
-        if wanted and not self._collects_in_loop:
-            self._commit_wanted.set()  # the loop thread commits them (it called this itself otherwise)
-        for report in reports:
-            safe_metric(report)
-        if figures is not None:
-            self._depth_reported = now  # gauges: once a tick is enough, and saves the loop a call
-            safe_metric(self._metrics.queue_figures, figures)
-        return len(finished)
-
-    def tick(self, timeout_s: float) -> int:
-        """One step of both threads, for callers that drive the queue by hand (tests)."""
-        self.commit()
-        collected = self.collect(timeout_s)
-        self.commit()
-        return collected
-
-    def _apply_outcome(
-        self, job_seq: int, outcome: dict[str, Any] | None, now: float, reports: list[Callable[[], None]]
-    ) -> list[Command]:
-        sent = self._in_flight.answered(job_seq)
-        parsed = read_outcome(job_seq, outcome, sent)
-        attempt = sent.attempt if sent else None
-        if parsed is None:
-            commands = self._state.on_worker_lost(job_seq, now, attempt=attempt)
-            kind = "worker_lost"
-        else:
-            commands = self._state.on_outcome(job_seq, parsed, now, attempt=attempt)
-            kind = parsed.kind
-            if isinstance(parsed, JobSucceeded) and sent is not None:
-                reports.append(functools.partial(self._reports.tokens, sent.handler_id, parsed.detail))
-        if sent is not None:
-            reports.append(
-                functools.partial(
-                    self._metrics.attempt_finished, sent.handler_id, kind, now - sent.started, sent.attempt
-                )
-            )
-        return commands
-
-    # --- command execution -------------------------------------------------------------------------
-
-    def _enqueue(self, commands: Sequence[Command], now: float) -> None:
-        """Queue commands for the loop (under the lock); notices need no write and are dropped."""
-        self._log.add(commands, now)
-
-    def _start(self, command: Dispatch) -> None:
-        self._mark_in_flight([command])
-        try:
-            self._workers.start(command.handler_id, command.job_seq, _envelope_of(command), command.attempt)
-        except Exception as exc:
-            self._start_lost(command, type(exc).__name__)
-
-    def _mark_in_flight(self, commands: Sequence[Dispatch]) -> None:
-        """Record attempts as running before they are sent (an outcome may arrive at once)."""
-        with self._lock:
-            self._coalesced += self._in_flight.sent(commands, self._clock())
+        """Report what a durable batch did, then start its runs; never raises, so no start of it is
+        skipped (a start that fails is a lost attempt, retried by policy)."""
+        self._reports.effects(item for item, _ in batch.items if not isinstance(item, Dispatch))
+        self._starter.send([item for item, _ in batch.items if isinstance(item, Dispatch)])
 
     def _start_lost(self, command: Dispatch, error_class: str) -> None:
         """The attempt never reached a worker: it counts as a lost one (retried by policy), never
@@ -507,9 +332,9 @@ class QueueActor:
         )
         try:
             with self._lock:
-                self._in_flight.answered(command.job_seq)
+                self._starter.in_flight.answered(command.job_seq)
                 now = self._clock()
-                self._enqueue(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
+                self._log.add(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
         except Exception as exc:  # never keeps the batch's other starts from going out
             logger.error(
                 "lost attempt not recorded",

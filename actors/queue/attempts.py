@@ -4,6 +4,7 @@
 lock). :func:`read_outcome` decides what a worker's answer means for the run it belongs to: a valid
 outcome of that run's job is applied; anything else (a malformed answer, a dead worker, an answer
 naming another job) is a lost attempt, retried by policy, so it never holds the run's lane and slot.
+:func:`apply_answer` feeds that to the state machine and says what the queue reports about it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actors.queue.state import Dispatch
-from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobOutcome
+from actors.queue.commands import Command, Dispatch
+from actors.queue.state import QueueState
+from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobOutcome, JobSucceeded
 
 logger = logging.getLogger("omray.queue")
 
@@ -55,6 +57,36 @@ def read_outcome(job_seq: int, raw: Mapping[str, Any] | None, sent: Attempt | No
         logger.error("worker outcome names another job", extra={"job_seq": job_seq})
         return None
     return parsed
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What one worker answer did to the state machine, and what the queue reports about it."""
+
+    commands: list[Command]
+    """The state machine's commands for it."""
+    kind: str
+    """The outcome's kind (``succeeded``, ``failed``), or ``worker_lost`` for a lost attempt."""
+    usage: Mapping[str, Any] | None
+    """The detail of a success of an attempt the queue sent (its model usage), else ``None``."""
+
+
+def apply_answer(
+    state: QueueState, job_seq: int, raw: Mapping[str, Any] | None, sent: Attempt | None, now: float
+) -> Answered:
+    """Apply a worker's answer ``raw`` for run ``job_seq`` (``sent``: the attempt remembered for it).
+
+    An answer that :func:`read_outcome` counts as lost is a lost worker for the state machine;
+    otherwise the outcome is applied to the attempt that was sent (any attempt, when none is
+    remembered: a restarted queue).
+    """
+    parsed = read_outcome(job_seq, raw, sent)
+    attempt = sent.attempt if sent else None
+    if parsed is None:
+        return Answered(state.on_worker_lost(job_seq, now, attempt=attempt), "worker_lost", None)
+    commands = state.on_outcome(job_seq, parsed, now, attempt=attempt)
+    usage = parsed.detail if isinstance(parsed, JobSucceeded) and sent is not None else None
+    return Answered(commands, parsed.kind, usage)
 
 
 class InFlight:

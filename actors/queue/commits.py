@@ -17,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from actors.queue.state import Command
-from actors.queue.writes import Accept, Issued, needs_commit, only_finishes
+from actors.queue.commands import Command, needs_commit
+from actors.queue.writes import Accept, Issued, only_finishes
 from protocol.jobs import JobEnvelope
 
 DISPATCH_WINDOW: Final = 1000

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from actors.queue.state import QueueState
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, REFLECT_GENERATION_HANDLER
 
 UNLIMITED: Final = 10**9
@@ -22,7 +23,16 @@ UNLIMITED: Final = 10**9
 
 
 @dataclass(frozen=True, slots=True)
-class QueueFigures:
+class Figures:
+    """Counts at one moment, all of them whole numbers."""
+
+    def as_dict(self) -> dict[str, int]:
+        """JSON-able copy."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFigures(Figures):
     """The queue's load at one moment."""
 
     depth: int
@@ -35,10 +45,6 @@ class QueueFigures:
     """Lanes (one session of one database, or one database's index work) with unfinished jobs."""
     busy_lanes: int
     """Lanes with a run in flight."""
-
-    def as_dict(self) -> dict[str, int]:
-        """JSON-able copy."""
-        return asdict(self)
 
 
 def queue_figures(
@@ -55,6 +61,19 @@ def queue_figures(
     return QueueFigures(depth=depth, in_flight=in_flight, slots=slots, lanes=lanes, busy_lanes=busy_lanes)
 
 
+def state_figures(state: QueueState) -> QueueFigures:
+    """The figures of a queue's state machine now."""
+    lanes, busy_lanes = state.lane_counts()
+    return queue_figures(
+        depth=state.depth,
+        in_flight=state.in_flight,
+        max_in_flight=state.max_in_flight,
+        capacity=state.capacity,
+        lanes=lanes,
+        busy_lanes=busy_lanes,
+    )
+
+
 def figures_from_status(status: Mapping[str, Any]) -> QueueFigures | None:
     """The figures of a queue's ``status()`` answer; ``None`` when it carries none (an older queue)."""
     figures = status.get("figures")
@@ -67,7 +86,7 @@ def figures_from_status(status: Mapping[str, Any]) -> QueueFigures | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PoolFigures:
+class PoolFigures(Figures):
     """One worker pool at one moment."""
 
     workers: int
@@ -82,10 +101,6 @@ class PoolFigures:
     """Attempts one member runs at once."""
     waiting: int
     """Runs that could start now but wait for a free slot of this pool."""
-
-    def as_dict(self) -> dict[str, int]:
-        """JSON-able copy."""
-        return asdict(self)
 
 
 USAGE_KIND_OF_HANDLER: Final[Mapping[str, str]] = {

@@ -1,19 +1,22 @@
-"""What the queue tells people: metrics, logs and the recent failures ``status()`` lists.
+"""What the queue tells people: metrics, logs, and its ``status()`` answer with the recent failures.
 
 Metrics never hurt work (DESIGN.md invariant 7): a failing exporter is logged and ignored. Logs and
-metrics carry ids, counts and category codes only (invariant 8).
+metrics carry ids, counts and category codes only (invariant 8). :func:`queue_status` assembles the
+``status()`` answer from the queue's parts (pure).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from actors.queue.figures import usage_of
+from actors.queue.attempts import Answered, Attempt
+from actors.queue.commands import Command, EmitJobFailed, MarkSucceeded, ScheduleRetry
+from actors.queue.figures import QueueFigures, state_figures, usage_of
 from actors.queue.ports import QueueMetricsPort
-from actors.queue.state import Command, EmitJobFailed, MarkSucceeded, ScheduleRetry
+from actors.queue.state import QueueState
 from actors.queue.writes import Accept
 from protocol.outcomes import JobFailedEvent
 from protocol.queue_rows import iso_utc
@@ -30,6 +33,16 @@ class QueueReports:
         self.recent_failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self.completed = 0
         """Jobs that succeeded since this queue started."""
+        self._figures_reported = 0.0  # when the queue gauges were last set
+
+    def effects(self, commands: Iterable[Command | Accept]) -> None:
+        """What the commands of a durable batch report; a log or metric that fails is logged and
+        skipped (it must not keep the batch's starts from going out)."""
+        for command in commands:
+            try:
+                self.effect(command)
+            except Exception as exc:
+                logger.error("queue effect failed", extra={"error_class": type(exc).__name__})
 
     def effect(self, command: Command | Accept) -> None:
         """What a command other than a start reports once its writes are durable."""
@@ -42,6 +55,23 @@ class QueueReports:
             )
         elif isinstance(command, EmitJobFailed):
             self._job_failed(command.run_id, command.event, self._clock())
+
+    def answered(self, sent: Attempt | None, answer: Answered, now: float) -> None:
+        """The metrics of one worker answer: the model usage of a success, and the attempt's time."""
+        if answer.usage is not None and sent is not None:
+            safe_metric(self.tokens, sent.handler_id, answer.usage)
+        if sent is not None:
+            seconds = now - sent.started
+            safe_metric(self.metrics.attempt_finished, sent.handler_id, answer.kind, seconds, sent.attempt)
+
+    def figures_due(self, now: float, every_s: float) -> bool:
+        """True when the queue gauges were last set ``every_s`` ago or more."""
+        return now - self._figures_reported >= every_s
+
+    def figures(self, figures: QueueFigures, now: float) -> None:
+        """Set the queue gauges (once a tick is enough, and saves the loop a call)."""
+        self._figures_reported = now
+        safe_metric(self.metrics.queue_figures, figures)
 
     def tokens(self, handler_id: str, detail: Mapping[str, Any]) -> None:
         """The model usage a successful attempt reported."""
@@ -62,6 +92,37 @@ class QueueReports:
                 "attempts": event.attempts,
             },
         )
+
+
+def queue_status(
+    state: QueueState,
+    reports: QueueReports,
+    *,
+    in_flight: list[dict[str, Any]],
+    coalesced: int,
+    unwritten: int,
+    commits: Mapping[str, float],
+    loop_alive: bool,
+) -> dict[str, Any]:
+    """The queue's ``status()``: depth, runs in flight, lanes, recent failures and counters (ids and
+    counts only, never payload contents)."""
+    snapshot = state.snapshot()
+    return {
+        "figures": state_figures(state).as_dict(),
+        "depth": state.depth,
+        "in_flight": in_flight,
+        "max_in_flight": state.max_in_flight,
+        "lanes": snapshot["lanes"],
+        "busy_lanes": snapshot["busy_lanes"],
+        "capacity": snapshot["capacity"],
+        "completed_since_start": reports.completed,
+        "coalesced_since_start": coalesced,
+        "recent_failures": list(reports.recent_failures),
+        "unwritten": unwritten,
+        "commits": dict(commits),
+        "state": snapshot,
+        "loop_alive": loop_alive,
+    }
 
 
 def safe_metric(record: Callable[..., None], *args: Any) -> None:

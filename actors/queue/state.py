@@ -15,14 +15,8 @@ How the actor drives it:
 3. A worker's :data:`JobOutcome` goes to ``on_outcome(job_seq, outcome, now, attempt=...)``; a dead
    worker to ``on_worker_lost(job_seq, now, attempt=...)``.
 
-Store effect of each command (the actor persists *before* acting on it):
-
-- :class:`Dispatch`: every member row -> ``running`` with its own attempt count (``covered``); then
-  call the handler once, with the carrier's payload.
-- :class:`ScheduleRetry`: row -> ``pending`` with ``not_before``.
-- :class:`MarkSucceeded`, :class:`GiveUp`: the row leaves the active queue (succeeded / failed).
-- :class:`AlreadyQueued`: if ``job_seq != existing_seq``, delete the surplus row ``job_seq``.
-- :class:`EmitJobFailed`, :class:`WakeAt`, :class:`OutcomeIgnored`: no store write.
+The commands and the store effect of each are in :mod:`actors.queue.commands`; lanes, job keys and
+coalescing keys in :mod:`actors.queue.lanes`.
 """
 
 from __future__ import annotations
@@ -33,9 +27,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from actors.queue.commands import (
+    AlreadyQueued,
+    Command,
+    Dispatch,
+    EmitJobFailed,
+    GiveUp,
+    MarkSucceeded,
+    OutcomeIgnored,
+    ScheduleRetry,
+    WakeAt,
+)
+from actors.queue.lanes import MAX_COALESCED, JobKey, carrier_end, coalesce_key, job_key, lane_of
 from actors.queue.retry import GiveUpNow, RetryPolicy, decide_retry
 from protocol.errors import OmrayError
-from protocol.jobs import JobEnvelope, JobPayload, ObserveBoundaryJob, SemanticIndexJob
+from protocol.jobs import JobEnvelope
 from protocol.outcomes import (
     REASON_INTERRUPTED,
     REASON_RETRY_EXHAUSTED,
@@ -50,52 +56,9 @@ from protocol.queue_rows import StoredJob, epoch_of
 JobStatus = Literal["pending", "running"]
 """Durable status of a job that is still in the queue."""
 
-JobKey = tuple[str, str]
-"""A job's identity in the queue: ``(db_path, job_id)``; ids of different databases never collide."""
-
-MAX_COALESCED = 64
-"""Most waiting jobs one dispatch may cover (bounds one batch of durable writes)."""
-
-
-def job_key(envelope: JobEnvelope) -> JobKey:
-    """``(db_path, job_id)`` of a job."""
-    return (envelope.payload.db_path, envelope.job_id)
-
-
-def lane_of(envelope: JobEnvelope) -> str:
-    """The lane a job runs in: one session of one database, or one database's index work.
-
-    Jobs of a lane start in acceptance order and never overlap; lanes run in parallel.
-    """
-    payload = envelope.payload
-    if isinstance(payload, SemanticIndexJob):
-        return f"index\x00{payload.db_path}"
-    return f"session\x00{payload.db_path}\x00{payload.run_id}"
-
-
-def _coalesce_key(payload: JobPayload) -> tuple[str, ...] | None:
-    """Jobs with one key may run as one; ``None``: never coalesced (reflect jobs)."""
-    if isinstance(payload, ObserveBoundaryJob):
-        # Observing through the latest boundary covers every earlier one of the same events file
-        # (coverage is contiguous and parts are idempotent), so one run serves them all.
-        return (
-            "observe",
-            payload.db_path,
-            payload.run_id,
-            payload.events_path,
-            payload.renderer_version,
-            payload.observer_schema_version,
-        )
-    if isinstance(payload, SemanticIndexJob):
-        # An index batch synchronizes the whole database and queues its own continuation.
-        return ("index", payload.db_path)
-    return None
-
 
 def _carrier_rank(job: _Job) -> tuple[int, int]:
-    payload = job.envelope.payload
-    end = payload.terminal_end_seq if isinstance(payload, ObserveBoundaryJob) else 0
-    return (end, job.seq)
+    return (carrier_end(job.envelope.payload), job.seq)
 
 
 def _held_until_absorbed(job: _Job) -> bool:
@@ -114,133 +77,6 @@ def _restored_not_before(row: StoredJob) -> float | None:
 
 class QueueStateError(OmrayError):
     """The actor called the state machine against its contract (e.g. two jobs with one sequence number)."""
-
-
-# --- commands -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Dispatch:
-    """Run attempt ``attempt`` of the job on the worker registered for ``handler_id``."""
-
-    job_seq: int
-    """Queue sequence number of the job."""
-    job_id: str
-    """Id of the job."""
-    handler_id: str
-    """Stable handler id that picks the worker actor."""
-    attempt: int
-    """1-based attempt number; pass it back with the outcome."""
-    payload: JobPayload
-    """What to do."""
-    members: tuple[tuple[int, int], ...] = field(default=())
-    """``(job_seq, attempt)`` of every job this run covers, carrier included, in sequence order.
-
-    More than one when waiting jobs of one lane were coalesced; each member's row is marked
-    running with its own attempt, and all of them finish with this run's outcome.
-    """
-
-    @property
-    def covered(self) -> tuple[tuple[int, int], ...]:
-        """The members, or the carrier alone when none are listed."""
-        return self.members or ((self.job_seq, self.attempt),)
-
-
-@dataclass(frozen=True, slots=True)
-class WakeAt:
-    """Nothing is eligible now, but a retry becomes eligible at ``time``: call ``next_dispatch`` then."""
-
-    time: float
-    """Earliest ``not_before`` among waiting jobs."""
-
-
-@dataclass(frozen=True, slots=True)
-class MarkSucceeded:
-    """The job finished; it leaves the durable queue."""
-
-    job_seq: int
-    """Queue sequence number of the job."""
-    job_id: str
-    """Id of the job."""
-    attempts: int
-    """Attempts it took."""
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleRetry:
-    """The attempt failed; the job waits in the queue until ``not_before``."""
-
-    job_seq: int
-    """Queue sequence number of the job."""
-    job_id: str
-    """Id of the job."""
-    attempts: int
-    """Attempts made so far."""
-    not_before: float
-    """Earliest time of the next attempt."""
-    reason: str
-    """Category code of the failure."""
-
-
-@dataclass(frozen=True, slots=True)
-class GiveUp:
-    """The queue stops trying; the job leaves the durable queue as failed."""
-
-    job_seq: int
-    """Queue sequence number of the job."""
-    job_id: str
-    """Id of the job."""
-    attempts: int
-    """Attempts made in total."""
-    reason: str
-    """Category code of the last failure."""
-
-
-@dataclass(frozen=True, slots=True)
-class EmitJobFailed:
-    """Emit the transient ``extension_agent.job_failed`` runtime event for session ``run_id``."""
-
-    run_id: str
-    """Session the event belongs to (the job payload's ``run_id``)."""
-    event: JobFailedEvent
-    """Sanitized event payload."""
-    db_path: str = ""
-    """Database of that session (the job payload's ``db_path``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AlreadyQueued:
-    """The job id is already pending or running as ``existing_seq``; it is not queued twice."""
-
-    job_id: str
-    """Id of the job."""
-    job_seq: int
-    """Sequence number the duplicate was stored under (the surplus row, unless equal)."""
-    existing_seq: int
-    """Sequence number of the job already in the queue; report this one to the caller."""
-
-
-@dataclass(frozen=True, slots=True)
-class OutcomeIgnored:
-    """A result for a job (or attempt) that is not in flight, e.g. a late duplicate; nothing changed."""
-
-    job_seq: int
-    """Sequence number the result named."""
-    why: Literal["not_in_flight", "job_id_mismatch", "attempt_mismatch"]
-    """Why it was ignored."""
-
-
-Command = (
-    Dispatch
-    | WakeAt
-    | MarkSucceeded
-    | ScheduleRetry
-    | GiveUp
-    | EmitJobFailed
-    | AlreadyQueued
-    | OutcomeIgnored
-)
-"""Anything a step can ask the actor to do (or, for notices, to log)."""
 
 
 @dataclass(slots=True)
@@ -269,7 +105,7 @@ class _Job:
         self.key = job_key(self.envelope)
         self.lane = lane_of(self.envelope)
         self.handler_id = self.envelope.handler_id
-        self.coalesce_key = _coalesce_key(self.envelope.payload)
+        self.coalesce_key = coalesce_key(self.envelope.payload)
 
 
 # --- the state machine --------------------------------------------------------------------------
@@ -375,7 +211,7 @@ class QueueState:
                 raise QueueStateError(f"two stored rows with job_seq {row.job_seq!r}")
             existing = state._seq_by_key.get(job_key(row.envelope))
             if existing is not None:
-                commands.append(AlreadyQueued(row.envelope.job_id, row.job_seq, existing))
+                commands.append(AlreadyQueued(row.job_seq, row.envelope.job_id, existing))
                 continue
             interrupted = row.state == "running"
             job = _Job(
@@ -406,7 +242,7 @@ class QueueState:
         del now
         existing = self._seq_by_key.get(job_key(envelope))
         if existing is not None:
-            return [AlreadyQueued(envelope.job_id, job_seq, existing)]
+            return [AlreadyQueued(job_seq, envelope.job_id, existing)]
         if job_seq in self._jobs:
             raise QueueStateError(f"job_seq {job_seq!r} is already used by another queued job")
         self._add(_Job(job_seq, envelope, "pending", 0, envelope.not_before, None))

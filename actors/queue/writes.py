@@ -16,17 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from actors.queue.state import (
-    AlreadyQueued,
-    Command,
-    Dispatch,
-    EmitJobFailed,
-    GiveUp,
-    MarkSucceeded,
-    OutcomeIgnored,
-    ScheduleRetry,
-    WakeAt,
-)
+from actors.queue.commands import Command, Dispatch, EmitJobFailed, GiveUp, MarkSucceeded, ScheduleRetry
 from protocol.jobs import JobEnvelope
 from protocol.outcomes import JobFailedEvent
 from protocol.queue_rows import (
@@ -56,11 +46,6 @@ Pending = Command | Accept
 
 Issued = tuple[Pending, float]
 """A pending item with the time it was issued (epoch seconds): the time its row records."""
-
-
-def needs_commit(command: Command) -> bool:
-    """False for the notices that write nothing and do nothing after a commit."""
-    return not isinstance(command, AlreadyQueued | OutcomeIgnored | WakeAt)
 
 
 def writes_for(batch: Sequence[Issued]) -> list[JobWrite]:

@@ -616,7 +616,7 @@ def test_a_batch_whose_writes_cannot_be_built_is_put_back_and_written_later(tmp_
 
     store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     queue = QueueActor(store, FakeWorkers(_ok), clock=clock, start_loop=False)
-    import actors.queue.actor as actor_module
+    import actors.queue.committer as actor_module
 
     original = actor_module.writes_for
     with mock.patch.object(actor_module, "writes_for", side_effect=RuntimeError("boom")):

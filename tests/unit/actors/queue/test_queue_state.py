@@ -148,10 +148,10 @@ def test_wake_at_only_when_a_slot_is_free() -> None:
 def test_duplicate_pending_or_running_id_is_not_queued_twice() -> None:
     q = QueueState()
     q.accept(envelope("a"), 1, now=0.0)
-    assert q.accept(envelope("a"), 2, now=0.0) == [AlreadyQueued("a", 2, 1)]
+    assert q.accept(envelope("a"), 2, now=0.0) == [AlreadyQueued(job_seq=2, job_id="a", existing_seq=1)]
     assert q.depth == 1 and q.active_seq("a", "/data/a/om.sqlite") == 1
     q.next_dispatch(0.0)
-    assert q.accept(envelope("a"), 3, now=0.0) == [AlreadyQueued("a", 3, 1)]
+    assert q.accept(envelope("a"), 3, now=0.0) == [AlreadyQueued(job_seq=3, job_id="a", existing_seq=1)]
     assert (q.depth, q.in_flight) == (0, 1)
     q.on_outcome(1, ok("a"), 0.0)
     # Finished: the same id may be queued again as a new job.
@@ -260,7 +260,7 @@ def test_restore_gives_up_on_interrupted_last_attempt() -> None:
 def test_restore_keeps_lowest_seq_of_duplicate_rows() -> None:
     rows = [stored(7, envelope("a"), "pending"), stored(3, envelope("a"), "pending")]
     q, cmds = QueueState.restore(rows, now=0.0)
-    assert cmds == [AlreadyQueued("a", 7, 3)]
+    assert cmds == [AlreadyQueued(job_seq=7, job_id="a", existing_seq=3)]
     assert q.active_seq("a", "/data/a/om.sqlite") == 3 and q.depth == 1
 
 

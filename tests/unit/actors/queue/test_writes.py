@@ -103,7 +103,7 @@ def test_an_event_before_its_give_up_is_not_paired() -> None:
 
 def test_notices_write_nothing() -> None:
     batch: list[Issued] = [
-        (AlreadyQueued("j1", 3, 1), 0.0),
+        (AlreadyQueued(job_seq=3, job_id="j1", existing_seq=1), 0.0),
         (OutcomeIgnored(4, "not_in_flight"), 0.0),
         (WakeAt(9.0), 0.0),
     ]

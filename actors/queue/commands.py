@@ -1,0 +1,146 @@
+"""The commands the queue's state machine returns, and what the QueueActor does with each (pure values).
+
+Every step of :class:`actors.queue.state.QueueState` returns a list of these frozen values; the
+actor persists each one's store effect *before* acting on it:
+
+- :class:`Dispatch`: every member row -> ``running`` with its own attempt count (``covered``); then
+  call the handler once, with the carrier's payload.
+- :class:`ScheduleRetry`: row -> ``pending`` with ``not_before``.
+- :class:`MarkSucceeded`, :class:`GiveUp`: the row leaves the active queue (succeeded / failed).
+- :class:`AlreadyQueued`: if ``job_seq != existing_seq``, delete the surplus row ``job_seq``.
+- :class:`EmitJobFailed`, :class:`WakeAt`, :class:`OutcomeIgnored`: no store write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from protocol.jobs import JobPayload
+from protocol.outcomes import JobFailedEvent
+
+
+@dataclass(frozen=True, slots=True)
+class JobCommand:
+    """A command about one queued job."""
+
+    job_seq: int
+    """Queue sequence number of the job."""
+    job_id: str
+    """Id of the job."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch(JobCommand):
+    """Run attempt ``attempt`` of the job on the worker registered for ``handler_id``."""
+
+    handler_id: str
+    """Stable handler id that picks the worker actor."""
+    attempt: int
+    """1-based attempt number; pass it back with the outcome."""
+    payload: JobPayload
+    """What to do."""
+    members: tuple[tuple[int, int], ...] = field(default=())
+    """``(job_seq, attempt)`` of every job this run covers, carrier included, in sequence order.
+
+    More than one when waiting jobs of one lane were coalesced; each member's row is marked
+    running with its own attempt, and all of them finish with this run's outcome.
+    """
+
+    @property
+    def covered(self) -> tuple[tuple[int, int], ...]:
+        """The members, or the carrier alone when none are listed."""
+        return self.members or ((self.job_seq, self.attempt),)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptsEnded(JobCommand):
+    """What follows a job's latest attempt: it finished, waits for a retry, or gives up."""
+
+    attempts: int
+    """Attempts made so far (all of them, once the job leaves the queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MarkSucceeded(AttemptsEnded):
+    """The job finished; it leaves the durable queue."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRetry(AttemptsEnded):
+    """The attempt failed; the job waits in the queue until ``not_before``."""
+
+    not_before: float
+    """Earliest time of the next attempt."""
+    reason: str
+    """Category code of the failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp(AttemptsEnded):
+    """The queue stops trying; the job leaves the durable queue as failed."""
+
+    reason: str
+    """Category code of the last failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    """Nothing is eligible now, but a retry becomes eligible at ``time``: call ``next_dispatch`` then."""
+
+    time: float
+    """Earliest ``not_before`` among waiting jobs."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmitJobFailed:
+    """Emit the transient ``extension_agent.job_failed`` runtime event for session ``run_id``."""
+
+    run_id: str
+    """Session the event belongs to (the job payload's ``run_id``)."""
+    event: JobFailedEvent
+    """Sanitized event payload."""
+    db_path: str = ""
+    """Database of that session (the job payload's ``db_path``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyQueued(JobCommand):
+    """The job id is already pending or running as ``existing_seq``; it is not queued twice.
+
+    ``job_seq`` is the sequence number the duplicate was stored under (the surplus row, unless equal).
+    """
+
+    existing_seq: int
+    """Sequence number of the job already in the queue; report this one to the caller."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeIgnored:
+    """A result for a job (or attempt) that is not in flight, e.g. a late duplicate; nothing changed."""
+
+    job_seq: int
+    """Sequence number the result named."""
+    why: Literal["not_in_flight", "job_id_mismatch", "attempt_mismatch"]
+    """Why it was ignored."""
+
+
+Command = (
+    Dispatch
+    | WakeAt
+    | MarkSucceeded
+    | ScheduleRetry
+    | GiveUp
+    | EmitJobFailed
+    | AlreadyQueued
+    | OutcomeIgnored
+)
+"""Anything a step can ask the actor to do (or, for notices, to log)."""
+
+NOTICES: Final = (AlreadyQueued, OutcomeIgnored, WakeAt)
+"""The commands that write nothing and do nothing after a commit (the actor may log them)."""
+
+
+def needs_commit(command: Command) -> bool:
+    """False for the notices that write nothing and do nothing after a commit."""
+    return not isinstance(command, NOTICES)
