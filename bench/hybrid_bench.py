@@ -73,6 +73,7 @@ from bench.search_bench import corpus_material, corpus_observation, corpus_part,
 from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
 from persistence.semantic.index import embed_in_batches
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
+from persistence.settings_parse import semantic_from_mapping
 from persistence.store import Store
 from protocol.identities import transcript_event_id
 from protocol.records import ObservationRecord, TranscriptEntry
@@ -83,7 +84,7 @@ from protocol.semantic import (
     SourceMemory,
     query_text_for_embedding,
 )
-from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings, semantic_from_mapping
+from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
 DEFAULT_SIZE: Final[int] = 2000
 """Memories in the default corpus."""

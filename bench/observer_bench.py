@@ -40,10 +40,10 @@ from cluster.client import OmrayClient
 from persistence.events_reader import iter_events, read_event_window
 from persistence.importers import detect_format, import_transcript
 from persistence.queries import MemoryReader
+from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
 from protocol.events import AfterTurnCommit, EventSummary, SessionEvent
 from protocol.jobs import ObserveBoundaryJob
-from protocol.settings import settings_from_mapping
 from testkit.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

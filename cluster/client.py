@@ -36,6 +36,7 @@ from cluster.link import (
 from cluster.naming import RuntimeNames
 from cluster.outbox import Outbox
 from persistence.queries import MemoryReader
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.events import (
     AfterTurnCommit,
@@ -47,7 +48,7 @@ from protocol.identities import observe_job_id, signalled_observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal
 from protocol.records import ActivityRecord
 from protocol.redact import redactor_for
-from protocol.settings import OmSettings, settings_from_mapping
+from protocol.settings import OmSettings
 
 logger = logging.getLogger("omray.client")
 

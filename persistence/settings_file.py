@@ -2,7 +2,8 @@
 
 Accepts a whole Hatfield ``.hatfield/settings.yaml`` (the ``observational_memory`` block under
 ``extensions.settings`` is used as-is), a file with a top-level ``observational_memory:`` key, or
-a file holding just the block. Validation lives in :mod:`protocol.settings`; this module only reads.
+a file holding just the block. Parsing lives in :mod:`persistence.settings_parse` and the shapes in
+:mod:`protocol.settings`; this module only reads.
 
 Reading is defensive: at most :data:`MAX_SETTINGS_BYTES` are read (``OMRAY_SETTINGS=/dev/zero``
 is an error, not an endless read), the text must be UTF-8, a key may appear only once per mapping
@@ -19,8 +20,9 @@ from typing import Any
 
 import yaml
 
+from persistence.settings_parse import apply_overrides, extract_om_block, settings_from_mapping
 from protocol.errors import SettingsError
-from protocol.settings import OmSettings, apply_overrides, extract_om_block, settings_from_mapping
+from protocol.settings import OmSettings
 
 SETTINGS_ENV = "OMRAY_SETTINGS"
 """Environment variable naming a settings file."""

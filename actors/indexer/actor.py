@@ -17,10 +17,10 @@ from actors.worker import RoleActor, WorkerContext, local_now, utc_now
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from persistence.semantic import JOB_BATCHES, SemanticIndex
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for
-from protocol.settings import settings_from_mapping
 
 BACKFILL_SESSIONS = 8
 """Sessions whose transcript one index job backfills at most (a continuation does the rest)."""

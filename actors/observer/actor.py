@@ -22,10 +22,10 @@ from actors.worker import RoleActor, WorkerContext, local_now, utc_now
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from persistence.settings_file import job_settings_block
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
 from protocol.redact import redactor_for
-from protocol.settings import settings_from_mapping
 
 
 def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:

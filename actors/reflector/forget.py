@@ -12,8 +12,8 @@ from typing import Any
 
 from actors.indexer.schedule import schedule_index
 from actors.worker import WorkerContext, utc_now
+from persistence.settings_parse import settings_from_mapping
 from protocol.jobs import ForgetJob, JobEnvelope
-from protocol.settings import settings_from_mapping
 
 
 def run_forget(envelope: JobEnvelope, job: ForgetJob, context: WorkerContext) -> dict[str, Any]:

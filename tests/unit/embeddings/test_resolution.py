@@ -15,7 +15,8 @@ from actors.models.embeddings import (
     query_text,
     reranker_for,
 )
-from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings, semantic_from_mapping
+from persistence.settings_parse import semantic_from_mapping
+from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
 
 def semantic(block: dict[str, Any]) -> SemanticSettings:

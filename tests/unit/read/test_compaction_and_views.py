@@ -21,9 +21,9 @@ from actors.queue import actor as queue_actor
 from actors.queue import state as queue_state
 from actors.read.projector import render_active_memory
 from actors.read.service import before_compaction, memory_search, memory_status, memory_view, project
+from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
 from protocol.events import BeforeCompactionContext, projection_metadata
-from protocol.settings import settings_from_mapping
 from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER
 from tests.unit.read.factories import hex_id, observation, reflection
 from tests.unit.read.helpers import commit, promote
