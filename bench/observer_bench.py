@@ -241,7 +241,7 @@ def replay_policy(
         context.tokens_by_seq.extend((e.seq, per_seq.get(e.seq, 0)) for e in batch)
         last = number == len(batches)
         ctx = AfterTurnCommit(
-            run_id=SESSION,
+            session_id=SESSION,
             turn_no=batch[0].turn_no,
             status="completed" if any(e.type == "agent_end" for e in batch) else "running",
             events=tuple(EventSummary(seq=e.seq, type=e.type, payload=e.payload) for e in batch),

@@ -160,7 +160,8 @@ class OmrayClient:
             return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s)
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
-                "observe dispatch failed", extra={"run_id": context.run_id, "error_class": type(exc).__name__}
+                "observe dispatch failed",
+                extra={"run_id": context.session_id, "error_class": type(exc).__name__},
             )
             return None
 
@@ -183,7 +184,7 @@ class OmrayClient:
         if signal == "turn_end" and boundary is not None:
             end_seq, status = boundary.end_seq, boundary.status
         return self.observe_envelope(
-            context.run_id,
+            context.session_id,
             end_seq,
             status,
             events_path=events_path,
@@ -234,7 +235,7 @@ class OmrayClient:
         Jobs sent for another ``signal`` than a turn end get their own id (one per seq and signal).
         """
         job = ObserveBoundaryJob(
-            run_id=session_id,
+            session_id=session_id,
             terminal_end_seq=end_seq,
             terminal_status=status,
             renderer_version=self.settings.renderer_version,
@@ -251,7 +252,7 @@ class OmrayClient:
         )
         if signal != "turn_end":
             job_id = signalled_observe_job_id(job_id, signal)
-        return JobEnvelope(job_id=job_id, correlation_id=session_id, payload=job)
+        return JobEnvelope(job_id=job_id, session_id=session_id, payload=job)
 
     def session_started(self, session_id: str) -> str | None:
         """Session-start hook: schedule an index batch when hybrid retrieval is configured (§14.4)."""

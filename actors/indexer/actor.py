@@ -75,7 +75,7 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
     continuation = None
     if not result.complete or backfilled >= BACKFILL_SESSIONS:
         continuation = schedule_index(
-            context.dispatch, settings.semantic, job.db_path, job.run_id, job.settings, job.events_root
+            context.dispatch, settings.semantic, job.db_path, job.session_id, job.settings, job.events_root
         )
     return {
         "status": "complete" if result.complete else "partial",

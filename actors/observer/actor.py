@@ -52,8 +52,8 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     result = observe_through(job, envelope.job_id, settings, ports)
     if result.status != "deferred":
         # After success only (§7.2 step 4): index what was just committed (a deferral committed nothing).
-        root = events_root_of(job.events_path, job.run_id)
-        schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block, root)
+        root = events_root_of(job.events_path, job.session_id)
+        schedule_index(context.dispatch, settings.semantic, job.db_path, job.session_id, block, root)
     return with_cost(result.as_dict(), settings.prices, "observe")
 
 

@@ -70,7 +70,7 @@ def lane_of(envelope: JobEnvelope) -> str:
     payload = envelope.payload
     if isinstance(payload, SemanticIndexJob):
         return f"index\x00{payload.db_path}"
-    return f"session\x00{payload.db_path}\x00{payload.run_id}"
+    return f"session\x00{payload.db_path}\x00{payload.session_id}"
 
 
 def _coalesce_key(payload: JobPayload) -> tuple[str, ...] | None:
@@ -81,7 +81,7 @@ def _coalesce_key(payload: JobPayload) -> tuple[str, ...] | None:
         return (
             "observe",
             payload.db_path,
-            payload.run_id,
+            payload.session_id,
             payload.events_path,
             payload.renderer_version,
             payload.observer_schema_version,
@@ -546,7 +546,7 @@ class QueueState:
                     "job_seq": j.seq,
                     "job_id": j.envelope.job_id,
                     "handler_id": j.handler_id,
-                    "run_id": j.envelope.payload.run_id,
+                    "session_id": j.envelope.payload.session_id,
                     "status": j.status,
                     "attempts": j.attempts,
                     "not_before": j.not_before,
@@ -724,7 +724,7 @@ class QueueState:
         )
         return [
             GiveUp(job.seq, job.envelope.job_id, job.attempts, last),
-            EmitJobFailed(job.envelope.payload.run_id, event, job.envelope.payload.db_path),
+            EmitJobFailed(job.envelope.payload.session_id, event, job.envelope.payload.db_path),
         ]
 
     def _remove(self, job: _Job) -> None:

@@ -82,7 +82,7 @@ def test_before_compaction_replaces_continues_and_cancels(memory: Store, tmp_pat
     assert ahead.reason == (
         "observational_memory coverage incomplete: observed through seq 3, compaction replaces through 9"
     )
-    empty = before_compaction(memory.db_path, COMPACT_RUN.model_copy(update={"run_id": "empty"}))
+    empty = before_compaction(memory.db_path, COMPACT_RUN.model_copy(update={"session_id": "empty"}))
     assert empty.action == "continue"
     assert before_compaction(tmp_path / "missing.sqlite", COMPACT_RUN).action == "continue"
     corrupt = tmp_path / "corrupt.sqlite"
