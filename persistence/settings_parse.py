@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from protocol import settings_limits as limits
 from protocol.errors import SettingsError
 from protocol.redact import compile_custom_patterns
 from protocol.settings import (
@@ -46,16 +47,6 @@ from protocol.settings import (
     RerankerApiSettings,
     SemanticSettings,
     TokenEncoding,
-)
-from protocol.settings_limits import (
-    MAX_BATCH_SIZE,
-    MAX_CHUNK_BYTES,
-    MAX_CHUNK_LINES,
-    MAX_CONTEXT_WINDOW,
-    MAX_IDLE_FLUSH_SECONDS,
-    MAX_PRICE,
-    MAX_PROVIDER_TIMEOUT_S,
-    MAX_TOKEN_THRESHOLD,
 )
 
 RATIO_MESSAGE = "context_window_ratio must satisfy 0 < ratio < 1."
@@ -89,7 +80,8 @@ def _php_number(value: object) -> float | None:
 def _php_int_at_least_one(value: object, default: int, key: str) -> int:
     """``max(1, (int) v)`` for numeric values (PHP casts non-finite floats to 0); default otherwise.
 
-    A value above :data:`MAX_TOKEN_THRESHOLD` is a :class:`SettingsError` naming ``key``.
+    A value above :data:`protocol.settings_limits.MAX_TOKEN_THRESHOLD` is a :class:`SettingsError`
+    naming ``key``.
     """
     if isinstance(value, int) and not isinstance(value, bool):
         result = max(1, value)
@@ -98,8 +90,8 @@ def _php_int_at_least_one(value: object, default: int, key: str) -> int:
         if number is None:
             return default
         result = max(1, int(number)) if math.isfinite(number) and abs(number) < 2**63 else 1
-    if result > MAX_TOKEN_THRESHOLD:
-        raise SettingsError(f"{key} must be at most {MAX_TOKEN_THRESHOLD}.")
+    if result > limits.MAX_TOKEN_THRESHOLD:
+        raise SettingsError(f"{key} must be at most {limits.MAX_TOKEN_THRESHOLD}.")
     return result
 
 
@@ -192,19 +184,19 @@ def semantic_from_mapping(value: object) -> SemanticSettings | None:
         raise SettingsError(RERANKER_MAPPING_MESSAGE)
     reranker: Mapping[str, Any] = raw_reranker if raw_reranker is not None else {}
     min_score = _min_score(reranker)
-    chunk_bytes = _positive_int(embedding, "chunk_bytes", 1200, MAX_CHUNK_BYTES)
-    max_lines = _positive_int(embedding, "max_lines", 80, MAX_CHUNK_LINES)
+    chunk_bytes = _positive_int(embedding, "chunk_bytes", 1200, limits.MAX_CHUNK_BYTES)
+    max_lines = _positive_int(embedding, "max_lines", 80, limits.MAX_CHUNK_LINES)
     # The reference embeds at most 4 chunks per batch (an HTTP endpoint's bound). The offline
     # embedder has no request to bound, and each batch pays fixed index writes, so it defaults to 32.
     batch_size = _positive_int(
         embedding,
         "batch_size",
         BUILTIN_EMBEDDING_BATCH_SIZE if _builtin_model_id(embedding) else 4,
-        MAX_BATCH_SIZE,
+        limits.MAX_BATCH_SIZE,
     )
     # The reranker's integers are checked even without a reranker (their defaults always pass).
-    rerank_batch = _positive_int(reranker, "batch_size", 8, MAX_BATCH_SIZE)
-    document_characters = _positive_int(reranker, "document_characters", 768, MAX_CHUNK_BYTES)
+    rerank_batch = _positive_int(reranker, "batch_size", 8, limits.MAX_BATCH_SIZE)
+    document_characters = _positive_int(reranker, "document_characters", 768, limits.MAX_CHUNK_BYTES)
     overlap = embedding.get("overlap_bytes")
     overlap = 192 if overlap is None else overlap
     if (
@@ -268,13 +260,15 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
     context_window = entry.get("context_window")
     if isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1:
         raise SettingsError(f"{where}.context_window must be an integer >= 1.")
-    if context_window > MAX_CONTEXT_WINDOW:
-        raise SettingsError(f"{where}.context_window must be at most {MAX_CONTEXT_WINDOW}.")
+    if context_window > limits.MAX_CONTEXT_WINDOW:
+        raise SettingsError(f"{where}.context_window must be at most {limits.MAX_CONTEXT_WINDOW}.")
     timeout = entry.get("timeout_s", DEFAULT_PROVIDER_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise SettingsError(f"{where}.timeout_s must be a number > 0.")  # NaN too
-    if not timeout <= MAX_PROVIDER_TIMEOUT_S:
-        raise SettingsError(f"{where}.timeout_s must be a finite number <= {MAX_PROVIDER_TIMEOUT_S:g}.")
+    if not timeout <= limits.MAX_PROVIDER_TIMEOUT_S:
+        raise SettingsError(
+            f"{where}.timeout_s must be a finite number <= {limits.MAX_PROVIDER_TIMEOUT_S:g}."
+        )
     return ProviderSettings(
         name=name,
         kind="openai_compatible",
@@ -322,8 +316,8 @@ def _observer_int(observer: Mapping[str, Any], key: str, default: int) -> int:
     value = observer.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_THRESHOLD:
-        raise SettingsError(f"observer.{key} must be an integer from 0 to {MAX_TOKEN_THRESHOLD}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limits.MAX_TOKEN_THRESHOLD:
+        raise SettingsError(f"observer.{key} must be an integer from 0 to {limits.MAX_TOKEN_THRESHOLD}.")
     return value
 
 
@@ -360,7 +354,7 @@ def _prices(value: object) -> PriceTable | None:
         except ValueError:
             raise SettingsError(
                 f"prices.models[{model!r}] needs prompt and completion (and may give cached_prompt), "
-                f"each a finite number from 0 to {MAX_PRICE:g} per million tokens."
+                f"each a finite number from 0 to {limits.MAX_PRICE:g} per million tokens."
             ) from None
     return PriceTable(currency=currency.strip(), models=table)
 
@@ -420,7 +414,7 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
             observer, "pressure_context_fill", DEFAULT_PRESSURE_CONTEXT_FILL, maximum=1.0
         ),
         idle_flush_seconds=_observer_number(
-            observer, "idle_flush_seconds", DEFAULT_IDLE_FLUSH_SECONDS, maximum=MAX_IDLE_FLUSH_SECONDS
+            observer, "idle_flush_seconds", DEFAULT_IDLE_FLUSH_SECONDS, maximum=limits.MAX_IDLE_FLUSH_SECONDS
         ),
         prices=_prices(data.get("prices")),
         redact_patterns=_redact_patterns(data.get("privacy")),
