@@ -55,6 +55,14 @@ def _strict_object(properties: dict[str, Any], required: list[str] | None = None
     return schema
 
 
+def _id_list(description: str | None = None) -> dict[str, Any]:
+    """A non-empty array of non-empty id strings."""
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+    if description is not None:
+        schema["description"] = description
+    return schema
+
+
 def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "function",
@@ -103,11 +111,7 @@ def record_reflections_spec() -> dict[str, Any]:
                 "minLength": 1,
                 "description": "Single-line plain prose durable fact.",
             },
-            "supporting_observation_ids": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "minLength": 1},
-            },
+            "supporting_observation_ids": _id_list(),
         },
         ["content", "supporting_observation_ids"],
     )
@@ -135,12 +139,7 @@ def drop_observations_spec() -> dict[str, Any]:
     """Spec of ``drop_observations`` (Dropper)."""
     parameters = _strict_object(
         {
-            "ids": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "minLength": 1},
-                "description": "Active observation ids to propose for drop.",
-            },
+            "ids": _id_list("Active observation ids to propose for drop."),
             "reason": {"type": "string", "description": "Optional unpersisted rationale for the proposal."},
         },
         ["ids"],

@@ -194,20 +194,13 @@ class ObservationReceipt(_Receipt):
 
 def observation_receipt(added: int, duplicates: int, rejected: int, total: int) -> ObservationReceipt:
     """Receipt for a call whose items were processed (§7.7 rules)."""
+    counts = {"added": added, "duplicates": duplicates, "rejected": rejected, "total": total}
     if added == 0 and duplicates == 0 and rejected > 0:
         return ObservationReceipt(
-            status="rejected",
-            added=added,
-            duplicates=duplicates,
-            rejected=rejected,
-            total=total,
-            message=ALL_OBSERVATIONS_REJECTED_MESSAGE,
-            error="all_rejected",
+            status="rejected", **counts, message=ALL_OBSERVATIONS_REJECTED_MESSAGE, error="all_rejected"
         )
     message = SOME_OBSERVATIONS_REJECTED_MESSAGE if rejected > 0 else OBSERVATIONS_ACCEPTED_MESSAGE
-    return ObservationReceipt(
-        status="accepted", added=added, duplicates=duplicates, rejected=rejected, total=total, message=message
-    )
+    return ObservationReceipt(status="accepted", **counts, message=message)
 
 
 def invalid_observations_receipt(total: int) -> ObservationReceipt:

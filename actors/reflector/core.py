@@ -231,21 +231,20 @@ def validate_reflect_payload(
         raise ReflectPayloadError(FORMULA_MISMATCH_MESSAGE)
     if model != settings.require_model() or schema != settings.reflector_schema_version:
         raise ReflectPayloadError(SETTINGS_MISMATCH_MESSAGE)
-    fields = dict(
-        session_id=run_id,
-        generation_id=generation_id,
-        threshold_idempotency_key=key,
-        observation_set_hash=set_hash,
-        prior_active_generation_id=prior,
-        reflector_model=model,
-        reflector_schema_version=schema,
-        token_count=token_count if token_count is not None and token_count >= 0 else None,
-        required_end_seq=end_seq,
-        required_start_seq=REQUIRED_START_SEQ if start_seq is None else start_seq,
-    )
-    try:
-        return ReflectGeneration(**fields)
-    except ValidationError:  # e.g. a set hash that is not hex, though the formula matches
+    try:  # a set hash that is not hex fails here, though the formula matched
+        return ReflectGeneration(
+            session_id=run_id,
+            generation_id=generation_id,
+            threshold_idempotency_key=key,
+            observation_set_hash=set_hash,
+            prior_active_generation_id=prior,
+            reflector_model=model,
+            reflector_schema_version=schema,
+            token_count=token_count if token_count is not None and token_count >= 0 else None,
+            required_end_seq=end_seq,
+            required_start_seq=REQUIRED_START_SEQ if start_seq is None else start_seq,
+        )
+    except ValidationError:
         raise ReflectPayloadError(MALFORMED_MESSAGE) from None
 
 
