@@ -8,7 +8,7 @@ named it (or from the sync that found it rewritten) on. Each span is converted f
 and its own marks; its events are appended to the session's one ``events.jsonl`` as they come,
 renumbered into the session's seq (1..N, no holes) and turn numbers.
 
-Guarantees (tested as properties in ``tests/unit/live/test_live_spans.py``):
+Guarantees (tested as properties in ``tests/unit/persistence/importers/test_live_spans.py``):
 
 * a mark's offset applies only to the transcript it names: another file's offset never cuts one
   in the middle of a line;

@@ -119,3 +119,20 @@ def test_only_cluster_imports_ray_and_only_persistence_imports_sqlalchemy() -> N
                 assert "ray" not in roots, path
                 if pkg != "persistence":
                     assert "sqlalchemy" not in roots, path
+
+
+def test_unit_tests_mirror_the_source_tree() -> None:
+    """``tests/unit/<room>/<package>`` tests ``<room>/<package>``: every test folder names a source
+    package or module (``tests/unit/cluster/watch`` tests ``cluster/watch.py``); ``foundation`` holds
+    the tests of the layout itself."""
+    unit = REPO / "tests" / "unit"
+    strays = sorted(
+        str(folder.relative_to(unit))
+        for folder in unit.rglob("*")
+        if folder.is_dir()
+        and folder.name != "__pycache__"
+        and folder.relative_to(unit).parts[0] != "foundation"
+        and not (REPO / folder.relative_to(unit)).is_dir()
+        and not (REPO / folder.relative_to(unit)).with_suffix(".py").is_file()
+    )
+    assert strays == []

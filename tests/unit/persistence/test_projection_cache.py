@@ -15,8 +15,8 @@ from persistence import projection_queries
 from persistence.search_queries import SearchReader
 from persistence.store import Store
 from protocol.errors import StorageError
-from tests.unit.read.factories import hex_id, observation, reflection
-from tests.unit.read.helpers import commit, promote
+from tests.unit.actors.read.factories import hex_id, observation, reflection
+from tests.unit.actors.read.helpers import commit, promote
 
 RUN = "s"
 _VERSION_SQL = "SELECT version FROM omray_session_version WHERE run_id = ?"

@@ -20,8 +20,8 @@ from persistence.read_connection import MEMO_ENTRIES, SnapshotReader
 from persistence.search_queries import SearchReader
 from persistence.store import Store
 from protocol.errors import StorageError
-from tests.unit.read.factories import hex_id, observation, reflection
-from tests.unit.read.helpers import commit, promote
+from tests.unit.actors.read.factories import hex_id, observation, reflection
+from tests.unit.actors.read.helpers import commit, promote
 
 
 def _count(conn: sqlite3.Connection, names: frozenset[str]) -> int:

@@ -38,8 +38,8 @@ from persistence.search_queries import (
 from persistence.store import Store
 from protocol.errors import SettingsError
 from protocol.records import ObservationRecord, ReflectionRecord
-from tests.unit.read.factories import hex_id, observation, reflection
-from tests.unit.read.helpers import commit, promote
+from tests.unit.actors.read.factories import hex_id, observation, reflection
+from tests.unit.actors.read.helpers import commit, promote
 
 pytestmark = pytest.mark.skipif(not trigram_supported(), reason="this SQLite has no FTS5 trigram tokenizer")
 

@@ -24,8 +24,8 @@ from persistence.queries import observation_from_row
 from persistence.search_queries import SearchReader
 from persistence.store import Store
 from protocol.records import ObservationRecord, SourceRef
+from tests.unit.actors.read.factories import hex_id
 from tests.unit.persistence.builders import make_part
-from tests.unit.read.factories import hex_id
 
 RUN = "s1"
 MINUTES = ("2026-07-26 12:00", "2026-07-26 12:01", "2026-07-26 11:59")
