@@ -152,7 +152,7 @@ def before_compaction(
     except Exception as exc:  # fail closed on anything, by design (§10.1)
         exception_class = type(exc).__name__
         # getattr: the failure path must not raise itself, whatever the caller passed as ``ctx``.
-        run_id = getattr(ctx, "run_id", None)
+        run_id = getattr(ctx, "session_id", None)
         logger.warning(
             "om.compaction.hook_failed", extra={"run_id": run_id, "exception_class": exception_class}
         )
