@@ -32,7 +32,7 @@ from typing import Any
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
 from persistence.queries import MemoryReader
-from protocol.settings import settings_from_mapping
+from persistence.settings_parse import settings_from_mapping
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import Reply, ScriptedServer
 

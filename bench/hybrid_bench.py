@@ -76,11 +76,12 @@ from persistence.semantic.build import embed_in_batches
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.retrieve import query_text_for_embedding
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
+from persistence.settings_parse import semantic_from_mapping
 from persistence.store import Store
 from protocol.identities import transcript_event_id
 from protocol.records import ObservationRecord, TranscriptEntry
 from protocol.semantic import ChunkingRules, Embedder, MemoryChunk, SourceMemory
-from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings, semantic_from_mapping
+from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
 DEFAULT_SIZE: Final[int] = 2000
 """Memories in the default corpus."""

@@ -185,7 +185,7 @@ class _Agent(threading.Thread):
             seq += len(events)
             lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events)
             context = AfterTurnCommit(
-                run_id=self.session_id,
+                session_id=self.session_id,
                 turn_no=turn_no,
                 status="completed",
                 events=tuple(

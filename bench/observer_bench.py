@@ -40,10 +40,10 @@ from cluster.client import OmrayClient
 from persistence.events_reader import iter_events, read_event_window
 from persistence.importers import detect_format, import_transcript
 from persistence.queries import MemoryReader
+from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
 from protocol.events import AfterTurnCommit, EventSummary, SessionEvent
 from protocol.jobs import ObserveBoundaryJob
-from protocol.settings import settings_from_mapping
 from testkit.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -241,7 +241,7 @@ def replay_policy(
         context.tokens_by_seq.extend((e.seq, per_seq.get(e.seq, 0)) for e in batch)
         last = number == len(batches)
         ctx = AfterTurnCommit(
-            run_id=SESSION,
+            session_id=SESSION,
             turn_no=batch[0].turn_no,
             status="completed" if any(e.type == "agent_end" for e in batch) else "running",
             events=tuple(EventSummary(seq=e.seq, type=e.type, payload=e.payload) for e in batch),

@@ -317,7 +317,7 @@ def bench_job(run_id: str, n: int) -> JobEnvelope:
     job_id = f"{run_id}-{n:06d}"
     session = f"{run_id}-lane{n % BENCH_LANES}"
     db_path = f"/nonexistent/{n}/om.sqlite" if kind == "semantic_index" else "/nonexistent/om.sqlite"
-    payload: dict[str, Any] = {"kind": kind, "run_id": session, "db_path": db_path}
+    payload: dict[str, Any] = {"kind": kind, "session_id": session, "db_path": db_path}
     if kind == "observe_boundary":
         payload |= {
             "terminal_end_seq": n + 1,
@@ -333,7 +333,7 @@ def bench_job(run_id: str, n: int) -> JobEnvelope:
             "reflector_model": "bench/noop",
             "reflector_schema_version": "1",
         }
-    return JobEnvelope.model_validate({"job_id": job_id, "correlation_id": session, "payload": payload})
+    return JobEnvelope.model_validate({"job_id": job_id, "session_id": session, "payload": payload})
 
 
 @dataclass(frozen=True)

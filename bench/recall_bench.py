@@ -257,7 +257,7 @@ def play_history(client: Any, question: Question, layout: Layout) -> History:
         last = layout == "per-session" or number == len(question.sessions)
         client.after_turn_commit(
             AfterTurnCommit(
-                run_id=session_id,
+                session_id=session_id,
                 turn_no=turn_no,
                 status="completed",
                 events=tuple(

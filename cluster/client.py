@@ -36,6 +36,7 @@ from cluster.link import (
 from cluster.naming import RuntimeNames
 from cluster.outbox import Outbox
 from persistence.queries import MemoryReader
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.events import (
     AfterTurnCommit,
@@ -47,7 +48,7 @@ from protocol.identities import observe_job_id, signalled_observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal
 from protocol.records import ActivityRecord
 from protocol.redact import redactor_for
-from protocol.settings import OmSettings, settings_from_mapping
+from protocol.settings import OmSettings
 
 logger = logging.getLogger("omray.client")
 
@@ -159,7 +160,8 @@ class OmrayClient:
             return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s)
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
-                "observe dispatch failed", extra={"run_id": context.run_id, "error_class": type(exc).__name__}
+                "observe dispatch failed",
+                extra={"run_id": context.session_id, "error_class": type(exc).__name__},
             )
             return None
 
@@ -182,7 +184,7 @@ class OmrayClient:
         if signal == "turn_end" and boundary is not None:
             end_seq, status = boundary.end_seq, boundary.status
         return self.observe_envelope(
-            context.run_id,
+            context.session_id,
             end_seq,
             status,
             events_path=events_path,
@@ -233,7 +235,7 @@ class OmrayClient:
         Jobs sent for another ``signal`` than a turn end get their own id (one per seq and signal).
         """
         job = ObserveBoundaryJob(
-            run_id=session_id,
+            session_id=session_id,
             terminal_end_seq=end_seq,
             terminal_status=status,
             renderer_version=self.settings.renderer_version,
@@ -250,7 +252,7 @@ class OmrayClient:
         )
         if signal != "turn_end":
             job_id = signalled_observe_job_id(job_id, signal)
-        return JobEnvelope(job_id=job_id, correlation_id=session_id, payload=job)
+        return JobEnvelope(job_id=job_id, session_id=session_id, payload=job)
 
     def session_started(self, session_id: str) -> str | None:
         """Session-start hook: schedule an index batch when hybrid retrieval is configured (§14.4)."""

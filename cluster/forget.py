@@ -77,17 +77,19 @@ def plan_forget(
         else:
             report[located.status].append(located.given)
     payloads: list[dict[str, Any]] = [
-        {"run_id": run_id, "memory_ids": tuple(found)} for run_id, found in by_session.items()
+        {"session_id": run_id, "memory_ids": tuple(found)} for run_id, found in by_session.items()
     ]
     if session_id is not None:
-        payloads.append({"run_id": session_id, "event_ranges": tuple(ranges), "whole_session": not ranges})
+        payloads.append(
+            {"session_id": session_id, "event_ranges": tuple(ranges), "whole_session": not ranges}
+        )
     envelopes: list[JobEnvelope] = []
     for payload in payloads:
         try:
             job = ForgetJob(db_path=db_path, settings=settings_block, **payload)
         except ValidationError as exc:
             raise InvalidPayloadError(f"invalid forget request ({type(exc).__name__})") from None
-        envelopes.append(JobEnvelope(job_id=uuid.uuid4().hex, correlation_id=job.run_id, payload=job))
+        envelopes.append(JobEnvelope(job_id=uuid.uuid4().hex, session_id=job.session_id, payload=job))
     return envelopes, report
 
 

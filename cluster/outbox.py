@@ -99,7 +99,7 @@ class Outbox:
         payload = getattr(envelope, "payload", None)
         if payload is None:
             return job_id
-        return f"{getattr(payload, 'db_path', '')}\x00{getattr(payload, 'run_id', job_id)}"
+        return f"{getattr(payload, 'db_path', '')}\x00{getattr(payload, 'session_id', job_id)}"
 
     def submit(self, job_id: str, envelope: Any, timeout_s: float) -> str | None:
         """Queue ``envelope`` for sending; its job id once accepted within ``timeout_s``, else ``None``."""

@@ -292,10 +292,10 @@ class QueueRuntime:
         return self._queue.waiting_by_handler()
 
     def runtime_events(
-        self, run_id: str, after_seq: int = 0, db_path: str | None = None
+        self, session_id: str, after_seq: int = 0, db_path: str | None = None
     ) -> list[dict[str, Any]]:
         """:meth:`QueueActor.runtime_events`."""
-        return self._queue.runtime_events(run_id, after_seq, db_path)
+        return self._queue.runtime_events(session_id, after_seq, db_path)
 
     def job_counts(self) -> dict[str, int]:
         """:meth:`QueueActor.job_counts`."""

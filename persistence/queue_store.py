@@ -121,8 +121,8 @@ class QueueStore(SqliteWriter):
                 write.job_seq,
                 envelope.job_id,
                 envelope.handler_id,
-                envelope.correlation_id,
-                envelope.payload.run_id,
+                envelope.session_id,
+                envelope.payload.session_id,
                 envelope.payload.db_path,
                 JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
                 write.accepted_at,
@@ -292,7 +292,7 @@ class QueueStore(SqliteWriter):
     def _stored_job(row: Row[Any]) -> StoredJob:
         envelope = JobEnvelope(
             job_id=row.job_id,
-            correlation_id=row.correlation_id,
+            session_id=row.correlation_id,
             payload=JOB_PAYLOAD_ADAPTER.validate_json(row.payload_json),
         )
         # Every other field is the row's column of the same name.

@@ -2,7 +2,8 @@
 
 Accepts a whole Hatfield ``.hatfield/settings.yaml`` (the ``observational_memory`` block under
 ``extensions.settings`` is used as-is), a file with a top-level ``observational_memory:`` key, or
-a file holding just the block. Validation lives in :mod:`protocol.settings`; this module only reads.
+a file holding just the block. Parsing lives in :mod:`persistence.settings_parse` and the shapes in
+:mod:`protocol.settings`; this module only reads.
 
 Reading is defensive: at most :data:`MAX_SETTINGS_BYTES` are read (``OMRAY_SETTINGS=/dev/zero``
 is an error, not an endless read), the text must be UTF-8, a key may appear only once per mapping
@@ -13,14 +14,15 @@ the file (and the line when there is one), never its content.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from persistence.settings_parse import apply_overrides, extract_om_block, settings_from_mapping
 from protocol.errors import SettingsError
-from protocol.settings import OmSettings, apply_overrides, extract_om_block, settings_from_mapping
+from protocol.settings import OmSettings
 
 SETTINGS_ENV = "OMRAY_SETTINGS"
 """Environment variable naming a settings file."""
@@ -70,13 +72,21 @@ def _read_bounded(file_path: Path) -> str:
             raw = handle.read(MAX_SETTINGS_BYTES + 1)
     except OSError as exc:
         raise SettingsError(f"cannot read settings file {str(file_path)!r} ({type(exc).__name__})") from None
-    if len(raw) > MAX_SETTINGS_BYTES:
-        raise SettingsError(f"settings file {str(file_path)!r} is larger than {MAX_SETTINGS_BYTES} bytes")
+    return decode_bounded(raw, MAX_SETTINGS_BYTES, f"settings file {str(file_path)!r}", SettingsError)
+
+
+def decode_bounded(
+    raw: bytes, max_bytes: int, name: str, error: Callable[[str], Exception], hint: str = ""
+) -> str:
+    """``raw`` (read with ``max_bytes + 1`` as the limit) as UTF-8 text; else ``error`` naming ``name``
+    and, for text that is not UTF-8, the line, never the content (``hint`` is appended to that message)."""
+    if len(raw) > max_bytes:
+        raise error(f"{name} is larger than {max_bytes} bytes")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise SettingsError(f"settings file {str(file_path)!r} is not UTF-8 text (line {line})") from None
+        raise error(f"{name} is not UTF-8 text (line {line}){hint}") from None
 
 
 def read_settings_document(path: str | Path) -> Mapping[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
 from protocol.errors import InvalidPayloadError
-from protocol.ids import SessionId
+from protocol.ids import SESSION_ID_ALIASES, SessionId
 
 SUPPORTED_SCHEMA_MAJOR = 1
 """Major ``schema_version`` of the events envelope omray reads; lines of another major are skipped."""
@@ -144,7 +144,7 @@ class EventSummary(_Hook):
 class AfterTurnCommit(_Hook):
     """Input of the after-turn-commit hook (§2.2): the turn's status and the events it committed."""
 
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES)
     """Session whose turn was committed."""
     turn_no: int
     """Turn number."""
@@ -217,7 +217,7 @@ def detect_terminal_boundary(ctx: AfterTurnCommit) -> TerminalBoundary | None:
 class BeforeCompactionContext(_Hook):
     """Input of the before-compaction hook (§2.2); the same hook serves CompactRun and snapshot/fork."""
 
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES)
     """Session being compacted."""
     turn_no: int
     """Current turn."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import StringConstraints
+from pydantic import AliasChoices, StringConstraints
 
 Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 """A full lowercase SHA-256 hex digest (64 characters)."""
@@ -35,3 +35,8 @@ DISPLAY_ID_LENGTH = 12
 def display_id(memory_id: str) -> str:
     """The short display form of a memory id: lowercase, first 12 characters."""
     return memory_id.lower()[:DISPLAY_ID_LENGTH]
+
+
+SESSION_ID_ALIASES = AliasChoices("session_id", "run_id")
+"""Input names of a public ``session_id`` field: ``run_id``, its name in earlier releases, still loads
+(old callers, payloads already stored in the queue's file); output always says ``session_id``."""

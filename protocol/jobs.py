@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
-from protocol.ids import SessionId
+from protocol.ids import SESSION_ID_ALIASES, SessionId
 
 OBSERVE_BOUNDARY_HANDLER = "observational_memory.observe_boundary"
 """Handler id of observe jobs (ObserverActor)."""
@@ -48,7 +48,7 @@ class ObserveBoundaryJob(_Job):
 
     kind: Literal["observe_boundary"] = "observe_boundary"
     """Discriminator."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES)
     """Session to observe."""
     terminal_end_seq: int = Field(ge=1)
     """Seq of the terminal event; observation covers through it."""
@@ -80,35 +80,48 @@ class ObserveBoundaryJob(_Job):
         return OBSERVE_BOUNDARY_HANDLER
 
 
-class ReflectGenerationJob(_Job):
-    """Reflect (and maybe drop) one threshold generation (reference §9)."""
+class ReflectGeneration(_Job):
+    """A threshold generation to reflect: what §9.1 dispatches and §9.2 accepts, without where it
+    runs. ``model_dump()`` gives the original's payload keys in its order (``session_id`` for its
+    ``run_id``, which is still accepted)."""
 
-    kind: Literal["reflect_generation"] = "reflect_generation"
-    """Discriminator."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES)
     """Session."""
+    trigger: Literal["threshold"] = "threshold"
+    """Only threshold generations exist."""
     generation_id: str = Field(pattern=r"^[0-9a-f]{64}$")
     """Deterministic threshold-generation id (also the job id)."""
-    prior_active_generation_id: str | None = None
-    """Active generation when the job was dispatched."""
+    threshold_idempotency_key: str | None = None
+    """Equals ``generation_id`` (defaults to it when absent)."""
     observation_set_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     """Hash of the active candidate set at dispatch."""
+    prior_active_generation_id: str | None = None
+    """Active generation when the job was dispatched, or ``None`` before the first promotion."""
     reflector_model: str = Field(min_length=1)
     """``provider/model``."""
     reflector_schema_version: str = Field(min_length=1)
     """Reflector schema version."""
-    db_path: str = Field(min_length=1)
-    """Absolute path of the memory database."""
-    trigger: Literal["threshold"] = "threshold"
-    """Only threshold generations exist."""
-    threshold_idempotency_key: str | None = None
-    """Equals ``generation_id`` (defaults to it when absent)."""
     token_count: int | None = Field(default=None, ge=0)
     """Active candidate tokens at dispatch (informational)."""
     required_end_seq: int | None = None
-    """Source watermark at dispatch (fallback for the claim when the live set has none)."""
+    """Source watermark at dispatch: max ``source_end_seq`` of the set (fallback for the claim when
+    the live set has none)."""
     required_start_seq: int = 1
     """Always 1."""
+
+    def to_job(self, db_path: str) -> ReflectGenerationJob:
+        """The queue payload of this generation in database ``db_path`` (its job id is ``generation_id``)."""
+        return ReflectGenerationJob(**self.model_dump(), db_path=db_path)
+
+
+class ReflectGenerationJob(ReflectGeneration):
+    """Reflect (and maybe drop) one threshold generation (reference §9): the generation, plus the
+    database and settings it runs with."""
+
+    kind: Literal["reflect_generation"] = "reflect_generation"
+    """Discriminator."""
+    db_path: str = Field(min_length=1)
+    """Absolute path of the memory database."""
     settings_file: str | None = Field(default=None, min_length=1)
     """Absolute path of the settings file; the worker reads it when the job runs, and the job fails as
     specified (§9.2) when its model or schema no longer matches."""
@@ -120,13 +133,17 @@ class ReflectGenerationJob(_Job):
         """Stable handler id."""
         return REFLECT_GENERATION_HANDLER
 
+    def generation(self) -> ReflectGeneration:
+        """The generation alone (without database and settings)."""
+        return ReflectGeneration(**self.model_dump(include=set(ReflectGeneration.model_fields)))
+
 
 class SemanticIndexJob(_Job):
     """Index one bounded batch of memories for hybrid search (reference §14.4)."""
 
     kind: Literal["semantic_index"] = "semantic_index"
     """Discriminator."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES)
     """Session that triggered the job (the index covers the whole database)."""
     db_path: str = Field(min_length=1)
     """Absolute path of the memory database."""
@@ -158,7 +175,7 @@ class ForgetJob(_Job):
 
     kind: Literal["forget"] = "forget"
     """Discriminator."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES)
     """Session whose memory is forgotten."""
     db_path: str = Field(min_length=1)
     """Absolute path of the memory database."""
@@ -206,8 +223,10 @@ class JobEnvelope(_Job):
 
     job_id: str = Field(min_length=1)
     """Deterministic for observe/reflect jobs; random 32-hex for index jobs."""
-    correlation_id: str | None = None
-    """Usually the session id."""
+    session_id: str | None = Field(
+        default=None, validation_alias=AliasChoices("session_id", "correlation_id")
+    )
+    """The payload's session, for the queue's records (its name was ``correlation_id``, still accepted)."""
     payload: JobPayload
     """What to do."""
     not_before: float | None = None

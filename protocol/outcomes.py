@@ -175,7 +175,7 @@ JOB_OUTCOME_ADAPTER: TypeAdapter[JobSucceeded | JobFailed] = TypeAdapter(JobOutc
 class JobFailedEvent(_Outcome):
     """Sanitized payload of the transient ``extension_agent.job_failed`` runtime event (reference §2.4).
 
-    Emitted once, for the job's session (``payload.run_id``), when the queue gives up on a job. It
+    Emitted once, for the job's session (``payload.session_id``), when the queue gives up on a job. It
     is not appended to ``events.jsonl`` and does not fail the agent's run. The message is built
     only from category codes and counts, so it never carries memory text or exception text.
     """

@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from protocol.ids import SESSION_ID_ALIASES
 from protocol.jobs import JobEnvelope
 
 JobState = Literal["pending", "running", "succeeded", "failed"]
@@ -131,8 +132,8 @@ class RuntimeEvent(_Result):
 
     event_seq: int
     """Order of recording."""
-    run_id: str
-    """Session the event concerns."""
+    session_id: str = Field(validation_alias=SESSION_ID_ALIASES)
+    """Session the event concerns (column ``run_id``)."""
     event_type: str
     """Event type."""
     payload: dict[str, Any]

@@ -82,21 +82,20 @@ class ObservationRecord(_Record):
         return min(own) if own else self.source_start_seq
 
 
-class CoveragePart(_Record):
-    """One committed chunk part (table ``om_coverage``); ``observation_count`` is set by the store."""
+class ChunkPartIdentity(_Record):
+    """What identifies one part of a logical chunk of source: the fields an Observer input
+    (``actors.observer.packer.ChunkPart``) and its committed coverage row (:class:`CoveragePart`) share."""
 
     coverage_key: str
-    """``sha256`` of the canonical observer-chunk-part-v1 object."""
+    """Identity of this part: ``sha256`` of the canonical observer-chunk-part-v1 object."""
     run_id: SessionId
     """Session covered."""
-    boundary_key: str
-    """Equal to ``chunk_key``."""
     source_start_seq: int = Field(ge=1)
     """First covered seq (inclusive)."""
     source_end_seq: int = Field(ge=1)
     """Last covered seq (inclusive)."""
     chunk_key: str
-    """Identity of the logical chunk this part belongs to."""
+    """Identity of the logical chunk this part belongs to (``observer-chunk-v1``)."""
     part_index: int = Field(ge=1)
     """1-based index of this part within its chunk."""
     part_count: int = Field(ge=1)
@@ -106,9 +105,21 @@ class CoveragePart(_Record):
     part_digest: str
     """``sha256`` of this part's rendered text."""
     renderer_version: str
-    """Renderer version the part was rendered with."""
+    """Renderer version the part was rendered with (part of the chunk key)."""
     observer_schema_version: str
-    """Observer schema version."""
+    """Observer schema version (part of the chunk key)."""
+
+    def to_coverage_part(self, covered_at: str) -> CoveragePart:
+        """The coverage row committed with this part's observations."""
+        identity = self.model_dump(include=set(ChunkPartIdentity.model_fields))
+        return CoveragePart(**identity, boundary_key=self.chunk_key, covered_at=covered_at)
+
+
+class CoveragePart(ChunkPartIdentity):
+    """One committed chunk part (table ``om_coverage``); ``observation_count`` is set by the store."""
+
+    boundary_key: str
+    """Equal to ``chunk_key``."""
     observation_count: int = Field(default=0, ge=0)
     """Observations committed with this part (filled in by the store on commit)."""
     covered_at: str

@@ -46,6 +46,23 @@ _DATE_BOUND_PATTERN = r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2})?$"
 _DATE_BOUND_TAIL = "(YYYY-MM-DD or YYYY-MM-DD HH:MM). Omit to search all retained history."
 
 
+def _strict_object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    """A JSON-schema object that allows no other keys (every tool argument object is one)."""
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
+    if required is not None:
+        schema["required"] = required
+    schema["properties"] = properties
+    return schema
+
+
+def _id_list(description: str | None = None) -> dict[str, Any]:
+    """A non-empty array of non-empty id strings."""
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+    if description is not None:
+        schema["description"] = description
+    return schema
+
+
 def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "function",
@@ -55,20 +72,15 @@ def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[s
 
 def record_observations_spec() -> dict[str, Any]:
     """Spec of ``record_observations`` (Observer)."""
-    source_ref = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["run_id", "seq"],
-        "properties": {
+    source_ref = _strict_object(
+        {
             "run_id": {"type": "string", "minLength": 1},
             "seq": {"type": "integer", "minimum": 1},
         },
-    }
-    observation = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["timestamp", "content", "relevance", "source_refs"],
-        "properties": {
+        ["run_id", "seq"],
+    )
+    observation = _strict_object(
+        {
             "timestamp": {"type": "string", "pattern": TIMESTAMP_PATTERN},
             "content": {
                 "type": "string",
@@ -78,13 +90,9 @@ def record_observations_spec() -> dict[str, Any]:
             "relevance": {"type": "string", "enum": ["low", "medium", "high", "critical"]},
             "source_refs": {"type": "array", "minItems": 1, "items": source_ref},
         },
-    }
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["observations"],
-        "properties": {"observations": {"type": "array", "items": observation}},
-    }
+        ["timestamp", "content", "relevance", "source_refs"],
+    )
+    parameters = _strict_object({"observations": {"type": "array", "items": observation}}, ["observations"])
     return _function(
         RECORD_OBSERVATIONS,
         "Save dated, rated observations about the conversation chunk you were given. Each one cites the "
@@ -96,28 +104,19 @@ def record_observations_spec() -> dict[str, Any]:
 
 def record_reflections_spec() -> dict[str, Any]:
     """Spec of ``record_reflections`` (Reflector)."""
-    reflection = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["content", "supporting_observation_ids"],
-        "properties": {
+    reflection = _strict_object(
+        {
             "content": {
                 "type": "string",
                 "minLength": 1,
                 "description": "Single-line plain prose durable fact.",
             },
-            "supporting_observation_ids": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "minLength": 1},
-            },
+            "supporting_observation_ids": _id_list(),
         },
-    }
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["reflections"],
-        "properties": {
+        ["content", "supporting_observation_ids"],
+    )
+    parameters = _strict_object(
+        {
             "reflections": {
                 "type": "array",
                 "minItems": 1,
@@ -126,7 +125,8 @@ def record_reflections_spec() -> dict[str, Any]:
                 "items": reflection,
             }
         },
-    }
+        ["reflections"],
+    )
     return _function(
         RECORD_REFLECTIONS,
         "Add new long-lived reflections, each backed by the ids of the current observations it condenses. "
@@ -137,20 +137,13 @@ def record_reflections_spec() -> dict[str, Any]:
 
 def drop_observations_spec() -> dict[str, Any]:
     """Spec of ``drop_observations`` (Dropper)."""
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["ids"],
-        "properties": {
-            "ids": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "minLength": 1},
-                "description": "Active observation ids to propose for drop.",
-            },
+    parameters = _strict_object(
+        {
+            "ids": _id_list("Active observation ids to propose for drop."),
             "reason": {"type": "string", "description": "Optional unpersisted rationale for the proposal."},
         },
-    }
+        ["ids"],
+    )
     return _function(
         DROP_OBSERVATIONS,
         "Suggest ids of current observations that the reflections already preserve, so they can leave the "
@@ -222,11 +215,8 @@ def memory_search_spec(hybrid: bool) -> dict[str, Any]:
     The reference's four arguments come first, unchanged; ``scope`` and ``mode`` are omray's.
     """
     description, query_text, limit_text = _search_texts(hybrid)
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["query"],
-        "properties": {
+    parameters = _strict_object(
+        {
             "query": {"type": "string", "minLength": 1, "description": query_text},
             "after": {
                 "type": "string",
@@ -247,16 +237,15 @@ def memory_search_spec(hybrid: bool) -> dict[str, Any]:
             "scope": _scope_property(),
             "mode": _mode_property(hybrid),
         },
-    }
+        ["query"],
+    )
     return _function(MEMORY_SEARCH, description, parameters)
 
 
 def recall_spec() -> dict[str, Any]:
     """Spec of ``recall``."""
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
+    parameters = _strict_object(
+        {
             "id": {
                 "type": "string",
                 "pattern": "^[a-f0-9]{12,64}$",
@@ -282,8 +271,8 @@ def recall_spec() -> dict[str, Any]:
                 "description": "With seq_start: the last seq of the range (default seq_start; at most "
                 "100 events).",
             },
-        },
-    }
+        }
+    )
     return _function(
         RECALL,
         "Fetch one memory by id with the exact events it came from: its full text, its sources and, for a "
@@ -294,18 +283,16 @@ def recall_spec() -> dict[str, Any]:
 
 
 def _session_tool_spec(name: str, description: str) -> dict[str, Any]:
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["session_id"],
-        "properties": {
+    parameters = _strict_object(
+        {
             "session_id": {
                 "type": "string",
                 "minLength": 1,
                 "description": "Session id, as memory_search returns it.",
             }
         },
-    }
+        ["session_id"],
+    )
     return _function(name, description, parameters)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
@@ -194,20 +194,13 @@ class ObservationReceipt(_Receipt):
 
 def observation_receipt(added: int, duplicates: int, rejected: int, total: int) -> ObservationReceipt:
     """Receipt for a call whose items were processed (§7.7 rules)."""
+    counts = {"added": added, "duplicates": duplicates, "rejected": rejected, "total": total}
     if added == 0 and duplicates == 0 and rejected > 0:
         return ObservationReceipt(
-            status="rejected",
-            added=added,
-            duplicates=duplicates,
-            rejected=rejected,
-            total=total,
-            message=ALL_OBSERVATIONS_REJECTED_MESSAGE,
-            error="all_rejected",
+            status="rejected", **counts, message=ALL_OBSERVATIONS_REJECTED_MESSAGE, error="all_rejected"
         )
     message = SOME_OBSERVATIONS_REJECTED_MESSAGE if rejected > 0 else OBSERVATIONS_ACCEPTED_MESSAGE
-    return ObservationReceipt(
-        status="accepted", added=added, duplicates=duplicates, rejected=rejected, total=total, message=message
-    )
+    return ObservationReceipt(status="accepted", **counts, message=message)
 
 
 def invalid_observations_receipt(total: int) -> ObservationReceipt:
@@ -275,13 +268,29 @@ def parse_reflection_draft(item: object) -> ReflectionDraft | None:
         return None
 
 
-class ReflectionReceipt(_Receipt):
-    """Answer to one processed ``record_reflections`` call; always ``accepted`` (only the counts tell)."""
+class _CountsReceipt(_Receipt):
+    """A processed call that is always ``accepted``: its counts tell what happened, and its guidance
+    line (the original's words, :meth:`guidance_for`) says them to the model."""
 
     status: Literal["accepted"] = "accepted"
-    """Always ``accepted``, even when every item was rejected."""
+    """Always ``accepted``, even when every item was rejected or unknown."""
     added: int = Field(ge=0)
-    """New reflections accepted by this call."""
+    """Items newly accepted by this call."""
+
+    @classmethod
+    def guidance_for(cls, counts: Mapping[str, int]) -> str:
+        """The guidance line of these counts."""
+        raise NotImplementedError
+
+    @classmethod
+    def of(cls, **counts: int) -> Self:
+        """The receipt of these counts, with its guidance line."""
+        return cls.model_validate({**counts, "guidance": cls.guidance_for(counts)})
+
+
+class ReflectionReceipt(_CountsReceipt):
+    """Answer to one processed ``record_reflections`` call (only the counts tell how it went)."""
+
     duplicates: int = Field(ge=0)
     """Items equal to an active reflection or to one accepted earlier in this run."""
     rejected: int = Field(ge=0)
@@ -296,20 +305,19 @@ class ReflectionReceipt(_Receipt):
         """Nothing rejected."""
         return self.rejected == 0
 
+    @classmethod
+    def guidance_for(cls, counts: Mapping[str, int]) -> str:
+        """Singular only for exactly 1; "rejected" never plural."""
+        return (
+            f"Recorded {_plural(counts['added'], 'reflection')}; "
+            f"{_plural(counts['duplicates'], 'duplicate')}; "
+            f"{counts['rejected']} rejected. Total this run: {counts['total_this_run']}."
+        )
+
 
 def reflection_receipt(added: int, duplicates: int, rejected: int, total_this_run: int) -> ReflectionReceipt:
-    """Receipt with the original's guidance line (singular only for exactly 1; "rejected" never plural)."""
-    guidance = (
-        f"Recorded {_plural(added, 'reflection')}; {_plural(duplicates, 'duplicate')}; "
-        f"{rejected} rejected. Total this run: {total_this_run}."
-    )
-    return ReflectionReceipt(
-        added=added,
-        duplicates=duplicates,
-        rejected=rejected,
-        total_this_run=total_this_run,
-        guidance=guidance,
-    )
+    """Receipt with the original's guidance line."""
+    return ReflectionReceipt.of(**locals())
 
 
 # --- drop_observations (§9.7) -----------------------------------------------------------------
@@ -327,13 +335,9 @@ def drop_ids(arguments: Mapping[str, Any]) -> list[Any] | InvalidArgumentsReceip
     return ids
 
 
-class DropReceipt(_Receipt):
-    """Answer to one processed ``drop_observations`` call; the tool only queues proposals."""
+class DropReceipt(_CountsReceipt):
+    """Answer to one processed ``drop_observations`` call; the tool only queues proposals (``added``)."""
 
-    status: Literal["accepted"] = "accepted"
-    """Always ``accepted``."""
-    added: int = Field(ge=0)
-    """Ids newly queued by this call."""
     missing: int = Field(ge=0)
     """Blank, non-string or unknown ids."""
     duplicate_in_request: int = Field(ge=0)
@@ -352,6 +356,15 @@ class DropReceipt(_Receipt):
         """Every id was known."""
         return self.missing == 0
 
+    @classmethod
+    def guidance_for(cls, counts: Mapping[str, int]) -> str:
+        """``Queued <a> drop candidate[s]. Candidates this run: <n>. Maximum drops allowed: <m>.``"""
+        return (
+            f"Queued {_plural(counts['added'], 'drop candidate')}. "
+            f"Candidates this run: {counts['total_candidates']}. "
+            f"Maximum drops allowed: {counts['max_drops_allowed']}."
+        )
+
 
 def drop_receipt(
     added: int,
@@ -362,19 +375,7 @@ def drop_receipt(
     max_drops_allowed: int,
 ) -> DropReceipt:
     """Receipt with the original's guidance line."""
-    guidance = (
-        f"Queued {_plural(added, 'drop candidate')}. Candidates this run: {total_candidates}. "
-        f"Maximum drops allowed: {max_drops_allowed}."
-    )
-    return DropReceipt(
-        added=added,
-        missing=missing,
-        duplicate_in_request=duplicate_in_request,
-        duplicate_in_run=duplicate_in_run,
-        total_candidates=total_candidates,
-        max_drops_allowed=max_drops_allowed,
-        guidance=guidance,
-    )
+    return DropReceipt.of(**locals())
 
 
 # --- memory_search / recall (§13.1, §13.5) ----------------------------------------------------

@@ -17,10 +17,10 @@ from actors.worker import RoleActor, WorkerContext, local_now, utc_now
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from persistence.semantic import JOB_BATCHES, SemanticIndex
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for
-from protocol.settings import settings_from_mapping
 
 BACKFILL_SESSIONS = 8
 """Sessions whose transcript one index job backfills at most (a continuation does the rest)."""
@@ -75,7 +75,7 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
     continuation = None
     if not result.complete or backfilled >= BACKFILL_SESSIONS:
         continuation = schedule_index(
-            context.dispatch, settings.semantic, job.db_path, job.run_id, job.settings, job.events_root
+            context.dispatch, settings.semantic, job.db_path, job.session_id, job.settings, job.events_root
         )
     return {
         "status": "complete" if result.complete else "partial",

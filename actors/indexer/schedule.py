@@ -31,9 +31,9 @@ def index_job(
 ) -> JobEnvelope:
     """A ``semantic_index`` job for one database; the id is 32 random hex chars (reference §5.2)."""
     payload = SemanticIndexJob(
-        run_id=run_id, db_path=db_path, settings=dict(settings_block), events_root=events_root
+        session_id=run_id, db_path=db_path, settings=dict(settings_block), events_root=events_root
     )
-    return JobEnvelope(job_id=uuid.uuid4().hex, correlation_id=run_id, payload=payload)
+    return JobEnvelope(job_id=uuid.uuid4().hex, session_id=run_id, payload=payload)
 
 
 def schedule_index(

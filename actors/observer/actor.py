@@ -22,10 +22,10 @@ from actors.worker import RoleActor, WorkerContext, local_now, utc_now
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from persistence.settings_file import job_settings_block
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
 from protocol.redact import redactor_for
-from protocol.settings import settings_from_mapping
 
 
 def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
@@ -52,8 +52,8 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     result = observe_through(job, envelope.job_id, settings, ports)
     if result.status != "deferred":
         # After success only (§7.2 step 4): index what was just committed (a deferral committed nothing).
-        root = events_root_of(job.events_path, job.run_id)
-        schedule_index(context.dispatch, settings.semantic, job.db_path, job.run_id, block, root)
+        root = events_root_of(job.events_path, job.session_id)
+        schedule_index(context.dispatch, settings.semantic, job.db_path, job.session_id, block, root)
     return with_cost(result.as_dict(), settings.prices, "observe")
 
 

@@ -17,9 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from actors.observer.blocks import SourceBlock
 from protocol.errors import OmrayError
 from protocol.identities import chunk_key, coverage_key, normalize_source_refs, part_digest, source_digest
-from protocol.ids import SessionId
 from protocol.memory_views import ObservationView, ReflectionView
-from protocol.records import CoveragePart, SourceRef
+from protocol.records import ChunkPartIdentity, SourceRef
 
 MEMORY_ENVELOPE_FRACTION = 0.55
 """Share of ``envelope - fixed overhead`` the memory context may use before it is trimmed."""
@@ -68,32 +67,13 @@ class MemoryLine(BaseModel):
     """Observation relevance (empty for reflections)."""
 
 
-class ChunkPart(BaseModel):
-    """One Observer input: a slice of a logical chunk, with its identities and the full user message."""
+class ChunkPart(ChunkPartIdentity):
+    """One Observer input: a slice of a logical chunk, with its identities and the full user message.
+    :meth:`to_coverage_part` gives the row committed with its observations."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    run_id: SessionId
-    """Session observed."""
     chunk_ordinal: int = Field(ge=0)
     """Which packed group (logical chunk) of this pack the part belongs to, from 0; tells apart two chunks
     that happen to share a range."""
-    source_start_seq: int = Field(ge=1)
-    """First seq covered (after :func:`normalize_coverage`, the normalized start)."""
-    source_end_seq: int = Field(ge=1)
-    """Last seq covered (after :func:`normalize_coverage`, the normalized end)."""
-    chunk_key: str
-    """Identity of the logical chunk (``observer-chunk-v1``)."""
-    part_index: int = Field(ge=1)
-    """1-based index of this part within its chunk."""
-    part_count: int = Field(ge=1)
-    """Number of parts of the chunk."""
-    source_digest: str
-    """Digest over every block of the chunk."""
-    part_digest: str
-    """``sha256`` of ``rendered_part``."""
-    coverage_key: str
-    """Identity of this part (``observer-chunk-part-v1``)."""
     rendered_part: str
     """The part's source text."""
     source_refs: tuple[SourceRef, ...]
@@ -102,28 +82,6 @@ class ChunkPart(BaseModel):
     """Memory context, source section and local-time line, as sent to the Observer."""
     token_estimate: int = Field(ge=0)
     """Token count of ``user_message``."""
-    renderer_version: str
-    """Renderer version (part of the chunk key)."""
-    observer_schema_version: str
-    """Observer schema version (part of the chunk key)."""
-
-    def to_coverage_part(self, covered_at: str) -> CoveragePart:
-        """The coverage row committed with this part's observations."""
-        return CoveragePart(
-            coverage_key=self.coverage_key,
-            run_id=self.run_id,
-            boundary_key=self.chunk_key,
-            source_start_seq=self.source_start_seq,
-            source_end_seq=self.source_end_seq,
-            chunk_key=self.chunk_key,
-            part_index=self.part_index,
-            part_count=self.part_count,
-            source_digest=self.source_digest,
-            part_digest=self.part_digest,
-            renderer_version=self.renderer_version,
-            observer_schema_version=self.observer_schema_version,
-            covered_at=covered_at,
-        )
 
 
 # --- memory context -------------------------------------------------------------------------------

@@ -138,12 +138,12 @@ def read_range(job: ObserveBoundaryJob, ports: ObserverPorts, start: int) -> Eve
     window = ports.read_events(start, job.terminal_end_seq)
     if window.through < job.terminal_end_seq:
         raise EventsNotReadyError(
-            f"events of run {job.run_id!r} are readable through seq {window.through}, "
+            f"events of run {job.session_id!r} are readable through seq {window.through}, "
             f"not yet through the terminal seq {job.terminal_end_seq}."
         )
     if not window.events:
         raise ObserverError(
-            f"Observer received empty event range {start}..{job.terminal_end_seq} for run {job.run_id!r}."
+            f"Observer received empty event range {start}..{job.terminal_end_seq} for run {job.session_id!r}."
         )
     return window
 
@@ -177,17 +177,17 @@ def plan_parts(
     events = list(read_range(job, ports, start).events)
     blocks = build_source_blocks(events, ports.now_local(), ports.count_tokens)
     if not blocks:
-        blocks = [empty_source_block(job.run_id, start)]
-    candidate = ports.memory.active_candidate_set(job.run_id)
+        blocks = [empty_source_block(job.session_id, start)]
+    candidate = ports.memory.active_candidate_set(job.session_id)
     before = [o for o in candidate.observations if o.source_end_seq < start]
     # Stable short ids in source order: consecutive calls of a session share the memory section as a
     # prefix (new observations are appended at its end), so a provider's prompt cache applies.
-    session_ids = RequestLocalIdMap.for_session(ports.memory.all_observations(job.run_id))
+    session_ids = RequestLocalIdMap.for_session(ports.memory.all_observations(job.session_id))
     lines = memory_context_lines(
-        ports.memory.active_reflections(job.run_id), session_ids.order(before), session_ids.local_ids
+        ports.memory.active_reflections(job.session_id), session_ids.order(before), session_ids.local_ids
     )
     parts = pack_parts(
-        run_id=job.run_id,
+        run_id=job.session_id,
         blocks=blocks,
         envelope_tokens=envelope,
         fixed_overhead_tokens=fixed_overhead_tokens(ports.count_tokens),
@@ -216,13 +216,13 @@ def observe_plan_key(job: ObserveBoundaryJob) -> str:
     """One unfinished observe plan per session and versions: a session's observe jobs run one at a time
     (FIFO lane), and a retry may be coalesced into a later boundary's job with another job id."""
     return sha256_hex(
-        canonical_json(["observe-plan", job.run_id, job.renderer_version, job.observer_schema_version])
+        canonical_json(["observe-plan", job.session_id, job.renderer_version, job.observer_schema_version])
     )
 
 
 def _pinned_start(job: ObserveBoundaryJob, job_id: str, ports: ObserverPorts, start: int) -> int:
     pinned = ports.store.pin_observe_start(
-        observe_plan_key(job), job.run_id, job_id, start, job.terminal_end_seq, ports.now_utc()
+        observe_plan_key(job), job.session_id, job_id, start, job.terminal_end_seq, ports.now_utc()
     )
     return min(pinned, start)
 
@@ -272,7 +272,7 @@ def observe_through(
         return result
     finally:
         if job_id:
-            _clear_activity(ports, job_id, job.run_id)
+            _clear_activity(ports, job_id, job.session_id)
 
 
 def _observe(
@@ -280,10 +280,10 @@ def _observe(
 ) -> ObserveResult:
     # Coverage committed before the transcript existed gets its rows first (a no-op afterwards).
     backfill_transcript(
-        job.run_id, ports.memory, ports.store, ports.read_events, ports.now_local(), ports.now_utc()
+        job.session_id, ports.memory, ports.store, ports.read_events, ports.now_local(), ports.now_utc()
     )
     covered = ports.memory.contiguous_covered_end(
-        job.run_id, job.renderer_version, job.observer_schema_version
+        job.session_id, job.renderer_version, job.observer_schema_version
     )
     start = 1 if covered is None else covered + 1
     if start > job.terminal_end_seq:
@@ -308,7 +308,7 @@ def _observe(
         # committed stays, and the rest is planned from the coverage end.
         logger.warning(
             "observe plan changed between attempts",
-            extra={"run_id": job.run_id, "job_id": job_id, "pinned_start": plan_start, "start": start},
+            extra={"run_id": job.session_id, "job_id": job_id, "pinned_start": plan_start, "start": start},
         )
         plan_start = start
         plan = plan_parts(job, settings, ports, start, context_window)
@@ -327,10 +327,10 @@ def _observe(
             result.parts_skipped += 1
             continue
         handler = RecordObservationsHandler(
-            job.run_id, job.observer_schema_version, part.source_refs, ports.count_tokens, model
+            job.session_id, job.observer_schema_version, part.source_refs, ports.count_tokens, model
         )
         if job_id:
-            _set_activity(ports, job_id, job.run_id, part.token_estimate)
+            _set_activity(ports, job_id, job.session_id, part.token_estimate)
         loop = run_tool_loop(
             chat_model,
             model=model,
@@ -346,7 +346,7 @@ def _observe(
             ports.store,
             loop,
             usage_id=ports.new_id(),
-            run_id=job.run_id,
+            run_id=job.session_id,
             job_kind="observe",
             model=model,
             recorded_at=covered_at,
@@ -363,7 +363,7 @@ def _observe(
     logger.info(
         "observe job finished",
         extra={
-            "run_id": job.run_id,
+            "run_id": job.session_id,
             "job_id": job_id,
             **{k: v for k, v in result.as_dict().items() if k != "status"},
         },
@@ -392,8 +392,8 @@ def _schedule_idle_flush(
         return
     flush = job.model_copy(update={"signal": "idle_flush"})
     envelope = JobEnvelope(
-        job_id=signalled_observe_job_id(job_id or job.run_id, "idle_flush"),
-        correlation_id=job.run_id,
+        job_id=signalled_observe_job_id(job_id or job.session_id, "idle_flush"),
+        session_id=job.session_id,
         payload=flush,
         not_before=ports.clock() + settings.idle_flush_seconds,
     )
@@ -404,12 +404,12 @@ def maybe_dispatch_reflect(job: ObserveBoundaryJob, settings: OmSettings, ports:
     """The threshold check at the end of every observe job (§9.1); returns the reflect job id if sent."""
     if ports.dispatch is None:
         return None
-    candidate = ports.memory.active_candidate_set(job.run_id)
-    pool = CandidatePool.from_observations(job.run_id, candidate.observations, ports.count_tokens)
+    candidate = ports.memory.active_candidate_set(job.session_id)
+    pool = CandidatePool.from_observations(job.session_id, candidate.observations, ports.count_tokens)
     if not pool.observation_ids or pool.token_count <= settings.reflect_after_observation_tokens:
         return None
-    prior = ports.memory.active_generation(job.run_id)
-    exists = ports.memory.generation_exists_for_set(job.run_id, pool.observation_set_hash)
+    prior = ports.memory.active_generation(job.session_id)
+    exists = ports.memory.generation_exists_for_set(job.session_id, pool.observation_set_hash)
     payload = threshold_check(pool, prior.generation_id if prior else None, exists, settings)
     if payload is None:
         return None
@@ -417,5 +417,5 @@ def maybe_dispatch_reflect(job: ObserveBoundaryJob, settings: OmSettings, ports:
     # The reflect job reads its settings where this job does, when it runs (never a snapshot).
     source = {"settings_file": job.settings_file, "settings": job.settings}
     reflect = ReflectGenerationJob.model_validate({**reflect.model_dump(), **source})
-    envelope = JobEnvelope(job_id=reflect.generation_id, correlation_id=job.run_id, payload=reflect)
+    envelope = JobEnvelope(job_id=reflect.generation_id, session_id=job.session_id, payload=reflect)
     return ports.dispatch(envelope)

@@ -198,11 +198,12 @@ class QueueActor:
         self._commit_wanted.set()
 
     def runtime_events(
-        self, run_id: str, after_seq: int = 0, db_path: str | None = None
+        self, session_id: str, after_seq: int = 0, db_path: str | None = None
     ) -> list[dict[str, Any]]:
         """Sanitized runtime events (e.g. ``extension_agent.job_failed``) recorded for a session: of
-        database ``db_path`` only, when given. Each names its database (``db_path``)."""
-        return [event.model_dump() for event in self._store.runtime_events(run_id, after_seq, db_path)]
+        database ``db_path`` only, when given. Each names its session (``session_id``) and database
+        (``db_path``)."""
+        return [event.model_dump() for event in self._store.runtime_events(session_id, after_seq, db_path)]
 
     def job_counts(self) -> dict[str, int]:
         """Durable job counts by state."""

@@ -97,7 +97,7 @@ class EmitJobFailed:
     """Emit the transient ``extension_agent.job_failed`` runtime event for session ``run_id``."""
 
     run_id: str
-    """Session the event belongs to (the job payload's ``run_id``)."""
+    """Session the event belongs to (the job payload's ``session_id``)."""
     event: JobFailedEvent
     """Sanitized event payload."""
     db_path: str = ""

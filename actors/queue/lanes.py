@@ -31,7 +31,7 @@ def lane_of(envelope: JobEnvelope) -> str:
     payload = envelope.payload
     if isinstance(payload, SemanticIndexJob):
         return f"index\x00{payload.db_path}"
-    return f"session\x00{payload.db_path}\x00{payload.run_id}"
+    return f"session\x00{payload.db_path}\x00{payload.session_id}"
 
 
 def coalesce_key(payload: JobPayload) -> tuple[str, ...] | None:
@@ -42,7 +42,7 @@ def coalesce_key(payload: JobPayload) -> tuple[str, ...] | None:
         return (
             "observe",
             payload.db_path,
-            payload.run_id,
+            payload.session_id,
             payload.events_path,
             payload.renderer_version,
             payload.observer_schema_version,

@@ -80,7 +80,7 @@ class QueueReports:
 
     def _job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:
         payload = event.model_dump()
-        self.recent_failures.append({"run_id": run_id, **payload, "at": iso_utc(now)})
+        self.recent_failures.append({"session_id": run_id, **payload, "at": iso_utc(now)})
         safe_metric(self.metrics.job_failed, event.handler_id, event.reason)
         logger.error(
             "job failed after retrying",

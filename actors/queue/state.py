@@ -382,7 +382,7 @@ class QueueState:
                     "job_seq": j.seq,
                     "job_id": j.envelope.job_id,
                     "handler_id": j.handler_id,
-                    "run_id": j.envelope.payload.run_id,
+                    "session_id": j.envelope.payload.session_id,
                     "status": j.status,
                     "attempts": j.attempts,
                     "not_before": j.not_before,
@@ -560,7 +560,7 @@ class QueueState:
         )
         return [
             GiveUp(job.seq, job.envelope.job_id, job.attempts, last),
-            EmitJobFailed(job.envelope.payload.run_id, event, job.envelope.payload.db_path),
+            EmitJobFailed(job.envelope.payload.session_id, event, job.envelope.payload.db_path),
         ]
 
     def _remove(self, job: _Job) -> None:

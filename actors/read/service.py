@@ -127,18 +127,18 @@ def before_compaction(
     uncovered tail stays short.
     """
     try:
-        text = php_trim(project(db_path, ctx.run_id))
+        text = php_trim(project(db_path, ctx.session_id))
         if text == "":
             return CompactionDecision.continue_()
         if ctx.required_end_seq is not None:
             covered = reader_for(db_path).contiguous_covered_end(
-                ctx.run_id, renderer_version, observer_schema_version
+                ctx.session_id, renderer_version, observer_schema_version
             )
             if (covered or 0) < ctx.required_end_seq:
                 logger.warning(
                     "om.compaction.coverage_incomplete",
                     extra={
-                        "run_id": ctx.run_id,
+                        "run_id": ctx.session_id,
                         "covered_end": covered,
                         "required_end": ctx.required_end_seq,
                     },
@@ -150,7 +150,7 @@ def before_compaction(
     except Exception as exc:  # fail closed on anything, by design (§10.1)
         exception_class = type(exc).__name__
         # getattr: the failure path must not raise itself, whatever the caller passed as ``ctx``.
-        run_id = getattr(ctx, "run_id", None)
+        run_id = getattr(ctx, "session_id", None)
         logger.warning(
             "om.compaction.hook_failed", extra={"run_id": run_id, "exception_class": exception_class}
         )

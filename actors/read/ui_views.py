@@ -185,7 +185,7 @@ def job_state(session_id: str, queue_status: Mapping[str, Any] | None) -> JSON |
     """The session's jobs in the queue now (pending, running, retrying), or ``None`` when unknown."""
     if queue_status is None:
         return None
-    jobs = [j for j in (queue_status.get("state") or {}).get("jobs", []) if j.get("run_id") == session_id]
+    jobs = [j for j in (queue_status.get("state") or {}).get("jobs", []) if j.get("session_id") == session_id]
     return {
         "pending": sum(1 for j in jobs if j.get("status") != "running"),
         "running": sum(1 for j in jobs if j.get("status") == "running"),

@@ -21,9 +21,9 @@ from actors.reflector.pipeline import reflect_generation as run_reflection
 from actors.worker import RoleActor, WorkerContext, utc_now
 from persistence.queries import MemoryReader
 from persistence.settings_file import job_settings_block
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import REFLECT_GENERATION_HANDLER, ForgetJob, JobEnvelope, ReflectGenerationJob
-from protocol.settings import settings_from_mapping
 
 
 def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:

@@ -24,12 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, OmrayError
 from protocol.identities import observation_set_hash, reflection_id, threshold_generation_id
-from protocol.jobs import ReflectGenerationJob
+from protocol.jobs import ReflectGeneration, ReflectGenerationJob
 from protocol.records import (
     ActiveReflection,
     ActivityRecord,
@@ -89,6 +89,7 @@ REFLECTOR_CLOSING_LINE: Final = (
 END_SEQ_NEGATIVE_MESSAGE: Final = "reflect_generation required_end_seq must be non-negative."
 MISSING_IDENTITY_MESSAGE: Final = "reflect_generation payload missing identity fields."
 KEY_MISMATCH_MESSAGE: Final = "threshold generation_id must equal threshold_idempotency_key."
+MALFORMED_MESSAGE: Final = "reflect_generation payload is malformed."
 FORMULA_MISMATCH_MESSAGE: Final = "reflect_generation generation_id does not match threshold formula."
 SETTINGS_MISMATCH_MESSAGE: Final = "reflect_generation model/schema mismatch with current settings."
 
@@ -153,57 +154,12 @@ class CandidatePool(_Frozen):
 # --- threshold dispatch (§9.1) and payload validation (§9.2) ------------------------------------
 
 
-class ReflectPayload(_Frozen):
-    """A threshold generation to reflect: what §9.1 dispatches and what §9.2 accepts.
-
-    ``model_dump()`` gives the original's payload keys in its order.
-    """
-
-    run_id: str = Field(min_length=1)
-    """Session."""
-    trigger: Literal["threshold"] = THRESHOLD_TRIGGER
-    """Always ``threshold``."""
-    generation_id: str = Field(min_length=1)
-    """Deterministic threshold-generation id; also the job id."""
-    threshold_idempotency_key: str = Field(min_length=1)
-    """Equal to ``generation_id``."""
-    observation_set_hash: str = Field(min_length=1)
-    """Hash of the active candidate set at dispatch."""
-    prior_active_generation_id: str | None
-    """Active generation at dispatch, or ``None`` before the first promotion."""
-    reflector_model: str = Field(min_length=1)
-    """``provider/model``."""
-    reflector_schema_version: str = Field(min_length=1)
-    """Reflector schema version."""
-    token_count: int | None = Field(default=None, ge=0)
-    """Pool tokens at dispatch (informational)."""
-    required_end_seq: int | None = Field(default=None, ge=0)
-    """Source watermark at dispatch: max ``source_end_seq`` of the set."""
-    required_start_seq: int = REQUIRED_START_SEQ
-    """Always 1."""
-
-    def to_job(self, db_path: str) -> ReflectGenerationJob:
-        """The queue payload of this generation (its job id is ``generation_id``)."""
-        return ReflectGenerationJob(
-            run_id=self.run_id,
-            generation_id=self.generation_id,
-            prior_active_generation_id=self.prior_active_generation_id,
-            observation_set_hash=self.observation_set_hash,
-            reflector_model=self.reflector_model,
-            reflector_schema_version=self.reflector_schema_version,
-            db_path=db_path,
-            threshold_idempotency_key=self.generation_id,
-            token_count=self.token_count,
-            required_end_seq=self.required_end_seq,
-        )
-
-
 def threshold_check(
     pool: CandidatePool,
     prior_active_generation_id: str | None,
     set_has_generation: bool,
     settings: OmSettings,
-) -> ReflectPayload | None:
+) -> ReflectGeneration | None:
     """The reflect job to dispatch after an observe job, or ``None`` (§9.1).
 
     ``set_has_generation``: a generation row (any status) exists for ``(run, set hash)``; a failed
@@ -222,8 +178,8 @@ def threshold_check(
         model,
         settings.reflector_schema_version,
     )
-    return ReflectPayload(
-        run_id=pool.run_id,
+    return ReflectGeneration(
+        session_id=pool.run_id,
         generation_id=generation_id,
         threshold_idempotency_key=generation_id,
         observation_set_hash=pool.observation_set_hash,
@@ -245,7 +201,7 @@ def _optional_int(value: object) -> int | None:
 
 def validate_reflect_payload(
     payload: ReflectGenerationJob | Mapping[str, Any], settings: OmSettings
-) -> ReflectPayload:
+) -> ReflectGeneration:
     """Validate a reflect job payload against its own formula and the current settings (§9.2).
 
     Accepts the typed job or a plain mapping with the original's keys (``model`` is a fallback for
@@ -253,14 +209,14 @@ def validate_reflect_payload(
     ``None``; non-integer ``required_end_seq``/``token_count`` are ignored). Raises
     :class:`ReflectPayloadError`, or ``ModelSettingsError`` when no model is configured.
     """
-    data: Mapping[str, Any] = payload.model_dump() if isinstance(payload, ReflectGenerationJob) else payload
+    data = payload.generation().model_dump() if isinstance(payload, ReflectGenerationJob) else payload
     end_seq = _optional_int(data.get("required_end_seq"))
     if end_seq is not None and end_seq < 0:
         raise ReflectPayloadError(END_SEQ_NEGATIVE_MESSAGE)
     start_seq = _optional_int(data.get("required_start_seq"))
     token_count = _optional_int(data.get("token_count"))
 
-    run_id = _text(data.get("run_id"))
+    run_id = _text(data.get("session_id", data.get("run_id")))
     generation_id = _text(data.get("generation_id"))
     set_hash = _text(data.get("observation_set_hash"))
     model = _text(data.get("reflector_model")) or _text(data.get("model"))
@@ -275,18 +231,21 @@ def validate_reflect_payload(
         raise ReflectPayloadError(FORMULA_MISMATCH_MESSAGE)
     if model != settings.require_model() or schema != settings.reflector_schema_version:
         raise ReflectPayloadError(SETTINGS_MISMATCH_MESSAGE)
-    return ReflectPayload(
-        run_id=run_id,
-        generation_id=generation_id,
-        threshold_idempotency_key=key,
-        observation_set_hash=set_hash,
-        prior_active_generation_id=prior,
-        reflector_model=model,
-        reflector_schema_version=schema,
-        token_count=token_count if token_count is not None and token_count >= 0 else None,
-        required_end_seq=end_seq,
-        required_start_seq=REQUIRED_START_SEQ if start_seq is None else start_seq,
-    )
+    try:  # a set hash that is not hex fails here, though the formula matched
+        return ReflectGeneration(
+            session_id=run_id,
+            generation_id=generation_id,
+            threshold_idempotency_key=key,
+            observation_set_hash=set_hash,
+            prior_active_generation_id=prior,
+            reflector_model=model,
+            reflector_schema_version=schema,
+            token_count=token_count if token_count is not None and token_count >= 0 else None,
+            required_end_seq=end_seq,
+            required_start_seq=REQUIRED_START_SEQ if start_seq is None else start_seq,
+        )
+    except ValidationError:
+        raise ReflectPayloadError(MALFORMED_MESSAGE) from None
 
 
 # --- claim (§9.3) ---------------------------------------------------------------------------------
@@ -330,10 +289,10 @@ def claim_conflict_error(generation_id: str) -> ConflictError:
 # --- re-checks (§9.4) ---------------------------------------------------------------------------
 
 
-def live_generation_id(payload: ReflectPayload, live_pool: CandidatePool, live_prior: str | None) -> str:
+def live_generation_id(payload: ReflectGeneration, live_pool: CandidatePool, live_prior: str | None) -> str:
     """Generation id the live state would produce now."""
     return threshold_generation_id(
-        payload.run_id,
+        payload.session_id,
         live_prior,
         live_pool.observation_set_hash,
         payload.reflector_model,
@@ -347,7 +306,7 @@ def recheck_set(claimed_hash: str, current_hash: str) -> RecheckResult:
 
 
 def post_model_recheck(
-    payload: ReflectPayload, live_pool: CandidatePool, live_prior: str | None
+    payload: ReflectGeneration, live_pool: CandidatePool, live_prior: str | None
 ) -> RecheckResult:
     """Re-check after the model calls (no transaction spans them): same set and same generation id."""
     if live_generation_id(payload, live_pool, live_prior) != payload.generation_id:
@@ -356,7 +315,7 @@ def post_model_recheck(
 
 
 def pre_work_decision(
-    payload: ReflectPayload, live_pool: CandidatePool, live_prior: str | None, settings: OmSettings
+    payload: ReflectGeneration, live_pool: CandidatePool, live_prior: str | None, settings: OmSettings
 ) -> PreWorkDecision:
     """First step after a claim: under the threshold (or empty) -> succeed without promotion;
     changed set or prior generation -> fail ``stale_observation_set``; else proceed.
@@ -676,7 +635,7 @@ class PromotionPlan(_Frozen):
 
 
 def promotion_plan(
-    payload: ReflectPayload,
+    payload: ReflectGeneration,
     prior_reflections: Sequence[ActiveReflection],
     new_reflections: Sequence[AcceptedReflection],
     active_observations: Sequence[ObservationRecord],
@@ -698,7 +657,7 @@ def promotion_plan(
         new_count += is_new
         reflections[reflection.reflection_id] = ReflectionRecord(
             reflection_id=reflection.reflection_id,
-            run_id=payload.run_id,
+            run_id=payload.session_id,
             observation_set_hash=payload.observation_set_hash,
             content=reflection.content,
             supporting_observation_ids=tuple(reflection.supporting_observation_ids),
@@ -721,7 +680,7 @@ def promotion_plan(
             retained.append(observation_id)
     return PromotionPlan(
         generation_id=payload.generation_id,
-        run_id=payload.run_id,
+        run_id=payload.session_id,
         reflections=tuple(reflections.values()),
         retained_observation_ids=tuple(retained),
         dropped_observation_ids=tuple(dropped),

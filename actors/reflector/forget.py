@@ -12,8 +12,8 @@ from typing import Any
 
 from actors.indexer.schedule import schedule_index
 from actors.worker import WorkerContext, utc_now
+from persistence.settings_parse import settings_from_mapping
 from protocol.jobs import ForgetJob, JobEnvelope
-from protocol.settings import settings_from_mapping
 
 
 def run_forget(envelope: JobEnvelope, job: ForgetJob, context: WorkerContext) -> dict[str, Any]:
@@ -21,12 +21,12 @@ def run_forget(envelope: JobEnvelope, job: ForgetJob, context: WorkerContext) ->
     store = context.store_for(job.db_path)
     store.ping()
     request = {
-        "run_id": job.run_id,
+        "run_id": job.session_id,
         "memory_ids": list(job.memory_ids),
         "event_ranges": [list(pair) for pair in job.event_ranges],
         "whole_session": job.whole_session,
     }
     result = dict(store.forget(request, envelope.job_id, utc_now()))
     semantic = settings_from_mapping(job.settings).semantic if job.settings else None
-    index_job_id = schedule_index(context.dispatch, semantic, job.db_path, job.run_id, job.settings)
+    index_job_id = schedule_index(context.dispatch, semantic, job.db_path, job.session_id, job.settings)
     return {"status": "forgotten", **result, "index_job_id": index_job_id}

@@ -30,7 +30,6 @@ from actors.reflector.core import (
     RecordReflectionsHandler,
     ReflectorError,
     ReflectorInput,
-    ReflectPayload,
     RequestLocalIdMap,
     build_reflector_input,
     claim_conflict_error,
@@ -57,7 +56,7 @@ from actors.reflector.dropper import (
 )
 from persistence.queries import MemoryReader
 from persistence.store import Store
-from protocol.jobs import ReflectGenerationJob
+from protocol.jobs import ReflectGeneration, ReflectGenerationJob
 from protocol.records import (
     ActivityRecord,
     UsageJobKind,
@@ -122,7 +121,7 @@ class ReflectResult(ModelSpend):
         return {**self.__dict__, "usage_by_kind": {kind: dict(n) for kind, n in self.usage_by_kind.items()}}
 
     def add_loop(
-        self, loop: ToolLoopResult, ports: ReflectorPorts, payload: ReflectPayload, kind: UsageJobKind
+        self, loop: ToolLoopResult, ports: ReflectorPorts, payload: ReflectGeneration, kind: UsageJobKind
     ) -> None:
         """Add one tool loop's model counters and store its token usage."""
         self.add_spend(loop, payload.reflector_model)
@@ -136,7 +135,7 @@ class ReflectResult(ModelSpend):
             ports.store,
             loop,
             usage_id=ports.new_id(),
-            run_id=payload.run_id,
+            run_id=payload.session_id,
             job_kind=kind,
             model=payload.reflector_model,
             recorded_at=ports.now_utc(),
@@ -187,14 +186,14 @@ def reflect_generation(
     generation ``transient_runtime`` and propagates so the queue retries (the retry reclaims it).
     """
     payload = validate_reflect_payload(job, settings)
-    pool = _live_pool(ports, payload.run_id)
-    prior = ports.memory.active_generation(payload.run_id)
+    pool = _live_pool(ports, payload.session_id)
+    prior = ports.memory.active_generation(payload.session_id)
     required_end_seq = claim_required_end_seq(
         pool.max_source_end_seq, payload.required_end_seq, None if prior is None else prior.required_end_seq
     )
     outcome = ports.store.claim_generation(
         payload.generation_id,
-        payload.run_id,
+        payload.session_id,
         payload.observation_set_hash,
         payload.reflector_model,
         payload.reflector_schema_version,
@@ -209,10 +208,10 @@ def reflect_generation(
     if reaction != "work":
         logger.info(
             "reflect redelivery no-op",
-            extra={"run_id": payload.run_id, "generation_id": payload.generation_id, "claim": outcome},
+            extra={"run_id": payload.session_id, "generation_id": payload.generation_id, "claim": outcome},
         )
         if reaction == "noop_schedule_index":
-            _schedule_index(ports, payload.run_id)
+            _schedule_index(ports, payload.session_id)
         return ReflectResult(status="noop_redelivery", generation_id=payload.generation_id)
 
     result = ReflectResult(status="failed", generation_id=payload.generation_id)
@@ -223,12 +222,12 @@ def reflect_generation(
         _handle_failure(exc, payload, ports, result)
     finally:
         if job_id:
-            _clear_activity(ports, job_id, payload.run_id)
+            _clear_activity(ports, job_id, payload.session_id)
     if succeeded:
-        _schedule_index(ports, payload.run_id)
+        _schedule_index(ports, payload.session_id)
     logger.info(
         "reflect job finished",
-        extra={"run_id": payload.run_id, "job_id": job_id, **result.as_dict()},
+        extra={"run_id": payload.session_id, "job_id": job_id, **result.as_dict()},
     )
     return result
 
@@ -241,7 +240,7 @@ def _schedule_index(ports: ReflectorPorts, run_id: str) -> None:
 
 
 def _handle_failure(
-    error: Exception, payload: ReflectPayload, ports: ReflectorPorts, result: ReflectResult
+    error: Exception, payload: ReflectGeneration, ports: ReflectorPorts, result: ReflectResult
 ) -> None:
     """Apply §9.4's exception rules; returns normally only for terminal generation failures."""
     decision = failure_decision(error)
@@ -249,7 +248,7 @@ def _handle_failure(
     logger.warning(
         "reflect generation failed",
         extra={
-            "run_id": payload.run_id,
+            "run_id": payload.session_id,
             "generation_id": payload.generation_id,
             "failure_code": code,
             "error_class": type(error).__name__,
@@ -274,10 +273,14 @@ def _handle_failure(
 
 
 def _work(
-    payload: ReflectPayload, job_id: str, settings: OmSettings, ports: ReflectorPorts, result: ReflectResult
+    payload: ReflectGeneration,
+    job_id: str,
+    settings: OmSettings,
+    ports: ReflectorPorts,
+    result: ReflectResult,
 ) -> bool:
     """Work on a claimed generation; True when it ends promoted (the semantic index is then due)."""
-    run_id, generation_id = payload.run_id, payload.generation_id
+    run_id, generation_id = payload.session_id, payload.generation_id
     pool = _live_pool(ports, run_id)
     decision = pre_work_decision(payload, pool, _live_prior(ports, run_id), settings)
     if decision == "succeed_noop":
@@ -336,14 +339,14 @@ def _work(
 
 
 def _run_reflector(
-    payload: ReflectPayload,
+    payload: ReflectGeneration,
     reflector_input: ReflectorInput,
     chat_model: ChatModel,
     ports: ReflectorPorts,
     result: ReflectResult,
 ) -> tuple[AcceptedReflection, ...]:
     handler = RecordReflectionsHandler.for_input(
-        reflector_input, payload.run_id, payload.reflector_schema_version, ports.count_tokens
+        reflector_input, payload.session_id, payload.reflector_schema_version, ports.count_tokens
     )
     loop = run_tool_loop(
         chat_model,
@@ -360,7 +363,7 @@ def _run_reflector(
 
 
 def _run_dropper(
-    payload: ReflectPayload,
+    payload: ReflectGeneration,
     job_id: str,
     settings: OmSettings,
     reflector_input: ReflectorInput,
@@ -377,10 +380,12 @@ def _run_dropper(
         return ()
     max_drops = max_drop_count(len(reflector_input.id_map), pool_tokens, target)
     if max_drops == 0:
-        logger.info("dropper skipped: not over target", extra={"run_id": payload.run_id})
+        logger.info("dropper skipped: not over target", extra={"run_id": payload.session_id})
         return ()
     if job_id:
-        _set_activity(ports, dropper_activity(payload.run_id, job_id, pool_tokens, target, ports.now_utc()))
+        _set_activity(
+            ports, dropper_activity(payload.session_id, job_id, pool_tokens, target, ports.now_utc())
+        )
     reflections: list[ReflectionLike] = [*reflector_input.prior_reflections, *new_reflections]
     handler = DropObservationsHandler(reflector_input.id_map, max_drops)
     loop = run_tool_loop(

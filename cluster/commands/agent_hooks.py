@@ -215,7 +215,7 @@ def _send(client: Any, directory: Path, cursor: Any) -> None:
     events_path = directory / "events.jsonl"
     for boundary in cursor.pending:
         context = AfterTurnCommit(
-            run_id=directory.name,
+            session_id=directory.name,
             turn_no=boundary.turn_no,
             status="completed",
             events=(EventSummary(seq=boundary.end_seq, type="agent_end", payload={"reason": "completed"}),),

@@ -165,7 +165,8 @@ def status(
         lines.append(f"in flight: {job['job_id']} ({job['handler_id']}, attempt {job['attempt']})")
     for failure in queue.get("recent_failures", []):
         lines.append(
-            f"failed: session {failure.get('run_id')!r}: {failure['cause']} (job {failure['job_id'][:12]}, "
+            f"failed: session {failure.get('session_id')!r}: {failure['cause']} "
+            f"(job {failure['job_id'][:12]}, "
             f"{failure['attempts']} attempts, last failure {failure['last_failure']}); fix: {failure['fix']}"
         )
     lines.extend(f"agent hooks of this project: {message}" for message in hook_notices)

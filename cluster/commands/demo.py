@@ -28,8 +28,8 @@ from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from persistence.queries import MemoryReader
+from persistence.settings_parse import apply_overrides, settings_from_mapping
 from protocol.errors import OmrayError
-from protocol.settings import apply_overrides, settings_from_mapping
 
 DEMO_SESSION_ID = "demo-session"
 DEMO_QUERY = "dates.py"

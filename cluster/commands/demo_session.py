@@ -170,7 +170,7 @@ def commit_turn(
     with events_path.open("a", encoding="utf-8") as handle:
         handle.writelines(event_line(event) for event in turn)
     return AfterTurnCommit(
-        run_id=turn[0]["run_id"],
+        session_id=turn[0]["run_id"],
         turn_no=turn[0]["turn_no"],
         status="completed",
         events=tuple(EventSummary(seq=e["seq"], type=e["type"], payload=e["payload"]) for e in turn),

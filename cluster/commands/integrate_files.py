@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from persistence.atomic_file import replace_file
+from persistence.settings_file import decode_bounded
 from protocol.errors import OmrayError
 
 MAX_SETTINGS_FILE_BYTES = 16 * 1024 * 1024
@@ -56,15 +57,8 @@ def read_settings_text(path: Path) -> str:
             raw = handle.read(MAX_SETTINGS_FILE_BYTES + 1)
         except OSError as exc:
             raise SettingsFileError(f"cannot read {_shown(path)} ({type(exc).__name__})") from None
-    if len(raw) > MAX_SETTINGS_FILE_BYTES:
-        raise SettingsFileError(f"{_shown(path)} is larger than {MAX_SETTINGS_FILE_BYTES} bytes")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SettingsFileError(
-            f"{_shown(path)} is not UTF-8 text (line {line}); fix it first (nothing was written)"
-        ) from None
+    hint = "; fix it first (nothing was written)"
+    return decode_bounded(raw, MAX_SETTINGS_FILE_BYTES, _shown(path), SettingsFileError, hint)
 
 
 def _reject_constant(name: str) -> Any:

@@ -176,7 +176,7 @@ def snapshot_from(
             for job in queue_status.get("in_flight", [])
         )
         for failure in reversed(list(queue_status.get("recent_failures", []))):
-            session_id = str(failure.get("run_id", ""))
+            session_id = str(failure.get("session_id", ""))
             if session_filter is not None and session_id != session_filter:
                 continue
             failures.append(

@@ -151,7 +151,7 @@ class UiBackend:
 
         if status is None:
             return []
-        recent = [f for f in status.get("recent_failures", []) if f.get("run_id") == session_id]
+        recent = [f for f in status.get("recent_failures", []) if f.get("session_id") == session_id]
         return [explain(f) for f in reversed(recent)]
 
     def projects_json(self) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def _write_and_commit(
 ) -> None:
     for turn in turns:
         ctx = commit_turn(events_path, turn)
-        assert ctx.run_id == session_id
+        assert ctx.session_id == session_id
         assert client.after_turn_commit(ctx, events_path=events_path) is not None
 
 

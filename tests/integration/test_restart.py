@@ -20,7 +20,7 @@ import ray
 
 from cluster.bootstrap import head_processes, stop_head
 from persistence.queries import MemoryReader
-from protocol.settings import settings_from_mapping
+from persistence.settings_parse import settings_from_mapping
 from tests.integration.conftest import ClusterInfo, assert_eventually, free_port
 from tests.integration.restart_agent import SESSION, SETTINGS
 

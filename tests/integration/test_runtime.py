@@ -107,7 +107,7 @@ def test_lanes_keep_their_order_over_200_jobs_and_run_side_by_side(
     sessions = ["s1", "s2", "s3", "s4"]
     # Reflect jobs never coalesce, so every one of them runs on its own.
     jobs = [_job(sessions[n % 4], n, "reflect_generation") for n in range(200)]
-    lane_of_job = {job.job_id: job.payload.run_id for job in jobs}
+    lane_of_job = {job.job_id: job.payload.session_id for job in jobs}
     job_ids = [client.dispatch(job) for job in jobs]
     assert client.wait_idle(timeout_s=180)
     assert client.job_counts()["succeeded"] == 200
@@ -307,8 +307,8 @@ def test_queue_sigkill_with_many_lanes_in_flight_loses_nothing(
     assert client.wait_idle(timeout_s=180)
     assert client.job_counts() == {"pending": 0, "running": 0, "succeeded": 60, "failed": 0}
     assert set(_starts(ledger)) == set(job_ids)
-    lane_of_job = {job.job_id: job.payload.run_id for job in jobs}
-    for lane in {job.payload.run_id for job in jobs}:  # a redelivery never overlaps the lane's order
+    lane_of_job = {job.job_id: job.payload.session_id for job in jobs}
+    for lane in {job.payload.session_id for job in jobs}:  # a redelivery never overlaps the lane's order
         started = [job_id for job_id in dict.fromkeys(_starts(ledger)) if lane_of_job[job_id] == lane]
         assert started == [job_id for job_id in job_ids if lane_of_job[job_id] == lane]
 

@@ -92,7 +92,7 @@ def test_the_history_is_played_as_agent_turns(tmp_path: Path, layout: str) -> No
     history = play_history(client, build_question(record), layout)  # type: ignore[arg-type]
     if layout == "one-session":
         # one session, one turn per LongMemEval session, the last one ends the session
-        assert [(c.run_id, c.turn_no, c.session_end) for c in client.commits] == [
+        assert [(c.session_id, c.turn_no, c.session_end) for c in client.commits] == [
             ("q-q1", 1, False),
             ("q-q1", 2, True),
         ]
@@ -101,7 +101,7 @@ def test_the_history_is_played_as_agent_turns(tmp_path: Path, layout: str) -> No
         assert [line["type"] for line in lines][-1] == "agent_end" and lines[3]["ts"].startswith("2023-06-01")
         assert history.place[("q-q1", 4)] == ("b", 1)
     else:
-        assert [(c.run_id, c.session_end) for c in client.commits] == [("s-a", True), ("s-b", True)]
+        assert [(c.session_id, c.session_end) for c in client.commits] == [("s-a", True), ("s-b", True)]
         assert history.place[("s-b", 1)] == ("b", 1)
     assert set(history.seq_of) == {("a", 1), ("a", 2), ("b", 1)}
 

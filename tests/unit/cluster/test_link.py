@@ -200,7 +200,7 @@ def test_outbox_sends_sessions_side_by_side_and_each_session_in_order() -> None:
         return str(envelope.job_id)
 
     def job(job_id: str, session: str) -> Any:
-        return SimpleNamespace(job_id=job_id, payload=SimpleNamespace(db_path="/d", run_id=session))
+        return SimpleNamespace(job_id=job_id, payload=SimpleNamespace(db_path="/d", session_id=session))
 
     outbox = Outbox(send, call_timeout_s=5.0)
     assert outbox.submit("a1", job("a1", "A"), 0.05) is None  # still waiting on the slow send

@@ -39,7 +39,7 @@ class _Queue:
         return self.send_many([envelope], timeout_s, single=True)[0]
 
     def send_many(self, envelopes: list[Any], timeout_s: float, single: bool = False) -> list[str]:
-        sessions = [envelope.payload.run_id for envelope in envelopes]
+        sessions = [envelope.payload.session_id for envelope in envelopes]
         with self.lock:
             for session in sessions:
                 self.in_flight[session] = self.in_flight.get(session, 0) + 1
@@ -67,7 +67,7 @@ class _Queue:
 
 
 def _job(job_id: str, session: str) -> Any:
-    return SimpleNamespace(job_id=job_id, payload=SimpleNamespace(db_path="/d", run_id=session))
+    return SimpleNamespace(job_id=job_id, payload=SimpleNamespace(db_path="/d", session_id=session))
 
 
 @settings(max_examples=60, deadline=None)

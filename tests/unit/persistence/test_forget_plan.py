@@ -28,7 +28,7 @@ def test_ids_are_resolved_per_session_and_unknown_forgotten_and_ambiguous_ones_n
     store.forget(ForgetRequest("b", memory_ids=(gone,)), "earlier", "2026-07-23T11:00:00+00:00")
     reader = ForgetReader(db)
     envelopes, report = plan_forget(reader, str(db), {}, [a1[:12], a2.upper(), b1, gone, "0" * 12])
-    jobs = {env.payload.run_id: env.payload for env in envelopes}
+    jobs = {env.payload.session_id: env.payload for env in envelopes}
     assert all(isinstance(job, ForgetJob) for job in jobs.values())
     assert set(jobs["a"].memory_ids) == {a1, a2} and jobs["b"].memory_ids == (b1,)  # type: ignore[union-attr]
     assert report == {"already_forgotten": [gone], "unknown": ["0" * 12], "ambiguous": []}
@@ -36,7 +36,9 @@ def test_ids_are_resolved_per_session_and_unknown_forgotten_and_ambiguous_ones_n
         job = envelope.payload
         assert isinstance(job, ForgetJob)
         store.forget(
-            ForgetRequest(job.run_id, memory_ids=job.memory_ids), envelope.job_id, "2026-07-23T12:00:00+00:00"
+            ForgetRequest(job.session_id, memory_ids=job.memory_ids),
+            envelope.job_id,
+            "2026-07-23T12:00:00+00:00",
         )
     results = wait_for_results(reader, [env.job_id for env in envelopes], 1.0)
     answer = forget_report(report, [env.job_id for env in envelopes], results)

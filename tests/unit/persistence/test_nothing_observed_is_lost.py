@@ -20,9 +20,10 @@ from actors.read.service import memory_search
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
 from persistence.semantic import SemanticIndex
+from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
 from protocol.jobs import ObserveBoundaryJob
-from protocol.settings import OmSettings, settings_from_mapping
+from protocol.settings import OmSettings
 from tests.unit.persistence.semantic.conftest import HashEmbedder, RecordingWriter, semantic_settings
 
 SESSION = "long-1"

@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from persistence.settings_file import load_settings
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import SettingsError
-from protocol.settings import OmSettings, settings_from_mapping
+from protocol.settings import OmSettings
 from protocol.settings_limits import (
     MAX_BATCH_SIZE,
     MAX_CHUNK_BYTES,

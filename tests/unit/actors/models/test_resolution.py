@@ -9,7 +9,8 @@ import pytest
 from actors.models.embeddings import HttpReranker, OpenAIEmbedder, query_text
 from actors.models.offline_embedder import MiniLMEmbedder, default_offline_embedder
 from actors.models.registry import embedder_for, reranker_for
-from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings, semantic_from_mapping
+from persistence.settings_parse import semantic_from_mapping
+from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
 
 def semantic(block: dict[str, Any]) -> SemanticSettings:

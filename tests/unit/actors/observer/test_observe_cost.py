@@ -14,9 +14,9 @@ from actors.observer.pipeline import ObserverPorts, observe_through
 from cluster.commands.demo_session import demo_session, event_line
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
+from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal
-from protocol.settings import settings_from_mapping
 
 SESSION = "s-cost"
 NOW = 1_800_000_000.0

@@ -16,11 +16,11 @@ from actors.observer.pipeline import EventsNotReadyError, ObserverError, Observe
 from cluster.commands.demo_session import demo_session, event_line
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
+from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
 from protocol.errors import ModelSettingsError
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.records import ActivityRecord
-from protocol.settings import settings_from_mapping
 
 # The per-boundary policy (the original): these tests observe at every job, whatever its size.
 PER_BOUNDARY: dict[str, Any] = {"observer": {"observe_after_tokens": 0}}

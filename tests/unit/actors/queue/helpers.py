@@ -36,7 +36,7 @@ def stored(
         job_seq=job_seq,
         envelope=job,
         handler_id=job.handler_id,
-        run_id=job.payload.run_id,
+        run_id=job.payload.session_id,
         state=state,
         attempts=attempts,
         not_before=None if not_before is None else iso_utc(not_before),

@@ -403,7 +403,7 @@ class ThreadedWorkers:
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
         import threading
 
-        lane = envelope["payload"]["run_id"]
+        lane = envelope["payload"]["session_id"]
         with self._changed:
             self.overlaps += lane in self.running_lanes
             self.running_lanes.add(lane)

@@ -21,9 +21,9 @@ from actors.queue import actor as queue_actor
 from actors.queue import state as queue_state
 from actors.read.projector import render_active_memory
 from actors.read.service import before_compaction, memory_search, memory_status, memory_view, project
+from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
 from protocol.events import BeforeCompactionContext, projection_metadata
-from protocol.settings import settings_from_mapping
 from tests.unit.actors.read.factories import hex_id, observation, reflection
 from tests.unit.actors.read.helpers import commit, promote
 from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER
@@ -82,7 +82,7 @@ def test_before_compaction_replaces_continues_and_cancels(memory: Store, tmp_pat
     assert ahead.reason == (
         "observational_memory coverage incomplete: observed through seq 3, compaction replaces through 9"
     )
-    empty = before_compaction(memory.db_path, COMPACT_RUN.model_copy(update={"run_id": "empty"}))
+    empty = before_compaction(memory.db_path, COMPACT_RUN.model_copy(update={"session_id": "empty"}))
     assert empty.action == "continue"
     assert before_compaction(tmp_path / "missing.sqlite", COMPACT_RUN).action == "continue"
     corrupt = tmp_path / "corrupt.sqlite"

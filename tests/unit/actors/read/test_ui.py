@@ -15,11 +15,11 @@ from actors.read.service import project as projection
 from actors.read.ui_views import active_ids, retired_by
 from cluster.servers.ui_server import UiBackend, UiProject, UiRequestError, build_app, guarded_app
 from persistence.queries import MemoryReader
+from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
 from persistence.ui_queries import UiReader
 from protocol.identities import observation_set_hash, threshold_generation_id
 from protocol.records import TokenUsageRecord, TranscriptEntry
-from protocol.settings import settings_from_mapping
 from tests.unit.persistence.builders import (
     COVERED_AT,
     MODEL,

@@ -9,8 +9,8 @@ import pytest
 from actors.reflector.core import (
     CandidatePool,
     GenerationFailureCode,
+    ReflectGeneration,
     ReflectorError,
-    ReflectPayload,
     ReflectPayloadError,
     claim_conflict_error,
     claim_reaction,
@@ -46,7 +46,7 @@ def pool_of_tokens(tokens: int, *, end_seq: int = 4) -> CandidatePool:
     )
 
 
-def dispatch(tokens: int = 11, prior: str | None = PRIOR) -> ReflectPayload:
+def dispatch(tokens: int = 11, prior: str | None = PRIOR) -> ReflectGeneration:
     payload = threshold_check(pool_of_tokens(tokens), prior, False, settings(threshold=10))
     assert payload is not None
     return payload
@@ -97,7 +97,7 @@ def test_threshold_over_dispatches_deterministic_generation() -> None:
     assert payload.generation_id == expected_id
     assert payload.threshold_idempotency_key == expected_id
     assert payload.model_dump() == {
-        "run_id": RUN_ID,
+        "session_id": RUN_ID,
         "trigger": "threshold",
         "generation_id": expected_id,
         "threshold_idempotency_key": expected_id,
@@ -110,7 +110,7 @@ def test_threshold_over_dispatches_deterministic_generation() -> None:
         "required_start_seq": 1,
     }
     assert list(payload.model_dump()) == [  # the reference payload's key order
-        "run_id",
+        "session_id",
         "trigger",
         "generation_id",
         "threshold_idempotency_key",
@@ -175,13 +175,33 @@ def test_negative_required_end_seq() -> None:
 
 @pytest.mark.parametrize(
     "field",
-    ["run_id", "generation_id", "observation_set_hash", "reflector_model", "reflector_schema_version"],
+    ["session_id", "generation_id", "observation_set_hash", "reflector_model", "reflector_schema_version"],
 )
 def test_missing_identity_field(field: str) -> None:
     assert (
         _error(dispatch().model_dump(), **{field: ""})
         == "reflect_generation payload missing identity fields."
     )
+
+
+def test_a_payload_naming_its_session_run_id_still_validates() -> None:
+    # Payloads of earlier releases (and the original's) say run_id; the queue's file keeps them.
+    payload = dispatch().model_dump()
+    legacy = {"run_id": payload.pop("session_id"), **payload}
+    assert validate_reflect_payload(legacy, settings()) == dispatch()
+    assert _error(legacy, run_id="") == "reflect_generation payload missing identity fields."
+
+
+def test_a_set_hash_that_is_not_hex_is_a_typed_error() -> None:
+    payload = dispatch().model_dump()
+    odd_hash = "not-a-hash"
+    generation = threshold_generation_id(RUN_ID, PRIOR, odd_hash, MODEL, "1")
+    overrides = {
+        "observation_set_hash": odd_hash,
+        "generation_id": generation,
+        "threshold_idempotency_key": generation,
+    }
+    assert _error(payload, **overrides) == "reflect_generation payload is malformed."
 
 
 def test_idempotency_key_must_equal_generation_id() -> None:

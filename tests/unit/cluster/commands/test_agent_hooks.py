@@ -58,7 +58,7 @@ class FakeClient:
         return f"job-{ctx.events[0].seq}"
 
     def runtime_events(self, session_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
-        return [e for e in self.failures if e["run_id"] == session_id and e["event_seq"] > after_seq]
+        return [e for e in self.failures if e["session_id"] == session_id and e["event_seq"] > after_seq]
 
     def queue_is_idle(self) -> bool:
         return self.idle
@@ -155,7 +155,7 @@ def test_stop_records_a_mark_and_the_dispatcher_sends_each_turn_once(
     assert dispatch_project(tmp_path, lambda project: client).runtime_up  # nothing new: nothing sent
     ends = [ctx.events[0].seq for ctx in client.calls]
     assert ends == sorted(set(ends)) and ends
-    assert all(ctx.run_id == SESSION and ctx.status == "completed" for ctx in client.calls)
+    assert all(ctx.session_id == SESSION and ctx.status == "completed" for ctx in client.calls)
     assert read_cursor(session_dir(tmp_path, SESSION)).pending == ()
     assert client.closed
 
@@ -223,7 +223,7 @@ def test_failed_jobs_become_one_notice_with_cause_and_fix(tmp_path: Path, no_spa
     _hook("Stop", tmp_path, transcript)
     failed = {
         "event_seq": 3,
-        "run_id": SESSION,
+        "session_id": SESSION,
         "event_type": "extension_agent.job_failed",
         "payload": {
             "message": "Background memory job gave up after 4 attempt(s); last failure: model_auth.",
@@ -344,7 +344,7 @@ def test_codex_notification_marks_the_threads_rollout(
     )
     client = FakeClient()
     assert dispatch_project(project.resolve(), lambda p: client).runtime_up
-    assert client.calls and all(ctx.run_id == thread for ctx in client.calls)
+    assert client.calls and all(ctx.session_id == thread for ctx in client.calls)
 
 
 def test_a_corrupt_transcript_line_is_reported_once_and_never_spins_the_dispatcher(

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from cluster.commands import hook_fast, import_cli
 from persistence.importers import InvalidImportSessionIdError, default_events_path, validate_session_id
+from persistence.settings_parse import settings_from_mapping
 from protocol.errors import SettingsError
-from protocol.settings import settings_from_mapping
 from tests.unit.persistence.importers.helpers import FIXTURES
 
 

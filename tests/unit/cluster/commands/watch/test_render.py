@@ -23,8 +23,8 @@ QUEUE_STATUS: dict[str, Any] = {
         {"job_seq": 7, "job_id": JOB_A, "attempt": 2, "handler_id": "observe_boundary", "running_s": 2.25}
     ],
     "recent_failures": [
-        {"run_id": "s-1", "job_id": "f-old" + "1" * 59, "reason": "retry_exhausted", "attempts": 4},
-        {"run_id": "s-2", "job_id": "f-new" + "2" * 59, "reason": "invalid_job", "attempts": 1},
+        {"session_id": "s-1", "job_id": "f-old" + "1" * 59, "reason": "retry_exhausted", "attempts": 4},
+        {"session_id": "s-2", "job_id": "f-new" + "2" * 59, "reason": "invalid_job", "attempts": 1},
     ],
 }
 
@@ -86,7 +86,7 @@ def test_idle_and_unreachable_queue() -> None:
 
 def test_at_most_five_failures_newest_first() -> None:
     failures = [
-        {"run_id": "s", "job_id": f"job-{n:02d}", "reason": "retry_exhausted", "attempts": 4}
+        {"session_id": "s", "job_id": f"job-{n:02d}", "reason": "retry_exhausted", "attempts": 4}
         for n in range(9)
     ]
     snapshot = snapshot_from(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from persistence.settings_parse import apply_overrides, extract_om_block, settings_from_mapping
 from protocol.errors import ModelSettingsError, SettingsError
 from protocol.settings import (
     BUILTIN_EMBEDDING_MODEL,
@@ -15,9 +16,6 @@ from protocol.settings import (
     DEFAULT_DATABASE,
     EmbeddingApiSettings,
     OmSettings,
-    apply_overrides,
-    extract_om_block,
-    settings_from_mapping,
 )
 
 EMBEDDING = {"base_url": "http://localhost:8059/v1/", "model_id": "coderankembed-q8_0.gguf"}
