@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from persistence.coverage_watermark import CoverageInterval, contiguous_end
 from persistence.read_connection import SnapshotReader
@@ -297,36 +297,40 @@ def _sessions(
     return result
 
 
+def _session_rows(
+    conn: sqlite3.Connection, names: frozenset[str], table: str, sql: str, session_id: str
+) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` (its one parameter: the session) when ``table`` exists; none when not yet."""
+    return conn.execute(sql, (session_id,)).fetchall() if table in names else []
+
+
 def _timeline(conn: sqlite3.Connection, names: frozenset[str], session_id: str) -> TimelineRows:
-    parts: tuple[PartRow, ...] = ()
-    if "om_coverage" in names:
-        parts = tuple(
-            PartRow(*row)
-            for row in conn.execute(
-                "SELECT coverage_key, chunk_key, part_index, part_count, source_start_seq, source_end_seq,"
-                " observation_count, covered_at, renderer_version, observer_schema_version"
-                " FROM om_coverage WHERE run_id = ? ORDER BY source_start_seq, part_index, covered_at",
-                (session_id,),
-            )
+    parts = tuple(
+        PartRow(*row)
+        for row in _session_rows(
+            conn,
+            names,
+            "om_coverage",
+            "SELECT coverage_key, chunk_key, part_index, part_count, source_start_seq, source_end_seq,"
+            " observation_count, covered_at, renderer_version, observer_schema_version"
+            " FROM om_coverage WHERE run_id = ? ORDER BY source_start_seq, part_index, covered_at",
+            session_id,
         )
-    observations: tuple[ObservationRow, ...] = ()
-    if "om_observation" in names:
-        observations = tuple(
-            ObservationRow(
-                str(row[0]),
-                str(row[1]),
-                int(row[2]),
-                int(row[3]),
-                _seqs(str(row[4]), session_id),
-                *row[5:],
-            )
-            for row in conn.execute(
-                "SELECT observation_id, boundary_key, source_start_seq, source_end_seq, source_refs_json,"
-                " content, relevance, timestamp, token_count, observer_model, created_at"
-                " FROM om_observation WHERE run_id = ? ORDER BY source_start_seq, rowid",
-                (session_id,),
-            )
+    )
+    observations = tuple(
+        ObservationRow(
+            str(row[0]), str(row[1]), int(row[2]), int(row[3]), _seqs(str(row[4]), session_id), *row[5:]
         )
+        for row in _session_rows(
+            conn,
+            names,
+            "om_observation",
+            "SELECT observation_id, boundary_key, source_start_seq, source_end_seq, source_refs_json,"
+            " content, relevance, timestamp, token_count, observer_model, created_at"
+            " FROM om_observation WHERE run_id = ? ORDER BY source_start_seq, rowid",
+            session_id,
+        )
+    )
     events: tuple[EventRow, ...] = ()
     truncated = False
     if "omray_transcript" in names:
@@ -353,22 +357,8 @@ def _generations(
     }
     if not wanted <= names:
         return (), (), None
-    members: dict[str, list[str]] = {}
-    for generation_id, reflection_id in conn.execute(
-        "SELECT g.generation_id, r.reflection_id FROM om_generation_reflection AS r"
-        " JOIN om_memory_generation AS g ON g.generation_id = r.generation_id"
-        " WHERE g.run_id = ? ORDER BY g.generation_id, r.position",
-        (session_id,),
-    ):
-        members.setdefault(str(generation_id), []).append(str(reflection_id))
-    retained: dict[str, list[str]] = {}
-    for generation_id, observation_id in conn.execute(
-        "SELECT g.generation_id, r.observation_id FROM om_generation_retained_observation AS r"
-        " JOIN om_memory_generation AS g ON g.generation_id = r.generation_id"
-        " WHERE g.run_id = ? ORDER BY g.generation_id, r.position",
-        (session_id,),
-    ):
-        retained.setdefault(str(generation_id), []).append(str(observation_id))
+    members = _generation_members(conn, "om_generation_reflection", "reflection_id", session_id)
+    retained = _generation_members(conn, "om_generation_retained_observation", "observation_id", session_id)
     generations = tuple(
         GenerationRow(
             generation_id=str(row[0]),
@@ -401,6 +391,21 @@ def _generations(
         "SELECT generation_id FROM om_active_generation WHERE run_id = ?", (session_id,)
     ).fetchone()
     return generations, reflections, (str(active[0]) if active else None)
+
+
+def _generation_members(
+    conn: sqlite3.Connection, table: str, column: str, session_id: str
+) -> dict[str, list[str]]:
+    """The member ids of each generation in ``table`` (its ``column``), in position order."""
+    members: dict[str, list[str]] = {}
+    for generation_id, member_id in conn.execute(
+        f"SELECT g.generation_id, r.{column} FROM {table} AS r"
+        " JOIN om_memory_generation AS g ON g.generation_id = r.generation_id"
+        " WHERE g.run_id = ? ORDER BY g.generation_id, r.position",
+        (session_id,),
+    ):
+        members.setdefault(str(generation_id), []).append(str(member_id))
+    return members
 
 
 def _source_excerpts(conn: sqlite3.Connection, observation_ids: list[str]) -> dict[str, tuple[int, str]]:
