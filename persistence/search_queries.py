@@ -13,7 +13,6 @@ only, one snapshot per call, a missing file or missing tables give the empty ans
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -61,15 +60,12 @@ from persistence.read_connection import SnapshotReader
 from persistence.search_candidates import vocabulary_ddl
 from persistence.search_request import SearchRequest, escape_like
 from persistence.sql_values import in_batches, json_list
+from protocol.ids import FULL_ID, FULL_ID_LENGTH
 from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord, Relevance
 
 RECALL_LOOKUP_LIMIT: Final[int] = 3
 """Rows fetched per id/prefix lookup: two are enough to tell "ambiguous"."""
 
-FULL_ID_LENGTH: Final[int] = 64
-"""Length of a full memory id; shorter ids are prefixes."""
-
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}\Z")
 
 _OBSERVATION_TABLES: Final = ("om_observation",)
 _REFLECTION_TABLES: Final = ("om_reflection",)
@@ -190,7 +186,7 @@ class ActiveMemory:
 
 def _decode_support_ids(raw: str) -> tuple[str, ...]:
     # Only real ids can be recalled or shown; anything else in a legacy row is dropped.
-    return tuple(item for item in json_list(raw) if isinstance(item, str) and _SHA256_HEX.match(item))
+    return tuple(item for item in json_list(raw) if isinstance(item, str) and FULL_ID.match(item))
 
 
 def reflection_from_row(row: Row[Any]) -> ReflectionRecord:

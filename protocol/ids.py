@@ -6,7 +6,8 @@ so the same memory always gets the same id and a redelivered job never duplicate
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Final
 
 from pydantic import AliasChoices, StringConstraints
 
@@ -30,6 +31,16 @@ MemoryIdPrefix = Annotated[str, StringConstraints(pattern=r"^[a-f0-9]{12,64}$")]
 
 DISPLAY_ID_LENGTH = 12
 """Length of the display ids shown in compaction text, views and search results."""
+
+FULL_ID_LENGTH: Final[int] = 64
+"""Length of a full memory id; shorter ids are prefixes."""
+
+FULL_ID: Final = re.compile(r"^[0-9a-f]{64}\Z")
+"""The whole text is a full memory id (:data:`Sha256Hex` for plain ``re``: nothing may follow)."""
+
+ID_OR_PREFIX: Final = re.compile(r"^[a-f0-9]{12,64}\Z")
+"""The whole text is a full memory id or a prefix of at least :data:`DISPLAY_ID_LENGTH` characters
+(:data:`MemoryIdPrefix` for plain ``re``)."""
 
 
 def display_id(memory_id: str) -> str:

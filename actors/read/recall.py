@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from actors.read.answers import ToolResult, error_result, is_int, is_text
-from persistence.search_queries import FULL_ID_LENGTH
 from protocol.canonical import php_trim
+from protocol.ids import FULL_ID_LENGTH, ID_OR_PREFIX
 from protocol.records import ObservationRecord, ReflectionRecord, SourceRef
-
-_MEMORY_ID = re.compile(r"^[a-f0-9]{12,64}\Z")
 
 INVALID_ID_MESSAGE: Final[str] = (
     "id must be a lowercase hex memory id: the full 64 characters or a unique prefix of at least 12."
@@ -69,7 +67,7 @@ def validate_recall_arguments(
     if raw_session is not None and not is_text(raw_session):
         return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
     memory_id = "" if ranged else php_trim(str(raw_id)).lower()
-    if not ranged and not _MEMORY_ID.match(memory_id):
+    if not ranged and not ID_OR_PREFIX.match(memory_id):
         return error_result("invalid_id", INVALID_ID_MESSAGE)
     target = current_session_id
     if raw_session is not None:
