@@ -2,9 +2,9 @@
 
 An agent runs a hook after every turn and waits for it, so a hook call costs the user time on
 every turn. This module is the whole hot path: it imports the standard library only (no pydantic,
-SQLAlchemy, typer or Ray; of omray only the standard-library :mod:`cluster.project_dirs` and
-:mod:`.hook_notices`), so a ``Stop`` hook costs little more than the interpreter's start. What it
-does per call:
+SQLAlchemy, typer or Ray; of omray only the standard-library :mod:`cluster.project_dirs`,
+:mod:`.hook_notices` and :mod:`protocol.file_tail`), so a ``Stop`` hook costs little more than the
+interpreter's start. What it does per call:
 
 * ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd`` (and a Codex ``agent-turn-complete``):
   append a *mark* (how far the transcript is complete, whether a turn ended, whether to observe
@@ -42,6 +42,7 @@ from typing import Any, BinaryIO
 
 from cluster.commands.hook_notices import take_notices
 from cluster.project_dirs import SESSIONS_DIR, private_dir, project_dir
+from protocol.file_tail import complete_length_of
 
 MARKS_FILE = "live.marks.jsonl"
 """``persistence.importers.live.MARKS_FILE``."""
@@ -122,18 +123,9 @@ def complete_length(path: str) -> int:
     regular file)."""
     try:
         with open_regular(path) as handle:
-            position = handle.seek(0, os.SEEK_END)
-            while position > 0:
-                start = max(0, position - 64 * 1024)
-                handle.seek(start)
-                chunk = handle.read(position - start)
-                newline = chunk.rfind(b"\n")
-                if newline >= 0:
-                    return start + newline + 1
-                position = start
+            return complete_length_of(handle, handle.seek(0, os.SEEK_END))
     except OSError:
         return 0
-    return 0
 
 
 def mark_line(

@@ -63,6 +63,7 @@ from persistence.importers.live_spans import (
     renumber,
 )
 from protocol.errors import OmrayError
+from protocol.file_tail import TAIL_CHUNK, complete_length_of
 
 MARKS_FILE = "live.marks.jsonl"
 CURSOR_FILE = "live.cursor.json"
@@ -78,7 +79,6 @@ LIVE_FALLBACK_TS = "1970-01-01T00:00:00+00:00"
 LOCK_TIMEOUT_S = 120.0
 """Longest wait for another process's sync of the same session."""
 
-_TAIL_CHUNK = 64 * 1024
 
 LIVE_CONVERTERS: dict[LiveFormat, type[RecordConverter]] = {
     "claude-code": ClaudeCodeConverter,
@@ -204,25 +204,12 @@ def pending_after_dispatch(pending: Iterable[Boundary], accepted_through: int) -
 # ------------------------------------------------------------------------------------------ files
 
 
-def _complete_length_of(handle: BinaryIO, end: int) -> int:
-    position = end
-    while position > 0:
-        start = max(0, position - _TAIL_CHUNK)
-        handle.seek(start)
-        chunk = handle.read(position - start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            return start + newline + 1
-        position = start
-    return 0
-
-
 def complete_length(path: Path) -> int:
     """Bytes of ``path`` through its last newline (0 when it has none, does not exist or is not a
     regular file: a FIFO is never opened for a blocking read)."""
     try:
         with open_regular(path) as handle:
-            return _complete_length_of(handle, handle.seek(0, os.SEEK_END))
+            return complete_length_of(handle, handle.seek(0, os.SEEK_END))
     except (TranscriptSourceError, OSError):
         return 0
 
@@ -234,7 +221,7 @@ def _fingerprint_of(handle: BinaryIO, length: int) -> str:
         handle.seek(0)
         left = length
         while left > 0:
-            chunk = handle.read(min(_TAIL_CHUNK, left))
+            chunk = handle.read(min(TAIL_CHUNK, left))
             if not chunk:
                 return
             left -= len(chunk)
@@ -257,7 +244,7 @@ def inspect_transcript(path: Path, span: Span | None) -> FileView:
     try:
         with handle:
             size = os.fstat(handle.fileno()).st_size
-            complete = _complete_length_of(handle, size)
+            complete = complete_length_of(handle, size)
             if span is None or span.read_to == 0:
                 return FileView("regular", complete)
             if size < span.read_to:
@@ -363,8 +350,8 @@ def _last_seq_repairing_tail(events_path: Path) -> int:
     if length == 0:
         return 0
     with events_path.open("rb") as handle:
-        handle.seek(max(0, length - _TAIL_CHUNK))
-        tail = handle.read(length - max(0, length - _TAIL_CHUNK))
+        handle.seek(max(0, length - TAIL_CHUNK))
+        tail = handle.read(length - max(0, length - TAIL_CHUNK))
     last_line = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
     try:
         seq = json.loads(last_line)["seq"]

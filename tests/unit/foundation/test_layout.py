@@ -29,6 +29,7 @@ STDLIB_HOT_PATHS = (
     "cluster.commands.hook_notices",
     "cluster.servers.mcp_server",
     "cluster.servers.mcp_stdio",
+    "protocol.file_tail",
 )
 """What an agent waits on (the ``omray`` entry point, a hook call, the MCP server's stdio start): their
 module-level imports load no project module outside this set and ``cluster.project_dirs``."""
@@ -141,11 +142,18 @@ def test_the_hot_paths_load_the_standard_library_only() -> None:
     beyond the stdlib-only ones (``tests/unit/live`` runs the Stop hook and checks ``sys.modules``)."""
     import sys
 
-    allowed = {*STDLIB_HOT_PATHS, "cluster", "cluster.project_dirs", "cluster.commands", "cluster.servers"}
+    allowed = {
+        *STDLIB_HOT_PATHS,
+        "cluster",
+        "cluster.project_dirs",
+        "cluster.commands",
+        "cluster.servers",
+        "protocol",
+    }
     for module in [*STDLIB_HOT_PATHS, "cluster.project_dirs"]:
         for name in _top_level_imports(module):
             assert name in allowed or name.split(".")[0] in sys.stdlib_module_names, (module, name)
-    for package in ("cluster", "cluster.commands", "cluster.servers"):
+    for package in ("cluster", "cluster.commands", "cluster.servers", "protocol"):
         assert _top_level_imports(package) <= {"__future__", "typing"}, package
 
 
