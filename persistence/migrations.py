@@ -19,7 +19,7 @@ Checksums are ``sha256`` of the step's statements joined by ``"\\n"``. omray com
 from ``persistence.schema``, so the checksums recorded for PHP versions differ from the PHP
 tool's; checksums are recorded for the record and never verified.
 
-Longer than 600 lines because released steps are append-only history, kept here in order; their SQL
+Length: over 600 lines because released steps are append-only history, kept here in order; their SQL
 never changes (``tests/unit/persistence/test_migration_history.py``).
 """
 

@@ -3,7 +3,7 @@
 An agent runs a hook after every turn and waits for it, so a hook call costs the user time on
 every turn. This module is the whole hot path: it imports the standard library only (no pydantic,
 SQLAlchemy, typer or Ray; of omray only the standard-library :mod:`cluster.project_dirs`,
-:mod:`.hook_notices` and :mod:`protocol.file_tail`), so a ``Stop`` hook costs little more than the
+:mod:`.hook_notices` and :mod:`persistence.file_tail`), so a ``Stop`` hook costs little more than the
 interpreter's start. What it does per call:
 
 * ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd`` (and a Codex ``agent-turn-complete``):
@@ -42,7 +42,7 @@ from typing import Any, BinaryIO
 
 from cluster.commands.hook_notices import take_notices
 from cluster.project_dirs import SESSIONS_DIR, private_dir, project_dir
-from protocol.file_tail import complete_length_of
+from persistence.file_tail import complete_length_of
 
 MARKS_FILE = "live.marks.jsonl"
 """``persistence.importers.live.MARKS_FILE``."""

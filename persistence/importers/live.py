@@ -39,6 +39,7 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from persistence.atomic_file import replace_file
+from persistence.file_tail import TAIL_CHUNK, complete_length_of
 from persistence.importers.claude_code import ClaudeCodeConverter
 from persistence.importers.codex import CodexConverter
 from persistence.importers.common import (
@@ -63,7 +64,6 @@ from persistence.importers.live_spans import (
     renumber,
 )
 from protocol.errors import OmrayError
-from protocol.file_tail import TAIL_CHUNK, complete_length_of
 
 MARKS_FILE = "live.marks.jsonl"
 CURSOR_FILE = "live.cursor.json"

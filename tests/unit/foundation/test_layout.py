@@ -29,7 +29,7 @@ STDLIB_HOT_PATHS = (
     "cluster.commands.hook_notices",
     "cluster.servers.mcp_server",
     "cluster.servers.mcp_stdio",
-    "protocol.file_tail",
+    "persistence.file_tail",
 )
 """What an agent waits on (the ``omray`` entry point, a hook call, the MCP server's stdio start): their
 module-level imports load no project module outside this set and ``cluster.project_dirs``."""
@@ -148,12 +148,12 @@ def test_the_hot_paths_load_the_standard_library_only() -> None:
         "cluster.project_dirs",
         "cluster.commands",
         "cluster.servers",
-        "protocol",
+        "persistence",
     }
     for module in [*STDLIB_HOT_PATHS, "cluster.project_dirs"]:
         for name in _top_level_imports(module):
             assert name in allowed or name.split(".")[0] in sys.stdlib_module_names, (module, name)
-    for package in ("cluster", "cluster.commands", "cluster.servers", "protocol"):
+    for package in ("cluster", "cluster.commands", "cluster.servers", "persistence"):
         assert _top_level_imports(package) <= {"__future__", "typing"}, package
 
 
@@ -209,3 +209,15 @@ def test_unit_tests_mirror_the_source_tree() -> None:
         and not (REPO / folder.relative_to(unit)).with_suffix(".py").is_file()
     )
     assert strays == []
+
+
+def test_no_module_is_long_without_a_reason() -> None:
+    """Outside tests: none over 750 lines; one over 600 says why in a ``Length:`` line of its docstring."""
+    for pkg in PACKAGES:
+        for path in (REPO / pkg).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            lines = text.count("\n")
+            assert lines <= 750, (str(path.relative_to(REPO)), lines)
+            if lines > 600:
+                docstring = ast.get_docstring(ast.parse(text)) or ""
+                assert "Length:" in docstring, (str(path.relative_to(REPO)), lines)

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.commands import hook_fast
+from persistence.file_tail import TAIL_CHUNK, complete_length_of
 from persistence.importers import live
-from protocol.file_tail import TAIL_CHUNK, complete_length_of
 
 
 @given(st.binary(max_size=300), st.integers(min_value=0, max_value=400))
