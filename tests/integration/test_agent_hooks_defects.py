@@ -182,7 +182,7 @@ def test_a_model_that_cannot_be_reached_is_reported_once_with_session_cause_and_
     context = started["hookSpecificOutput"]["additionalContext"]
     assert context.startswith(NOTICE_FOR_MODEL) and SESSION in context
     assert session.hook("SessionStart", source="startup") is None
-    failures = [explain(f) for f in client.status()["recent_failures"] if f.get("run_id") == SESSION]
+    failures = [explain(f) for f in client.status()["recent_failures"] if f.get("session_id") == SESSION]
     assert failures and failures[-1]["last_failure"] == "model_unreachable"
     assert "base_url" in failures[-1]["fix"]
 
