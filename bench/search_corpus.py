@@ -20,18 +20,15 @@ from pathlib import Path
 from bench.shared_data import shared_data_dir
 from persistence.store import Store
 from protocol.identities import (
-    chunk_key,
     content_hash,
-    coverage_key,
     observation_id,
     observation_set_hash,
-    part_digest,
     reflection_id,
-    source_digest,
     source_refs_json,
     threshold_generation_id,
 )
 from protocol.records import CoveragePart, ObservationRecord, ReflectionRecord, Relevance, SourceRef
+from testkit.records import coverage_part
 
 TRANSCRIPTS_DIR = shared_data_dir() / "transcripts"
 """Real agent transcripts (third-party data; optional)."""
@@ -153,20 +150,13 @@ def corpus_observation(
 
 def corpus_part(run_id: str, start: int, end: int, covered_at: str) -> CoveragePart:
     """The coverage row committed with a batch of corpus observations of ``start..end``."""
-    digest = source_digest([{"run_id": run_id, "seq": start, "kind": "bench", "rendered_text": str(end)}])
-    key = chunk_key(run_id, start, end, _RENDERER, _OBSERVER_SCHEMA, digest, 1)
-    p_digest = part_digest(f"{run_id}:{start}:{end}")
-    return CoveragePart(
-        coverage_key=coverage_key(key, 1, p_digest),
-        run_id=run_id,
-        boundary_key=key,
-        source_start_seq=start,
-        source_end_seq=end,
-        chunk_key=key,
-        part_index=1,
-        part_count=1,
-        source_digest=digest,
-        part_digest=p_digest,
+    return coverage_part(
+        run_id,
+        start,
+        end,
+        source_kind="bench",
+        source_text=str(end),
+        part_text=f"{run_id}:{start}:{end}",
         renderer_version=_RENDERER,
         observer_schema_version=_OBSERVER_SCHEMA,
         covered_at=covered_at,

@@ -196,10 +196,6 @@ def reflection_from_row(row: Row[Any]) -> ReflectionRecord:
     return ReflectionRecord(**data)
 
 
-def _existing_tables(conn: Connection) -> set[str]:
-    return set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars())
-
-
 def _prefix_lookup(
     conn: Connection, table: str, id_column: str, run_id: str, memory_id: str
 ) -> list[Row[Any]]:

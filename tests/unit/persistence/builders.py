@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from protocol.identities import (
-    chunk_key,
     content_hash,
-    coverage_key,
     observation_id,
-    part_digest,
     reflection_id,
-    source_digest,
 )
 from protocol.records import CoveragePart, ObservationRecord, ReflectionRecord, SourceRef
+from testkit.records import coverage_part
 
 RENDERER = "renderer-v1"
 OBSERVER_SCHEMA = "observer-v1"
@@ -32,23 +29,18 @@ def make_part(
     covered_at: str = COVERED_AT,
 ) -> CoveragePart:
     """A coverage part of the chunk ``start..end`` (same chunk for every index of one seed)."""
-    digest = source_digest([{"run_id": run_id, "seq": start, "kind": digest_seed, "rendered_text": "t"}])
-    key = chunk_key(run_id, start, end, RENDERER, OBSERVER_SCHEMA, digest, part_count)
-    p_digest = part_digest(f"{part_text}-{part_index}")
-    return CoveragePart(
-        coverage_key=coverage_key(key, part_index, p_digest),
-        run_id=run_id,
-        boundary_key=key,
-        source_start_seq=start,
-        source_end_seq=end,
-        chunk_key=key,
-        part_index=part_index,
-        part_count=part_count,
-        source_digest=digest,
-        part_digest=p_digest,
+    return coverage_part(
+        run_id,
+        start,
+        end,
+        source_kind=digest_seed,
+        source_text="t",
+        part_text=f"{part_text}-{part_index}",
         renderer_version=RENDERER,
         observer_schema_version=OBSERVER_SCHEMA,
         covered_at=covered_at,
+        part_index=part_index,
+        part_count=part_count,
     )
 
 

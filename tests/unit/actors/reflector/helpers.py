@@ -14,16 +14,13 @@ from persistence.queries import MemoryReader
 from persistence.store import Store
 from protocol.errors import StorageError
 from protocol.identities import (
-    chunk_key,
     content_hash,
-    coverage_key,
     observation_id,
-    part_digest,
-    source_digest,
 )
 from protocol.jobs import ReflectGenerationJob
-from protocol.records import ActivityRecord, CoveragePart, ObservationRecord, Relevance, SourceRef
+from protocol.records import ActivityRecord, ObservationRecord, Relevance, SourceRef
 from protocol.settings import OmSettings
+from testkit.records import coverage_part
 
 RUN = "run-reflect"
 RENDERER = "1"
@@ -69,25 +66,19 @@ def commit_observation(
 ) -> ObservationRecord:
     """Commit one single-event chunk part ``seq..seq`` holding one observation (like the Observer)."""
     stamp = timestamp or f"2026-07-23 10:{seq:02d}"
-    digest = source_digest([{"run_id": run_id, "seq": seq, "kind": "user", "rendered_text": content}])
-    key = chunk_key(run_id, seq, seq, RENDERER, OBSERVER_SCHEMA, digest, 1)
-    p_digest = part_digest(f"part-{seq}-{content}")
     covered_at = "2026-07-23T11:00:00+00:00"
-    part = CoveragePart(
-        coverage_key=coverage_key(key, 1, p_digest),
-        run_id=run_id,
-        boundary_key=key,
-        source_start_seq=seq,
-        source_end_seq=seq,
-        chunk_key=key,
-        part_index=1,
-        part_count=1,
-        source_digest=digest,
-        part_digest=p_digest,
+    part = coverage_part(
+        run_id,
+        seq,
+        seq,
+        source_kind="user",
+        source_text=content,
+        part_text=f"part-{seq}-{content}",
         renderer_version=RENDERER,
         observer_schema_version=OBSERVER_SCHEMA,
         covered_at=covered_at,
     )
+    key = part.chunk_key
     refs = (SourceRef(run_id=run_id, seq=seq),)
     record = ObservationRecord(
         observation_id=observation_id(run_id, OBSERVER_SCHEMA, stamp, content, refs),
