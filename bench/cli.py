@@ -384,7 +384,8 @@ def recall_command(
     dataset: str = typer.Option(
         "longmemeval-s-dev100",
         "--dataset",
-        help="longmemeval-s-dev100 (100 questions) | longmemeval-s (24) | longmemeval-oracle",
+        help="longmemeval-s-dev100 (100 questions) | beam-dev (144 over 54 histories) | longmemeval-s (24) "
+        "| longmemeval-oracle",
     ),
     layout: str = typer.Option(
         "one-session",
@@ -399,11 +400,13 @@ def recall_command(
     questions: int | None = typer.Option(
         None, "--questions", min=0, help="Questions to ask (0 and the default: all; fewer for quick runs)."
     ),
-    data_dir: str | None = typer.Option(None, "--data-dir", help="Folder of the LongMemEval files."),
+    data_dir: str | None = typer.Option(
+        None, "--data-dir", help="The shared data folder (holding longmemeval/ and beam/)."
+    ),
     address: str | None = AddressOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Recall of memory_search on LongMemEval through the runtime (client -> queue -> observer ->
+    """Recall of memory_search on LongMemEval or BEAM through the runtime (client -> queue -> observer ->
     indexer, default settings), next to plain bm25s over the raw turns of the same run."""
     from pathlib import Path
 

@@ -1,40 +1,46 @@
-"""``omray bench recall``: memory search recall on LongMemEval, through the real runtime.
+"""``omray bench recall``: memory search recall on LongMemEval and BEAM, through the real runtime.
 
-Every question's history goes through the product path with default settings: a private Ray
-cluster runs omray's queue and worker pools (:func:`cluster.runtime.ensure_runtime`, default pool
-sizes), and one :class:`cluster.client.OmrayClient` per question (its own project directory and
-memory database, the settings a project with no settings file gets) appends the history to
-``events.jsonl`` and calls ``after_turn_commit`` as an agent would: the QueueActor runs the
-ObserverActor (``builtin/extractive``, the default trigger policy) and the IndexerActor (the
-offline embedder), and every question is asked through ``client.memory_search`` (``limit`` 50).
+Every history goes through the product path with default settings: a private Ray cluster runs
+omray's queue and worker pools (:func:`cluster.runtime.ensure_runtime`, default pool sizes), and one
+:class:`cluster.client.OmrayClient` per history (its own project directory and memory database, the
+settings a project with no settings file gets) appends the history to ``events.jsonl`` and calls
+``after_turn_commit`` as an agent would: the QueueActor runs the ObserverActor (``builtin/extractive``,
+the default trigger policy) and the IndexerActor (the offline embedder), and every question is asked
+through ``client.memory_search`` (``limit`` 50, ``query_date`` the question's date). A LongMemEval
+question has a history of its own; BEAM asks several questions of each of its 54 histories, and
+each history is played once.
+
+Datasets (``--dataset``): ``longmemeval-s-dev100`` (``../shared/data/longmemeval``, MIT) and
+``beam-dev`` (``../shared/data/beam``: BEAM by Tavakoli et al., arXiv:2510.27246, CC BY-SA 4.0, read
+in place and never copied), in the same record shape.
 
 Layouts (``--layout``):
 
-* ``one-session``: a question's whole history is ONE agent session, one turn per LongMemEval
-  session in date order (its messages, then ``agent_end``), the last turn with ``session_end``:
-  an agent that runs for weeks.
-* ``per-session``: each LongMemEval session is its own agent session (one turn, ``session_end``).
+* ``one-session``: a history is ONE agent session, one turn per history session in date order (its
+  messages, then ``agent_end``), the last turn with ``session_end``: an agent that runs for weeks.
+* ``per-session``: each history session is its own agent session (one turn, ``session_end``).
 
 Observers (``--observer``): ``builtin`` (the default offline model, which copies each message) or
 ``condensing``: a scripted model behind the real ``openai`` client that writes one short
 observation per ten messages, as a real model condenses. Everything the Observer was shown must
 stay findable either way (the transcript index).
 
-Scoring (``_abs`` questions are skipped, as upstream does). A hit stands for the LongMemEval turns
-it covers: its ``source`` seq range (the matching events), else the events its observation cites
-(an event result is its own seq). ``turn`` R@k: some ``has_answer`` turn among the first k turns,
-in first-appearance order; ``session`` R@k the same over answer sessions. Baseline from the same
-run: plain ``bm25s`` over the raw turns of the same history (one document per turn, omray's keyword
+Scoring (``_abs`` questions are skipped, as upstream does). A hit stands for the turns it covers:
+its ``source`` seq range (the matching events), else the events its observation cites (an event
+result is its own seq). ``turn`` R@k: some ``has_answer`` turn among the first k turns, in
+first-appearance order; ``session`` R@k the same over answer sessions. Baseline from the same run:
+plain ``bm25s`` over the raw turns of the same history (one document per turn, omray's keyword
 tokenizer, every word of the question, as omray's keyword side reads it). ``findable``: the share of
 history turns of eight words or more that an exact ``memory_search`` of a quote of eight
-consecutive words finds (``findable_short``: the shorter turns, searched whole). ``variants``: the
-same stores searched with the reference's rank-only fusion (``rrf``) and with the keyword side
-alone (``keyword``). Figures are printed, never asserted.
+consecutive words finds (``findable_short``: the shorter turns, searched whole). ``no_match_rate``:
+each question asked of another history's store (one holding none of its evidence sessions), the
+share answered ``no_match``; ``real_no_match_rate`` the share of real questions wrongly answered so.
+``variants``: the same stores searched with other rankings (:data:`VARIANTS`). Figures are
+printed, never asserted.
 
-Stores are built in waves of :data:`WAVE` questions, and a wave is scored while the runtime builds
+Stores are built in waves of :data:`WAVE` histories, and a wave is scored while the runtime builds
 the next one (search times are then taken beside that work); each wave's StoreActors are stopped
-once it is scored, so a run never holds more than two waves' worth of actors. The data is read from
-``../shared/data/longmemeval`` (``--data-dir``); it is never copied.
+once it is scored, so a run never holds more than two waves' worth of actors.
 """
 
 from __future__ import annotations
@@ -62,28 +68,37 @@ from bench.measure import percentile
 from bench.shared_data import shared_data_dir
 from persistence.semantic.keyword import KeywordIndex, query_tokens
 from protocol.events import AfterTurnCommit, EventSummary
+from protocol.semantic import FusionMode
 
-Dataset = Literal["longmemeval-s-dev100", "longmemeval-s", "longmemeval-oracle"]
+Dataset = Literal["longmemeval-s-dev100", "longmemeval-s", "longmemeval-oracle", "beam-dev"]
 Layout = Literal["one-session", "per-session"]
 ObserverKind = Literal["builtin", "condensing"]
-DATA_DIR: Final[Path] = shared_data_dir() / "longmemeval"
+DATA_DIR: Final[Path] = shared_data_dir()
 FILES: Final[dict[str, str]] = {
-    "longmemeval-s-dev100": "longmemeval_s_dev100.json.gz",
-    "longmemeval-s": "longmemeval_s_subset26.json.gz",
-    "longmemeval-oracle": "longmemeval_oracle.json.gz",
+    "longmemeval-s-dev100": "longmemeval/longmemeval_s_dev100.json.gz",
+    "longmemeval-s": "longmemeval/longmemeval_s_subset26.json.gz",
+    "longmemeval-oracle": "longmemeval/longmemeval_oracle.json.gz",
+    "beam-dev": "beam/beam_dev.json.gz",
 }
+"""Each dataset's file under the shared data folder (``--data-dir``)."""
 DEFAULT_QUESTIONS: Final[dict[str, int]] = {
     "longmemeval-s-dev100": 0,
     "longmemeval-s": 0,
     "longmemeval-oracle": 60,
+    "beam-dev": 0,
 }
 """Questions of a default run (``0``: all); ``--questions N`` for quick runs."""
 KS: Final[tuple[int, ...]] = (1, 5, 10, 20)
 SEARCH_LIMIT: Final[int] = 50
 QUOTE_WORDS: Final[int] = 8
 WAVE: Final[int] = 8
-"""Questions whose stores are built and scored together."""
+"""Histories whose stores are built and scored together."""
 IDLE_TIMEOUT_S: Final[float] = 3600.0
+VARIANTS: Final[dict[str, tuple[FusionMode, dict[str, Any]]]] = {
+    "rrf": ("rrf", {}),
+    "keyword": ("keyword", {}),
+}
+"""Other rankings asked of the same stores: name -> (fusion, semantic settings changed)."""
 CONDENSE_EVERY: Final[int] = 10
 """Messages per observation of the condensing scripted observer."""
 
@@ -112,6 +127,8 @@ class Question:
     question_id: str
     question_type: str
     question: str
+    asked: str = ""
+    """When the question is asked (``YYYY-MM-DD HH:MM``): the ``query_date`` of its search."""
     sessions: list[tuple[str, str, list[Turn]]] = field(default_factory=list)
     """``(session key, ISO date, turns)`` in date order."""
     gold_sessions: set[str] = field(default_factory=set)
@@ -130,7 +147,7 @@ class Question:
 def load_records(dataset: Dataset, data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
     path = data_dir / FILES[dataset]
     if not path.is_file():
-        raise DataMissingError(f"LongMemEval file {path.name!r} not found in {str(data_dir)!r}")
+        raise DataMissingError(f"dataset file {FILES[dataset]!r} not found in {str(data_dir)!r}")
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         records: list[dict[str, Any]] = json.load(handle)
     return records
@@ -169,7 +186,14 @@ def lme_timestamp(value: str) -> str:
 
 def build_question(record: Mapping[str, Any]) -> Question:
     """One question with its history sorted by date (a repeated session id gets its own key)."""
-    question = Question(str(record["question_id"]), str(record["question_type"]), str(record["question"]))
+    asked = (
+        lme_timestamp(str(record["question_date"]))[:16].replace("T", " ")
+        if "question_date" in record
+        else ""
+    )
+    question = Question(
+        str(record["question_id"]), str(record["question_type"]), str(record["question"]), asked
+    )
     gold = set(record["answer_session_ids"])
     seen: dict[str, int] = defaultdict(int)
     rows = []
@@ -365,6 +389,8 @@ class RecallBenchResult(BaseModel):
     layout: str
     observer: str
     questions: int
+    histories: int
+    """Histories played into the runtime (BEAM asks several questions of each)."""
     sessions: int
     turns: int
     observations: int
@@ -373,6 +399,12 @@ class RecallBenchResult(BaseModel):
     variants: dict[str, RecallFigures]
     omray_by_type: dict[str, RecallFigures]
     baseline_by_type: dict[str, RecallFigures]
+    no_match_rate: float
+    """Share of unrelated queries (each question asked of another history's store, one without its
+    evidence) answered ``no_match`` with no results."""
+    unrelated_queries: int
+    real_no_match_rate: float
+    """Share of the real questions answered ``no_match`` (each is a miss)."""
     findable: float
     """Share of the history turns of 8+ words that an exact quote of 8 of their words finds."""
     findable_turns: int
@@ -411,29 +443,77 @@ class _Scores:
     exact_latencies: list[float] = field(default_factory=list)
     findable: list[bool] = field(default_factory=list)
     findable_short: list[bool] = field(default_factory=list)
+    real_no_match: list[bool] = field(default_factory=list)
+    unrelated_no_match: list[bool] = field(default_factory=list)
     observations: int = 0
 
 
-def _score(client: Any, question: Question, history: History, scores: _Scores, rng: random.Random) -> None:
+def history_key(question: Question) -> tuple[tuple[str, str], ...]:
+    """What identifies a question's history: its sessions and their dates (BEAM asks several questions
+    of one history; each is played into the runtime once)."""
+    return tuple((key, date) for key, date, _ in question.sessions)
+
+
+def _search(client: Any, question: Question, **extra: Any) -> dict[str, Any]:
+    arguments: dict[str, Any] = {"query": question.question, "limit": SEARCH_LIMIT, **extra}
+    if question.asked:
+        arguments["query_date"] = question.asked
+    answer: dict[str, Any] = client.memory_search(arguments)
+    return answer
+
+
+def _score(client: Any, question: Question, history: History, scores: _Scores) -> None:
+    """Ask one question of the store its history was played into."""
     refs = cited_refs(client.db_path)
-    scores.observations += len(refs)
     begin = time.perf_counter()
-    answer = client.memory_search({"query": question.question, "limit": SEARCH_LIMIT})
+    answer = _search(client, question)
     scores.latencies.append((time.perf_counter() - begin) * 1000)
     if answer.get("ok") is not True or answer.get("mode") == "exact":
         raise RuntimeError(
             f"hybrid memory_search failed: {answer.get('error') or answer.get('hybrid_unavailable')!r}"
         )
     scores.omray.append((question, *ranked_turns(answer["results"], refs, history)))
+    scores.real_no_match.append(answer.get("no_match") is True)
     scores.baseline.append((question, *baseline_ranking(question)))
     semantic = client.settings.semantic
-    for fusion in ("rrf", "keyword"):
-        hybrid = hybrid_search_for(str(client.db_path), semantic, fusion=fusion)
-        variant = memory_search(client.db_path, {"query": question.question, "limit": SEARCH_LIMIT}, hybrid)
+    for name, (fusion, overrides) in VARIANTS.items():
+        hybrid = hybrid_search_for(str(client.db_path), semantic.model_copy(update=overrides), fusion=fusion)
+        arguments: dict[str, Any] = {"query": question.question, "limit": SEARCH_LIMIT}
+        if question.asked:
+            arguments["query_date"] = question.asked
+        variant = memory_search(client.db_path, arguments, hybrid)
         results = variant.get("results")
-        scores.variants[fusion].append(
+        scores.variants[name].append(
             (question, *ranked_turns(results if isinstance(results, list) else [], refs, history))
         )
+
+
+def _unrelated_store(
+    wave: Sequence[tuple[Any, list[Question], History]], position: int, question: Question
+) -> Any | None:
+    """The client of the next history of the wave that holds none of ``question``'s evidence sessions."""
+    for step in range(1, len(wave)):
+        client, group, _ = wave[(position + step) % len(wave)]
+        if not question.gold_sessions & {key for key, _, _ in group[0].sessions}:
+            return client
+    return None
+
+
+def _score_unrelated(client: Any, question: Question, scores: _Scores) -> None:
+    """Ask a question of ANOTHER history's store (one that holds none of its evidence sessions):
+    nothing there answers it, so the right answer is ``no_match``."""
+    answer = _search(client, question)
+    if answer.get("ok") is not True:
+        raise RuntimeError(f"hybrid memory_search failed: {answer.get('error')!r}")
+    scores.unrelated_no_match.append(answer.get("no_match") is True and answer.get("count") == 0)
+
+
+def _score_findable(
+    client: Any, question: Question, history: History, scores: _Scores, rng: random.Random
+) -> None:
+    """Whether every turn of a history is found by an exact quote of it."""
+    refs = cited_refs(client.db_path)
+    scores.observations += len(refs)
     for _, _, turns in question.sessions:
         for turn in turns:
             if not turn.content.strip():
@@ -491,6 +571,10 @@ def run_recall_bench(
         load_records(dataset, data_dir), DEFAULT_QUESTIONS[dataset] if questions is None else questions
     )
     chosen = [build_question(record) for record in records]
+    histories: dict[tuple[tuple[str, str], ...], list[Question]] = defaultdict(list)
+    for question in chosen:
+        histories[history_key(question)].append(question)
+    groups = list(histories.values())
     names = RuntimeNames(prefix=f"recall{uuid.uuid4().hex[:8]}")
     scores = _Scores()
     rng = random.Random(29)
@@ -503,24 +587,30 @@ def run_recall_bench(
         ensure_runtime(names, queue_db=str(work / "queue.sqlite"), handler_paths=DEFAULT_HANDLERS)
         try:
 
-            def start(wave: int) -> list[tuple[Any, Question, History]]:
+            def start(wave: int) -> list[tuple[Any, list[Question], History]]:
                 started_wave = []
-                for question in chosen[wave : wave + WAVE]:
-                    project = work / f"q-{question.question_id}"
+                for group in groups[wave : wave + WAVE]:
+                    project = work / f"q-{group[0].question_id}"
                     project.mkdir()
                     client = OmrayClient(names, settings=_settings(observer, base_url), cwd=project)
-                    started_wave.append((client, question, play_history(client, question, layout)))
+                    started_wave.append((client, group, play_history(client, group[0], layout)))
                 return started_wave
 
             begin = time.monotonic()
             ready = start(0)
-            for wave in range(0, len(chosen), WAVE):
+            for wave in range(0, len(groups), WAVE):
                 if not ready[0][0].wait_idle(timeout_s=IDLE_TIMEOUT_S):
                     raise RuntimeError("the runtime did not finish observing and indexing in time")
                 build_s = time.monotonic() - begin
-                scoring, ready = ready, start(wave + WAVE) if wave + WAVE < len(chosen) else []
-                for client, question, history in scoring:
-                    _score(client, question, history, scores, rng)
+                scoring, ready = ready, start(wave + WAVE) if wave + WAVE < len(groups) else []
+                for position, (client, group, history) in enumerate(scoring):
+                    for question in group:
+                        _score(client, question, history, scores)
+                        other = _unrelated_store(scoring, position, question)
+                        if other is not None:
+                            _score_unrelated(other, question, scores)
+                    _score_findable(client, group[0], history, scores, rng)
+                for client, _, _ in scoring:
                     _stop_store(names, client.db_path)
                     client.close()
         finally:
@@ -530,14 +620,18 @@ def run_recall_bench(
         layout=layout,
         observer=observer,
         questions=len(chosen),
-        sessions=sum(len(q.sessions) for q in chosen),
-        turns=sum(len(turns) for q in chosen for _, _, turns in q.sessions),
+        histories=len(groups),
+        sessions=sum(len(group[0].sessions) for group in groups),
+        turns=sum(len(turns) for group in groups for _, _, turns in group[0].sessions),
         observations=scores.observations,
         omray=figures(scores.omray),
         baseline_bm25_turns=figures(scores.baseline),
         variants={name: figures(rows) for name, rows in sorted(scores.variants.items())},
         omray_by_type=by_type(scores.omray),
         baseline_by_type=by_type(scores.baseline),
+        no_match_rate=round(sum(scores.unrelated_no_match) / max(1, len(scores.unrelated_no_match)), 3),
+        unrelated_queries=len(scores.unrelated_no_match),
+        real_no_match_rate=round(sum(scores.real_no_match) / max(1, len(scores.real_no_match)), 3),
         findable=round(sum(scores.findable) / max(1, len(scores.findable)), 4),
         findable_turns=len(scores.findable),
         findable_short=round(sum(scores.findable_short) / max(1, len(scores.findable_short)), 4),

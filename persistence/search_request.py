@@ -46,6 +46,23 @@ class DateBounds:
 
 
 @dataclass(frozen=True, slots=True)
+class TimeWindow:
+    """A span of memory time a query names, ``start <= t < end`` as ``YYYY-MM-DD HH:MM`` (UTC): hybrid
+    search ranks memories dated inside it higher (``actors.read.query_time`` finds it)."""
+
+    start: str
+    """First minute inside the window."""
+    end: str
+    """First minute after it."""
+
+    def contains(self, timestamp: str) -> bool:
+        """Whether a memory dated ``timestamp`` (``YYYY-MM-DD HH:MM``, or ISO-8601 ``YYYY-MM-DDTHH:MM...``
+        for a reflection) falls inside the window (string compares on the minute)."""
+        minute = timestamp[:16].replace("T", " ")
+        return self.start <= minute < self.end
+
+
+@dataclass(frozen=True, slots=True)
 class SearchRequest:
     """A validated ``memory_search`` request with its date bounds normalized per table."""
 
@@ -59,6 +76,9 @@ class SearchRequest:
     """Sessions searched (``scope``): ``None`` is every session; else these ids, trimmed and unique."""
     mode: SearchMode = "auto"
     """``auto`` (hybrid when configured, else exact), ``exact`` or ``hybrid``."""
+    query_date: str | None = None
+    """The clock relative time phrases in the query are read against (``YYYY-MM-DD HH:MM`` UTC);
+    ``None``: now."""
 
     def in_scope(self, session_id: str) -> bool:
         """Whether a memory of ``session_id`` may be returned."""

@@ -34,7 +34,15 @@ SearchMode = Literal["auto", "exact", "hybrid"]
 """How ``memory_search`` matches: ``auto`` (hybrid when configured, else exact), ``exact``, ``hybrid``."""
 MEMORY_SEARCH_MODES: Final[tuple[SearchMode, ...]] = ("auto", "exact", "hybrid")
 """Accepted ``mode`` values."""
-MEMORY_SEARCH_ARGUMENTS: Final[tuple[str, ...]] = ("query", "after", "before", "limit", "scope", "mode")
+MEMORY_SEARCH_ARGUMENTS: Final[tuple[str, ...]] = (
+    "query",
+    "after",
+    "before",
+    "limit",
+    "scope",
+    "mode",
+    "query_date",
+)
 """Every argument ``memory_search`` takes; any other key is corrected, never ignored."""
 MEMORY_SEARCH_MAX_QUERY_BYTES = 10_000
 """Longest ``query`` in UTF-8 bytes (either mode); a longer one is ``invalid_query``. SQLite refuses
@@ -212,7 +220,8 @@ def _mode_property(hybrid: bool) -> dict[str, Any]:
 def memory_search_spec(hybrid: bool) -> dict[str, Any]:
     """Spec of ``memory_search``: the schema is the same in both modes, the texts depend on ``hybrid``.
 
-    The reference's four arguments come first, unchanged; ``scope`` and ``mode`` are omray's.
+    The reference's four arguments come first, unchanged; ``scope``, ``mode`` and ``query_date`` are
+    omray's.
     """
     description, query_text, limit_text = _search_texts(hybrid)
     parameters = _strict_object(
@@ -236,6 +245,14 @@ def memory_search_spec(hybrid: bool) -> dict[str, Any]:
             },
             "scope": _scope_property(),
             "mode": _mode_property(hybrid),
+            "query_date": {
+                "type": "string",
+                "pattern": _DATE_BOUND_PATTERN,
+                "description": "Optional: the date the question is asked from (YYYY-MM-DD or "
+                'YYYY-MM-DD HH:MM, UTC), for phrases such as "last week" or "two days ago" in the query. '
+                "Omit to use now. Memories dated in the time the query names rank higher; nothing is "
+                "filtered out (use after and before for that).",
+            },
         },
         ["query"],
     )

@@ -119,7 +119,7 @@ def _check_handler_types(arguments: Mapping[str, object]) -> ToolResult | None:
             f"query is {size:,} bytes long; at most {MEMORY_SEARCH_MAX_QUERY_BYTES:,} bytes are searched. "
             "Search for a shorter, distinctive part of it.",
         )
-    for field in ("after", "before"):
+    for field in ("after", "before", "query_date"):
         value = arguments.get(field)
         if value is not None and not isinstance(value, str):
             return error_result(
@@ -201,7 +201,8 @@ def validate_search_arguments(
 
     ``None`` values count as omitted. Checks: unknown keys, then the reference order (types, blank
     query, bound format, real calendar date, ``after <= before``, limit: default 20, clamped to 50),
-    then ``scope`` (``session`` means ``current_session_id``) and ``mode``.
+    then ``scope`` (``session`` means ``current_session_id``), ``mode`` and ``query_date`` (the
+    format of a bound; a day alone is its first minute).
     """
     unknown = _unknown_arguments(arguments)
     if unknown is not None:
@@ -236,6 +237,9 @@ def validate_search_arguments(
     mode = _check_mode(arguments.get("mode"))
     if isinstance(mode, dict):
         return mode
+    query_date = _check_date_bound("query_date", arguments.get("query_date"))
+    if isinstance(query_date, dict):
+        return query_date
     return SearchRequest(
         query=trimmed_query,
         limit=min(limit, MAX_SEARCH_LIMIT),
@@ -247,4 +251,5 @@ def validate_search_arguments(
         ),
         sessions=sessions,
         mode=mode,
+        query_date=observation_lower_bound(query_date) if query_date else None,
     )

@@ -109,8 +109,13 @@ def test_memory_search_schema_is_the_same_in_both_modes(hybrid: bool) -> None:
     for field in ("query", "limit"):
         assert parameters["properties"][field]["description"].strip()
         parameters["properties"][field]["description"] = "<mode-specific>"
-    assert list(parameters["properties"])[4:] == ["scope", "mode"]  # omray's own, after the reference's
+    # omray's own, after the reference's
+    assert list(parameters["properties"])[4:] == ["scope", "mode", "query_date"]
+    query_date = parameters["properties"]["query_date"]
+    assert query_date["pattern"] == parameters["properties"]["after"]["pattern"]
+    assert "last week" in query_date["description"]
     del parameters["properties"]["scope"], parameters["properties"]["mode"]
+    del parameters["properties"]["query_date"]
     assert parameters == expected
     pattern = re.compile(parameters["properties"]["after"]["pattern"])
     assert (
