@@ -41,6 +41,8 @@ printed, never asserted.
 Stores are built in waves of :data:`WAVE` histories, and a wave is scored while the runtime builds
 the next one (search times are then taken beside that work); each wave's StoreActors are stopped
 once it is scored, so a run never holds more than two waves' worth of actors.
+
+Length: one benchmark, end to end (data, playing, scoring, figures), read top to bottom.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ WAVE: Final[int] = 8
 """Histories whose stores are built and scored together."""
 IDLE_TIMEOUT_S: Final[float] = 3600.0
 VARIANTS: Final[dict[str, tuple[FusionMode, dict[str, Any]]]] = {
+    "no_floor": ("zscore", {"no_match": False}),
+    "convex": ("convex", {}),
     "rrf": ("rrf", {}),
     "keyword": ("keyword", {}),
 }

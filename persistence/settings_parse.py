@@ -53,6 +53,7 @@ RATIO_MESSAGE = "context_window_ratio must satisfy 0 < ratio < 1."
 SEMANTIC_EMBEDDING_MESSAGE = "observational_memory.semantic requires embedding_api."
 RERANKER_MAPPING_MESSAGE = "semantic.reranker_api must be a mapping."
 MIN_SCORE_MESSAGE = "semantic.reranker_api.min_score must be a finite number."
+NO_MATCH_SETTING_MESSAGE = "semantic.no_match must be true or false."
 CHUNK_OVERLAP_MESSAGE = (
     "chunk_bytes must be at least 4; overlap_bytes must be an integer from 0 to chunk_bytes - 1."
 )
@@ -233,7 +234,10 @@ def semantic_from_mapping(value: object) -> SemanticSettings | None:
             document_characters=document_characters,
             min_score=min_score,
         )
-    return SemanticSettings(embedding_api=embedding_api, reranker_api=reranker_api)
+    no_match = value.get("no_match", True)
+    if not isinstance(no_match, bool):
+        raise SettingsError(NO_MATCH_SETTING_MESSAGE)
+    return SemanticSettings(embedding_api=embedding_api, reranker_api=reranker_api, no_match=no_match)
 
 
 def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:

@@ -47,6 +47,11 @@ INDEX_BUILDING_MESSAGE: Final[str] = (
     "The semantic index is being built or rebuilt; retry memory_search once indexing has caught up."
 )
 INDEX_BUSY_MESSAGE: Final[str] = "Semantic index is busy; retry after indexing completes."
+NO_MATCH_MESSAGE: Final[str] = (
+    "No stored memory or transcript event is close to this query: nothing about it was stored. Try "
+    "other words, or mode exact for a literal piece of text."
+)
+"""Message of a hybrid answer with ``no_match``."""
 EMBEDDING_UNAVAILABLE_MESSAGE: Final[str] = "Embedding request failed or returned invalid vectors."
 RERANKER_UNAVAILABLE_MESSAGE: Final[str] = "The configured reranker failed or gave an invalid answer."
 QUERY_DIMENSIONS_MESSAGE: Final[str] = "Query embedding dimensions changed; the semantic index must rebuild."
@@ -193,7 +198,7 @@ class SourceMemory:
         return self.source_seqs[0] if self.kind == "event" and self.source_seqs else None
 
 
-FusionMode = Literal["convex", "rrf", "keyword"]
+FusionMode = Literal["zscore", "convex", "rrf", "keyword"]
 """How the vector and keyword rankings are fused: score-aware convex combination, rank-only RRF, or
 the keyword ranking alone (kept for comparison in ``omray bench recall``)."""
 
@@ -213,6 +218,8 @@ class Retrieval:
     """The index is still catching up (incomplete or stale): results come from indexed chunks only."""
     excerpts: tuple[SourceExcerpt | None, ...] = ()
     """Per result (same order), the matching source excerpt, when a cited event's text matched."""
+    no_match: bool = False
+    """Nothing stored is close enough to the query to be an answer (the relevance floor): no results."""
 
     def excerpt_of(self, position: int) -> SourceExcerpt | None:
         """The source excerpt of result ``position`` (``None`` when its own text matched)."""

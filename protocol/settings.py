@@ -137,6 +137,9 @@ class SemanticSettings(_Settings):
     """Embedding endpoint (required)."""
     reranker_api: RerankerApiSettings | None = None
     """Reranker endpoint, when configured."""
+    no_match: bool = True
+    """Hybrid search answers ``no_match`` with no results when nothing stored is close to the query
+    (the relevance floor); ``false`` always returns the best candidates."""
 
     def signature(self) -> str:
         """Hash of everything that changes stored embeddings; a change forces an index rebuild.

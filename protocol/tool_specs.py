@@ -167,7 +167,9 @@ def _search_texts(hybrid: bool) -> tuple[str, str, str]:
             "and the transcript of everything observed (messages, tool calls and results). Results come "
             "back best match first, with their dates and session ids; a match in the transcript gives the "
             'memory that covers it with a "source" excerpt (seq range), or the event itself (kind '
-            '"event") when no memory covers it.',
+            '"event") when no memory covers it. "no_match": true with no results means nothing stored '
+            "is close to the query: it was most likely never discussed (try other words, or mode "
+            '"exact" for a literal string).',
             "Keywords, identifiers, phrases, concepts or a paraphrase of what you are looking for "
             f"(at most {MEMORY_SEARCH_MAX_QUERY_BYTES:,} bytes).",
             f"How many ranked results to return (default {MEMORY_SEARCH_DEFAULT_LIMIT}, "

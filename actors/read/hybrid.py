@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from actors.models.registry import embedder_for, reranker_for
+from actors.read.query_time import query_time_window
 from actors.read.search import result_item
 from persistence.search_request import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter
 from protocol.canonical import condense
 from protocol.semantic import (
+    NO_MATCH_MESSAGE,
     SEARCH_FAILED_MESSAGE,
     FusionMode,
     Retrieval,
@@ -51,7 +54,7 @@ def hybrid_search_for(
     semantic: SemanticSettings,
     state_writer: SemanticStateWriter | None = None,
     *,
-    fusion: FusionMode = "convex",
+    fusion: FusionMode = "zscore",
 ) -> HybridSearch:
     """``memory_search`` in hybrid mode over ``db_path``; errors are visible answers, never exact results.
 
@@ -69,12 +72,21 @@ def hybrid_search_for(
                 bounds=request.bounds,
                 reranker=reranker,
                 limit=request.limit,
+                time_window=query_time_window(request.query, _query_clock(request.query_date)),
+                floor=semantic.no_match,
             ),
             request.query,
             request.limit,
         )
 
     return search
+
+
+def _query_clock(query_date: str | None) -> datetime:
+    """The clock relative phrases are read against: the request's ``query_date`` (UTC), else now."""
+    if query_date is None:
+        return datetime.now(UTC)
+    return datetime.strptime(query_date, "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
 
 
 EVENT_CONTENT_CHARS: Final[int] = 1200
@@ -101,12 +113,13 @@ def memory_result_item(memory: SourceMemory, excerpt: SourceExcerpt | None = Non
 
 
 def hybrid_answer(query: str, limit: int, retrieval: Retrieval) -> dict[str, object]:
-    """``{ok, query, limit, truncated, partial, count, results}`` for a retrieval."""
+    """``{ok, query, limit, truncated, partial, count, results}`` for a retrieval, with ``no_match``
+    and a message when nothing stored is close enough to the query."""
     results = [
         memory_result_item(memory, retrieval.excerpt_of(position))
         for position, memory in enumerate(retrieval.results[:limit])
     ]
-    return {
+    answer: dict[str, object] = {
         "ok": True,
         "query": query,
         "limit": limit,
@@ -115,6 +128,10 @@ def hybrid_answer(query: str, limit: int, retrieval: Retrieval) -> dict[str, obj
         "count": len(results),
         "results": results,
     }
+    if retrieval.no_match:
+        answer["no_match"] = True
+        answer["message"] = NO_MATCH_MESSAGE
+    return answer
 
 
 def run_hybrid_search(search: Callable[[], Retrieval], query: str, limit: int) -> dict[str, object]:

@@ -80,7 +80,7 @@ class DerivedIndex:
         state_writer: SemanticStateWriter,
         *,
         lock_wait_s: float = LOCK_WAIT_S,
-        fusion: FusionMode = "convex",
+        fusion: FusionMode = "zscore",
     ) -> None:
         self._lock_wait_s = lock_wait_s
         self._fusion: FusionMode = fusion

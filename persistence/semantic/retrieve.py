@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from persistence.search_request import DateBounds
+from persistence.search_request import DateBounds, TimeWindow
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.derived import DerivedIndex, logger
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
@@ -35,6 +35,7 @@ from persistence.semantic.fusion import (
 )
 from persistence.semantic.keyword import KeywordScores, query_tokens
 from persistence.semantic.manifest import Manifest
+from persistence.semantic.ranking import Candidate, below_floor, query_speaker, rank_candidates, text_speaker
 from persistence.semantic.sources import SemanticState, SourceFingerprint
 from protocol.semantic import (
     EMBEDDING_UNAVAILABLE_MESSAGE,
@@ -64,6 +65,8 @@ class _Candidates:
     """The keyword index lags the manifest, or a hit came from a deleted or edited memory."""
     excerpts: dict[str, SourceExcerpt] | None = None
     """Chunk id -> excerpt, for the source chunks among the hits."""
+    below_floor: bool = False
+    """No candidate is close enough to the query to be an answer (default ranking only)."""
 
 
 def _is_transient(exc: sqlite3.Error) -> bool:
@@ -83,6 +86,8 @@ class IndexSearcher(DerivedIndex):
         bounds: DateBounds | None = None,
         reranker: Reranker | None = None,
         limit: int | None = None,
+        time_window: TimeWindow | None = None,
+        floor: bool = True,
     ) -> Retrieval:
         """Hybrid retrieval (reference §14.5): vectors + BM25, fusion, optional rerank, collapse.
 
@@ -92,6 +97,9 @@ class IndexSearcher(DerivedIndex):
 
         Give ``embedder`` (the query prefix is applied here) or a ready ``query_vector``. With
         ``limit``, results are cut to it and ``truncated`` also says whether more were found.
+        ``time_window``: the time the query names (memories dated in it rank higher). ``floor``: with
+        the default ranking, a query no candidate is close to answers ``no_match`` and nothing else
+        (``persistence.semantic.ranking.below_floor``).
         Raises ``SemanticSearchError`` with a §14.7 code; never returns results of a dirty,
         mismatched or corrupt index.
         """
@@ -124,7 +132,10 @@ class IndexSearcher(DerivedIndex):
                 self._mark_dirty(state)
                 logger.warning("om.semantic.query_dimensions_changed", extra={"dimensions": len(vector)})
                 raise SemanticSearchError("embedding_dimensions_changed", QUERY_DIMENSIONS_MESSAGE)
-            candidates = self._retrieve_guarded(query, vector, date_bounds, partial, state)
+            candidates = self._retrieve_guarded(query, vector, date_bounds, partial, state, time_window)
+        if floor and candidates.below_floor:
+            logger.info("om.semantic.search", extra={"results": 0, "no_match": True, "partial": partial})
+            return Retrieval((), candidates.truncated, partial or candidates.lagging, (), no_match=True)
         hits = candidates.chunk_ids
         if reranker is not None and hits:
             order = reranker.rerank(query, [candidates.texts[chunk_id] for chunk_id in hits])
@@ -179,10 +190,16 @@ class IndexSearcher(DerivedIndex):
         return vector
 
     def _retrieve_guarded(
-        self, query: str, vector: Sequence[float], bounds: DateBounds, partial: bool, state: SemanticState
+        self,
+        query: str,
+        vector: Sequence[float],
+        bounds: DateBounds,
+        partial: bool,
+        state: SemanticState,
+        time_window: TimeWindow | None,
     ) -> _Candidates:
         try:
-            return self._retrieve(query, vector, bounds, partial, state)
+            return self._retrieve(query, vector, bounds, partial, state, time_window)
         except sqlite3.Error as exc:
             if _is_transient(exc):
                 raise  # healthy embeddings are kept: a busy file is no reason to rebuild
@@ -196,7 +213,13 @@ class IndexSearcher(DerivedIndex):
         raise self._building() from exc
 
     def _retrieve(
-        self, query: str, vector: Sequence[float], bounds: DateBounds, partial: bool, state: SemanticState
+        self,
+        query: str,
+        vector: Sequence[float],
+        bounds: DateBounds,
+        partial: bool,
+        state: SemanticState,
+        time_window: TimeWindow | None = None,
     ) -> _Candidates:
         with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
             if (
@@ -264,7 +287,24 @@ class IndexSearcher(DerivedIndex):
         keyword_hits = filter_store_hits(
             [rows[label].chunk_id for label in keyword_labels], accept, fetch, keyword_count
         )
-        if self._fusion == "convex":
+        floored = False
+        if self._fusion == "zscore":
+            chunk_scores = {rows[label].chunk_id: label for label in rows}
+            candidates = [
+                self._candidate(
+                    chunk_id,
+                    chunk_scores[chunk_id],
+                    vector_scores,
+                    keyword_scores,
+                    parent_of,
+                    memories,
+                    time_window,
+                )
+                for chunk_id in dict.fromkeys((*vector_hits.chunk_ids, *keyword_hits.chunk_ids))
+            ]
+            floored = below_floor(candidates, texts, tokens)
+            fused = rank_candidates(candidates, query_speaker(query))[:FUSED_CANDIDATE_LIMIT]
+        elif self._fusion == "convex":
             fused = convex_fuse(
                 vector_hits.chunk_ids,
                 {rows[label].chunk_id: score for label, score in vector_scores.items() if label in rows},
@@ -278,7 +318,32 @@ class IndexSearcher(DerivedIndex):
             fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
         truncated = len(fused) >= FUSED_CANDIDATE_LIMIT or vector_hits.truncated or keyword_hits.truncated
         return _Candidates(
-            fused, texts, parent_of, memories, truncated, keyword_lagging or bool(stale), excerpts
+            fused, texts, parent_of, memories, truncated, keyword_lagging or bool(stale), excerpts, floored
+        )
+
+    @staticmethod
+    def _candidate(
+        chunk_id: str,
+        label: int,
+        vector_scores: dict[int, float],
+        keyword_scores: dict[int, float],
+        parent_of: dict[str, str],
+        memories: dict[str, SourceMemory],
+        time_window: TimeWindow | None,
+    ) -> Candidate:
+        """What ranking reads of one candidate chunk: its scores and its memory's place, speaker and date."""
+        memory = memories[parent_of[chunk_id]]
+        event = memory.kind == "event"
+        # An event's place is its seq; a memory of exactly one event of its session stands at that
+        # event's place (the offline observer writes one per message).
+        single = memory.kind != "reflection" and len(memory.source_seqs) == 1
+        return Candidate(
+            chunk_id,
+            vector_scores.get(label, 0.0),
+            keyword_scores.get(label, 0.0),
+            (memory.session_id, memory.source_seqs[0]) if single else None,
+            text_speaker(memory.content) if event else None,
+            time_window is not None and time_window.contains(memory.timestamp),
         )
 
     def _acceptor(

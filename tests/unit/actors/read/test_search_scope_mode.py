@@ -225,3 +225,17 @@ def test_a_query_over_the_limit_is_invalid_query_in_every_mode(memory: Store, mo
     assert searched == []
     at_limit = "2510" + "x" * (MEMORY_SEARCH_MAX_QUERY_BYTES - 4)
     assert memory_search(memory.db_path, {"query": at_limit, "mode": "exact"})["ok"] is True
+
+
+def test_query_date_is_validated_and_normalized() -> None:
+    from actors.read.search_arguments import validate_search_arguments
+
+    day = validate_search_arguments({"query": "last week", "query_date": "2023-05-30"})
+    assert isinstance(day, SearchRequest) and day.query_date == "2023-05-30 00:00"
+    minute = validate_search_arguments({"query": "last week", "query_date": " 2023-05-30 23:59 "})
+    assert isinstance(minute, SearchRequest) and minute.query_date == "2023-05-30 23:59"
+    absent = validate_search_arguments({"query": "last week"})
+    assert isinstance(absent, SearchRequest) and absent.query_date is None
+    for bad in ("yesterday", "2023-02-30", "2023-05-30T10:00", 20230530):
+        answer = validate_search_arguments({"query": "last week", "query_date": bad})
+        assert isinstance(answer, dict) and answer["error"] == "invalid_query_date", bad

@@ -71,7 +71,7 @@ def test_the_best_keyword_chunk_outside_the_vector_top_100_is_scored_by_its_cosi
     winner = memories.observation("quokka quokka quokka seen")
     runner_up = memories.observation("quokka mentioned once among many other words here")
     embedder = TableEmbedder(table)
-    index = SemanticIndex(db_path, semantic_settings(), RecordingWriter(store))
+    index = SemanticIndex(db_path, semantic_settings(), RecordingWriter(store), fusion="convex")
     while not index.synchronize(embedder).complete:
         pass
 

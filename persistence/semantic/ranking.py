@@ -1,0 +1,165 @@
+"""How hybrid search orders its candidates (the default ``fusion="zscore"``): pure, no I/O.
+
+Every candidate chunk (the vector side's top hits and the keyword side's, each scored on both
+sides) is scored by:
+
+1. **normalized score fusion**: the cosine and the BM25 score, each as a z-score over the candidate
+   set, mixed with one weight (:data:`VECTOR_WEIGHT`, chosen by leave-one-history-out
+   cross-validation over both development sets, docs/benchmarks.md);
+2. **neighbour context**: a transcript event gains a share (:data:`NEIGHBOUR_SHARE`) of the better
+   of its two neighbours' fused scores in the same session (positive part only), so the turns of
+   one exchange surface together (a question answered over two messages, a list spread over a
+   few);
+3. **speaker match**: a question in the first person ("what did I ...") favours what the user said,
+   one about the other side's words ("what did you recommend ...") what the assistant said
+   (:func:`query_speaker`), by :data:`SPEAKER_BONUS`;
+4. **time match**: when the query names a time (``actors.read.query_time``), memories dated inside
+   it gain :data:`TIME_BONUS`; nothing is filtered out.
+
+The bonuses are in z-score units, so they mean the same on any corpus size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import numpy as np
+
+from persistence.semantic.keyword import tokenize
+
+Speaker = Literal["user", "assistant"]
+
+VECTOR_WEIGHT: Final[float] = 0.6
+"""Share of the cosine z-score in the fused score (the rest is the BM25 z-score)."""
+NEIGHBOUR_SHARE: Final[float] = 0.25
+"""Share of the better neighbour's fused score an event gains."""
+SPEAKER_BONUS: Final[float] = 0.5
+"""Added to a candidate whose speaker the query asks about."""
+TIME_BONUS: Final[float] = 0.5
+"""Added to a candidate dated inside the time the query names."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One chunk hit with what ranking reads of it."""
+
+    chunk_id: str
+    cosine: float
+    """Cosine with the query (a chunk without a vector: its event's first chunk's, else 0)."""
+    keyword: float
+    """BM25 score (0: no query word)."""
+    place: tuple[str, int] | None = None
+    """``(session, seq)`` of the transcript event it belongs to, for neighbour context."""
+    speaker: Speaker | None = None
+    in_window: bool = False
+    """Dated inside the time the query names."""
+
+
+def _zscores(values: Sequence[float]) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    spread = float(array.std())
+    return (array - float(array.mean())) / spread if spread > 0 else np.zeros_like(array)
+
+
+def fused_scores(candidates: Sequence[Candidate], vector_weight: float = VECTOR_WEIGHT) -> np.ndarray:
+    """Step 1: ``w * z(cosine) + (1 - w) * z(bm25)`` over the candidate set."""
+    if not candidates:
+        return np.zeros(0)
+    cosine = _zscores([candidate.cosine for candidate in candidates])
+    keyword = _zscores([candidate.keyword for candidate in candidates])
+    fused: np.ndarray = vector_weight * cosine + (1.0 - vector_weight) * keyword
+    return fused
+
+
+def rank_candidates(
+    candidates: Sequence[Candidate],
+    speaker: Speaker | None = None,
+    *,
+    vector_weight: float = VECTOR_WEIGHT,
+    neighbour_share: float = NEIGHBOUR_SHARE,
+    speaker_bonus: float = SPEAKER_BONUS,
+    time_bonus: float = TIME_BONUS,
+) -> list[str]:
+    """Chunk ids best first (ties: input order). Steps 1-4 of the module docstring."""
+    fused = fused_scores(candidates, vector_weight)
+    best_at: dict[tuple[str, int], float] = {}
+    for candidate, score in zip(candidates, fused, strict=True):
+        if candidate.place is not None:
+            best_at[candidate.place] = max(best_at.get(candidate.place, -np.inf), float(score))
+    final: list[float] = []
+    for candidate, score in zip(candidates, fused, strict=True):
+        value = float(score)
+        if candidate.place is not None and neighbour_share:
+            session, seq = candidate.place
+            around = [best_at.get((session, seq + step), 0.0) for step in (-1, 1)]
+            value += neighbour_share * max(0.0, *around)
+        if speaker is not None and candidate.speaker == speaker:
+            value += speaker_bonus
+        if candidate.in_window:
+            value += time_bonus
+        final.append(value)
+    order = sorted(range(len(candidates)), key=lambda index: (-final[index], index))
+    return [candidates[index].chunk_id for index in order]
+
+
+_TOLD = (
+    "say|tell|suggest|recommend|mention|advise|give|explain|provide|list|share|propose|describe|write|"
+    "offer|name|pick"
+)
+_ASKS_ASSISTANT = re.compile(
+    r"\byou\s+(?:said|told|suggested|recommended|mentioned|advised|gave|explained|provided|listed|"
+    r"shared|proposed|described|wrote|offered|named|picked|came up with)\b"
+    rf"|\bdid\s+you\s+(?:{_TOLD})\b(?!\s+me\b)"
+    r"|\byour\s+(?:suggestion|recommendation|advice|answer|response|reply|explanation|list|tips?)\b",
+    re.IGNORECASE,
+)
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself)\b", re.IGNORECASE)
+
+
+def query_speaker(query: str) -> Speaker | None:
+    """Whose words the query asks about: the assistant's (``"what did you recommend"``, ``"your
+    advice"``), else the user's when it speaks in the first person, else nobody in particular."""
+    normalized = query.replace("\u2019", "'")
+    if _ASKS_ASSISTANT.search(normalized):
+        return "assistant"
+    if _FIRST_PERSON.search(normalized):
+        return "user"
+    return None
+
+
+def text_speaker(text: str) -> Speaker | None:
+    """Who said a transcript event, from its searchable text's label (``User: ...``, ``Assistant:
+    ...``; ``protocol.source_text.event_search_text``); tool results and others: ``None``."""
+    if text.startswith("User: "):
+        return "user"
+    if text.startswith("Assistant: "):
+        return "assistant"
+    return None
+
+
+FLOOR_COSINE: Final[float] = 0.25
+"""Best cosine under which a query matches nothing stored, unless some candidate holds every query
+word. Calibrated on both development sets: the highest floor that loses at most 0.01 of either
+set's turn R@10 (docs/benchmarks.md, no match)."""
+
+
+def below_floor(
+    candidates: Sequence[Candidate],
+    texts: Mapping[str, str],
+    tokens: Sequence[str],
+    floor_cosine: float = FLOOR_COSINE,
+) -> bool:
+    """Whether nothing stored is close enough to the query to be an answer: no candidate at all, or
+    the best cosine under :data:`FLOOR_COSINE` while no candidate's text (``texts``: chunk id ->
+    text) holds every query word (``tokens``), as a looked-up name or error code would."""
+    if not candidates:
+        return True
+    if max(candidate.cosine for candidate in candidates) >= floor_cosine:
+        return False
+    wanted = set(tokens)
+    return not wanted or not any(
+        wanted <= set(tokenize(texts.get(candidate.chunk_id, ""))) for candidate in candidates
+    )

@@ -1,0 +1,163 @@
+"""The default hybrid ranking (``persistence.semantic.ranking``): normalized fusion, neighbour context,
+speaker and time match, and the no-match floor, alone and on a real index."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from persistence.search_request import TimeWindow
+from persistence.semantic import SemanticIndex
+from persistence.semantic.ranking import (
+    FLOOR_COSINE,
+    Candidate,
+    below_floor,
+    fused_scores,
+    query_speaker,
+    rank_candidates,
+    text_speaker,
+)
+from persistence.store import Store
+from tests.unit.persistence.semantic.conftest import Memories, RecordingWriter, semantic_settings
+
+
+def test_fusion_is_on_z_scores_so_the_scale_of_bm25_does_not_matter() -> None:
+    small = [Candidate("a", 0.9, 1.0), Candidate("b", 0.5, 2.0), Candidate("c", 0.1, 0.0)]
+    large = [Candidate(c.chunk_id, c.cosine, c.keyword * 1000) for c in small]
+    assert list(fused_scores(small)) == pytest.approx(list(fused_scores(large)))
+    assert rank_candidates(small, neighbour_share=0) == rank_candidates(large, neighbour_share=0)
+    # the weight decides between the two sides
+    assert rank_candidates(small, vector_weight=1.0)[0] == "a"
+    assert rank_candidates(small, vector_weight=0.0)[0] == "b"
+
+
+def test_a_flat_side_counts_for_nothing() -> None:
+    same_cosine = [Candidate("a", 0.5, 1.0), Candidate("b", 0.5, 3.0)]
+    assert rank_candidates(same_cosine) == ["b", "a"]
+    assert rank_candidates([]) == []
+
+
+def test_an_event_gains_a_share_of_its_better_neighbour() -> None:
+    candidates = [
+        Candidate("lone", 0.62, 2.0, ("s1", 40)),
+        Candidate("answer-part", 0.60, 2.0, ("s1", 11)),
+        Candidate("question", 0.95, 9.0, ("s1", 10)),
+        Candidate("other-session", 0.10, 0.0, ("s2", 12)),
+    ]
+    without = rank_candidates(candidates, neighbour_share=0)
+    with_context = rank_candidates(candidates, neighbour_share=0.5)
+    assert without.index("lone") < without.index("answer-part")
+    assert with_context.index("answer-part") < with_context.index("lone")
+    # a neighbour in another session, or a poor one, gives nothing
+    assert rank_candidates(candidates[3:], neighbour_share=0.5) == ["other-session"]
+
+
+def test_speaker_and_time_match_add_bonuses() -> None:
+    candidates = [
+        Candidate("assistant", 0.60, 2.0, speaker="assistant"),
+        Candidate("user", 0.58, 2.0, speaker="user"),
+        Candidate("far", 0.10, 0.0),
+    ]
+    assert rank_candidates(candidates)[0] == "assistant"
+    assert rank_candidates(candidates, "user")[0] == "user"
+    dated = [
+        Candidate("old", 0.60, 2.0),
+        Candidate("in-window", 0.58, 2.0, in_window=True),
+        Candidate("far", 0.10, 0.0),
+    ]
+    assert rank_candidates(dated)[0] == "in-window"
+    assert rank_candidates(dated, time_bonus=0)[0] == "old"
+
+
+@pytest.mark.parametrize(
+    ("query", "speaker"),
+    [
+        ("What did I say about my sister's wedding?", "user"),
+        ("Where do I keep the spare key", "user"),
+        ("what did you recommend for the rate limiter", "assistant"),
+        ("Can you remind me of your advice on sleep?", "assistant"),
+        ("I forgot what you suggested for dinner", "assistant"),
+        ("Can you tell me how my savings plan went?", "user"),  # asks the assistant, about the user
+        ("Could you help me plan my week?", "user"),
+        ("How would you suggest I split my study time?", "user"),  # a request now, not past advice
+        ("the deploy script for staging", None),
+        ("When did Caroline meet the artists?", None),
+    ],
+)
+def test_query_speaker(query: str, speaker: str | None) -> None:
+    assert query_speaker(query) == speaker
+
+
+def test_text_speaker_reads_the_event_label() -> None:
+    assert text_speaker("User: hello") == "user"
+    assert text_speaker("Assistant: hi\nTool call bash: ls") == "assistant"
+    assert text_speaker("Tool result bash: ok") is None
+    assert text_speaker("user said hello") is None
+
+
+def test_the_floor_pure() -> None:
+    far = [Candidate("a", FLOOR_COSINE - 0.01, 3.0), Candidate("b", 0.05, 1.0)]
+    texts = {"a": "the weather in spring", "b": "error E1234 in the parser"}
+    assert below_floor(far, texts, ["quarterly", "revenue"])
+    assert not below_floor(far, texts, ["e1234", "parser"])  # every word of the lookup in one place
+    assert not below_floor([Candidate("a", FLOOR_COSINE, 0.0)], texts, ["quarterly"])
+    assert below_floor([], texts, ["anything"])
+
+
+class TableEmbedder:
+    """Fixed vectors for known texts; anything else points along axis 3."""
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.table.get(text, [0.0, 0.0, 0.0, 1.0]) for text in texts]
+
+
+@pytest.fixture
+def corpus(store: Store, db_path: Path) -> tuple[SemanticIndex, TableEmbedder, str]:
+    memories = Memories(db_path)
+    table = {
+        "Booked the dentist for Tuesday at nine": [1.0, 0.0, 0.0, 0.0],
+        "The parser fails with error E1234 on empty input": [0.0, 1.0, 0.0, 0.0],
+        "Planted tomatoes along the south fence": [0.0, 0.0, 1.0, 0.0],
+        "when is my dentist appointment": [0.9, 0.0, 0.43589, 0.0],  # cosine 0.9 with the first
+        "what is the capital of Peru": [0.0, 0.0, 0.0, 1.0],  # cosine 0 with everything stored
+        "E1234 parser": [0.0, 0.0, 0.0, 1.0],  # a lookup whose vector matches nothing
+    }
+    dentist = memories.observation("Booked the dentist for Tuesday at nine")
+    memories.observation("The parser fails with error E1234 on empty input")
+    memories.observation("Planted tomatoes along the south fence")
+    embedder = TableEmbedder(table)
+    index = SemanticIndex(db_path, semantic_settings(), RecordingWriter(store))
+    while not index.synchronize(embedder).complete:
+        pass
+    return index, embedder, dentist
+
+
+def test_the_floor_on_a_corpus_with_and_without_a_match(
+    corpus: tuple[SemanticIndex, TableEmbedder, str],
+) -> None:
+    index, embedder, dentist = corpus
+    found = index.search("when is my dentist appointment", embedder, limit=5)
+    assert not found.no_match and found.results[0].memory_id == dentist
+    nothing = index.search("what is the capital of Peru", embedder, limit=5)
+    assert nothing.no_match and nothing.results == ()
+    lookup = index.search("E1234 parser", embedder, limit=5)
+    assert not lookup.no_match and "E1234" in lookup.results[0].content
+    unfloored = index.search("what is the capital of Peru", embedder, limit=5, floor=False)
+    assert not unfloored.no_match and len(unfloored.results) >= 1
+
+
+def test_a_time_window_lifts_the_memories_dated_in_it(
+    corpus: tuple[SemanticIndex, TableEmbedder, str],
+) -> None:
+    index, embedder, _ = corpus
+    query = "E1234 parser"
+    plain = index.search(query, embedder, limit=5, floor=False)
+    last = plain.results[-1]
+    window = TimeWindow(last.timestamp[:16], "9999-01-01 00:00")
+    lifted = index.search(query, embedder, limit=5, floor=False, time_window=window)
+    assert lifted.results.index(last) <= plain.results.index(last)
