@@ -496,3 +496,13 @@ def test_offline_embedder_batches_default_to_32_and_endpoints_keep_4() -> None:
         {"semantic": {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2", "batch_size": 8}}}
     )
     assert chosen.semantic is not None and chosen.semantic.embedding_api.batch_size == 8
+
+
+def test_the_no_match_floor_is_on_by_default_and_a_setting_turns_it_off() -> None:
+    default = settings_from_mapping({})
+    assert default.semantic is not None and default.semantic.no_match is True
+    block = {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2"}, "no_match": False}
+    off = settings_from_mapping({"semantic": block})
+    assert off.semantic is not None and off.semantic.no_match is False
+    with pytest.raises(SettingsError, match="semantic.no_match must be true or false"):
+        settings_from_mapping({"semantic": {**block, "no_match": "no"}})

@@ -161,3 +161,13 @@ def test_a_time_window_lifts_the_memories_dated_in_it(
     window = TimeWindow(last.timestamp[:16], "9999-01-01 00:00")
     lifted = index.search(query, embedder, limit=5, floor=False, time_window=window)
     assert lifted.results.index(last) <= plain.results.index(last)
+
+
+def test_a_no_match_answer_says_so() -> None:
+    from actors.read.hybrid import hybrid_answer
+    from protocol.semantic import NO_MATCH_MESSAGE, Retrieval
+
+    answer = hybrid_answer("capital of Peru", 10, Retrieval((), False, False, (), no_match=True))
+    assert answer["no_match"] is True and answer["count"] == 0 and answer["results"] == []
+    assert answer["message"] == NO_MATCH_MESSAGE
+    assert "no_match" not in hybrid_answer("anything", 10, Retrieval((), False, False))
