@@ -504,5 +504,5 @@ def test_the_no_match_floor_is_on_by_default_and_a_setting_turns_it_off() -> Non
     block = {"embedding_api": {"model_id": "builtin/all-minilm-l6-v2"}, "no_match": False}
     off = settings_from_mapping({"semantic": block})
     assert off.semantic is not None and off.semantic.no_match is False
-    with pytest.raises(SettingsError, match="semantic.no_match must be true or false"):
+    with pytest.raises(SettingsError, match=r"semantic\.no_match must be true or false"):
         settings_from_mapping({"semantic": {**block, "no_match": "no"}})
