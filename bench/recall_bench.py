@@ -69,6 +69,7 @@ from actors.read.service import memory_search
 from bench.measure import percentile
 from bench.shared_data import shared_data_dir
 from persistence.semantic.keyword import KeywordIndex, query_tokens
+from persistence.semantic.ranking import RankingWeights
 from protocol.events import AfterTurnCommit, EventSummary
 from protocol.semantic import FusionMode
 
@@ -96,13 +97,21 @@ QUOTE_WORDS: Final[int] = 8
 WAVE: Final[int] = 8
 """Histories whose stores are built and scored together."""
 IDLE_TIMEOUT_S: Final[float] = 3600.0
-VARIANTS: Final[dict[str, tuple[FusionMode, dict[str, Any]]]] = {
-    "no_floor": ("zscore", {"no_match": False}),
-    "convex": ("convex", {}),
-    "rrf": ("rrf", {}),
-    "keyword": ("keyword", {}),
+_OFF: Final[dict[str, Any]] = {"no_match": False}
+VARIANTS: Final[dict[str, tuple[FusionMode, dict[str, Any], RankingWeights]]] = {
+    "no_floor": ("zscore", _OFF, RankingWeights()),
+    "zscore_fusion_only": ("zscore", _OFF, RankingWeights(neighbour_share=0, speaker_bonus=0, time_bonus=0)),
+    "without_neighbours": ("zscore", _OFF, RankingWeights(neighbour_share=0)),
+    "without_speaker": ("zscore", _OFF, RankingWeights(speaker_bonus=0)),
+    "without_time": ("zscore", _OFF, RankingWeights(time_bonus=0)),
+    "vector_weight_0.5": ("zscore", _OFF, RankingWeights(vector_weight=0.5)),
+    "vector_weight_0.7": ("zscore", _OFF, RankingWeights(vector_weight=0.7)),
+    "convex": ("convex", {}, RankingWeights()),
+    "rrf": ("rrf", {}, RankingWeights()),
+    "keyword": ("keyword", {}, RankingWeights()),
 }
-"""Other rankings asked of the same stores: name -> (fusion, semantic settings changed)."""
+"""Other rankings asked of the same stores: name -> (fusion, semantic settings changed, weights).
+Every ``zscore`` variant runs without the floor, so it compares with ``no_floor``."""
 CONDENSE_EVERY: Final[int] = 10
 """Messages per observation of the condensing scripted observer."""
 
@@ -480,8 +489,10 @@ def _score(client: Any, question: Question, history: History, scores: _Scores) -
     scores.real_no_match.append(answer.get("no_match") is True)
     scores.baseline.append((question, *baseline_ranking(question)))
     semantic = client.settings.semantic
-    for name, (fusion, overrides) in VARIANTS.items():
-        hybrid = hybrid_search_for(str(client.db_path), semantic.model_copy(update=overrides), fusion=fusion)
+    for name, (fusion, overrides, weights) in VARIANTS.items():
+        hybrid = hybrid_search_for(
+            str(client.db_path), semantic.model_copy(update=overrides), fusion=fusion, weights=weights
+        )
         arguments: dict[str, Any] = {"query": question.question, "limit": SEARCH_LIMIT}
         if question.asked:
             arguments["query_date"] = question.asked

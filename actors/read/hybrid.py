@@ -17,6 +17,7 @@ from actors.read.query_time import query_time_window
 from actors.read.search import result_item
 from persistence.search_request import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter
+from persistence.semantic.ranking import RankingWeights
 from protocol.canonical import condense
 from protocol.semantic import (
     NO_MATCH_MESSAGE,
@@ -55,12 +56,13 @@ def hybrid_search_for(
     state_writer: SemanticStateWriter | None = None,
     *,
     fusion: FusionMode = "zscore",
+    weights: RankingWeights | None = None,
 ) -> HybridSearch:
     """``memory_search`` in hybrid mode over ``db_path``; errors are visible answers, never exact results.
 
     ``fusion`` picks how vector and keyword hits are merged (``rrf`` is the reference's rule; it is
     kept for comparison in ``omray bench recall``)."""
-    index = SemanticIndex(db_path, semantic, state_writer or NoStateWrites(), fusion=fusion)
+    index = SemanticIndex(db_path, semantic, state_writer or NoStateWrites(), fusion=fusion, weights=weights)
     embedder = embedder_for(semantic)
     reranker = reranker_for(semantic)
 

@@ -32,6 +32,7 @@ from persistence.semantic.files import (
 )
 from persistence.semantic.keyword import KeywordStore
 from persistence.semantic.manifest import Manifest
+from persistence.semantic.ranking import RankingWeights
 from persistence.semantic.sources import SemanticSourceReader, SemanticState, SemanticStateWriter
 from persistence.semantic.vectors import VectorStore
 from protocol.semantic import (
@@ -81,9 +82,11 @@ class DerivedIndex:
         *,
         lock_wait_s: float = LOCK_WAIT_S,
         fusion: FusionMode = "zscore",
+        weights: RankingWeights | None = None,
     ) -> None:
         self._lock_wait_s = lock_wait_s
         self._fusion: FusionMode = fusion
+        self._weights = weights or RankingWeights()
         self._db_path = os.fspath(db_path)
         self._directory = Path(f"{os.path.abspath(self._db_path)}.semantic")
         self._settings = settings

@@ -43,6 +43,17 @@ TIME_BONUS: Final[float] = 0.5
 
 
 @dataclass(frozen=True, slots=True)
+class RankingWeights:
+    """The weights of :func:`rank_candidates` (the defaults are the measured ones; ``omray bench
+    recall`` asks the same stores with each mechanism turned off)."""
+
+    vector_weight: float = VECTOR_WEIGHT
+    neighbour_share: float = NEIGHBOUR_SHARE
+    speaker_bonus: float = SPEAKER_BONUS
+    time_bonus: float = TIME_BONUS
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """One chunk hit with what ranking reads of it."""
 

@@ -303,7 +303,15 @@ class IndexSearcher(DerivedIndex):
                 for chunk_id in dict.fromkeys((*vector_hits.chunk_ids, *keyword_hits.chunk_ids))
             ]
             floored = below_floor(candidates, texts, tokens)
-            fused = rank_candidates(candidates, query_speaker(query))[:FUSED_CANDIDATE_LIMIT]
+            weights = self._weights
+            fused = rank_candidates(
+                candidates,
+                query_speaker(query),
+                vector_weight=weights.vector_weight,
+                neighbour_share=weights.neighbour_share,
+                speaker_bonus=weights.speaker_bonus,
+                time_bonus=weights.time_bonus,
+            )[:FUSED_CANDIDATE_LIMIT]
         elif self._fusion == "convex":
             fused = convex_fuse(
                 vector_hits.chunk_ids,
