@@ -79,21 +79,20 @@ def _php_number(value: object) -> float | None:
 
 
 def _php_int_at_least_one(value: object, default: int, key: str) -> int:
-    """``max(1, (int) v)`` for numeric values (PHP casts non-finite floats to 0); default otherwise.
-
-    A value above :data:`protocol.settings_limits.MAX_TOKEN_THRESHOLD` is a :class:`SettingsError`
-    naming ``key``.
+    """A token threshold: a whole number from 1 to :data:`protocol.settings_limits.MAX_TOKEN_THRESHOLD`
+    (a numeric string counts; a fraction is cut to its whole part, as the original casts), the default
+    when absent. Anything else (zero, negatives, ``.inf``, ``.nan``, text, values past the bound) is a
+    :class:`SettingsError` naming ``key``: the original's cast turned them into 1, "act after every
+    token", which no one means.
     """
-    if isinstance(value, int) and not isinstance(value, bool):
-        result = max(1, value)
-    else:
+    if value is None:
+        return default
+    number: float | None = float(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    if number is None:
         number = _php_number(value)
-        if number is None:
-            return default
-        result = max(1, int(number)) if math.isfinite(number) and abs(number) < 2**63 else 1
-    if result > limits.MAX_TOKEN_THRESHOLD:
-        raise SettingsError(f"{key} must be at most {limits.MAX_TOKEN_THRESHOLD}.")
-    return result
+    if number is None or not math.isfinite(number) or number < 1 or number > limits.MAX_TOKEN_THRESHOLD:
+        raise SettingsError(f"{key} must be a whole number from 1 to {limits.MAX_TOKEN_THRESHOLD}.")
+    return int(value) if isinstance(value, int) else int(number)
 
 
 def _text_or_default(value: object, default: str) -> str:

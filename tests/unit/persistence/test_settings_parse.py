@@ -60,7 +60,7 @@ def test_readme_example_and_immutability() -> None:
             "model": "  llama_cpp_test/test ",
             "observer": {"context_window_ratio": "0.5", "renderer_version": "2", "schema_version": 3},
             "reflector": {"reflect_after_observation_tokens": "300.9", "schema_version": "r2"},
-            "pools": {"observations_max_tokens": 0},
+            "pools": {"observations_max_tokens": 1},
         }
     )
     assert s.database == "data/om.sqlite"
@@ -89,18 +89,7 @@ def test_readme_example_and_immutability() -> None:
         ({"observer": {"context_window_ratio": "5e-1"}}, "context_window_ratio", 0.5),
         ({"observer": {"renderer_version": ""}}, "renderer_version", "1"),
         ({"observer": {"renderer_version": None}}, "renderer_version", "1"),
-        ({"reflector": {"reflect_after_observation_tokens": -5}}, "reflect_after_observation_tokens", 1),
-        (
-            {"reflector": {"reflect_after_observation_tokens": "lots"}},
-            "reflect_after_observation_tokens",
-            40000,
-        ),
         ({"reflector": {"reflect_after_observation_tokens": 12.7}}, "reflect_after_observation_tokens", 12),
-        (
-            {"reflector": {"reflect_after_observation_tokens": math.inf}},
-            "reflect_after_observation_tokens",
-            1,
-        ),
         ({"pools": {"observations_max_tokens": "250"}}, "observations_max_tokens", 250),
         ({"semantic": None}, "semantic", None),
         ({"semantic": {}}, "semantic", None),
@@ -506,3 +495,15 @@ def test_the_no_match_floor_is_on_by_default_and_a_setting_turns_it_off() -> Non
     assert off.semantic is not None and off.semantic.no_match is False
     with pytest.raises(SettingsError, match=r"semantic\.no_match must be true or false"):
         settings_from_mapping({"semantic": {**block, "no_match": "no"}})
+
+
+@pytest.mark.parametrize("value", [0, -5, math.inf, -math.inf, math.nan, "lots", True, 0.5, 10**10])
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [("reflector", "reflect_after_observation_tokens"), ("pools", "observations_max_tokens")],
+)
+def test_a_token_threshold_out_of_range_is_an_error_naming_its_key(
+    value: Any, section: str, key: str
+) -> None:
+    with pytest.raises(SettingsError, match=rf"^{section}\.{key} must be a whole number from 1 to "):
+        settings_from_mapping({section: {key: value}})
