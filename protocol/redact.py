@@ -30,31 +30,48 @@ from protocol.errors import SettingsError
 PRIVATE_MARK: Final = "[private]"
 """What a ``<private>`` span becomes."""
 
-_PRIVATE: Final = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
+_PRIVATE_TAG: Final = re.compile(r"<(/?)private\s*>", re.IGNORECASE)
 
 BUILTIN_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
     # (kind, regex); a regex with a group named ``keep`` keeps that group and masks the rest.
     (
         "private-key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+        r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
     ),
     ("api-key", r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{16,}"),
-    ("api-key", r"(?<![A-Za-z0-9_-])sk-(?:proj-|live-|test-|svcacct-)?[A-Za-z0-9_-]{20,}"),
+    # a key holds a run of 16+ characters without a hyphen; a CSS class such as sk-circle-bounce does not
+    (
+        "api-key",
+        r"(?<![A-Za-z0-9_-])sk-(?:proj-|live-|test-|svcacct-)?(?=[A-Za-z0-9_-]*?[A-Za-z0-9_]{16})"
+        r"[A-Za-z0-9_-]{20,}",
+    ),
     ("token", r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{30,}"),
     ("token", r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{22,}"),
     ("aws-key", r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"),
     ("token", r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"),
     ("jwt", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ("password", r"(?P<keep>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(?=@)"),
+    # the scheme starts where no scheme character precedes it and is at most 32 long: one long run of
+    # letters, dots and hyphens is read once, not once per word boundary in it (that was quadratic)
+    (
+        "password",
+        r"(?P<keep>(?<![a-zA-Z0-9+.-])[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^\s:/@]{0,256}:)[^\s@/]{1,256}(?=@)",
+    ),
     (
         "token",
         r"(?i)(?P<keep>\bauthorization\b[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)[A-Za-z0-9._~+/=-]{8,}",
     ),
     ("token", r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/=-]{20,}"),
+    # NAME = value, NAME: value, "NAME": "value" (escaped JSON too), where NAME ends in a secret's
+    # name (DB_PASSWORD, STRIPE_API_KEY, GITHUB_TOKEN, aws_secret_access_key); a value that is code
+    # (a call, an index, a dotted name: request.form.get(...), os.environ[...], settings.KEY) is left.
     (
         "secret",
-        r"(?i)(?P<keep>\b(?:api[_-]?key|secret[_-]?key|client[_-]?secret|password|passwd|access[_-]?token"
-        r"|auth[_-]?token)\b[\"']?\s*[:=]\s*[\"']?)(?!\[redacted:)[^\s\"',;]{6,}",
+        r"(?i)(?P<keep>(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-]){0,4}(?:api[_-]?key|secret(?:[_-]?access)?[_-]?key"
+        r"|client[_-]?secret|secret|password|passwd|access[_-]?token|auth[_-]?token|token)"
+        r"(?![A-Za-z0-9])\\?[\"']?\s*[:=]\s*\\?[\"']?)(?!\[redacted:)"
+        r"(?![A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?![A-Za-z0-9_.]))(?![A-Za-z0-9_.]*[(\[])"
+        r"[^\s\"',;\\]{6,}",
     ),
 )
 """The built-in likely-secret patterns, applied in this order."""
@@ -106,6 +123,29 @@ def compile_custom_patterns(patterns: object) -> tuple[str, ...]:
     return tuple(checked)
 
 
+def strip_private(text: str) -> str:
+    """``text`` with each outermost ``<private>...</private>`` span (tags nest; ``<private >`` counts)
+    replaced by ``[private]``; an unclosed span runs to the end, a stray closing tag is dropped."""
+    parts: list[str] = []
+    depth = 0
+    position = 0
+    for tag in _PRIVATE_TAG.finditer(text):
+        closing = tag.group(1) == "/"
+        if depth == 0:
+            parts.append(text[position : tag.start()])
+            if not closing:
+                depth = 1
+                parts.append(PRIVATE_MARK)
+        elif closing:
+            depth -= 1
+        else:
+            depth += 1
+        position = tag.end()
+    if depth == 0:
+        parts.append(text[position:])
+    return "".join(parts)
+
+
 class Redactor:
     """Strips ``<private>`` spans and masks likely secrets in text and event payloads."""
 
@@ -119,7 +159,7 @@ class Redactor:
     def text(self, value: str) -> str:
         """``value`` with private spans replaced by ``[private]`` and secrets masked."""
         if "<" in value:
-            value = _PRIVATE.sub(PRIVATE_MARK, value)
+            value = strip_private(value)
         for rule in self._rules:
             value = rule.apply(value)
         return value

@@ -134,3 +134,50 @@ def test_the_events_reader_is_the_choke_point_for_transcript_and_observer_text(t
     assert key in path.read_text(
         encoding="utf-8"
     )  # the events file itself (the agent's own log) is never rewritten
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "DB_PASSWORD=hunter2hunter2",
+        "STRIPE_API_KEY=rk_live_51Habcdefgh",
+        "export GITHUB_TOKEN=abc123def456ghi",
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG",
+        'config {\\"password\\":\\"s3cr3t-value\\"}',
+        '{"password": "s3cr3t-value"}',
+        "redis://:s3cr3tpass@cache:6379/0",
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF0abc\n-----END PGP PRIVATE KEY BLOCK-----",
+    ],
+)
+def test_secrets_under_prefixed_names_and_other_forms_are_masked(text: str) -> None:
+    masked = DEFAULT_REDACTOR.text(text)
+    assert "[redacted:" in masked
+    for secret in ("hunter2hunter2", "rk_live_51H", "abc123def456", "wJalrXUtn", "s3cr3t", "lQOYBF0abc"):
+        assert secret not in masked
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        'password = request.form.get("pw")',
+        'api_key = os.environ["OPENAI_API_KEY"]',
+        "secret_key = settings.SECRET_KEY",
+        '<div class="sk-circle-bounce-delay-child">',
+        "token = next_token(stream)",
+    ],
+)
+def test_ordinary_code_is_left_alone(code: str) -> None:
+    assert DEFAULT_REDACTOR.text(code) == code
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a <private>x <private>y</private> z</private> b", "a [private] b"),
+        ("a <private >x</private> b", "a [private] b"),
+        ("a <PRIVATE>x", "a [private]"),
+        ("a </private> b", "a  b"),
+    ],
+)
+def test_private_spans_nest_and_tags_may_carry_spaces(text: str, expected: str) -> None:
+    assert DEFAULT_REDACTOR.text(text) == expected
