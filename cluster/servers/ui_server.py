@@ -221,11 +221,14 @@ class UiBackend:
     def recall(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``recall`` of one memory (or event) id of a session, with its source events."""
         from actors.read.service import recall
+        from protocol.redact import redactor_for
 
         project = self.project(_text(body, "project", required=False))
         session_id = _text(body, "session_id")
         arguments = {"id": body.get("id"), "session_id": session_id}
-        answer = recall(project.db_path, project.events_path, session_id, arguments)
+        # the project's own privacy.redact_patterns, as `omray memory recall` and the tools apply them
+        redactor = redactor_for(project.settings.redact_patterns)
+        answer = recall(project.db_path, project.events_path, session_id, arguments, redactor=redactor)
         return {**answer, "project": project.name}
 
     def cost_json(self, project_name: str | None, session_id: str | None) -> dict[str, Any]:

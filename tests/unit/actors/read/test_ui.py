@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -262,3 +263,32 @@ def test_a_damaged_database_or_a_crash_answers_with_a_class_never_text(
         "message": "ValueError",
     }
     assert caplog.records and all(SECRET not in str(record.__dict__) for record in caplog.records)
+
+
+def test_the_viewers_recall_applies_the_projects_redact_patterns(tmp_path: Path) -> None:
+    """The event an observation cites is read through the project's ``privacy.redact_patterns``, as
+    ``omray memory recall`` reads it."""
+    db = tmp_path / "om.sqlite"
+    ids = _build(db)
+    events = tmp_path / "s" / SESSION / "events.jsonl"
+    events.parent.mkdir(parents=True)
+    line = {"schema_version": "1.0", "run_id": SESSION, "seq": 1, "turn_no": 1, "ts": "2026-07-23T10:00:00Z"}
+    events.write_text(
+        json.dumps({**line, "type": "agent_command_applied", "payload": {"text": "my pin is zq-4417-pin"}})
+        + "\n"
+    )
+    block = {
+        "storage": {"database": str(db)},
+        "semantic": None,
+        "privacy": {"redact_patterns": [r"zq-\d+-pin"]},
+    }
+    masked = UiBackend(
+        {"demo": UiProject("demo", tmp_path, settings_from_mapping(block), db, tmp_path / "s")}
+    )
+    plain = UiBackend({"demo": UiProject("demo", tmp_path, _settings(db), db, tmp_path / "s")})
+    body = {"id": ids[0], "session_id": SESSION}
+    assert "zq-4417-pin" in str(plain.recall(body))
+    answer = masked.recall(body)
+    assert (
+        answer.get("ok") is True and "zq-4417-pin" not in str(answer) and "[redacted:custom]" in str(answer)
+    )
