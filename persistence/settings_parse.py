@@ -261,6 +261,11 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
     if api_key_env is not None and (not isinstance(api_key_env, str) or not _ENV_NAME_RE.match(api_key_env)):
         raise SettingsError(f"{where}.api_key_env must be the name of an environment variable, not a key.")
     context_window = entry.get("context_window")
+    if context_window is None:
+        raise SettingsError(
+            f"{where}.context_window is required: the model's context window in tokens (e.g. 32768), "
+            "which sizes what the Observer is sent at once."
+        )
     if isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1:
         raise SettingsError(f"{where}.context_window must be an integer >= 1.")
     if context_window > limits.MAX_CONTEXT_WINDOW:

@@ -297,7 +297,10 @@ def test_providers() -> None:
         ({"p": "http://x"}, "providers.p must be a mapping."),
         ({"p": {"base_url": "ftp://x", "context_window": 1}}, "providers.p.base_url must be an HTTP(S) URL"),
         ({"p": {"context_window": 1}}, "providers.p.base_url must be an HTTP(S) URL"),
-        ({"p": {"base_url": "http://x"}}, "providers.p.context_window must be an integer >= 1."),
+        (
+            {"p": {"base_url": "http://x"}},
+            "providers.p.context_window is required: the model's context window in tokens (e.g. 32768)",
+        ),
         (
             {"p": {"base_url": "http://x", "context_window": 0}},
             "providers.p.context_window must be an integer >= 1.",
