@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
+from protocol.events import MAX_SEQ
 from protocol.ids import SESSION_ID_ALIASES, SessionId
 
 OBSERVE_BOUNDARY_HANDLER = "observational_memory.observe_boundary"
@@ -50,7 +51,7 @@ class ObserveBoundaryJob(_Job):
     """Discriminator."""
     session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES)
     """Session to observe."""
-    terminal_end_seq: int = Field(ge=1)
+    terminal_end_seq: int = Field(ge=1, le=MAX_SEQ)
     """Seq of the terminal event; observation covers through it."""
     terminal_status: str = Field(min_length=1)
     """``completed``, ``cancelled`` or ``failed`` for a turn end; the batch's status (e.g. ``running``)

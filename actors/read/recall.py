@@ -14,6 +14,7 @@ from typing import Final, Literal
 
 from actors.read.answers import ToolResult, error_result, is_int, is_text
 from protocol.canonical import php_trim
+from protocol.events import MAX_SEQ
 from protocol.ids import FULL_ID_LENGTH, ID_OR_PREFIX
 from protocol.records import ObservationRecord, ReflectionRecord, SourceRef
 
@@ -31,7 +32,7 @@ RECALL_MAX_EVENTS: Final[int] = 100
 
 INVALID_SEQ_RANGE_MESSAGE: Final[str] = (
     f"seq_start must be an integer >= 1 and seq_end, when given, an integer from seq_start to "
-    f"seq_start + {RECALL_MAX_EVENTS - 1}."
+    f"seq_start + {RECALL_MAX_EVENTS - 1} (a seq is at most {MAX_SEQ})."
 )
 """Message of every ``invalid_seq_range`` answer."""
 
@@ -80,7 +81,7 @@ def validate_recall_arguments(
     if not (is_int(start) and is_int(end)):
         return error_result("invalid_seq_range", INVALID_SEQ_RANGE_MESSAGE)
     assert isinstance(start, int) and isinstance(end, int)
-    if start < 1 or not start <= end < start + RECALL_MAX_EVENTS:
+    if start < 1 or end > MAX_SEQ or not start <= end < start + RECALL_MAX_EVENTS:
         return error_result("invalid_seq_range", INVALID_SEQ_RANGE_MESSAGE)
     return RecallRequest(memory_id="", session_id=target, seq_start=start, seq_end=end)
 

@@ -174,3 +174,15 @@ def test_reflection_recall_result_unions_supporting_refs() -> None:
 def test_session_id_with_a_lone_surrogate_is_invalid() -> None:
     result = validate_recall_arguments({"id": "abcdef012345", "session_id": "s\ud83d"}, CURRENT)
     assert result == {"ok": False, "error": "invalid_session_id", "message": INVALID_SESSION_ID_MESSAGE}
+
+
+def test_a_seq_past_the_largest_is_a_typed_error_not_an_overflow() -> None:
+    from actors.read.recall import validate_recall_arguments
+
+    for arguments in (
+        {"seq_start": 2**63},
+        {"seq_start": 2**63 - 5, "seq_end": 2**63 + 1},
+        {"seq_start": 10**30},
+    ):
+        answer = validate_recall_arguments(arguments, "s1")
+        assert isinstance(answer, dict) and answer["error"] == "invalid_seq_range", arguments
