@@ -76,8 +76,11 @@ def default_token_path(home: Path | None = None) -> Path:
     return (home if home is not None else omray_home()) / TOKEN_DIR / TOKEN_FILE
 
 
-def _private_directory(path: Path) -> None:
-    """Create ``path`` (and missing parents) 0700; refuse one another user owns or others may enter."""
+def _private_directory(path: Path, tighten: bool = True) -> None:
+    """Create ``path`` (and missing parents) 0700; refuse one another user owns. An existing one that
+    others may enter is tightened to 0700 only when ``tighten`` (omray's own folder): the folder of a
+    token file the user named (their home, a project) is theirs, and its mode is left alone."""
+    existed = path.is_dir()
     try:
         path.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
         info = path.lstat()
@@ -87,7 +90,7 @@ def _private_directory(path: Path) -> None:
         raise TokenFileError(f"{str(path)!r} is not a folder (a symlink or a file); remove it")
     if info.st_uid != os.getuid():
         raise TokenFileError(f"{str(path)!r} belongs to another user; remove it")
-    if info.st_mode & 0o077:
+    if info.st_mode & 0o077 and (tighten or not existed):
         os.chmod(path, DIRECTORY_MODE)  # ours: tighten it (an older omray, a umask of 022)
 
 
@@ -127,11 +130,12 @@ def load_or_create_token(path: Path | None = None) -> str:
     so two servers starting at once agree on one token and no reader ever sees half of it.
     """
     path = path if path is not None else default_token_path()
+    own = path.parent == default_token_path().parent
     try:
         return read_token(path)
     except FileNotFoundError:
         pass
-    _private_directory(path.parent)
+    _private_directory(path.parent, tighten=own)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     temporary = path.parent / f".{path.name}.{secrets.token_hex(8)}"
     try:

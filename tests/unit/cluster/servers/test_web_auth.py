@@ -71,11 +71,14 @@ def test_concurrent_first_starts_agree_on_one_token(tmp_path: Path) -> None:
     assert read_token(path) == tokens[0]
 
 
-def test_a_token_folder_others_may_enter_is_tightened(tmp_path: Path) -> None:
+def test_omrays_own_token_folder_others_may_enter_is_tightened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
     folder = tmp_path / "auth"
     folder.mkdir(mode=0o755)
     os.chmod(folder, 0o755)
-    load_or_create_token(folder / "web.token")
+    load_or_create_token()
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
 
 
@@ -246,3 +249,15 @@ def test_middleware_browser_flow_sets_the_cookie_and_drops_the_token() -> None:
     assert TOKEN not in first.headers["location"]
     assert client.cookies.get(COOKIE_NAME) == session_cookie_value(TOKEN)
     assert client.get("/x").text == "memory"  # the cookie alone now
+
+
+def test_a_named_token_file_leaves_the_mode_of_its_existing_folder_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    folder.chmod(0o755)
+    token = load_or_create_token(folder / "web.token")
+    assert token and (folder / "web.token").stat().st_mode & 0o777 == 0o600
+    assert folder.stat().st_mode & 0o777 == 0o755
+    with pytest.raises(TokenFileError):
+        load_or_create_token(folder)  # a folder is no token file, and is not chmod-ed either
+    assert folder.stat().st_mode & 0o777 == 0o755
