@@ -50,6 +50,9 @@ def read_settings_text(path: Path) -> str:
         return ""
     except OSError as exc:
         raise SettingsFileError(f"cannot read {_shown(path)} ({type(exc).__name__})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder cannot even be wrapped in a file object
+        os.close(fd)
+        raise SettingsFileError(f"{_shown(path)} is not a regular file (nothing was written)")
     with os.fdopen(fd, "rb") as handle:
         try:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):

@@ -192,3 +192,12 @@ def test_a_fifo_as_settings_file_is_refused_without_blocking(tmp_path: Path) -> 
     worker.join(timeout=30)
     assert not worker.is_alive(), "blocked on a FIFO"
     _one_line_refusal(results[0], "not a regular file")
+
+
+@pytest.mark.parametrize("remove", [False, True])
+def test_a_settings_file_that_is_a_folder_is_refused_in_one_line(tmp_path: Path, remove: bool) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.mkdir(parents=True)
+    result = _invoke("claude-code", "--project", str(tmp_path), *(["--remove"] if remove else []))
+    _one_line_refusal(result, "is not a regular file")
+    assert settings.is_dir() and not any(settings.iterdir())
