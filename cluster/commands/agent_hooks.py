@@ -288,10 +288,13 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
                 continue
             category = last_failure(payload)
             cause, fix = explain_failure(category)
+            # One notice per cause, not per session: a lasting outage fails every new session's job,
+            # and the user needs to hear about it once (`omray status` names the sessions).
             hook_notices.set_notice(
                 project,
-                f"job:{session}:{category}",
-                f"omray: session {session!r} is not observed: {cause}. Fix: {fix}.",
+                f"job:{category}",
+                f"omray: this project's sessions are not observed: {cause}. Fix: {fix}. "
+                "`omray status` names the sessions waiting.",
             )
     keep = {} if idle else {session: until for session, until in live.items() if until > now}
 
