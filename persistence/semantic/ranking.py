@@ -171,6 +171,12 @@ def below_floor(
     if max(candidate.cosine for candidate in candidates) >= floor_cosine:
         return False
     wanted = set(tokens)
-    return not wanted or not any(
-        wanted <= set(tokenize(texts.get(candidate.chunk_id, ""))) for candidate in candidates
-    )
+    if not wanted:
+        return True
+    # A candidate holding every query word has a BM25 score; the best few by BM25 are enough to look at.
+    matched = sorted((c for c in candidates if c.keyword > 0), key=lambda c: -c.keyword)[:FLOOR_KEYWORD_LOOKS]
+    return not any(wanted <= set(tokenize(texts.get(candidate.chunk_id, ""))) for candidate in matched)
+
+
+FLOOR_KEYWORD_LOOKS: Final[int] = 20
+"""Candidates (the best by BM25) :func:`below_floor` reads for every query word."""
