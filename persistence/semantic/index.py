@@ -27,9 +27,8 @@ The transcript: every covered event's text (``omray_transcript``) is indexed nex
 memories, so what the Observer was shown stays findable whatever it wrote down. A hit on an
 event's chunk carries its excerpt and seq and leads to the observation covering the event (or
 stands alone when none does). Each event's first chunk gets a vector, the rest keyword entries
-only, so the index grows with events, not bytes. Fusion is score-aware by default (cosine +
-max-normalized BM25 over both sides' candidates, each scored on both sides,
-``persistence.semantic.fusion.convex_fuse``); the reference's RRF stays available (``fusion="rrf"``).
+only, so the index grows with events, not bytes. Ranking: :mod:`persistence.semantic.ranking` by
+default (``fusion="zscore"``); the previous convex fusion and the reference's RRF stay available.
 
 The index is one class, :class:`SemanticIndex`, put together from three parts: the directory,
 lock and state row (:mod:`.derived`), the build side (:mod:`.build`) and the query side

@@ -4,9 +4,10 @@ rerank, collapse to memories.
 Search re-checks every hit against the current canonical text, so a stale chunk is never
 returned. The query embedding and the rerank never run under the lock: the snapshot is
 re-validated after re-acquiring it (§14.5 step 6: a state or source change meanwhile answers
-``index_building``). Fusion is score-aware by default (cosine + max-normalized BM25 over both
-sides' candidates, each scored on both sides, ``persistence.semantic.fusion.convex_fuse``); the
-reference's RRF stays available (``fusion="rrf"``).
+``index_building``). Every candidate (both sides' hits) is scored on both sides; the default
+ranking (``fusion="zscore"``, :mod:`persistence.semantic.ranking`) fuses z-scored cosine and BM25
+and adds neighbour, speaker and time match, with a no-match floor; the previous score fusion
+(``"convex"``, ``persistence.semantic.fusion.convex_fuse``) and the reference's RRF stay available.
 """
 
 from __future__ import annotations
