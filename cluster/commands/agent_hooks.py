@@ -289,12 +289,13 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
             category = last_failure(payload)
             cause, fix = explain_failure(category)
             # One notice per cause, not per session: a lasting outage fails every new session's job,
-            # and the user needs to hear about it once (`omray status` names the sessions).
-            hook_notices.set_notice(
+            # and the user needs to hear about it once. It names the first session; `omray status`
+            # names them all.
+            hook_notices.add_notice(
                 project,
                 f"job:{category}",
-                f"omray: this project's sessions are not observed: {cause}. Fix: {fix}. "
-                "`omray status` names the sessions waiting.",
+                f"omray: session {session!r} is not observed: {cause}. Fix: {fix}. Other sessions "
+                "failing the same way are not announced again: `omray status` names them all.",
             )
     keep = {} if idle else {session: until for session, until in live.items() if until > now}
 

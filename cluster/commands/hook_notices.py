@@ -93,6 +93,21 @@ def set_notice(project: str, key: str, message: str) -> None:
     update_status(project, change)
 
 
+def add_notice(project: str, key: str, message: str) -> None:
+    """Record ``message`` for the cause ``key`` unless that cause has a notice already (shown or not):
+    one notice per cause, whatever its later messages say."""
+
+    def change(status: dict[str, object]) -> tuple[bool, None]:
+        items = notices(status)
+        if any(item.get("key") == key for item in items):
+            return False, None
+        items.append({"key": key, "message": message, "shown": False, "told": False})
+        status["notices"] = items[-MAX_NOTICES:]
+        return True, None
+
+    update_status(project, change)
+
+
 def clear_notices(project: str, prefix: str) -> None:
     """Forget the notices whose key starts with ``prefix`` (their cause is gone)."""
     if not os.path.exists(os.path.join(project, STATUS_FILE)):

@@ -242,8 +242,9 @@ def test_failed_jobs_become_one_notice_with_cause_and_fix(tmp_path: Path, no_spa
     output = _hook("Stop", tmp_path, transcript)
     assert output is not None
     message = output["systemMessage"]
-    # one notice per cause: it names the cause, the fix and where to see the sessions, not the session
-    assert "rejected the API key" in message and "omray up" in message and "omray status" in message
+    # one notice per cause: the first session, the cause, the fix and where to see the others
+    assert SESSION in message and "rejected the API key" in message and "omray up" in message
+    assert "omray status" in message
     assert _hook("Stop", tmp_path, transcript) is None
 
 
