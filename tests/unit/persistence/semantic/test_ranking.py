@@ -151,16 +151,28 @@ def test_the_floor_on_a_corpus_with_and_without_a_match(
     assert not unfloored.no_match and len(unfloored.results) >= 1
 
 
-def test_a_time_window_lifts_the_memories_dated_in_it(
-    corpus: tuple[SemanticIndex, TableEmbedder, str],
-) -> None:
-    index, embedder, _ = corpus
-    query = "E1234 parser"
-    plain = index.search(query, embedder, limit=5, floor=False)
-    last = plain.results[-1]
-    window = TimeWindow(last.timestamp[:16], "9999-01-01 00:00")
-    lifted = index.search(query, embedder, limit=5, floor=False, time_window=window)
-    assert lifted.results.index(last) <= plain.results.index(last)
+def test_a_time_window_lifts_the_memories_dated_in_it(store: Store, db_path: Path) -> None:
+    """Two memories alike to the query on both sides: the one dated in the window comes first,
+    whichever of the two it is."""
+    memories = Memories(db_path)
+    early = memories.observation("deploy notes alpha", timestamp="2026-09-01 10:00")
+    late = memories.observation("deploy notes beta", timestamp="2026-09-11 10:00")
+    embedder = TableEmbedder(
+        {
+            "deploy notes alpha": [1.0, 0.0, 0.0, 0.0],
+            "deploy notes beta": [1.0, 0.0, 0.0, 0.0],
+            "deploy notes": [1.0, 0.0, 0.0, 0.0],
+        }
+    )
+    index = SemanticIndex(db_path, semantic_settings(), RecordingWriter(store))
+    while not index.synchronize(embedder).complete:
+        pass
+    for wanted, window in (
+        (early, TimeWindow("2026-09-01 00:00", "2026-09-02 00:00")),
+        (late, TimeWindow("2026-09-11 00:00", "2026-09-12 00:00")),
+    ):
+        found = index.search("deploy notes", embedder, limit=2, time_window=window)
+        assert found.results[0].memory_id == wanted
 
 
 def test_a_no_match_answer_says_so() -> None:
