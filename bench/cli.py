@@ -232,6 +232,24 @@ def hybrid_command(
     emit(result, as_json)
 
 
+@bench_app.command("forget")
+def forget_command(
+    size: int = typer.Option(50_000, "--size", min=2, help="Memories (observations) in the corpus."),
+    forgets: int = typer.Option(10, "--forgets", min=1, help="Memories forgotten at once."),
+    embedder: str = typer.Option(
+        "hash", "--embedder", help="hash (fast, 384 dimensions) or offline (the default MiniLM model)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of corpus sampling and the memories forgotten."),
+    as_json: bool = JsonOption,
+) -> None:
+    """A forget in hybrid search: removal time, searches meanwhile, against a rebuild in the same run."""
+    from bench.forget_bench import run_forget_bench
+
+    if embedder not in ("hash", "offline"):
+        raise typer.BadParameter("--embedder must be hash or offline")
+    emit(run_forget_bench(size, forgets=forgets, embedder_name=embedder, seed=seed), as_json)  # type: ignore[arg-type]
+
+
 @bench_app.command("all")
 def all_command(
     address: str | None = AddressOption,

@@ -23,6 +23,7 @@ from persistence.semantic.chunking import BatchPlan, collect
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.derived import DerivedIndex, logger
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
+from persistence.semantic.keyword import PreparedKeyword
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.sources import KINDS, SemanticState, SourceFingerprint
 from protocol.semantic import (
@@ -111,12 +112,19 @@ class IndexBuilder(DerivedIndex):
         vectors = embed_in_batches(
             embedder, [chunk.vector_text for chunk in plan.chunks if chunk.embedded], size
         )
-        with self._locked():
-            return self._commit(plan, vectors)
+        # A removal rebuilds the keyword index without the removed chunks; that is the slow part,
+        # so it runs outside the lock too and is installed by the commit (searches never wait on it).
+        prepared = self._keyword.prepare(plan.keyword_rows) if plan.keyword_rows is not None else None
+        try:
+            with self._locked():
+                return self._commit(plan, vectors, prepared)
+        finally:
+            if prepared is not None:
+                prepared.discard()  # a no-op once installed
 
     def _plan(self, size: int, full_check: bool) -> BatchPlan:
         state, fingerprint = self._reader.snapshot()
-        reason, cursors = self._check(state, fingerprint, full_check)
+        reason, cursors, removed = self._check(state, fingerprint, full_check)
         rebuilt = reason is not None
         if reason is not None:
             self._rebuild(reason, fingerprint, first_build=state is None)
@@ -139,39 +147,46 @@ class IndexBuilder(DerivedIndex):
                 rebuild_reason=reason,
                 keyword_invalid=keyword_invalid,
             )
+            if removed:
+                plan.removed = frozenset(removed)
+                plan.removed_labels = manifest.labels_of(removed)
+                plan.keyword_rows = [
+                    row for row in manifest.all_chunk_texts() if row[0] not in plan.removed_labels
+                ]
             collect(self._reader, manifest, plan, size, self._rules)
         return plan
 
     def _check(
         self, state: SemanticState | None, fingerprint: SourceFingerprint, full_check: bool
-    ) -> tuple[str | None, dict[str, int]]:
-        """The rebuild reason (``None`` when the index can be extended) and the cursors to resume from."""
+    ) -> tuple[str | None, dict[str, int], set[str]]:
+        """The rebuild reason (``None`` when the index can be extended), the cursors to resume from and
+        the indexed memories that are gone from the source (removed in place, not rebuilt)."""
         if state is None:
-            return "no_state", {}
+            return "no_state", {}, set()
         if state.dirty:
-            return "dirty", {}
+            return "dirty", {}, set()
         if state.signature != self._signature:
-            return "signature_changed", {}
+            return "signature_changed", {}, set()
         try:
             with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
                 if manifest.meta("signature") != self._signature:
-                    return "derived_inconsistent", {}
+                    return "derived_inconsistent", {}, set()
                 dimensions = manifest.meta_int("dimensions")
                 if dimensions != state.dimensions:
-                    return "derived_inconsistent", {}
+                    return "derived_inconsistent", {}, set()
                 if manifest.vector_count() > 0:
                     self._vectors.load(manifest, dimensions)
                 cursors = manifest.cursors()
                 previous = manifest.fingerprint()
                 if full_check or not self._appended_only(previous, fingerprint):
-                    return self._full_diff(manifest, cursors)
-                return None, cursors
+                    return self._full_diff(manifest, cursors, fingerprint)
+                return None, cursors, set()
         except DerivedIndexError as exc:
             logger.warning("om.semantic.derived_invalid", extra={"exception_class": type(exc).__name__})
-            return "derived_invalid", {}
+            return "derived_invalid", {}, set()
         except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
             logger.warning("om.semantic.derived_invalid", extra={"exception_class": type(exc).__name__})
-            return "derived_invalid", {}
+            return "derived_invalid", {}, set()
 
     def _appended_only(self, previous: SourceFingerprint, current: SourceFingerprint) -> bool:
         if previous == current:
@@ -186,29 +201,39 @@ class IndexBuilder(DerivedIndex):
                 return False  # the last row was deleted and its rowid reused by a new memory
         return True
 
-    def _full_diff(self, manifest: Manifest, cursors: dict[str, int]) -> tuple[str | None, dict[str, int]]:
-        """Compare the manifest with every canonical memory: stale chunks -> rebuild; misses behind
-        the cursor -> move the cursor back (already indexed memories are then skipped cheaply)."""
+    def _full_diff(
+        self, manifest: Manifest, cursors: dict[str, int], fingerprint: SourceFingerprint
+    ) -> tuple[str | None, dict[str, int], set[str]]:
+        """Compare the manifest with every canonical memory: edited chunks -> rebuild; memories gone
+        (forgotten) -> removed in place; misses behind the cursor -> move the cursor back (already
+        indexed memories are then skipped cheaply)."""
         current = self._reader.content_digests()
+        removed: set[str] = set()
         for key, digest in manifest.memory_digests().items():
             found = current.get(key)
-            if found is None or found[2] != digest:
-                return "stale_chunk", {}
+            if found is None:
+                removed.add(key)
+            elif found[2] != digest:
+                return "stale_chunk", {}, set()
         in_progress = manifest.in_progress_parents()
         memories = self._reader.memories_by_keys(in_progress)
         for key in in_progress:
             memory = memories.get(key)
             if memory is None:
-                return "stale_chunk", {}
+                removed.add(key)
+                continue
             own = manifest.chunk_ids_of(key)
             if not own <= {chunk.chunk_id for chunk in memory_chunks(memory, self._rules)}:
-                return "stale_chunk", {}
+                return "stale_chunk", {}, set()
         resumed = dict(cursors)
         indexed = manifest.memory_digests()
         for key, (kind, rowid, _digest) in current.items():
             if key not in indexed and rowid <= resumed[kind]:
                 resumed[kind] = rowid - 1
-        return None, resumed
+        for kind in KINDS:
+            # A removed last row frees its rowid for the next memory: the cursor must not pass it.
+            resumed[kind] = min(resumed[kind], fingerprint.table(kind).max_rowid)
+        return None, resumed, removed
 
     def _rebuild(self, reason: str, fingerprint: SourceFingerprint, first_build: bool) -> None:
         # The marker precedes any derived write, so a crash mid-rebuild is rebuilt again.
@@ -219,7 +244,9 @@ class IndexBuilder(DerivedIndex):
         log = logger.info if first_build else logger.warning
         log("om.semantic.rebuild", extra={"reason": reason, "source_count": fingerprint.total})
 
-    def _commit(self, plan: BatchPlan, vectors: Sequence[Sequence[float]]) -> SyncResult:
+    def _commit(
+        self, plan: BatchPlan, vectors: Sequence[Sequence[float]], prepared: PreparedKeyword | None = None
+    ) -> SyncResult:
         state = self._reader.semantic_state()
         manifest = Manifest.open(self._path(MANIFEST_FILE))
         with closing(manifest):
@@ -227,22 +254,30 @@ class IndexBuilder(DerivedIndex):
                 # Someone else wrote meanwhile: drop this batch rather than mix two snapshots.
                 return self._result(plan, manifest, complete=False, embedded=0)
             dimensions = self._check_vectors(plan, vectors)
-            if not plan.chunks and not plan.cursors_changed and not plan.keyword_invalid:
+            if not plan.chunks and not plan.cursors_changed and not plan.keyword_invalid and not plan.removed:
                 return self._finish(plan, manifest, dimensions, embedded=0)
             self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)
             # From here on the state row says dirty: _finish must always clear it.
             labels: list[tuple[int, MemoryChunk]] = []
             vector_sha = manifest.meta("vector_sha") or ""
+            deleted_vectors = manifest.deleted_vector_count()
             if plan.chunks:
                 first = manifest.next_label()
                 labels = [(first + offset, chunk) for offset, chunk in enumerate(plan.chunks)]
-                with_vectors = [(label, chunk) for label, chunk in labels if chunk.embedded]
-                if with_vectors:
-                    vector_sha = self._vectors.append(manifest, dimensions, with_vectors, vectors)
+            with_vectors = [(label, chunk) for label, chunk in labels if chunk.embedded]
+            removed_vectors = [label for label, embedded in plan.removed_labels.items() if embedded]
+            if with_vectors or removed_vectors:
+                vector_sha, deleted_vectors = self._vectors.update(
+                    manifest, dimensions, removed_vectors, with_vectors, vectors
+                )
             generation = manifest.meta_int("generation") + 1
             with manifest.transaction():
+                manifest.remove(plan.removed)
                 manifest.add(labels, plan.new_memories)
+                if prepared is not None:
+                    self._keyword.install(manifest, prepared)
                 manifest.set_meta(
+                    deleted_vectors=deleted_vectors,
                     generation=generation,
                     dimensions=dimensions,
                     vector_sha=vector_sha,

@@ -13,7 +13,7 @@ an event it cites (that event's chunk carries its meaning, and a hit on it leads
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.manifest import Manifest
@@ -45,6 +45,12 @@ class BatchPlan:
     keyword_invalid: bool
     memories_read: int = 0
     memories_chunked: int = 0
+    removed: frozenset[str] = frozenset()
+    """Indexed memories and events that are gone from the source (forgotten): removed in place."""
+    removed_labels: dict[int, bool] = field(default_factory=dict)
+    """Their chunk labels, each with whether it has a vector."""
+    keyword_rows: list[tuple[int, str]] | None = None
+    """With a removal: the chunk texts the keyword index keeps (rebuilt outside the lock)."""
 
     @property
     def embedded(self) -> int:

@@ -30,7 +30,7 @@ from persistence.semantic.files import (
     VECTOR_FILE,
     DerivedIndexError,
 )
-from persistence.semantic.keyword import KeywordStore
+from persistence.semantic.keyword import PREPARED_SUFFIX, KeywordStore
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.ranking import RankingWeights
 from persistence.semantic.sources import SemanticSourceReader, SemanticState, SemanticStateWriter
@@ -159,6 +159,8 @@ class DerivedIndex:
             self._path(name).unlink(missing_ok=True)
         for name in (KEYWORD_DIR, f"{KEYWORD_DIR}.tmp"):
             shutil.rmtree(self._path(name), ignore_errors=True)
+        for prepared in self._directory.glob(f"{KEYWORD_DIR}{PREPARED_SUFFIX}*"):
+            shutil.rmtree(prepared, ignore_errors=True)  # left by a removal that crashed
         self._vectors.forget()
         self._keyword.forget()
 

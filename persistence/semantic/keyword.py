@@ -7,10 +7,11 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import bm25s
 import numpy as np
@@ -127,6 +128,23 @@ class KeywordIndex:
         return cls(labels, retriever, frozenset(k for k in retriever.vocab_dict if k))
 
 
+PREPARED_SUFFIX: Final[str] = ".next."
+"""Infix of a prepared keyword index's folder (``keyword.next.<random>``) until it is installed."""
+
+
+@dataclass(frozen=True)
+class PreparedKeyword:
+    """A keyword index built and saved beside the current one, waiting to be installed."""
+
+    directory: Path
+    digest: str
+    index: KeywordIndex
+
+    def discard(self) -> None:
+        """Remove the folder if it was not installed."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class KeywordStore:
     """The keyword index files of one index directory, verified against the manifest and cached.
 
@@ -183,6 +201,27 @@ class KeywordStore:
         with manifest.transaction():
             manifest.set_meta(keyword_sha=digest, keyword_count=len(keyword.labels))
         self._cache = (directory_keys(self._directory / KEYWORD_DIR), digest, keyword)
+
+    def prepare(self, rows: Sequence[tuple[int, str]]) -> PreparedKeyword:
+        """Build and save a keyword index of ``rows`` beside the current one, without the lock: the
+        slow half of a removal. :meth:`install` puts it in place under the lock."""
+        keyword = KeywordIndex.build(rows)
+        temporary = Path(tempfile.mkdtemp(prefix=f"{KEYWORD_DIR}{PREPARED_SUFFIX}", dir=self._directory))
+        temporary.rmdir()  # KeywordIndex.save creates it with the index's mode
+        try:
+            digest = keyword.save(temporary)
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+        return PreparedKeyword(temporary, digest, keyword)
+
+    def install(self, manifest: Manifest, prepared: PreparedKeyword) -> None:
+        """Put a prepared index in place of the current one and record it (inside the caller's
+        manifest transaction: a crash before its commit leaves the state dirty, then rebuilt)."""
+        shutil.rmtree(self._directory / KEYWORD_DIR, ignore_errors=True)
+        os.replace(prepared.directory, self._directory / KEYWORD_DIR)
+        manifest.set_meta(keyword_sha=prepared.digest, keyword_count=len(prepared.index.labels))
+        self._cache = (directory_keys(self._directory / KEYWORD_DIR), prepared.digest, prepared.index)
 
     def for_search(self, manifest: Manifest) -> KeywordIndex:
         """The verified index, or one rebuilt in memory from the (verified) manifest for this query."""

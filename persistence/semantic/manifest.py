@@ -36,6 +36,7 @@ class Manifest:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
         os.close(fd)
         conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA secure_delete = ON")
         manifest = cls(conn, path)
         with manifest.transaction():
             conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -72,6 +73,9 @@ class Manifest:
         if verify:
             verify_sealed(path)
         conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, isolation_level=None)
+        # A forgotten memory's chunk rows are removed in place: their text must not stay behind in
+        # the file's free pages.
+        conn.execute("PRAGMA secure_delete = ON")
         manifest = cls(conn, path)
         try:
             if manifest.meta("format") != MANIFEST_FORMAT:
@@ -160,11 +164,43 @@ class Manifest:
             found.update((int(label), int(vector)) for label, vector in rows if vector is not None)
         return found
 
+    def deleted_vector_count(self) -> int:
+        """Vectors of removed chunks that the vector file still holds, marked deleted (and scrubbed)."""
+        kept = self.meta("deleted_vectors")
+        return 0 if kept is None else int(kept)
+
     def memory_count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM memory").fetchone()[0])
 
     def next_label(self) -> int:
-        return int(self._conn.execute("SELECT coalesce(max(label), 0) + 1 FROM chunk").fetchone()[0])
+        """A label no chunk has had: removed chunks' labels stay marked deleted in the vector file."""
+        highest = int(self._conn.execute("SELECT coalesce(max(label), 0) FROM chunk").fetchone()[0])
+        return max(highest, int(self.meta("label_floor") or 0)) + 1
+
+    def labels_of(self, keys: Collection[str]) -> dict[int, bool]:
+        """Chunk labels of the memories or events ``keys``, each with whether it has a vector."""
+        found: dict[int, bool] = {}
+        for batch, marks in in_batches(keys):
+            rows = self._conn.execute(
+                f"SELECT label, embedded FROM chunk WHERE parent_key IN ({marks})", batch
+            )
+            found.update((int(label), bool(embedded)) for label, embedded in rows)
+        return found
+
+    def remove(self, keys: Collection[str]) -> None:
+        """Remove the chunks and digests of the memories or events ``keys`` and update the counts
+        (call inside :meth:`transaction`; the vector and keyword files are the caller's)."""
+        labels = self.labels_of(keys)
+        if labels:
+            self.set_meta(
+                chunk_count=self.chunk_count() - len(labels),
+                vector_count=self.vector_count() - sum(labels.values()),
+                deleted_vectors=self.deleted_vector_count() + sum(labels.values()),
+                label_floor=max(int(self.meta("label_floor") or 0), max(labels)),
+            )
+        for batch, marks in in_batches(keys):
+            self._conn.execute(f"DELETE FROM chunk WHERE parent_key IN ({marks})", batch)
+            self._conn.execute(f"DELETE FROM memory WHERE parent_key IN ({marks})", batch)
 
     def memory_digest(self, key: str) -> str | None:
         row = self._conn.execute("SELECT digest FROM memory WHERE parent_key = ?", (key,)).fetchone()

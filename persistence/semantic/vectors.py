@@ -45,7 +45,7 @@ class VectorStore:
         """The verified vector index of the manifest (cached while the file is unchanged)."""
         path = self._path
         expected_sha = manifest.meta("vector_sha") or ""
-        expected_count = manifest.vector_count()
+        expected_count = manifest.vector_count() + manifest.deleted_vector_count()
         if not path.is_file():
             raise DerivedIndexError(f"semantic vector file {VECTOR_FILE!r} is missing")
         key = file_key(path)
@@ -84,8 +84,25 @@ class VectorStore:
     ) -> str:
         """Add the labelled vectors (of the chunks that have one), save the file atomically and return
         its digest."""
+        return self.update(manifest, dimensions, (), labels, vectors)[0]
+
+    def update(
+        self,
+        manifest: Manifest,
+        dimensions: int,
+        removed: Sequence[int],
+        labels: Sequence[tuple[int, MemoryChunk]],
+        vectors: Sequence[Sequence[float]],
+    ) -> tuple[str, int]:
+        """Remove the vectors of the ``removed`` labels and add the labelled ``vectors``, then save the
+        file atomically: its digest, and how many removed vectors it keeps marked deleted.
+
+        A removed vector is first overwritten with a random unit vector, then marked deleted: the
+        file keeps the graph node (hnswlib cannot drop one) but no longer the forgotten text's
+        embedding. When no vector stays, the file starts again empty (and keeps none)."""
         try:
-            if manifest.vector_count() == 0:
+            live = manifest.vector_count() - len(removed)
+            if live <= 0:
                 index = hnswlib.Index(space="cosine", dim=dimensions)
                 index.init_index(
                     max_elements=max(_HNSW_MIN_CAPACITY, len(labels)),
@@ -93,15 +110,24 @@ class VectorStore:
                     ef_construction=HNSW_EF_CONSTRUCTION,
                     random_seed=HNSW_SEED,
                 )
+                deleted = 0
             else:
                 index = self.load(manifest, dimensions)
+                deleted = manifest.deleted_vector_count() + len(removed)
+                if removed:
+                    scrub = np.random.default_rng(len(removed)).normal(size=(len(removed), dimensions))
+                    ids = np.asarray(removed, dtype=np.uint64)
+                    index.add_items(scrub.astype(np.float32), ids)
+                    for label in removed:
+                        index.mark_deleted(int(label))
             needed = int(index.get_current_count()) + len(labels)
             capacity = int(index.get_max_elements())
             if needed > capacity:
                 index.resize_index(max(needed, 2 * capacity))
-            data = np.asarray(vectors, dtype=np.float32)
-            index.add_items(data, np.asarray([label for label, _ in labels], dtype=np.uint64))
-            return self._save(index)
+            if labels:
+                data = np.asarray(vectors, dtype=np.float32)
+                index.add_items(data, np.asarray([label for label, _ in labels], dtype=np.uint64))
+            return self._save(index), deleted
         except BaseException:
             self._cache = None  # the in-memory index may hold items the file does not
             raise

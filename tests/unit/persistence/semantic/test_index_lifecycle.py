@@ -192,18 +192,6 @@ def test_keyword_repair_clears_the_dirty_marker(
     assert not again.rebuilt and embedder.calls == []
 
 
-def test_deleted_memory_makes_its_chunks_stale_and_rebuilds(
-    index: SemanticIndex, memories: Memories, embedder: HashEmbedder
-) -> None:
-    gone = memories.observation("to be deleted")
-    memories.observation("stays")
-    sync_all(index, embedder)
-    memories.execute("DELETE FROM om_observation WHERE observation_id = ?", (gone,))
-    result = index.synchronize(embedder)
-    assert result.rebuilt and result.rebuild_reason == "stale_chunk"
-    assert result.complete and result.indexed_memories == 1
-
-
 def test_a_reused_rowid_is_not_mistaken_for_an_indexed_memory(
     index: SemanticIndex, memories: Memories, embedder: HashEmbedder, db_path: Path
 ) -> None:
@@ -215,10 +203,11 @@ def test_a_reused_rowid_is_not_mistaken_for_an_indexed_memory(
     fresh = memories.observation("walrus migration survey")
     assert index.search("walrus", embedder).partial  # the new memory is not indexed yet
     result = index.synchronize(embedder)
-    assert result.rebuilt and result.rebuild_reason == "stale_chunk"
+    assert not result.rebuilt  # the deleted memory is removed in place, the new one indexed
     sync_all(index, embedder)
     found = index.search("walrus", embedder)
     assert not found.partial and found.results[0].memory_id == fresh
+    assert all(memory.memory_id != gone for memory in index.search("penguin colony", embedder).results)
 
 
 def test_full_check_finds_content_edited_in_place(
