@@ -5,7 +5,7 @@ A temporary memory database gets ``size`` observations, each citing one transcri
 built as the indexer builds it. Then ``forgets`` memories are forgotten through
 :meth:`persistence.store.Store.forget` (the observation and its event, as ``omray memory forget``
 does), and :meth:`persistence.semantic.SemanticIndex.synchronize` is called as the index job calls
-it until it reports ``complete``, while a second thread searches without pause (queries of kept
+it until it reports ``complete``, while another process searches without pause (queries of kept
 and forgotten memories, vectors ready). Reported:
 
 * ``removal_s``: forget committed to index complete again; ``removal_embedded_chunks`` (0: nothing
@@ -30,17 +30,17 @@ measured on a sample in the same run. Figures are printed, never asserted.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import random
 import re
 import sqlite3
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -123,43 +123,65 @@ class ForgetBenchResult(BaseModel):
     total_s: float
 
 
-@dataclass
-class _Searches:
-    """Searches run without pause from a second thread until stopped."""
-
-    index: SemanticIndex
-    queries: list[tuple[str, list[float]]]
-    stop: threading.Event = field(default_factory=threading.Event)
-    latencies_ms: list[float] = field(default_factory=list)
-    codes: list[str] = field(default_factory=list)
-
-    def run(self) -> None:
+def _search_loop(
+    db_path: str,
+    settings: SemanticSettings,
+    queries: list[tuple[str, list[float]]],
+    ready: Any,
+    stop: Any,
+    out: Any,
+) -> None:
+    """Search without pause until ``stop`` is set, in a process of its own (as the read service
+    searches beside the IndexerActor); sends ``(codes, latencies_ms)`` to ``out``."""
+    with Store(Path(db_path)) as store:
+        index = SemanticIndex(Path(db_path), settings, store)
+        codes: list[str] = []
+        latencies_ms: list[float] = []
         position = 0
-        while not self.stop.is_set():
-            query, vector = self.queries[position % len(self.queries)]
+        while not stop.is_set():
+            query, vector = queries[position % len(queries)]
             position += 1
             started = time.perf_counter()
             try:
-                answer = self.index.search(query, query_vector=vector, limit=10)
-                self.codes.append("partial" if answer.partial else "ok")
+                answer = index.search(query, query_vector=vector, limit=10)
+                codes.append("partial" if answer.partial else "ok")
             except SemanticSearchError as exc:
-                self.codes.append(exc.code)
-            self.latencies_ms.append((time.perf_counter() - started) * 1000)
+                codes.append(exc.code)
+            latencies_ms.append((time.perf_counter() - started) * 1000)
+            ready.set()
+        out.send((codes, latencies_ms))
+
+
+@dataclass
+class _Searches:
+    """Searches run without pause from another process while some work runs."""
+
+    db_path: Path
+    settings: SemanticSettings
+    queries: list[tuple[str, list[float]]]
+    latencies_ms: list[float] = field(default_factory=list)
+    codes: list[str] = field(default_factory=list)
 
     def during(self, work: Callable[[], T]) -> tuple[float, T]:
         """Run ``work`` while searching; its seconds and result."""
-        thread = threading.Thread(target=self.run, daemon=True)
-        self.latencies_ms.clear()
-        self.codes.clear()
-        self.stop.clear()
-        thread.start()
+        context = multiprocessing.get_context("spawn")
+        ready, stop = context.Event(), context.Event()
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_search_loop,
+            args=(str(self.db_path), self.settings, self.queries, ready, stop, send),
+            daemon=True,
+        )
+        process.start()
+        ready.wait(timeout=120)  # the searcher has answered once: its imports and caches are warm
         started = time.perf_counter()
         try:
             result = work()
         finally:
             elapsed = time.perf_counter() - started
-            self.stop.set()
-            thread.join()
+            stop.set()
+            self.codes, self.latencies_ms = receive.recv()
+            process.join(timeout=60)
         return elapsed, result
 
 
@@ -214,7 +236,7 @@ def run_forget_bench(
                 return embedder.embed([text])[0]
 
             queries = [(memory.content, vector(memory)) for memory in picked]
-            searches = _Searches(index, queries)
+            searches = _Searches(db_path, SemanticSettings(embedding_api=api), queries)
             for memory in gone:
                 request = {"memory_ids": [memory.memory_id], "event_ranges": [[memory.seq, memory.seq]]}
                 store.forget(
