@@ -4,6 +4,8 @@ scripted server."""
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from cluster.client import OmrayClient
 from cluster.commands.demo_session import event_line
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
+from persistence.semantic import MANIFEST_FILE
 from protocol.events import AfterTurnCommit, EventSummary
 from testkit.scripted_server import ScriptedServer
 
@@ -130,6 +133,17 @@ def _ids(answer: dict[str, Any]) -> set[str]:
     return {str(item["id"]) for item in answer["results"]}
 
 
+def _manifest_id(db_path: Path) -> str:
+    """The id of the hybrid index's manifest (a rebuild makes a new one)."""
+    with closing(sqlite3.connect(f"{db_path}.semantic/{MANIFEST_FILE}")) as conn:
+        return str(conn.execute("SELECT value FROM meta WHERE key = 'manifest_id'").fetchone()[0])
+
+
+def _semantic_bytes(db_path: Path) -> bytes:
+    folder = Path(f"{db_path}.semantic")
+    return b"".join(path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file())
+
+
 def test_forget_through_the_runtime_removes_memory_from_every_read_path_at_once(
     names: RuntimeNames, tmp_path: Path
 ) -> None:
@@ -151,6 +165,7 @@ def test_forget_through_the_runtime_removes_memory_from_every_read_path_at_once(
             mine and kept and mine <= _ids(client.memory_search({"query": "walnut ledger", "mode": "hybrid"}))
         )
 
+        manifest_before = _manifest_id(client.db_path)
         report = client.forget([memory_id[:12] for memory_id in mine] + ["ab" * 8])
         assert report["complete"] is True and set(report["forgotten"]["observations"]) == mine
         assert report["unknown"] == ["ab" * 8]
@@ -165,7 +180,11 @@ def test_forget_through_the_runtime_removes_memory_from_every_read_path_at_once(
         assert not _ids(auto) & mine and kept <= _ids(auto)
         assert client.wait_idle(timeout_s=120)
         hybrid = client.memory_search({"query": "walnut ledger", "mode": "hybrid", "limit": 50})
-        assert not _ids(hybrid) & mine and kept <= _ids(hybrid)  # after the index job rebuilt it
+        assert not _ids(hybrid) & mine and kept <= _ids(hybrid)  # after the index job removed it
+        # Removed in place, not rebuilt (a rebuild starts a new manifest), and no trace of the
+        # forgotten session's own words stays in the derived files.
+        assert _manifest_id(client.db_path) == manifest_before
+        assert b"copper" in _semantic_bytes(client.db_path)  # the other memory of the session stays
         assert not _ids(client.memory_search({"query": "walnut", "mode": "exact", "limit": 50})) & mine
         assert not any(memory_id[:12] in client.project(session) for memory_id in mine)
         again = client.forget(sorted(mine))
@@ -173,7 +192,9 @@ def test_forget_through_the_runtime_removes_memory_from_every_read_path_at_once(
 
         whole = client.forget(session_id=session)
         assert whole["complete"] is True and whole["forgotten"]["transcript_events"] >= 2
-        assert client.wait_idle(timeout_s=120)  # the index job compacts the forgotten rows out
+        assert client.wait_idle(timeout_s=120)  # the index job removes the forgotten rows
+        assert _manifest_id(client.db_path) == manifest_before
+        assert b"copper" not in _semantic_bytes(client.db_path)
         for mode in ("exact", "hybrid"):
             found = client.memory_search({"query": "copper invoices", "mode": mode, "limit": 50})
             assert not [item for item in found["results"] if item["session_id"] == session]
