@@ -76,8 +76,16 @@ def collect(
             plan.memories_read += len(rows)
             if not rows:
                 break
+            quotes = reader.transcript_texts_of(
+                [
+                    (row.memory.session_id, seq)
+                    for row in rows
+                    if row.memory.kind == "observation"
+                    for seq in row.memory.source_seqs
+                ]
+            )
             for row in rows:
-                if not _take(reader, manifest, plan, row, size, rules):
+                if not _take(manifest, plan, row, size, rules, quotes):
                     return
             if _full(plan, size):
                 return
@@ -86,14 +94,15 @@ def collect(
 
 
 def _take(
-    reader: SemanticSourceReader,
     manifest: Manifest,
     plan: BatchPlan,
     row: SourceRow,
     size: int,
     rules: ChunkingRules,
+    quotes: dict[tuple[str, int], str],
 ) -> bool:
-    """Add one row's missing chunks; False when it does not fit whole (the batch is full)."""
+    """Add one row's missing chunks; False when it does not fit whole (the batch is full).
+    ``quotes``: the transcript texts the page's observations cite, by ``(session, seq)``."""
     memory = row.memory
     digest = content_digest(memory.content)
     if manifest.memory_digest(memory.parent_key) == digest:
@@ -102,7 +111,9 @@ def _take(
         return True
     quoted: list[str] = []
     if memory.kind == "observation" and memory.source_seqs:
-        quoted = list(reader.transcript_texts(memory.session_id, memory.source_seqs).values())
+        # In seq order, as one read of this observation's events returned them.
+        cited = sorted(set(memory.source_seqs))
+        quoted = [quotes[key] for seq in cited if (key := (memory.session_id, seq)) in quotes]
     chunks = memory_chunks(memory, rules, quoted)
     plan.memories_chunked += 1
     done = manifest.chunk_ids_of(memory.parent_key)

@@ -330,21 +330,25 @@ class SemanticSourceReader(MemoryReader):
 
         return self._run(query, {}, ())
 
-    def transcript_texts(self, run_id: str, seqs: Collection[int]) -> dict[int, str]:
-        """The transcript text of each of ``seqs`` in ``run_id`` that has one."""
-        wanted = sorted(set(seqs))
+    def transcript_texts_of(self, wanted: Collection[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """The transcript text of each ``(session, seq)`` that has one, in one snapshot: what the
+        observations of one planning page quote (one read, not one per observation)."""
+        by_session: dict[str, list[int]] = {}
+        for run_id, seq in sorted(set(wanted)):
+            by_session.setdefault(run_id, []).append(seq)
 
-        def query(conn: Connection) -> dict[int, str]:
-            found: dict[int, str] = {}
-            for batch, marks in in_batches(wanted):
-                rows = conn.exec_driver_sql(
-                    f"SELECT seq, content FROM omray_transcript WHERE run_id = ? AND seq IN ({marks})",
-                    (run_id, *batch),
-                )
-                found.update((int(seq), str(content)) for seq, content in rows)
+        def query(conn: Connection) -> dict[tuple[str, int], str]:
+            found: dict[tuple[str, int], str] = {}
+            for run_id, seqs in by_session.items():
+                for batch, marks in in_batches(seqs):
+                    rows = conn.exec_driver_sql(
+                        f"SELECT seq, content FROM omray_transcript WHERE run_id = ? AND seq IN ({marks})",
+                        (run_id, *batch),
+                    )
+                    found.update(((run_id, int(seq)), str(content)) for seq, content in rows)
             return found
 
-        return self._run(query, {}, ("omray_transcript",)) if wanted else {}
+        return self._run(query, {}, ("omray_transcript",)) if by_session else {}
 
     def covering_memories(self, events: Collection[tuple[str, int]]) -> dict[tuple[str, int], SourceMemory]:
         """For each ``(session, seq)``, the observation that covers the event
