@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from persistence.semantic import MANIFEST_FILE, VECTOR_FILE, SemanticIndex, SemanticSourceReader
 from persistence.semantic.manifest import Manifest
 from persistence.store import Store
-from protocol.semantic import parent_key
+from protocol.semantic import SemanticSearchError, parent_key
 from tests.unit.persistence.semantic.conftest import (
     HashEmbedder,
     Memories,
@@ -133,9 +133,10 @@ _STEP = st.one_of(
 def test_removal_interleaved_with_additions_keeps_the_index_equal_to_the_source(
     steps: list[tuple[str, int]],
 ) -> None:
-    """Whatever the order of additions, forgets and bounded batches: once synchronized, the index
-    holds exactly the current memories (each found by its own words), counts agree with the
-    vector file, and nothing ever needed a rebuild after the first build."""
+    """Whatever the order of additions, forgets and bounded batches: search never returns a
+    forgotten memory (before, during and after index jobs); once synchronized, the index holds
+    exactly the current memories (each found by its own words), counts agree with the vector
+    file, and nothing ever needed a rebuild after the first build."""
     with tempfile.TemporaryDirectory() as folder:
         db_path = Path(folder) / "om.sqlite"
         store = Store(db_path)
@@ -144,7 +145,19 @@ def test_removal_interleaved_with_additions_keeps_the_index_equal_to_the_source(
         memories = Memories(db_path)
         embedder = HashEmbedder(dimensions=64)
         live: dict[str, str] = {}
+        forgotten: dict[str, str] = {}
         words = 0
+
+        def never_forgotten() -> None:
+            # Before, during (between the bounded batches of an index job) and after it.
+            for word in forgotten.values():
+                try:
+                    found = index.search(word, embedder).results
+                except SemanticSearchError as exc:
+                    assert exc.code == "index_building"  # nothing indexed yet: no answer at all
+                    continue
+                assert not {memory.memory_id for memory in found} & set(forgotten)
+
         for action, value in steps:
             if action == "add":
                 words += 1
@@ -153,11 +166,13 @@ def test_removal_interleaved_with_additions_keeps_the_index_equal_to_the_source(
             elif action == "forget" and live:
                 memory_id = sorted(live)[value % len(live)]
                 _forget(memories, memory_id)
-                del live[memory_id]
+                forgotten[memory_id] = live.pop(memory_id)
             else:
                 for _ in range(value):
                     result = index.synchronize(embedder, 2)
                     assert not result.rebuilt or result.rebuild_reason == "no_state"
+                    never_forgotten()
+            never_forgotten()
         sync_all(index, embedder, 2)
         with _open(index) as manifest:
             keys = set(manifest.memory_digests())
@@ -170,4 +185,5 @@ def test_removal_interleaved_with_additions_keeps_the_index_equal_to_the_source(
                 assert vectors.get_current_count() == in_file
         for memory_id, word in live.items():
             assert index.search(word, embedder).results[0].memory_id == memory_id
+        never_forgotten()
         store.close()
