@@ -368,6 +368,9 @@ def load_command(
         "--synchronized/--staggered",
         help="Every agent's turn in the same instant (default: agents spread over the interval).",
     ),
+    index: bool = typer.Option(
+        True, "--index/--no-index", help="The default hybrid index (--no-index: semantic: null)."
+    ),
     address: str | None = AddressOption,
     as_json: bool = JsonOption,
 ) -> None:
@@ -387,6 +390,7 @@ def load_command(
             phases="synchronized" if synchronized else "staggered",
             serial_baseline=_serial_baseline(serial_baseline),
             model_ms_per_100_tokens=model_ms_per_100_tokens,
+            index=index,
         )
     if as_json:
         import json

@@ -24,7 +24,11 @@ one job in flight, in two variants (``serial_baseline``):
 Figures (per run):
 
 - ``makespan_s``: first turn to the moment every turn's observations are durable (coverage of
-  every session reaches its last event) and the queue is idle.
+  every session reaches its last event) and the queue is idle (the hybrid index caught up too).
+- ``observed_s``: first turn to the moment every turn's observations are durable (exact search
+  and the compaction text have them), the index possibly still catching up.
+- ``index``: the default settings' hybrid index on (``--no-index``: ``semantic: null``, the same
+  workload without its embedding).
 - ``ideal_parallel_s``: the last turn's time plus one observe job's model time (one request: the
   tool call, every call accepted so no receipt round) -- what unlimited, instant workers would
   achieve.
@@ -255,8 +259,10 @@ def run_load(
     phases: Phases = "staggered",
     coalesce: bool = True,
     model_ms_per_100_tokens: float = 0.0,
+    index: bool = True,
 ) -> dict[str, Any]:
-    """One run of the workload on a fresh runtime; returns its figures."""
+    """One run of the workload on a fresh runtime; returns its figures. ``index``: the default
+    settings' hybrid index (``False``: ``semantic: null``, no index jobs)."""
     if not ray.is_initialized():
         raise RuntimeError("not connected to Ray: use `omray bench load`, or call ray.init() first")
     names = RuntimeNames(prefix=f"load{uuid.uuid4().hex[:8]}")
@@ -296,6 +302,8 @@ def run_load(
                     "providers": {"scripted": {"base_url": server.base_url, "context_window": 32768}},
                     "storage": {"database": str(project / "om.sqlite")},
                 }
+                if not index:
+                    settings["semantic"] = None
                 clients.append((project, OmrayClient(names, settings=settings, cwd=project)))
             t0 = time.monotonic() + 0.5
             agents = [
@@ -325,6 +333,7 @@ def run_load(
                             visible[(agent.name, n)] = now - at
                             pending.discard(key)
                 time.sleep(0.1)
+            covered_s = time.monotonic() - t0
             for agent in agents:
                 agent.join(timeout=5)
             clients[0][1].wait_idle(timeout_s=max(5.0, deadline - time.monotonic()))
@@ -344,6 +353,7 @@ def run_load(
     last_turn_s = (turns - 1) * turn_interval_s + _phase(sessions - 1, sessions, turn_interval_s, phases)
     return {
         "makespan_s": round(makespan, 2),
+        "observed_s": round(covered_s, 2),
         "ideal_parallel_s": round(last_turn_s + REQUESTS_PER_OBSERVE_JOB * model_latency_ms / 1000.0, 2),
         "jobs": int(status.get("succeeded", 0)) + int(status.get("failed", 0)),
         "visible_lag_p50_s": round(percentile(lags, 0.5), 3),
@@ -392,6 +402,7 @@ def run_load_bench(
     phases: Phases = "staggered",
     serial_baseline: SerialBaseline = "both",
     model_ms_per_100_tokens: float = 1.0,
+    index: bool = True,
 ) -> dict[str, Any]:
     """The workload with the runtime's pools and (``serial``) with one worker, one job in flight."""
     parallel_pools = PoolSizes(
@@ -411,6 +422,7 @@ def run_load_bench(
         "timeout_s": timeout_s,
         "phases": phases,
         "model_ms_per_100_tokens": model_ms_per_100_tokens,
+        "index": index,
     }
     parallel = run_load(pools=parallel_pools, max_in_flight=None, **common)  # type: ignore[arg-type]
     result: dict[str, Any] = {
@@ -423,6 +435,7 @@ def run_load_bench(
         "observers": observers,
         "observer_slots": observer_slots,
         "phases": phases,
+        "index": index,
         **parallel,
     }
     if serial:
@@ -442,5 +455,6 @@ def run_load_bench(
             original = run_load(pools=one, max_in_flight=1, coalesce=False, **own)  # type: ignore[arg-type]
             result |= _serial_figures("serial_no_coalescing", original, parallel)
     result["makespan_vs_ideal"] = round(parallel["makespan_s"] / max(parallel["ideal_parallel_s"], 1e-9), 2)
+    result["observed_vs_ideal"] = round(parallel["observed_s"] / max(parallel["ideal_parallel_s"], 1e-9), 2)
     result["machine"] = {"cores": os.cpu_count()}
     return result

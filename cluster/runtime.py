@@ -42,9 +42,7 @@ from cluster.proxies import RayWorkerPool, StoreProxy
 from persistence.connection import Synchronous
 from persistence.queue_store import QueueStore
 from protocol.errors import SettingsError
-from protocol.jobs import (
-    JobEnvelope,
-)
+from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope
 
 logger = logging.getLogger("omray.cluster")
 
@@ -58,11 +56,16 @@ DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in R
 
 _COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
 
-BACKGROUND_NICENESS: Final = 19
-"""Niceness of the Observer, Reflector, Indexer and StoreActor processes. Ray starts every actor
-process at 15 (its ``worker_niceness``); memory work is background work, so these go to 19, below
-the QueueActor: when cores are short, the queue (the path of every agent hook) gets the CPU first.
+BACKGROUND_NICENESS: Final = 17
+"""Niceness of the Observer, Reflector and StoreActor processes. Ray starts every actor process at
+15 (its ``worker_niceness``); memory work is background work, so these go to 17, below the
+QueueActor: when cores are short, the queue (the path of every agent hook) gets the CPU first.
 Workers wait on models most of the time; this only orders who runs when the machine is busy."""
+
+INDEX_NICENESS: Final = 19
+"""Niceness of the IndexerActor: below the other memory work. Its embedding is the one CPU-bound
+job of the runtime, and the hybrid index is derived (exact search finds a new memory at once):
+on a short machine turns are observed first and the index catches up (``omray bench load``)."""
 
 QUEUE_NICENESS: Final = 0
 """Niceness the raylet starts the QueueActor's process with (``RAY_worker_niceness`` in its
@@ -172,7 +175,11 @@ def worker_handle(
     return (
         ray.remote(ROLE_ACTORS[handler_id])
         .options(**options)
-        .remote(context, handler_path, niceness=BACKGROUND_NICENESS)
+        .remote(
+            context,
+            handler_path,
+            niceness=INDEX_NICENESS if handler_id == SEMANTIC_INDEX_HANDLER else BACKGROUND_NICENESS,
+        )
     )
 
 

@@ -332,19 +332,29 @@ def test_sessions_of_two_projects_with_one_job_id_both_run(
 def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    from cluster.runtime import BACKGROUND_NICENESS, QUEUE_NICENESS, store_handle
+    from cluster.runtime import BACKGROUND_NICENESS, INDEX_NICENESS, QUEUE_NICENESS, store_handle
 
     def pid_of(handle: Any) -> int:
         info: dict[str, Any] = ray.get(handle.ping.remote())
         return int(info["pid"])
 
-    client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"})
+    from protocol.jobs import OBSERVE_BOUNDARY_HANDLER
+
+    client = _start(
+        names,
+        tmp_path,
+        ledger,
+        {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow", OBSERVE_BOUNDARY_HANDLER: "testkit.handlers:slow"},
+    )
     worker: Any = ray.get_actor(names.worker("indexer", 0), namespace=names.namespace)
     store = store_handle(names, tmp_path / "om.sqlite")
     queue_nice = os.getpriority(os.PRIO_PROCESS, pid_of(client.queue_handle()))
     assert queue_nice == QUEUE_NICENESS  # started at the agents' priority, not Ray's 15
-    for pid in (pid_of(worker), pid_of(store)):  # a role worker and the one writer of a memory file
+    observer: Any = ray.get_actor(names.worker("observer", 0), namespace=names.namespace)
+    for pid in (pid_of(observer), pid_of(store)):  # a role worker and the one writer of a memory file
         assert os.getpriority(os.PRIO_PROCESS, pid) == BACKGROUND_NICENESS > queue_nice
+    # The indexer's embedding is the runtime's one CPU-bound work: below the other memory work.
+    assert os.getpriority(os.PRIO_PROCESS, pid_of(worker)) == INDEX_NICENESS > BACKGROUND_NICENESS
     warmed = ray.get(worker.warm.remote())
     assert warmed["handler_id"] == SEMANTIC_INDEX_HANDLER and warmed["warm_ms"] >= 0
 
