@@ -295,7 +295,7 @@ def run_load(
             clients = []
             for p in range(projects):
                 project = work / f"project-{p}"
-                settings = {
+                settings: dict[str, Any] = {
                     "model": "scripted/memory",
                     # Every turn end observes: this bench loads the queue, not the trigger policy.
                     "observer": {"observe_after_tokens": 0},

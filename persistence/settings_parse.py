@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from persistence.settings_keys import BLOCK_NAME, check_known_keys, misspelt_block, unknown_key_message
 from protocol import settings_limits as limits
 from protocol.errors import SettingsError
 from protocol.redact import compile_custom_patterns
@@ -383,14 +384,16 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     (:data:`DEFAULT_SEMANTIC_BLOCK`); ``semantic: null`` (or ``false``, or ``{}``) turns hybrid
     search off, as in the original, where it was opt-in.
 
-    Unknown keys are ignored, like the original; the original's ignored keys (``observer.model``,
-    ``reflector.model``, ``*.thinking_level``, ``pools.reflections_max_tokens``,
-    ``reflector.context_window_ratio``) have no effect.
+    Unlike the original, an unknown key at any level is a ``SettingsError`` naming it and the
+    nearest known key (:mod:`persistence.settings_keys`); the keys the original reads and ignores
+    (``observer.model``, ``reflector.model``, ``*.thinking_level``, ``pools.reflections_max_tokens``,
+    ``reflector.context_window_ratio``) are accepted and have no effect.
     """
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
         raise SettingsError("observational_memory settings must be a mapping.")
+    check_known_keys(data)
     storage, observer = _section(data, "storage"), _section(data, "observer")
     reflector, pools = _section(data, "reflector"), _section(data, "pools")
 
@@ -440,15 +443,30 @@ def extract_om_block(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(extensions, Mapping):
         ext_settings = extensions.get("settings")
         block = ext_settings.get("observational_memory") if isinstance(ext_settings, Mapping) else None
+        if block is None and isinstance(ext_settings, Mapping):
+            _refuse_misspelt_block(list(ext_settings), "extensions.settings.")
     elif "observational_memory" in doc:
         block = doc["observational_memory"]
+        # omray's own file: nothing but the block is read, so another key is a mistake.
+        for key in doc:
+            if key != BLOCK_NAME:
+                raise SettingsError(unknown_key_message("", key, [BLOCK_NAME]))
     else:
+        _refuse_misspelt_block(list(doc), "")
         block = doc
     if block is None:
         return {}
     if not isinstance(block, Mapping):
         raise SettingsError("observational_memory settings must be a mapping.")
     return block
+
+
+def _refuse_misspelt_block(keys: list[object], where: str) -> None:
+    misspelt = misspelt_block(keys)
+    if misspelt is not None:
+        raise SettingsError(
+            f"{where}{misspelt[:60]} is not a setting; did you mean {where}{BLOCK_NAME}? Nothing was changed."
+        )
 
 
 def _plain(value: Any) -> Any:

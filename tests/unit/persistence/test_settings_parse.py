@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from persistence.settings_file import load_settings
 from persistence.settings_parse import apply_overrides, extract_om_block, settings_from_mapping
 from protocol.errors import ModelSettingsError, SettingsError
 from protocol.settings import (
@@ -106,9 +108,82 @@ def test_ignored_keys_have_no_effect() -> None:
         "observer": {"model": "a/b", "thinking_level": "high"},
         "reflector": {"model": "c/d", "thinking_level": "low", "context_window_ratio": 0.1},
         "pools": {"reflections_max_tokens": 5},
-        "something_new": {"x": 1},
     }
     assert settings_from_mapping(ignored) == settings_from_mapping({})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"modle": "a/b"},
+            "observational_memory.modle is not a setting; did you mean observational_memory.model?",
+        ),
+        (
+            {"observer": {"observe_afer_tokens": 0}},
+            "observational_memory.observer.observe_afer_tokens is not a setting; did you mean "
+            "observational_memory.observer.observe_after_tokens?",
+        ),
+        (
+            {"privacy": {"redact_pattern": ["x"]}},
+            "observational_memory.privacy.redact_pattern is not a setting; did you mean "
+            "observational_memory.privacy.redact_patterns?",
+        ),
+        (
+            {"semantic": {"embedding_api": {"model": "m"}}},
+            "observational_memory.semantic.embedding_api.model is not a setting; did you mean "
+            "observational_memory.semantic.embedding_api.model_id?",
+        ),
+        (
+            {"providers": {"local": {"base_url": "http://h/v1", "context_window": 8, "timeout": 5}}},
+            "observational_memory.providers.local.timeout is not a setting; did you mean "
+            "observational_memory.providers.local.timeout_s?",
+        ),
+        (
+            {"prices": {"models": {"p/m": {"prompt": 1, "completion": 1, "cached": 1}}}},
+            "observational_memory.prices.models.p/m.cached is not a setting; did you mean "
+            "observational_memory.prices.models.p/m.cached_prompt?",
+        ),
+        (
+            {"something_new": {"x": 1}},
+            "observational_memory.something_new is not a setting; the keys here are",
+        ),
+        ({7: 1}, "observational_memory.7 is not a setting; the keys here are"),
+    ],
+)
+def test_an_unknown_key_at_any_level_is_an_error_naming_it_and_the_nearest_key(
+    data: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SettingsError) as info:
+        settings_from_mapping(data)
+    assert str(info.value).startswith(message) and str(info.value).endswith("Nothing was changed.")
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            {"observational_memroy": {"model": "a/b"}},
+            "observational_memroy is not a setting; did you mean observational_memory?",
+        ),
+        (
+            {"extensions": {"settings": {"observational_memroy": {"model": "a/b"}}}},
+            "extensions.settings.observational_memroy is not a setting; did you mean "
+            "extensions.settings.observational_memory?",
+        ),
+        ({"observational_memory": {}, "modle": "a/b"}, "modle is not a setting; the keys here are"),
+    ],
+)
+def test_a_misspelt_block_or_a_key_beside_it_is_an_error(doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        extract_om_block(doc)
+    assert str(info.value).startswith(message)
+
+
+def test_a_misspelt_key_in_a_settings_file_is_refused_whole(tmp_path: Path) -> None:
+    (tmp_path / "omray.yaml").write_text("observational_memory:\n  modle: local/qwen\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match=r"did you mean observational_memory\.model\?"):
+        load_settings(cwd=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -319,7 +394,8 @@ def test_providers() -> None:
         ),
         (
             {"p": {"base_url": "http://x", "context_window": 1, "api_key": "k"}},
-            "providers.p has unknown keys ['api_key']",
+            "observational_memory.providers.p.api_key is not a setting; did you mean "
+            "observational_memory.providers.p.api_key_env?",
         ),
     ],
 )
