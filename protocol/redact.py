@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from protocol.errors import SettingsError
+from protocol.regex_safety import backtracking_risk
 
 PRIVATE_MARK: Final = "[private]"
 """What a ``<private>`` span becomes."""
@@ -36,8 +37,8 @@ BUILTIN_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
     # (kind, regex); a regex with a group named ``keep`` keeps that group and masks the rest.
     (
         "private-key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
-        r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+        r"-----BEGIN (?:[A-Z0-9]++ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+        r"(?:-----END (?:[A-Z0-9]++ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
     ),
     ("api-key", r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{16,}"),
     # a key holds a run of 16+ characters without a hyphen; a CSS class such as sk-circle-bounce does not
@@ -67,10 +68,10 @@ BUILTIN_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
     # (a call, an index, a dotted name: request.form.get(...), os.environ[...], settings.KEY) is left.
     (
         "secret",
-        r"(?i)(?P<keep>(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-]){0,4}(?:api[_-]?key|secret(?:[_-]?access)?[_-]?key"
+        r"(?i)(?P<keep>(?<![A-Za-z0-9])(?:[A-Za-z0-9]++[_-]){0,4}(?:api[_-]?key|secret(?:[_-]?access)?[_-]?key"
         r"|client[_-]?secret|secret|password|passwd|access[_-]?token|auth[_-]?token|token)"
         r"(?![A-Za-z0-9])\\?[\"']?\s*[:=]\s*\\?[\"']?)(?!\[redacted:)"
-        r"(?![A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?![A-Za-z0-9_.]))(?![A-Za-z0-9_.]*[(\[])"
+        r"(?![A-Za-z_][A-Za-z0-9_]*+(?:\.[A-Za-z_][A-Za-z0-9_]*+)+(?![A-Za-z0-9_.]))(?![A-Za-z0-9_.]*[(\[])"
         r"[^\s\"',;\\]{6,}",
     ),
 )
@@ -119,6 +120,15 @@ def compile_custom_patterns(patterns: object) -> tuple[str, ...]:
             ) from None
         if compiled.search("") is not None:
             raise SettingsError(f"privacy.redact_patterns entry #{number} matches the empty string.")
+        risk = backtracking_risk(pattern)
+        if risk is not None:
+            # Every event the Observer, the indexer and recall read passes through it: a pattern
+            # that backtracks exponentially on a long run would stall them all.
+            raise SettingsError(
+                f"privacy.redact_patterns entry #{number} can take exponential time on long text "
+                f"({risk}, as in (a+)+); write it without a variable repeat inside a repeat or "
+                "overlapping alternatives under one, or make the inner repeat possessive (a++)."
+            )
         checked.append(pattern)
     return tuple(checked)
 
