@@ -291,7 +291,12 @@ class Store(SqliteWriter):
                 whole_session=bool(request.get("whole_session", False)),
             )
         with self.atomic():
-            return forget_rows(self._conn(), request, job_id, now).as_dict()
+            # Freed pages are overwritten, so the forgotten text does not stay in the file's free
+            # list (the setting is per connection and not transactional: set before any delete).
+            self._conn().exec_driver_sql("PRAGMA secure_delete = ON")
+            result = forget_rows(self._conn(), request, job_id, now).as_dict()
+        self.checkpoint_wal()
+        return result
 
     # --- live activity (reference §11.1) -------------------------------------------------------
 

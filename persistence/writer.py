@@ -11,6 +11,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Self
@@ -83,6 +84,25 @@ class SqliteWriter:
 
     def _before_commit(self, conn: Connection) -> None:
         """What a writer adds to every transaction, last (nothing here)."""
+
+    def checkpoint_wal(self, attempts: int = 3) -> bool:
+        """Copy the WAL into the database file and truncate it to nothing (``PRAGMA
+        wal_checkpoint(TRUNCATE)``), so pages a transaction just rewrote (a forget) leave no older
+        copy in ``-wal``. A reader in another process can hold part of the log: tried ``attempts``
+        times, 50 ms apart; False if still busy (the next checkpoint, automatic or not, goes on)."""
+        for attempt in range(attempts):
+            try:
+                with self._engine.connect() as conn:
+                    raw = conn.connection.driver_connection
+                    assert isinstance(raw, sqlite3.Connection)
+                    busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except (SQLAlchemyError, sqlite3.Error) as exc:
+                raise StorageError(f"checkpoint of {self._db_path!r} failed ({type(exc).__name__})") from exc
+            if busy == 0:
+                return True
+            if attempt + 1 < attempts:
+                time.sleep(0.05)
+        return False
 
     def _conn(self) -> Connection:
         conn: Connection | None = getattr(self._local, "conn", None)

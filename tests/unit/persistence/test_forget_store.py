@@ -313,3 +313,22 @@ def test_a_forgotten_id_is_never_returned_and_nothing_else_is_lost(
         text = project(db, run_id)
         assert not any(memory_id[:12] in text for memory_id in forgotten)
         assert all(memory_id[:12] in text for memory_id, (run, _w) in live.items() if run == run_id)
+
+
+def _database_bytes(db: Path) -> bytes:
+    """The database file and its WAL and shared-memory files, as they are on disk."""
+    return b"".join(path.read_bytes() for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")) if path.exists())
+
+
+def test_forgotten_text_leaves_the_database_file_and_its_wal(tmp_path: Path) -> None:
+    """No copy of a forgotten memory's text stays on disk (issue 40 item 13): deleted pages are
+    overwritten (``secure_delete``) and the WAL is checkpointed and truncated after the forget."""
+    db = tmp_path / "om.sqlite"
+    with Store(db) as store:
+        forgotten = commit_turn(store, "s1", 1, "zanzibarquux")
+        commit_turn(store, "s1", 2, "keptword")
+        assert b"zanzibarquux" in _database_bytes(db)
+        store.forget(ForgetRequest(run_id="s1", memory_ids=(forgotten,), event_ranges=((1, 1),)), "job-1", TS)
+        on_disk = _database_bytes(db)
+        assert b"zanzibarquux" not in on_disk
+        assert b"keptword" in on_disk
