@@ -113,17 +113,28 @@ def check_runtime(project: Path) -> Finding:
     return Finding(True, "runtime", f"running (OMRAY_HOME={home}; the agent must see the same)")
 
 
+def claude_state_files() -> list[Path]:
+    """Where Claude Code keeps its per-project state (``.claude.json``): in ``$CLAUDE_CONFIG_DIR``
+    when that is set, else the home folder; both are read, the configured one first."""
+    files: list[Path] = []
+    config_dir = os.environ.get("CLAUDE_CONFIG_DIR")
+    if config_dir:
+        files.append(Path(config_dir).expanduser() / ".claude.json")
+    files.append(Path.home() / ".claude.json")
+    return files
+
+
 def check_claude_trust(project: Path, state_file: Path | None = None) -> Finding:
     """Whether Claude Code trusts the project (it ignores a project's permissions until it does)."""
-    path = state_file or Path.home() / ".claude.json"
-    try:
-        projects = json.loads(path.read_text(encoding="utf-8")).get("projects", {})
-    except (OSError, ValueError, AttributeError):
-        projects = {}
-    for folder in (project, *project.parents):
-        entry = projects.get(str(folder)) if isinstance(projects, dict) else None
-        if isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True:
-            return Finding(True, "workspace trust", f"Claude Code trusts {folder}")
+    for path in [state_file] if state_file is not None else claude_state_files():
+        try:
+            projects = json.loads(path.read_text(encoding="utf-8")).get("projects", {})
+        except (OSError, ValueError, AttributeError):
+            projects = {}
+        for folder in (project, *project.parents):
+            entry = projects.get(str(folder)) if isinstance(projects, dict) else None
+            if isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True:
+                return Finding(True, "workspace trust", f"Claude Code trusts {folder} ({path})")
     return Finding(
         False,
         "workspace trust",

@@ -159,6 +159,30 @@ def test_claude_code_workspace_trust_is_read_from_its_state(tmp_path: Path) -> N
     assert not finding.ok and "trust dialog" in finding.detail
 
 
+def test_workspace_trust_is_read_from_claude_config_dir_when_it_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``CLAUDE_CONFIG_DIR`` set, Claude Code keeps its state there (issue 40 item 4)."""
+    home, config = tmp_path / "home", tmp_path / "claude-config"
+    home.mkdir()
+    config.mkdir()
+    project = tmp_path / "proj"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
+    assert not check_claude_trust(project).ok
+    (config / ".claude.json").write_text(
+        json.dumps({"projects": {str(project): {"hasTrustDialogAccepted": True}}})
+    )
+    finding = check_claude_trust(project)
+    assert finding.ok and str(config) in finding.detail
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR")
+    assert not check_claude_trust(project).ok  # ~/.claude.json has no trust for it
+    (home / ".claude.json").write_text(
+        json.dumps({"projects": {str(project): {"hasTrustDialogAccepted": True}}})
+    )
+    assert check_claude_trust(project).ok
+
+
 def _claude_project(tmp_path: Path) -> Path:
     (tmp_path / ".claude").mkdir()
     (tmp_path / ".claude" / "settings.json").write_text(json.dumps(THEIR_SETTINGS, indent=4))
