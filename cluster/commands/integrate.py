@@ -482,6 +482,15 @@ def integrate_command(
     root = (project or Path.cwd()).resolve()
     if check:
         findings = run_checks(agent, root)
+        if mcp_transport is McpTransport.HTTP:
+            try:
+                http, token = mcp_http_for(mcp_transport, mcp_port, False)
+            except OmrayError as exc:
+                findings.append(Finding(False, "mcp server", str(exc)))
+            else:
+                assert http is not None
+                ok, detail = check_mcp_http(http, token, root)
+                findings.append(Finding(ok, "mcp server", detail))
         print_findings(findings)
         raise typer.Exit(code=0 if all(f.ok for f in findings) else 1)
     try:
@@ -519,6 +528,6 @@ def integrate_command(
     typer.echo("checks:")
     findings = run_checks(agent, root)
     if http is not None:
-        ok, detail = check_mcp_http(http, token)
+        ok, detail = check_mcp_http(http, token, root)
         findings.append(Finding(ok, "mcp server", detail))
     print_findings(findings)

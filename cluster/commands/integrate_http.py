@@ -68,12 +68,17 @@ def claude_mcp_entry(command: str, http: McpHttp | None) -> dict[str, Any]:
     return {"type": "http", "url": http.url, "headersHelper": helper}
 
 
-def check_mcp_http(http: McpHttp, token: str, timeout_s: float = 3.0) -> tuple[bool, str]:
-    """Whether ``omray mcp --transport http`` answers at ``http.url`` and takes ``token``: ``(ok,
-    what was found, or what to do)``."""
+def check_mcp_http(
+    http: McpHttp, token: str, project: Path | None = None, timeout_s: float = 3.0
+) -> tuple[bool, str]:
+    """Whether ``omray mcp --transport http`` answers at ``http.url``, takes ``token`` and (with
+    ``project``) serves that project: ``(ok, what was found, or what to do)``."""
     import json
     import urllib.error
     import urllib.request
+    from urllib.parse import unquote
+
+    from cluster.servers.mcp_http import PROJECT_HEADER
 
     hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     request = urllib.request.Request(
@@ -87,19 +92,30 @@ def check_mcp_http(http: McpHttp, token: str, timeout_s: float = 3.0) -> tuple[b
         },
     )
     home = http.token_file.parent.parent
-    start = f"start it: `omray mcp --transport http --port {http.port}` (OMRAY_HOME={home})"
+    start = f"start it: `{start_command(http, project)}` (OMRAY_HOME={home})"
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s):
-            return True, f"{http.url} answers and takes the token"
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            served = answer.headers.get(PROJECT_HEADER)
     except urllib.error.HTTPError as error:
         if error.code == 401:
             return (
                 False,
                 f"{http.url} refuses the token: it runs with another OMRAY_HOME or --token-file; {start}",
             )
-        return (
-            True,
-            f"{http.url} answers and takes the token",
-        )  # a session-less ping: 400 after the token check
+        served = error.headers.get(PROJECT_HEADER)  # a session-less ping: 400 after the token check
     except (urllib.error.URLError, OSError, ValueError):
         return False, f"nothing answers at {http.url}; {start}"
+    if project is not None and served is not None and Path(unquote(served)) != project:
+        return (
+            False,
+            f"{http.url} serves {unquote(served)}, not {project}: one HTTP server answers for one project "
+            f"(stop it, or give this project its own port); {start}",
+        )
+    where = f" and serves {project}" if project is not None and served is not None else ""
+    return True, f"{http.url} answers and takes the token{where}"
+
+
+def start_command(http: McpHttp, project: Path | None) -> str:
+    """The command that starts the HTTP server the agent is pointed at, for ``project``."""
+    pinned = f" --project {shlex.quote(str(project))}" if project is not None else ""
+    return f"omray mcp --transport http --port {http.port}{pinned}"

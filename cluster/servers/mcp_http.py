@@ -10,7 +10,9 @@ or no answer at all (the SDK takes a request with an object id for a notificatio
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from cluster.servers.mcp_stdio import PARSE_ERROR, check_message
 from cluster.servers.web_auth import ASGIApp, GuardPolicy, Message, Receive, Scope, Send, WebGuard
@@ -77,9 +79,34 @@ async def _answer(send: Send, status: int, request_id: object, code: int, text: 
     await send({"type": "http.response.body", "body": body})
 
 
-def http_app(server: Any, port: int, token: str | None) -> Any:
+PROJECT_HEADER = "x-omray-project"
+"""Response header naming the project folder the server serves (percent-encoded), on answers
+that passed the token check only: ``omray integrate --check`` compares it with the project."""
+
+
+class ProjectHeader:
+    """Adds :data:`PROJECT_HEADER` to every response of the app it wraps."""
+
+    def __init__(self, app: ASGIApp, project: Path) -> None:
+        self._app = app
+        self._value = quote(str(project)).encode("ascii")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (PROJECT_HEADER.encode(), self._value)],
+                }
+            await send(message)
+
+        await self._app(scope, receive, named)
+
+
+def http_app(server: Any, port: int, token: str | None, project: Path | None = None) -> Any:
     """The streamable HTTP app of the SDK ``server`` on ``127.0.0.1:port``: :class:`WebGuard` (the
-    bearer ``token``; ``None``: no authentication), then :class:`JsonRpcCheck`, then the SDK."""
+    bearer ``token``; ``None``: no authentication), then (with ``project``) :class:`ProjectHeader`,
+    then :class:`JsonRpcCheck`, then the SDK."""
     from mcp.server.transport_security import TransportSecuritySettings
 
     policy = GuardPolicy.for_bind(HTTP_HOST, port, token)
@@ -96,12 +123,15 @@ def http_app(server: Any, port: int, token: str | None) -> Any:
         transport_security=security,
         max_request_body_size=MAX_BODY_BYTES,
     )
-    return WebGuard(JsonRpcCheck(app), policy)
+    inner: ASGIApp = JsonRpcCheck(app)
+    if project is not None:
+        inner = ProjectHeader(inner, project)
+    return WebGuard(inner, policy)
 
 
-def serve_http(server: Any, port: int, token: str | None) -> None:
-    """Serve the SDK ``server`` on ``127.0.0.1:port`` (path ``/mcp``) until stopped."""
+def serve_http(server: Any, port: int, token: str | None, project: Path | None = None) -> None:
+    """Serve the SDK ``server`` for ``project`` on ``127.0.0.1:port`` (path ``/mcp``) until stopped."""
     import uvicorn
 
-    app = http_app(server, port, token)
+    app = http_app(server, port, token, project)
     uvicorn.run(app, host=HTTP_HOST, port=port, log_level="warning", access_log=False)

@@ -370,7 +370,7 @@ def serve(
             print(NO_AUTH_WARNING.format(url=url), file=sys.stderr, flush=True)
         else:
             print(f"omray mcp: serving {url} (bearer token in {token_path})", file=sys.stderr, flush=True)
-        serve_http(build_server(tools), port, token)
+        serve_http(build_server(tools), port, token, root)
         return 0
     return serve_stdio(root, db, session.strip(), allow_forget)
 

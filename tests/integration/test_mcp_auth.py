@@ -265,5 +265,24 @@ def test_integrate_wires_the_token_and_checks_the_running_server(project: Path, 
             [*integrate, *http], env=elsewhere, capture_output=True, text=True, timeout=120
         )
         assert "todo  mcp server" in wrong.stdout and "refuses the token" in wrong.stdout
+        # --check says whether the server answers for this project (issue 40 items 3 and 6)
+        checked = subprocess.run(
+            [*integrate, "--check", *http], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert f"serves {project.resolve()}" in checked.stdout, checked.stdout
     finally:
         _stop(process)
+    other_folder = project.parent / "another-project"
+    other_folder.mkdir()
+    other_port = free_port()
+    other = _start(other_folder, omray_home, other_port)
+    try:
+        _wait_listening(other_port, other)
+        there = ["--mcp-transport", "http", "--mcp-port", str(other_port)]
+        checked = subprocess.run(
+            [*integrate, "--check", *there], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "todo  mcp server" in checked.stdout and f"not {project.resolve()}" in checked.stdout
+        assert f"--project {project.resolve()}" in checked.stdout  # how to start the right one
+    finally:
+        _stop(other)
