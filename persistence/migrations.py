@@ -589,6 +589,15 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
         "What was forgotten (ids only), so a forgotten memory, event or session is never written again",
         _ddl([schema.omray_forgotten, schema.omray_forget_request], _table_indexes(schema.omray_forgotten)),
     ),
+    Migration(
+        "omray_015_job_redrive",
+        "A failed job can be re-driven once its cause is gone: the job it was queued again as, and how "
+        "many times its work was re-driven",
+        (
+            "ALTER TABLE omray_job ADD COLUMN redriven_to INTEGER",
+            "ALTER TABLE omray_job ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 """omray's own additive migrations, in order."""
 

@@ -129,6 +129,15 @@ class QueueStore(SqliteWriter):
             ),
         ).rowcount
         if inserted == 1:
+            if write.redrive_of is not None:
+                # One write: the copy exists exactly when the failed row says it was re-driven.
+                conn.exec_driver_sql(
+                    "UPDATE omray_job SET redrives = ? WHERE job_seq = ?", (write.redrives, write.job_seq)
+                )
+                conn.exec_driver_sql(
+                    "UPDATE omray_job SET redriven_to = ? WHERE job_seq = ? AND state = 'failed'",
+                    (write.job_seq, write.redrive_of),
+                )
             return
         row = conn.exec_driver_sql(
             "SELECT job_id, db_path FROM omray_job WHERE job_seq = ?", (write.job_seq,)
@@ -278,6 +287,49 @@ class QueueStore(SqliteWriter):
             if not isinstance(event_seq, int):  # pragma: no cover - SQLite always returns the rowid
                 raise StorageError(f"no event_seq returned for event {event_type!r}")
             return event_seq
+
+    def failed_to_redrive(
+        self,
+        db_path: str | None = None,
+        handler_ids: Sequence[str] | None = None,
+        *,
+        max_redrives: int | None = None,
+        excluded_reasons: Sequence[str] = (),
+    ) -> list[StoredJob]:
+        """Failed jobs not re-driven yet, in ``job_seq`` order: of ``db_path`` and ``handler_ids``
+        when given, re-driven fewer than ``max_redrives`` times when given, and not failed for one of
+        ``excluded_reasons``."""
+        table = schema.omray_job
+        query = select(table).where(table.c.state == "failed", table.c.redriven_to.is_(None))
+        if db_path is not None:
+            query = query.where(table.c.db_path == db_path)
+        if handler_ids is not None:
+            query = query.where(table.c.handler_id.in_(tuple(handler_ids)))
+        if max_redrives is not None:
+            query = query.where(table.c.redrives < max_redrives)
+        if excluded_reasons:
+            query = query.where(
+                (table.c.failure_reason.is_(None)) | table.c.failure_reason.not_in(tuple(excluded_reasons))
+            )
+        with self.atomic():
+            rows = self._conn().execute(query.order_by(table.c.job_seq.asc()))
+            return [self._stored_job(row) for row in rows]
+
+    def redrive_waiting(self, excluded_reasons: Sequence[str], max_redrives: int) -> list[tuple[str, str]]:
+        """``(db_path, handler_id)`` of the failed jobs an automatic re-drive would queue again."""
+        table = schema.omray_job
+        query = (
+            select(table.c.db_path, table.c.handler_id)
+            .where(
+                table.c.state == "failed",
+                table.c.redriven_to.is_(None),
+                table.c.redrives < max_redrives,
+                (table.c.failure_reason.is_(None)) | table.c.failure_reason.not_in(tuple(excluded_reasons)),
+            )
+            .distinct()
+        )
+        with self.atomic():
+            return [(str(db), str(handler)) for db, handler in self._conn().execute(query)]
 
     def list_unfinished_jobs(self) -> list[StoredJob]:
         """Pending and running jobs in acceptance (``job_seq``) order."""

@@ -289,6 +289,9 @@ omray_job = Table(
     Column("finished_at", Text, nullable=True),
     Column("failure_reason", Text, nullable=True),
     Column("db_path", Text, nullable=False, server_default=text("''")),
+    # omray_015: the job_seq a failed job was queued again as, and how often its work was re-driven.
+    Column("redriven_to", Integer, nullable=True),
+    Column("redrives", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("state IN ('pending', 'running', 'succeeded', 'failed')"),
     CheckConstraint("attempts >= 0"),
     sqlite_autoincrement=True,

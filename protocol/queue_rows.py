@@ -40,6 +40,10 @@ class JobAccepted(_Result):
     job_seq: int
     envelope: JobEnvelope
     accepted_at: str
+    redrive_of: int | None = None
+    """The failed job this one re-drives: its row records ``redriven_to`` in the same write."""
+    redrives: int = 0
+    """How many times this job's work was re-driven (0 for a new job)."""
 
 
 class JobStarted(_Result):
@@ -125,6 +129,8 @@ class StoredJob(_Result):
     """When it finished."""
     failure_reason: str | None
     """Short category code of the latest failure."""
+    redrives: int = 0
+    """How many times this job's work was re-driven after it failed (migration omray_015)."""
 
 
 class RuntimeEvent(_Result):

@@ -30,17 +30,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from actors.queue.attempts import Answered, Attempt, apply_answer
-from actors.queue.commands import Dispatch
+from actors.queue.commands import Dispatch, EmitJobFailed, GiveUp, MarkSucceeded
 from actors.queue.commits import Batch
 from actors.queue.committer import GroupCommitter
 from actors.queue.figures import QueueFigures, state_figures
 from actors.queue.intake import accept_jobs, parse_envelope, parse_envelopes
 from actors.queue.ports import NoMetrics, QueueMetricsPort, QueueStorePort, WorkerPoolPort
+from actors.queue.redrive import AUTOMATIC_REDRIVES, NOT_REDRIVEN, RedriveTracker
 from actors.queue.reports import QueueReports, queue_status
 from actors.queue.retry import RetryPolicy
 from actors.queue.starts import Starter
 from actors.queue.state import QueueState
 from protocol.jobs import JobEnvelope
+from protocol.queue_rows import StoredJob
 
 logger = logging.getLogger("omray.queue")
 
@@ -114,6 +116,11 @@ class QueueActor:
         self._log.add(commands, now)
         self._log.add(self._state.next_dispatch(now), now)
         self.commit()
+        # Failed jobs that wait for their cause to go, across restarts (actors.queue.redrive).
+        self._redrive = RedriveTracker()
+        for db_path, handler_id in store.redrive_waiting(sorted(NOT_REDRIVEN), AUTOMATIC_REDRIVES):
+            self._redrive.gave_up(db_path, handler_id, "restored")
+        self._redrive_due: list[tuple[str, tuple[str, ...]]] = []
         if rows:
             logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
         on_ready = getattr(workers, "on_ready", None)
@@ -243,6 +250,7 @@ class QueueActor:
                 sent = self._starter.in_flight.answered(job_seq)
                 answers.append((sent, apply_answer(self._state, job_seq, outcome, sent, now)))
                 self._log.add(answers[-1][1].commands, now)
+                self._track_redrives(answers[-1][1].commands)
             self._log.add(self._state.next_dispatch(now), now)
             wanted = bool(self._log)
             due = self._reports.figures_due(now, TICK_S) or not self._threads
@@ -260,7 +268,72 @@ class QueueActor:
         self.commit()
         collected = self.collect(timeout_s)
         self.commit()
+        if self.run_redrives():
+            self.commit()
         return collected
+
+    # --- re-driving failed jobs (actors.queue.redrive) -------------------------------------------
+
+    def retry_failed(self, db_path: str | None = None) -> dict[str, int]:
+        """``omray retry``: queue again every failed job (of ``db_path``) not re-driven yet, except
+        those whose input is invalid; returns ``{"requeued": n}`` once their rows are durable."""
+        rows = self._store.failed_to_redrive(db_path, excluded_reasons=sorted(NOT_REDRIVEN))
+        requeued, generation = self._requeue(rows)
+        if generation is not None:
+            if not self._threads:
+                self.commit()
+            self._committer.await_durable(generation, DURABLE_WAIT_S)
+        return {"requeued": requeued}
+
+    def run_redrives(self) -> int:
+        """Re-drive the failed jobs whose cause a success has shown gone (the loop thread calls it
+        after a commit); the number queued again."""
+        with self._lock:
+            due, self._redrive_due = self._redrive_due, []
+        requeued = 0
+        for db_path, handler_ids in due:
+            rows = self._store.failed_to_redrive(
+                db_path,
+                handler_ids,
+                max_redrives=AUTOMATIC_REDRIVES,
+                excluded_reasons=sorted(NOT_REDRIVEN),
+            )
+            requeued += self._requeue(rows)[0]
+        if requeued:
+            logger.info("failed jobs re-driven", extra={"jobs": requeued})
+        return requeued
+
+    def _track_redrives(self, commands: Sequence[Any]) -> None:
+        """Note give-ups and the successes that re-drive them (under the lock)."""
+        reason = ""
+        for command in commands:
+            if isinstance(command, GiveUp):
+                reason = command.reason
+            elif isinstance(command, EmitJobFailed):
+                self._redrive.gave_up(command.db_path, command.event.handler_id, reason)
+            elif isinstance(command, MarkSucceeded) and command.db_path:
+                handlers = self._redrive.succeeded(command.db_path, command.handler_id)
+                if handlers is not None:
+                    self._redrive_due.append((command.db_path, handlers))
+                    self._commit_wanted.set()
+
+    def _requeue(self, rows: Sequence[StoredJob]) -> tuple[int, int | None]:
+        """Accept a copy of each failed row as a new job, linked to it in the same write."""
+        requeued, wait = 0, None
+        with self._lock:
+            now = self._clock()
+            for row in rows:
+                envelope = row.envelope
+                if self._state.active_seq(envelope.job_id, envelope.payload.db_path) is not None:
+                    continue  # the same job is queued again already: that run covers it
+                job_seq, self._next_seq = self._next_seq, self._next_seq + 1
+                self._state.accept(envelope, job_seq, now)
+                wait = self._log.accept(job_seq, envelope, now, row.job_seq, row.redrives + 1)
+                requeued += 1
+            self._log.add(self._state.next_dispatch(now), now)
+        if requeued:
+            self._commit_wanted.set()
+        return requeued, wait
 
     # --- the threads -----------------------------------------------------------------------------
 
@@ -279,6 +352,8 @@ class QueueActor:
                         self._commit_wanted.clear()
                         self._collect_ready()
                     if not self.commit():
+                        if self.run_redrives():
+                            continue
                         break
                     self._collect_ready()
                 delay = 0.0

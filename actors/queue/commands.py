@@ -65,6 +65,12 @@ class AttemptsEnded(JobCommand):
 class MarkSucceeded(AttemptsEnded):
     """The job finished; it leaves the durable queue."""
 
+    db_path: str = field(default="", compare=False)
+    """Its database (a success there can re-drive failed jobs: :mod:`actors.queue.redrive`); not
+    part of the command's identity."""
+    handler_id: str = field(default="", compare=False)
+    """Its handler."""
+
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRetry(AttemptsEnded):

@@ -49,9 +49,17 @@ class CommitLog:
     def __len__(self) -> int:
         return len(self._unwritten)
 
-    def accept(self, job_seq: int, envelope: JobEnvelope, now: float) -> int:
-        """Queue the durable row of a new job; the generation its caller waits for."""
-        self._unwritten.append((Accept(job_seq, envelope), now))
+    def accept(
+        self,
+        job_seq: int,
+        envelope: JobEnvelope,
+        now: float,
+        redrive_of: int | None = None,
+        redrives: int = 0,
+    ) -> int:
+        """Queue the durable row of a new job (``redrive_of``: the failed job it re-drives); the
+        generation its caller waits for."""
+        self._unwritten.append((Accept(job_seq, envelope, redrive_of, redrives), now))
         self._unwritten_accepts[job_seq] = self._generation
         return self._generation
 

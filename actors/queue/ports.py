@@ -23,6 +23,17 @@ class QueueStorePort(Protocol):
         self, run_id: str, after_seq: int = 0, db_path: str | None = None
     ) -> Sequence[RuntimeEvent]: ...
     def job_counts(self) -> JobCounts: ...
+    def failed_to_redrive(
+        self,
+        db_path: str | None = None,
+        handler_ids: Sequence[str] | None = None,
+        *,
+        max_redrives: int | None = None,
+        excluded_reasons: Sequence[str] = (),
+    ) -> Sequence[StoredJob]: ...
+    def redrive_waiting(
+        self, excluded_reasons: Sequence[str], max_redrives: int
+    ) -> Sequence[tuple[str, str]]: ...
 
 
 class QueueMetricsPort(Protocol):

@@ -303,7 +303,15 @@ class QueueState:
             commands: list[Command] = []
             for job in members:
                 self._remove(job)
-                commands.append(MarkSucceeded(job.seq, job.envelope.job_id, job.attempts))
+                commands.append(
+                    MarkSucceeded(
+                        job.seq,
+                        job.envelope.job_id,
+                        job.attempts,
+                        job.envelope.payload.db_path,
+                        job.handler_id,
+                    )
+                )
             return commands
         return self._fail_all(members, outcome, now)
 

@@ -39,6 +39,10 @@ class Accept:
     """Queue sequence number the actor gave the job."""
     envelope: JobEnvelope
     """The job as accepted."""
+    redrive_of: int | None = None
+    """The failed job this one re-drives (:mod:`actors.queue.redrive`), if any."""
+    redrives: int = 0
+    """How many times this job's work was re-driven."""
 
 
 Pending = Command | Accept
@@ -54,7 +58,15 @@ def writes_for(batch: Sequence[Issued]) -> list[JobWrite]:
     for index, (command, now) in enumerate(batch):
         at = iso_utc(now)
         if isinstance(command, Accept):
-            writes.append(JobAccepted(job_seq=command.job_seq, envelope=command.envelope, accepted_at=at))
+            writes.append(
+                JobAccepted(
+                    job_seq=command.job_seq,
+                    envelope=command.envelope,
+                    accepted_at=at,
+                    redrive_of=command.redrive_of,
+                    redrives=command.redrives,
+                )
+            )
         elif isinstance(command, Dispatch):
             # Durable first: if the queue dies after this write, the restart re-dispatches the run.
             writes.extend(JobStarted(job_seq=seq, attempt=n, started_at=at) for seq, n in command.covered)
