@@ -454,6 +454,11 @@ class OmrayClient:
         status: dict[str, Any] = self.link.call("status", (), self.call_timeout_s)
         return status
 
+    def retry_failed(self, all_projects: bool = False) -> int:
+        """``omray retry``: queue again the jobs of this database (or all) that failed for good."""
+        db = None if all_projects else str(self.db_path.resolve())
+        return int(self.link.call("retry_failed", (db,), self.call_timeout_s)["requeued"])
+
     def job_counts(self) -> dict[str, int]:
         """Durable job counts by state."""
         counts: dict[str, int] = self.link.call("job_counts", (), self.call_timeout_s)

@@ -42,7 +42,7 @@ from protocol.errors import (
 logger = logging.getLogger("omray.link")
 
 QUEUE_METHODS = frozenset(
-    {"dispatch", "dispatch_many", "status", "job_counts", "runtime_events", "is_idle", "ping"}
+    {"dispatch", "dispatch_many", "status", "job_counts", "runtime_events", "is_idle", "ping", "retry_failed"}
 )
 """The documented queue-actor methods a link forwards."""
 

@@ -312,6 +312,10 @@ class QueueRuntime:
         """:meth:`QueueActor.is_idle`."""
         return self._queue.is_idle()
 
+    def retry_failed(self, db_path: str | None = None) -> dict[str, int]:
+        """:meth:`QueueActor.retry_failed` (``omray retry``)."""
+        return self._queue.retry_failed(db_path)
+
     def stop(self) -> None:
         """:meth:`QueueActor.stop`."""
         self._queue.stop()

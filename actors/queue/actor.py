@@ -174,16 +174,21 @@ class QueueActor:
         return wait
 
     def status(self) -> dict[str, Any]:
-        """Queue depth, runs in flight, lanes, recent failures and counters (ids and counts only)."""
+        """Queue depth (and how much of it is delayed), runs in flight, lanes, recent failures, failed
+        jobs waiting for their cause to go, and counters (ids and counts only)."""
+        waiting = len(self._store.failed_to_redrive(excluded_reasons=sorted(NOT_REDRIVEN)))
         with self._lock:
+            now = self._clock()
             return queue_status(
                 self._state,
                 self._reports,
-                in_flight=self._starter.in_flight.snapshot(self._clock()),
+                in_flight=self._starter.in_flight.snapshot(now),
                 coalesced=self._starter.coalesced,
                 unwritten=len(self._log),
                 commits=self._committer.stats.figures(),
                 loop_alive=bool(self._threads) and all(t.is_alive() for t in self._threads),
+                now=now,
+                waiting_for_cause=waiting,
             )
 
     def figures(self) -> QueueFigures:

@@ -54,7 +54,7 @@ class QueueReports:
                 extra={"job_id": command.job_id, "attempts": command.attempts, "reason": command.reason},
             )
         elif isinstance(command, EmitJobFailed):
-            self._job_failed(command.run_id, command.event, self._clock())
+            self._job_failed(command.run_id, command.event, self._clock(), command.db_path)
 
     def answered(self, sent: Attempt | None, answer: Answered, now: float) -> None:
         """The metrics of one worker answer: the model usage of a success, and the attempt's time."""
@@ -78,9 +78,9 @@ class QueueReports:
         for usage in usage_of(handler_id, detail):
             safe_metric(self.metrics.model_usage, handler_id, usage)
 
-    def _job_failed(self, run_id: str, event: JobFailedEvent, now: float) -> None:
+    def _job_failed(self, run_id: str, event: JobFailedEvent, now: float, db_path: str = "") -> None:
         payload = event.model_dump()
-        self.recent_failures.append({"session_id": run_id, **payload, "at": iso_utc(now)})
+        self.recent_failures.append({"session_id": run_id, "db_path": db_path, **payload, "at": iso_utc(now)})
         safe_metric(self.metrics.job_failed, event.handler_id, event.reason)
         logger.error(
             "job failed after retrying",
@@ -103,6 +103,8 @@ def queue_status(
     unwritten: int,
     commits: Mapping[str, float],
     loop_alive: bool,
+    now: float = 0.0,
+    waiting_for_cause: int = 0,
 ) -> dict[str, Any]:
     """The queue's ``status()``: depth, runs in flight, lanes, recent failures and counters (ids and
     counts only, never payload contents)."""
@@ -110,6 +112,8 @@ def queue_status(
     return {
         "figures": state_figures(state).as_dict(),
         "depth": state.depth,
+        "delayed": state.delayed(now),
+        "waiting_for_cause": waiting_for_cause,
         "in_flight": in_flight,
         "max_in_flight": state.max_in_flight,
         "lanes": snapshot["lanes"],

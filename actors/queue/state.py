@@ -331,6 +331,15 @@ class QueueState:
         """Jobs waiting to run (including those waiting for a retry); not counting in-flight ones."""
         return len(self._jobs) - self._running_jobs
 
+    def delayed(self, now: float) -> int:
+        """Waiting jobs that may not start before a later time: a retry's backoff, or an observe
+        tail held for its idle flush (part of :attr:`depth`)."""
+        return sum(
+            1
+            for job in self._jobs.values()
+            if job.carrier is None and job.not_before is not None and job.not_before > now
+        )
+
     @property
     def in_flight(self) -> int:
         """Runs currently in flight (a coalesced run counts once)."""

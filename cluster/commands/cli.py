@@ -111,6 +111,28 @@ def up(
 
 
 @app.command()
+def retry(
+    all_projects: Annotated[
+        bool, typer.Option("--all", help="Every project's failed jobs, not only this directory's.")
+    ] = False,
+) -> None:
+    """Queue again the jobs that failed for good (a model outage, a wrong key or model) once the
+    cause is fixed: the ended sessions they belong to are observed after all."""
+    from cluster.client import connect
+
+    try:
+        client = connect(cwd=Path.cwd())
+        try:
+            requeued = client.retry_failed(all_projects=all_projects)
+        finally:
+            client.close()
+    except OmrayError as exc:
+        fail(str(exc))
+    where = "every project" if all_projects else "this project"
+    typer.echo(f"queued again: {requeued} failed jobs of {where}")
+
+
+@app.command()
 def down() -> None:
     """Remove omray's actors and stop the Ray head if `omray up` started it."""
     from cluster.bootstrap import down as bootstrap_down
@@ -153,7 +175,16 @@ def status(
         fail("omray's queue is not running on this Ray cluster; start it with `omray up`", code=1)
     lines = [f"{a['name']}: {a['state']}" for a in data["actors"]]
     queue = data.get("queue") or {}
-    lines.append(f"queue depth: {queue.get('depth', '?')}")
+    delayed = queue.get("delayed", 0)
+    later = (
+        f" ({delayed} delayed: retries in backoff and idle flushes waiting for their time)" if delayed else ""
+    )
+    lines.append(f"queue depth: {queue.get('depth', '?')}{later}")
+    if queue.get("waiting_for_cause"):
+        lines.append(
+            f"failed jobs waiting for their cause to go: {queue['waiting_for_cause']} (queued again by "
+            "themselves once a later job of the same project succeeds; `omray retry` queues them now)"
+        )
     if data.get("queue_older_than_cli"):
         lines.append("queue: running, older than this CLI (no status; `omray down`, `omray up` update it)")
     for handler_id, pool in sorted((queue.get("pools") or {}).items()):
@@ -165,7 +196,8 @@ def status(
         lines.append(f"in flight: {job['job_id']} ({job['handler_id']}, attempt {job['attempt']})")
     for failure in queue.get("recent_failures", []):
         lines.append(
-            f"failed: session {failure.get('session_id')!r}: {failure['cause']} "
+            f"failed: session {failure.get('session_id')!r} of {failure.get('db_path') or '?'}: "
+            f"{failure['cause']} "
             f"(job {failure['job_id'][:12]}, "
             f"{failure['attempts']} attempts, last failure {failure['last_failure']}); fix: {failure['fix']}"
         )
