@@ -36,6 +36,8 @@ from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from cluster.status import explain
 from persistence.events_reader import iter_events
 from persistence.importers.live import read_cursor, read_marks
+from testkit.scripted_models import ScriptedMemoryModel
+from testkit.scripted_server import ScriptedServer
 from tests.integration.conftest import assert_eventually, free_port
 
 pytestmark = pytest.mark.integration
@@ -185,6 +187,56 @@ def test_a_model_that_cannot_be_reached_is_reported_once_with_session_cause_and_
     failures = [explain(f) for f in client.status()["recent_failures"] if f.get("session_id") == SESSION]
     assert failures and failures[-1]["last_failure"] == "model_unreachable"
     assert "base_url" in failures[-1]["fix"]
+
+
+def _observations(project: Path, session_id: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{_db(project)}?mode=ro", uri=True) as conn:
+        found = conn.execute("SELECT count(*) FROM om_observation WHERE run_id = ?", (session_id,))
+        return int(found.fetchone()[0])
+
+
+def test_a_session_that_ended_during_a_model_outage_is_observed_once_the_cause_is_fixed(
+    names: RuntimeNames, tmp_path: Path
+) -> None:
+    """Issue 40 item 1: the ended session's jobs gave up; fixing omray.yaml and one new turn of
+    another session re-drive them, and the ended session is observed (exactly once)."""
+    dead = free_port()  # nothing listens there
+    settings = (
+        "observational_memory:\n  model: scripted/memory\n  semantic: null\n"
+        "  providers:\n    scripted:\n      base_url: {url}\n      context_window: 16384\n"
+        "  observer:\n    observe_after_tokens: 0\n"
+    )
+    project, env, client = _project(names, tmp_path, settings.format(url=f"http://127.0.0.1:{dead}/v1"))
+    ended = Session(project, env)
+    ended.write(_prompt("Why does the parser reject 1969?", 1), _answer("It checks year >= 1970.", 2))
+    assert ended.hook("Stop") is None
+    assert ended.hook("SessionEnd") is None
+    _observed(ended, client)  # its observe job used up its attempts: the queue is idle, nothing observed
+    assert _observations(project, SESSION) == 0
+    assert client.status()["waiting_for_cause"] >= 1  # omray status says it waits for its cause
+    with ScriptedServer(chat_default=ScriptedMemoryModel()) as server:
+        (project / "omray.yaml").write_text(settings.format(url=server.base_url))  # the user fixes it
+        other = "7d1c0b2e-9f3a-4c55-8e21-0a9b8c7d6e5f"
+        later = Session(project, env, session_id=other)
+        later.write(
+            _record("user", "And 1970 itself?", 1, sessionId=other),
+            _record("assistant", [{"type": "text", "text": "1970 is accepted."}], 2, sessionId=other),
+        )
+        notice = later.hook("Stop")  # the outage's one notice, if the dispatcher found it since
+        assert notice is None or "omray retry" in notice["systemMessage"]
+        _observed(later, client)
+        assert_eventually(
+            lambda: _observations(project, SESSION) > 0,
+            timeout_s=120,
+            message="the ended session was never observed after the fix",
+        )
+        assert client.wait_idle(timeout_s=120)
+        observed = _observations(project, SESSION)
+        assert client.retry_failed() == 0  # nothing is left failed, so nothing is queued again
+        assert client.wait_idle(timeout_s=60)
+        assert _observations(project, SESSION) == observed  # observed once, not again
 
 
 def _observe_turns(names: RuntimeNames, tmp_path: Path) -> tuple[Path, Session, OmrayClient]:
