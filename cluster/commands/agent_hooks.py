@@ -45,7 +45,7 @@ from persistence.importers.live import (
     settle_mark,
     sync_session,
 )
-from protocol.errors import OmrayError
+from protocol.errors import OmrayError, clause
 
 logger = logging.getLogger("omray.hook")
 
@@ -162,7 +162,7 @@ def dispatch_project(
                 hook_notices.set_notice(
                     project_str,
                     f"sync:{directory.name}",
-                    f"omray: session {directory.name!r} is not observed: {exc}",
+                    f"omray: session {directory.name!r} is not observed: {clause(exc)}.",
                 )
                 continue
             if cursor.problems:  # what could be converted was; these marks wait for a fix
@@ -183,7 +183,7 @@ def dispatch_project(
                 message = (
                     RUNTIME_MISSING_MESSAGE
                     if type(exc) is RuntimeNotRunningError
-                    else f"omray: this project's sessions are not observed: {exc}"
+                    else f"omray: this project's sessions are not observed: {clause(exc)}."
                 )
                 hook_notices.set_notice(project_str, NOTICE_PROJECT, message)
                 state.runtime_up = False
@@ -192,8 +192,8 @@ def dispatch_project(
                 hook_notices.set_notice(
                     project_str,
                     NOTICE_PROJECT,
-                    f"omray: this project's sessions are not observed: {exc}. Fix it, then the waiting "
-                    "turns are observed at the next turn.",
+                    f"omray: this project's sessions are not observed: {clause(exc)}. Fix it, then the "
+                    "waiting turns are observed at the next turn.",
                 )
                 state.runtime_up = False
                 return state
