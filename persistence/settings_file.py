@@ -114,6 +114,13 @@ def read_settings_document(path: str | Path) -> Mapping[str, Any]:
     return doc
 
 
+def is_hatfield_file(path: str | Path) -> bool:
+    """Whether ``path`` is Hatfield's own settings file (``.hatfield/settings.yaml``), which holds
+    Hatfield's keys beside omray's block."""
+    file_path = Path(path)
+    return file_path.name == "settings.yaml" and file_path.parent.name == ".hatfield"
+
+
 def find_settings_file(cwd: str | Path) -> Path | None:
     """The settings file in effect: ``$OMRAY_SETTINGS``, else the first default file found."""
     env_path = os.environ.get(SETTINGS_ENV)
@@ -137,7 +144,7 @@ def load_settings_block(
     file_path = Path(path) if path is not None else find_settings_file(base_dir)
     block: Mapping[str, Any] = {}
     if file_path is not None:
-        block = extract_om_block(read_settings_document(file_path))
+        block = extract_om_block(read_settings_document(file_path), shared=is_hatfield_file(file_path))
     if overrides:
         block = apply_overrides(block, list(overrides))
     settings_from_mapping(block)

@@ -432,25 +432,39 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     )
 
 
-def extract_om_block(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+def extract_om_block(doc: Mapping[str, Any], shared: bool = False) -> Mapping[str, Any]:
     """The ``observational_memory`` block of a whole Hatfield settings document, a document with a
     top-level ``observational_memory`` key, or the block itself. A missing block is ``{}``.
+
+    Only the block is strict. A Hatfield document (one with ``extensions``, or any document when
+    ``shared``: the file is Hatfield's ``.hatfield/settings.yaml``) holds other tools' keys beside
+    it, which omray leaves alone; it is never read as a bare block, so Hatfield's own keys are never
+    taken for omray's. In omray's own file a key beside the block is a mistake. A misspelt block name
+    is an error everywhere, and so are two blocks (which one was meant?).
     """
     if not isinstance(doc, Mapping):
         raise SettingsError("the settings document must be a mapping.")
-    block: object
     extensions = doc.get("extensions")
-    if isinstance(extensions, Mapping):
-        ext_settings = extensions.get("settings")
-        block = ext_settings.get("observational_memory") if isinstance(ext_settings, Mapping) else None
-        if block is None and isinstance(ext_settings, Mapping):
+    ext_settings = extensions.get("settings") if isinstance(extensions, Mapping) else None
+    shared = shared or extensions is not None
+    block: object = None
+    if isinstance(ext_settings, Mapping) and BLOCK_NAME in ext_settings:
+        if BLOCK_NAME in doc:
+            raise SettingsError(
+                f"the settings document has two {BLOCK_NAME} blocks (at the top level and under "
+                f"extensions.settings); keep one. Nothing was changed."
+            )
+        block = ext_settings[BLOCK_NAME]
+    elif BLOCK_NAME in doc:
+        block = doc[BLOCK_NAME]
+        if not shared:  # omray's own file: nothing but the block is read, so another key is a mistake
+            for key in doc:
+                if key != BLOCK_NAME:
+                    raise SettingsError(unknown_key_message("", key, [BLOCK_NAME]))
+    elif shared:
+        if isinstance(ext_settings, Mapping):
             _refuse_misspelt_block(list(ext_settings), "extensions.settings.")
-    elif "observational_memory" in doc:
-        block = doc["observational_memory"]
-        # omray's own file: nothing but the block is read, so another key is a mistake.
-        for key in doc:
-            if key != BLOCK_NAME:
-                raise SettingsError(unknown_key_message("", key, [BLOCK_NAME]))
+        _refuse_misspelt_block(list(doc), "")
     else:
         _refuse_misspelt_block(list(doc), "")
         block = doc

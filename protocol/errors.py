@@ -71,3 +71,9 @@ class InvalidPayloadError(OmrayError, ValueError):
 
 class RuntimeNotRunningError(OmrayError):
     """No omray runtime is reachable; jobs are never run inline in the caller."""
+
+
+def clause(error: BaseException | str) -> str:
+    """The message of ``error`` without its closing period, to go on with in a longer sentence
+    (``f"{clause(exc)}. Fix it ..."`` never reads ``... 1000000000.. Fix it``)."""
+    return str(error).rstrip().rstrip(".").rstrip()

@@ -89,8 +89,24 @@ FAILURE_HELP: dict[str, tuple[str, str]] = {
 the agent hooks; fixed text, never exception text)."""
 
 
-def explain_failure(category: str) -> tuple[str, str]:
-    """``(cause, fix)`` of a failure category (a generic pair for categories without help)."""
+def explain_failure(category: str, key_variable: str | None = None) -> tuple[str, str]:
+    """``(cause, fix)`` of a failure category (a generic pair for categories without help).
+
+    ``key_variable`` is the environment variable the model's provider reads its API key from
+    (``providers.<name>.api_key_env``), when the caller knows it: the two key categories then name
+    it, so the user knows what to export. A variable's name is settings, never the key itself.
+    """
+    if key_variable is not None and category == REASON_MODEL_API_KEY_MISSING:
+        return (
+            f"the provider's API key variable {key_variable} is not set where the memory runtime runs",
+            f"export {key_variable} in the shell that runs `omray up`, then `omray down && omray up`",
+        )
+    if key_variable is not None and category == REASON_MODEL_AUTH:
+        return (
+            f"the model endpoint rejected the API key in {key_variable}",
+            f"export the right key as {key_variable} in the shell that runs `omray up`, then "
+            "`omray down && omray up`",
+        )
     return FAILURE_HELP.get(
         category,
         (

@@ -45,7 +45,7 @@ from persistence.importers.live import (
     settle_mark,
     sync_session,
 )
-from protocol.errors import OmrayError
+from protocol.errors import OmrayError, clause
 
 logger = logging.getLogger("omray.hook")
 
@@ -162,7 +162,7 @@ def dispatch_project(
                 hook_notices.set_notice(
                     project_str,
                     f"sync:{directory.name}",
-                    f"omray: session {directory.name!r} is not observed: {exc}",
+                    f"omray: session {directory.name!r} is not observed: {clause(exc)}.",
                 )
                 continue
             if cursor.problems:  # what could be converted was; these marks wait for a fix
@@ -183,7 +183,7 @@ def dispatch_project(
                 message = (
                     RUNTIME_MISSING_MESSAGE
                     if type(exc) is RuntimeNotRunningError
-                    else f"omray: this project's sessions are not observed: {exc}"
+                    else f"omray: this project's sessions are not observed: {clause(exc)}."
                 )
                 hook_notices.set_notice(project_str, NOTICE_PROJECT, message)
                 state.runtime_up = False
@@ -192,8 +192,8 @@ def dispatch_project(
                 hook_notices.set_notice(
                     project_str,
                     NOTICE_PROJECT,
-                    f"omray: this project's sessions are not observed: {exc}. Fix it, then the waiting "
-                    "turns are observed at the next turn.",
+                    f"omray: this project's sessions are not observed: {clause(exc)}. Fix it, then the "
+                    "waiting turns are observed at the next turn.",
                 )
                 state.runtime_up = False
                 return state
@@ -287,7 +287,7 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
             if event.get("event_type", JOB_FAILED_EVENT_TYPE) != JOB_FAILED_EVENT_TYPE:
                 continue
             category = last_failure(payload)
-            cause, fix = explain_failure(category)
+            cause, fix = explain_failure(category, _key_variable(Path(project), category))
             # One notice per cause, not per session: a lasting outage fails every new session's job,
             # and the user needs to hear about it once. It names the first session; `omray status`
             # names them all.
@@ -307,6 +307,22 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
 
     hook_notices.update_status(project, change)
     return bool(keep)
+
+
+def _key_variable(project: Path, category: str) -> str | None:
+    """The variable the project's model reads its API key from, for the categories that are about
+    the key (``None`` for the others, or when the settings do not say)."""
+    from protocol.outcomes import REASON_MODEL_API_KEY_MISSING, REASON_MODEL_AUTH
+
+    if category not in (REASON_MODEL_API_KEY_MISSING, REASON_MODEL_AUTH):
+        return None
+    from persistence.settings_file import load_settings
+
+    try:
+        return load_settings(cwd=project).model_provider().api_key_env
+    except OmrayError as exc:  # the settings changed since: the notice stays generic
+        logger.info("settings not resolved", extra={"error_class": type(exc).__name__})
+        return None
 
 
 def _close(state: Pass) -> None:

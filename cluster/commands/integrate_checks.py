@@ -30,13 +30,15 @@ class Finding:
 def check_settings(project: Path) -> list[Finding]:
     """The project's settings as the hooks and the runtime will read them: file, model, endpoint."""
     from persistence.settings_file import find_settings_file, load_settings
-    from protocol.errors import OmrayError
+    from protocol.errors import OmrayError, clause
 
     found = find_settings_file(project)
     try:
         settings = load_settings(cwd=project)
     except OmrayError as exc:
-        return [Finding(False, "settings", f"{exc}; fix it, then run `omray integrate ... --check` again")]
+        return [
+            Finding(False, "settings", f"{clause(exc)}; fix it, then run `omray integrate ... --check` again")
+        ]
     where = str(found) if found is not None else "no settings file: omray's offline defaults"
     findings = [Finding(True, "settings", where)]
     try:

@@ -172,6 +172,17 @@ def test_an_unknown_key_at_any_level_is_an_error_naming_it_and_the_nearest_key(
             "extensions.settings.observational_memory?",
         ),
         ({"observational_memory": {}, "modle": "a/b"}, "modle is not a setting; the keys here are"),
+        (
+            {"extensions": {"enabled": ["X"]}, "observational_memroy": {"model": "a/b"}},
+            "observational_memroy is not a setting; did you mean observational_memory?",
+        ),
+        (
+            {
+                "observational_memory": {"model": "a/b"},
+                "extensions": {"settings": {"observational_memory": {}}},
+            },
+            "the settings document has two observational_memory blocks",
+        ),
     ],
 )
 def test_a_misspelt_block_or_a_key_beside_it_is_an_error(doc: dict[str, Any], message: str) -> None:
@@ -434,6 +445,33 @@ def test_token_encoding_validation(tokens: Any, message: str) -> None:
 def test_non_mapping_block_is_rejected() -> None:
     with pytest.raises(SettingsError, match="must be a mapping"):
         settings_from_mapping(["model"])  # type: ignore[arg-type]
+
+
+def test_a_hatfield_file_keeps_its_own_keys_and_only_the_block_is_strict(tmp_path: Path) -> None:
+    # .hatfield/settings.yaml is Hatfield's file: keys beside omray's block (and, with no block, every
+    # key) are Hatfield's, never read as omray settings; inside the block a misspelling is an error.
+    hatfield = tmp_path / ".hatfield"
+    hatfield.mkdir()
+    settings = hatfield / "settings.yaml"
+    settings.write_text("model: hatfield/own-model\ntheme: dark\n", encoding="utf-8")
+    assert load_settings(cwd=tmp_path) == settings_from_mapping({})
+    settings.write_text(
+        "theme: dark\nobservational_memory:\n  storage:\n    database: x.sqlite\n", encoding="utf-8"
+    )
+    assert load_settings(cwd=tmp_path).database == "x.sqlite"
+    settings.write_text("theme: dark\nobservational_memory:\n  modle: a/b\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match=r"did you mean observational_memory\.model\?"):
+        load_settings(cwd=tmp_path)
+    # omray's own file holds nothing but the block: the same key there is a mistake.
+    (tmp_path / "omray.yaml").write_text("theme: dark\nobservational_memory: {}\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match=r"^theme is not a setting"):
+        load_settings(cwd=tmp_path)
+
+
+def test_a_top_level_block_beside_hatfield_extensions_is_read() -> None:
+    # It was silently dropped (defaults ran) when the document also had an extensions mapping.
+    doc = {"extensions": {"enabled": ["X"]}, "observational_memory": {"model": "p/m"}}
+    assert extract_om_block(doc) == {"model": "p/m"}
 
 
 def test_extract_om_block() -> None:

@@ -109,3 +109,13 @@ def test_failures_that_stop_memory_get_a_category_with_a_cause_and_a_fix() -> No
     assert last_failure(event.model_dump()) == "model_auth"
     assert last_failure({"reason": "conflict"}) == "conflict"
     assert "conflict" in explain_failure("conflict")[0]
+
+
+def test_the_key_categories_name_the_variable_when_it_is_known() -> None:
+    from protocol.outcomes import explain_failure
+
+    for category in ("model_api_key_missing", "model_auth"):
+        cause, fix = explain_failure(category, "ACME_LLM_KEY")
+        assert "ACME_LLM_KEY" in cause and "ACME_LLM_KEY" in fix
+    # Other categories are not about the key: the variable changes nothing.
+    assert explain_failure("model_unreachable", "ACME_LLM_KEY") == explain_failure("model_unreachable")

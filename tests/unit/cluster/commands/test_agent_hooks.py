@@ -455,3 +455,28 @@ def test_the_newest_rollout_of_a_thread_is_found_newest_day_first(
     found = hook_fast.codex_rollout(thread)
     assert found == str(sessions / "2026" / "11" / "30" / f"rollout-2026-11-30T10-00-00-{thread}.jsonl")
     assert hook_fast.codex_rollout("nobody") is None
+
+
+def _load_settings(project: Path) -> Any:
+    settings_file.load_settings(cwd=project)  # what connect() does first; raises for bad settings
+    raise AssertionError("the settings were expected to be refused")
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    [
+        "observational_memory:\n  reflector:\n    reflect_after_observation_tokens: 0\n",
+        "observational_memory:\n  observer:\n    observe_afer_tokens: 0\n",
+    ],
+)
+def test_a_settings_notice_reads_as_one_sentence_per_clause(
+    tmp_path: Path, no_spawn: list[str], yaml_text: str
+) -> None:
+    # The error's own closing period and the notice's "Fix it" once read "...1000000000.. Fix it".
+    (tmp_path / "omray.yaml").write_text(yaml_text, encoding="utf-8")
+    _hook("Stop", tmp_path, FIXTURES / "claude-code-session.jsonl")
+    assert not dispatch_project(tmp_path, _load_settings).runtime_up
+    (notice,) = hook_notices.notices(hook_notices.read_status(str(tmp_path)))
+    message = str(notice["message"])
+    assert ".." not in message and "?." not in message
+    assert re.search(r"[0-9a-z?]\. Fix it, then the waiting turns are observed", message), message

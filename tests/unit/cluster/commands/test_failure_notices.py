@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cluster.commands import agent_hooks, hook_notices
 from protocol.outcomes import JOB_FAILED_EVENT_TYPE
 
@@ -45,3 +47,40 @@ def test_three_sessions_failing_for_one_cause_make_one_notice(tmp_path: Path) ->
 def test_two_causes_make_two_notices(tmp_path: Path) -> None:
     found = _notices_after(tmp_path, {"s1": "transient_network", "s2": "model_auth"})
     assert len(found) == 2
+
+
+_KEYED_SETTINGS = """observational_memory:
+  model: remote/big
+  providers:
+    remote:
+      base_url: http://127.0.0.1:9/v1
+      api_key_env: ACME_LLM_KEY
+      context_window: 32768
+"""
+
+
+def test_an_unset_key_notice_names_the_variable_to_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMRAY_SETTINGS", raising=False)
+    (tmp_path / "omray.yaml").write_text(_KEYED_SETTINGS, encoding="utf-8")
+    (missing,) = _notices_after(tmp_path, {"s1": "model_api_key_missing"})
+    assert "ACME_LLM_KEY is not set" in str(missing["message"])
+    assert "export ACME_LLM_KEY in the shell that runs `omray up`" in str(missing["message"])
+
+
+def test_a_rejected_key_notice_names_the_variable_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMRAY_SETTINGS", raising=False)
+    (tmp_path / "omray.yaml").write_text(_KEYED_SETTINGS, encoding="utf-8")
+    (rejected,) = _notices_after(tmp_path, {"s1": "model_auth"})
+    assert "ACME_LLM_KEY" in str(rejected["message"])
+
+
+def test_without_a_key_variable_in_the_settings_the_notice_stays_general(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMRAY_SETTINGS", raising=False)
+    (missing,) = _notices_after(tmp_path, {"s1": "model_api_key_missing"})  # no settings: builtin model
+    assert "the provider's API key variable is not set" in str(missing["message"])

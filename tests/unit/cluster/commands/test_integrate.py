@@ -383,3 +383,17 @@ def test_cli_refuses_a_port_that_is_not_one(tmp_path: Path, monkeypatch: pytest.
     )
     assert result.exit_code == 2 and "--mcp-port" in result.output
     assert not (tmp_path / ".mcp.json").exists()
+
+
+def test_a_settings_error_in_the_check_reads_as_one_clause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster.commands.integrate_checks import check_settings
+
+    monkeypatch.delenv("OMRAY_SETTINGS", raising=False)
+    (tmp_path / "omray.yaml").write_text(
+        "observational_memory:\n  pools:\n    observations_max_tokens: -5\n", encoding="utf-8"
+    )
+    (finding,) = check_settings(tmp_path)
+    assert not finding.ok and "observations_max_tokens" in finding.detail
+    assert ".;" not in finding.detail and "; fix it, then run" in finding.detail
