@@ -32,7 +32,7 @@ from protocol.events import (
     is_compatible_schema_version,
     is_well_formed_schema_version,
 )
-from protocol.redact import DEFAULT_REDACTOR, Redactor
+from protocol.redact import DEFAULT_REDACTOR, USER_TURN_EVENT, Redactor, user_turn_private_depth
 
 
 class _RangeReader:
@@ -50,6 +50,9 @@ class _RangeReader:
         """Seq of the last compatible event read (in or before the range)."""
         self.reached_end = False
         """True once an event at or past ``end_seq`` was seen: the whole range has been read."""
+        self.private_depth = 0
+        """Depth of the ``<private>`` span the user messages read so far left open (carried into the
+        next user message; the file is read from its start, so a range read knows it too)."""
 
     def __iter__(self) -> Iterator[SessionEvent]:
         try:
@@ -105,6 +108,8 @@ class _RangeReader:
                 return
             if event.seq >= self.start_seq:
                 yield self._redacted(event)
+            elif self.redactor is not None and event.type == USER_TURN_EVENT:
+                self.private_depth = user_turn_private_depth(event.payload, self.private_depth)
         if deferred is not None:
             raise deferred
 
@@ -113,7 +118,11 @@ class _RangeReader:
         # (protocol.redact): private spans and likely secrets never leave this reader.
         if self.redactor is None:
             return event
-        return event.model_copy(update={"payload": self.redactor.payload(event.payload)})
+        if event.type == USER_TURN_EVENT:
+            payload, self.private_depth = self.redactor.user_turn_payload(event.payload, self.private_depth)
+        else:
+            payload = self.redactor.payload(event.payload)
+        return event.model_copy(update={"payload": payload})
 
     def _check_no_line_returns_below(self, handle: BinaryIO, line_no: int, overshoot_seq: int) -> None:
         """Scan the rest of the file for an event that belongs to the range but comes after ``overshoot_seq``.

@@ -5,8 +5,10 @@ prompt, the transcript rows and the hybrid index built from them, ``recall``'s h
 reads events through :mod:`persistence.events_reader`, which passes each event's payload through
 :meth:`Redactor.payload`: the one choke point. So:
 
-- text between ``<private>`` and ``</private>`` (any case; an unclosed tag hides the rest of
-  that string) becomes ``[private]``;
+- text between ``<private>`` and ``</private>`` (any case) becomes ``[private]``; an unclosed tag
+  hides the rest of that string, and in a user message (``agent_command_applied``) the span stays
+  open into the session's next user messages until one closes it; a closing tag with no open span
+  hides everything before it in its string;
 - a likely secret becomes ``[redacted:<kind>]`` (:data:`BUILTIN_PATTERNS`: API keys such as
   ``sk-...`` and ``sk-ant-...``, GitHub, Slack and AWS keys, JWTs, PEM private key blocks, the
   password of a ``scheme://user:pass@host`` URL, ``Authorization: Bearer ...`` and
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -133,17 +135,24 @@ def compile_custom_patterns(patterns: object) -> tuple[str, ...]:
     return tuple(checked)
 
 
-def strip_private(text: str) -> str:
-    """``text`` with each outermost ``<private>...</private>`` span (tags nest; ``<private >`` counts)
-    replaced by ``[private]``; an unclosed span runs to the end, a stray closing tag is dropped."""
-    parts: list[str] = []
-    depth = 0
+def scan_private(text: str, depth: int = 0) -> tuple[str, int]:
+    """``text`` with its ``<private>`` spans replaced by ``[private]``, and the span depth after it.
+
+    ``depth`` is how deep inside spans the text starts (a span a previous message of the same
+    session opened and did not close). Tags nest; ``<private >`` counts. A text that starts inside
+    a span is hidden up to the tag that closes it; an unclosed span runs to the end (the depth
+    returned is then > 0); a closing tag with no open span means the text started inside one that
+    this text cannot see opened, so everything before it is hidden too (fail closed).
+    """
+    parts: list[str] = [PRIVATE_MARK] if depth > 0 else []
     position = 0
     for tag in _PRIVATE_TAG.finditer(text):
         closing = tag.group(1) == "/"
         if depth == 0:
-            parts.append(text[position : tag.start()])
-            if not closing:
+            if closing:
+                parts = [PRIVATE_MARK]  # an unmatched close: the text began inside a span
+            else:
+                parts.append(text[position : tag.start()])
                 depth = 1
                 parts.append(PRIVATE_MARK)
         elif closing:
@@ -153,7 +162,45 @@ def strip_private(text: str) -> str:
         position = tag.end()
     if depth == 0:
         parts.append(text[position:])
-    return "".join(parts)
+    return "".join(parts), depth
+
+
+def strip_private(text: str) -> str:
+    """``text`` with each outermost ``<private>...</private>`` span replaced by ``[private]``
+    (:func:`scan_private` from outside any span)."""
+    return scan_private(text)[0]
+
+
+USER_TURN_EVENT: Final = "agent_command_applied"
+"""The event of a user message: the one whose open ``<private>`` span carries into the next ones."""
+
+
+def _user_text_slots(payload: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """Where a user-turn payload holds the user's text, in reading order: ``text``, then the parts
+    of ``message.content`` (a string, or string / ``{"text": ...}`` items)."""
+    slots: list[tuple[Any, Any]] = []
+    if isinstance(payload.get("text"), str):
+        slots.append((payload, "text"))
+    message = payload.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        slots.append((message, "content"))
+    elif isinstance(content, list):
+        for index, item in enumerate(content):
+            if isinstance(item, str):
+                slots.append((content, index))
+            elif isinstance(item, dict) and isinstance(item.get("text"), str):
+                slots.append((item, "text"))
+    return slots
+
+
+def user_turn_private_depth(payload: Mapping[str, Any], depth: int) -> int:
+    """The ``<private>`` span depth after a user-turn payload read from ``depth`` (no copy made)."""
+    for container, key in _user_text_slots(payload):
+        text = container[key]
+        if depth > 0 or "<" in text:
+            depth = scan_private(text, depth)[1]
+    return depth
 
 
 class Redactor:
@@ -174,12 +221,34 @@ class Redactor:
             value = rule.apply(value)
         return value
 
+    def user_turn_payload(self, payload: dict[str, Any], depth: int) -> tuple[dict[str, Any], int]:
+        """A user-turn payload redacted as :meth:`payload` does, its text read from ``depth`` (the
+        span a previous user message left open), and the depth after it.
+
+        So a ``<private>`` opened in one message and closed in a later one hides the rest of the
+        first, every message in between and the second up to its close."""
+        if depth == 0 and not any("<" in c[k] for c, k in _user_text_slots(payload)):
+            return self.payload(payload), 0
+        copy = self.payload_copy(payload)
+        for container, key in _user_text_slots(copy):
+            container[key], depth = scan_private(container[key], depth)
+        return self.payload(copy), depth
+
+    @staticmethod
+    def payload_copy(value: Any) -> Any:
+        """A copy of JSON data whose mappings and lists may be changed without touching ``value``."""
+        return Redactor._copy(value, None)
+
     def payload(self, value: Any) -> Any:
         """``value`` (JSON data) with every string redacted; mappings and lists keep their shape.
 
         Iterative, so a payload nested as deeply as the JSON parser allows never overflows the stack."""
+        return self._copy(value, self.text)
+
+    @staticmethod
+    def _copy(value: Any, on_text: Callable[[str], str] | None) -> Any:
         if isinstance(value, str):
-            return self.text(value)
+            return on_text(value) if on_text is not None else value
         if not isinstance(value, Mapping | list | tuple):
             return value
         root: list[Any] = [None]
@@ -188,7 +257,7 @@ class Redactor:
         while work:
             target, key, item = work.pop()
             if isinstance(item, str):
-                target[key] = self.text(item)
+                target[key] = on_text(item) if on_text is not None else item
             elif isinstance(item, Mapping):
                 copy: dict[Any, Any] = dict.fromkeys(item)
                 target[key] = copy

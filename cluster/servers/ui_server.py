@@ -1,7 +1,7 @@
 """``omray ui``: a local page to see what each agent remembers, why, and what it cost.
 
 A Starlette app on 127.0.0.1 (uvicorn), behind :class:`cluster.servers.web_auth.WebGuard` (exact Host and
-Origin, the token from a 0600 file, once in the printed URL, then an ``HttpOnly``
+Origin, the token from a 0600 file; a one-time link ticket in the printed URL, then an ``HttpOnly``
 ``SameSite=Strict`` cookie). The page (``cluster/servers/ui_static``: plain JS, no CDN) polls small JSON
 endpoints:
 
@@ -47,6 +47,7 @@ from protocol.settings import OmSettings
 
 if TYPE_CHECKING:
     from cluster.client import OmrayClient
+    from cluster.servers.web_auth import LinkTickets
 
 logger = logging.getLogger("omray.ui")
 
@@ -412,11 +413,14 @@ def build_app(backend: UiBackend) -> Starlette:
     return Starlette(routes=routes)
 
 
-def guarded_app(backend: UiBackend, host: str, port: int, token: str) -> Any:
-    """:func:`build_app` behind the web guard: the one place authentication plugs in."""
+def guarded_app(
+    backend: UiBackend, host: str, port: int, token: str, links: LinkTickets | None = None
+) -> Any:
+    """:func:`build_app` behind the web guard: the one place authentication plugs in. ``links`` are
+    the one-time link tickets it redeems (issue the printed link's from it; default: none yet)."""
     from cluster.servers.web_auth import GuardPolicy, WebGuard
 
-    return WebGuard(build_app(backend), GuardPolicy.for_bind(host, port, token, browser=True))
+    return WebGuard(build_app(backend), GuardPolicy.for_bind(host, port, token, browser=True), links)
 
 
 # ------------------------------------------------------------------------------------ projects

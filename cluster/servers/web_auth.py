@@ -13,10 +13,13 @@ checks, in this order, before its application sees a request:
    cookie, compared in constant time; anything else is ``401``. The token is a random secret in a
    0600 file under ``$OMRAY_HOME/auth`` (0700), created on first use; only its owner can read it.
 
-For a browser (``omray ui``) the server prints a URL carrying the token once (``?token=...``):
-the first request with it gets the session cookie (``HttpOnly``, ``SameSite=Strict``, the token's
-HMAC rather than the token) and a redirect to the same URL without the token, so it stays out of
-history, bookmarks and ``Referer``.
+For a browser (``omray ui``) the server prints a one-time link (``?token=<link ticket>``; the
+ticket is a fresh random value, never the token): the first request with it gets the session cookie
+(``HttpOnly``, ``SameSite=Strict``, the token's HMAC rather than the token) and a redirect to the
+same URL without the ticket, so it stays out of history, bookmarks and ``Referer``. The ticket is
+then spent: the same link again is refused with a page saying so (or, in the browser that holds the
+cookie, just redirected). ``POST /auth/link`` with the bearer token (``omray ui --new-link``) issues
+another one-time link to the running viewer; the cookie alone never can.
 
 The decision is a pure function (:func:`decide`) of the request's facts and a :class:`GuardPolicy`;
 :class:`WebGuard` is the ASGI middleware that applies it. Neither logs anything.
@@ -32,6 +35,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +55,11 @@ TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{32,256}\Z")
 COOKIE_NAME = "omray_session"
 """Name of the session cookie a browser gets in exchange for the token."""
 QUERY_PARAM = "token"
-"""Query parameter carrying the token in the URL printed for a browser."""
+"""Query parameter carrying the one-time link ticket in the URL printed for a browser."""
+LINK_PATH = "/auth/link"
+"""``POST`` here with the bearer token: a new one-time link (browser UIs only)."""
+MAX_OPEN_LINKS = 64
+"""Most one-time links waiting for their first use; issuing more drops the oldest."""
 DIRECTORY_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -227,12 +235,18 @@ class RequestFacts:
 class Decision:
     """The guard's answer: let the request through, or answer it here."""
 
-    kind: Literal["pass", "refuse", "redirect"]
+    kind: Literal["pass", "refuse", "redirect", "redeem", "issue_link"]
+    """``redeem``: spend ``ticket`` (:class:`LinkTickets`), then answer :func:`after_redeem`;
+    ``issue_link``: answer a new one-time link."""
     status: int = 200
     error: str = ""
-    """Error code of a refusal (``bad_host``, ``bad_origin``, ``unauthorized``)."""
+    """Error code of a refusal (``bad_host``, ``bad_origin``, ``unauthorized``, ``link_used``)."""
     message: str = ""
     headers: tuple[tuple[str, str], ...] = field(default=())
+    ticket: str = ""
+    """The link ticket a ``redeem`` decision spends."""
+    page: str = ""
+    """An HTML body for a browser (a refused link), instead of the JSON error body."""
 
 
 def _same(given: str, expected: str) -> bool:
@@ -282,37 +296,119 @@ def decide(facts: RequestFacts, policy: GuardPolicy) -> Decision:
     if policy.token is None:
         return Decision("pass")
     bearer = _bearer(facts)
-    if bearer is not None and _same(bearer, policy.token):
+    has_token = bearer is not None and _same(bearer, policy.token)
+    if policy.accept_query_token and facts.path == LINK_PATH:
+        if facts.method == "POST" and has_token:
+            return Decision("issue_link")
+        return _unauthorized()  # a cookie never mints links: only the token file's owner does
+    if has_token:
         return Decision("pass")
     if policy.accept_query_token and facts.method in ("GET", "HEAD"):
-        pairs = parse_qsl(facts.query, keep_blank_values=True)
-        given = [value for key, value in pairs if key == QUERY_PARAM]
-        if len(given) == 1 and _same(given[0], policy.token):
-            rest = urlencode([(key, value) for key, value in pairs if key != QUERY_PARAM])
-            cookie = (
-                f"{policy.cookie_name}={session_cookie_value(policy.token)}; "
-                "HttpOnly; SameSite=Strict; Path=/"
-            )
-            return Decision(
-                "redirect",
-                303,
-                headers=(
-                    ("location", _same_site_path(facts.path) + (f"?{rest}" if rest else "")),
-                    ("set-cookie", cookie),
-                    ("cache-control", "no-store"),
-                    ("referrer-policy", "no-referrer"),
-                ),
-            )
-    if policy.accept_cookie:
-        expected = session_cookie_value(policy.token)
-        if any(_same(value, expected) for value in _cookie(facts, policy.cookie_name)):
-            return Decision("pass")
+        given = [value for key, value in parse_qsl(facts.query, keep_blank_values=True) if key == QUERY_PARAM]
+        if len(given) == 1:
+            return Decision("redeem", ticket=given[0])
+    if _has_session_cookie(facts, policy):
+        return Decision("pass")
+    return _unauthorized()
+
+
+def _unauthorized() -> Decision:
     return _refuse(
         401,
         "unauthorized",
         "a bearer token is required (the token file under $OMRAY_HOME/auth; `omray integrate` wires it in)",
         ("www-authenticate", 'Bearer realm="omray"'),
     )
+
+
+def _has_session_cookie(facts: RequestFacts, policy: GuardPolicy) -> bool:
+    if not policy.accept_cookie or policy.token is None:
+        return False
+    expected = session_cookie_value(policy.token)
+    return any(_same(value, expected) for value in _cookie(facts, policy.cookie_name))
+
+
+TicketState = Literal["fresh", "used", "unknown"]
+"""What redeeming a link ticket found: first use, already spent, or never issued here."""
+
+_LINK_USED_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>omray: link already used</title></head>
+<body><h1>This viewer link was already used</h1>
+<p>Each link <code>omray ui</code> prints opens the viewer once, in one browser, which then keeps
+a session cookie: in that browser, open <a href="/">the viewer</a> without the link.</p>
+<p>For another browser, get a new link: <code>omray ui --new-link</code> (with the viewer's
+<code>--port</code>).</p></body></html>
+"""
+_LINK_UNKNOWN_PAGE = _LINK_USED_PAGE.replace("was already used", "is not valid here").replace(
+    "link already used", "link not valid"
+)
+
+
+def after_redeem(facts: RequestFacts, policy: GuardPolicy, state: TicketState) -> Decision:
+    """The answer to a ``redeem`` decision once its ticket was spent (pure): a fresh ticket gets the
+    cookie and a redirect without it; a spent or unknown one is refused with a page saying so,
+    unless the request already holds the session cookie (then only the redirect)."""
+    pairs = parse_qsl(facts.query, keep_blank_values=True)
+    rest = urlencode([(key, value) for key, value in pairs if key != QUERY_PARAM])
+    location = _same_site_path(facts.path) + (f"?{rest}" if rest else "")
+    clean = (("location", location), ("cache-control", "no-store"), ("referrer-policy", "no-referrer"))
+    if state == "fresh" and policy.token is not None:
+        cookie = (
+            f"{policy.cookie_name}={session_cookie_value(policy.token)}; HttpOnly; SameSite=Strict; Path=/"
+        )
+        return Decision("redirect", 303, headers=(*clean, ("set-cookie", cookie)))
+    if _has_session_cookie(facts, policy):
+        return Decision("redirect", 303, headers=clean)
+    used = state == "used"
+    return Decision(
+        "refuse",
+        410 if used else 401,
+        "link_used" if used else "unauthorized",
+        "this one-time viewer link was already used; `omray ui --new-link` prints a new one"
+        if used
+        else "this viewer link is not valid; `omray ui --new-link` prints a new one",
+        headers=(("cache-control", "no-store"), ("referrer-policy", "no-referrer")),
+        page=_LINK_USED_PAGE if used else _LINK_UNKNOWN_PAGE,
+    )
+
+
+class LinkTickets:
+    """The one-time link tickets of one browser UI server: each issued ticket redeems ``fresh``
+    exactly once, then ``used``; anything never issued is ``unknown``.
+
+    Thread-safe (issue and redeem are atomic under one lock), so two requests racing with one link
+    never both get the cookie. Only SHA-256 digests of tickets are kept. At most
+    :data:`MAX_OPEN_LINKS` unspent tickets wait; issuing more forgets the oldest.
+    """
+
+    def __init__(self, new_ticket: Callable[[], str] | None = None) -> None:
+        self._new_ticket = new_ticket or (lambda: secrets.token_urlsafe(TOKEN_BYTES))
+        self._open: dict[bytes, None] = {}  # insertion-ordered: the oldest first
+        self._spent: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def issue(self) -> str:
+        """A new ticket, valid for one use."""
+        ticket = self._new_ticket()
+        with self._lock:
+            self._open[_digest(ticket)] = None
+            while len(self._open) > MAX_OPEN_LINKS:
+                del self._open[next(iter(self._open))]
+        return ticket
+
+    def redeem(self, ticket: str) -> TicketState:
+        """Spend ``ticket``: ``fresh`` the first time, ``used`` after, ``unknown`` if never issued."""
+        digest = _digest(ticket)
+        with self._lock:
+            if digest in self._open:
+                del self._open[digest]
+                self._spent.add(digest)
+                return "fresh"
+            return "used" if digest in self._spent else "unknown"
+
+
+def _digest(ticket: str) -> bytes:
+    return hashlib.sha256(ticket.encode("utf-8", "surrogateescape")).digest()
 
 
 # --------------------------------------------------------------------------------- the middleware
@@ -325,9 +421,11 @@ class WebGuard:
     (``{"error", "message"}``); a refused WebSocket is closed (1008) before it is accepted.
     """
 
-    def __init__(self, app: ASGIApp, policy: GuardPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: GuardPolicy, links: LinkTickets | None = None) -> None:
         self.app = app
         self.policy = policy
+        self.links = links if links is not None else LinkTickets()
+        """The one-time link tickets this server redeems and issues (browser policies)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -343,7 +441,12 @@ class WebGuard:
             ],
         )
         decision = decide(facts, self.policy)
-        if decision.kind == "pass":
+        if decision.kind == "redeem":
+            decision = after_redeem(facts, self.policy, self.links.redeem(decision.ticket))
+        if decision.kind == "issue_link" and scope["type"] == "http":
+            url = url_with_token(f"http://{self.policy.allowed_hosts[0]}/", self.links.issue())
+            await _respond_json(send, 200, {"url": url})
+        elif decision.kind == "pass":
             await self.app(scope, receive, send)
         elif scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
@@ -356,7 +459,10 @@ async def _respond(send: Send, decision: Decision) -> None:
     headers: list[tuple[bytes, bytes]] = [
         (k.encode("latin-1"), v.encode("latin-1")) for k, v in decision.headers
     ]
-    if decision.kind == "refuse":
+    if decision.kind == "refuse" and decision.page:
+        body = decision.page.encode("utf-8")
+        headers.append((b"content-type", b"text/html; charset=utf-8"))
+    elif decision.kind == "refuse":
         body = json.dumps({"error": decision.error, "message": decision.message}).encode("utf-8")
         headers.append((b"content-type", b"application/json"))
     headers.append((b"content-length", str(len(body)).encode("ascii")))
@@ -364,7 +470,18 @@ async def _respond(send: Send, decision: Decision) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def _respond_json(send: Send, status: int, data: Any) -> None:
+    body = json.dumps(data).encode("utf-8")
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"cache-control", b"no-store"),
+        (b"content-length", str(len(body)).encode("ascii")),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def url_with_token(base_url: str, token: str) -> str:
-    """``base_url`` with the token as its query (the one URL a UI prints for the browser)."""
+    """``base_url`` with ``token`` (a one-time link ticket) as its query: the URL a UI prints."""
     separator = "&" if "?" in base_url else "?"
     return f"{base_url}{separator}{urlencode({QUERY_PARAM: token})}"

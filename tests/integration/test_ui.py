@@ -30,7 +30,7 @@ from cluster.commands.ui_cli import QueuePoller
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from cluster.servers.ui_server import UiBackend, guarded_app, load_project
-from cluster.servers.web_auth import url_with_token
+from cluster.servers.web_auth import LinkTickets, url_with_token
 from tests.integration.conftest import ClusterInfo, assert_eventually, free_port
 
 pytestmark = pytest.mark.integration
@@ -58,6 +58,11 @@ class Viewer:
     url: str
     project: Path
     client: OmrayClient
+    links: LinkTickets
+
+    def link(self) -> str:
+        """A new one-time link to the viewer's first page."""
+        return url_with_token(f"{self.url}/", self.links.issue())
 
 
 def _observe(client: OmrayClient, project: Path) -> None:
@@ -98,14 +103,15 @@ def viewer(ray_cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -
         assert client.wait_idle(timeout_s=180)
         backend = UiBackend({"ui-project": load_project(project, "ui-project", client)}, poller)
         port = free_port()
-        app = guarded_app(backend, "127.0.0.1", port, TOKEN)
+        links = LinkTickets()
+        app = guarded_app(backend, "127.0.0.1", port, TOKEN, links)
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
         )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         assert_eventually(lambda: server is not None and server.started, timeout_s=30)
-        yield Viewer(f"http://127.0.0.1:{port}", project, client)
+        yield Viewer(f"http://127.0.0.1:{port}", project, client, links)
     finally:
         if server is not None:
             server.should_exit = True
@@ -174,7 +180,7 @@ def test_the_page_lists_sessions_opens_one_searches_and_recalls(viewer: Viewer, 
     try:
         driver.set_page_load_timeout(60)
         # The URL carries the token once; the page lands without it, on a cookie.
-        driver.get(url_with_token(f"{viewer.url}/", TOKEN))
+        driver.get(viewer.link())
         assert "token" not in driver.current_url
         links = assert_eventually(
             lambda: driver.find_elements(By.CSS_SELECTOR, "a.session-link"), timeout_s=30, interval_s=0.2
@@ -254,7 +260,7 @@ def test_forget_from_the_page_removes_it_from_search_and_the_projection(
     assert target["display_id"] in viewer.client.project(SESSIONS[1])
     driver = _browser(tmp_path / "chromium-profile")
     try:
-        driver.get(url_with_token(f"{viewer.url}/", TOKEN))
+        driver.get(viewer.link())
         driver.get(f"{viewer.url}/#/search")
         field = assert_eventually(lambda: driver.find_elements(By.ID, "search-input"), timeout_s=30)[0]
         field.send_keys(QUERY)
@@ -317,9 +323,10 @@ def test_the_command_prints_a_token_url_and_serves_read_only_without_a_runtime(t
             assert line, f"omray ui exited: {lines!r}"
             lines.append(line)
         url = next(line for line in lines if "open http" in line).split("open ", 1)[1].strip()
-        token = url.split("token=", 1)[1]
+        ticket = url.split("token=", 1)[1]
         token_file = home / "auth" / "web.token"
-        assert token_file.read_text().strip() == token
+        token = token_file.read_text().strip()
+        assert ticket != token  # the link carries a one-time ticket, never the long-lived token
         assert token_file.stat().st_mode & 0o777 == 0o600
         assert any("read-only" in line for line in lines)
         bearer = {"authorization": f"Bearer {token}"}
@@ -329,9 +336,40 @@ def test_the_command_prints_a_token_url_and_serves_read_only_without_a_runtime(t
         assert _request(f"{base}/api/projects")[0] == 401
         status, answer = _request(f"{base}/api/observe", bearer, {"session_id": "s", "end_seq": 1})
         assert status == 503 and answer["error"] == "runtime_not_running"
+        # The printed link opens the viewer once; the same link later is refused with a page.
+        assert _open_link(url)[0] == 303
+        status, page = _open_link(url)
+        assert status == 410 and "omray ui --new-link" in page
+        # A new link for the running viewer, from the command line, works once too.
+        again = subprocess.run(
+            [str(Path(sys.executable).parent / "omray"), "ui", "--new-link", "--port", str(port)],
+            capture_output=True,
+            env=env,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        new_url = again.stderr.split("open ", 1)[1].strip()
+        assert new_url != url and token not in new_url
+        assert [_open_link(new_url)[0], _open_link(new_url)[0]] == [303, 410]
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _open_link(url: str) -> tuple[int, str]:
+    """Open ``url`` as a fresh browser would (no cookie), without following a redirect."""
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(url, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
 
 
 def _poll(url: str, headers: dict[str, str]) -> tuple[int, Any] | None:

@@ -176,7 +176,7 @@ def test_ordinary_code_is_left_alone(code: str) -> None:
         ("a <private>x <private>y</private> z</private> b", "a [private] b"),
         ("a <private >x</private> b", "a [private] b"),
         ("a <PRIVATE>x", "a [private]"),
-        ("a </private> b", "a  b"),
+        ("a </private> b", "[private] b"),  # a closing tag alone: the text began inside a span
     ],
 )
 def test_private_spans_nest_and_tags_may_carry_spaces(text: str, expected: str) -> None:

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from actors.read.service import project as projection
 from actors.read.ui_views import active_ids, retired_by
 from cluster.servers.ui_server import UiBackend, UiProject, UiRequestError, build_app, guarded_app
+from cluster.servers.web_auth import LinkTickets
 from persistence.queries import MemoryReader
 from persistence.settings_parse import settings_from_mapping
 from persistence.store import Store
@@ -185,8 +186,8 @@ def test_actions_need_a_runtime_and_a_safe_session_id(backend: UiBackend) -> Non
 # ------------------------------------------------------------------------------------------- HTTP
 
 
-def _client(backend: UiBackend) -> TestClient:
-    return TestClient(guarded_app(backend, HOST, PORT, TOKEN), base_url=f"http://{HOST}:{PORT}")
+def _client(backend: UiBackend, links: LinkTickets | None = None) -> TestClient:
+    return TestClient(guarded_app(backend, HOST, PORT, TOKEN, links), base_url=f"http://{HOST}:{PORT}")
 
 
 def test_http_refuses_missing_token_foreign_origin_and_foreign_host(backend: UiBackend) -> None:
@@ -203,9 +204,12 @@ def test_http_refuses_missing_token_foreign_origin_and_foreign_host(backend: UiB
 
 
 def test_the_token_url_becomes_a_strict_cookie_and_a_clean_redirect(backend: UiBackend) -> None:
-    client = _client(backend)
-    landing = client.get(f"/?token={TOKEN}", follow_redirects=False)
+    links = LinkTickets()
+    ticket = links.issue()
+    client = _client(backend, links)
+    landing = client.get(f"/?token={ticket}", follow_redirects=False)
     assert landing.status_code == 303 and landing.headers["location"] == "/"
+    assert _client(backend, links).get(f"/?token={ticket}", follow_redirects=False).status_code == 410
     cookie = landing.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
     page = client.get("/")

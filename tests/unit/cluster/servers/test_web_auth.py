@@ -20,10 +20,16 @@ from starlette.testclient import TestClient
 
 from cluster.servers.web_auth import (
     COOKIE_NAME,
+    LINK_PATH,
+    MAX_OPEN_LINKS,
+    TOKEN_RE,
     GuardPolicy,
+    LinkTickets,
     RequestFacts,
+    TicketState,
     TokenFileError,
     WebGuard,
+    after_redeem,
     decide,
     default_token_path,
     load_or_create_token,
@@ -188,8 +194,11 @@ def test_no_auth_still_checks_host_and_origin() -> None:
     assert decide(_facts(HOST, ("origin", "http://evil.example")), open_policy).status == 403
 
 
-def test_query_token_becomes_a_cookie_and_a_redirect_without_it() -> None:
-    decision = decide(_facts(HOST, method="GET", path="/sessions", query=f"a=1&token={TOKEN}&b=2"), UI)
+def test_a_fresh_link_ticket_becomes_a_cookie_and_a_redirect_without_it() -> None:
+    facts = _facts(HOST, method="GET", path="/sessions", query="a=1&token=ticket-1&b=2")
+    first = decide(facts, UI)
+    assert (first.kind, first.ticket) == ("redeem", "ticket-1")
+    decision = after_redeem(facts, UI, "fresh")
     assert (decision.kind, decision.status) == ("redirect", 303)
     headers = dict(decision.headers)
     assert headers["location"] == "/sessions?a=1&b=2"
@@ -199,16 +208,90 @@ def test_query_token_becomes_a_cookie_and_a_redirect_without_it() -> None:
     assert headers["referrer-policy"] == "no-referrer"
     with_cookie = _facts(HOST, ("cookie", f"x=1; {COOKIE_NAME}={session_cookie_value(TOKEN)}"), method="GET")
     assert decide(with_cookie, UI).kind == "pass"
-    # a wrong query token, a POST, or the MCP policy: no cookie
-    assert decide(_facts(HOST, method="GET", query="token=wrong"), UI).status == 401
+    # a POST, or the MCP policy: no link flow
     assert decide(_facts(HOST, method="POST", query=f"token={TOKEN}"), UI).status == 401
     assert decide(_facts(HOST, method="GET", query=f"token={TOKEN}"), MCP).status == 401
     assert decide(_facts(HOST, ("cookie", f"{COOKIE_NAME}={TOKEN}"), method="GET"), UI).status == 401
 
 
+@pytest.mark.parametrize(
+    ("state", "cookie", "status", "error", "sets_cookie"),
+    [
+        ("fresh", False, 303, "", True),
+        ("used", False, 410, "link_used", False),
+        ("unknown", False, 401, "unauthorized", False),
+        ("used", True, 303, "", False),  # the browser that spent it: only the clean redirect
+        ("unknown", True, 303, "", False),
+    ],
+)
+def test_a_spent_or_unknown_link_is_refused_with_a_page(
+    state: TicketState, cookie: bool, status: int, error: str, sets_cookie: bool
+) -> None:
+    headers = [HOST] + ([("cookie", f"{COOKIE_NAME}={session_cookie_value(TOKEN)}")] if cookie else [])
+    decision = after_redeem(_facts(*headers, method="GET", path="/", query="token=x"), UI, state)
+    assert (decision.status, decision.error) == (status, error)
+    assert ("set-cookie" in dict(decision.headers)) == sets_cookie
+    if status == 303:
+        assert dict(decision.headers)["location"] == "/"
+    else:
+        assert "omray ui --new-link" in decision.page and TOKEN not in decision.page
+
+
+def test_only_the_bearer_token_asks_for_a_new_link() -> None:
+    assert decide(_facts(HOST, AUTH, path=LINK_PATH), UI).kind == "issue_link"
+    cookie = ("cookie", f"{COOKIE_NAME}={session_cookie_value(TOKEN)}")
+    assert decide(_facts(HOST, cookie, path=LINK_PATH), UI).status == 401
+    assert decide(_facts(HOST, AUTH, method="GET", path=LINK_PATH), UI).status == 401
+    assert decide(_facts(HOST, AUTH, path=LINK_PATH), MCP).kind == "pass"  # no links on MCP: its own app
+
+
 def test_the_redirect_never_leaves_the_server() -> None:
-    decision = decide(_facts(HOST, method="GET", path="//evil.example/x", query=f"token={TOKEN}"), UI)
+    facts = _facts(HOST, method="GET", path="//evil.example/x", query="token=t1")
+    decision = after_redeem(facts, UI, "fresh")
     assert dict(decision.headers)["location"] == "/evil.example/x"
+
+
+def test_link_tickets_redeem_once() -> None:
+    links = LinkTickets()
+    first, second = links.issue(), links.issue()
+    assert first != second and TOKEN_RE.match(first)
+    assert [links.redeem(first), links.redeem(first), links.redeem(second)] == ["fresh", "used", "fresh"]
+    assert links.redeem("never-issued") == "unknown"
+    crowd = LinkTickets()
+    oldest = crowd.issue()
+    for _ in range(MAX_OPEN_LINKS):
+        crowd.issue()
+    assert crowd.redeem(oldest) == "unknown"  # the oldest unspent link was dropped
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 7)), max_size=40), st.integers(1, 4))
+def test_each_issued_link_is_fresh_exactly_once_under_racing_redeems(
+    ops: list[tuple[bool, int]], racers: int
+) -> None:
+    links = LinkTickets()
+    issued: list[str] = []
+    fresh: list[str] = []
+    lock = threading.Lock()
+    for issue, pick in ops:
+        if issue or not issued:
+            issued.append(links.issue())
+            continue
+        ticket = issued[pick % len(issued)]
+
+        def redeem(ticket: str = ticket) -> None:
+            if links.redeem(ticket) == "fresh":
+                with lock:
+                    fresh.append(ticket)
+
+        threads = [threading.Thread(target=redeem) for _ in range(racers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(fresh) == len(set(fresh))  # never two cookies for one link
+    assert set(fresh) <= set(issued)
+    for ticket in issued:
+        assert links.redeem(ticket) == "used" or ticket not in fresh
 
 
 def test_url_with_token() -> None:
@@ -219,12 +302,12 @@ def test_url_with_token() -> None:
 # ---------------------------------------------------------------------------------- middleware
 
 
-def _app(policy: GuardPolicy) -> TestClient:
+def _app(policy: GuardPolicy, links: LinkTickets | None = None) -> TestClient:
     async def hello(request: Request) -> PlainTextResponse:
         return PlainTextResponse("memory")
 
     inner = Starlette(routes=[Route("/", hello, methods=["GET", "POST"]), Route("/x", hello)])
-    return TestClient(WebGuard(inner, policy), base_url=BASE, follow_redirects=False)
+    return TestClient(WebGuard(inner, policy, links), base_url=BASE, follow_redirects=False)
 
 
 def test_middleware_refuses_before_the_app_and_passes_the_right_token() -> None:
@@ -242,13 +325,44 @@ def test_middleware_refuses_before_the_app_and_passes_the_right_token() -> None:
 
 
 def test_middleware_browser_flow_sets_the_cookie_and_drops_the_token() -> None:
-    client = _app(UI)
+    links = LinkTickets()
+    client = _app(UI, links)
     assert client.get("/x").status_code == 401
-    first = client.get(f"/x?token={TOKEN}")
+    ticket = links.issue()
+    first = client.get(f"/x?token={ticket}")
     assert first.status_code == 303 and first.headers["location"] == "/x"
-    assert TOKEN not in first.headers["location"]
+    assert ticket not in first.headers["location"]
     assert client.cookies.get(COOKIE_NAME) == session_cookie_value(TOKEN)
     assert client.get("/x").text == "memory"  # the cookie alone now
+
+
+def test_the_link_works_once_and_the_cookie_keeps_working() -> None:
+    links = LinkTickets()
+    ticket = links.issue()
+    browser = _app(UI, links)
+    assert browser.get(f"/x?token={ticket}").status_code == 303
+    again = _app(UI, links).get(f"/x?token={ticket}")  # another browser, the same link
+    assert again.status_code == 410 and "text/html" in again.headers["content-type"]
+    assert "already used" in again.text and "omray ui --new-link" in again.text and "memory" not in again.text
+    assert "set-cookie" not in again.headers
+    assert browser.get(f"/x?token={ticket}").headers["location"] == "/x"  # the cookie holder: redirected
+    assert browser.get("/x").text == "memory"
+    # the long-lived token itself never opens the viewer from a URL
+    stolen = _app(UI, links).get(f"/x?token={TOKEN}")
+    assert stolen.status_code == 401 and "set-cookie" not in stolen.headers
+
+
+def test_a_new_link_is_issued_to_the_bearer_and_works_once() -> None:
+    links = LinkTickets()
+    client = _app(UI, links)
+    assert client.post(LINK_PATH).status_code == 401
+    answer = client.post(LINK_PATH, headers={"authorization": f"Bearer {TOKEN}"})
+    assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store"
+    url = answer.json()["url"]
+    assert url.startswith(f"{BASE}/?token=") and TOKEN not in url
+    path = url.removeprefix(BASE)
+    assert _app(UI, links).get(path).status_code == 303
+    assert _app(UI, links).get(path).status_code == 410
 
 
 def test_a_named_token_file_leaves_the_mode_of_its_existing_folder_alone(tmp_path: Path) -> None:
