@@ -225,8 +225,9 @@ class JobFailedEvent(_Outcome):
     attempts: int = Field(ge=1)
     """Attempts made in total."""
     events_location: EventsLocation | None = None
-    """Where the corrupt events line is, when the last failure was ``events_file_corrupt`` (only then is
-    the key in the payload, so other events keep exactly the reference's keys)."""
+    """Where the events file or its bad line is, when the last failure was ``events_file_corrupt``,
+    ``events_mismatch`` or ``events_missing`` (only then is the key in the payload, so other events
+    keep exactly the reference's keys)."""
 
     @model_serializer(mode="wrap")
     def _reference_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

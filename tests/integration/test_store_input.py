@@ -58,13 +58,15 @@ def test_a_memory_folder_removed_under_the_runtime_is_recreated(names: RuntimeNa
     assert client.job_counts().get("failed", 0) == 0
 
 
-def _gave_up_for(client: OmrayClient, session_id: str) -> str:
-    def reason() -> str | None:
+def _gave_up_for(client: OmrayClient, session_id: str) -> dict[str, Any]:
+    """The payload of the session's job_failed event, once there is one."""
+
+    def payload() -> dict[str, Any] | None:
         events = client.runtime_events(session_id)
         failed = [e for e in events if e["event_type"] == JOB_FAILED_EVENT_TYPE]
-        return last_failure(failed[-1]["payload"]) if failed else None
+        return dict(failed[-1]["payload"]) if failed else None
 
-    found: str = assert_eventually(reason, timeout_s=90, interval_s=0.2)
+    found: dict[str, Any] = assert_eventually(payload, timeout_s=90, interval_s=0.2)
     return found
 
 
@@ -78,6 +80,10 @@ def test_a_missing_or_foreign_events_file_fails_as_what_it_is(names: RuntimeName
     wrong.write_text("".join(event_line(e) for e in foreign), encoding="utf-8")
     client.observe("s-mine", int(foreign[-1]["seq"]), events_path=wrong)
     client.observe("s-gone", 5, events_path=tmp_path / "absent" / "events.jsonl")
-    assert _gave_up_for(client, "s-mine") == "events_mismatch"
-    assert _gave_up_for(client, "s-gone") == "events_missing"
+    mismatch = _gave_up_for(client, "s-mine")
+    assert last_failure(mismatch) == "events_mismatch"
+    assert (mismatch["events_location"]["path"], mismatch["events_location"]["line_no"]) == (str(wrong), 1)
+    missing = _gave_up_for(client, "s-gone")
+    assert last_failure(missing) == "events_missing"
+    assert missing["events_location"]["path"] == str(tmp_path / "absent" / "events.jsonl")
     assert MemoryReader(db).contiguous_covered_end("s-mine", "1", "1") in (0, None)
