@@ -10,16 +10,31 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
-from protocol.errors import ConflictError, EventsFileError, InvalidPayloadError, SettingsError
+from pydantic import ValidationError
+
+from protocol.errors import (
+    ConflictError,
+    EventsFileError,
+    EventsMismatchError,
+    EventsMissingError,
+    InvalidPayloadError,
+    SettingsError,
+    StoreFileReplacedError,
+)
 from protocol.jobs import JobEnvelope
 from protocol.outcomes import (
+    REASON_DATABASE_MISSING,
     REASON_EVENTS_FILE_CORRUPT,
+    REASON_EVENTS_MISMATCH,
+    REASON_EVENTS_MISSING,
+    REASON_INVALID_INPUT,
     REASON_MODEL_API_KEY_MISSING,
     REASON_MODEL_AUTH,
     REASON_MODEL_NOT_FOUND,
@@ -55,10 +70,42 @@ JobHandler = Callable[[JobEnvelope, int, WorkerContext], Mapping[str, Any] | Non
 """``handler(envelope, attempt, context) -> detail``; raises to fail the attempt."""
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception behind ``exc`` when another process raised it.
+
+    An error raised in the StoreActor reaches a worker wrapped by Ray (``RayTaskError``, whose
+    ``cause`` is the original and whose class name, ``RayTaskError(X)``, is no valid class name):
+    the original decides the category. ``actors/`` never imports ray, so this goes by the attribute.
+    """
+    seen = 0
+    while seen < 8:  # a cause chain, not a cycle
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, BaseException) or cause is exc:
+            return exc
+        exc, seen = cause, seen + 1
+    return exc
+
+
+def error_class_name(exc: BaseException) -> str | None:
+    """The exception's class name when it is a plain identifier (what a failure value may carry)."""
+    name = type(exc).__name__
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,199}", name) else None
+
+
 def failure_reason(exc: BaseException) -> tuple[str, bool]:
     """Short category code for an exception and whether retrying can help."""
+    exc = root_cause(exc)
     if isinstance(exc, EventsFileError):
         return REASON_EVENTS_FILE_CORRUPT, True  # the user may repair the line before the next attempt
+    if isinstance(exc, EventsMissingError):
+        return REASON_EVENTS_MISSING, True  # the agent (or a copy to this node) may still bring the file
+    if isinstance(exc, EventsMismatchError):
+        return REASON_EVENTS_MISMATCH, False
+    if isinstance(exc, StoreFileReplacedError):
+        return REASON_DATABASE_MISSING, True  # the next attempt writes to the file now at the path
+    if isinstance(exc, ValidationError):
+        # A value the job carries or reads that pydantic refuses: the same input fails the same way.
+        return REASON_INVALID_INPUT, False
     if isinstance(exc, InvalidPayloadError):
         return "invalid_payload", True
     if isinstance(exc, ConflictError):
@@ -78,6 +125,20 @@ def failure_reason(exc: BaseException) -> tuple[str, bool]:
         if getattr(exc, "category", None) in ("connection", "timeout"):
             return REASON_MODEL_UNREACHABLE, True
     return "transient_runtime", True
+
+
+def events_location(exc: BaseException) -> EventsLocation | None:
+    """Where an events failure is (file, line, seq), for the failure value; ``None`` for others."""
+    try:
+        if isinstance(exc, EventsFileError):
+            return EventsLocation(path=exc.path, line_no=exc.line_no, seq=exc.seq, after_seq=exc.after_seq)
+        if isinstance(exc, EventsMismatchError):
+            return EventsLocation(path=exc.path, line_no=exc.line_no, seq=exc.seq)
+        if isinstance(exc, EventsMissingError):
+            return EventsLocation(path=exc.path)
+    except ValidationError:
+        return None
+    return None
 
 
 def utc_now() -> str:
@@ -203,34 +264,40 @@ class WorkerActor:
         try:
             detail = self._handler(envelope, attempt, self._context) or {}
         except Exception as exc:  # never raise across the actor boundary
-            reason, retryable = failure_reason(exc)
-            logger.warning(
-                "job attempt failed",
-                extra={
-                    "job_id": envelope.job_id,
-                    "handler_id": self.handler_id,
-                    "attempt": attempt,
-                    "reason": reason,
-                    "error_class": type(exc).__name__,
-                    **(exc.location() if isinstance(exc, EventsFileError) else {}),
-                },
-            )
-            location = None
-            if isinstance(exc, EventsFileError):
-                location = EventsLocation(
-                    path=exc.path, line_no=exc.line_no, seq=exc.seq, after_seq=exc.after_seq
-                )
-            return JobFailed(
-                job_id=envelope.job_id,
-                retryable=retryable,
-                reason=reason,
-                error_class=type(exc).__name__,
-                events_location=location,
-            ).model_dump()
+            return self._failure(envelope.job_id, attempt, exc)
         elapsed_ms = (time.monotonic() - started) * 1000.0
         return JobSucceeded(
             job_id=envelope.job_id, detail={**dict(detail), "elapsed_ms": round(elapsed_ms, 3)}
         ).model_dump()
+
+    def _failure(self, job_id: str, attempt: int, exc: Exception) -> dict[str, Any]:
+        """The failure value of an attempt that raised ``exc`` (built so that it cannot raise itself:
+        an exception here would cross the actor boundary and count as a crash)."""
+        reason, retryable = failure_reason(exc)
+        cause = root_cause(exc)
+        location = events_location(cause)
+        logger.warning(
+            "job attempt failed",
+            extra={
+                "job_id": job_id,
+                "handler_id": self.handler_id,
+                "attempt": attempt,
+                "reason": reason,
+                "error_class": type(cause).__name__,
+                **(location.model_dump() if location is not None else {}),
+            },
+        )
+        try:
+            failure = JobFailed(
+                job_id=job_id,
+                retryable=retryable,
+                reason=reason,
+                error_class=error_class_name(cause),
+                events_location=location,
+            )
+        except ValidationError:  # e.g. an events path pydantic refuses: keep the category only
+            failure = JobFailed(job_id=job_id, retryable=retryable, reason=reason)
+        return failure.model_dump()
 
     def shutdown(self) -> int:
         """Close the model, embedding and rerank clients of this process; returns how many were open.

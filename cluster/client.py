@@ -3,6 +3,9 @@
 The client wraps the documented actor-handle methods (``ray.get_actor("omray.queue",
 namespace="omray")`` exposes the same ones) and the read side, which runs in the caller's own
 process on read-only SQLite connections, so compaction never waits on the queue or on a model.
+
+Length: one facade for the whole public API (dispatch, hooks, reads, status, forget, retry), each
+method a thin typed wrapper; splitting it would split the API users see.
 """
 
 from __future__ import annotations
@@ -233,20 +236,26 @@ class OmrayClient:
         """The observe job through ``end_seq`` with its deterministic job id (§5.2), not dispatched.
 
         Jobs sent for another ``signal`` than a turn end get their own id (one per seq and signal).
+        Raises :class:`InvalidPayloadError` naming the fields (never their values) for a request no
+        job can carry (an ``end_seq`` past SQLite's integers, a malformed session id): nothing is sent.
         """
-        job = ObserveBoundaryJob(
-            session_id=session_id,
-            terminal_end_seq=end_seq,
-            terminal_status=status,
-            renderer_version=self.settings.renderer_version,
-            observer_schema_version=self.settings.observer_schema_version,
-            db_path=str(self.db_path.resolve()),
-            events_path=str(Path(events_path or self.events_path(session_id)).resolve()),
-            settings_file=self.settings_file,
-            settings={} if self.settings_file else self.settings_block,
-            signal=signal,
-            context_fill=context_fill,
-        )
+        try:
+            job = ObserveBoundaryJob(
+                session_id=session_id,
+                terminal_end_seq=end_seq,
+                terminal_status=status,
+                renderer_version=self.settings.renderer_version,
+                observer_schema_version=self.settings.observer_schema_version,
+                db_path=str(self.db_path.resolve()),
+                events_path=str(Path(events_path or self.events_path(session_id)).resolve()),
+                settings_file=self.settings_file,
+                settings={} if self.settings_file else self.settings_block,
+                signal=signal,
+                context_fill=context_fill,
+            )
+        except ValidationError as exc:
+            fields = sorted({".".join(str(p) for p in err["loc"]) for err in exc.errors()})
+            raise InvalidPayloadError(f"invalid observe request: fields {fields!r}") from None
         job_id = observe_job_id(
             session_id, end_seq, status, self.settings.renderer_version, self.settings.observer_schema_version
         )

@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
-from protocol.errors import EventsFileError
+from protocol.errors import EventsFileError, EventsMismatchError, EventsMissingError
 from protocol.events import (
     EventWindow,
     SessionEvent,
@@ -39,9 +39,17 @@ class _RangeReader:
     """One pass over the file for ``start_seq..end_seq``; records how far the file was read."""
 
     def __init__(
-        self, path: Path, start_seq: int, end_seq: int | None, redactor: Redactor | None = DEFAULT_REDACTOR
+        self,
+        path: Path,
+        start_seq: int,
+        end_seq: int | None,
+        redactor: Redactor | None = DEFAULT_REDACTOR,
+        *,
+        session_id: str | None = None,
     ) -> None:
         self.path = path
+        self.session_id = session_id
+        """When set: a missing file and an event of another session are errors, not "nothing yet"."""
         self.redactor = redactor
         """Applied to every event yielded (``None``: raw payloads, for reads that only count seqs)."""
         self.start_seq = start_seq
@@ -58,6 +66,8 @@ class _RangeReader:
         try:
             handle = self.path.open("rb")
         except FileNotFoundError:
+            if self.session_id is not None:
+                raise EventsMissingError(str(self.path)) from None
             return
         with handle:
             yield from self._lines(handle)
@@ -92,6 +102,8 @@ class _RangeReader:
                     seq=event.seq,
                     after_seq=self.last_seq,
                 )
+            if self.session_id is not None and event.run_id != self.session_id:
+                raise EventsMismatchError(str(self.path), line_no, self.session_id, event.run_id, event.seq)
             if deferred is not None:
                 if event.seq > self.start_seq:
                     raise deferred
@@ -172,14 +184,23 @@ def read_event_range(
 
 
 def read_event_window(
-    path: str | Path, start_seq: int, end_seq: int, *, redactor: Redactor = DEFAULT_REDACTOR
+    path: str | Path,
+    start_seq: int,
+    end_seq: int,
+    *,
+    redactor: Redactor = DEFAULT_REDACTOR,
+    session_id: str | None = None,
 ) -> EventWindow:
     """The events of ``start_seq..end_seq`` and how far the file has been read for them.
 
     ``through`` is ``end_seq`` when the file reaches the range's end, else the seq of its last
     complete event: the rest has not been written yet (or the end seq does not exist).
+
+    With ``session_id`` (a job that reads the file of one session) a missing file raises
+    :class:`protocol.errors.EventsMissingError` and an event of another session read on the way
+    :class:`protocol.errors.EventsMismatchError`; without it, a missing file is an empty window.
     """
-    reader = _RangeReader(Path(path), start_seq, end_seq, redactor)
+    reader = _RangeReader(Path(path), start_seq, end_seq, redactor, session_id=session_id)
     events = tuple(reader)
     through = end_seq if reader.reached_end else reader.last_seq
     return EventWindow(events=events, through=through)

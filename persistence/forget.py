@@ -19,7 +19,8 @@ the file). Every forgotten id and range is recorded in ``omray_forgotten`` (ids 
 text), and :func:`forgotten_observation_ids` / :func:`drop_forgotten_events` keep later writes
 (a replayed observe part, a transcript backfill) from writing them again. The hybrid index is
 derived: search drops every hit whose canonical row is gone at once, and the next index job
-rebuilds the index without them.
+rebuilds the index without them. The exact-search trigram indexes are merged in the same
+transaction, so no trigram of forgotten text stays in the file (:func:`purge_trigram_indexes`).
 
 Token usage rows (counts only, no text) and coverage rows are kept.
 """
@@ -230,6 +231,8 @@ def forget_rows(conn: Connection, request: ForgetRequest, job_id: str, now: str)
         result.transcript_events += _forget_events(
             conn, request.run_id, start, end, f"events:{request.run_id}:{start}-{end}", "events", job_id, now
         )
+    if result.observations or result.reflections or result.transcript_events:
+        purge_trigram_indexes(conn, result)
     if os.environ.get(KILL_POINT_ENV) == "after_delete":
         os._exit(137)  # the crash-safety test: killed with the transaction open
     conn.execute(
@@ -240,6 +243,31 @@ def forget_rows(conn: Connection, request: ForgetRequest, job_id: str, now: str)
         {"job": job_id, "run": request.run_id, "r": json.dumps(result.as_dict(), sort_keys=True), "now": now},
     )
     return result
+
+
+_TRIGRAM_TABLES: dict[str, str] = {
+    "observations": "omray_observation_trigram",
+    "reflections": "omray_reflection_trigram",
+    "transcript_events": "omray_transcript_trigram",
+}
+"""The exact-search FTS5 index of each kind of row a forget removes (``persistence.migrations``)."""
+
+
+def purge_trigram_indexes(conn: Connection, result: ForgetResult) -> None:
+    """Merge the FTS5 index of each kind of row ``result`` removed into one segment.
+
+    An FTS5 delete only appends a delete marker: the forgotten text's trigrams (and positions, from
+    which it can be read back) stay in the older segments until they are merged. ``optimize``
+    merges them all, dropping the deleted entries, and ``secure_delete`` (set by the caller)
+    overwrites the pages the old segments free. It rewrites the index, so it runs only for the kinds
+    of rows this forget removed; SQLite's FTS5 ``secure-delete`` option (3.42) would avoid that.
+    """
+    present = {
+        str(row[0]) for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    }
+    for kind, table in _TRIGRAM_TABLES.items():
+        if getattr(result, kind) and table in present:  # absent when this SQLite has no trigram
+            conn.execute(text(f"INSERT INTO {table}({table}) VALUES ('optimize')"))
 
 
 def forgotten_observation_ids(conn: Connection, ids: Iterable[str]) -> set[str]:

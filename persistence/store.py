@@ -91,6 +91,8 @@ class Store(SqliteWriter):
     from several threads (each thread gets its own connection).
     """
 
+    watches_file = True  # a memory database removed under the runtime is created again (issue 40)
+
     def __init__(self, db_path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL") -> None:
         super().__init__(db_path, synchronous=synchronous)
         self._projection_names: frozenset[str] | None = None  # tables the projection text needs

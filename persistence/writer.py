@@ -7,6 +7,7 @@ Two writers build on it, one per file: :class:`persistence.store.Store` for a me
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sqlite3
@@ -14,19 +15,34 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from persistence.connection import Synchronous, open_write_engine
-from protocol.errors import InvalidPayloadError, OmrayError, StorageError
+from protocol.errors import InvalidPayloadError, OmrayError, StorageError, StoreFileReplacedError
+
+logger = logging.getLogger("omray.store")
 
 _FAILURE_REASON = re.compile(r"^[a-z0-9_.:-]{1,64}\Z")
 
 
 class NotFoundError(OmrayError):
     """The row a write needs (a generation, an unfinished job) does not exist."""
+
+
+FileIdentity = tuple[int, int]
+"""``(st_dev, st_ino)`` of a file: which file a path names."""
+
+
+def file_identity(path: str) -> FileIdentity | None:
+    """Which file ``path`` names now (``None``: nothing there, or it cannot be looked at)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def check_failure_reason(reason: str | None) -> None:
@@ -40,10 +56,20 @@ class SqliteWriter:
     threads (each thread gets its own connection); one transaction per outermost :meth:`atomic`
     (``BEGIN IMMEDIATE``; savepoints when nested)."""
 
+    watches_file: ClassVar[bool] = False
+    """True: each transaction first checks that the path still names the file the engine opened
+    (one ``stat``), opens the file now there when not (creating it when missing), and fails with
+    :class:`StoreFileReplacedError` when the file changed while the transaction ran."""
+
     def __init__(self, db_path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL") -> None:
         self._db_path = os.fspath(db_path)
+        self._synchronous: Synchronous = synchronous
         self._engine = open_write_engine(self._db_path, synchronous=synchronous)
+        self._opened = file_identity(self._db_path)
+        self._reopen_lock = threading.Lock()
         self._local = threading.local()
+        self.reopened = 0
+        """Times the file was found removed or replaced and opened again (created when missing)."""
 
     @property
     def db_path(self) -> str:
@@ -70,6 +96,9 @@ class SqliteWriter:
             with current.begin_nested():
                 yield
             return
+        if self.watches_file:
+            self.ensure_file()
+        opened = self._opened
         try:
             with self._engine.connect() as conn:
                 self._local.conn = conn
@@ -81,6 +110,37 @@ class SqliteWriter:
                     self._local.conn = None
         except SQLAlchemyError as exc:
             raise StorageError(f"write to {self._db_path!r} failed ({type(exc).__name__})") from exc
+        if self.watches_file and file_identity(self._db_path) != opened:
+            # Committed to a file no longer at the path (removed or replaced meanwhile): nobody will
+            # read it, so the write did not happen; the caller's next attempt opens the new file.
+            raise StoreFileReplacedError(
+                f"memory database {self._db_path!r} was removed or replaced during a write"
+            )
+
+    def ensure_file(self) -> bool:
+        """Make sure the engine writes to the file the path names now; True when it had to reopen.
+
+        A database removed under the runtime (``rm -r .hatfield``) is created again, empty and
+        migrated; one replaced (a backup moved into place) is opened. Either way later writes land
+        where readers look, instead of in an unlinked file until the runtime restarts.
+        """
+        if self._opened is not None and file_identity(self._db_path) == self._opened:
+            return False
+        with self._reopen_lock:
+            now = file_identity(self._db_path)
+            if now is not None and now == self._opened:
+                return False
+            # The old connections are closed before the new file is opened: closing the last one
+            # deletes the ``-wal`` *by path*, which must not be the new file's.
+            self._engine.dispose()
+            self._engine = open_write_engine(self._db_path, synchronous=self._synchronous)
+            self._opened = file_identity(self._db_path)
+            self.reopened += 1
+            logger.warning(
+                "memory database created again" if now is None else "memory database replaced; reopened",
+                extra={"db_path": self._db_path, "reopened": self.reopened},
+            )
+            return True
 
     def _before_commit(self, conn: Connection) -> None:
         """What a writer adds to every transaction, last (nothing here)."""

@@ -28,6 +28,11 @@ class StorageError(OmrayError):
     """The SQLite store could not be opened or configured as required."""
 
 
+class StoreFileReplacedError(StorageError):
+    """The database file was removed or replaced while a write ran: that write is not in the file
+    now at the path, so it did not happen (the next write opens, or creates, the file there)."""
+
+
 class MigrationError(StorageError):
     """The database schema cannot be brought to the version omray needs."""
 
@@ -63,6 +68,33 @@ class EventsUnreadableError(OmrayError):
         self.path = path
         self.reason = reason
         super().__init__(f"cannot read events file {path!r} ({reason})")
+
+
+class EventsMissingError(OmrayError):
+    """A job's ``events.jsonl`` does not exist (removed, moved, or not written yet)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"events file {path!r} does not exist")
+
+
+class EventsMismatchError(OmrayError):
+    """A job's ``events.jsonl`` holds events of another session than the job's.
+
+    Names the session ids and the seq (ids, never content); retrying cannot help until the file or
+    the job's events path is fixed.
+    """
+
+    def __init__(self, path: str, line_no: int, session_id: str, found_session_id: str, seq: int) -> None:
+        self.path = path
+        self.line_no = line_no
+        self.session_id = session_id
+        self.found_session_id = found_session_id
+        self.seq = seq
+        super().__init__(
+            f"events file {path!r} of session {session_id!r} holds an event of session "
+            f"{found_session_id!r} at line {line_no} (seq {seq})"
+        )
 
 
 class InvalidPayloadError(OmrayError, ValueError):

@@ -46,6 +46,15 @@ REASON_RETRY_EXHAUSTED = "retry_exhausted"
 REASON_EVENTS_FILE_CORRUPT = "events_file_corrupt"
 """A line the job needs in ``events.jsonl`` is corrupt; the failure says where (:class:`EventsLocation`)."""
 
+REASON_EVENTS_MISSING = "events_missing"
+"""The job's ``events.jsonl`` does not exist (retried: an agent or a copy may still bring it)."""
+REASON_EVENTS_MISMATCH = "events_mismatch"
+"""The job's ``events.jsonl`` holds another session's events (not retryable until the file is fixed)."""
+REASON_INVALID_INPUT = "invalid_input"
+"""A value the job carries or reads failed validation inside the worker (not retryable)."""
+REASON_DATABASE_MISSING = "database_missing"
+"""The memory database file was removed or replaced under the runtime; nothing was written."""
+
 REASON_SETTINGS = "settings"
 """The settings file is missing, invalid, or names a model or provider that is not defined."""
 REASON_MODEL_AUTH = "model_auth"
@@ -83,6 +92,25 @@ FAILURE_HELP: dict[str, tuple[str, str]] = {
     REASON_EVENTS_FILE_CORRUPT: (
         "a line of the session's events.jsonl is corrupt",
         "`omray status --json` names the file and line; repair or remove that line",
+    ),
+    REASON_EVENTS_MISSING: (
+        "the session's events.jsonl does not exist (was the project's .hatfield/ folder removed or moved?)",
+        "restore .hatfield/sessions/<session>/events.jsonl (the job_failed event names the file); the job "
+        "is retried, and `omray retry` runs it again once the file is back",
+    ),
+    REASON_EVENTS_MISMATCH: (
+        "the session's events.jsonl holds another session's events",
+        "put the session's own events back in its .hatfield/sessions/<session>/events.jsonl (the job_failed "
+        "event names the file and line); one file holds one session",
+    ),
+    REASON_INVALID_INPUT: (
+        "a memory job carries or reads a value omray cannot accept",
+        "see `omray status --json` for the job; the job will not succeed as it is",
+    ),
+    REASON_DATABASE_MISSING: (
+        "the memory database (om.sqlite) was removed or replaced while a memory job wrote to it",
+        "nothing to do: the next attempt writes to the file now at its path (created again when missing); "
+        "`omray retry` runs a job that gave up",
     ),
 }
 """Per failure category, what stops the memory and how to fix it (shown by ``omray status`` and
@@ -134,12 +162,13 @@ class _Outcome(BaseModel):
 
 
 class EventsLocation(_Outcome):
-    """Where a corrupt ``events.jsonl`` line is: file, line and seq, never the line's content."""
+    """Where a corrupt (or foreign) ``events.jsonl`` line is, or which file is missing: file, line
+    and seq, never the line's content."""
 
     path: str = Field(min_length=1)
     """The events file."""
-    line_no: int = Field(ge=1)
-    """1-based line number of the corrupt line."""
+    line_no: int | None = Field(default=None, ge=1)
+    """1-based line number of the line (``None`` for a missing file)."""
     seq: int | None = None
     """The line's seq when it could be read."""
     after_seq: int = Field(default=0, ge=0)
@@ -171,7 +200,7 @@ class JobFailed(_Outcome):
     error_class: ErrorClassName | None = None
     """Class name of the exception behind the failure, if any."""
     events_location: EventsLocation | None = None
-    """Where the corrupt events line is, for ``events_file_corrupt`` failures."""
+    """Where the events file or its bad line is, for ``events_*`` failures."""
 
     @classmethod
     def from_exception(
@@ -212,8 +241,9 @@ class JobFailedEvent(_Outcome):
     attempts: int = Field(ge=1)
     """Attempts made in total."""
     events_location: EventsLocation | None = None
-    """Where the corrupt events line is, when the last failure was ``events_file_corrupt`` (only then is
-    the key in the payload, so other events keep exactly the reference's keys)."""
+    """Where the events file or its bad line is, when the last failure was ``events_file_corrupt``,
+    ``events_mismatch`` or ``events_missing`` (only then is the key in the payload, so other events
+    keep exactly the reference's keys)."""
 
     @model_serializer(mode="wrap")
     def _reference_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -41,7 +41,10 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
         memory=MemoryReader(job.db_path),
         store=store,
         read_events=partial(
-            read_event_window, job.events_path, redactor=redactor_for(settings.redact_patterns)
+            read_event_window,
+            job.events_path,
+            redactor=redactor_for(settings.redact_patterns),
+            session_id=job.session_id,  # a missing or foreign file is a failure that says so
         ),
         resolve_model=partial(model_for, settings, clients=worker_clients()),
         count_tokens=token_counter(settings.token_encoding).count,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from actors.observer.blocks import event_timestamp
-from protocol.errors import EventsFileError
+from protocol.errors import EventsFileError, EventsMismatchError, EventsMissingError
 from protocol.events import EventWindow, SessionEvent
 from protocol.records import TranscriptEntry
 from protocol.source_text import event_search_text
@@ -82,7 +82,7 @@ def backfill_transcript(
     try:
         window = read_events(through + 1, covered)
         events: tuple[SessionEvent, ...] = window.events
-    except (OSError, EventsFileError) as exc:
+    except (OSError, EventsFileError, EventsMissingError, EventsMismatchError) as exc:
         logger.warning(
             "om.transcript.backfill_unreadable",
             extra={"run_id": run_id, "exception_class": type(exc).__name__},

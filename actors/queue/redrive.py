@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, REFLECT_GENERATION_HANDLER, SEMANTIC_INDEX_HANDLER
-from protocol.outcomes import REASON_CONFLICT, REASON_INVALID_PAYLOAD
+from protocol.outcomes import REASON_CONFLICT, REASON_INVALID_INPUT, REASON_INVALID_PAYLOAD
 
 AUTOMATIC_REDRIVES: Final[int] = 3
 """Times the work of one job is re-driven automatically (each with a full attempt budget)."""
 
-NOT_REDRIVEN: Final[frozenset[str]] = frozenset({REASON_INVALID_PAYLOAD, REASON_CONFLICT})
+NOT_REDRIVEN: Final[frozenset[str]] = frozenset(
+    {REASON_INVALID_PAYLOAD, REASON_INVALID_INPUT, REASON_CONFLICT}
+)
 """Failure categories no fix of settings or endpoint can remove: never re-driven automatically."""
 
 _STAGES: Final[dict[str, str]] = {

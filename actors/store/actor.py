@@ -33,5 +33,7 @@ class StoreActor(Store):
             lower_priority(niceness)
 
     def ping(self) -> dict[str, Any]:
-        """The file this actor owns and the process it runs in."""
-        return {"db_path": self.db_path, "pid": os.getpid()}
+        """The file this actor owns, the process it runs in, and how many times the file was found
+        removed or replaced and opened again (jobs ping before they read: the file is there after)."""
+        self.ensure_file()
+        return {"db_path": self.db_path, "pid": os.getpid(), "reopened": self.reopened}

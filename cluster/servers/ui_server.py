@@ -42,7 +42,8 @@ from actors.read import ui_views
 from actors.read.answers import json_safe
 from persistence.ui_queries import UiReader
 from protocol.canonical import php_trim
-from protocol.errors import OmrayError
+from protocol.errors import InvalidPayloadError, OmrayError
+from protocol.events import MAX_SEQ
 from protocol.settings import OmSettings
 
 if TYPE_CHECKING:
@@ -250,11 +251,14 @@ class UiBackend:
         events = project.events_path(session_id)
         client = _client(project)
         end_seq = body.get("end_seq") or project.reader.last_seq(session_id)
-        if not isinstance(end_seq, int) or isinstance(end_seq, bool) or end_seq < 1:
-            raise UiRequestError(400, "invalid_seq", "end_seq must be a positive event seq")
+        if not isinstance(end_seq, int) or isinstance(end_seq, bool) or not 1 <= end_seq <= MAX_SEQ:
+            raise UiRequestError(400, "invalid_seq", f"end_seq must be an event seq from 1 to {MAX_SEQ}")
         if not events.is_file():
             raise UiRequestError(404, "events_missing", "this session has no events.jsonl to observe")
-        job_id = client.observe(session_id, end_seq, events_path=events)
+        try:
+            job_id = client.observe(session_id, end_seq, events_path=events)
+        except InvalidPayloadError as exc:  # names fields, never values
+            raise UiRequestError(400, "invalid_observe", str(exc)) from None
         return {"ok": True, "job_id": job_id, "session_id": session_id, "end_seq": end_seq}
 
     def forget(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,8 +268,6 @@ class UiBackend:
         Waits for the runtime's forget jobs, so search and the compaction text no longer show the
         memories when this answers.
         """
-        from protocol.errors import InvalidPayloadError
-
         project = self.project(_text(body, "project", required=False))
         session_id = _text(body, "session_id")
         project.events_path(session_id)  # refuses an id that cannot name a session

@@ -332,3 +332,32 @@ def test_forgotten_text_leaves_the_database_file_and_its_wal(tmp_path: Path) -> 
         on_disk = _database_bytes(db)
         assert b"zanzibarquux" not in on_disk
         assert b"keptword" in on_disk
+
+
+def _trigrams(word: str) -> list[bytes]:
+    return [word[i : i + 3].encode() for i in range(len(word) - 2)]
+
+
+@pytest.mark.parametrize("whole_session", [False, True])
+def test_no_trigram_of_forgotten_text_stays_in_the_exact_search_index(
+    tmp_path: Path, whole_session: bool
+) -> None:
+    """An FTS5 delete only appends a marker: the trigrams (with positions, so the text can be read
+    back) stayed in the index's older segments, in the file, after the forget (issue 40 item 13)."""
+    db = tmp_path / "om.sqlite"
+    marker = "zqxjvwkpyf"  # trigrams that no kept word shares
+    with Store(db) as store:
+        forgotten = commit_turn(store, "s1", 1, marker)
+        for seq in range(2, 12):
+            commit_turn(store, "s2" if whole_session else "s1", seq, f"keptword{seq}")
+        assert all(tri in _database_bytes(db) for tri in _trigrams(marker))
+        request = (
+            ForgetRequest(run_id="s1", whole_session=True)
+            if whole_session
+            else ForgetRequest(run_id="s1", memory_ids=(forgotten,), event_ranges=((1, 1),))
+        )
+        store.forget(request, "job-1", TS)
+        on_disk = _database_bytes(db)
+        assert [tri for tri in _trigrams(marker) if tri in on_disk] == []
+        assert exact_ids(db, "keptword5")  # the index still answers
+        assert not exact_ids(db, marker)
