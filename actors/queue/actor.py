@@ -121,6 +121,9 @@ class QueueActor:
         for db_path, handler_id in store.redrive_waiting(sorted(NOT_REDRIVEN), AUTOMATIC_REDRIVES):
             self._redrive.gave_up(db_path, handler_id, "restored")
         self._redrive_due: list[tuple[str, tuple[str, ...]]] = []
+        # Failed rows queued again by this process: two re-drives that read the same failed row
+        # before either copy was durable (``omray retry`` beside a success) queue it once.
+        self._redriven: set[int] = set()
         if rows:
             logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
         on_ready = getattr(workers, "on_ready", None)
@@ -329,8 +332,11 @@ class QueueActor:
             now = self._clock()
             for row in rows:
                 envelope = row.envelope
+                if row.job_seq in self._redriven:
+                    continue  # read before its copy was durable: queued again once already
                 if self._state.active_seq(envelope.job_id, envelope.payload.db_path) is not None:
                     continue  # the same job is queued again already: that run covers it
+                self._redriven.add(row.job_seq)
                 job_seq, self._next_seq = self._next_seq, self._next_seq + 1
                 self._state.accept(envelope, job_seq, now)
                 wait = self._log.accept(job_seq, envelope, now, row.job_seq, row.redrives + 1)
