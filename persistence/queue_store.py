@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
-from sqlalchemy import Connection, Row, select, update
+from sqlalchemy import Connection, Row, func, select, update
 
 from persistence import schema
 from persistence.writer import NotFoundError, SqliteWriter, check_failure_reason
@@ -31,6 +31,7 @@ from protocol.queue_rows import (
     JobWrite,
     RuntimeEvent,
     StoredJob,
+    WaitingJobs,
 )
 
 _STORED_JOB_COLUMNS: Final = tuple(name for name in StoredJob.model_fields if name != "envelope")
@@ -315,21 +316,34 @@ class QueueStore(SqliteWriter):
             rows = self._conn().execute(query.order_by(table.c.job_seq.asc()))
             return [self._stored_job(row) for row in rows]
 
-    def redrive_waiting(self, excluded_reasons: Sequence[str], max_redrives: int) -> list[tuple[str, str]]:
-        """``(db_path, handler_id)`` of the failed jobs an automatic re-drive would queue again."""
+    def waiting_for_cause(self, excluded_reasons: Sequence[str], max_redrives: int) -> list[WaitingJobs]:
+        """Failed jobs not re-driven yet and not failed for one of ``excluded_reasons``, counted by
+        database, handler, the settings fingerprint they were sent with, and whether an automatic
+        re-drive may still queue them (re-driven fewer than ``max_redrives`` times)."""
         table = schema.omray_job
+        fingerprint = func.json_extract(table.c.payload_json, "$.settings_fingerprint")
+        automatic = table.c.redrives < max_redrives
         query = (
-            select(table.c.db_path, table.c.handler_id)
+            select(table.c.db_path, table.c.handler_id, fingerprint, automatic, func.count())
             .where(
                 table.c.state == "failed",
                 table.c.redriven_to.is_(None),
-                table.c.redrives < max_redrives,
                 (table.c.failure_reason.is_(None)) | table.c.failure_reason.not_in(tuple(excluded_reasons)),
             )
-            .distinct()
+            .group_by(table.c.db_path, table.c.handler_id, fingerprint, automatic)
+            .order_by(table.c.db_path, table.c.handler_id)
         )
         with self.atomic():
-            return [(str(db), str(handler)) for db, handler in self._conn().execute(query)]
+            return [
+                WaitingJobs(
+                    db_path=str(db),
+                    handler_id=str(handler),
+                    settings_fingerprint=None if print_ is None else str(print_),
+                    automatic=bool(auto),
+                    jobs=int(count),
+                )
+                for db, handler, print_, auto, count in self._conn().execute(query)
+            ]
 
     def list_unfinished_jobs(self) -> list[StoredJob]:
         """Pending and running jobs in acceptance (``job_seq``) order."""

@@ -12,10 +12,13 @@ accepted before ``settings_file`` existed carry that inline block too and still 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
+from protocol.canonical import sha256_hex
 from protocol.events import MAX_SEQ
 from protocol.ids import SESSION_ID_ALIASES, SessionId
 
@@ -74,11 +77,22 @@ class ObserveBoundaryJob(_Job):
     """Why the job was sent; the worker's trigger policy reads it (payloads without it: a turn end)."""
     context_fill: float | None = Field(default=None, ge=0)
     """The agent's context fill (0..1) when the job was sent, if the agent reported it."""
+    settings_fingerprint: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """Hash of the settings block the client sent the job with (:func:`settings_fingerprint`): a
+    failed job of a database is re-driven once a job with another fingerprint is accepted there."""
 
     @property
     def handler_id(self) -> str:
         """Stable handler id."""
         return OBSERVE_BOUNDARY_HANDLER
+
+
+def settings_fingerprint(block: Mapping[str, Any]) -> str:
+    """Fingerprint of an ``observational_memory`` settings block (SHA-256 of its JSON with sorted
+    keys): equal blocks, equal fingerprints, whatever their key order. Raises ``TypeError`` or
+    ``ValueError`` for a value JSON cannot hold."""
+    text = json.dumps(["omray-settings-v1", block], sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return sha256_hex(text)
 
 
 class ReflectGeneration(_Job):

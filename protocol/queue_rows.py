@@ -133,6 +133,23 @@ class StoredJob(_Result):
     """How many times this job's work was re-driven after it failed (migration omray_015)."""
 
 
+class WaitingJobs(_Result):
+    """Failed jobs that wait for their cause to go (issue 40 item 1), counted by what decides their
+    re-drive: their database and handler, the settings they were sent with, and whether an automatic
+    re-drive may still queue them (else only ``omray retry``)."""
+
+    db_path: str
+    """Memory database of the jobs."""
+    handler_id: str
+    """Their handler."""
+    settings_fingerprint: str | None
+    """Fingerprint of the settings the jobs were sent with (``None``: not known)."""
+    automatic: bool
+    """True while a later success (or a settings change) re-drives them by itself."""
+    jobs: int
+    """How many."""
+
+
 class RuntimeEvent(_Result):
     """One row of ``omray_runtime_event`` (e.g. ``extension_agent.job_failed``)."""
 

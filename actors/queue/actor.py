@@ -36,7 +36,14 @@ from actors.queue.committer import GroupCommitter
 from actors.queue.figures import QueueFigures, state_figures
 from actors.queue.intake import accept_jobs, parse_envelope, parse_envelopes
 from actors.queue.ports import NoMetrics, QueueMetricsPort, QueueStorePort, WorkerPoolPort
-from actors.queue.redrive import AUTOMATIC_REDRIVES, NOT_REDRIVEN, RedriveTracker
+from actors.queue.redrive import (
+    AUTOMATIC_REDRIVES,
+    NOT_REDRIVEN,
+    Redrive,
+    RedriveTracker,
+    fingerprint_of,
+    sent_under,
+)
 from actors.queue.reports import QueueReports, queue_status
 from actors.queue.retry import RetryPolicy
 from actors.queue.starts import Starter
@@ -118,9 +125,12 @@ class QueueActor:
         self.commit()
         # Failed jobs that wait for their cause to go, across restarts (actors.queue.redrive).
         self._redrive = RedriveTracker()
-        for db_path, handler_id in store.redrive_waiting(sorted(NOT_REDRIVEN), AUTOMATIC_REDRIVES):
-            self._redrive.gave_up(db_path, handler_id, "restored")
-        self._redrive_due: list[tuple[str, tuple[str, ...]]] = []
+        for group in store.waiting_for_cause(sorted(NOT_REDRIVEN), AUTOMATIC_REDRIVES):
+            self._redrive.restored(group)
+        self._redrive_due: list[Redrive] = []
+        # Failed rows queued again by this process: two re-drives that read the same failed row
+        # before either copy was durable (``omray retry`` beside a success) queue it once.
+        self._redriven: set[int] = set()
         if rows:
             logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
         on_ready = getattr(workers, "on_ready", None)
@@ -170,13 +180,17 @@ class QueueActor:
         """Queue the jobs and their starts; the generation to wait for (``None``: all durable already)."""
         with self._lock:
             wait, self._next_seq = accept_jobs(self._state, self._log, jobs, self._next_seq, self._clock())
+            for job in jobs:  # other settings than failed jobs were sent with: they may run now
+                due = self._redrive.accepted(job.payload.db_path, fingerprint_of(job))
+                if due is not None:
+                    self._redrive_due.append(due)
         self._commit_wanted.set()
         return wait
 
     def status(self) -> dict[str, Any]:
         """Queue depth (and how much of it is delayed), runs in flight, lanes, recent failures, failed
         jobs waiting for their cause to go, and counters (ids and counts only)."""
-        waiting = len(self._store.failed_to_redrive(excluded_reasons=sorted(NOT_REDRIVEN)))
+        waiting = self._store.waiting_for_cause(sorted(NOT_REDRIVEN), AUTOMATIC_REDRIVES)
         with self._lock:
             now = self._clock()
             return queue_status(
@@ -188,7 +202,7 @@ class QueueActor:
                 commits=self._committer.stats.figures(),
                 loop_alive=bool(self._threads) and all(t.is_alive() for t in self._threads),
                 now=now,
-                waiting_for_cause=waiting,
+                waiting=waiting,
             )
 
     def figures(self) -> QueueFigures:
@@ -296,41 +310,49 @@ class QueueActor:
         with self._lock:
             due, self._redrive_due = self._redrive_due, []
         requeued = 0
-        for db_path, handler_ids in due:
+        for redrive in due:
             rows = self._store.failed_to_redrive(
-                db_path,
-                handler_ids,
-                max_redrives=AUTOMATIC_REDRIVES,
+                redrive.db_path,
+                redrive.handler_ids,
+                max_redrives=AUTOMATIC_REDRIVES if redrive.automatic_only else None,
                 excluded_reasons=sorted(NOT_REDRIVEN),
             )
-            requeued += self._requeue(rows)[0]
+            if redrive.new_fingerprint is not None:  # what ran under other settings, now under these
+                rows = [row for row in rows if fingerprint_of(row.envelope) != redrive.new_fingerprint]
+            requeued += self._requeue(rows, redrive.new_fingerprint)[0]
         if requeued:
             logger.info("failed jobs re-driven", extra={"jobs": requeued})
         return requeued
 
     def _track_redrives(self, commands: Sequence[Any]) -> None:
         """Note give-ups and the successes that re-drive them (under the lock)."""
-        reason = ""
+        reason, fingerprint = "", None
         for command in commands:
             if isinstance(command, GiveUp):
-                reason = command.reason
+                reason, fingerprint = command.reason, command.settings_fingerprint
             elif isinstance(command, EmitJobFailed):
-                self._redrive.gave_up(command.db_path, command.event.handler_id, reason)
+                self._redrive.gave_up(command.db_path, command.event.handler_id, reason, fingerprint)
             elif isinstance(command, MarkSucceeded) and command.db_path:
-                handlers = self._redrive.succeeded(command.db_path, command.handler_id)
-                if handlers is not None:
-                    self._redrive_due.append((command.db_path, handlers))
+                due = self._redrive.succeeded(command.db_path, command.handler_id)
+                if due is not None:
+                    self._redrive_due.append(due)
                     self._commit_wanted.set()
 
-    def _requeue(self, rows: Sequence[StoredJob]) -> tuple[int, int | None]:
-        """Accept a copy of each failed row as a new job, linked to it in the same write."""
+    def _requeue(self, rows: Sequence[StoredJob], fingerprint: str | None = None) -> tuple[int, int | None]:
+        """Accept a copy of each failed row as a new job (sent under settings ``fingerprint`` when
+        given), linked to it in the same write."""
         requeued, wait = 0, None
         with self._lock:
             now = self._clock()
             for row in rows:
                 envelope = row.envelope
+                if row.job_seq in self._redriven:
+                    continue  # read before its copy was durable: queued again once already
                 if self._state.active_seq(envelope.job_id, envelope.payload.db_path) is not None:
                     continue  # the same job is queued again already: that run covers it
+                self._redriven.add(row.job_seq)
+                if fingerprint is not None:
+                    envelope = sent_under(envelope, fingerprint)
                 job_seq, self._next_seq = self._next_seq, self._next_seq + 1
                 self._state.accept(envelope, job_seq, now)
                 wait = self._log.accept(job_seq, envelope, now, row.job_seq, row.redrives + 1)

@@ -88,6 +88,8 @@ class GiveUp(AttemptsEnded):
 
     reason: str
     """Category code of the last failure."""
+    settings_fingerprint: str | None = field(default=None, compare=False)
+    """The settings the job was sent with (:mod:`actors.queue.redrive`); not part of its identity."""
 
 
 @dataclass(frozen=True, slots=True)

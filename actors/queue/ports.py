@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from actors.queue.figures import ModelUsage, QueueFigures
-from protocol.queue_rows import JobCounts, JobWrite, RuntimeEvent, StoredJob
+from protocol.queue_rows import JobCounts, JobWrite, RuntimeEvent, StoredJob, WaitingJobs
 
 
 class QueueStorePort(Protocol):
@@ -31,9 +31,9 @@ class QueueStorePort(Protocol):
         max_redrives: int | None = None,
         excluded_reasons: Sequence[str] = (),
     ) -> Sequence[StoredJob]: ...
-    def redrive_waiting(
+    def waiting_for_cause(
         self, excluded_reasons: Sequence[str], max_redrives: int
-    ) -> Sequence[tuple[str, str]]: ...
+    ) -> Sequence[WaitingJobs]: ...
 
 
 class QueueMetricsPort(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from actors.queue.attempts import Answered, Attempt
@@ -19,7 +19,7 @@ from actors.queue.ports import QueueMetricsPort
 from actors.queue.state import QueueState
 from actors.queue.writes import Accept
 from protocol.outcomes import JobFailedEvent
-from protocol.queue_rows import iso_utc
+from protocol.queue_rows import WaitingJobs, iso_utc
 
 logger = logging.getLogger("omray.queue")
 
@@ -104,16 +104,23 @@ def queue_status(
     commits: Mapping[str, float],
     loop_alive: bool,
     now: float = 0.0,
-    waiting_for_cause: int = 0,
+    waiting: Sequence[WaitingJobs] = (),
 ) -> dict[str, Any]:
-    """The queue's ``status()``: depth, runs in flight, lanes, recent failures and counters (ids and
+    """The queue's ``status()``: depth (how much of it is delayed, and until when), runs in flight,
+    lanes, recent failures, failed jobs waiting for their cause by database, and counters (ids and
     counts only, never payload contents)."""
     snapshot = state.snapshot()
+    delayed = state.delayed(now)
     return {
         "figures": state_figures(state).as_dict(),
         "depth": state.depth,
-        "delayed": state.delayed(now),
-        "waiting_for_cause": waiting_for_cause,
+        "delayed": len(delayed),
+        "delayed_retries": sum(1 for retry, _ in delayed if retry),
+        "delayed_idle_flushes": sum(1 for retry, _ in delayed if not retry),
+        "delayed_next_in_s": round(delayed[0][1] - now, 1) if delayed else None,
+        "delayed_last_in_s": round(delayed[-1][1] - now, 1) if delayed else None,
+        "waiting_for_cause": sum(group.jobs for group in waiting),
+        "waiting_for_cause_by_project": waiting_by_project(waiting),
         "in_flight": in_flight,
         "max_in_flight": state.max_in_flight,
         "lanes": snapshot["lanes"],
@@ -129,9 +136,81 @@ def queue_status(
     }
 
 
+def waiting_by_project(waiting: Sequence[WaitingJobs]) -> list[dict[str, Any]]:
+    """Failed jobs waiting for their cause, per database: how many, and how many of them a later
+    success re-drives by itself (the others wait for a settings change or ``omray retry``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for group in waiting:
+        entry = found.setdefault(group.db_path, {"db_path": group.db_path, "jobs": 0, "automatic": 0})
+        entry["jobs"] += group.jobs
+        entry["automatic"] += group.jobs if group.automatic else 0
+    return [found[db_path] for db_path in sorted(found)]
+
+
 def safe_metric(record: Callable[..., None], *args: Any) -> None:
     """Call a metric update; a failing exporter is logged and ignored (metrics never hurt work)."""
     try:
         record(*args)
     except Exception as exc:
         logger.warning("metric update failed", extra={"error_class": type(exc).__name__})
+
+
+# --- ``omray status`` text (pure: the status answer in, lines out) ---------------------------------
+
+
+def _about(seconds: float) -> str:
+    """A rough duration: ``12 s``, ``4 min``, ``2 h``."""
+    if seconds < 90:
+        return f"{max(round(seconds), 1)} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{round(seconds / 3600)} h"
+
+
+def queue_summary_lines(queue: Mapping[str, Any]) -> list[str]:
+    """The queue's depth (what of it is delayed, why, and until when, roughly) and the failed jobs
+    waiting for their cause, per project, with how to release them."""
+    depth = f"queue depth: {queue.get('depth', '?')}"
+    if queue.get("delayed"):
+        kinds = [
+            f"{n} {what}"
+            for n, what in (
+                (
+                    queue.get("delayed_idle_flushes", 0),
+                    "idle flushes (an observe tail waiting for the session to go quiet)",
+                ),
+                (queue.get("delayed_retries", 0), "retries in backoff"),
+            )
+            if n
+        ]
+        first, last = queue.get("delayed_next_in_s"), queue.get("delayed_last_in_s")
+        when = ""
+        if first is not None and last is not None:
+            when = f"; the next may start in ~{_about(first)}" + (
+                f", the last in ~{_about(last)}" if last > first else ""
+            )
+        depth += f" ({queue['delayed']} of them delayed: {', '.join(kinds)}{when})"
+    lines = [depth]
+    for project in queue.get("waiting_for_cause_by_project") or ():
+        automatic, jobs = project["automatic"], project["jobs"]
+        how = (
+            "queued again by themselves once a later job of that project succeeds or its settings change"
+            if automatic == jobs
+            else f"{automatic} queued again by themselves once a later job of that project succeeds, all "
+            "of them once its settings change"
+        )
+        lines.append(
+            f"failed jobs waiting for their cause to go: {jobs} of {project['db_path']} ({how}; "
+            "`omray retry` in that project queues them now)"
+        )
+    return lines
+
+
+def failure_lines(queue: Mapping[str, Any]) -> list[str]:
+    """One line per recent failure: its session and project, cause, job and fix."""
+    return [
+        f"failed: session {failure.get('session_id')!r} of {failure.get('db_path') or '?'}: "
+        f"{failure['cause']} (job {failure['job_id'][:12]}, {failure['attempts']} attempts, last "
+        f"failure {failure['last_failure']}); fix: {failure['fix']}"
+        for failure in queue.get("recent_failures", [])
+    ]

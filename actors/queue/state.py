@@ -39,6 +39,7 @@ from actors.queue.commands import (
     WakeAt,
 )
 from actors.queue.lanes import MAX_COALESCED, JobKey, carrier_end, coalesce_key, job_key, lane_of
+from actors.queue.redrive import fingerprint_of
 from actors.queue.retry import GiveUpNow, RetryPolicy, decide_retry
 from protocol.errors import OmrayError
 from protocol.jobs import JobEnvelope
@@ -331,11 +332,12 @@ class QueueState:
         """Jobs waiting to run (including those waiting for a retry); not counting in-flight ones."""
         return len(self._jobs) - self._running_jobs
 
-    def delayed(self, now: float) -> int:
-        """Waiting jobs that may not start before a later time: a retry's backoff, or an observe
-        tail held for its idle flush (part of :attr:`depth`)."""
-        return sum(
-            1
+    def delayed(self, now: float) -> list[tuple[bool, float]]:
+        """Waiting jobs that may not start before a later time (part of :attr:`depth`), as ``(retry,
+        not_before)`` in time order: a retry's backoff (``True``), or an observe tail held for its
+        idle flush."""
+        return sorted(
+            (job.attempts > 0, job.not_before)
             for job in self._jobs.values()
             if job.carrier is None and job.not_before is not None and job.not_before > now
         )
@@ -576,7 +578,7 @@ class QueueState:
             events_location=job.events_location,
         )
         return [
-            GiveUp(job.seq, job.envelope.job_id, job.attempts, last),
+            GiveUp(job.seq, job.envelope.job_id, job.attempts, last, fingerprint_of(job.envelope)),
             EmitJobFailed(job.envelope.payload.session_id, event, job.envelope.payload.db_path),
         ]
 

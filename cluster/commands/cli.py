@@ -158,6 +158,7 @@ def status(
 
     Exits 1 when Ray answers but omray's queue does not run there.
     """
+    from actors.queue.reports import failure_lines, queue_summary_lines
     from cluster.commands.hook_notices import notices, read_status
     from cluster.status import runtime_status
 
@@ -175,16 +176,7 @@ def status(
         fail("omray's queue is not running on this Ray cluster; start it with `omray up`", code=1)
     lines = [f"{a['name']}: {a['state']}" for a in data["actors"]]
     queue = data.get("queue") or {}
-    delayed = queue.get("delayed", 0)
-    later = (
-        f" ({delayed} delayed: retries in backoff and idle flushes waiting for their time)" if delayed else ""
-    )
-    lines.append(f"queue depth: {queue.get('depth', '?')}{later}")
-    if queue.get("waiting_for_cause"):
-        lines.append(
-            f"failed jobs waiting for their cause to go: {queue['waiting_for_cause']} (queued again by "
-            "themselves once a later job of the same project succeeds; `omray retry` queues them now)"
-        )
+    lines.extend(queue_summary_lines(queue))
     if data.get("queue_older_than_cli"):
         lines.append("queue: running, older than this CLI (no status; `omray down`, `omray up` update it)")
     for handler_id, pool in sorted((queue.get("pools") or {}).items()):
@@ -194,13 +186,7 @@ def status(
         )
     for job in queue.get("in_flight", []):
         lines.append(f"in flight: {job['job_id']} ({job['handler_id']}, attempt {job['attempt']})")
-    for failure in queue.get("recent_failures", []):
-        lines.append(
-            f"failed: session {failure.get('session_id')!r} of {failure.get('db_path') or '?'}: "
-            f"{failure['cause']} "
-            f"(job {failure['job_id'][:12]}, "
-            f"{failure['attempts']} attempts, last failure {failure['last_failure']}); fix: {failure['fix']}"
-        )
+    lines.extend(failure_lines(queue))
     lines.extend(f"agent hooks of this project: {message}" for message in hook_notices)
     emit(data, as_json, "\n".join(lines))
 
