@@ -437,7 +437,9 @@ class QueueActor:
             with self._lock:
                 self._starter.in_flight.answered(command.job_seq)
                 now = self._clock()
-                self._log.add(self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt), now)
+                lost = self._state.on_worker_lost(command.job_seq, now, attempt=command.attempt)
+                self._log.add(lost, now)
+                self._track_redrives(lost)  # a lost start can use up the last attempt too
         except Exception as exc:  # never keeps the batch's other starts from going out
             logger.error(
                 "lost attempt not recorded",
