@@ -114,6 +114,13 @@ class QueueActor:
         self._commit_wanted = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        # Failed jobs that wait for their cause to go (actors.queue.redrive). Set up before the
+        # restore's first commit: a start that commit sends can be lost and use up a last attempt.
+        self._redrive = RedriveTracker()
+        self._redrive_due: list[Redrive] = []
+        # Failed rows queued again by this process: two re-drives that read the same failed row
+        # before either copy was durable (``omray retry`` beside a success) queue it once.
+        self._redriven: set[int] = set()
         rows = list(store.list_unfinished_jobs())
         self._next_seq = store.next_job_seq()
         self._state, commands = QueueState.restore(
@@ -123,14 +130,9 @@ class QueueActor:
         self._log.add(commands, now)
         self._log.add(self._state.next_dispatch(now), now)
         self.commit()
-        # Failed jobs that wait for their cause to go, across restarts (actors.queue.redrive).
-        self._redrive = RedriveTracker()
+        # What gave up before this process (and at its restore, just committed) is in the rows.
         for group in store.waiting_for_cause(sorted(NOT_REDRIVEN), AUTOMATIC_REDRIVES):
             self._redrive.restored(group)
-        self._redrive_due: list[Redrive] = []
-        # Failed rows queued again by this process: two re-drives that read the same failed row
-        # before either copy was durable (``omray retry`` beside a success) queue it once.
-        self._redriven: set[int] = set()
         if rows:
             logger.info("queue restored", extra={"unfinished_jobs": len(rows)})
         on_ready = getattr(workers, "on_ready", None)
