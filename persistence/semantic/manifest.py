@@ -192,10 +192,10 @@ class Manifest:
         (call inside :meth:`transaction`; the vector and keyword files are the caller's)."""
         labels = self.labels_of(keys)
         if labels:
+            # deleted_vectors is the vector file's to say (VectorStore.update); the commit records it.
             self.set_meta(
                 chunk_count=self.chunk_count() - len(labels),
                 vector_count=self.vector_count() - sum(labels.values()),
-                deleted_vectors=self.deleted_vector_count() + sum(labels.values()),
                 label_floor=max(int(self.meta("label_floor") or 0), max(labels)),
             )
         for batch, marks in in_batches(keys):

@@ -75,17 +75,6 @@ class VectorStore:
         self._cache = (file_key(self._path), digest, index)
         return digest
 
-    def append(
-        self,
-        manifest: Manifest,
-        dimensions: int,
-        labels: Sequence[tuple[int, MemoryChunk]],
-        vectors: Sequence[Sequence[float]],
-    ) -> str:
-        """Add the labelled vectors (of the chunks that have one), save the file atomically and return
-        its digest."""
-        return self.update(manifest, dimensions, (), labels, vectors)[0]
-
     def update(
         self,
         manifest: Manifest,
