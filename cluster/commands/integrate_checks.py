@@ -96,16 +96,21 @@ class ModelsAnswer:
 
 
 def read_models(base_url: str, api_key: str, timeout_s: float = 3.0) -> ModelsAnswer:
-    """``GET <base_url>/models`` with the key the workers send; never raises."""
+    """``GET <base_url>/models`` with the key the workers send; never raises. A redirect is not
+    followed (urllib would carry the key to wherever it points): its status is the answer."""
     import urllib.error
     import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
 
     request = urllib.request.Request(
         base_url.rstrip("/") + "/models",
         headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=timeout_s) as answer:
             status, body = answer.status, answer.read(MAX_LISTING_BYTES + 1)
     except urllib.error.HTTPError as error:
         return ModelsAnswer(error.code)

@@ -129,6 +129,30 @@ def test_read_models_sends_the_key_and_reads_the_listing() -> None:
     assert read_models(server.base_url, "sk-x") == ModelsAnswer(None)  # stopped: nothing answers
 
 
+def test_read_models_does_not_follow_a_redirect_with_the_key() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    with ScriptedServer(models=["a"]) as target:
+
+        class Moved(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet."""
+
+            def do_GET(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", target.base_url + "/models")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        with ThreadingHTTPServer(("127.0.0.1", 0), Moved) as mover:
+            threading.Thread(target=mover.serve_forever, args=(0.05,), daemon=True).start()
+            answer = read_models(f"http://127.0.0.1:{mover.server_address[1]}/v1", "sk-secret")
+            mover.shutdown()
+        assert target.requests == []  # the key went nowhere else
+    assert answer == ModelsAnswer(302)
+
+
 def test_the_check_fails_on_a_model_the_endpoint_does_not_list(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
