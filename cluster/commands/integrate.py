@@ -16,7 +16,8 @@ added. ``--dry-run`` prints the unified diff and writes nothing; otherwise each 
 replaced atomically. A file that does not parse is an error and is left untouched.
 
 After writing (and with ``--check`` alone) the command checks what the agent will need: the
-settings of the project (model, provider, API key variable), a running memory runtime, and for
+settings of the project (model, provider, API key variable, the model in the endpoint's
+``/models`` list), a running memory runtime, and for
 Claude Code a trusted workspace (it ignores a project's permissions until the user accepts its
 trust dialog once); each finding says what to do. ``--mcp-transport http`` points the agent at a
 running ``omray mcp --transport http`` instead (``cluster.commands.integrate_http``).
