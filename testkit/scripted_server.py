@@ -187,8 +187,11 @@ class ScriptedServer:
         chat_default: Callable[[Mapping[str, Any]], Reply] = _no_chat_reply,
         embed: Callable[[str], Sequence[float]] = hash_vector,
         rerank: Callable[[str, Sequence[str]], Sequence[float]] = word_overlap_scores,
+        models: Sequence[str] | None = None,
     ) -> None:
         self.chat_default = chat_default
+        self.models = None if models is None else tuple(models)
+        """Ids ``GET .../models`` lists; ``None``: that route answers 404, as on servers without it."""
         self.embed = embed
         self.rerank_scores = rerank
         self._queues: dict[Route, deque[Reply]] = {"chat": deque(), "embeddings": deque(), "rerank": deque()}
@@ -336,7 +339,12 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             self._send(reply)
 
         def do_GET(self) -> None:
-            server._record(RecordedRequest("GET", self.path, dict(self.headers.items()), None))
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            server._record(RecordedRequest("GET", self.path, headers, None))
+            if self.path.endswith("/models") and server.models is not None:
+                listed = [{"id": name, "object": "model", "owned_by": "scripted"} for name in server.models]
+                self._send(Reply(body={"object": "list", "data": listed}))
+                return
             self._send(Reply(status=404, body={"error": {"message": "no such route", "type": "scripted"}}))
 
         def _send(self, reply: Reply) -> None:

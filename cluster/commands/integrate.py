@@ -16,7 +16,8 @@ added. ``--dry-run`` prints the unified diff and writes nothing; otherwise each 
 replaced atomically. A file that does not parse is an error and is left untouched.
 
 After writing (and with ``--check`` alone) the command checks what the agent will need: the
-settings of the project (model, provider, API key variable), a running memory runtime, and for
+settings of the project (model, provider, API key variable, the model in the endpoint's
+``/models`` list), a running memory runtime, and for
 Claude Code a trusted workspace (it ignores a project's permissions until the user accepts its
 trust dialog once); each finding says what to do. ``--mcp-transport http`` points the agent at a
 running ``omray mcp --transport http`` instead (``cluster.commands.integrate_http``).
@@ -57,6 +58,7 @@ from cluster.commands.integrate_files import (
     write_settings,
 )
 from cluster.commands.integrate_http import (
+    CODEX_HTTP_SCOPE,
     McpHttp,
     McpTransport,
     check_mcp_http,
@@ -455,6 +457,16 @@ def run_checks(agent: Agent, project: Path) -> list[Finding]:
     return findings
 
 
+def mcp_http_findings(agent: Agent, http: McpHttp, token: str, project: Path) -> list[Finding]:
+    """The HTTP server the agent is pointed at (it answers, takes the token, serves ``project``),
+    and for Codex, whose entry is global, a note that it serves that one project everywhere."""
+    ok, detail = check_mcp_http(http, token, project)
+    findings = [Finding(ok, "mcp server", detail)]
+    if agent is Agent.CODEX:
+        findings.append(Finding(True, "mcp scope", CODEX_HTTP_SCOPE.format(project=project), note=True))
+    return findings
+
+
 def integrate_command(
     agent: Annotated[Agent, typer.Argument(help="claude-code or codex.")],
     project: Annotated[
@@ -489,8 +501,7 @@ def integrate_command(
                 findings.append(Finding(False, "mcp server", str(exc)))
             else:
                 assert http is not None
-                ok, detail = check_mcp_http(http, token, root)
-                findings.append(Finding(ok, "mcp server", detail))
+                findings.extend(mcp_http_findings(agent, http, token, root))
         print_findings(findings)
         raise typer.Exit(code=0 if all(f.ok for f in findings) else 1)
     try:
@@ -528,6 +539,5 @@ def integrate_command(
     typer.echo("checks:")
     findings = run_checks(agent, root)
     if http is not None:
-        ok, detail = check_mcp_http(http, token, root)
-        findings.append(Finding(ok, "mcp server", detail))
+        findings.extend(mcp_http_findings(agent, http, token, root))
     print_findings(findings)

@@ -105,14 +105,29 @@ def check_mcp_http(
         served = error.headers.get(PROJECT_HEADER)  # a session-less ping: 400 after the token check
     except (urllib.error.URLError, OSError, ValueError):
         return False, f"nothing answers at {http.url}; {start}"
-    if project is not None and served is not None and Path(unquote(served)) != project:
+    if project is None:
+        return True, f"{http.url} answers and takes the token"
+    if served is None:  # every omray mcp since the header names its project; an older one cannot tell
+        return (
+            False,
+            f"{http.url} takes the token but does not say which project it serves (an older omray mcp?): "
+            f"stop it and {start}",
+        )
+    if Path(unquote(served)) != project:
         return (
             False,
             f"{http.url} serves {unquote(served)}, not {project}: one HTTP server answers for one project "
             f"(stop it, or give this project its own port); {start}",
         )
-    where = f" and serves {project}" if project is not None and served is not None else ""
-    return True, f"{http.url} answers and takes the token{where}"
+    return True, f"{http.url} answers and takes the token; it serves {project}"
+
+
+CODEX_HTTP_SCOPE = (
+    "Codex's HTTP entry is global: in every folder Codex runs in, memory tools read {project}'s memory; "
+    "for several projects use stdio (the default: each session starts its own server in its folder), or "
+    "a port per project, each with its own Codex config (CODEX_HOME)"
+)
+"""The ``note`` of ``omray integrate codex --mcp-transport http`` (``{project}``: the project served)."""
 
 
 def start_command(http: McpHttp, project: Path | None) -> str:
