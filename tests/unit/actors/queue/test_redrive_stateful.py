@@ -1,11 +1,13 @@
 """Stateful property test of re-driving given-up jobs (issue 40 item 1): fail/fix interleavings.
 
 Agents' turns arrive as observe jobs of four sessions over two databases; the model endpoint goes
-down and comes back at any moment; while it is down every attempt fails (retryable, as a closed
-port does) and jobs give up after their attempts; the queue crashes and restarts at any moment;
-``omray retry`` may be called at any moment. A worker observes like the real Observer: from its
-session's coverage cursor through the job's ``terminal_end_seq`` (a later job covers what an
-earlier one did not), so the test counts how often each event is observed.
+down and comes back at any moment, or the user changes the settings (each job carries the
+fingerprint of the settings it was sent with; a change fixes the outage or not); while it is down
+every attempt fails (retryable, as a closed port does) and jobs give up after their attempts; the
+queue crashes and restarts at any moment; ``omray retry`` may be called at any moment. A worker
+observes like the real Observer: from its session's coverage cursor through the job's
+``terminal_end_seq`` (a later job covers what an earlier one did not), so the test
+counts how often each event is observed.
 
 Checked, against a real ``QueueStore`` file:
 
@@ -73,6 +75,7 @@ class RedriveModel(RuleBasedStateMachine):
         self.end_seq = {session: 0 for session in SESSIONS}
         self.cursor = {session: 0 for session in SESSIONS}  # the session's coverage
         self.observed: dict[tuple[str, int], int] = {}
+        self.settings_version = 0
         self.queue = self._new_actor()
 
     def _new_actor(self) -> QueueActor:
@@ -144,6 +147,10 @@ class RedriveModel(RuleBasedStateMachine):
         self.next_job += 1
         self.end_seq[session] += 3
         job = observe(f"{session}:j{self.next_job}", session, self.end_seq[session], db_path=_db(session))
+        fingerprint = f"{self.settings_version:064x}"
+        job = job.model_copy(
+            update={"payload": job.payload.model_copy(update={"settings_fingerprint": fingerprint})}
+        )
         self.queue._accept(job)
         self.queue.commit()
 
@@ -154,6 +161,11 @@ class RedriveModel(RuleBasedStateMachine):
     @rule()
     def endpoint_comes_back(self) -> None:
         self.outage = False
+
+    @rule(fixes=st.booleans())
+    def user_changes_settings(self, fixes: bool) -> None:
+        self.settings_version += 1
+        self.outage = self.outage and not fixes
 
     @precondition(lambda self: bool(self.workers.running))
     @rule(data=st.data())
