@@ -11,6 +11,7 @@ from actors.queue.intake import parse_envelope
 from actors.queue.redrive import fingerprint_of
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
+from protocol.jobs import settings_fingerprint
 
 
 def _fingerprint(tmp_path: Path, settings: dict[str, Any]) -> str | None:
@@ -30,6 +31,4 @@ def test_the_fingerprint_follows_the_settings_not_their_key_order(tmp_path: Path
 
 
 def test_a_block_json_cannot_hold_sends_no_fingerprint() -> None:
-    from cluster.client import _fingerprint as of_block
-
-    assert of_block({"model": "builtin/extractive", "since": datetime.date(2026, 1, 1)}) is None
+    assert settings_fingerprint({"model": "builtin/extractive", "since": datetime.date(2026, 1, 1)}) is None
