@@ -110,7 +110,7 @@ class OmrayClient:
         self.settings_file = str(Path(settings_file).resolve()) if settings_file is not None else None
         self.settings_block: dict[str, Any] = dict(settings or {})
         self.settings: OmSettings = settings_from_mapping(self.settings_block)
-        self.settings_fingerprint = _fingerprint(self.settings_block)
+        self.settings_fingerprint = settings_fingerprint(self.settings_block)
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
         self.hook_timeout_s = hook_timeout_s
         self.call_timeout_s = call_timeout_s
@@ -558,15 +558,6 @@ def _activity_view(record: ActivityRecord, now: datetime) -> dict[str, Any] | No
         "age_s": max(0, int(now.timestamp() - updated_at.timestamp())),
         "status_text": format_activity(record.stage, record.current_tokens, record.target_tokens),
     }
-
-
-def _fingerprint(block: Mapping[str, Any]) -> str | None:
-    """The block's settings fingerprint; ``None`` for a block canonical JSON cannot hold (a YAML date):
-    its jobs then re-drive failed ones only on a success or ``omray retry``."""
-    try:
-        return settings_fingerprint(block)
-    except (TypeError, ValueError):
-        return None
 
 
 def connect(

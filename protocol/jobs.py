@@ -87,11 +87,16 @@ class ObserveBoundaryJob(_Job):
         return OBSERVE_BOUNDARY_HANDLER
 
 
-def settings_fingerprint(block: Mapping[str, Any]) -> str:
+def settings_fingerprint(block: Mapping[str, Any]) -> str | None:
     """Fingerprint of an ``observational_memory`` settings block (SHA-256 of its JSON with sorted
-    keys): equal blocks, equal fingerprints, whatever their key order. Raises ``TypeError`` or
-    ``ValueError`` for a value JSON cannot hold."""
-    text = json.dumps(["omray-settings-v1", block], sort_keys=True, separators=(",", ":"), allow_nan=False)
+    keys): equal blocks, equal fingerprints, whatever their key order. ``None`` for a block JSON
+    cannot hold (a YAML date): its jobs then re-drive failed ones only by a success or ``omray retry``."""
+    try:
+        text = json.dumps(
+            ["omray-settings-v1", block], sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+    except (TypeError, ValueError):
+        return None
     return sha256_hex(text)
 
 

@@ -336,11 +336,12 @@ class QueueState:
         """Waiting jobs that may not start before a later time (part of :attr:`depth`), as ``(retry,
         not_before)`` in time order: a retry's backoff (``True``), or an observe tail held for its
         idle flush."""
-        return sorted(
+        found = [
             (job.attempts > 0, job.not_before)
             for job in self._jobs.values()
             if job.carrier is None and job.not_before is not None and job.not_before > now
-        )
+        ]
+        return sorted(found, key=lambda item: item[1])
 
     @property
     def in_flight(self) -> int:

@@ -295,7 +295,8 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
                 project,
                 f"job:{category}",
                 f"omray: session {session!r} is not observed: {cause}. Fix: {fix}. Its turns wait, not "
-                "lost: they are observed once a later turn succeeds, or at once with `omray retry`. Other "
+                "lost: they are observed once the cause is fixed (at the next turn under changed settings, "
+                "or once a later turn succeeds), or at once with `omray retry`. Other "
                 "sessions failing the same way are not announced again: `omray status` names them all.",
             )
     keep = {} if idle else {session: until for session, until in live.items() if until > now}

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import ray
 
+from actors.queue.reports import queue_summary_lines
 from actors.read.service import memory_view
 from cluster.client import OmrayClient
 from cluster.commands.hook_fast import COMPACT_HEADER, RESUME_HEADER
@@ -37,7 +38,7 @@ from cluster.status import explain
 from persistence.events_reader import iter_events
 from persistence.importers.live import read_cursor, read_marks
 from testkit.scripted_models import ScriptedMemoryModel
-from testkit.scripted_server import ScriptedServer
+from testkit.scripted_server import Reply, ScriptedServer
 from tests.integration.conftest import assert_eventually, free_port
 
 pytestmark = pytest.mark.integration
@@ -236,6 +237,53 @@ def test_a_session_that_ended_during_a_model_outage_is_observed_once_the_cause_i
         observed = _observations(project, SESSION)
         assert client.retry_failed() == 0  # nothing is left failed, so nothing is queued again
         assert client.wait_idle(timeout_s=60)
+        assert _observations(project, SESSION) == observed  # observed once, not again
+
+
+class _Recovering:
+    """A model endpoint that refuses (503) until :attr:`up`, then answers as the scripted memory model."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.model = ScriptedMemoryModel()
+
+    def __call__(self, request: Any) -> Any:
+        return self.model(request) if self.up else Reply(status=503, body={"error": {"message": "down"}})
+
+
+def test_an_ended_session_is_observed_after_the_endpoint_answers_again_and_omray_retry(
+    names: RuntimeNames, tmp_path: Path
+) -> None:
+    """Issue 40 items 1 and 6: the endpoint refuses while a session ends; status names the project
+    whose jobs wait and how to release them; once the endpoint answers (no settings change, no new
+    turn of any session) `omray retry` observes the ended session, exactly once."""
+    endpoint = _Recovering()
+    with ScriptedServer(chat_default=endpoint) as server:
+        settings = (
+            "observational_memory:\n  model: scripted/memory\n  semantic: null\n"
+            f"  providers:\n    scripted:\n      base_url: {server.base_url}\n      context_window: 16384\n"
+            "  observer:\n    observe_after_tokens: 0\n"
+        )
+        project, env, client = _project(names, tmp_path, settings)
+        ended = Session(project, env)
+        ended.write(_prompt("Why does the parser reject 1969?", 1), _answer("It checks year >= 1970.", 2))
+        assert ended.hook("Stop") is None
+        assert ended.hook("SessionEnd") is None
+        _observed(ended, client)  # its jobs used up their attempts against the refusing endpoint
+        assert _observations(project, SESSION) == 0
+        waiting = [line for line in queue_summary_lines(client.status()) if "waiting for their cause" in line]
+        assert len(waiting) == 1 and str(_db(project).resolve()) in waiting[0] and "omray retry" in waiting[0]
+        endpoint.up = True  # the endpoint answers again; nothing else happens in the project
+        assert client.retry_failed() >= 1  # what `omray retry` calls
+        assert_eventually(
+            lambda: _observations(project, SESSION) > 0,
+            timeout_s=120,
+            message="the ended session was not observed after omray retry",
+        )
+        assert client.wait_idle(timeout_s=120)
+        observed = _observations(project, SESSION)
+        assert client.status()["waiting_for_cause"] == 0
+        assert client.retry_failed() == 0 and client.wait_idle(timeout_s=60)
         assert _observations(project, SESSION) == observed  # observed once, not again
 
 

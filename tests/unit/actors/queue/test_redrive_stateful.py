@@ -1,19 +1,23 @@
 """Stateful property test of re-driving given-up jobs (issue 40 item 1): fail/fix interleavings.
 
 Agents' turns arrive as observe jobs of four sessions over two databases; the model endpoint goes
-down and comes back at any moment; while it is down every attempt fails (retryable, as a closed
-port does) and jobs give up after their attempts; the queue crashes and restarts at any moment;
-``omray retry`` may be called at any moment. A worker observes like the real Observer: from its
-session's coverage cursor through the job's ``terminal_end_seq`` (a later job covers what an
-earlier one did not), so the test counts how often each event is observed.
+down and comes back at any moment, or the user changes the settings (each job carries the
+fingerprint of the settings it was sent with; a change fixes the outage or not); while it is down
+every attempt fails (retryable, as a closed port does) and jobs give up after their attempts; the
+queue crashes and restarts at any moment; ``omray retry`` may be called at any moment. A worker
+observes like the real Observer: from its session's coverage cursor through the job's
+``terminal_end_seq`` (a later job covers what an earlier one did not), so the test
+counts how often each event is observed.
 
 Checked, against a real ``QueueStore`` file:
 
 - while running: no event is ever observed twice, and every start respects lane order (the
   shared ``_Workers`` check);
-- in the end, once the endpoint answers: after one new turn per database (the cause shown gone),
-  every event of every session whose jobs were not re-driven :data:`AUTOMATIC_REDRIVES` times
-  already is observed, exactly once; after ``omray retry``, every event of every session is.
+- in the end, once the endpoint answers, fixed one of two ways: either the user changes the
+  settings and a job accepted under them fails for a cause of its own (no success to go by), and
+  every event of every session is observed, exactly once; or after one new turn per database (the
+  cause shown gone by its success) every event of every session whose jobs were not re-driven
+  :data:`AUTOMATIC_REDRIVES` times already is; after ``omray retry``, every event of every session is.
 """
 
 from __future__ import annotations
@@ -26,18 +30,20 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from actors.queue.actor import QueueActor
 from actors.queue.redrive import AUTOMATIC_REDRIVES
 from actors.queue.retry import RetryPolicy
 from persistence.queue_store import QueueStore
-from protocol.outcomes import JobFailed, JobSucceeded
+from protocol.outcomes import REASON_INVALID_PAYLOAD, JobFailed, JobSucceeded
 
 from .helpers import observe
 from .test_queue_committer_stateful import _Rows, _Workers
 
 SESSIONS = ("s0", "s1", "s2", "s3")
+POISONED = ("p0", "p1")
+"""A session of each database whose jobs fail for a cause no fix removes (a bad payload)."""
 
 
 def _db(session: str) -> str:
@@ -70,9 +76,11 @@ class RedriveModel(RuleBasedStateMachine):
         self.now = 1000.0
         self.outage = False
         self.next_job = 0
-        self.end_seq = {session: 0 for session in SESSIONS}
-        self.cursor = {session: 0 for session in SESSIONS}  # the session's coverage
+        self.end_seq = {session: 0 for session in SESSIONS + POISONED}
+        self.cursor = {session: 0 for session in SESSIONS + POISONED}  # the session's coverage
+        self.fix = "success"
         self.observed: dict[tuple[str, int], int] = {}
+        self.settings_version = 0
         self.queue = self._new_actor()
 
     def _new_actor(self) -> QueueActor:
@@ -87,9 +95,15 @@ class RedriveModel(RuleBasedStateMachine):
             start_loop=False,
         )
 
+    @initialize(fix=st.sampled_from(["success", "settings"]))
+    def how_the_user_fixes_it(self, fix: str) -> None:
+        self.fix = fix
+
     def teardown(self) -> None:
         try:
             self.outage = False
+            if self.fix == "settings":
+                self._fixed_by_settings()
             self._drain()
             for db_path in sorted({_db(session) for session in SESSIONS}):
                 session = next(s for s in SESSIONS if _db(s) == db_path)
@@ -109,6 +123,21 @@ class RedriveModel(RuleBasedStateMachine):
             self.queue.stop()
             self.store.close()
             shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _fixed_by_settings(self) -> None:
+        """The endpoint stays down until every job still queued gave up; then the user fixes the
+        settings and a turn of each database is accepted under them, whose own job fails for a
+        cause of its own (no success shows the endpoint back): the settings change alone re-drives
+        every failed job, capped ones included."""
+        self.outage = True
+        self._drain()
+        self.outage = False
+        self.settings_version += 1
+        for poisoned in POISONED:
+            self.turn_ends(poisoned)
+        self._drain()
+        for session in SESSIONS:
+            self._check_observed_once(session)
 
     def _capped(self, job_seq: int) -> bool:
         import contextlib
@@ -144,6 +173,10 @@ class RedriveModel(RuleBasedStateMachine):
         self.next_job += 1
         self.end_seq[session] += 3
         job = observe(f"{session}:j{self.next_job}", session, self.end_seq[session], db_path=_db(session))
+        fingerprint = f"{self.settings_version:064x}"
+        job = job.model_copy(
+            update={"payload": job.payload.model_copy(update={"settings_fingerprint": fingerprint})}
+        )
         self.queue._accept(job)
         self.queue.commit()
 
@@ -155,6 +188,11 @@ class RedriveModel(RuleBasedStateMachine):
     def endpoint_comes_back(self) -> None:
         self.outage = False
 
+    @rule(fixes=st.booleans())
+    def user_changes_settings(self, fixes: bool) -> None:
+        self.settings_version += 1
+        self.outage = self.outage and not fixes
+
     @precondition(lambda self: bool(self.workers.running))
     @rule(data=st.data())
     def worker_finishes(self, data: st.DataObject) -> None:
@@ -163,7 +201,9 @@ class RedriveModel(RuleBasedStateMachine):
 
     def _deliver(self, job_seq: int, attempt: int, job_id: str) -> None:
         self.workers.running.remove((job_seq, attempt, job_id))
-        if self.outage:
+        if self._session_of(job_id) in POISONED:
+            result = JobFailed(job_id=job_id, retryable=False, reason=REASON_INVALID_PAYLOAD).model_dump()
+        elif self.outage:
             result = JobFailed(job_id=job_id, retryable=True, reason="model_unreachable").model_dump()
         else:
             session, end = self.workers.runs[job_seq]
