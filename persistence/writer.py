@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Self
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from persistence.connection import Synchronous, open_write_engine
@@ -66,7 +66,11 @@ class SqliteWriter:
         self._synchronous: Synchronous = synchronous
         self._engine = open_write_engine(self._db_path, synchronous=synchronous)
         self._opened = file_identity(self._db_path)
-        self._reopen_lock = threading.Lock()
+        # Reopening waits for every use of the old engine to end and holds new ones back: see
+        # ensure_file for why no old connection may outlive the switch.
+        self._gate = threading.Condition()
+        self._in_use = 0
+        self._reopening = False
         self._local = threading.local()
         self.reopened = 0
         """Times the file was found removed or replaced and opened again (created when missing)."""
@@ -100,7 +104,7 @@ class SqliteWriter:
             self.ensure_file()
         opened = self._opened
         try:
-            with self._engine.connect() as conn:
+            with self._engine_in_use() as (engine, opened), engine.connect() as conn:
                 self._local.conn = conn
                 try:
                     with conn.begin():
@@ -109,13 +113,21 @@ class SqliteWriter:
                 finally:
                     self._local.conn = None
         except SQLAlchemyError as exc:
+            if self._file_changed(opened):  # e.g. a new connection to a path that is gone
+                raise self._replaced() from exc
             raise StorageError(f"write to {self._db_path!r} failed ({type(exc).__name__})") from exc
-        if self.watches_file and file_identity(self._db_path) != opened:
+        if self._file_changed(opened):
             # Committed to a file no longer at the path (removed or replaced meanwhile): nobody will
             # read it, so the write did not happen; the caller's next attempt opens the new file.
-            raise StoreFileReplacedError(
-                f"memory database {self._db_path!r} was removed or replaced during a write"
-            )
+            raise self._replaced()
+
+    def _file_changed(self, opened: FileIdentity | None) -> bool:
+        return self.watches_file and file_identity(self._db_path) != opened
+
+    def _replaced(self) -> StoreFileReplacedError:
+        return StoreFileReplacedError(
+            f"memory database {self._db_path!r} was removed or replaced during a write"
+        )
 
     def ensure_file(self) -> bool:
         """Make sure the engine writes to the file the path names now; True when it had to reopen.
@@ -126,21 +138,47 @@ class SqliteWriter:
         """
         if self._opened is not None and file_identity(self._db_path) == self._opened:
             return False
-        with self._reopen_lock:
+        with self._gate:
+            while self._reopening:
+                self._gate.wait()
             now = file_identity(self._db_path)
             if now is not None and now == self._opened:
-                return False
-            # The old connections are closed before the new file is opened: closing the last one
-            # deletes the ``-wal`` *by path*, which must not be the new file's.
+                return False  # another thread reopened it meanwhile
+            self._reopening = True
+            while self._in_use:
+                self._gate.wait()
+        try:
+            # Every old connection is closed before the new file is opened: closing the last
+            # connection of the old file deletes the ``-wal`` *by path*, which must not be the new
+            # file's (hence also the wait above for transactions still running on the old engine).
             self._engine.dispose()
             self._engine = open_write_engine(self._db_path, synchronous=self._synchronous)
             self._opened = file_identity(self._db_path)
             self.reopened += 1
-            logger.warning(
-                "memory database created again" if now is None else "memory database replaced; reopened",
-                extra={"db_path": self._db_path, "reopened": self.reopened},
-            )
-            return True
+        finally:
+            with self._gate:
+                self._reopening = False
+                self._gate.notify_all()
+        logger.warning(
+            "memory database created again" if now is None else "memory database replaced; reopened",
+            extra={"db_path": self._db_path, "reopened": self.reopened},
+        )
+        return True
+
+    @contextmanager
+    def _engine_in_use(self) -> Iterator[tuple[Engine, FileIdentity | None]]:
+        """The engine and the file it opened, kept from being switched while the block runs."""
+        with self._gate:
+            while self._reopening:
+                self._gate.wait()
+            self._in_use += 1
+            engine, opened = self._engine, self._opened
+        try:
+            yield engine, opened
+        finally:
+            with self._gate:
+                self._in_use -= 1
+                self._gate.notify_all()
 
     def _before_commit(self, conn: Connection) -> None:
         """What a writer adds to every transaction, last (nothing here)."""
@@ -152,7 +190,7 @@ class SqliteWriter:
         times, 50 ms apart; False if still busy (the next checkpoint, automatic or not, goes on)."""
         for attempt in range(attempts):
             try:
-                with self._engine.connect() as conn:
+                with self._engine_in_use() as (engine, _opened), engine.connect() as conn:
                     raw = conn.connection.driver_connection
                     assert isinstance(raw, sqlite3.Connection)
                     busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
@@ -181,7 +219,7 @@ class SqliteWriter:
         try:
             if current is not None:  # inside atomic() on this thread: read in its transaction
                 return list(current.exec_driver_sql(sql, params).fetchall())
-            with self._engine.connect() as conn:
+            with self._engine_in_use() as (engine, _opened), engine.connect() as conn:
                 raw = conn.connection.driver_connection
                 assert isinstance(raw, sqlite3.Connection)
                 return raw.execute(sql, params).fetchall()

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from actors.read.service import memory_search
 from actors.store.actor import StoreActor
@@ -76,3 +80,41 @@ def test_the_store_actor_ping_creates_a_removed_database_before_a_job_reads(tmp_
         assert actor.ping()["reopened"] == 1
     finally:
         actor.close()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writers=st.integers(min_value=2, max_value=4), removal_after=st.integers(min_value=0, max_value=6))
+def test_writes_racing_a_removal_never_report_success_for_a_lost_write(
+    tmp_path_factory: pytest.TempPathFactory, writers: int, removal_after: int
+) -> None:
+    """Several threads write while the folder is removed once: every write that started after the
+    removal and reported success is in the file at the path; one that lost the race raised."""
+    db = tmp_path_factory.mktemp("race") / "data" / "om.sqlite"
+    started_after: list[str] = []
+    removed = threading.Event()
+    lock = threading.Lock()
+
+    with Store(db) as store:
+
+        def write(worker: int) -> None:
+            for turn in range(8):
+                word = f"w{worker}x{turn}"
+                after = removed.is_set()
+                try:
+                    commit_turn(store, f"s{worker}", turn + 1, word)
+                except StoreFileReplacedError:
+                    commit_turn(store, f"s{worker}", turn + 1, word)  # the job's next attempt
+                    after = True
+                if after:
+                    with lock:
+                        started_after.append(word)
+
+        threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+        for thread in threads:
+            thread.start()
+        time.sleep(removal_after / 1000)
+        shutil.rmtree(db.parent)
+        removed.set()
+        for thread in threads:
+            thread.join(30)
+        assert all(_found(db, word) for word in started_after)
