@@ -361,11 +361,14 @@ def test_a_forked_session_observes_only_its_own_turns(names: RuntimeNames, tmp_p
     db_path = project / "om.sqlite"
     old_texts = _transcript_texts(db_path, old.session_id)
     assert old_texts
-    fork = Replay(TRANSCRIPTS[0], project, env)
+    copied = old.transcript.read_bytes()
+    assert copied
+    fork = Replay(TRANSCRIPTS[0], project, env)  # (its constructor empties the old path: write it back)
+    old.transcript.write_bytes(copied)
     fork.session_id = "forked-" + old.session_id[:8]
     fork.transcript = project / "claude" / f"{fork.session_id}.jsonl"
     fork.transcript.write_bytes(
-        old.transcript.read_bytes()
+        copied
         + _claude_record("user", "Forked question: rename the module", 1)
         + _claude_record("assistant", "Forked answer: renamed it", 1)
     )
