@@ -10,7 +10,9 @@ Files, next to the session's ``events.jsonl`` (``.hatfield/sessions/<session>/``
 * ``live.marks.jsonl``: the marks, appended by hooks (one ``write`` of one short line each);
 * ``live.cursor.json``: what :func:`sync_session` did: marks applied, events appended, turns
   waiting for dispatch (written atomically);
-* ``live.lock``: held while syncing or dispatching, so concurrent calls never append twice.
+* ``live.lock``: held while syncing or dispatching, so concurrent calls never append twice;
+* ``live.uuids``: the ids of the transcript records read, so a forked transcript's copy of history
+  the project already imported is not imported again (:mod:`persistence.importers.live_forks`).
 
 Guarantees. A session may name several transcripts (spans, :mod:`persistence.importers.live_spans`):
 each is converted from its own bytes and marks, a rewritten or truncated one starts a new span, and
@@ -51,6 +53,7 @@ from persistence.importers.common import (
     iter_record_spans,
     open_regular,
 )
+from persistence.importers.live_forks import SOURCE_IDS_FILE, KnownIds, settle_inheritance, transcript_key
 from persistence.importers.live_spans import (
     FileView,
     FlushSignal,
@@ -140,6 +143,8 @@ class Conversion:
     """Seq of the last event of the whole conversion (0 when none)."""
     boundaries: tuple[Boundary, ...]
     """``agent_end`` events with ``seq > after_seq``."""
+    source_ids: tuple[str, ...] = ()
+    """The ``uuid`` of each record read past ``ids_from`` bytes, in order (skipped ones included)."""
 
 
 # ----------------------------------------------------------------------------------- pure parts
@@ -167,13 +172,20 @@ def convert_through(
     target: int,
     closes: Sequence[int],
     after_seq: int,
+    *,
+    skip_to: int = 0,
+    ids_from: int | None = None,
 ) -> Conversion:
     """Convert ``source[:target]`` with the importer, ending the open turn at each offset of ``closes``.
 
-    Deterministic in its inputs. Raises the importer's typed errors for a malformed record.
+    Records that end within the first ``skip_to`` bytes (copied history, ``live_forks.inherited_prefix``)
+    are not converted. With ``ids_from``, the ``uuid`` of every record ending past that many bytes
+    is returned too. Deterministic in its inputs. Raises the importer's typed errors for a
+    malformed record.
     """
     lines: list[str] = []
     boundaries: list[Boundary] = []
+    source_ids: list[str] = []
 
     def keep(line: str) -> None:
         event = json.loads(line)
@@ -187,13 +199,22 @@ def convert_through(
     converter = LIVE_CONVERTERS[transcript_format](builder, str(source))
     pending_closes = list(closes)
     for line_no, end, record in iter_record_spans(source, target, regular_only=True):
+        record_id = record.get("uuid")
+        if ids_from is not None and end > ids_from and isinstance(record_id, str):
+            source_ids.append(record_id)
         while pending_closes and pending_closes[0] < end:
             pending_closes.pop(0)
             builder.finish()
-        converter.handle(record, line_no)
+        if end > skip_to:
+            converter.handle(record, line_no)
     if pending_closes:
         builder.finish()
-    return Conversion(lines=tuple(lines), last_seq=builder.stats.last_seq, boundaries=tuple(boundaries))
+    return Conversion(
+        lines=tuple(lines),
+        last_seq=builder.stats.last_seq,
+        boundaries=tuple(boundaries),
+        source_ids=tuple(source_ids),
+    )
 
 
 def pending_after_dispatch(pending: Iterable[Boundary], accepted_through: int) -> tuple[Boundary, ...]:
@@ -412,6 +433,8 @@ def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
         problems = [views[path].reason for path in assignment.refused]
         lines: list[str] = []
         ends: list[tuple[int, int]] = []
+        source_ids: list[str] = []
+        known_ids = KnownIds(session_dir)
         for index in assignment.to_convert:
             span = spans[index]
             view = views.get(span.transcript) or inspect_transcript(Path(span.transcript), None)
@@ -423,13 +446,23 @@ def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
             span = fold_marks(spans, index, marks, view.complete)
             target = min(span.furthest, view.complete)
             try:
+                span = settle_inheritance(span, target, known_ids.excluding(span.transcript))
                 conversion = convert_through(
-                    cast(LiveFormat, span.format), Path(span.transcript), session_id, target, span.closes, 0
+                    cast(LiveFormat, span.format),
+                    Path(span.transcript),
+                    session_id,
+                    target,
+                    span.closes,
+                    0,
+                    skip_to=span.inherited_to,
+                    ids_from=span.read_to,
                 )
             except TranscriptImportError as exc:  # this span waits for a fix; the others go on
                 spans[index] = span.model_copy(update={"waiting": True})
                 problems.append(str(exc))
                 continue
+            key = transcript_key(span.transcript)
+            source_ids.extend(f"{record_id} {key}\n" for record_id in conversion.source_ids)
             emission = renumber(conversion.lines, span, last_seq, last_turn)
             lines.extend(emission.lines)
             ends.extend(emission.end_turns)
@@ -443,6 +476,11 @@ def sync_session(session_dir: Path, session_id: str) -> LiveCursor:
                 _append_lines(events_path, new_lines)
         except OSError as exc:
             raise LiveImportError(events_path, type(exc).__name__) from None
+        try:
+            if source_ids:  # before the cursor: a crash in between only repeats ids (a set)
+                _append_lines(session_dir / SOURCE_IDS_FILE, source_ids)
+        except OSError as exc:
+            raise LiveImportError(session_dir / SOURCE_IDS_FILE, type(exc).__name__) from None
         known = {boundary.end_seq for boundary in cursor.pending}
         added = [
             Boundary(end_seq=end_seq, turn_no=turn_no)

@@ -101,6 +101,12 @@ class Span(BaseModel):
     """Why it takes no more marks (its transcript no longer holds what was read from it)."""
     waiting: bool = False
     """Marks are waiting for it (the file was missing or a line did not parse): convert again."""
+    inherited_to: int = Field(default=0, ge=0)
+    """Transcript bytes that are history copied from a transcript this project already imported (a
+    ``--fork-session`` resume starts with the old session's lines, same ``uuid``): never converted."""
+    inherited_settled: bool = False
+    """``inherited_to`` is final: the transcript's first new conversation record was read, or the
+    span had events before (decided once, so its conversion stays a pure function of its bytes)."""
 
 
 @dataclass(frozen=True)

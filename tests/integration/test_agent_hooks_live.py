@@ -341,3 +341,48 @@ def test_one_session_naming_two_transcripts_observes_both(names: RuntimeNames, t
     assert prompts[-2:] == ["Second transcript question 1", "Second transcript question 2"]
     status = json.loads((project / ".hatfield" / "omray-hook.status.json").read_text())
     assert not [n for n in status.get("notices", []) if str(n.get("key", "")).startswith("sync:")]
+
+
+def _transcript_texts(db_path: Path, session_id: str) -> list[str]:
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        rows = conn.execute("SELECT content FROM omray_transcript WHERE run_id = ?", (session_id,)).fetchall()
+    return [str(content) for (content,) in rows]
+
+
+@pytest.mark.skipif(not TRANSCRIPTS, reason="shared/data/transcripts/claude-code is not present")
+def test_a_forked_session_observes_only_its_own_turns(names: RuntimeNames, tmp_path: Path) -> None:
+    # `claude --resume <old> --fork-session`: the new session's transcript starts with a copy of the
+    # old one's lines (same uuids, the old sessionId), then its own turn (issue 40 item 13).
+    project, env, client = _project(names, tmp_path)
+    old = Replay(TRANSCRIPTS[0], project, env)
+    old.run()
+    assert_eventually(lambda: _dispatched(old.session_dir), timeout_s=240, interval_s=0.5)
+    assert client.wait_idle(timeout_s=240)
+    db_path = project / "om.sqlite"
+    old_texts = _transcript_texts(db_path, old.session_id)
+    assert old_texts
+    copied = old.transcript.read_bytes()
+    assert copied
+    fork = Replay(TRANSCRIPTS[0], project, env)  # (its constructor empties the old path: write it back)
+    old.transcript.write_bytes(copied)
+    fork.session_id = "forked-" + old.session_id[:8]
+    fork.transcript = project / "claude" / f"{fork.session_id}.jsonl"
+    fork.transcript.write_bytes(
+        copied
+        + _claude_record("user", "Forked question: rename the module", 1)
+        + _claude_record("assistant", "Forked answer: renamed it", 1)
+    )
+    fork._stop(None)
+    assert_eventually(lambda: _dispatched(fork.session_dir), timeout_s=240, interval_s=0.5)
+    assert client.wait_idle(timeout_s=240)
+    _assert_observed_once(db_path, fork.session_id, fork.session_dir / "events.jsonl")
+    assert _transcript_texts(db_path, fork.session_id) == [
+        "User: Forked question: rename the module",
+        "Assistant: Forked answer: renamed it",
+    ]
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        cited = conn.execute(
+            "SELECT MAX(source_end_seq) FROM om_observation WHERE run_id = ?", (fork.session_id,)
+        ).fetchone()[0]
+    assert cited is not None and cited <= 3  # its observations cite only its own turn
+    assert _transcript_texts(db_path, old.session_id) == old_texts

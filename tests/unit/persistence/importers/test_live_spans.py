@@ -7,6 +7,7 @@ a FIFO as transcript hung whoever read it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -35,10 +36,15 @@ DATA = SOURCE.read_bytes()
 LINE_ENDS = [index + 1 for index, byte in enumerate(DATA) if byte == 0x0A]
 
 
+def _record_id(kind: str, text: str, n: int) -> str:
+    # Claude Code's record ids are unique (random UUIDs): one id in two transcripts is a copied line.
+    return f"{kind}{n}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
 def _user(text: str, n: int) -> bytes:
     record = {
         "type": "user",
-        "uuid": f"u{n}",
+        "uuid": _record_id("u", text, n),
         "timestamp": f"2026-03-03T14:{n % 60:02d}:00Z",
         "message": {"role": "user", "content": text},
     }
@@ -48,7 +54,7 @@ def _user(text: str, n: int) -> bytes:
 def _assistant(text: str, n: int) -> bytes:
     record = {
         "type": "assistant",
-        "uuid": f"a{n}",
+        "uuid": _record_id("a", text, n),
         "timestamp": f"2026-03-03T14:{n % 60:02d}:30Z",
         "message": {
             "id": f"msg{n}",
