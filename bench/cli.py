@@ -159,12 +159,14 @@ def chaos_command(
 
 
 def _register_more() -> None:
+    from bench.agent_turn import bench_agent_turn_command
     from bench.hook_bench import bench_hook_command
     from bench.search_bench import bench_search_command
     from bench.ui_bench import bench_ui_command
 
     bench_app.command("search")(bench_search_command)
     bench_app.command("hook")(bench_hook_command)
+    bench_app.command("agent-turn")(bench_agent_turn_command)
     bench_app.command("ui")(bench_ui_command)
 
 

@@ -1,0 +1,465 @@
+"""``omray bench agent-turn``: what omray adds to a real ``claude -p`` turn, and where it goes.
+
+The real Claude Code CLI (``--claude``, else the one this benchmark installed before under
+``~/.cache/omray-bench``, else ``npm install @anthropic-ai/claude-code`` there; with no npm and no
+CLI the benchmark says so and skips) runs one-prompt turns against :class:`bench.agent_mock.
+MockModelServer` (``ANTHROPIC_BASE_URL``, a dummy ``ANTHROPIC_API_KEY``, telemetry and every
+nonessential request off), in four temporary projects, each with its own ``CLAUDE_CONFIG_DIR``
+(the project trusted, as after its trust dialog):
+
+* ``bare``: no omray;
+* ``hooks``: omray's hooks in ``.claude/settings.json``, written by ``omray integrate``'s merge;
+* ``mcp``: omray's MCP server in ``.mcp.json`` and its approvals, the same way;
+* ``both``: everything ``omray integrate claude-code`` writes.
+
+Every turn is a fresh session (``claude -p``, as a script runs it), the four configurations
+interleaved, the order rotated every round, one warm-up round not counted. After a turn the
+benchmark waits for the dispatcher the ``Stop`` hook started to exit (no runtime in the private
+``OMRAY_HOME``, unless ``--omray-home`` names one), so no turn pays for another's background work;
+how long it stayed is reported. Then the breakdown (:mod:`bench.agent_turn_parse`): a few more
+turns of each configuration with Claude Code's debug and diagnostics files, and each omray process
+alone (the three hooks a ``claude -p`` run calls, started as Claude Code starts them, and
+``omray mcp`` from start to ``tools/list`` answered). The load average is printed beside the
+figures. Figures only, never asserted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+import typer
+from pydantic import BaseModel
+
+from bench.agent_mock import REPLY, MockModelServer
+from bench.agent_turn_parse import TurnPhases, median_phases, turn_phases
+from bench.measure import percentile
+
+CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
+"""The npm package of the Claude Code CLI."""
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omray-bench"
+"""Where the benchmark installs the agents' CLIs (never into the repository)."""
+CONFIGS = ("bare", "hooks", "mcp", "both")
+"""The configurations, in the order of the first round."""
+PROMPT = "Reply with the single word Done."
+"""Every turn's prompt (the mock answers the same whatever it is)."""
+AGENT_ENV = {
+    "ANTHROPIC_API_KEY": "sk-ant-bench-not-a-key",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_BUG_COMMAND": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "CLAUDE_CODE_ENABLE_TELEMETRY": "0",
+}
+"""What every turn runs with besides ``ANTHROPIC_BASE_URL`` and ``CLAUDE_CONFIG_DIR``: the machine
+has no way out, and a turn must not wait on one."""
+DISPATCHER_MODULE = "cluster.commands.agent_hooks"
+"""What the ``Stop`` hook's background dispatcher runs (``python -P -m ...``)."""
+
+
+class AgentTurnSkipped(Exception):
+    """The agent's CLI is not there and cannot be installed; the message says why."""
+
+
+class ConfigFigures(BaseModel):
+    """Wall times of one configuration's turns."""
+
+    median_s: float
+    p90_s: float
+    over_bare_ms: float
+    """``median_s`` minus bare's, in milliseconds."""
+
+
+class AgentTurnResult(BaseModel):
+    """One run: medians per configuration, the breakdown, the load average."""
+
+    HEADLINE: ClassVar[tuple[str, ...]] = ("configs", "load_average")
+    agent: str
+    omray: str
+    turns: int
+    configs: dict[str, ConfigFigures]
+    load_average: list[float]
+    """1-minute load average at the start and at the end of the timed turns."""
+    breakdown: dict[str, dict[str, float | None]]
+    """Per configuration, the median of each phase of :class:`bench.agent_turn_parse.TurnPhases`."""
+    processes_ms: dict[str, float]
+    """Each omray process alone, p50 ms: the hooks as Claude Code calls them, ``omray mcp`` to
+    ``tools/list``, and ``python -c pass`` with the same interpreter."""
+    dispatcher_after_turn_ms: float
+    """p50 of how long the ``Stop`` hook's dispatcher ran on after its turn ended (hooks, both)."""
+    model_requests: int
+
+
+# ------------------------------------------------------------------------------------ the CLI
+
+
+def installed_claude(cache: Path = CACHE_DIR) -> Path:
+    """Where :func:`find_claude` installs the CLI."""
+    return cache / "claude-code" / "node_modules" / ".bin" / "claude"
+
+
+def find_claude(explicit: Path | None, cache: Path = CACHE_DIR, install: bool = True) -> Path:
+    """The ``claude`` program: ``explicit``, else the cached install, else ``claude`` on ``PATH``,
+    else installed now with npm into ``cache``. Raises :class:`AgentTurnSkipped` saying why not."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise AgentTurnSkipped(f"--claude {str(explicit)!r} is not a file")
+        return explicit
+    cached = installed_claude(cache)
+    if cached.exists():
+        return cached
+    on_path = shutil.which("claude")
+    if on_path is not None:
+        return Path(on_path)
+    npm = shutil.which("npm")
+    if npm is None:
+        raise AgentTurnSkipped("no claude CLI (--claude PATH) and no npm on PATH to install it with")
+    if not install:
+        raise AgentTurnSkipped("no claude CLI (--claude PATH), and installing it was not allowed")
+    prefix = cached.parents[2]
+    prefix.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), CLAUDE_PACKAGE],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0 or not cached.exists():
+        raise AgentTurnSkipped(f"npm install {CLAUDE_PACKAGE} failed (exit {done.returncode})")
+    return cached
+
+
+def claude_version(claude: Path) -> str:
+    """``claude --version`` (raises :class:`AgentTurnSkipped` when the CLI does not run)."""
+    try:
+        done = subprocess.run([str(claude), "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as exc:
+        raise AgentTurnSkipped(f"{str(claude)!r} does not run ({type(exc).__name__})") from None
+    if done.returncode != 0:
+        raise AgentTurnSkipped(f"{str(claude)!r} --version failed (exit {done.returncode})")
+    return done.stdout.strip()
+
+
+# ---------------------------------------------------------------------------------- projects
+
+
+def install_config(project: Path, config_dir: Path, config: str, omray: str) -> None:
+    """Write ``config``'s omray entries into ``project`` as ``omray integrate`` merges them, and
+    a Claude Code state file in ``config_dir`` that trusts the project."""
+    from cluster.commands.integrate import merge_claude_approvals, merge_claude_hooks, merge_mcp_server
+    from cluster.commands.integrate_http import claude_mcp_entry
+
+    project.mkdir(parents=True, exist_ok=True)
+    config_dir.mkdir(parents=True, exist_ok=True)
+    settings: dict[str, Any] = {}
+    if config in ("hooks", "both"):
+        settings = merge_claude_hooks(settings, f"{shlex.quote(omray)} hook claude-code")
+    if config in ("mcp", "both"):
+        settings = merge_claude_approvals(settings)
+        mcp = merge_mcp_server({}, claude_mcp_entry(omray, None))
+        (project / ".mcp.json").write_text(json.dumps(mcp, indent=2) + "\n", encoding="utf-8")
+    if settings:
+        (project / ".claude").mkdir(exist_ok=True)
+        (project / ".claude" / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+    state = {
+        "hasCompletedOnboarding": True,
+        "projects": {str(project): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+    }
+    (config_dir / ".claude.json").write_text(json.dumps(state), encoding="utf-8")
+
+
+def agent_env(base_url: str, config_dir: Path, omray_home: Path) -> dict[str, str]:
+    """The environment of a turn: this one without Claude Code's, Anthropic's and omray's own
+    session variables, pointed at the mock."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("CLAUDE", "ANTHROPIC", "OMRAY_SETTINGS", "OMRAY_SESSION", "OMRAY_HOME"))
+    }
+    return {
+        **env,
+        **AGENT_ENV,
+        "ANTHROPIC_BASE_URL": base_url,
+        "CLAUDE_CONFIG_DIR": str(config_dir),
+        "OMRAY_HOME": str(omray_home),
+    }
+
+
+def dispatcher_pids(project: Path) -> list[int]:
+    """Processes running ``project``'s hook dispatcher (read from ``/proc``)."""
+    wanted = [DISPATCHER_MODULE, "--project", str(project)]
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            words = Path("/proc", entry, "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if all(word in words for word in wanted):
+            pids.append(int(entry))
+    return pids
+
+
+def wait_for_dispatcher(project: Path, timeout_s: float = 90.0) -> float:
+    """Milliseconds until ``project``'s dispatcher processes are gone (0 when none ran)."""
+    started = time.perf_counter()
+    while dispatcher_pids(project) and time.perf_counter() - started < timeout_s:
+        time.sleep(0.02)
+    return (time.perf_counter() - started) * 1000
+
+
+# ------------------------------------------------------------------------------------- turns
+
+
+class Agent:
+    """The four projects of one run and how to run a turn in each."""
+
+    def __init__(self, claude: Path, root: Path, omray: str, base_url: str, omray_home: Path) -> None:
+        self.claude, self.root = claude, root
+        self.projects = {config: root / config for config in CONFIGS}
+        self.envs = {}
+        for config in CONFIGS:
+            config_dir = root / f"{config}-claude-config"
+            install_config(self.projects[config], config_dir, config, omray)
+            self.envs[config] = agent_env(base_url, config_dir, omray_home)
+
+    def turn(
+        self, config: str, extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None
+    ) -> float:
+        """One ``claude -p`` turn in ``config``'s project; its wall time in seconds."""
+        started = time.perf_counter()
+        done = subprocess.run(
+            [str(self.claude), "-p", PROMPT, *extra_args],
+            cwd=self.projects[config],
+            env={**self.envs[config], **(extra_env or {})},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0 or REPLY not in done.stdout:
+            raise RuntimeError(
+                f"claude -p failed in {config!r} (exit {done.returncode}): {done.stderr[-300:]!r}"
+            )
+        return elapsed
+
+    def instrumented_turn(self, config: str) -> TurnPhases:
+        """One turn with Claude Code's debug and diagnostics files, parsed."""
+        logs = Path(tempfile.mkdtemp(prefix=f"{config}-logs-", dir=self.root))
+        debug, diagnostics = logs / "debug.txt", logs / "diagnostics.jsonl"
+        self.turn(
+            config,
+            ("--debug-file", str(debug)),
+            {"CLAUDE_CODE_DEBUG_LOG_LEVEL": "verbose", "CLAUDE_CODE_DIAGNOSTICS_FILE": str(diagnostics)},
+        )
+        wait_for_dispatcher(self.projects[config])
+        return turn_phases(_read(debug), _read(diagnostics))
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def rotated(round_no: int) -> list[str]:
+    """The configurations in round ``round_no``'s order (each starts a round as often)."""
+    shift = round_no % len(CONFIGS)
+    return [*CONFIGS[shift:], *CONFIGS[:shift]]
+
+
+# ------------------------------------------------------------------------ omray processes alone
+
+
+def _timed_ms(argv: list[str], stdin: str, cwd: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        argv, input=stdin, text=True, capture_output=True, cwd=cwd, env=env, timeout=60, check=False
+    )
+    return (time.perf_counter() - started) * 1000
+
+
+def mcp_listed_ms(omray: str, cwd: Path, env: dict[str, str]) -> float:
+    """``omray mcp`` started, ``initialize`` then ``tools/list`` sent: ms until the list arrives."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [omray, "mcp"],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "b", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    process.stdin.write("".join(json.dumps(m) + "\n" for m in messages).encode())
+    process.stdin.flush()
+    for _ in range(2):
+        process.stdout.readline()
+    listed = (time.perf_counter() - started) * 1000
+    process.stdin.close()
+    process.wait(timeout=30)
+    return listed
+
+
+def process_times(agent: Agent, omray: str, runs: int) -> dict[str, float]:
+    """p50 ms of each omray process a ``claude -p`` run starts, alone, in the ``both`` project.
+
+    Hooks run as Claude Code runs them (``sh -c`` the command, the event JSON on stdin); the
+    transcript is the last breakdown turn's. ``python -c pass``: the same interpreter, for scale.
+    """
+    project, env = agent.projects["both"], agent.envs["both"]
+    transcripts = sorted(agent.root.glob("both-claude-config/projects/*/*.jsonl"))
+    transcript = str(transcripts[-1]) if transcripts else str(project / "missing.jsonl")
+    hook = ["/bin/sh", "-c", f"{shlex.quote(omray)} hook claude-code"]
+
+    def payload(event: str, **extra: object) -> str:
+        base = {"session_id": "bench-hooks", "transcript_path": transcript, "cwd": str(project)}
+        return json.dumps({**base, "hook_event_name": event, **extra})
+
+    python = shutil.which("python3") or "python3"
+    with contextlib.suppress(OSError, IndexError):  # the console script's interpreter
+        python = Path(omray).read_text(errors="replace").splitlines()[0].removeprefix("#!").strip() or python
+    calls: dict[str, Callable[[], float]] = {
+        "python -c pass": lambda: _timed_ms([python, "-c", "pass"], "", project, env),
+        "SessionStart hook": lambda: _timed_ms(hook, payload("SessionStart", source="startup"), project, env),
+        "Stop hook": lambda: _timed_ms(hook, payload("Stop", stop_hook_active=False), project, env),
+        "SessionEnd hook": lambda: _timed_ms(hook, payload("SessionEnd", reason="other"), project, env),
+        "omray mcp to tools/list": lambda: mcp_listed_ms(omray, project, env),
+    }
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(runs):
+        for name, call in calls.items():
+            times[name].append(call())
+            wait_for_dispatcher(project)
+    return {name: round(percentile(values, 0.5), 1) for name, values in times.items()}
+
+
+# -------------------------------------------------------------------------------------- the run
+
+
+def run_agent_turn_bench(
+    claude: Path,
+    omray: str,
+    turns: int,
+    breakdown_turns: int,
+    omray_home: Path | None = None,
+    spacing_s: float = 0.3,
+) -> AgentTurnResult:
+    """Time ``turns`` turns of every configuration, interleaved, then the breakdown."""
+    version = claude_version(claude)
+    with tempfile.TemporaryDirectory(prefix="omray-agent-turn-") as tmp, MockModelServer() as mock:
+        root = Path(tmp).resolve()
+        agent = Agent(claude, root, omray, mock.base_url, omray_home or root / "omray-home")
+        times: dict[str, list[float]] = {config: [] for config in CONFIGS}
+        lingering: list[float] = []
+        load_start = os.getloadavg()[0]
+        for round_no in range(turns + 1):
+            for config in rotated(round_no):
+                elapsed = agent.turn(config)
+                lingered = wait_for_dispatcher(agent.projects[config])
+                if round_no:  # the first round warms the caches of every configuration
+                    times[config].append(elapsed)
+                    if config in ("hooks", "both"):
+                        lingering.append(lingered)
+                time.sleep(spacing_s)
+        load_end = os.getloadavg()[0]
+        phases: dict[str, list[TurnPhases]] = {config: [] for config in CONFIGS}
+        for round_no in range(breakdown_turns):
+            for config in rotated(round_no):
+                phases[config].append(agent.instrumented_turn(config))
+                time.sleep(spacing_s)
+        alone = process_times(agent, omray, max(3, breakdown_turns))
+        requests = mock.requests("anthropic")
+    bare = percentile(times["bare"], 0.5)
+    return AgentTurnResult(
+        agent=version,
+        omray=omray,
+        turns=turns,
+        configs={
+            config: ConfigFigures(
+                median_s=round(percentile(values, 0.5), 3),
+                p90_s=round(percentile(values, 0.9), 3),
+                over_bare_ms=round((percentile(values, 0.5) - bare) * 1000, 1),
+            )
+            for config, values in times.items()
+        },
+        load_average=[round(load_start, 2), round(load_end, 2)],
+        breakdown={config: median_phases(turns_seen) for config, turns_seen in phases.items()},
+        processes_ms=alone,
+        dispatcher_after_turn_ms=round(percentile(lingering, 0.5), 1),
+        model_requests=requests,
+    )
+
+
+def _print(result: AgentTurnResult) -> None:
+    typer.echo(f"{result.agent}, {result.turns} turns per configuration, load average {result.load_average}")
+    for config, figures in result.configs.items():
+        typer.echo(
+            f"  {config:5}: median {figures.median_s:.3f} s (+{figures.over_bare_ms:.0f} ms), "
+            f"p90 {figures.p90_s:.3f} s"
+        )
+    typer.echo("breakdown (medians, ms; from Claude Code's debug and diagnostics files):")
+    for config, medians in result.breakdown.items():
+        shown = ", ".join(
+            f"{name.removesuffix('_ms')} {value:.0f}" for name, value in medians.items() if value is not None
+        )
+        typer.echo(f"  {config:5}: {shown}")
+    typer.echo(
+        "omray processes alone (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in result.processes_ms.items())
+    )
+    typer.echo(f"dispatcher ran on after its turn: p50 {result.dispatcher_after_turn_ms:.0f} ms")
+
+
+def bench_agent_turn_command(
+    turns: Annotated[int, typer.Option("--turns", min=1, help="Timed turns per configuration.")] = 11,
+    breakdown_turns: Annotated[
+        int, typer.Option("--breakdown-turns", min=0, help="Turns per configuration with debug logs.")
+    ] = 3,
+    claude: Annotated[
+        Path | None, typer.Option("--claude", help="The claude CLI (default: cached install, PATH, npm).")
+    ] = None,
+    omray: Annotated[
+        str | None, typer.Option("--omray", help="The omray program to install (default: this one).")
+    ] = None,
+    omray_home: Annotated[
+        Path | None,
+        typer.Option("--omray-home", help="OMRAY_HOME of a running runtime (default: a private one, none)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Real `claude -p` turns against a local mock API: bare, omray hooks, MCP server, both."""
+    from cluster.commands.integrate import omray_command
+
+    try:
+        cli = find_claude(claude)
+        result = run_agent_turn_bench(cli, omray or omray_command(), turns, breakdown_turns, omray_home)
+    except AgentTurnSkipped as exc:
+        typer.echo(json.dumps({"skipped": str(exc)}) if as_json else f"agent-turn skipped: {exc}")
+        return
+    if as_json:
+        typer.echo(result.model_dump_json())
+    else:
+        _print(result)

@@ -1,0 +1,151 @@
+"""Where a ``claude -p`` turn spends its time, read from Claude Code's own logs (pure, no CLI).
+
+``omray bench agent-turn`` runs a few extra turns of each configuration with
+``--debug-file`` (``CLAUDE_CODE_DEBUG_LOG_LEVEL=verbose``) and ``CLAUDE_CODE_DIAGNOSTICS_FILE``;
+:func:`turn_phases` turns the two files into :class:`TurnPhases`, one figure per moment of the turn
+that omray can add to:
+
+* ``to_request_ms``: from the first log line to the model request (start-up: settings, the
+  ``SessionStart`` hooks, MCP servers connected and listed);
+* ``after_response_ms``: from the first byte of the answer to the last log line (the ``Stop``
+  hooks, MCP servers stopped, the ``SessionEnd`` hooks);
+* ``session_start_hook_ms`` / ``session_end_hook_ms``: the hook processes, as the diagnostics file
+  times them (``hook_spawn_completed``), summed over the hooks of the event;
+* ``stop_hook_ms``: from the verbose "Getting matching hook commands for Stop" line to the line
+  that reads the hook's output (Claude Code logs no duration for it);
+* ``mcp_connect_ms``: start to ``initialize`` answered, as Claude Code reports it ("Successfully
+  connected ... in N ms"); ``mcp_listed_ms``: from then to the next log line, which Claude Code
+  writes once it has the tool list and goes on (an upper bound of the ``tools/list`` wait);
+* ``mcp_stop_ms``: from "Sending SIGINT" to the line saying the process is gone.
+
+A figure is ``None`` when its lines are missing (a configuration without hooks or MCP, or a Claude
+Code that logs differently). The logs hold paths and hook output, never shown here: only times.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+
+from bench.measure import percentile
+
+_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) \[[A-Z]+\] (.*)$")
+_CONNECTED = re.compile(r'^MCP server "[^"]+": Successfully connected \(transport: [a-z-]+\) in (\d+)ms')
+_HOOK_OUTPUT = (
+    "Hook output does not start with {",
+    "Successfully parsed and validated hook JSON output",
+    "Failed to parse hook output as JSON",
+    "Hook JSON output validation failed",
+)
+_MCP_NOTES = ("MCP server ", "[MCP]", "[3P telemetry]")
+"""Lines Claude Code writes about a server as it connects, before it goes on with the tool list."""
+_MCP_GONE = ("MCP server process exited cleanly", "Cleanup timeout reached", "SIGTERM failed", "SIGKILL")
+
+
+@dataclass(frozen=True)
+class TurnPhases:
+    """Milliseconds of one turn's moments (``None``: not seen in the logs)."""
+
+    to_request_ms: float | None = None
+    after_response_ms: float | None = None
+    session_start_hook_ms: float | None = None
+    stop_hook_ms: float | None = None
+    session_end_hook_ms: float | None = None
+    mcp_connect_ms: float | None = None
+    mcp_listed_ms: float | None = None
+    mcp_stop_ms: float | None = None
+
+
+def _moment(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000
+
+
+def debug_lines(text: str) -> list[tuple[float, str]]:
+    """``(ms since the epoch, message)`` of every timestamped line of a debug file (continuation
+    lines of a multi-line message are dropped)."""
+    lines = []
+    for line in text.splitlines():
+        found = _LINE.match(line)
+        if found:
+            lines.append((_moment(found.group(1)), found.group(2)))
+    return lines
+
+
+def _hook_durations(diagnostics: str) -> dict[str, float]:
+    durations: dict[str, float] = {}
+    for line in diagnostics.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        data = record.get("data") if isinstance(record, dict) else None
+        if record.get("event") != "hook_spawn_completed" or not isinstance(data, dict):
+            continue
+        event, duration = data.get("hook_event_name"), data.get("duration_ms")
+        if isinstance(event, str) and isinstance(duration, int | float):
+            durations[event] = durations.get(event, 0.0) + float(duration)
+    return durations
+
+
+def _first(lines: Sequence[tuple[float, str]], start: int, wanted: Iterable[str]) -> int | None:
+    needles = tuple(wanted)
+    for index in range(start, len(lines)):
+        if any(needle in lines[index][1] for needle in needles):
+            return index
+    return None
+
+
+def turn_phases(debug: str, diagnostics: str = "") -> TurnPhases:
+    """The phases of one turn from its debug file and diagnostics file (see the module)."""
+    lines = debug_lines(debug)
+    if not lines:
+        return TurnPhases()
+    request = _first(lines, 0, ["[API REQUEST] /v1/messages"])
+    answered = None
+    for index in range(len(lines) - 1, -1, -1):
+        if "Stream started - received first chunk" in lines[index][1]:
+            answered = index
+            break
+    stop_hook = None
+    asked = _first(lines, 0, ["Getting matching hook commands for Stop "])
+    if asked is not None:
+        read = _first(lines, asked + 1, _HOOK_OUTPUT)
+        stop_hook = lines[read][0] - lines[asked][0] if read is not None else None
+    connect = listed = None
+    for index, (moment, message) in enumerate(lines):
+        found = _CONNECTED.match(message)
+        if found:
+            connect = float(found.group(1))
+            onward = next(
+                (i for i in range(index + 1, len(lines)) if not lines[i][1].startswith(_MCP_NOTES)), None
+            )
+            listed = lines[onward][0] - moment if onward is not None else None
+            break
+    stop = None
+    signalled = _first(lines, 0, ["Sending SIGINT to MCP server process"])
+    if signalled is not None:
+        gone = _first(lines, signalled + 1, _MCP_GONE)
+        stop = lines[gone][0] - lines[signalled][0] if gone is not None else None
+    hooks = _hook_durations(diagnostics)
+    return TurnPhases(
+        to_request_ms=lines[request][0] - lines[0][0] if request is not None else None,
+        after_response_ms=lines[-1][0] - lines[answered][0] if answered is not None else None,
+        session_start_hook_ms=hooks.get("SessionStart"),
+        stop_hook_ms=stop_hook,
+        session_end_hook_ms=hooks.get("SessionEnd"),
+        mcp_connect_ms=connect,
+        mcp_listed_ms=listed,
+        mcp_stop_ms=stop,
+    )
+
+
+def median_phases(turns: Sequence[TurnPhases]) -> dict[str, float | None]:
+    """The median of every phase over ``turns`` (``None`` where no turn saw it)."""
+    medians: dict[str, float | None] = {}
+    for field in fields(TurnPhases):
+        seen = [value for turn in turns if (value := getattr(turn, field.name)) is not None]
+        medians[field.name] = round(percentile(seen, 0.5), 1) if seen else None
+    return medians
