@@ -63,6 +63,16 @@ AGENT_ENV = {
 }
 """What every turn runs with besides ``ANTHROPIC_BASE_URL`` and ``CLAUDE_CONFIG_DIR``: the machine
 has no way out, and a turn must not wait on one."""
+NOT_INHERITED = (
+    "CLAUDE",
+    "ANTHROPIC",
+    "OMRAY_SETTINGS",
+    "OMRAY_SESSION",
+    "OMRAY_HOME",
+    "PYTHONDONTWRITEBYTECODE",
+)
+"""Variables a turn does not inherit: another session's, and a setting that makes every Python
+process compile omray from source (an agent's user rarely has it; figures would not be theirs)."""
 DISPATCHER_MODULE = "cluster.commands.agent_hooks"
 """What the ``Stop`` hook's background dispatcher runs (``python -P -m ...``)."""
 
@@ -181,11 +191,7 @@ def install_config(project: Path, config_dir: Path, config: str, omray: str) -> 
 def agent_env(base_url: str, config_dir: Path, omray_home: Path) -> dict[str, str]:
     """The environment of a turn: this one without Claude Code's, Anthropic's and omray's own
     session variables, pointed at the mock."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("CLAUDE", "ANTHROPIC", "OMRAY_SETTINGS", "OMRAY_SESSION", "OMRAY_HOME"))
-    }
+    env = {key: value for key, value in os.environ.items() if not key.startswith(NOT_INHERITED)}
     return {
         **env,
         **AGENT_ENV,

@@ -8,7 +8,9 @@ count, read backwards in chunks so a long file costs one short read.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Final
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing: the agent hook loads this
+if TYPE_CHECKING:
+    from typing import BinaryIO, Final
 
 TAIL_CHUNK: Final[int] = 64 * 1024
 """Bytes read per step while looking backwards for the last newline."""

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from protocol import formats
 from protocol.ids import GenerationId, ObservationId, ReflectionId, SessionId
 
 Relevance = Literal["low", "medium", "high", "critical"]
@@ -20,7 +21,7 @@ ActivityStage = Literal["observer", "reflector", "dropper"]
 GenerationStatus = Literal["running", "succeeded", "failed"]
 """Lifecycle of one memory generation."""
 
-TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}$"
+TIMESTAMP_PATTERN = formats.TIMESTAMP_PATTERN
 """Observation timestamps are ``YYYY-MM-DD HH:MM`` (format only; no calendar check)."""
 
 

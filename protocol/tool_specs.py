@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from protocol.records import TIMESTAMP_PATTERN
+from protocol.formats import TIMESTAMP_PATTERN
 
 RECORD_OBSERVATIONS = "record_observations"
 """Observer tool name."""

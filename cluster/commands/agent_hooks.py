@@ -34,7 +34,7 @@ from typing import Annotated, Any
 import typer
 from filelock import FileLock, Timeout
 
-from cluster import project_dirs
+from cluster import project_dirs, settings_cache
 from cluster.commands import hook_fast, hook_notices
 from persistence.importers import validate_session_id
 from persistence.importers.live import (
@@ -239,10 +239,11 @@ def _send(client: Any, directory: Path, cursor: Any) -> None:
 
 
 def _refresh_database(project: Path) -> None:
-    """Keep the hooks' cached database path current (the client loaded these settings already)."""
-    if hook_fast.cached_database(str(project)) is None:
+    """Keep the record of the settings current for the hooks (database path) and ``omray mcp``
+    (hybrid or not); the client loaded these settings already, so they are in the page cache."""
+    if settings_cache.cached_hybrid(str(project)) is None:
         try:
-            hook_fast.resolve_database(str(project))
+            settings_cache.resolve(str(project))
         except OmrayError as exc:
             logger.info("settings not resolved", extra={"error_class": type(exc).__name__})
 

@@ -2,9 +2,10 @@
 
 An agent runs a hook after every turn and waits for it, so a hook call costs the user time on
 every turn. This module is the whole hot path: it imports the standard library only (no pydantic,
-SQLAlchemy, typer or Ray; of omray only the standard-library :mod:`cluster.project_dirs`,
-:mod:`.hook_notices` and :mod:`persistence.file_tail`), so a ``Stop`` hook costs little more than the
-interpreter's start. What it does per call:
+SQLAlchemy, typer, Ray, not even ``typing``; of omray only the standard-library
+:mod:`cluster.project_dirs`, :mod:`cluster.settings_cache`, :mod:`.hook_notices` and
+:mod:`persistence.file_tail`), so a ``Stop`` hook costs little more than the interpreter's start.
+What it does per call:
 
 * ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd`` (and a Codex ``agent-turn-complete``):
   append a *mark* (how far the transcript is complete, whether a turn ended, whether to observe
@@ -17,7 +18,7 @@ interpreter's start. What it does per call:
   added since its last compaction (:func:`resume_needs_memory`), so a resumed session never holds
   the same memory twice. The projection is read with ``sqlite3`` (``persistence.projection_queries``
   and ``actors.read.projector``, both standard library only); the database path comes from a
-  small cache the settings loader keeps (:data:`RESOLVED_FILE`), and only when that is stale does
+  small cache the settings loader keeps (:mod:`cluster.settings_cache`), and only when that is stale does
   the call load the settings the slow way.
 * Every event: a *notice* the dispatcher recorded (a failure that stops this project's memory:
   no runtime, bad settings, a transcript line that does not parse, observe jobs that fail) is
@@ -32,28 +33,26 @@ only the documented JSON, and nothing prints memory text except the memory conte
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import stat
 import sys
-from typing import Any, BinaryIO
 
+from cluster import settings_cache
 from cluster.commands.hook_notices import take_notices
 from cluster.project_dirs import SESSIONS_DIR, private_dir, project_dir
+from cluster.settings_cache import cached_database
 from persistence.file_tail import complete_length_of
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing: it costs every hook call 2 ms
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 MARKS_FILE = "live.marks.jsonl"
 """``persistence.importers.live.MARKS_FILE``."""
 DISPATCH_LOCK = ".hatfield/omray-hook.dispatch.lock"
 """Held by the project's one dispatcher."""
-RESOLVED_FILE = ".hatfield/omray-hook.resolved.json"
-"""Which settings file was in effect (and its stat) and the database path it gave."""
-SETTINGS_ENV = "OMRAY_SETTINGS"
-"""``persistence.settings_file.SETTINGS_ENV``."""
-SETTINGS_FILES = ("omray.yaml", ".hatfield/settings.yaml")
-"""``persistence.settings_file.DEFAULT_SETTINGS_FILES``."""
 MAX_INPUT_BYTES = 1024 * 1024
 """Largest hook input read from stdin."""
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -231,53 +230,9 @@ def start_dispatcher(project: str) -> None:
 # ----------------------------------------------------------------------------------- memory
 
 
-def settings_identity(project: str) -> list[object]:
-    """Which settings file is in effect for ``project`` and its stat: what the resolved path depends on."""
-    env = os.environ.get(SETTINGS_ENV)
-    candidates = [env] if env else [os.path.join(project, name) for name in SETTINGS_FILES]
-    for path in candidates:
-        try:
-            stat = os.stat(path)
-        except OSError:
-            if env:
-                return [path, None]
-            continue
-        return [path, stat.st_mtime_ns, stat.st_size, stat.st_ino]
-    return [None]
-
-
-def cached_database(project: str) -> str | None:
-    """The database path recorded for the settings in effect now, or ``None`` when stale or absent."""
-    try:
-        with open(os.path.join(project, RESOLVED_FILE), encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("settings") != settings_identity(project):
-        return None
-    database = data.get("database")
-    return database if isinstance(database, str) else None
-
-
-def remember_database(project: str, identity: list[object], database: str) -> None:
-    """Record the database path the settings ``identity`` gave (written by the settings loader)."""
-    path = os.path.join(private_dir(project, ".hatfield"), os.path.basename(RESOLVED_FILE))
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"settings": identity, "database": database}, handle)
-    os.replace(tmp, path)
-
-
 def resolve_database(project: str) -> str:
     """The project's memory database from its settings (the slow way: YAML and pydantic), remembered."""
-    from persistence.settings_file import load_settings
-
-    identity = settings_identity(project)
-    database = os.path.abspath(load_settings(cwd=project).database_path(project))
-    with contextlib.suppress(OSError):  # the cache only saves time
-        remember_database(project, identity, database)
-    return database
+    return settings_cache.resolve(project)
 
 
 def database_for(project: str) -> str:

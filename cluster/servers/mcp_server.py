@@ -9,8 +9,9 @@ reads durable memory on read-only connections: it needs no Ray runtime and no ru
 
 Start-up is lazy, because the agent waits for the tool list before its first model request: the
 stdio transport (``cluster.servers.mcp_stdio``, standard library) answers ``initialize`` at once, the tool
-list once the settings are read (they say whether hybrid search is on), and tool calls once the
-read service has loaded in the background. Settings that cannot be read do not kill the server:
+list at once too when the record of an earlier settings load says whether hybrid search is on
+(``cluster.settings_cache``; else once the settings are read), and tool calls once the read
+service has loaded in the background. Settings that cannot be read do not kill the server:
 every tool call answers ``settings_invalid`` with the reason, so the agent and its user see it.
 The streamable HTTP transport runs on the official ``mcp`` SDK (``build_server``).
 
@@ -24,10 +25,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cluster import settings_cache
 from cluster.project_dirs import SESSIONS_DIR, project_dir
 
 if TYPE_CHECKING:
@@ -231,19 +234,32 @@ class LazyTools:
         self.settings: OmSettings | None = None
         self.tools: MemoryTools | None = None
         self.error: str | None = None
+        # What the settings say about hybrid search, from the record a settings load left (the
+        # hooks', the dispatcher's or an earlier server's): the tool list need not wait for YAML
+        # and pydantic. None: not recorded for these settings, so the list waits for the load.
+        self._hybrid = settings_cache.cached_hybrid(str(project))
         threading.Thread(target=self._load, name="omray-mcp-load", daemon=True).start()
 
     def _load(self) -> None:
         from protocol.errors import OmrayError
 
+        warm_at = time.monotonic() + self.warm_after_s
+        if self._hybrid is not None:
+            # The tool list needs nothing more: load nothing (about 0.1 s of CPU for the settings)
+            # while the agent is still starting, only for a call or at the warm-up time.
+            self._wanted.wait(self.warm_after_s)
         try:
+            identity = settings_cache.settings_identity(str(self.project))
             self.settings = load_settings_for(self.project)
+            self._hybrid = self.settings.semantic is not None
+            settings_cache.remember_settings(str(self.project), identity, self.settings)
         except OmrayError as exc:
             self.error = str(exc)
+            self._hybrid = None
             print(f"omray mcp: {exc}", file=sys.stderr, flush=True)
         finally:
             self._settings_ready.set()
-        self._wanted.wait(self.warm_after_s)
+        self._wanted.wait(max(0.0, warm_at - time.monotonic()))
         try:
             if self.settings is not None:
                 self.tools = memory_tools(
@@ -256,9 +272,15 @@ class LazyTools:
             self._tools_ready.set()
 
     def list_tools(self) -> list[dict[str, Any]]:
-        """The MCP tool list (hybrid search as the settings say; exact only when they cannot be read)."""
-        self._settings_ready.wait()
-        hybrid = self.settings is not None and self.settings.semantic is not None
+        """The MCP tool list (hybrid search as the settings say; exact only when they cannot be read).
+
+        Answered at once when the settings' record says whether hybrid search is on, else once
+        the settings are loaded.
+        """
+        hybrid = self._hybrid
+        if hybrid is None:
+            self._settings_ready.wait()
+            hybrid = self._hybrid is True
         return [mcp_tool(spec) for spec in tool_specs(hybrid=hybrid, allow_forget=self.allow_forget)]
 
     def call(self, name: str, arguments: dict[str, Any]) -> dict[str, object]:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from actors.read.service import project as project_memory
+from cluster import settings_cache
 from cluster.commands import agent_hooks, hook_fast, hook_notices
 from cluster.commands.agent_hooks import (
     RUNTIME_MISSING_MESSAGE,
@@ -94,8 +95,8 @@ def test_the_hot_path_shares_the_file_layout_of_the_rest() -> None:
     # hook_fast repeats a few names so that it imports nothing of omray; they must stay equal.
     assert hook_fast.MARKS_FILE == MARKS_FILE
     assert Path(hook_fast.SESSIONS_DIR) == agent_hooks.SESSIONS_SUBDIR
-    assert hook_fast.SETTINGS_ENV == settings_file.SETTINGS_ENV
-    assert hook_fast.SETTINGS_FILES == settings_file.DEFAULT_SETTINGS_FILES
+    assert settings_cache.SETTINGS_ENV == settings_file.SETTINGS_ENV
+    assert settings_cache.SETTINGS_FILES == settings_file.DEFAULT_SETTINGS_FILES
     assert hook_fast.SESSION_ID_RE.pattern == common._SESSION_ID_RE.pattern
     line = hook_fast.mark_line("/t/x.jsonl", "claude-code", 12, True, "compaction")
     assert Mark.model_validate_json(line) == Mark(
@@ -275,7 +276,10 @@ def test_session_start_after_compaction_prints_the_projection(tmp_path: Path, no
         assert context.startswith(hook_fast.COMPACT_HEADER + "\n\n## Reflections\n")
         # The same entry lines as the projection compaction renders.
         assert context.split("## Observations\n", 1)[1] == projection.split("## Observations\n", 1)[1]
-        assert hook_fast.cached_database(str(tmp_path.resolve())) == str(tmp_path.resolve() / "om.sqlite")
+        assert settings_cache.cached_database(str(tmp_path.resolve())) == str(
+            tmp_path.resolve() / "om.sqlite"
+        )
+        assert settings_cache.cached_hybrid(str(tmp_path.resolve())) is True
     (tmp_path / "omray.yaml").write_text("observational_memory:\n  storage:\n    database: other.sqlite\n")
     assert _hook("SessionStart", tmp_path, transcript, source="compact") is None  # new settings: no memory
     assert no_spawn == []
