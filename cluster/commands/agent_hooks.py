@@ -22,6 +22,7 @@ sends the hook calls themselves to ``cluster.commands.hook_fast`` without loadin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -67,6 +68,9 @@ WATCH_S = 60.0
 up after 4 attempts, 1 + 2 + 4 s apart, plus the model calls)."""
 POLL_S = 1.0
 """Pause between two looks while watching."""
+DISPATCHER_NICENESS = 10
+"""Added to the dispatcher's nice value: it yields the CPU to the agent, yet still runs on a busy
+machine (a nice-10 process gets about a tenth of a core next to one busy nice-0 process)."""
 
 NOTICE_PROJECT = "project"
 """Notice key of what stops every session of the project (no runtime, settings)."""
@@ -468,6 +472,10 @@ def main_dispatch(argv: list[str]) -> None:
     project's hook log and becomes a notice, so it never fails unseen."""
     if len(argv) != 2 or argv[0] != "--project":
         return
+    with contextlib.suppress(OSError):
+        # Background work: the agent whose hook started this is still finishing its turn (its
+        # SessionEnd hook, its MCP server, its exit) and must not wait for CPU behind Ray's import.
+        os.nice(DISPATCHER_NICENESS)
     project = Path(argv[1]).resolve()
     _log_to_project(project)
     try:
