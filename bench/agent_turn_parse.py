@@ -9,8 +9,9 @@ that omray can add to:
   ``SessionStart`` hooks, MCP servers connected and listed);
 * ``after_response_ms``: from the first byte of the answer to the last log line (the ``Stop``
   hooks, MCP servers stopped, the ``SessionEnd`` hooks);
-* ``session_start_hook_ms`` / ``session_end_hook_ms``: the hook processes, as the diagnostics file
-  times them (``hook_spawn_completed``), summed over the hooks of the event;
+* ``session_start_hook_ms`` / ``session_end_hook_ms``: the hook processes from spawn to end, as the
+  diagnostics file stamps them (``hook_spawn_started``, ``hook_spawn_completed``), summed over the
+  hooks of the event;
 * ``stop_hook_ms``: from the verbose "Getting matching hook commands for Stop" line to the line
   that reads the hook's output (Claude Code logs no duration for it);
 * ``mcp_connect_ms``: start to ``initialize`` answered, as Claude Code reports it ("Successfully
@@ -75,6 +76,10 @@ def debug_lines(text: str) -> list[tuple[float, str]]:
 
 
 def _hook_durations(diagnostics: str) -> dict[str, float]:
+    """Per event, the ms from each hook process's spawn to its end (``hook_spawn_started`` to
+    ``hook_spawn_completed``; the ``duration_ms`` Claude Code logs also holds its own work before
+    the spawn), summed over the event's hooks."""
+    spawned: dict[tuple[str, object], float] = {}
     durations: dict[str, float] = {}
     for line in diagnostics.splitlines():
         try:
@@ -82,11 +87,16 @@ def _hook_durations(diagnostics: str) -> dict[str, float]:
         except ValueError:
             continue
         data = record.get("data") if isinstance(record, dict) else None
-        if record.get("event") != "hook_spawn_completed" or not isinstance(data, dict):
+        stamp = record.get("timestamp") if isinstance(record, dict) else None
+        if not isinstance(data, dict) or not isinstance(stamp, str):
             continue
-        event, duration = data.get("hook_event_name"), data.get("duration_ms")
-        if isinstance(event, str) and isinstance(duration, int | float):
-            durations[event] = durations.get(event, 0.0) + float(duration)
+        event, key = data.get("hook_event_name"), (data.get("hook_event_name"), data.get("index"))
+        if not isinstance(event, str):
+            continue
+        if record.get("event") == "hook_spawn_started":
+            spawned[key] = _moment(stamp)
+        elif record.get("event") == "hook_spawn_completed" and key in spawned:
+            durations[event] = durations.get(event, 0.0) + _moment(stamp) - spawned.pop(key)
     return durations
 
 
