@@ -90,9 +90,10 @@ def _hook_durations(diagnostics: str) -> dict[str, float]:
         stamp = record.get("timestamp") if isinstance(record, dict) else None
         if not isinstance(data, dict) or not isinstance(stamp, str):
             continue
-        event, key = data.get("hook_event_name"), (data.get("hook_event_name"), data.get("index"))
+        event = data.get("hook_event_name")
         if not isinstance(event, str):
             continue
+        key = (event, data.get("index"))
         if record.get("event") == "hook_spawn_started":
             spawned[key] = _moment(stamp)
         elif record.get("event") == "hook_spawn_completed" and key in spawned:
