@@ -26,7 +26,6 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,26 +49,41 @@ SETTINGS_INVALID = "settings_invalid"
 """Error code of every tool call while the project's settings cannot be read."""
 
 
-@dataclass
 class MemoryTools:
-    """The four tools over one project's memory; :meth:`call` always returns an answer dict."""
+    """The four tools over one project's memory; :meth:`call` always returns an answer dict.
 
-    db_path: Path
-    """The memory database."""
-    events_root: Path
-    """Folder holding ``<session>/events.jsonl`` (recall reads source events there)."""
-    settings: OmSettings
-    """Settings in effect (status thresholds, hybrid search)."""
-    count_tokens: CountTokens
-    """Token counter of the settings' encoding (``memory_status``)."""
-    session_id: str = ""
-    """The caller's session, when known (``scope: "session"``, recall without ``session_id``)."""
-    hybrid_search: HybridSearch | None = None
-    """Hybrid ``memory_search``, when ``semantic`` is configured."""
-    allow_forget: bool = False
-    """Serve the ``forget`` tool (``omray mcp --allow-forget``); it writes through the runtime."""
-    project: Path | None = None
-    """The project directory (its settings file names the runtime's jobs' settings)."""
+    A plain class, not a dataclass: ``dataclasses`` imports ``inspect``, 5 ms of the MCP server's
+    start, which the agent waits for.
+    """
+
+    def __init__(
+        self,
+        *,
+        db_path: Path,
+        events_root: Path,
+        settings: OmSettings,
+        count_tokens: CountTokens,
+        session_id: str = "",
+        hybrid_search: HybridSearch | None = None,
+        allow_forget: bool = False,
+        project: Path | None = None,
+    ) -> None:
+        self.db_path = db_path
+        """The memory database."""
+        self.events_root = events_root
+        """Folder holding ``<session>/events.jsonl`` (recall reads source events there)."""
+        self.settings = settings
+        """Settings in effect (status thresholds, hybrid search)."""
+        self.count_tokens = count_tokens
+        """Token counter of the settings' encoding (``memory_status``)."""
+        self.session_id = session_id
+        """The caller's session, when known (``scope: "session"``, recall without ``session_id``)."""
+        self.hybrid_search = hybrid_search
+        """Hybrid ``memory_search``, when ``semantic`` is configured."""
+        self.allow_forget = allow_forget
+        """Serve the ``forget`` tool (``omray mcp --allow-forget``); it writes through the runtime."""
+        self.project = project
+        """The project directory (its settings file names the runtime's jobs' settings)."""
 
     def specs(self) -> list[dict[str, Any]]:
         """OpenAI-style function specs of the tools, in listing order."""

@@ -22,7 +22,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, BinaryIO
 
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -80,6 +79,45 @@ class _Stop(Exception):
     """Raised in the main thread by SIGTERM or SIGINT."""
 
 
+class _Workers:
+    """At most ``size`` requests at a time, each on a daemon thread (``threading`` only:
+    ``concurrent.futures`` would add ``logging`` to the start the agent waits for).
+
+    :meth:`drain` waits for the requests submitted so far; after :meth:`stop` a request that has
+    not started yet is dropped, as a cancelled future would be.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._stopped = False
+
+    def submit(self, work: Callable[..., None], *args: Any) -> None:
+        with self._idle:
+            self._pending += 1
+        threading.Thread(target=self._run, args=(work, args), name="omray-mcp", daemon=True).start()
+
+    def _run(self, work: Callable[..., None], args: tuple[Any, ...]) -> None:
+        try:
+            with self._slots:
+                if not self._stopped:
+                    work(*args)
+        finally:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait until every submitted request has ended, or ``timeout_s`` passed."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0, timeout=timeout_s)
+
+    def stop(self) -> None:
+        """Drop the requests still waiting for a slot (the running ones finish on their own)."""
+        self._stopped = True
+
+
 class StdioServer:
     """Serves one MCP client on a pair of byte streams; :meth:`serve` returns when it should exit."""
 
@@ -98,8 +136,7 @@ class StdioServer:
         self.call_tool = call_tool
         self.output = output if output is not None else sys.stdout.buffer
         self._write_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="omray-mcp")
-        self._pending: set[Future[None]] = set()
+        self._pool = _Workers(workers)
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -157,9 +194,7 @@ class StdioServer:
             self._error(request_id, METHOD_NOT_FOUND, f"method not found: {method}")
 
     def _submit(self, work: Callable[..., None], *args: Any) -> None:
-        future = self._pool.submit(work, *args)
-        self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
+        self._pool.submit(work, *args)
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         asked = params.get("protocolVersion")
@@ -207,11 +242,11 @@ class StdioServer:
                 self.handle_line(line)
             # stdin closed: the requests already read are still answered (a client may write its
             # last request and close its end at once), unless a stop signal comes first.
-            wait(list(self._pending), timeout=DRAIN_TIMEOUT_S)
+            self._pool.drain(DRAIN_TIMEOUT_S)
         except (_Stop, BrokenPipeError, KeyboardInterrupt):
             pass
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.stop()
         return 0

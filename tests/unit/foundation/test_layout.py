@@ -29,6 +29,7 @@ STDLIB_HOT_PATHS = (
     "cluster.commands.hook_notices",
     "cluster.servers.mcp_server",
     "cluster.servers.mcp_stdio",
+    "cluster.settings_cache",
     "persistence.file_tail",
 )
 """What an agent waits on (the ``omray`` entry point, a hook call, the MCP server's stdio start): their
