@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import sys
 
@@ -55,8 +54,11 @@ DISPATCH_LOCK = ".hatfield/omray-hook.dispatch.lock"
 """Held by the project's one dispatcher."""
 MAX_INPUT_BYTES = 1024 * 1024
 """Largest hook input read from stdin."""
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-"""``persistence.importers.common`` accepts the same session ids."""
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z"
+"""The session ids ``persistence.importers.common`` accepts; :func:`valid_session_id` checks the
+same without ``re`` (whose import and compile a hook call would otherwise pay)."""
+_ID_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_ID_REST = _ID_FIRST | frozenset("._-")
 
 CLOSING_EVENTS = {"Stop": None, "PreCompact": "compaction", "SessionEnd": "session_end"}
 """Claude Code events after which the turn so far is observed, with the flush each asks for:
@@ -96,7 +98,12 @@ _TAIL_CHUNK = 1024 * 1024
 
 def valid_session_id(value: object) -> str | None:
     """``value`` when it is a session id safe as a path component, else ``None``."""
-    if isinstance(value, str) and SESSION_ID_RE.match(value) and value not in (".", ".."):
+    if (
+        isinstance(value, str)
+        and 0 < len(value) <= 128
+        and value[0] in _ID_FIRST
+        and all(char in _ID_REST for char in value[1:])
+    ):
         return value
     return None
 
@@ -416,14 +423,16 @@ def _session_start(
     return output or None
 
 
-ROLLOUT_NAME_RE = re.compile(r"rollout-[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9]{2}-(.+)\.jsonl\Z")
+ROLLOUT_NAME_PATTERN = r"rollout-[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9]{2}-(.+)\.jsonl\Z"
 """A Codex rollout file name: ``rollout-<YYYY-MM-DDTHH-MM-SS>-<thread id>.jsonl``."""
 
 
 def rollout_thread(name: str) -> str | None:
     """The thread id a rollout file name holds (``None``: not a rollout name). Matched exactly, so a
     short id never picks another thread's rollout that merely ends with it."""
-    found = ROLLOUT_NAME_RE.match(name)
+    import re  # here: only Codex's notify needs it
+
+    found = re.match(ROLLOUT_NAME_PATTERN, name)
     return found.group(1) if found else None
 
 

@@ -97,7 +97,7 @@ def test_the_hot_path_shares_the_file_layout_of_the_rest() -> None:
     assert Path(hook_fast.SESSIONS_DIR) == agent_hooks.SESSIONS_SUBDIR
     assert settings_cache.SETTINGS_ENV == settings_file.SETTINGS_ENV
     assert settings_cache.SETTINGS_FILES == settings_file.DEFAULT_SETTINGS_FILES
-    assert hook_fast.SESSION_ID_RE.pattern == common._SESSION_ID_RE.pattern
+    assert common._SESSION_ID_RE.pattern == hook_fast.SESSION_ID_PATTERN
     line = hook_fast.mark_line("/t/x.jsonl", "claude-code", 12, True, "compaction")
     assert Mark.model_validate_json(line) == Mark(
         transcript="/t/x.jsonl", format="claude-code", offset=12, close=True, flush="compaction"

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
 import pytest
 import typer
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cluster.commands import hook_fast, import_cli
@@ -116,3 +119,16 @@ def test_omray_import_leaves_an_existing_folder_mode_alone(tmp_path: Path) -> No
     import_transcript("codex", FIXTURES / "codex-rollout.jsonl", "s9", existing / "new" / "events.jsonl")
     assert stat.S_IMODE(existing.stat().st_mode) == 0o755
     assert stat.S_IMODE((existing / "new").stat().st_mode) == 0o700
+
+
+@given(
+    st.one_of(
+        st.text(alphabet=st.characters(codec="utf-8"), max_size=140),
+        st.text(alphabet="Aa0._-\n/é", min_size=0, max_size=130),
+        st.text(alphabet="Zz9._-", min_size=126, max_size=130),
+    )
+)
+def test_the_hot_path_accepts_exactly_the_session_ids_of_its_pattern(value: str) -> None:
+    # hook_fast checks ids without `re` (a hook call saves its import); the pattern is the rule.
+    expected = value if re.match(hook_fast.SESSION_ID_PATTERN, value) else None
+    assert hook_fast.valid_session_id(value) == expected
