@@ -4,15 +4,16 @@ The real Claude Code CLI (``--claude``, else the one this benchmark installed be
 ``~/.cache/omray-bench``, else ``npm install @anthropic-ai/claude-code`` there; with no npm and no
 CLI the benchmark says so and skips) runs one-prompt turns against :class:`bench.agent_mock.
 MockModelServer` (``ANTHROPIC_BASE_URL``, a dummy ``ANTHROPIC_API_KEY``, telemetry and every
-nonessential request off), in four temporary projects, each with its own ``CLAUDE_CONFIG_DIR``
+nonessential request off), in a temporary project per configuration, each with its own ``CLAUDE_CONFIG_DIR``
 (the project trusted, as after its trust dialog):
 
 * ``bare``: no omray;
 * ``hooks``: omray's hooks in ``.claude/settings.json``, written by ``omray integrate``'s merge;
 * ``mcp``: omray's MCP server in ``.mcp.json`` and its approvals, the same way;
-* ``both``: everything ``omray integrate claude-code`` writes.
+* ``both``: everything ``omray integrate claude-code`` writes;
+* ``noop-hooks``: the same hook events running ``cat > /dev/null``: Claude Code's own cost of a hook.
 
-Every turn is a fresh session (``claude -p``, as a script runs it), the four configurations
+Every turn is a fresh session (``claude -p``, as a script runs it), the configurations
 interleaved, the order rotated every round, one warm-up round not counted. After a turn the
 benchmark waits for the dispatcher the ``Stop`` hook started to exit (no runtime in the private
 ``OMRAY_HOME``, unless ``--omray-home`` names one), so no turn pays for another's background work;
@@ -48,8 +49,11 @@ CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
 """The npm package of the Claude Code CLI."""
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omray-bench"
 """Where the benchmark installs the agents' CLIs (never into the repository)."""
-CONFIGS = ("bare", "hooks", "mcp", "both")
+CONFIGS = ("bare", "hooks", "mcp", "both", "noop-hooks")
 """The configurations, in the order of the first round."""
+NOOP_HOOK = "cat > /dev/null"
+"""The command of ``noop-hooks``: omray's hook events with a command that costs nothing, so what is
+left over bare is Claude Code's own cost of running a hook (the floor of any hook)."""
 PROMPT = "Reply with the single word Done."
 """Every turn's prompt (the mock answers the same whatever it is)."""
 AGENT_ENV = {
@@ -174,6 +178,12 @@ def install_config(project: Path, config_dir: Path, config: str, omray: str) -> 
     settings: dict[str, Any] = {}
     if config in ("hooks", "both"):
         settings = merge_claude_hooks(settings, f"{shlex.quote(omray)} hook claude-code")
+    if config == "noop-hooks":
+        hooks = merge_claude_hooks({}, f"{shlex.quote(omray)} hook claude-code")["hooks"]
+        for groups in hooks.values():
+            for group in groups:
+                group["hooks"] = [{**hook, "command": NOOP_HOOK} for hook in group["hooks"]]
+        settings = {"hooks": hooks}
     if config in ("mcp", "both"):
         settings = merge_claude_approvals(settings)
         mcp = merge_mcp_server({}, claude_mcp_entry(omray, None))
@@ -229,7 +239,7 @@ def wait_for_dispatcher(project: Path, timeout_s: float = 90.0) -> float:
 
 
 class Agent:
-    """The four projects of one run and how to run a turn in each."""
+    """The projects of one run and how to run a turn in each."""
 
     def __init__(self, claude: Path, root: Path, omray: str, base_url: str, omray_home: Path) -> None:
         self.claude, self.root = claude, root
