@@ -11,7 +11,8 @@ nonessential request off), in a temporary project per configuration, each with i
 * ``hooks``: omray's hooks in ``.claude/settings.json``, written by ``omray integrate``'s merge;
 * ``mcp``: omray's MCP server in ``.mcp.json`` and its approvals, the same way;
 * ``both``: everything ``omray integrate claude-code`` writes;
-* ``noop-hooks``: the same hook events running ``cat > /dev/null``: Claude Code's own cost of a hook.
+* ``noop-hooks``: the same hook events running ``cat > /dev/null``: Claude Code's own cost of a hook;
+* ``noop-mcp``: omray's MCP entry and approvals, the server a static one (:data:`NOOP_MCP_SERVER`).
 
 Every turn is a fresh session (``claude -p``, as a script runs it), the configurations
 interleaved, the order rotated every round, one warm-up round not counted. After a turn the
@@ -32,6 +33,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -49,11 +51,31 @@ CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
 """The npm package of the Claude Code CLI."""
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omray-bench"
 """Where the benchmark installs the agents' CLIs (never into the repository)."""
-CONFIGS = ("bare", "hooks", "mcp", "both", "noop-hooks")
+CONFIGS = ("bare", "hooks", "mcp", "both", "noop-hooks", "noop-mcp")
 """The configurations, in the order of the first round."""
 NOOP_HOOK = "cat > /dev/null"
 """The command of ``noop-hooks``: omray's hook events with a command that costs nothing, so what is
 left over bare is Claude Code's own cost of running a hook (the floor of any hook)."""
+NOOP_MCP_SERVER = """\
+import json, sys
+tools = json.loads(sys.argv[1])
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    method = message.get("method")
+    if method == "initialize":
+        version = (message.get("params") or {}).get("protocolVersion") or "2025-06-18"
+        result = {"protocolVersion": version, "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "omray", "version": "0"}}
+    else:
+        result = {"tools": tools} if method == "tools/list" else {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\\n")
+    sys.stdout.flush()
+"""
+"""``noop-mcp``'s server: omray's tool list, answered at once by ``python -S -I`` (no site, no
+omray): close to the least any stdio MCP server can cost, so what is left over bare is Claude
+Code's own cost of an MCP server (its start, its tool list, its stop)."""
 PROMPT = "Reply with the single word Done."
 """Every turn's prompt (the mock answers the same whatever it is)."""
 AGENT_ENV = {
@@ -112,6 +134,13 @@ class AgentTurnResult(BaseModel):
     dispatcher_after_turn_ms: float
     """p50 of how long the ``Stop`` hook's dispatcher ran on after its turn ended (hooks, both)."""
     model_requests: int
+
+    @property
+    def over_floors_ms(self) -> float:
+        """What omray adds beyond Claude Code's own cost of a hook and of an MCP server: ``both``
+        over bare, less ``noop-hooks`` and ``noop-mcp`` over bare."""
+        over = {name: figures.over_bare_ms for name, figures in self.configs.items()}
+        return round(over["both"] - over["noop-hooks"] - over["noop-mcp"], 1)
 
 
 # ------------------------------------------------------------------------------------ the CLI
@@ -184,9 +213,11 @@ def install_config(project: Path, config_dir: Path, config: str, omray: str) -> 
             for group in groups:
                 group["hooks"] = [{**hook, "command": NOOP_HOOK} for hook in group["hooks"]]
         settings = {"hooks": hooks}
-    if config in ("mcp", "both"):
+    if config in ("mcp", "both", "noop-mcp"):
         settings = merge_claude_approvals(settings)
         mcp = merge_mcp_server({}, claude_mcp_entry(omray, None))
+        if config == "noop-mcp":
+            mcp = merge_mcp_server({}, _noop_mcp_entry())
         (project / ".mcp.json").write_text(json.dumps(mcp, indent=2) + "\n", encoding="utf-8")
     if settings:
         (project / ".claude").mkdir(exist_ok=True)
@@ -196,6 +227,14 @@ def install_config(project: Path, config_dir: Path, config: str, omray: str) -> 
         "projects": {str(project): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
     }
     (config_dir / ".claude.json").write_text(json.dumps(state), encoding="utf-8")
+
+
+def _noop_mcp_entry() -> dict[str, Any]:
+    from cluster.servers.mcp_server import mcp_tool, tool_specs
+
+    tools = [mcp_tool(spec) for spec in tool_specs(hybrid=True)]
+    python = sys.executable
+    return {"command": python, "args": ["-S", "-I", "-c", NOOP_MCP_SERVER, json.dumps(tools)]}
 
 
 def agent_env(base_url: str, config_dir: Path, omray_home: Path) -> dict[str, str]:
@@ -434,7 +473,7 @@ def _print(result: AgentTurnResult) -> None:
     typer.echo(f"{result.agent}, {result.turns} turns per configuration, load average {result.load_average}")
     for config, figures in result.configs.items():
         typer.echo(
-            f"  {config:5}: median {figures.median_s:.3f} s (+{figures.over_bare_ms:.0f} ms), "
+            f"  {config:10}: median {figures.median_s:.3f} s (+{figures.over_bare_ms:.0f} ms), "
             f"p90 {figures.p90_s:.3f} s"
         )
     typer.echo("breakdown (medians, ms; from Claude Code's debug and diagnostics files):")
@@ -442,11 +481,12 @@ def _print(result: AgentTurnResult) -> None:
         shown = ", ".join(
             f"{name.removesuffix('_ms')} {value:.0f}" for name, value in medians.items() if value is not None
         )
-        typer.echo(f"  {config:5}: {shown}")
+        typer.echo(f"  {config:10}: {shown}")
     typer.echo(
         "omray processes alone (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in result.processes_ms.items())
     )
     typer.echo(f"dispatcher ran on after its turn: p50 {result.dispatcher_after_turn_ms:.0f} ms")
+    typer.echo(f"both over bare, less noop-hooks and noop-mcp over bare: {result.over_floors_ms:.0f} ms")
 
 
 def bench_agent_turn_command(
@@ -476,6 +516,6 @@ def bench_agent_turn_command(
         typer.echo(json.dumps({"skipped": str(exc)}) if as_json else f"agent-turn skipped: {exc}")
         return
     if as_json:
-        typer.echo(result.model_dump_json())
+        typer.echo(json.dumps({**result.model_dump(mode="json"), "over_floors_ms": result.over_floors_ms}))
     else:
         _print(result)
