@@ -12,7 +12,8 @@ nonessential request off), in a temporary project per configuration, each with i
 * ``mcp``: omray's MCP server in ``.mcp.json`` and its approvals, the same way;
 * ``both``: everything ``omray integrate claude-code`` writes;
 * ``noop-hooks``: the same hook events running ``cat > /dev/null``: Claude Code's own cost of a hook;
-* ``noop-mcp``: omray's MCP entry and approvals, the server a static one (:data:`NOOP_MCP_SERVER`).
+* ``noop-mcp``: omray's MCP entry and approvals, the server a static one (:data:`NOOP_MCP_SERVER`);
+* ``noop-both``: both of these: the floor of ``both``, what any hooks and MCP server cost here.
 
 Every turn is a fresh session (``claude -p``, as a script runs it), the configurations
 interleaved, the order rotated every round, one warm-up round not counted. After a turn the
@@ -51,7 +52,7 @@ CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
 """The npm package of the Claude Code CLI."""
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omray-bench"
 """Where the benchmark installs the agents' CLIs (never into the repository)."""
-CONFIGS = ("bare", "hooks", "mcp", "both", "noop-hooks", "noop-mcp")
+CONFIGS = ("bare", "hooks", "mcp", "both", "noop-hooks", "noop-mcp", "noop-both")
 """The configurations, in the order of the first round."""
 NOOP_HOOK = "cat > /dev/null"
 """The command of ``noop-hooks``: omray's hook events with a command that costs nothing, so what is
@@ -137,10 +138,9 @@ class AgentTurnResult(BaseModel):
 
     @property
     def over_floors_ms(self) -> float:
-        """What omray adds beyond Claude Code's own cost of a hook and of an MCP server: ``both``
-        over bare, less ``noop-hooks`` and ``noop-mcp`` over bare."""
-        over = {name: figures.over_bare_ms for name, figures in self.configs.items()}
-        return round(over["both"] - over["noop-hooks"] - over["noop-mcp"], 1)
+        """What omray adds beyond Claude Code's own cost of hooks and an MCP server: ``both`` over
+        ``noop-both``."""
+        return round(self.configs["both"].over_bare_ms - self.configs["noop-both"].over_bare_ms, 1)
 
 
 # ------------------------------------------------------------------------------------ the CLI
@@ -207,16 +207,16 @@ def install_config(project: Path, config_dir: Path, config: str, omray: str) -> 
     settings: dict[str, Any] = {}
     if config in ("hooks", "both"):
         settings = merge_claude_hooks(settings, f"{shlex.quote(omray)} hook claude-code")
-    if config == "noop-hooks":
+    if config in ("noop-hooks", "noop-both"):
         hooks = merge_claude_hooks({}, f"{shlex.quote(omray)} hook claude-code")["hooks"]
         for groups in hooks.values():
             for group in groups:
                 group["hooks"] = [{**hook, "command": NOOP_HOOK} for hook in group["hooks"]]
-        settings = {"hooks": hooks}
-    if config in ("mcp", "both", "noop-mcp"):
+        settings = {**settings, "hooks": hooks}
+    if config in ("mcp", "both", "noop-mcp", "noop-both"):
         settings = merge_claude_approvals(settings)
         mcp = merge_mcp_server({}, claude_mcp_entry(omray, None))
-        if config == "noop-mcp":
+        if config.startswith("noop"):
             mcp = merge_mcp_server({}, _noop_mcp_entry())
         (project / ".mcp.json").write_text(json.dumps(mcp, indent=2) + "\n", encoding="utf-8")
     if settings:
@@ -486,7 +486,7 @@ def _print(result: AgentTurnResult) -> None:
         "omray processes alone (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in result.processes_ms.items())
     )
     typer.echo(f"dispatcher ran on after its turn: p50 {result.dispatcher_after_turn_ms:.0f} ms")
-    typer.echo(f"both over bare, less noop-hooks and noop-mcp over bare: {result.over_floors_ms:.0f} ms")
+    typer.echo(f"both over noop-both (omray's own part): {result.over_floors_ms:.0f} ms")
 
 
 def bench_agent_turn_command(
