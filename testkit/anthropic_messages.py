@@ -4,7 +4,7 @@ The real ``claude`` CLI, pointed at the scripted server with ``ANTHROPIC_BASE_UR
 ``POST /v1/messages`` (streaming: server-sent events) and sometimes
 ``/v1/messages/count_tokens``. A scripted Messages reply is a :class:`~testkit.scripted_server.Reply`
 whose body is one Messages API ``message``; the server sends it as an event stream when the request
-asked to stream (:func:`event_stream`), else as JSON.
+asked to stream (:func:`testkit.anthropic_stream.event_stream`), else as JSON.
 
 :class:`StructuredMemoryModel` answers omray's CLI runs: the CLI turns ``--json-schema`` into a
 ``StructuredOutput`` tool, and the model's answer is a call of that tool with omray's
@@ -15,7 +15,6 @@ model's ``calls_for`` (:class:`testkit.scripted_models.ScriptedMemoryModel`).
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -68,43 +67,6 @@ def api_error(status: int, error_type: str = "api_error") -> Reply:
     """An Anthropic error body with this HTTP status (``x-should-retry: false``: no client retries)."""
     body = {"type": "error", "error": {"type": error_type, "message": f"scripted error {status}"}}
     return Reply(status=status, body=body, headers={"x-should-retry": "false"})
-
-
-def _sse(events: list[tuple[str, Mapping[str, Any]]]) -> bytes:
-    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
-
-
-def event_stream(body: Mapping[str, Any]) -> bytes:
-    """``body`` (a ``message``) as the event stream of a streaming request."""
-    usage = dict(body.get("usage") or {})
-    start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
-    events: list[tuple[str, Mapping[str, Any]]] = [
-        ("message_start", {"type": "message_start", "message": start})
-    ]
-    for index, block in enumerate(body.get("content") or ()):
-        if block.get("type") == "tool_use":
-            opened = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input") or {})}
-        else:
-            opened = {"type": "text", "text": ""}
-            delta = {"type": "text_delta", "text": str(block.get("text", ""))}
-        events += [
-            ("content_block_start", {"type": "content_block_start", "index": index, "content_block": opened}),
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
-            ("content_block_stop", {"type": "content_block_stop", "index": index}),
-        ]
-    events += [
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": body.get("stop_reason"), "stop_sequence": None},
-                "usage": {"output_tokens": usage.get("output_tokens", 0)},
-            },
-        ),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-    return _sse(events)
 
 
 def _texts(content: object) -> list[str]:

@@ -30,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+from testkit.anthropic_stream import event_stream
+
 Route = str
 """``chat``, ``embeddings``, ``rerank`` or ``messages``."""
 
@@ -333,8 +335,6 @@ class ScriptedServer:
         return Reply(status=404, body={"error": {"message": "no such route", "type": "scripted"}})
 
     def _messages_reply(self, body: Mapping[str, Any]) -> Reply:
-        from testkit.anthropic_messages import event_stream  # it builds on this module's Reply
-
         reply = self._next("messages") or self.messages_default(body)
         if body.get("stream") and reply.status == 200 and isinstance(reply.body, Mapping):
             return Reply(
