@@ -37,7 +37,14 @@ from protocol.outcomes import (
     REASON_INVALID_INPUT,
     REASON_MODEL_API_KEY_MISSING,
     REASON_MODEL_AUTH,
+    REASON_MODEL_BAD_ANSWER,
+    REASON_MODEL_CALL_BUDGET,
+    REASON_MODEL_CLI_FAILED,
+    REASON_MODEL_CLI_LOGIN,
+    REASON_MODEL_CLI_MISSING,
+    REASON_MODEL_CLI_TIMEOUT,
     REASON_MODEL_NOT_FOUND,
+    REASON_MODEL_QUOTA,
     REASON_MODEL_UNREACHABLE,
     REASON_SETTINGS,
     EventsLocation,
@@ -92,6 +99,19 @@ def error_class_name(exc: BaseException) -> str | None:
     return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,199}", name) else None
 
 
+CLI_FAILURE_REASONS: dict[str, str] = {
+    "cli_missing": REASON_MODEL_CLI_MISSING,
+    "not_logged_in": REASON_MODEL_CLI_LOGIN,
+    "quota_exhausted": REASON_MODEL_QUOTA,
+    "budget_exceeded": REASON_MODEL_CALL_BUDGET,
+    "cli_timeout": REASON_MODEL_CLI_TIMEOUT,
+    "cli_failed": REASON_MODEL_CLI_FAILED,
+    "bad_answer": REASON_MODEL_BAD_ANSWER,
+}
+"""Failure category of each :class:`~actors.models.chat.ModelCallError` category of the agent-CLI
+providers (each has its cause and fix in :data:`protocol.outcomes.FAILURE_HELP`)."""
+
+
 def failure_reason(exc: BaseException) -> tuple[str, bool]:
     """Short category code for an exception and whether retrying can help."""
     exc = root_cause(exc)
@@ -117,6 +137,9 @@ def failure_reason(exc: BaseException) -> tuple[str, bool]:
     if isinstance(exc, SettingsError):
         return REASON_SETTINGS, True
     if "ModelCallError" in names:
+        cli_reason = CLI_FAILURE_REASONS.get(str(getattr(exc, "category", "")))
+        if cli_reason is not None:
+            return cli_reason, True  # retried, and re-driven once the user fixed the cause
         status = getattr(exc, "status_code", None)
         if status in (401, 403):
             return REASON_MODEL_AUTH, True

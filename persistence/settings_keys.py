@@ -22,7 +22,9 @@ the mapping it holds. The key :data:`NAMED` stands for keys the user chooses (pr
 
 NAMED: Final[str] = "*"
 
-_PROVIDER: Final[Schema] = dict.fromkeys(("base_url", "api_key_env", "context_window", "timeout_s"))
+_PROVIDER: Final[Schema] = dict.fromkeys(
+    ("base_url", "api_key_env", "context_window", "timeout_s", "command", "max_budget_usd")
+)
 _EMBEDDING: Final[Schema] = dict.fromkeys(
     ("base_url", "model_id", "query_prefix", "chunk_bytes", "overlap_bytes", "max_lines", "batch_size")
 )

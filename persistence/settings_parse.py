@@ -30,6 +30,8 @@ from protocol.settings import (
     BUILTIN_MODEL,
     BUILTIN_PROVIDER,
     BUILTIN_PROVIDER_SETTINGS,
+    CLAUDE_CODE_PROVIDER,
+    CLAUDE_CODE_PROVIDER_SETTINGS,
     DEFAULT_CONTEXT_WINDOW_RATIO,
     DEFAULT_DATABASE,
     DEFAULT_IDLE_FLUSH_SECONDS,
@@ -66,6 +68,7 @@ _PHP_NUMERIC_RE = re.compile(
 _PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "context_window", "timeout_s"})
+_CLI_PROVIDER_KEYS = frozenset({"command", "context_window", "timeout_s", "max_budget_usd"})
 
 
 def _php_number(value: object) -> float | None:
@@ -251,9 +254,12 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
     where = f"providers.{name}"
     if not isinstance(entry, Mapping):
         raise SettingsError(f"{where} must be a mapping.")
-    unknown = sorted(str(key) for key in entry if key not in _PROVIDER_KEYS)
+    allowed = _CLI_PROVIDER_KEYS if name == CLAUDE_CODE_PROVIDER else _PROVIDER_KEYS
+    unknown = sorted(str(key) for key in entry if key not in allowed)
     if unknown:
-        raise SettingsError(f"{where} has unknown keys {unknown!r}; allowed: {sorted(_PROVIDER_KEYS)!r}.")
+        raise SettingsError(f"{where} has unknown keys {unknown!r}; allowed: {sorted(allowed)!r}.")
+    if name == CLAUDE_CODE_PROVIDER:
+        return _cli_provider(where, entry)
     base_url = _http_url(entry.get("base_url"))
     if base_url is None:
         raise SettingsError(f"{where}.base_url must be an HTTP(S) URL with a host and no credentials.")
@@ -267,24 +273,54 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
             f"{where}.context_window is required: the model's context window in tokens (e.g. 32768), "
             "which sizes what the Observer is sent at once."
         )
-    if isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1:
-        raise SettingsError(f"{where}.context_window must be an integer >= 1.")
-    if context_window > limits.MAX_CONTEXT_WINDOW:
-        raise SettingsError(f"{where}.context_window must be at most {limits.MAX_CONTEXT_WINDOW}.")
-    timeout = entry.get("timeout_s", DEFAULT_PROVIDER_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise SettingsError(f"{where}.timeout_s must be a number > 0.")  # NaN too
-    if not timeout <= limits.MAX_PROVIDER_TIMEOUT_S:
-        raise SettingsError(
-            f"{where}.timeout_s must be a finite number <= {limits.MAX_PROVIDER_TIMEOUT_S:g}."
-        )
     return ProviderSettings(
         name=name,
         kind="openai_compatible",
         base_url=base_url,
         api_key_env=api_key_env,
-        context_window=context_window,
-        timeout_s=float(timeout),
+        context_window=_context_window(where, context_window),
+        timeout_s=_timeout(where, entry.get("timeout_s", DEFAULT_PROVIDER_TIMEOUT_S)),
+    )
+
+
+def _context_window(where: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"{where}.context_window must be an integer >= 1.")
+    if value > limits.MAX_CONTEXT_WINDOW:
+        raise SettingsError(f"{where}.context_window must be at most {limits.MAX_CONTEXT_WINDOW}.")
+    return value
+
+
+def _timeout(where: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise SettingsError(f"{where}.timeout_s must be a number > 0.")  # NaN too
+    if not value <= limits.MAX_PROVIDER_TIMEOUT_S:
+        raise SettingsError(
+            f"{where}.timeout_s must be a finite number <= {limits.MAX_PROVIDER_TIMEOUT_S:g}."
+        )
+    return float(value)
+
+
+def _cli_provider(where: str, entry: Mapping[str, Any]) -> ProviderSettings:
+    """``providers.claude-code``: the CLI's command, window, timeout and per-call budget (defaults
+    from :data:`CLAUDE_CODE_PROVIDER_SETTINGS`). It has no ``base_url`` or ``api_key_env``: the CLI
+    calls the model on its own login."""
+    default = CLAUDE_CODE_PROVIDER_SETTINGS
+    command = entry.get("command", default.command)
+    if not isinstance(command, str) or not command.strip() or "\0" in command:
+        raise SettingsError(f"{where}.command must be the name or absolute path of the claude CLI.")
+    budget = entry.get("max_budget_usd", default.max_budget_usd)
+    if isinstance(budget, bool) or not isinstance(budget, int | float) or not budget > 0:
+        raise SettingsError(f"{where}.max_budget_usd must be a number of US dollars > 0.")
+    if not budget <= limits.MAX_CLI_BUDGET_USD:
+        raise SettingsError(f"{where}.max_budget_usd must be at most {limits.MAX_CLI_BUDGET_USD:g}.")
+    return default.model_copy(
+        update={
+            "command": command.strip(),
+            "context_window": _context_window(where, entry.get("context_window", default.context_window)),
+            "timeout_s": _timeout(where, entry.get("timeout_s", default.timeout_s)),
+            "max_budget_usd": float(budget),
+        }
     )
 
 

@@ -66,7 +66,60 @@ REASON_MODEL_UNREACHABLE = "model_unreachable"
 REASON_MODEL_NOT_FOUND = "model_not_found"
 """The endpoint answered 404: no such model (or path)."""
 
+REASON_MODEL_CLI_MISSING = "model_cli_missing"
+"""The agent CLI a provider runs (``claude``) is not installed where the worker runs."""
+REASON_MODEL_CLI_LOGIN = "model_cli_login"
+"""The agent CLI is not logged in (or its login was refused) for the user the runtime runs as."""
+REASON_MODEL_QUOTA = "model_quota"
+"""The plan's usage allowance or the account's credit is used up."""
+REASON_MODEL_CALL_BUDGET = "model_call_budget"
+"""One model call would have spent more than the provider's ``max_budget_usd``."""
+REASON_MODEL_CLI_TIMEOUT = "model_cli_timeout"
+"""A run of the agent CLI did not finish within the provider's ``timeout_s``."""
+REASON_MODEL_CLI_FAILED = "model_cli_failed"
+"""The agent CLI ended without a usable result (refused its command line, crashed)."""
+REASON_MODEL_BAD_ANSWER = "model_bad_answer"
+"""The model's answer was not the structured answer asked for."""
+
+_CLI_HELP: dict[str, tuple[str, str]] = {
+    REASON_MODEL_CLI_MISSING: (
+        "the `claude` CLI that the claude-code provider runs is not installed where the memory runtime runs",
+        "install it (`npm install -g @anthropic-ai/claude-code`) or set providers.claude-code.command to "
+        "its absolute path in omray.yaml, then `omray down && omray up`",
+    ),
+    REASON_MODEL_CLI_LOGIN: (
+        "the `claude` CLI is not logged in for the user who runs the memory runtime",
+        "run `claude` once and log in (`/login`) as that user, with the same CLAUDE_CONFIG_DIR as the "
+        "shell that runs `omray up`",
+    ),
+    REASON_MODEL_QUOTA: (
+        "the model's usage allowance (plan limit or credit balance) is used up",
+        "wait until the allowance resets, or choose another model in omray.yaml; the turns wait, nothing is "
+        "lost",
+    ),
+    REASON_MODEL_CALL_BUDGET: (
+        "one Observer or Reflector call would cost more than providers.claude-code.max_budget_usd",
+        "raise max_budget_usd in omray.yaml, or lower providers.claude-code.context_window so each call is "
+        "sent less",
+    ),
+    REASON_MODEL_CLI_TIMEOUT: (
+        "a run of the `claude` CLI did not finish within providers.claude-code.timeout_s",
+        "check that `claude -p hello` answers as the user who runs `omray up`; raise timeout_s, or lower "
+        "context_window so each call is smaller",
+    ),
+    REASON_MODEL_CLI_FAILED: (
+        "the `claude` CLI ended without a result",
+        "check `claude --version` (omray needs a version with --json-schema and --no-session-persistence, "
+        "2.1 or later) and that `claude -p hello` works as the user who runs `omray up`",
+    ),
+    REASON_MODEL_BAD_ANSWER: (
+        "the model did not give the structured answer omray asked for",
+        "this usually passes on the next attempt; if it persists, choose a stronger model in omray.yaml",
+    ),
+}
+
 FAILURE_HELP: dict[str, tuple[str, str]] = {
+    **_CLI_HELP,
     REASON_SETTINGS: (
         "the settings are invalid or name a model or provider that is not defined",
         "fix the project's omray.yaml (`omray integrate <agent> --check` says what is wrong); jobs read it "

@@ -22,6 +22,7 @@ from protocol.settings_limits import (
     MAX_BATCH_SIZE,
     MAX_CHUNK_BYTES,
     MAX_CHUNK_LINES,
+    MAX_CLI_BUDGET_USD,
     MAX_CONTEXT_WINDOW,
     MAX_IDLE_FLUSH_SECONDS,
     MAX_PRICE,
@@ -61,6 +62,15 @@ BUILTIN_CONTEXT_WINDOW = 32768
 """Context window of the built-in model."""
 DEFAULT_PROVIDER_TIMEOUT_S = 300.0
 """Default HTTP timeout of a provider, in seconds."""
+CLAUDE_CODE_PROVIDER = "claude-code"
+"""Name of the provider that runs the installed ``claude`` CLI headless on the user's own login."""
+CLAUDE_CODE_CONTEXT_WINDOW = 200_000
+"""Default context window of ``claude-code`` models (the Claude models' window)."""
+CLAUDE_CODE_COMMAND = "claude"
+"""Default ``providers.claude-code.command``: the CLI found on the ``PATH`` of the memory runtime."""
+DEFAULT_CLI_MAX_BUDGET_USD = 0.5
+"""Default ``providers.claude-code.max_budget_usd``: what one model call may spend (the CLI's own
+count, in US dollars; a call on a subscription draws the same amount from its allowance)."""
 BUILTIN_EMBEDDING_MODEL = "builtin/all-minilm-l6-v2"
 """``semantic.embedding_api.model_id`` of the offline embedder (all-MiniLM-L6-v2, no ``base_url`` needed)."""
 BUILTIN_EMBEDDING_BATCH_SIZE = 32
@@ -159,8 +169,9 @@ class ProviderSettings(_Settings):
 
     name: str = Field(min_length=1)
     """Provider name, the part of the model reference before the first ``/``."""
-    kind: Literal["builtin", "openai_compatible"]
-    """``builtin`` runs in-process with no network; others are OpenAI-compatible HTTP endpoints."""
+    kind: Literal["builtin", "openai_compatible", "claude_code"]
+    """``builtin`` runs in-process with no network; ``claude_code`` runs the ``claude`` CLI on the
+    user's login (:data:`CLAUDE_CODE_PROVIDER`); others are OpenAI-compatible HTTP endpoints."""
     base_url: str | None = None
     """HTTP(S) base URL (``None`` only for ``builtin``)."""
     api_key_env: str | None = None
@@ -170,13 +181,26 @@ class ProviderSettings(_Settings):
     timeout_s: float = Field(
         default=DEFAULT_PROVIDER_TIMEOUT_S, gt=0, le=MAX_PROVIDER_TIMEOUT_S, allow_inf_nan=False
     )
-    """HTTP timeout per request, in seconds."""
+    """HTTP timeout per request (for ``claude_code``: per CLI run), in seconds."""
+    command: str | None = None
+    """``claude_code`` only: the CLI to run (a name looked up on ``PATH``, or an absolute path)."""
+    max_budget_usd: float | None = Field(default=None, gt=0, le=MAX_CLI_BUDGET_USD, allow_inf_nan=False)
+    """``claude_code`` only: the most one model call may spend, in US dollars (``--max-budget-usd``)."""
 
 
 BUILTIN_PROVIDER_SETTINGS = ProviderSettings(
     name=BUILTIN_PROVIDER, kind="builtin", context_window=BUILTIN_CONTEXT_WINDOW
 )
 """The provider that is always defined."""
+
+CLAUDE_CODE_PROVIDER_SETTINGS = ProviderSettings(
+    name=CLAUDE_CODE_PROVIDER,
+    kind="claude_code",
+    context_window=CLAUDE_CODE_CONTEXT_WINDOW,
+    command=CLAUDE_CODE_COMMAND,
+    max_budget_usd=DEFAULT_CLI_MAX_BUDGET_USD,
+)
+"""``claude-code`` when the settings do not define it: usable with no ``providers`` block."""
 
 
 class ModelPrice(_Settings):
@@ -272,6 +296,8 @@ class OmSettings(_Settings):
         for provider in self.providers:
             if provider.name == name:
                 return provider
+        if name == CLAUDE_CODE_PROVIDER:
+            return CLAUDE_CODE_PROVIDER_SETTINGS
         raise SettingsError(f"provider {name!r} is not defined in observational_memory.providers.")
 
     def model_provider(self) -> ProviderSettings:

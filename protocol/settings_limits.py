@@ -11,6 +11,8 @@ MAX_IDLE_FLUSH_SECONDS = 86_400.0
 """Longest ``observer.idle_flush_seconds`` (a day): a tail (and ``wait_idle``) is never held forever."""
 MAX_PROVIDER_TIMEOUT_S = 3_600.0
 """Longest ``providers.<name>.timeout_s`` (an hour per request)."""
+MAX_CLI_BUDGET_USD = 1_000.0
+"""Largest ``providers.claude-code.max_budget_usd`` per model call."""
 MAX_CONTEXT_WINDOW = 100_000_000
 """Largest ``providers.<name>.context_window`` in tokens."""
 MAX_TOKEN_THRESHOLD = 1_000_000_000

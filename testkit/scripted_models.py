@@ -65,7 +65,15 @@ class ScriptedMemoryModel:
         if messages[-1]["role"] == "tool":
             return chat_text("Done.")
         tool = body["tools"][0]["function"]["name"]
-        text = str(messages[-1]["content"])
+        reply = chat_tool_calls(*self.calls_for(tool, str(messages[-1]["content"])))
+        if tool == "record_reflections" and self.hold_reflector_s:
+            hold, self.hold_reflector_s = self.hold_reflector_s, 0.0
+            return Reply(status=reply.status, body=reply.body, delay_s=hold)
+        return reply
+
+    def calls_for(self, tool: str, text: str) -> list[tuple[str, dict[str, Any]]]:
+        """The tool calls answering a first request offering ``tool`` with input ``text`` (any
+        transport: native tool calls here, a CLI's structured answer in :mod:`testkit.anthropic_messages`)."""
         if tool == "record_observations":
             chunk = text.split("NEW SOURCE-ADDRESSED CONVERSATION CHUNK:", 1)[-1]
             items = [
@@ -77,7 +85,7 @@ class ScriptedMemoryModel:
                 }
                 for run, seq, ts in _LABEL.findall(chunk)
             ]
-            return chat_tool_calls(("record_observations", {"observations": items}))
+            return [("record_observations", {"observations": items})]
         local_ids = _LOCAL_ID.findall(text.split("CURRENT OBSERVATIONS:", 1)[-1])
         if tool == "record_reflections":
             self.reflector_requests += 1
@@ -85,12 +93,8 @@ class ScriptedMemoryModel:
                 "content": "The session fixed date parsing in the billing importer.",
                 "supporting_observation_ids": local_ids[:4],
             }
-            reply = chat_tool_calls(("record_reflections", {"reflections": [reflection]}))
-            if self.hold_reflector_s:
-                hold, self.hold_reflector_s = self.hold_reflector_s, 0.0
-                return Reply(status=reply.status, body=reply.body, delay_s=hold)
-            return reply
-        return chat_tool_calls(("drop_observations", {"ids": local_ids[:3]}))
+            return [("record_reflections", {"reflections": [reflection]})]
+        return [("drop_observations", {"ids": local_ids[:3]})]
 
 
 _BLOCK = re.compile(
@@ -109,11 +113,10 @@ class CondensingMemoryModel(ScriptedMemoryModel):
         super().__init__(latency_s, seconds_per_prompt_token)
         self.every = every
 
-    def _answer(self, body: Mapping[str, Any]) -> Reply:
-        messages = body["messages"]
-        if messages[-1]["role"] == "tool" or body["tools"][0]["function"]["name"] != "record_observations":
-            return super()._answer(body)
-        chunk = str(messages[-1]["content"]).split("NEW SOURCE-ADDRESSED CONVERSATION CHUNK:", 1)[-1]
+    def calls_for(self, tool: str, text: str) -> list[tuple[str, dict[str, Any]]]:
+        if tool != "record_observations":
+            return super().calls_for(tool, text)
+        chunk = text.split("NEW SOURCE-ADDRESSED CONVERSATION CHUNK:", 1)[-1]
         blocks = _BLOCK.findall(chunk)
         items = []
         for start in range(0, len(blocks), self.every):
@@ -127,4 +130,4 @@ class CondensingMemoryModel(ScriptedMemoryModel):
                     "source_refs": [{"run_id": run, "seq": int(seq)} for run, seq, _, _ in group],
                 }
             )
-        return chat_tool_calls(("record_observations", {"observations": items}))
+        return [("record_observations", {"observations": items})]

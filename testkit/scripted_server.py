@@ -1,6 +1,7 @@
 """A small OpenAI-compatible HTTP server for tests, bound to 127.0.0.1 on a free port.
 
-It answers ``POST .../chat/completions``, ``POST .../embeddings`` and ``POST .../rerank`` from
+It answers ``POST .../chat/completions``, ``POST .../embeddings``, ``POST .../rerank`` and the
+Anthropic ``POST .../v1/messages`` (:mod:`testkit.anthropic_messages`, for the ``claude`` CLI) from
 queues of programmed :class:`Reply` values (tool calls, text, invalid JSON arguments, HTTP errors,
 slow replies), falling back to default responders when a queue is empty, and records every
 request body it receives so a test can assert what the client sent::
@@ -29,8 +30,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+from testkit.anthropic_stream import event_stream
+
 Route = str
-"""``chat``, ``embeddings`` or ``rerank``."""
+"""``chat``, ``embeddings``, ``rerank`` or ``messages``."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Reply:
     """Extra response headers."""
     delay_s: float = 0.0
     """Seconds to wait before answering (cut short when the server stops)."""
+    content_type: str = "application/json"
+    """``Content-Type`` of the answer."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,14 @@ def word_overlap_scores(query: str, documents: Sequence[str]) -> list[float]:
     return [float(len(words & set(document.lower().split()))) for document in documents]
 
 
+def _no_messages_reply(_body: Mapping[str, Any]) -> Reply:
+    return Reply(
+        status=500,
+        body={"type": "error", "error": {"type": "api_error", "message": "scripted server: no reply queued"}},
+        headers={"x-should-retry": "false"},
+    )
+
+
 def _no_chat_reply(_body: Mapping[str, Any]) -> Reply:
     # The client must not retry this: an empty queue is a test scripting mistake.
     return Reply(
@@ -188,13 +201,20 @@ class ScriptedServer:
         embed: Callable[[str], Sequence[float]] = hash_vector,
         rerank: Callable[[str, Sequence[str]], Sequence[float]] = word_overlap_scores,
         models: Sequence[str] | None = None,
+        messages_default: Callable[[Mapping[str, Any]], Reply] = _no_messages_reply,
     ) -> None:
         self.chat_default = chat_default
+        self.messages_default = messages_default
         self.models = None if models is None else tuple(models)
         """Ids ``GET .../models`` lists; ``None``: that route answers 404, as on servers without it."""
         self.embed = embed
         self.rerank_scores = rerank
-        self._queues: dict[Route, deque[Reply]] = {"chat": deque(), "embeddings": deque(), "rerank": deque()}
+        self._queues: dict[Route, deque[Reply]] = {
+            "chat": deque(),
+            "embeddings": deque(),
+            "rerank": deque(),
+            "messages": deque(),
+        }
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -214,6 +234,10 @@ class ScriptedServer:
     def push_rerank(self, *replies: Reply) -> None:
         """Queue replies for ``/rerank`` (the default scores with ``rerank`` when empty)."""
         self._push("rerank", replies)
+
+    def push_messages(self, *replies: Reply) -> None:
+        """Queue replies (bodies: Messages API ``message`` values) for ``/v1/messages``, in order."""
+        self._push("messages", replies)
 
     def _push(self, route: Route, replies: Sequence[Reply]) -> None:
         with self._lock:
@@ -240,6 +264,11 @@ class ScriptedServer:
     def chat_requests(self) -> list[RecordedRequest]:
         """Requests to ``/chat/completions``."""
         return self.requests_to("/chat/completions")
+
+    @property
+    def messages_requests(self) -> list[RecordedRequest]:
+        """Requests to the Anthropic ``/v1/messages`` (the query string, e.g. ``?beta=true``, ignored)."""
+        return [r for r in self.requests if r.path.partition("?")[0].endswith("/v1/messages")]
 
     @property
     def root_url(self) -> str:
@@ -292,6 +321,11 @@ class ScriptedServer:
     def reply_for(self, path: str, body: Any) -> Reply:
         """The reply to a request (queued first, else the route's default)."""
         payload = body if isinstance(body, Mapping) else {}
+        path = path.partition("?")[0]
+        if path.endswith("/v1/messages/count_tokens"):
+            return Reply(body={"input_tokens": 10})
+        if path.endswith("/v1/messages"):
+            return self._messages_reply(payload)
         if path.endswith("/chat/completions"):
             return self._next("chat") or self.chat_default(payload)
         if path.endswith("/embeddings"):
@@ -299,6 +333,17 @@ class ScriptedServer:
         if path.endswith("/rerank"):
             return self._next("rerank") or self._default_rerank(payload)
         return Reply(status=404, body={"error": {"message": "no such route", "type": "scripted"}})
+
+    def _messages_reply(self, body: Mapping[str, Any]) -> Reply:
+        reply = self._next("messages") or self.messages_default(body)
+        if body.get("stream") and reply.status == 200 and isinstance(reply.body, Mapping):
+            return Reply(
+                body=event_stream(reply.body),
+                headers=reply.headers,
+                delay_s=reply.delay_s,
+                content_type="text/event-stream",
+            )
+        return reply
 
     def _default_embeddings(self, body: Mapping[str, Any]) -> Reply:
         inputs = body.get("input")
@@ -351,7 +396,7 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode("utf-8")
             try:
                 self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", reply.content_type)
                 self.send_header("Content-Length", str(len(payload)))
                 for key, value in reply.headers.items():
                     self.send_header(key, value)

@@ -38,8 +38,23 @@ DEFAULT_CLIENT_MAX_RETRIES = 2
 TOOL_CALL_LIMIT_MESSAGE = "Tool call limit reached for this run; this call was not executed. Stop now."
 """Tool message answering calls beyond the budget."""
 
-ModelErrorCategory = Literal["timeout", "rate_limited", "server_error", "bad_response", "connection"]
-"""Why a model call failed, coarse enough to log and to decide a retry."""
+ModelErrorCategory = Literal[
+    "timeout",
+    "rate_limited",
+    "server_error",
+    "bad_response",
+    "connection",
+    "cli_missing",
+    "cli_failed",
+    "cli_timeout",
+    "not_logged_in",
+    "quota_exhausted",
+    "budget_exceeded",
+    "bad_answer",
+]
+"""Why a model call failed, coarse enough to log and to decide a retry. The ``cli_*``,
+``not_logged_in``, ``quota_exhausted``, ``budget_exceeded`` and ``bad_answer`` categories come from
+the providers that run an agent's CLI (:mod:`actors.models.claude_cli`)."""
 
 Messages = Sequence[Mapping[str, Any]]
 """Chat messages in the OpenAI wire format (``role``, ``content``, ``tool_calls``, ``tool_call_id``)."""

@@ -20,11 +20,19 @@ from actors.models.chat import (
     UnknownModelError,
     UnknownProviderError,
 )
+from actors.models.claude_cli import ClaudeCliChatModel
 from actors.models.clients import ClientPool, secret_key
 from actors.models.embeddings import Embedder, EmbeddingError, HttpReranker, OpenAIEmbedder, Reranker
 from actors.models.offline_embedder import default_offline_embedder
 from protocol.errors import ModelSettingsError, SettingsError
-from protocol.settings import BUILTIN_MODEL, BUILTIN_PROVIDER, OmSettings, SemanticSettings
+from protocol.settings import (
+    BUILTIN_MODEL,
+    BUILTIN_PROVIDER,
+    CLAUDE_CODE_COMMAND,
+    DEFAULT_CLI_MAX_BUDGET_USD,
+    OmSettings,
+    SemanticSettings,
+)
 
 
 def model_for(
@@ -37,7 +45,8 @@ def model_for(
 ) -> tuple[ChatModel, int]:
     """The chat model and context window for a ``provider/model`` reference.
 
-    ``builtin/extractive`` is the in-process model. Other providers come from
+    ``builtin/extractive`` is the in-process model; ``claude-code/<model>`` runs the ``claude`` CLI
+    (:class:`~actors.models.claude_cli.ClaudeCliChatModel`). Other providers come from
     ``settings.providers``; their API key is read from the environment variable they name
     (``environ`` defaults to ``os.environ``), or :data:`NO_KEY_PLACEHOLDER` when they name none.
     With ``clients`` (a worker passes :func:`actors.models.clients.worker_clients`), one client per
@@ -56,6 +65,16 @@ def model_for(
         if model != BUILTIN_MODEL:
             raise UnknownModelError(f"the built-in provider has no model {model!r}; use {BUILTIN_MODEL!r}.")
         return BuiltinExtractiveModel(), provider.context_window
+    if provider.kind == "claude_code":
+        # One run of the CLI per request: nothing to pool. The runs start from the environment the
+        # worker has when it calls (``environ`` when given), so the CLI finds its login there.
+        cli = ClaudeCliChatModel(
+            provider.command or CLAUDE_CODE_COMMAND,
+            provider.timeout_s,
+            provider.max_budget_usd or DEFAULT_CLI_MAX_BUDGET_USD,
+            environ=environ,
+        )
+        return cli, provider.context_window
     if provider.base_url is None:
         raise SettingsError(f"provider {provider.name!r} has no base_url.")
     api_key = NO_KEY_PLACEHOLDER

@@ -52,6 +52,9 @@ MARKS_FILE = "live.marks.jsonl"
 """``persistence.importers.live.MARKS_FILE``."""
 DISPATCH_LOCK = ".hatfield/omray-hook.dispatch.lock"
 """Held by the project's one dispatcher."""
+OBSERVER_CALL_ENV = "OMRAY_OBSERVER_CALL"
+"""``actors.models.claude_cli.OBSERVER_CALL_ENV``: set in the model calls omray makes through an
+agent's CLI, whose hooks must not record them as sessions."""
 MAX_INPUT_BYTES = 1024 * 1024
 """Largest hook input read from stdin."""
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z"
@@ -506,9 +509,15 @@ def _options(args: list[str]) -> tuple[str | None, list[str]] | None:
 
 
 def run(args: list[str]) -> bool:
-    """Run ``omray hook <args>`` if this module handles it (True), else leave it to the full CLI."""
+    """Run ``omray hook <args>`` if this module handles it (True), else leave it to the full CLI.
+
+    Inside a CLI run omray itself started to call a model (:data:`OBSERVER_CALL_ENV` set), a hook
+    does nothing at all: the observer never observes itself.
+    """
     if not args or args[0] not in ("claude-code", "codex"):
         return False
+    if os.environ.get(OBSERVER_CALL_ENV):
+        return True
     parsed = _options(args[1:])
     if parsed is None:
         return False
