@@ -46,6 +46,7 @@ from pydantic import BaseModel
 
 from bench.agent_mock import REPLY, MockModelServer
 from bench.agent_turn_parse import TurnPhases, median_phases, turn_phases
+from bench.hook_bench import mcp_tools_listed, timed_ms
 from bench.measure import percentile
 
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
@@ -336,44 +337,13 @@ def rotated(round_no: int) -> list[str]:
 
 
 def _timed_ms(argv: list[str], stdin: str, cwd: Path, env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(
-        argv, input=stdin, text=True, capture_output=True, cwd=cwd, env=env, timeout=60, check=False
-    )
-    return (time.perf_counter() - started) * 1000
+    return timed_ms(argv, stdin, cwd, env, check=False)
 
 
 def mcp_listed_ms(omray: str, cwd: Path, env: dict[str, str]) -> float:
     """``omray mcp`` started, ``initialize`` then ``tools/list`` sent: ms until the list arrives."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [omray, "mcp"],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "b", "version": "1"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-    ]
-    process.stdin.write("".join(json.dumps(m) + "\n" for m in messages).encode())
-    process.stdin.flush()
-    for _ in range(2):
-        process.stdout.readline()
-    listed = (time.perf_counter() - started) * 1000
+    process, listed, _ = mcp_tools_listed([omray, "mcp"], cwd, env)
+    assert process.stdin is not None
     process.stdin.close()
     process.wait(timeout=30)
     return listed

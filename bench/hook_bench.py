@@ -30,7 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from filelock import FileLock
@@ -84,19 +84,23 @@ def _p90(values: Sequence[float]) -> float:
     return sorted(values)[max(0, int(len(values) * 0.9 + 0.5) - 1)]
 
 
-def _timed(argv: list[str], stdin: str, cwd: Path, env: dict[str, str]) -> float:
+def timed_ms(argv: list[str], stdin: str, cwd: Path, env: dict[str, str], *, check: bool = True) -> float:
+    """Milliseconds one process takes from start to exit, ``stdin`` on its input."""
     started = time.perf_counter()
     subprocess.run(
-        argv, input=stdin, text=True, capture_output=True, cwd=cwd, check=True, timeout=60, env=env
+        argv, input=stdin, text=True, capture_output=True, cwd=cwd, check=check, timeout=60, env=env
     )
     return (time.perf_counter() - started) * 1000
 
 
-def _mcp_times(cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """``(ms until tools/list answered, ms from SIGTERM until exit)`` of one ``omray mcp``."""
+def mcp_tools_listed(
+    argv: list[str], cwd: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], float, Any]:
+    """Start ``argv`` (an ``omray mcp``), send ``initialize`` then ``tools/list``: the running
+    process, the ms until the list arrived, and the ``tools/list`` answer."""
     started = time.perf_counter()
     process = subprocess.Popen(
-        [*OMRAY, "mcp"],
+        argv,
         cwd=cwd,
         env=env,
         stdin=subprocess.PIPE,
@@ -121,8 +125,13 @@ def _mcp_times(cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     process.stdin.write("".join(json.dumps(m) + "\n" for m in messages).encode())
     process.stdin.flush()
     answers = [json.loads(process.stdout.readline()) for _ in range(2)]
-    listed = (time.perf_counter() - started) * 1000
-    assert len(answers[1]["result"]["tools"]) == 4
+    return process, (time.perf_counter() - started) * 1000, answers[1]
+
+
+def _mcp_times(cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """``(ms until tools/list answered, ms from SIGTERM until exit)`` of one ``omray mcp``."""
+    process, listed, answer = mcp_tools_listed([*OMRAY, "mcp"], cwd, env)
+    assert len(answer["result"]["tools"]) == 4
     stopping = time.perf_counter()
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=30)
@@ -161,15 +170,15 @@ def run_hook_bench(runs: int, transcript: Path, memories: int, spacing_s: float 
         hook = [*OMRAY, "hook", "claude-code"]
 
         def marking(event: str, extra: dict[str, object]) -> Callable[[], float]:
-            return lambda: _timed(hook, payload(event, extra=extra), root, env)
+            return lambda: timed_ms(hook, payload(event, extra=extra), root, env)
 
         kinds: dict[str, Callable[[], float]] = {
             name: marking(event, extra) for name, (event, extra) in HOOK_EVENTS.items()
         }
-        kinds["session_start_compact"] = lambda: _timed(
+        kinds["session_start_compact"] = lambda: timed_ms(
             hook, payload("SessionStart", extra={"source": "compact"}), root, env
         )
-        kinds["session_start_resume"] = lambda: _timed(
+        kinds["session_start_resume"] = lambda: timed_ms(
             hook, payload("SessionStart", resumed, {"source": "resume"}), root, env
         )
         # The first SessionStart reads the settings the slow way and caches the database path.
@@ -189,14 +198,14 @@ def run_hook_bench(runs: int, transcript: Path, memories: int, spacing_s: float 
         with FileLock(str(root / DISPATCH_LOCK)):
             for _ in range(runs):
                 for name, call in kinds.items():
-                    interpreter.append(_timed([sys.executable, "-c", "pass"], "", root, env))
+                    interpreter.append(timed_ms([sys.executable, "-c", "pass"], "", root, env))
                     times[name].append(call())
                 listed, stopped = _mcp_times(root, env)
                 times["mcp_tools_list"].append(listed)
                 times["mcp_exit"].append(stopped)
         for _ in range(runs):
-            interpreter.append(_timed([sys.executable, "-c", "pass"], "", root, env))
-            times["stop_spawning"].append(_timed(hook, payload("Stop"), root, env))
+            interpreter.append(timed_ms([sys.executable, "-c", "pass"], "", root, env))
+            times["stop_spawning"].append(timed_ms(hook, payload("Stop"), root, env))
             time.sleep(spacing_s)  # the dispatcher it started finds no runtime and exits
         projection = project(root / "om.sqlite", SESSION)
     base = percentile(interpreter, 0.5)
