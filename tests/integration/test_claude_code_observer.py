@@ -25,10 +25,12 @@ from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
+from cluster.status import explain
 from persistence.queries import MemoryReader
-from testkit.anthropic_messages import STRUCTURED_OUTPUT_TOOL, StructuredMemoryModel
+from testkit.anthropic_messages import STRUCTURED_OUTPUT_TOOL, StructuredMemoryModel, api_error
 from testkit.scripted_models import ScriptedMemoryModel
-from testkit.scripted_server import ScriptedServer
+from testkit.scripted_server import Reply, ScriptedServer
+from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
 
@@ -177,3 +179,70 @@ def test_a_session_is_observed_reflected_and_projected_through_the_claude_cli(
     assert not list(config.rglob("*.jsonl"))
     assert _files(project_dir) == before
     assert _session_ids(db) == {"s-claude"}
+
+
+class _LoggedOutThenIn:
+    """Refuses the credentials (HTTP 401, as for a login that expired) until ``logged_in`` is set."""
+
+    def __init__(self) -> None:
+        self.logged_in = False
+        self.model = StructuredMemoryModel(ScriptedMemoryModel())
+
+    def __call__(self, body: Any) -> Reply:
+        return self.model(body) if self.logged_in else api_error(401, "authentication_error")
+
+
+def test_a_logged_out_cli_is_reported_with_cause_and_fix_and_its_turns_wait(
+    names: RuntimeNames, tmp_path: Path
+) -> None:
+    command = claude_cli()
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    config = _user_config(tmp_path, markers)
+    project_dir = _project(tmp_path, markers)
+    events_path = project_dir / ".hatfield" / "sessions" / "s-login" / "events.jsonl"
+    events_path.parent.mkdir(parents=True)
+    db = tmp_path / "data" / "om.sqlite"
+    settings = {
+        "model": "claude-code/haiku",
+        "providers": {"claude-code": {"command": command, "timeout_s": 120}},
+        "storage": {"database": str(db)},
+        "observer": {"observe_after_tokens": 0},
+        "semantic": None,
+    }
+    answers = _LoggedOutThenIn()
+    with ScriptedServer(messages_default=answers) as server:
+        ensure_runtime(
+            names,
+            queue_db=str(tmp_path / "queue.sqlite"),
+            handler_paths=DEFAULT_HANDLERS,
+            worker_env=cli_env(server, config),
+            retry_base_delay_s=0.1,
+        )
+        client = OmrayClient(names, settings=settings, cwd=project_dir)
+        first, second = demo_session("s-login")[:2]
+        client.after_turn_commit(commit_turn(events_path, first), events_path=events_path)
+
+        def gave_up() -> list[dict[str, Any]]:
+            recent = client.status()["recent_failures"]
+            return [explain(f) for f in recent if f.get("session_id") == "s-login"]
+
+        failures = assert_eventually(
+            gave_up, timeout_s=240, interval_s=0.5, message="the job did not give up"
+        )
+        assert failures[-1]["last_failure"] == "model_cli_login"
+        assert "not logged in" in failures[-1]["cause"] and "/login" in failures[-1]["fix"]
+        assert MemoryReader(db).contiguous_covered_end("s-login", "1", "1") in (0, None)
+
+        # Logged in again: the next turn succeeds, and the turn that waited is re-driven and observed.
+        answers.logged_in = True
+        client.after_turn_commit(commit_turn(events_path, second), events_path=events_path)
+        last_seq = second[-1]["seq"]
+        assert_eventually(
+            lambda: MemoryReader(db).contiguous_covered_end("s-login", "1", "1") == last_seq,
+            timeout_s=240,
+            interval_s=0.5,
+            message="the waiting turn was not observed after the login came back",
+        )
+        assert client.wait_idle(timeout_s=120)
+    assert sorted(os.listdir(markers)) == []
