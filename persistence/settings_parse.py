@@ -72,7 +72,7 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "context_window", "timeout_s"})
 _CLI_PROVIDER_KEYS = {
     CLAUDE_CODE_PROVIDER: frozenset({"command", "context_window", "timeout_s", "max_budget_usd"}),
-    CODEX_PROVIDER: frozenset({"command", "context_window", "timeout_s"}),
+    CODEX_PROVIDER: frozenset({"command", "context_window", "timeout_s", "base_url", "api_key_env"}),
 }
 
 
@@ -265,13 +265,9 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
         raise SettingsError(f"{where} has unknown keys {unknown!r}; allowed: {sorted(allowed)!r}.")
     if name in _CLI_PROVIDER_KEYS:
         return _cli_provider(where, entry, CODEX_PROVIDER_SETTINGS if name == CODEX_PROVIDER else None)
-    base_url = _http_url(entry.get("base_url"))
+    base_url, api_key_env = _endpoint(where, entry)
     if base_url is None:
         raise SettingsError(f"{where}.base_url must be an HTTP(S) URL with a host and no credentials.")
-    api_key_env = entry.get("api_key_env")
-    # Never echo this value: a user may have pasted the key itself here.
-    if api_key_env is not None and (not isinstance(api_key_env, str) or not _ENV_NAME_RE.match(api_key_env)):
-        raise SettingsError(f"{where}.api_key_env must be the name of an environment variable, not a key.")
     context_window = entry.get("context_window")
     if context_window is None:
         raise SettingsError(
@@ -286,6 +282,18 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
         context_window=_context_window(where, context_window),
         timeout_s=_timeout(where, entry.get("timeout_s", DEFAULT_PROVIDER_TIMEOUT_S)),
     )
+
+
+def _endpoint(where: str, entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``base_url`` (``None`` when absent) and ``api_key_env`` of a provider entry."""
+    base_url = _http_url(entry.get("base_url")) if "base_url" in entry else None
+    if "base_url" in entry and base_url is None:
+        raise SettingsError(f"{where}.base_url must be an HTTP(S) URL with a host and no credentials.")
+    api_key_env = entry.get("api_key_env")
+    # Never echo this value: a user may have pasted the key itself here.
+    if api_key_env is not None and (not isinstance(api_key_env, str) or not _ENV_NAME_RE.match(api_key_env)):
+        raise SettingsError(f"{where}.api_key_env must be the name of an environment variable, not a key.")
+    return base_url, api_key_env
 
 
 def _context_window(where: str, value: object) -> int:
@@ -323,8 +331,13 @@ def _cli_provider(
         raise SettingsError(f"{where}.max_budget_usd must be a number of US dollars > 0.")
     elif not budget <= limits.MAX_CLI_BUDGET_USD:
         raise SettingsError(f"{where}.max_budget_usd must be at most {limits.MAX_CLI_BUDGET_USD:g}.")
+    base_url, api_key_env = _endpoint(where, entry)
+    if api_key_env is not None and base_url is None:
+        raise SettingsError(f"{where}.api_key_env needs a base_url: the key of that endpoint.")
     return default.model_copy(
         update={
+            "base_url": base_url,
+            "api_key_env": api_key_env,
             "command": command.strip(),
             "context_window": _context_window(where, entry.get("context_window", default.context_window)),
             "timeout_s": _timeout(where, entry.get("timeout_s", default.timeout_s)),

@@ -180,7 +180,7 @@ class ProviderSettings(_Settings):
     on the user's login (:data:`CLAUDE_CODE_PROVIDER`, :data:`CODEX_PROVIDER`); others are
     OpenAI-compatible HTTP endpoints."""
     base_url: str | None = None
-    """HTTP(S) base URL (``None`` only for ``builtin``)."""
+    """HTTP(S) base URL (``None`` for ``builtin``, ``claude_code``, and ``codex`` on its own login)."""
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (never the key itself)."""
     context_window: int = Field(ge=1, le=MAX_CONTEXT_WINDOW)

@@ -94,6 +94,26 @@ def codex_argv(
     return [*argv, "-"]
 
 
+ENDPOINT_PROVIDER = "omray-endpoint"
+"""Name of the Codex ``model_providers`` entry omray defines for ``providers.codex.base_url``."""
+
+
+def endpoint_config(base_url: str | None, api_key_env: str | None) -> tuple[str, ...]:
+    """``-c`` overrides sending Codex to a Responses-API endpoint of the user's (``providers.codex.base_url``,
+    its key in the variable ``api_key_env``) instead of its login's; none without a ``base_url``."""
+    if base_url is None:
+        return ()
+    entry = {"name": ENDPOINT_PROVIDER, "base_url": base_url, "wire_api": "responses"}
+    if api_key_env is not None:
+        entry["env_key"] = api_key_env
+    # TOML inline table; JSON strings are valid TOML basic strings.
+    table = ", ".join(f"{key} = {json.dumps(value)}" for key, value in entry.items())
+    return (
+        f"model_provider={json.dumps(ENDPOINT_PROVIDER)}",
+        f"model_providers.{ENDPOINT_PROVIDER}={{{table}}}",
+    )
+
+
 def codex_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The runtime's environment without a parent agent session's variables, plus the hook guard."""
     env = {key: value for key, value in environ.items() if key not in NOT_INHERITED}

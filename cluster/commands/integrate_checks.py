@@ -57,8 +57,8 @@ def check_settings(project: Path) -> list[Finding]:
         return [*findings, Finding(False, "model", str(exc))]
     if provider.kind == "builtin":
         findings.append(Finding(True, "model", f"{model} (runs offline, needs no API key)"))
-    elif provider.kind == "claude_code":
-        findings.append(_cli_finding(model, provider.command or "claude"))
+    elif provider.kind in ("claude_code", "codex"):
+        findings.append(_cli_finding(model, provider.command or provider.name))
     else:
         key = provider.api_key_env
         if key and not os.environ.get(key, "").strip():
@@ -88,8 +88,8 @@ def _cli_finding(model: str, command: str) -> Finding:
         return Finding(
             False,
             "model",
-            f"{model}: {command!r} is not found; install the claude CLI (`npm install -g "
-            "@anthropic-ai/claude-code`) and log in as the user who runs `omray up`",
+            f"{model}: {command!r} is not found; install the agent's CLI (`npm install -g "
+            "@anthropic-ai/claude-code` or `@openai/codex`) and log in as the user who runs `omray up`",
         )
     return Finding(True, "model", f"{model} runs {found} on its own login (each call is a turn on your plan)")
 

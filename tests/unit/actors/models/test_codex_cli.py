@@ -120,3 +120,23 @@ def test_codex_settings() -> None:
         settings_from_mapping({"providers": {"codex": {"max_budget_usd": 1}}})
     with pytest.raises(SettingsError, match="max_budget_usd"):
         settings_from_mapping({"providers": {"claude-code": {"max_budget_usd": None}}})
+
+
+def test_a_codex_endpoint_of_the_users_becomes_a_provider_override() -> None:
+    settings = settings_from_mapping(
+        {
+            "model": "codex/m",
+            "providers": {"codex": {"base_url": "http://127.0.0.1:9/v1", "api_key_env": "GATEWAY_KEY"}},
+        }
+    )
+    model, _ = model_for(settings, "codex/m")
+    assert isinstance(model, CodexCliChatModel)
+    assert model.extra_config == (
+        'model_provider="omray-endpoint"',
+        'model_providers.omray-endpoint={name = "omray-endpoint", base_url = "http://127.0.0.1:9/v1", '
+        'wire_api = "responses", env_key = "GATEWAY_KEY"}',
+    )
+    with pytest.raises(SettingsError, match="needs a base_url"):
+        settings_from_mapping({"providers": {"codex": {"api_key_env": "K"}}})
+    with pytest.raises(SettingsError, match="api_key_env must be the name"):
+        settings_from_mapping({"providers": {"codex": {"base_url": "http://x", "api_key_env": "sk-123 456"}}})
