@@ -32,6 +32,8 @@ from protocol.settings import (
     BUILTIN_PROVIDER_SETTINGS,
     CLAUDE_CODE_PROVIDER,
     CLAUDE_CODE_PROVIDER_SETTINGS,
+    CODEX_PROVIDER,
+    CODEX_PROVIDER_SETTINGS,
     DEFAULT_CONTEXT_WINDOW_RATIO,
     DEFAULT_DATABASE,
     DEFAULT_IDLE_FLUSH_SECONDS,
@@ -68,7 +70,10 @@ _PHP_NUMERIC_RE = re.compile(
 _PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "context_window", "timeout_s"})
-_CLI_PROVIDER_KEYS = frozenset({"command", "context_window", "timeout_s", "max_budget_usd"})
+_CLI_PROVIDER_KEYS = {
+    CLAUDE_CODE_PROVIDER: frozenset({"command", "context_window", "timeout_s", "max_budget_usd"}),
+    CODEX_PROVIDER: frozenset({"command", "context_window", "timeout_s", "base_url", "api_key_env"}),
+}
 
 
 def _php_number(value: object) -> float | None:
@@ -254,19 +259,15 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
     where = f"providers.{name}"
     if not isinstance(entry, Mapping):
         raise SettingsError(f"{where} must be a mapping.")
-    allowed = _CLI_PROVIDER_KEYS if name == CLAUDE_CODE_PROVIDER else _PROVIDER_KEYS
+    allowed = _CLI_PROVIDER_KEYS.get(name, _PROVIDER_KEYS)
     unknown = sorted(str(key) for key in entry if key not in allowed)
     if unknown:
         raise SettingsError(f"{where} has unknown keys {unknown!r}; allowed: {sorted(allowed)!r}.")
-    if name == CLAUDE_CODE_PROVIDER:
-        return _cli_provider(where, entry)
-    base_url = _http_url(entry.get("base_url"))
+    if name in _CLI_PROVIDER_KEYS:
+        return _cli_provider(where, entry, CODEX_PROVIDER_SETTINGS if name == CODEX_PROVIDER else None)
+    base_url, api_key_env = _endpoint(where, entry)
     if base_url is None:
         raise SettingsError(f"{where}.base_url must be an HTTP(S) URL with a host and no credentials.")
-    api_key_env = entry.get("api_key_env")
-    # Never echo this value: a user may have pasted the key itself here.
-    if api_key_env is not None and (not isinstance(api_key_env, str) or not _ENV_NAME_RE.match(api_key_env)):
-        raise SettingsError(f"{where}.api_key_env must be the name of an environment variable, not a key.")
     context_window = entry.get("context_window")
     if context_window is None:
         raise SettingsError(
@@ -281,6 +282,18 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
         context_window=_context_window(where, context_window),
         timeout_s=_timeout(where, entry.get("timeout_s", DEFAULT_PROVIDER_TIMEOUT_S)),
     )
+
+
+def _endpoint(where: str, entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``base_url`` (``None`` when absent) and ``api_key_env`` of a provider entry."""
+    base_url = _http_url(entry.get("base_url")) if "base_url" in entry else None
+    if "base_url" in entry and base_url is None:
+        raise SettingsError(f"{where}.base_url must be an HTTP(S) URL with a host and no credentials.")
+    api_key_env = entry.get("api_key_env")
+    # Never echo this value: a user may have pasted the key itself here.
+    if api_key_env is not None and (not isinstance(api_key_env, str) or not _ENV_NAME_RE.match(api_key_env)):
+        raise SettingsError(f"{where}.api_key_env must be the name of an environment variable, not a key.")
+    return base_url, api_key_env
 
 
 def _context_window(where: str, value: object) -> int:
@@ -301,25 +314,34 @@ def _timeout(where: str, value: object) -> float:
     return float(value)
 
 
-def _cli_provider(where: str, entry: Mapping[str, Any]) -> ProviderSettings:
-    """``providers.claude-code``: the CLI's command, window, timeout and per-call budget (defaults
-    from :data:`CLAUDE_CODE_PROVIDER_SETTINGS`). It has no ``base_url`` or ``api_key_env``: the CLI
-    calls the model on its own login."""
-    default = CLAUDE_CODE_PROVIDER_SETTINGS
+def _cli_provider(
+    where: str, entry: Mapping[str, Any], default: ProviderSettings | None = None
+) -> ProviderSettings:
+    """``providers.claude-code`` (or ``providers.codex``): the CLI's command, window, timeout and (for
+    claude-code) per-call budget, defaults from ``default`` (:data:`CLAUDE_CODE_PROVIDER_SETTINGS`).
+    It has no ``base_url`` or ``api_key_env``: the CLI calls the model on its own login."""
+    default = default or CLAUDE_CODE_PROVIDER_SETTINGS
     command = entry.get("command", default.command)
     if not isinstance(command, str) or not command.strip() or "\0" in command:
-        raise SettingsError(f"{where}.command must be the name or absolute path of the claude CLI.")
+        raise SettingsError(f"{where}.command must be the name or absolute path of the agent's CLI.")
     budget = entry.get("max_budget_usd", default.max_budget_usd)
-    if isinstance(budget, bool) or not isinstance(budget, int | float) or not budget > 0:
+    if budget is None and default.max_budget_usd is None:
+        pass  # codex: the CLI has no per-call budget
+    elif budget is None or isinstance(budget, bool) or not isinstance(budget, int | float) or not budget > 0:
         raise SettingsError(f"{where}.max_budget_usd must be a number of US dollars > 0.")
-    if not budget <= limits.MAX_CLI_BUDGET_USD:
+    elif not budget <= limits.MAX_CLI_BUDGET_USD:
         raise SettingsError(f"{where}.max_budget_usd must be at most {limits.MAX_CLI_BUDGET_USD:g}.")
+    base_url, api_key_env = _endpoint(where, entry)
+    if api_key_env is not None and base_url is None:
+        raise SettingsError(f"{where}.api_key_env needs a base_url: the key of that endpoint.")
     return default.model_copy(
         update={
+            "base_url": base_url,
+            "api_key_env": api_key_env,
             "command": command.strip(),
             "context_window": _context_window(where, entry.get("context_window", default.context_window)),
             "timeout_s": _timeout(where, entry.get("timeout_s", default.timeout_s)),
-            "max_budget_usd": float(budget),
+            "max_budget_usd": None if budget is None else float(budget),
         }
     )
 

@@ -83,14 +83,15 @@ REASON_MODEL_BAD_ANSWER = "model_bad_answer"
 
 _CLI_HELP: dict[str, tuple[str, str]] = {
     REASON_MODEL_CLI_MISSING: (
-        "the `claude` CLI that the claude-code provider runs is not installed where the memory runtime runs",
-        "install it (`npm install -g @anthropic-ai/claude-code`) or set providers.claude-code.command to "
-        "its absolute path in omray.yaml, then `omray down && omray up`",
+        "the agent CLI the model's provider runs (`claude` for claude-code, `codex` for codex) is not "
+        "installed where the memory runtime runs",
+        "install it (`npm install -g @anthropic-ai/claude-code` or `@openai/codex`) or set "
+        "providers.<provider>.command to its absolute path in omray.yaml, then `omray down && omray up`",
     ),
     REASON_MODEL_CLI_LOGIN: (
-        "the `claude` CLI is not logged in for the user who runs the memory runtime",
-        "run `claude` once and log in (`/login`) as that user, with the same CLAUDE_CONFIG_DIR as the "
-        "shell that runs `omray up`",
+        "the agent CLI (`claude` or `codex`) is not logged in for the user who runs the memory runtime",
+        "log in as that user, with the same CLAUDE_CONFIG_DIR or CODEX_HOME as the shell that runs "
+        "`omray up`: `claude` then `/login`, or `codex login`",
     ),
     REASON_MODEL_QUOTA: (
         "the model's usage allowance (plan limit or credit balance) is used up",
@@ -103,14 +104,15 @@ _CLI_HELP: dict[str, tuple[str, str]] = {
         "sent less",
     ),
     REASON_MODEL_CLI_TIMEOUT: (
-        "a run of the `claude` CLI did not finish within providers.claude-code.timeout_s",
-        "check that `claude -p hello` answers as the user who runs `omray up`; raise timeout_s, or lower "
-        "context_window so each call is smaller",
+        "a run of the agent CLI did not finish within providers.<provider>.timeout_s",
+        "check that `claude -p hello` (or `codex exec hello`) answers as the user who runs `omray up`; "
+        "raise timeout_s, or lower context_window so each call is smaller",
     ),
     REASON_MODEL_CLI_FAILED: (
-        "the `claude` CLI ended without a result",
-        "check `claude --version` (omray needs a version with --json-schema and --no-session-persistence, "
-        "2.1 or later) and that `claude -p hello` works as the user who runs `omray up`",
+        "the agent CLI ended without a result",
+        "check its version (claude 2.1 or later, with --json-schema and --no-session-persistence; codex "
+        "0.171 or later, with --output-schema and --ephemeral) and that `claude -p hello` (or `codex "
+        "exec hello`) works as the user who runs `omray up`",
     ),
     REASON_MODEL_BAD_ANSWER: (
         "the model did not give the structured answer omray asked for",

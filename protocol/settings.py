@@ -71,6 +71,12 @@ CLAUDE_CODE_COMMAND = "claude"
 DEFAULT_CLI_MAX_BUDGET_USD = 0.5
 """Default ``providers.claude-code.max_budget_usd``: what one model call may spend (the CLI's own
 count, in US dollars; a call on a subscription draws the same amount from its allowance)."""
+CODEX_PROVIDER = "codex"
+"""Name of the provider that runs the installed ``codex`` CLI (``codex exec``) on the user's own login."""
+CODEX_CONTEXT_WINDOW = 200_000
+"""Default context window of ``codex`` models."""
+CODEX_COMMAND = "codex"
+"""Default ``providers.codex.command``."""
 BUILTIN_EMBEDDING_MODEL = "builtin/all-minilm-l6-v2"
 """``semantic.embedding_api.model_id`` of the offline embedder (all-MiniLM-L6-v2, no ``base_url`` needed)."""
 BUILTIN_EMBEDDING_BATCH_SIZE = 32
@@ -169,11 +175,12 @@ class ProviderSettings(_Settings):
 
     name: str = Field(min_length=1)
     """Provider name, the part of the model reference before the first ``/``."""
-    kind: Literal["builtin", "openai_compatible", "claude_code"]
-    """``builtin`` runs in-process with no network; ``claude_code`` runs the ``claude`` CLI on the
-    user's login (:data:`CLAUDE_CODE_PROVIDER`); others are OpenAI-compatible HTTP endpoints."""
+    kind: Literal["builtin", "openai_compatible", "claude_code", "codex"]
+    """``builtin`` runs in-process with no network; ``claude_code`` and ``codex`` run the agent's CLI
+    on the user's login (:data:`CLAUDE_CODE_PROVIDER`, :data:`CODEX_PROVIDER`); others are
+    OpenAI-compatible HTTP endpoints."""
     base_url: str | None = None
-    """HTTP(S) base URL (``None`` only for ``builtin``)."""
+    """HTTP(S) base URL (``None`` for ``builtin``, ``claude_code``, and ``codex`` on its own login)."""
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (never the key itself)."""
     context_window: int = Field(ge=1, le=MAX_CONTEXT_WINDOW)
@@ -183,7 +190,7 @@ class ProviderSettings(_Settings):
     )
     """HTTP timeout per request (for ``claude_code``: per CLI run), in seconds."""
     command: str | None = None
-    """``claude_code`` only: the CLI to run (a name looked up on ``PATH``, or an absolute path)."""
+    """``claude_code`` and ``codex``: the CLI to run (a name looked up on ``PATH``, or an absolute path)."""
     max_budget_usd: float | None = Field(default=None, gt=0, le=MAX_CLI_BUDGET_USD, allow_inf_nan=False)
     """``claude_code`` only: the most one model call may spend, in US dollars (``--max-budget-usd``)."""
 
@@ -201,6 +208,11 @@ CLAUDE_CODE_PROVIDER_SETTINGS = ProviderSettings(
     max_budget_usd=DEFAULT_CLI_MAX_BUDGET_USD,
 )
 """``claude-code`` when the settings do not define it: usable with no ``providers`` block."""
+
+CODEX_PROVIDER_SETTINGS = ProviderSettings(
+    name=CODEX_PROVIDER, kind="codex", context_window=CODEX_CONTEXT_WINDOW, command=CODEX_COMMAND
+)
+"""``codex`` when the settings do not define it."""
 
 
 class ModelPrice(_Settings):
@@ -298,6 +310,8 @@ class OmSettings(_Settings):
                 return provider
         if name == CLAUDE_CODE_PROVIDER:
             return CLAUDE_CODE_PROVIDER_SETTINGS
+        if name == CODEX_PROVIDER:
+            return CODEX_PROVIDER_SETTINGS
         raise SettingsError(f"provider {name!r} is not defined in observational_memory.providers.")
 
     def model_provider(self) -> ProviderSettings:

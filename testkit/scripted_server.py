@@ -202,7 +202,9 @@ class ScriptedServer:
         rerank: Callable[[str, Sequence[str]], Sequence[float]] = word_overlap_scores,
         models: Sequence[str] | None = None,
         messages_default: Callable[[Mapping[str, Any]], Reply] = _no_messages_reply,
+        responses_default: Callable[[Mapping[str, Any]], Reply] = _no_chat_reply,
     ) -> None:
+        self.responses_default = responses_default
         self.chat_default = chat_default
         self.messages_default = messages_default
         self.models = None if models is None else tuple(models)
@@ -271,6 +273,11 @@ class ScriptedServer:
         return [r for r in self.requests if r.path.partition("?")[0].endswith("/v1/messages")]
 
     @property
+    def responses_requests(self) -> list[RecordedRequest]:
+        """Requests to the OpenAI ``/v1/responses`` (what ``codex exec`` calls)."""
+        return self.requests_to("/v1/responses")
+
+    @property
     def root_url(self) -> str:
         """``http://127.0.0.1:<port>``."""
         if self._httpd is None:
@@ -326,6 +333,8 @@ class ScriptedServer:
             return Reply(body={"input_tokens": 10})
         if path.endswith("/v1/messages"):
             return self._messages_reply(payload)
+        if path.endswith("/v1/responses"):
+            return self.responses_default(payload)
         if path.endswith("/chat/completions"):
             return self._next("chat") or self.chat_default(payload)
         if path.endswith("/embeddings"):

@@ -22,6 +22,7 @@ from actors.models.chat import (
 )
 from actors.models.claude_cli import ClaudeCliChatModel
 from actors.models.clients import ClientPool, secret_key
+from actors.models.codex_cli import CodexCliChatModel, endpoint_config
 from actors.models.embeddings import Embedder, EmbeddingError, HttpReranker, OpenAIEmbedder, Reranker
 from actors.models.offline_embedder import default_offline_embedder
 from protocol.errors import ModelSettingsError, SettingsError
@@ -29,6 +30,7 @@ from protocol.settings import (
     BUILTIN_MODEL,
     BUILTIN_PROVIDER,
     CLAUDE_CODE_COMMAND,
+    CODEX_COMMAND,
     DEFAULT_CLI_MAX_BUDGET_USD,
     OmSettings,
     SemanticSettings,
@@ -75,6 +77,14 @@ def model_for(
             environ=environ,
         )
         return cli, provider.context_window
+    if provider.kind == "codex":
+        codex = CodexCliChatModel(
+            provider.command or CODEX_COMMAND,
+            provider.timeout_s,
+            environ=environ,
+            extra_config=endpoint_config(provider.base_url, provider.api_key_env),
+        )
+        return codex, provider.context_window
     if provider.base_url is None:
         raise SettingsError(f"provider {provider.name!r} has no base_url.")
     api_key = NO_KEY_PLACEHOLDER

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,8 @@ def check_settings(project: Path) -> list[Finding]:
         return [*findings, Finding(False, "model", str(exc))]
     if provider.kind == "builtin":
         findings.append(Finding(True, "model", f"{model} (runs offline, needs no API key)"))
+    elif provider.kind in ("claude_code", "codex"):
+        findings.append(_cli_finding(model, provider.command or provider.name))
     else:
         key = provider.api_key_env
         if key and not os.environ.get(key, "").strip():
@@ -75,6 +78,20 @@ def check_settings(project: Path) -> list[Finding]:
     semantic = "hybrid (semantic) search on" if settings.semantic is not None else "exact search only"
     findings.append(Finding(True, "memory", f"{settings.database_path(str(project))} ({semantic})"))
     return findings
+
+
+def _cli_finding(model: str, command: str) -> Finding:
+    """Whether the CLI a ``claude-code`` model runs is found (on this shell's ``PATH``; the runtime's
+    workers look it up on theirs)."""
+    found = shutil.which(command)
+    if found is None:
+        return Finding(
+            False,
+            "model",
+            f"{model}: {command!r} is not found; install the agent's CLI (`npm install -g "
+            "@anthropic-ai/claude-code` or `@openai/codex`) and log in as the user who runs `omray up`",
+        )
+    return Finding(True, "model", f"{model} runs {found} on its own login (each call is a turn on your plan)")
 
 
 NO_KEY_PLACEHOLDER = "sk-no-key"

@@ -226,3 +226,17 @@ def test_with_claude_config_dir_set_home_state_does_not_count(
     assert check_claude_trust(project).ok
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", "")  # set but empty: Claude Code uses the home folder
     assert str(home / ".claude.json") in check_claude_trust(project).detail
+
+
+def test_a_claude_code_model_is_checked_for_its_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMRAY_SETTINGS", raising=False)
+    (tmp_path / "omray.yaml").write_text("observational_memory:\n  model: claude-code/haiku\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    [missing] = [f for f in check_settings(tmp_path) if f.what == "model"]
+    assert not missing.ok and "npm install -g @anthropic-ai/claude-code" in missing.detail
+    cli = tmp_path / "bin" / "claude"
+    cli.parent.mkdir()
+    cli.write_text("#!/bin/sh\n")
+    cli.chmod(0o755)
+    [found] = [f for f in check_settings(tmp_path) if f.what == "model"]
+    assert found.ok and str(cli) in found.detail and not _endpoint(check_settings(tmp_path))
