@@ -103,9 +103,12 @@ class KeywordIndex:
         vocabulary = self.retriever.vocab_dict
         frequencies = {}
         for token in tokens:
+            # bm25s keeps one column per vocabulary word: the chunks holding it are its entries.
             column = vocabulary.get(token) if token in self.vocabulary else None
-            in_range = column is not None and column + 1 < len(columns)
-            frequencies[token] = int(columns[column + 1] - columns[column]) if in_range else 0
+            if column is None or column + 1 >= len(columns):
+                frequencies[token] = 0
+            else:
+                frequencies[token] = int(columns[column + 1] - columns[column])
         return len(self.labels), frequencies
 
     def _positions(self) -> dict[int, int]:
