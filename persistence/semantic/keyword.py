@@ -95,6 +95,22 @@ class KeywordIndex:
         ranked = [(self.labels[int(i)], float(scores[int(i)])) for i in order if scores[int(i)] > 0]
         return ranked, KeywordScores(scores, self._positions())
 
+    def document_frequencies(self, tokens: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """The number of indexed chunks and, per token, how many of them hold it (0: none)."""
+        if self.retriever is None:
+            return len(self.labels), {token: 0 for token in tokens}
+        columns = self.retriever.scores["indptr"]
+        vocabulary = self.retriever.vocab_dict
+        frequencies = {}
+        for token in tokens:
+            # bm25s keeps one column per vocabulary word: the chunks holding it are its entries.
+            column = vocabulary.get(token) if token in self.vocabulary else None
+            if column is None or column + 1 >= len(columns):
+                frequencies[token] = 0
+            else:
+                frequencies[token] = int(columns[column + 1] - columns[column])
+        return len(self.labels), frequencies
+
     def _positions(self) -> dict[int, int]:
         # Built once per loaded index (the store caches the index while its files are unchanged).
         if self.positions is None:

@@ -21,6 +21,7 @@ The bonuses are in z-score units, so they mean the same on any corpus size.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -151,32 +152,70 @@ def text_speaker(text: str) -> Speaker | None:
     return None
 
 
-FLOOR_COSINE: Final[float] = 0.25
-"""Best cosine under which a query matches nothing stored, unless some candidate holds every query
-word. Calibrated on both development sets: the highest floor that loses at most 0.01 of either
-set's turn R@10 (docs/benchmarks.md, no match)."""
+FLOOR_COSINE: Final[float] = 0.45
+"""Best cosine under which a query may match nothing stored (:func:`below_floor`)."""
+FLOOR_COVERAGE: Final[float] = 0.2
+"""Share of the query's word weight (:func:`query_word_weights`) under which no candidate answers it
+(:func:`below_floor`). With :data:`FLOOR_COSINE`, chosen on both development sets: the pair that
+empties the most questions asked of another history while no real question that finds its evidence
+in the first ten is emptied (docs/benchmarks.md, no match)."""
+FLOOR_LOOKS: Final[int] = 20
+"""Candidates (the best ranked) :func:`below_floor` reads for the query's words."""
+
+_FUNCTION_WORDS = (
+    "a an the of to in on at for and or but is are was were be been being am do did does done i me my "
+    "mine myself you your yours we us our they them their he him his she her it its this that these "
+    "those there here what which who whom whose when where why how with about from as by into over "
+    "have has had having can could would should will shall may might must so if than then not no any "
+    "some all"
+)
+FUNCTION_WORDS: Final[frozenset[str]] = frozenset(_FUNCTION_WORDS.split())
+"""English words that carry no topic: a query's other words are what an answer must hold."""
+
+
+def query_word_weights(
+    tokens: Sequence[str], documents: int, frequencies: Mapping[str, int]
+) -> dict[str, float]:
+    """Each topical query word (not in :data:`FUNCTION_WORDS`) with its inverse document frequency in
+    the store (``documents`` chunks, ``frequencies``: chunks holding each word): a word the store never
+    holds weighs most, one in every chunk least."""
+    return {
+        token: math.log((documents + 1) / (frequencies.get(token, 0) + 0.5))
+        for token in tokens
+        if token not in FUNCTION_WORDS
+    }
+
+
+def coverage(text: str, weights: Mapping[str, float]) -> float:
+    """Share of the query's word weight that ``text`` holds (1.0 for a query with no topical word)."""
+    total = sum(weights.values())
+    if total <= 0:
+        return 1.0
+    held = set(tokenize(text))
+    return sum(weight for token, weight in weights.items() if token in held) / total
 
 
 def below_floor(
-    candidates: Sequence[Candidate],
+    ranked: Sequence[Candidate],
     texts: Mapping[str, str],
-    tokens: Sequence[str],
+    weights: Mapping[str, float],
+    *,
     floor_cosine: float = FLOOR_COSINE,
+    floor_coverage: float = FLOOR_COVERAGE,
 ) -> bool:
     """Whether nothing stored is close enough to the query to be an answer: no candidate at all, or
-    the best cosine under :data:`FLOOR_COSINE` while no candidate's text (``texts``: chunk id ->
-    text) holds every query word (``tokens``), as a looked-up name or error code would."""
-    if not candidates:
+    the best cosine under ``floor_cosine`` while none of the first :data:`FLOOR_LOOKS` candidates
+    (``ranked``: best first; ``texts``: chunk id -> text) holds ``floor_coverage`` of the query's word
+    weight (``weights``, :func:`query_word_weights`). A query with no topical word is judged by the
+    cosine alone. Either side alone keeps a query: a paraphrase has the cosine, a looked-up name or
+    error code the words."""
+    if not ranked:
         return True
-    if max(candidate.cosine for candidate in candidates) >= floor_cosine:
+    if max(candidate.cosine for candidate in ranked) >= floor_cosine:
         return False
-    wanted = set(tokens)
-    if not wanted:
+    if not weights:
         return True
-    # A candidate holding every query word has a BM25 score; the best few by BM25 are enough to look at.
-    matched = sorted((c for c in candidates if c.keyword > 0), key=lambda c: -c.keyword)[:FLOOR_KEYWORD_LOOKS]
-    return not any(wanted <= set(tokenize(texts.get(candidate.chunk_id, ""))) for candidate in matched)
-
-
-FLOOR_KEYWORD_LOOKS: Final[int] = 20
-"""Candidates (the best by BM25) :func:`below_floor` reads for every query word."""
+    return all(
+        coverage(texts.get(candidate.chunk_id, ""), weights) < floor_coverage
+        for candidate in ranked[:FLOOR_LOOKS]
+    )

@@ -36,7 +36,14 @@ from persistence.semantic.fusion import (
 )
 from persistence.semantic.keyword import KeywordScores, query_tokens
 from persistence.semantic.manifest import Manifest
-from persistence.semantic.ranking import Candidate, below_floor, query_speaker, rank_candidates, text_speaker
+from persistence.semantic.ranking import (
+    Candidate,
+    below_floor,
+    query_speaker,
+    query_word_weights,
+    rank_candidates,
+    text_speaker,
+)
 from persistence.semantic.sources import SemanticState, SourceFingerprint
 from protocol.semantic import (
     EMBEDDING_UNAVAILABLE_MESSAGE,
@@ -256,9 +263,11 @@ class IndexSearcher(DerivedIndex):
             # a person's own statements apart ("I", "my") matter (LongMemEval dev set, all words:
             # turn R@1 0.69 against 0.64 without function words, R@10 0.93 against 0.94).
             tokens = query_tokens(query)
+            frequencies: tuple[int, dict[str, int]] = (chunk_count, {})
             if tokens and keyword_count:
                 keyword = self._keyword.for_search(manifest)
                 keyword_scored, keyword_all = keyword.ranked(tokens, min(fetch, len(keyword.labels)))
+                frequencies = keyword.document_frequencies(tokens)
             keyword_labels = [label for label, _ in keyword_scored]
             keyword_scores = dict(keyword_scored)
             # Score every candidate on both sides (score-aware fusion): a keyword hit gets the cosine
@@ -303,16 +312,20 @@ class IndexSearcher(DerivedIndex):
                 )
                 for chunk_id in dict.fromkeys((*vector_hits.chunk_ids, *keyword_hits.chunk_ids))
             ]
-            floored = below_floor(candidates, texts, tokens)
             weights = self._weights
-            fused = rank_candidates(
+            ranked = rank_candidates(
                 candidates,
                 query_speaker(query),
                 vector_weight=weights.vector_weight,
                 neighbour_share=weights.neighbour_share,
                 speaker_bonus=weights.speaker_bonus,
                 time_bonus=weights.time_bonus,
-            )[:FUSED_CANDIDATE_LIMIT]
+            )
+            by_id = {candidate.chunk_id: candidate for candidate in candidates}
+            floored = below_floor(
+                [by_id[chunk_id] for chunk_id in ranked], texts, query_word_weights(tokens, *frequencies)
+            )
+            fused = ranked[:FUSED_CANDIDATE_LIMIT]
         elif self._fusion == "convex":
             fused = convex_fuse(
                 vector_hits.chunk_ids,

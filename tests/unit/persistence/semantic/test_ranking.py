@@ -10,12 +10,17 @@ import pytest
 
 from persistence.search_request import TimeWindow
 from persistence.semantic import SemanticIndex
+from persistence.semantic.keyword import KeywordIndex
 from persistence.semantic.ranking import (
     FLOOR_COSINE,
+    FLOOR_COVERAGE,
+    FLOOR_LOOKS,
     Candidate,
     below_floor,
+    coverage,
     fused_scores,
     query_speaker,
+    query_word_weights,
     rank_candidates,
     text_speaker,
 )
@@ -97,13 +102,41 @@ def test_text_speaker_reads_the_event_label() -> None:
     assert text_speaker("user said hello") is None
 
 
+def test_query_words_weigh_by_rarity_in_the_store() -> None:
+    weights = query_word_weights(["what", "did", "i", "say", "about", "gastritis"], 100, {"say": 40})
+    assert set(weights) == {"say", "gastritis"}  # function words carry no topic
+    assert weights["gastritis"] > weights["say"] > 0  # a word the store never holds weighs most
+    assert coverage("my gastritis is back", weights) == pytest.approx(
+        weights["gastritis"] / (weights["gastritis"] + weights["say"])
+    )
+    assert coverage("anything", {}) == 1.0
+
+
 def test_the_floor_pure() -> None:
     far = [Candidate("a", FLOOR_COSINE - 0.01, 3.0), Candidate("b", 0.05, 1.0)]
     texts = {"a": "the weather in spring", "b": "error E1234 in the parser"}
-    assert below_floor(far, texts, ["quarterly", "revenue"])
-    assert not below_floor(far, texts, ["e1234", "parser"])  # every word of the lookup in one place
-    assert not below_floor([Candidate("a", FLOOR_COSINE, 0.0)], texts, ["quarterly"])
-    assert below_floor([], texts, ["anything"])
+    revenue = query_word_weights(["quarterly", "revenue"], 2, {})
+    lookup = query_word_weights(["e1234", "parser"], 2, {"e1234": 1, "parser": 1})
+    assert below_floor(far, texts, revenue)
+    assert not below_floor(far, texts, lookup)  # the words of the lookup are held
+    assert not below_floor([Candidate("a", FLOOR_COSINE, 0.0)], texts, revenue)  # close in meaning
+    assert below_floor(far, texts, {})  # no topical word: the cosine alone decides
+    assert below_floor([], texts, lookup)
+    # a candidate past the ones read does not keep the query
+    crowd = [Candidate(str(n), 0.1, 0.0) for n in range(FLOOR_LOOKS)] + [Candidate("b", 0.05, 1.0)]
+    assert below_floor(crowd, texts, lookup)
+    # holding a small share of the query's weight is not enough
+    partial = {"weather": 1.0, "quarterly": 4.0, "revenue": 4.0}
+    assert coverage(texts["a"], partial) < FLOOR_COVERAGE and below_floor(far, texts, partial)
+
+
+def test_the_keyword_index_counts_the_chunks_holding_each_word() -> None:
+    index = KeywordIndex.build([(1, "the parser fails"), (2, "the parser works"), (3, "tomatoes")])
+    assert index.document_frequencies(["parser", "tomatoes", "peru"]) == (
+        3,
+        {"parser": 2, "tomatoes": 1, "peru": 0},
+    )
+    assert KeywordIndex.build([(1, "")]).document_frequencies(["x"]) == (1, {"x": 0})
 
 
 class TableEmbedder:
