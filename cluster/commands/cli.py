@@ -226,16 +226,20 @@ def _observe_after_import(session_id: str, events_path: Path, last_seq: int) -> 
 
 
 def _mount_bench() -> None:
-    """``bench.cli``'s commands in a source checkout; in an installed wheel, a command that says why
-    there are none. ``bench`` sits above ``cluster`` (it drives the runtime), so it is found by name,
-    never imported here."""
-    import importlib
-    import importlib.util
+    """The commands declared in the ``omray.commands`` entry-point group (``pyproject.toml``:
+    ``bench = "bench.cli:bench_app"``); ``bench`` sits above ``cluster`` (it drives the runtime), so
+    it is mounted through its declaration, never imported here. In an installed wheel, which leaves
+    ``bench`` out, a command that says why there are none."""
+    from importlib.metadata import entry_points
 
-    if importlib.util.find_spec("bench") is not None:
-        bench_app: typer.Typer = importlib.import_module("bench.cli").bench_app
-        app.add_typer(bench_app, name="bench", help="Benchmarks: print figures as JSON with --json.")
-        return
+    for point in entry_points(group="omray.commands", name="bench"):
+        try:
+            bench_app = point.load()
+        except ImportError:
+            break
+        if isinstance(bench_app, typer.Typer):
+            app.add_typer(bench_app, name="bench", help="Benchmarks: print figures as JSON with --json.")
+            return
 
     @app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def _needs_the_bench_package() -> None:
