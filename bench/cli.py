@@ -187,6 +187,12 @@ def observer_command(
     agent_context_window: int = typer.Option(
         128000, "--agent-context-window", min=32768, help="Context window of the replayed agent."
     ),
+    provider: str = typer.Option(
+        "openai",
+        "--provider",
+        help="openai: every trigger policy through the openai client; claude-code: the default policy "
+        "through the real claude CLI beside the openai client (needs the CLI from npm).",
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """Observer cost per trigger policy (prompt, uncached tokens per source token) and compaction coverage."""
@@ -194,6 +200,31 @@ def observer_command(
     from pathlib import Path
 
     from bench.observer_bench import run_observer_bench
+
+    if provider not in ("openai", "claude-code"):
+        raise typer.BadParameter("must be openai or claude-code", param_hint="--provider")
+    if provider == "claude-code":
+        from bench.observer_cli_bench import CliUnavailable, run_cli_comparison
+
+        try:
+            compared = run_cli_comparison(
+                Path(transcript[0]) if transcript else None,
+                context_window=context_window,
+                agent_context_window=agent_context_window,
+            )
+        except CliUnavailable as exc:
+            typer.echo(f"omray bench observer --provider claude-code: {exc}", err=True)
+            raise typer.Exit(code=2) from exc
+        if as_json:
+            typer.echo(json.dumps(compared, sort_keys=True))
+            return
+        for name, figures in compared["providers"].items():
+            typer.echo(
+                f"{name}: {figures['observer_calls']} observer calls, "
+                f"{figures['api_requests']} API requests, "
+                f"{figures['prompt_tokens_per_source_token']} prompt tokens per source token"
+            )
+        return
 
     result = run_observer_bench(
         [Path(t) for t in transcript] or None,

@@ -81,7 +81,13 @@ def _texts(content: object) -> list[str]:
     ]
 
 
-def _has_tool_result(content: object) -> bool:
+def prompt_text(content: object) -> str:
+    """The text blocks of a message's content, one per line."""
+    return "\n".join(_texts(content))
+
+
+def has_tool_result(content: object) -> bool:
+    """Whether a message's content carries a ``tool_result`` block."""
     return isinstance(content, list) and any(
         isinstance(block, Mapping) and block.get("type") == "tool_result" for block in content
     )
@@ -121,10 +127,10 @@ class StructuredMemoryModel:
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         tool = offered_tool(body)
-        if tool is None or _has_tool_result(last.get("content")):
+        if tool is None or has_tool_result(last.get("content")):
             return text_reply("Done.")
         self.answers += 1
-        prompt = "\n".join(_texts(last.get("content")))
+        prompt = prompt_text(last.get("content"))
         if HISTORY_MARKER in prompt:
             return structured_reply([])
         return structured_reply(self.model.calls_for(tool, prompt))
