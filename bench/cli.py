@@ -204,7 +204,8 @@ def observer_command(
     if provider not in ("openai", "claude-code"):
         raise typer.BadParameter("must be openai or claude-code", param_hint="--provider")
     if provider == "claude-code":
-        from bench.observer_cli_bench import CliUnavailable, run_cli_comparison
+        from bench.observer_cli_bench import run_cli_comparison
+        from testkit.agent_cli import AgentCliMissing
 
         try:
             compared = run_cli_comparison(
@@ -212,7 +213,7 @@ def observer_command(
                 context_window=context_window,
                 agent_context_window=agent_context_window,
             )
-        except CliUnavailable as exc:
+        except AgentCliMissing as exc:
             typer.echo(f"omray bench observer --provider claude-code: {exc}", err=True)
             raise typer.Exit(code=2) from exc
         if as_json:

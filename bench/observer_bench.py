@@ -102,6 +102,19 @@ def shared_prefix(previous: Sequence[int], current: Sequence[int]) -> int:
     return index
 
 
+def observations_for(prompt: str) -> list[dict[str, Any]]:
+    """What the scripted Observer records for a prompt: one observation per source block of its chunk."""
+    return [
+        {
+            "timestamp": ts,
+            "content": f"Source entry {seq} was observed",
+            "relevance": "medium",
+            "source_refs": [{"run_id": run, "seq": int(seq)}],
+        }
+        for run, seq, ts in _LABEL.findall(prompt.split(_SOURCE_SPLIT, 1)[-1])
+    ]
+
+
 class PrefixCachingObserver:
     """A diligent scripted Observer with a provider-style prompt cache.
 
@@ -129,17 +142,8 @@ class PrefixCachingObserver:
         if messages[-1]["role"] == "tool":
             reply = chat_text("Recorded.", usage=(len(tokens), 5))
         else:
-            labels = _LABEL.findall(str(messages[-1]["content"]).split(_SOURCE_SPLIT, 1)[-1])
-            self.source_blocks_seen += len(labels)
-            observations = [
-                {
-                    "timestamp": ts,
-                    "content": f"Source entry {seq} was observed",
-                    "relevance": "medium",
-                    "source_refs": [{"run_id": run, "seq": int(seq)}],
-                }
-                for run, seq, ts in labels
-            ]
+            observations = observations_for(str(messages[-1]["content"]))
+            self.source_blocks_seen += len(observations)
             completion = 12 * len(observations) + 5
             reply = chat_tool_calls(
                 ("record_observations", {"observations": observations}), usage=(len(tokens), completion)

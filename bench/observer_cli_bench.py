@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -29,16 +28,16 @@ from typing import Any
 
 from actors.models.tokens import token_counter
 from bench.observer_bench import (
-    _LABEL,
-    _SOURCE_SPLIT,
     POLICIES,
     PROMPT_ENCODING,
     SESSION,
     PrefixCachingObserver,
     default_transcripts,
+    observations_for,
     replay_policy,
 )
 from persistence.importers import detect_format, import_transcript
+from testkit.agent_cli import find_agent_cli
 from testkit.anthropic_messages import (
     HISTORY_MARKER,
     has_tool_result,
@@ -49,30 +48,13 @@ from testkit.anthropic_messages import (
 )
 from testkit.scripted_server import Reply, ScriptedServer
 
-CLI_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omray-cli"
 CLI_MODEL = "claude-code/haiku"
 POLICY = "default"
 
 
-class CliUnavailable(RuntimeError):
-    """No ``claude`` CLI to run; the message says how to install one."""
-
-
 def find_claude_cli() -> str:
-    """The ``claude`` executable, or :class:`CliUnavailable` with how to get one."""
-    for candidate in (
-        os.environ.get("OMRAY_CLAUDE_CLI", ""),
-        str(CLI_CACHE / "node_modules" / ".bin" / "claude"),
-    ):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("claude")
-    if found:
-        return found
-    raise CliUnavailable(
-        f"the claude CLI is not installed: run `npm install --prefix {CLI_CACHE} @anthropic-ai/claude-code` "
-        "or set OMRAY_CLAUDE_CLI"
-    )
+    """The ``claude`` executable (:class:`testkit.agent_cli.AgentCliMissing` when there is none)."""
+    return find_agent_cli("claude", "OMRAY_CLAUDE_CLI", "@anthropic-ai/claude-code")
 
 
 class MessagesObserver:
@@ -102,20 +84,10 @@ class MessagesObserver:
         prompt = prompt_text(last.get("content"))
         if HISTORY_MARKER in prompt:  # the round after the tool results: nothing more to record
             return structured_reply([], usage=(tokens, 5))
-        labels = _LABEL.findall(prompt.split(_SOURCE_SPLIT, 1)[-1])
-        self.source_blocks_seen += len(labels)
-        observations = [
-            {
-                "timestamp": ts,
-                "content": f"Source entry {seq} was observed",
-                "relevance": "medium",
-                "source_refs": [{"run_id": run, "seq": int(seq)}],
-            }
-            for run, seq, ts in labels
-        ]
-        return structured_reply(
-            [("record_observations", {"observations": observations})], (tokens, 12 * len(labels) + 5)
-        )
+        observations = observations_for(prompt)
+        self.source_blocks_seen += len(observations)
+        usage = (tokens, 12 * len(observations) + 5)
+        return structured_reply([("record_observations", {"observations": observations})], usage)
 
 
 @contextmanager
@@ -142,23 +114,19 @@ def _cli_environment(server: ScriptedServer, config: Path) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _per_source(
-    figures: Mapping[str, Any], calls: int, requests: int, prompt_tokens: int, blocks: int
-) -> dict[str, Any]:
+def _figures(figures: Mapping[str, Any], model: PrefixCachingObserver | MessagesObserver) -> dict[str, Any]:
+    """One provider's replay: Observer calls, API requests and prompt tokens, per source token too."""
+    calls = model.answers if isinstance(model, MessagesObserver) else model.requests
     source = max(1, int(figures["source_tokens"]))
+    kept = ("jobs", "source_tokens", "observations", "covered_through", "last_seq", "seconds")
     return {
+        **{key: figures[key] for key in kept},
         "observer_calls": calls,
-        "api_requests": requests,
-        "jobs": figures["jobs"],
-        "source_tokens": figures["source_tokens"],
-        "observations": figures["observations"],
-        "covered_through": figures["covered_through"],
-        "last_seq": figures["last_seq"],
-        "source_blocks_seen": blocks,
-        "prompt_tokens": prompt_tokens,
-        "prompt_tokens_per_source_token": round(prompt_tokens / source, 3),
+        "api_requests": model.requests,
+        "source_blocks_seen": model.source_blocks_seen,
+        "prompt_tokens": model.prompt_tokens,
+        "prompt_tokens_per_source_token": round(model.prompt_tokens / source, 3),
         "observer_calls_per_1k_source_tokens": round(1000 * calls / source, 3),
-        "seconds": figures["seconds"],
     }
 
 
@@ -170,38 +138,27 @@ def run_cli_comparison(
     version = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=60, check=False)
     source = transcript or default_transcripts()[0]
     observer, reports_fill = POLICIES[POLICY]
+    openai_model, messages_model = PrefixCachingObserver(), MessagesObserver()
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="omray-bench-observer-cli-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="omray-bench-observer-cli-") as tmp,
+        ScriptedServer(chat_default=openai_model, messages_default=messages_model) as server,
+    ):
         root = Path(tmp)
-        openai_model = PrefixCachingObserver()
-        messages_model = MessagesObserver()
-        with ScriptedServer(chat_default=openai_model, messages_default=messages_model) as server:
-            for name in ("openai", "claude-code"):
-                work = root / name
-                work.mkdir()
-                events_path = work / "events.jsonl"
-                import_transcript(detect_format(source), source, SESSION, events_path)  # type: ignore[arg-type]
-                if name == "openai":
-                    block: dict[str, Any] = {
-                        "model": "scripted/observer",
-                        "providers": {
-                            "scripted": {"base_url": server.base_url, "context_window": context_window}
-                        },
-                    }
-                    figures = replay_policy(
-                        events_path, work, block, observer, reports_fill, agent_context_window
-                    )
-                    results[name] = _per_source(
-                        figures,
-                        openai_model.requests,
-                        openai_model.requests,
-                        openai_model.prompt_tokens,
-                        openai_model.source_blocks_seen,
-                    )
-                    continue
-                config = root / "claude-config"
-                config.mkdir()
-                block = {
+        config = root / "claude-config"
+        config.mkdir()
+        providers: dict[str, tuple[dict[str, Any], PrefixCachingObserver | MessagesObserver]] = {
+            "openai": (
+                {
+                    "model": "scripted/observer",
+                    "providers": {
+                        "scripted": {"base_url": server.base_url, "context_window": context_window}
+                    },
+                },
+                openai_model,
+            ),
+            "claude-code": (
+                {
                     "model": CLI_MODEL,
                     "providers": {
                         "claude-code": {
@@ -210,28 +167,27 @@ def run_cli_comparison(
                             "context_window": context_window,
                         }
                     },
-                }
-                with _cli_environment(server, config):
-                    figures = replay_policy(
-                        events_path, work, block, observer, reports_fill, agent_context_window
-                    )
-                results[name] = _per_source(
-                    figures,
-                    messages_model.answers,
-                    messages_model.requests,
-                    messages_model.prompt_tokens,
-                    messages_model.source_blocks_seen,
+                },
+                messages_model,
+            ),
+        }
+        for name, (block, model) in providers.items():
+            work = root / name
+            work.mkdir()
+            events_path = work / "events.jsonl"
+            import_transcript(detect_format(source), source, SESSION, events_path)  # type: ignore[arg-type]
+            with _cli_environment(server, config):
+                figures = replay_policy(
+                    events_path, work, block, observer, reports_fill, agent_context_window
                 )
+            results[name] = _figures(figures, model)
     openai_tokens = results["openai"]["prompt_tokens_per_source_token"]
+    cli_tokens = results["claude-code"]["prompt_tokens_per_source_token"]
     return {
         "transcript": source.name,
         "policy": POLICY,
         "context_window": context_window,
         "claude_cli_version": version.stdout.strip(),
         "providers": results,
-        "prompt_tokens_ratio_cli_vs_openai": round(
-            results["claude-code"]["prompt_tokens_per_source_token"] / openai_tokens, 3
-        )
-        if openai_tokens
-        else None,
+        "prompt_tokens_ratio_cli_vs_openai": round(cli_tokens / openai_tokens, 3) if openai_tokens else None,
     }

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -27,6 +26,7 @@ from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from cluster.status import explain
 from persistence.queries import MemoryReader
+from testkit.agent_cli import AgentCliMissing, find_agent_cli
 from testkit.anthropic_messages import STRUCTURED_OUTPUT_TOOL, StructuredMemoryModel, api_error
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import Reply, ScriptedServer
@@ -34,8 +34,6 @@ from tests.integration.conftest import assert_eventually
 
 pytestmark = pytest.mark.integration
 
-CLI_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omray-cli"
-"""Where CI (and a developer) installs the CLI: ``npm install --prefix <this> @anthropic-ai/claude-code``."""
 HOOK_MARKER_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")
 """Hook events a headless run would fire if hooks were loaded."""
 USER_MEMORY_MARKER = "USER-LEVEL-CLAUDE-MD-7c1e"
@@ -44,18 +42,10 @@ USER_MEMORY_MARKER = "USER-LEVEL-CLAUDE-MD-7c1e"
 
 def claude_cli() -> str:
     """The ``claude`` executable to test, or skip with how to get one."""
-    candidates = [os.environ.get("OMRAY_CLAUDE_CLI", ""), str(CLI_CACHE / "node_modules" / ".bin" / "claude")]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("claude")
-    if found:
-        return found
-    npm = "npm is installed" if shutil.which("npm") else "npm is not installed either"
-    pytest.skip(
-        f"the claude CLI is not installed ({npm}): run `npm install --prefix {CLI_CACHE} "
-        "@anthropic-ai/claude-code` or set OMRAY_CLAUDE_CLI to run this test"
-    )
+    try:
+        return find_agent_cli("claude", "OMRAY_CLAUDE_CLI", "@anthropic-ai/claude-code")
+    except AgentCliMissing as exc:
+        pytest.skip(f"{exc} to run this test")
 
 
 def _hooks(marker_dir: Path, scope: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ may be kept, and the project may gain no file.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,30 +20,21 @@ from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.naming import RuntimeNames
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.queries import MemoryReader
+from testkit.agent_cli import AgentCliMissing, find_agent_cli
 from testkit.codex_responses import StructuredResponsesModel
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import ScriptedServer
-from tests.integration.test_claude_code_observer import CLI_CACHE, _files, _session_ids
+from tests.integration.test_claude_code_observer import _files, _session_ids
 
 pytestmark = pytest.mark.integration
 
 
 def codex_cli() -> str:
     """The ``codex`` executable to test, or skip with how to get one."""
-    for candidate in (
-        os.environ.get("OMRAY_CODEX_CLI", ""),
-        str(CLI_CACHE / "node_modules" / ".bin" / "codex"),
-    ):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("codex")
-    if found:
-        return found
-    npm = "npm is installed" if shutil.which("npm") else "npm is not installed either"
-    pytest.skip(
-        f"the codex CLI is not installed ({npm}): run `npm install --prefix {CLI_CACHE} @openai/codex` "
-        "or set OMRAY_CODEX_CLI to run this test"
-    )
+    try:
+        return find_agent_cli("codex", "OMRAY_CODEX_CLI", "@openai/codex")
+    except AgentCliMissing as exc:
+        pytest.skip(f"{exc} to run this test")
 
 
 def test_a_session_is_observed_reflected_and_projected_through_codex_exec(

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.cli import bench_app
-from bench.observer_cli_bench import CliUnavailable, find_claude_cli
+from bench.observer_cli_bench import find_claude_cli
+from testkit.agent_cli import AgentCliMissing
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "pi
 def test_both_providers_observe_the_whole_transcript_and_report_their_prompt_cost() -> None:
     try:
         find_claude_cli()
-    except CliUnavailable as exc:
+    except AgentCliMissing as exc:
         pytest.skip(str(exc))
     result = CliRunner().invoke(
         bench_app, ["observer", "--provider", "claude-code", "--transcript", str(FIXTURE), "--json"]
