@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from actors.models.embeddings import EmbeddingError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL
@@ -40,8 +40,10 @@ MINILM_MAX_TOKENS = 256
 """The model's ``max_seq_length`` (``sentence_bert_config.json``); longer inputs are truncated."""
 MINILM_BATCH_SIZE = 32
 """Texts per ONNX run."""
-MINILM_THREADS = 2
-"""``intra_op_num_threads`` of the ONNX session."""
+MINILM_THREADS = 1
+"""``intra_op_num_threads`` of the ONNX session: one. Batches of short texts are too small to split;
+on the 2 shared cores a second thread cost a fifth more CPU per text and was slower in wall time too
+(docs/benchmarks-history.md, embedding throughput)."""
 
 
 class EmbeddingModelMissingError(EmbeddingError):
@@ -135,6 +137,9 @@ class MiniLMEmbedder:
 
     Loading is lazy (first :meth:`embed`) and happens once; the instance is thread-safe.
     """
+
+    batches_by_tokens: ClassVar[bool] = True
+    """:func:`persistence.semantic.build.embed_in_batches` hands it all texts in one call."""
 
     def __init__(
         self,
