@@ -40,9 +40,7 @@ with the index's construction parameters (``persistence.semantic.vectors``, ef m
 baseline vectors. Each reads 100 chunk hits, as a store does inside hybrid search, and collapses
 them to memories in rank order. Figures are printed, never asserted.
 
-Length: about 750 lines, on purpose (its word lists are in ``bench.hybrid_words``). Corpus,
-labelled queries, backfill and latency runs of one benchmark share their fixtures and its JSON
-report.
+Length: about 750 lines, on purpose (word lists: ``bench.hybrid_words``); its parts share fixtures.
 """
 
 from __future__ import annotations
@@ -233,6 +231,8 @@ class HybridBenchResult(BaseModel):
     """The embedder alone on the same chunk texts in the same batches: the backfill's ceiling."""
     embedding_cpu_s: float
     """CPU seconds of the process (all threads) during that baseline."""
+    embedding_per_core_s: float
+    """Chunks (events) embedded per CPU second of that baseline: events per second per core."""
     backfill_vs_embedding: float
     """``chunks_per_s / embedding_sentences_per_s`` (1.0 = backfill as fast as embedding)."""
     original: dict[str, object]
@@ -550,7 +550,7 @@ class RecordingEmbedder:
     reuse the backfill's vectors instead of embedding every chunk a second time."""
 
     def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
+        self.inner, self.batches_by_tokens = inner, getattr(inner, "batches_by_tokens", False)
         self.vectors: dict[str, np.ndarray] = {}
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -727,6 +727,7 @@ def run_hybrid_bench(
         backfill_cpu_s=round(filled.cpu_seconds, 2),
         embedding_sentences_per_s=round(sentences_per_s, 1),
         embedding_cpu_s=round(baseline_cpu, 2),
+        embedding_per_core_s=round(len(sample) / baseline_cpu, 1) if baseline_cpu > 0 else 0.0,
         backfill_vs_embedding=round(chunks_per_s / sentences_per_s, 3) if sentences_per_s else 0.0,
         original=dict(ORIGINAL_BACKFILL),
         queries_timed=len(measured.search_ms),

@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from actors.models.embeddings import EmbeddingError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL
@@ -40,8 +40,10 @@ MINILM_MAX_TOKENS = 256
 """The model's ``max_seq_length`` (``sentence_bert_config.json``); longer inputs are truncated."""
 MINILM_BATCH_SIZE = 32
 """Texts per ONNX run."""
-MINILM_THREADS = 2
-"""``intra_op_num_threads`` of the ONNX session."""
+MINILM_THREADS = 1
+"""``intra_op_num_threads`` of the ONNX session: one. Batches of short texts are too small to split;
+on the 2 shared cores a second thread cost a fifth more CPU per text and was slower in wall time too
+(docs/benchmarks-history.md, embedding throughput)."""
 
 
 class EmbeddingModelMissingError(EmbeddingError):
@@ -136,6 +138,9 @@ class MiniLMEmbedder:
     Loading is lazy (first :meth:`embed`) and happens once; the instance is thread-safe.
     """
 
+    batches_by_tokens: ClassVar[bool] = True
+    """:func:`persistence.semantic.build.embed_in_batches` hands it all texts in one call."""
+
     def __init__(
         self,
         *,
@@ -181,8 +186,9 @@ class MiniLMEmbedder:
             verify_file(model_path, MINILM_MODEL_SHA256, MODEL_REMEDY)
             tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_path))
             # tokenizer.json ships truncation at 128 and fixed padding to 128; the model takes 256.
+            # Padding is done per batch in numpy (_embed_batch), so the tokenizer does none.
             tokenizer.enable_truncation(max_length=MINILM_MAX_TOKENS)
-            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            tokenizer.no_padding()
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = self._threads
             options.inter_op_num_threads = 1
@@ -202,45 +208,55 @@ class MiniLMEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit vectors for ``texts`` in input order, computed in batches.
 
-        Each batch is checked as a whole in numpy (finite, non-zero norms, so every component is
-        finite): the rules of :func:`validate_vectors` without its per-number Python loop, which
-        cost a tenth of the embedding time."""
+        All texts are tokenized at once (truncated, unpadded), then batched by token count, so each
+        batch is padded only to its own longest text; the vectors are put back in input order. Each
+        batch is checked as a whole in numpy (finite, non-zero norms, so every component is finite):
+        the rules of :func:`validate_vectors` without its per-number Python loop."""
         self.load()
-        # Batches of similar length pad less (a text's vector does not depend on its batch): on a
-        # chat history of short and long turns this embeds about twice as fast as input order.
-        order = sorted(range(len(texts)), key=lambda index: len(texts[index]))
+        tokenizer = self._tokenizer
+        assert tokenizer is not None  # load() ran
+        if len(texts) == 0:
+            return []
+        # One text at a time: ``encode_batch`` hands short batches to a rayon pool whose idle
+        # threads spin, burning the CPU the ONNX session needs (a fifth of it on 2 shared cores).
+        with self._encode_lock:
+            ids = [tokenizer.encode(text).ids for text in texts]
+        order = sorted(range(len(ids)), key=lambda index: (len(ids[index]), index))
         vectors: list[list[float] | None] = [None] * len(texts)
         for start in range(0, len(order), self._batch_size):
             batch = order[start : start + self._batch_size]
-            for index, vector in zip(
-                batch, self._embed_batch([texts[index] for index in batch]), strict=True
-            ):
+            for index, vector in zip(batch, self._embed_batch([ids[index] for index in batch]), strict=True):
                 vectors[index] = vector
         done = [vector for vector in vectors if vector is not None]
         if len(done) != len(texts):
             raise EmbeddingError(reason="invalid_vectors")
         return done
 
-    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+    def _embed_batch(self, token_ids: list[list[int]]) -> list[list[float]]:
+        """Unit vectors of one batch of token id lists, padded with zeros to the batch's longest."""
         import numpy as np
 
-        session, tokenizer = self._session, self._tokenizer
-        assert session is not None and tokenizer is not None  # load() ran
-        with self._encode_lock:
-            encodings = tokenizer.encode_batch(texts)
+        session = self._session
+        assert session is not None  # load() ran
+        width = max(1, max(len(row) for row in token_ids))
+        input_ids = np.zeros((len(token_ids), width), dtype=np.int64)
+        attention = np.zeros((len(token_ids), width), dtype=np.int64)
+        for row, tokens in enumerate(token_ids):
+            input_ids[row, : len(tokens)] = tokens
+            attention[row, : len(tokens)] = 1
         columns = {
-            "input_ids": [encoding.ids for encoding in encodings],
-            "attention_mask": [encoding.attention_mask for encoding in encodings],
-            "token_type_ids": [encoding.type_ids for encoding in encodings],
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "token_type_ids": np.zeros_like(input_ids),
         }
-        feed = {name: np.asarray(columns[name], dtype=np.int64) for name in self._input_names}
+        feed = {name: columns[name] for name in self._input_names}
         (output,) = session.run([self._output_name], feed)
         hidden: npt.NDArray[np.float32] = np.asarray(output, dtype=np.float32)
         if hidden.ndim == 3:
-            mask = np.asarray(columns["attention_mask"], dtype=np.float32)[:, :, None]
+            mask = attention.astype(np.float32)[:, :, None]
             hidden = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(hidden, axis=1, keepdims=True)
-        if hidden.shape != (len(texts), MINILM_DIMENSIONS):
+        if hidden.shape != (len(token_ids), MINILM_DIMENSIONS):
             raise EmbeddingError(reason="invalid_vectors")
         if not bool(np.all(np.isfinite(norms))) or bool(np.any(norms == 0)):
             raise EmbeddingError(reason="invalid_vectors")

@@ -13,6 +13,7 @@ from actors.models.embeddings import EmbeddingError
 from actors.models.offline_embedder import (
     MINILM_DIMENSIONS,
     MINILM_MODEL_PACKAGE,
+    MINILM_THREADS,
     MINILM_TOKENIZER_FILE,
     MINILM_TOKENIZER_SHA256,
     EmbeddingModelChecksumError,
@@ -137,4 +138,19 @@ def test_throughput_is_reported(minilm: MiniLMEmbedder, capsys: pytest.CaptureFi
     elapsed = time.perf_counter() - started
     assert len(vectors) == 200
     with capsys.disabled():
-        print(f"\nMiniLM offline embedder: {200 / elapsed:.0f} sentences/s (batch of 200, 2 threads)")
+        print(f"\nMiniLM offline embedder: {200 / elapsed:.0f} sentences/s ({MINILM_THREADS} thread(s))")
+
+
+def test_token_batched_path_matches_one_text_at_a_time(minilm: MiniLMEmbedder) -> None:
+    # Very different lengths, shuffled: the batched path sorts by token count and restores order.
+    import random
+
+    texts = ["", "ok", "the parser crashes on dates", "word " * 300, "é漢字 emoji 🎉 mixed"]
+    texts += [" ".join(f"w{j}" for j in range(i * 7 % 180 + 1)) for i in range(60)]
+    random.Random(3).shuffle(texts)
+    together = minilm.embed(texts)
+    assert len(together) == len(texts)
+    for text, vector in zip(texts, together, strict=True):
+        (alone,) = minilm.embed([text])  # the plain reference: one text per run, no padding
+        assert cosine(vector, alone) >= 0.999
+    assert MiniLMEmbedder.batches_by_tokens is True
