@@ -14,7 +14,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +57,10 @@ def check_settings(project: Path) -> list[Finding]:
     if provider.kind == "builtin":
         findings.append(Finding(True, "model", f"{model} (runs offline, needs no API key)"))
     elif provider.kind in ("claude_code", "codex"):
-        findings.append(_cli_finding(model, provider.command or provider.name))
+        from cluster.commands.integrate_observer import observer_findings
+
+        command = provider.command or provider.name
+        findings.extend(observer_findings(settings, project, model, provider.kind, command))
     else:
         key = provider.api_key_env
         if key and not os.environ.get(key, "").strip():
@@ -78,20 +80,6 @@ def check_settings(project: Path) -> list[Finding]:
     semantic = "hybrid (semantic) search on" if settings.semantic is not None else "exact search only"
     findings.append(Finding(True, "memory", f"{settings.database_path(str(project))} ({semantic})"))
     return findings
-
-
-def _cli_finding(model: str, command: str) -> Finding:
-    """Whether the CLI a ``claude-code`` model runs is found (on this shell's ``PATH``; the runtime's
-    workers look it up on theirs)."""
-    found = shutil.which(command)
-    if found is None:
-        return Finding(
-            False,
-            "model",
-            f"{model}: {command!r} is not found; install the agent's CLI (`npm install -g "
-            "@anthropic-ai/claude-code` or `@openai/codex`) and log in as the user who runs `omray up`",
-        )
-    return Finding(True, "model", f"{model} runs {found} on its own login (each call is a turn on your plan)")
 
 
 NO_KEY_PLACEHOLDER = "sk-no-key"
