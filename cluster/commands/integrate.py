@@ -533,7 +533,8 @@ def integrate_command(
                 codex_config or home / "config.toml", command, pinned, remove, http, token
             )
         if observer is not None:
-            changes.append(Change(*observer_edit(root, observer)))
+            path, before, after = observer_edit(root, observer)
+            changes.append(Change(path, before, after, mode=None if path.exists() else 0o644))
     except OmrayError as exc:
         typer.echo(f"omray integrate: {exc}", err=True)
         raise typer.Exit(code=2) from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -40,6 +41,8 @@ PROBE_TIMEOUT_S = 20.0
 """How long one ``--version`` or login-status run of a CLI may take."""
 USER_TURN_EVENT = "agent_command_applied"
 """The transcript event of a user message: one turn."""
+_METHOD = re.compile(r"[A-Za-z0-9._-]{1,40}")
+"""What an ``authMethod`` shown must look like (``claude.ai``, ``api_key``): a name, nothing else."""
 
 
 class Observer(enum.StrEnum):
@@ -207,7 +210,7 @@ def _claude_login(answer: tuple[int, str] | None) -> tuple[bool | None, str | No
         status = None
     if isinstance(status, dict) and isinstance(status.get("loggedIn"), bool):
         method = status.get("authMethod")
-        shown = method if isinstance(method, str) and method.isidentifier() and len(method) <= 40 else None
+        shown = method if isinstance(method, str) and _METHOD.fullmatch(method) else None
         return status["loggedIn"], shown
     return None, None
 
@@ -220,12 +223,21 @@ def _codex_login(answer: tuple[int, str] | None) -> bool | None:
     return False if "not logged in" in answer[1].lower() else None
 
 
+def find_cli(command: str) -> str | None:
+    """Where ``command`` is on this shell's ``PATH`` (the runtime's workers look on theirs)."""
+    return shutil.which(command)
+
+
 def probe_cli(
-    kind: str, command: str, run: ProbeRun = run_probe, which: Callable[[str], str | None] = shutil.which
+    kind: str,
+    command: str,
+    run: ProbeRun | None = None,
+    which: Callable[[str], str | None] | None = None,
 ) -> CliProbe:
     """Find ``command`` and ask it its version and whether it is logged in (``kind``: ``claude_code``
     or ``codex``); no model call."""
-    path = which(command)
+    path = (which or find_cli)(command)
+    run = run or run_probe
     if path is None:
         return CliProbe(None)
     version_answer = run([path, "--version"])
@@ -256,7 +268,7 @@ def cli_findings(model: str, kind: str, probe: CliProbe) -> list[Finding]:
         ]
     version = probe.version or "version unknown"
     findings = [
-        Finding(True, "model", f"{model} runs {probe.path} ({version}; each call is a turn on your plan)")
+        Finding(True, "model", f"{model} runs {probe.path}, {version} (each call is a turn on your plan)")
     ]
     hint = LOGIN_HINT.get(kind, "log the CLI in")
     if probe.logged_in is True:
@@ -348,7 +360,7 @@ def cost_finding(settings: OmSettings, model: str, rate: MeasuredRate | None) ->
 
 
 def observer_findings(
-    settings: OmSettings, project: Path, model: str, kind: str, command: str, run: ProbeRun = run_probe
+    settings: OmSettings, project: Path, model: str, kind: str, command: str, run: ProbeRun | None = None
 ) -> list[Finding]:
     """Everything ``--check`` says about an agent-login ``model``: its CLI, its login, its cost."""
     findings = cli_findings(model, kind, probe_cli(kind, command, run))
@@ -357,7 +369,7 @@ def observer_findings(
     return findings
 
 
-def observer_preview(project: Path, observer: Observer, run: ProbeRun = run_probe) -> list[Finding]:
+def observer_preview(project: Path, observer: Observer, run: ProbeRun | None = None) -> list[Finding]:
     """``--check --observer``: when the settings do not use the ``observer``'s model yet, a ``todo``
     saying how to switch, and what its CLI, login and cost would be (nothing is written)."""
     from persistence.settings_file import load_settings
