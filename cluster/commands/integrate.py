@@ -20,7 +20,8 @@ settings of the project (model, provider, API key variable, the model in the end
 ``/models`` list), a running memory runtime, and for
 Claude Code a trusted workspace (it ignores a project's permissions until the user accepts its
 trust dialog once); each finding says what to do. ``--mcp-transport http`` points the agent at a
-running ``omray mcp --transport http`` instead (``cluster.commands.integrate_http``).
+running ``omray mcp --transport http`` instead (``cluster.commands.integrate_http``). ``--observer``
+also sets the project's model (``cluster.commands.integrate_observer``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The checks of ``omray integrate``: what the agent will need, each a :class:`Finding` that says
 what was found and, when it is not ready, what to do (settings, model and endpoint, a running
 runtime, Claude Code's workspace trust). ``--check`` runs them alone; the MCP HTTP check is in
-:mod:`.integrate_http`.
+:mod:`.integrate_http`, an agent-login model's CLI, login and measured cost in
+:mod:`.integrate_observer`.
 
 The endpoint check asks ``<base_url>/models`` once (:func:`read_models`, the only I/O) and
 :func:`model_findings` judges the answer: the configured model missing from a listing is a
