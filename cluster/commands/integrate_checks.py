@@ -21,19 +21,7 @@ from pathlib import Path
 
 import typer
 
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the agent will need, and whether it is there."""
-
-    ok: bool
-    """Whether it is ready."""
-    what: str
-    """What was checked."""
-    detail: str
-    """What was found; when not ready, what to do."""
-    note: bool = False
-    """Worth knowing but not a failure (``ok`` stays true): printed ``note``."""
+from cluster.commands.integrate_finding import Finding as Finding  # re-exported: callers import it here
 
 
 def check_settings(project: Path) -> list[Finding]:

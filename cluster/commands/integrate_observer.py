@@ -30,8 +30,8 @@ from pathlib import Path
 
 import yaml
 
-from cluster.commands.integrate_checks import Finding
 from cluster.commands.integrate_files import SettingsFileError, read_settings_text
+from cluster.commands.integrate_finding import Finding
 from protocol.errors import OmrayError
 from protocol.settings import BUILTIN_MODEL, OmSettings
 
