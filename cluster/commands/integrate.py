@@ -20,7 +20,8 @@ settings of the project (model, provider, API key variable, the model in the end
 ``/models`` list), a running memory runtime, and for
 Claude Code a trusted workspace (it ignores a project's permissions until the user accepts its
 trust dialog once); each finding says what to do. ``--mcp-transport http`` points the agent at a
-running ``omray mcp --transport http`` instead (``cluster.commands.integrate_http``).
+running ``omray mcp --transport http`` instead (``cluster.commands.integrate_http``). ``--observer``
+also sets the project's model (``cluster.commands.integrate_observer``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from cluster.commands.integrate_http import (
     claude_mcp_entry,
     mcp_http_for,
 )
+from cluster.commands.integrate_observer import Observer, observer_edit, observer_preview
 from protocol.errors import OmrayError
 
 MCP_SERVER_NAME = "omray"
@@ -488,12 +490,28 @@ def integrate_command(
         int,
         typer.Option(help="Port of `omray mcp --transport http` on 127.0.0.1 (with --mcp-transport http)."),
     ] = 8766,
+    observer: Annotated[
+        Observer | None,
+        typer.Option(
+            help="Also set the project's model: claude (claude-code/haiku on your Claude Code login), "
+            "codex (codex/gpt-5-mini on your Codex login) or builtin (back to the offline model)."
+        ),
+    ] = None,
 ) -> None:
     """Add omray's hooks, MCP server and approvals to Claude Code or Codex settings, then check what
     else the agent needs (idempotent; --remove undoes; --check only checks)."""
     root = (project or Path.cwd()).resolve()
+    if observer is not None and remove:
+        typer.echo(
+            "omray integrate: --observer sets the project's model and --remove takes omray out; "
+            "run them one at a time (nothing was changed)",
+            err=True,
+        )
+        raise typer.Exit(code=2)
     if check:
         findings = run_checks(agent, root)
+        if observer is not None:
+            findings.extend(observer_preview(root, observer))
         if mcp_transport is McpTransport.HTTP:
             try:
                 http, token = mcp_http_for(mcp_transport, mcp_port, False)
@@ -515,6 +533,9 @@ def integrate_command(
             changes = codex_changes(
                 codex_config or home / "config.toml", command, pinned, remove, http, token
             )
+        if observer is not None:
+            path, before, after = observer_edit(root, observer)
+            changes.append(Change(path, before, after, mode=None if path.exists() else 0o644))
     except OmrayError as exc:
         typer.echo(f"omray integrate: {exc}", err=True)
         raise typer.Exit(code=2) from None

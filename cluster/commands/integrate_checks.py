@@ -1,7 +1,8 @@
 """The checks of ``omray integrate``: what the agent will need, each a :class:`Finding` that says
 what was found and, when it is not ready, what to do (settings, model and endpoint, a running
 runtime, Claude Code's workspace trust). ``--check`` runs them alone; the MCP HTTP check is in
-:mod:`.integrate_http`.
+:mod:`.integrate_http`, an agent-login model's CLI, login and measured cost in
+:mod:`.integrate_observer`.
 
 The endpoint check asks ``<base_url>/models`` once (:func:`read_models`, the only I/O) and
 :func:`model_findings` judges the answer: the configured model missing from a listing is a
@@ -14,26 +15,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the agent will need, and whether it is there."""
-
-    ok: bool
-    """Whether it is ready."""
-    what: str
-    """What was checked."""
-    detail: str
-    """What was found; when not ready, what to do."""
-    note: bool = False
-    """Worth knowing but not a failure (``ok`` stays true): printed ``note``."""
+from cluster.commands.integrate_finding import Finding as Finding  # re-exported: callers import it here
 
 
 def check_settings(project: Path) -> list[Finding]:
@@ -58,7 +46,10 @@ def check_settings(project: Path) -> list[Finding]:
     if provider.kind == "builtin":
         findings.append(Finding(True, "model", f"{model} (runs offline, needs no API key)"))
     elif provider.kind in ("claude_code", "codex"):
-        findings.append(_cli_finding(model, provider.command or provider.name))
+        from cluster.commands.integrate_observer import observer_findings
+
+        command = provider.command or provider.name
+        findings.extend(observer_findings(settings, project, model, provider.kind, command))
     else:
         key = provider.api_key_env
         if key and not os.environ.get(key, "").strip():
@@ -78,20 +69,6 @@ def check_settings(project: Path) -> list[Finding]:
     semantic = "hybrid (semantic) search on" if settings.semantic is not None else "exact search only"
     findings.append(Finding(True, "memory", f"{settings.database_path(str(project))} ({semantic})"))
     return findings
-
-
-def _cli_finding(model: str, command: str) -> Finding:
-    """Whether the CLI a ``claude-code`` model runs is found (on this shell's ``PATH``; the runtime's
-    workers look it up on theirs)."""
-    found = shutil.which(command)
-    if found is None:
-        return Finding(
-            False,
-            "model",
-            f"{model}: {command!r} is not found; install the agent's CLI (`npm install -g "
-            "@anthropic-ai/claude-code` or `@openai/codex`) and log in as the user who runs `omray up`",
-        )
-    return Finding(True, "model", f"{model} runs {found} on its own login (each call is a turn on your plan)")
 
 
 NO_KEY_PLACEHOLDER = "sk-no-key"
