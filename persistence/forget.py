@@ -221,7 +221,14 @@ def forget_rows(conn: Connection, request: ForgetRequest, job_id: str, now: str)
         result.unknown += found.unknown
     for start, end in request.event_ranges:
         result.transcript_events += _forget_events(
-            conn, request.session_id, start, end, f"events:{request.session_id}:{start}-{end}", "events", job_id, now
+            conn,
+            request.session_id,
+            start,
+            end,
+            f"events:{request.session_id}:{start}-{end}",
+            "events",
+            job_id,
+            now,
         )
     if result.observations or result.reflections or result.transcript_events:
         purge_trigram_indexes(conn, result)
@@ -232,7 +239,12 @@ def forget_rows(conn: Connection, request: ForgetRequest, job_id: str, now: str)
             "INSERT INTO omray_forget_request (job_id, run_id, result_json, finished_at)"
             " VALUES (:job, :run, :r, :now) ON CONFLICT (job_id) DO NOTHING"
         ),
-        {"job": job_id, "run": request.session_id, "r": json.dumps(result.as_dict(), sort_keys=True), "now": now},
+        {
+            "job": job_id,
+            "run": request.session_id,
+            "r": json.dumps(result.as_dict(), sort_keys=True),
+            "now": now,
+        },
     )
     return result
 

@@ -222,7 +222,9 @@ class ForgetJob(ForgetRequest):
     def request(self) -> ForgetRequest:
         """What the job removes (without database and settings), as the StoreActor takes it."""
         # Already checked as part of this job: the same values, not validated again.
-        return ForgetRequest.model_construct(**{name: getattr(self, name) for name in ForgetRequest.model_fields})
+        return ForgetRequest.model_construct(
+            **{name: getattr(self, name) for name in ForgetRequest.model_fields}
+        )
 
 
 JobPayload = Annotated[

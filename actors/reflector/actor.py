@@ -7,8 +7,9 @@ into a failure value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from actors.indexer.schedule import schedule_index
 from actors.models.clients import worker_clients
@@ -65,4 +66,4 @@ class ReflectorActor(RoleActor):
 
     role_handler_id = REFLECT_GENERATION_HANDLER
     default_handler = "actors.reflector.actor:reflect_generation"
-    hosted_handlers = {FORGET_HANDLER: "actors.reflector.forget:forget"}
+    hosted_handlers: ClassVar[Mapping[str, str]] = {FORGET_HANDLER: "actors.reflector.forget:forget"}
