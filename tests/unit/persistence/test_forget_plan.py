@@ -9,11 +9,10 @@ import pytest
 
 from cluster.forget import forget_report, plan_forget, wait_for_results
 from cluster.servers.mcp_server import forget_tool, tool_specs
-from protocol.forget import ForgetRequest
 from persistence.forget_queries import ForgetReader
 from persistence.store import Store
 from protocol.errors import InvalidPayloadError
-from protocol.forget import ForgetArgumentsError, forget_arguments
+from protocol.forget import ForgetArgumentsError, ForgetRequest, forget_arguments
 from protocol.jobs import ForgetJob
 from tests.unit.persistence.test_forget_store import commit_turn
 

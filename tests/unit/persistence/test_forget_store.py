@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from actors.read.service import memory_search, project
 from persistence.forget import KILL_POINT_ENV
-from protocol.forget import ForgetRequest
 from persistence.semantic import SemanticIndex
 from persistence.store import Store
+from protocol.forget import ForgetRequest
 from protocol.records import ObservationRecord, TranscriptEntry
 from tests.unit.persistence.builders import make_observation, make_part
 from tests.unit.persistence.semantic.conftest import (
