@@ -225,9 +225,18 @@ class WorkerActor:
     attempt waits for the old one to end (handlers assume attempt N+1 starts after attempt N).
     """
 
-    def __init__(self, handler_id: str, handler: JobHandler, context: WorkerContext) -> None:
+    def __init__(
+        self,
+        handler_id: str,
+        handler: JobHandler,
+        context: WorkerContext,
+        hosted: Mapping[str, JobHandler] | None = None,
+    ) -> None:
         self.handler_id = handler_id
         self._handler = handler
+        # Handlers of other job kinds this worker's pool runs too, by handler id (forget jobs on
+        # the reflector pool: ``protocol.jobs.POOL_OF_HANDLER``).
+        self._hosted: dict[str, JobHandler] = dict(hosted or {})
         self._context = context
         self.jobs_run = 0
         self._job_ended = threading.Condition()
@@ -285,7 +294,8 @@ class WorkerActor:
     def _run(self, envelope: JobEnvelope, attempt: int, started: float) -> dict[str, Any]:
         self.jobs_run += 1
         try:
-            detail = self._handler(envelope, attempt, self._context) or {}
+            handler = self._hosted.get(envelope.handler_id, self._handler)
+            detail = handler(envelope, attempt, self._context) or {}
         except Exception as exc:  # never raise across the actor boundary
             return self._failure(envelope.job_id, attempt, exc)
         elapsed_ms = (time.monotonic() - started) * 1000.0
@@ -361,6 +371,9 @@ class RoleActor(WorkerActor):
     """The stable handler id this role serves."""
     default_handler: ClassVar[str]
     """``module:function`` of the role's production handler."""
+    hosted_handlers: ClassVar[Mapping[str, str]] = {}
+    """``module:function`` of the handler of each other handler id this role's pool runs (their
+    jobs go to that handler, whatever handler the role itself was given)."""
 
     def __init__(
         self, context: WorkerContext, handler: JobHandler | str | None = None, *, niceness: int | None = None
@@ -369,7 +382,10 @@ class RoleActor(WorkerActor):
         actor processes: memory work is background work); ``None`` leaves the process alone."""
         chosen = handler or self.default_handler
         super().__init__(
-            self.role_handler_id, load_handler(chosen) if isinstance(chosen, str) else chosen, context
+            self.role_handler_id,
+            load_handler(chosen) if isinstance(chosen, str) else chosen,
+            context,
+            {hid: load_handler(path) for hid, path in self.hosted_handlers.items()},
         )
         if niceness is not None:
             lower_priority(niceness)

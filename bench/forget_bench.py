@@ -53,6 +53,7 @@ from persistence.semantic.build import embed_in_batches
 from persistence.semantic.retrieve import query_text_for_embedding
 from persistence.settings_parse import semantic_from_mapping
 from persistence.store import Store
+from protocol.forget import ForgetRequest
 from protocol.semantic import Embedder, SemanticSearchError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
@@ -238,9 +239,13 @@ def run_forget_bench(
             queries = [(memory.content, vector(memory)) for memory in picked]
             searches = _Searches(db_path, SemanticSettings(embedding_api=api), queries)
             for memory in gone:
-                request = {"memory_ids": [memory.memory_id], "event_ranges": [[memory.seq, memory.seq]]}
+                request = ForgetRequest(
+                    session_id=memory.run_id,
+                    memory_ids=(memory.memory_id,),
+                    event_ranges=((memory.seq, memory.seq),),
+                )
                 store.forget(
-                    {"run_id": memory.run_id, **request},
+                    request,
                     f"bench-forget-{memory.memory_id[:12]}",
                     "2026-01-01T00:00:00+00:00",
                 )

@@ -47,6 +47,7 @@ from protocol.events import (
     CompactionDecision,
     detect_terminal_boundary,
 )
+from protocol.forget import ForgetArguments, forget_arguments
 from protocol.identities import observe_job_id, signalled_observe_job_id
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal, settings_fingerprint
 from protocol.records import ActivityRecord
@@ -383,31 +384,29 @@ class OmrayClient:
         memory_ids: Sequence[str] = (),
         *,
         session_id: str | None = None,
-        event_ranges: Sequence[Sequence[int]] = (),
+        event_ranges: Sequence[Sequence[int] | str] = (),
         wait_s: float = 60.0,
+        arguments: ForgetArguments | None = None,
     ) -> dict[str, Any]:
         """Forget memory through the runtime: observations and reflections by id (full ids or display
         ids of 12+ characters), or everything of ``session_id``, or only the transcript text of its
-        ``event_ranges`` (inclusive ``(start, end)`` seqs).
+        ``event_ranges`` (inclusive ``(start, end)`` seqs, or ``"A-B"``); or ``arguments`` already
+        checked by :func:`protocol.forget.forget_arguments` (then the others are ignored).
 
         One ``forget`` job per session goes through the queue, in the session's lane (after every job
         of the session already accepted); then waits up to ``wait_s`` seconds for the jobs' transactions
         (``complete``). Idempotent: ids forgotten before are listed in ``already_forgotten``, ids never
         stored in ``unknown``, prefixes of several memories in ``ambiguous``. Raises
-        :class:`InvalidPayloadError` for a malformed request (nothing is sent).
+        :class:`protocol.forget.ForgetArgumentsError` for malformed arguments (nothing is sent).
         """
         from cluster.forget import forget_report, plan_forget, wait_for_results
         from persistence.forget_queries import ForgetReader
 
-        reader = ForgetReader(self.db_path)
-        envelopes, report = plan_forget(
-            reader,
-            str(self.db_path.resolve()),
-            self.settings_block,
-            memory_ids,
-            session_id=session_id,
-            event_ranges=event_ranges,
+        checked = arguments or forget_arguments(
+            {"ids": memory_ids, "session_id": session_id, "event_ranges": event_ranges}
         )
+        reader = ForgetReader(self.db_path)
+        envelopes, report = plan_forget(reader, str(self.db_path.resolve()), self.settings_block, checked)
         job_ids = [self.dispatch(envelope) for envelope in envelopes]
         results = wait_for_results(reader, job_ids, wait_s) if wait_s > 0 else {}
         return forget_report(report, job_ids, results)

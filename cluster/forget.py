@@ -4,92 +4,50 @@ each job's transaction has committed."""
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
 from persistence.forget_queries import ForgetReader
-from protocol.errors import InvalidPayloadError
-from protocol.jobs import MAX_FORGET_IDS, ForgetJob, JobEnvelope
+from protocol.forget import ForgetArguments
+from protocol.jobs import ForgetJob, JobEnvelope
 
-_ID = re.compile(r"[0-9a-f]{12,64}\Z")
 WAIT_POLL_S = 0.05
-
-
-def _checked_ids(memory_ids: Sequence[str]) -> list[str]:
-    if isinstance(memory_ids, str):
-        raise InvalidPayloadError("memory_ids must be a list of ids, not one string")
-    ids: list[str] = []
-    for number, given in enumerate(memory_ids, start=1):
-        value = given.strip().lower() if isinstance(given, str) else None
-        if value is None or not _ID.match(value):
-            raise InvalidPayloadError(
-                f"memory id #{number} must be 12 to 64 hexadecimal characters (a full id or a display id)"
-            )
-        ids.append(value)
-    if len(ids) > MAX_FORGET_IDS:
-        raise InvalidPayloadError(f"at most {MAX_FORGET_IDS} ids per call")
-    return list(dict.fromkeys(ids))
-
-
-def _checked_ranges(event_ranges: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
-    ranges: list[tuple[int, int]] = []
-    for number, pair in enumerate(event_ranges, start=1):
-        try:
-            start, end = (int(value) for value in pair)
-        except (TypeError, ValueError):
-            raise InvalidPayloadError(f"event range #{number} must be two seqs (start, end)") from None
-        if not 1 <= start <= end <= 2**63 - 1:
-            raise InvalidPayloadError(f"event range #{number} must satisfy 1 <= start <= end")
-        ranges.append((start, end))
-    return ranges
 
 
 def plan_forget(
     reader: ForgetReader,
     db_path: str,
     settings_block: dict[str, Any],
-    memory_ids: Sequence[str] = (),
-    session_id: str | None = None,
-    event_ranges: Sequence[Sequence[int]] = (),
+    arguments: ForgetArguments,
 ) -> tuple[list[JobEnvelope], dict[str, Any]]:
-    """The forget jobs for a request and the report of the ids that need none. Raises
-    :class:`InvalidPayloadError` (nothing sent) for a malformed request."""
-    ids = _checked_ids(memory_ids)
-    ranges = _checked_ranges(event_ranges)
-    if not ids and session_id is None:
-        raise InvalidPayloadError("name memory ids to forget, or a session")
-    if ids and session_id is not None:
-        raise InvalidPayloadError("give memory ids or a session, not both")
-    if ranges and session_id is None:
-        raise InvalidPayloadError("event ranges need the session they belong to")
+    """The forget jobs for checked ``arguments`` (:func:`protocol.forget.forget_arguments`) and the
+    report of the ids that need none."""
     report: dict[str, Any] = {"already_forgotten": [], "unknown": [], "ambiguous": []}
     by_session: dict[str, list[str]] = {}
-    for located in reader.locate(ids):
+    for located in reader.locate(list(arguments.ids)):
         if located.status == "found" and located.run_id is not None and located.memory_id is not None:
             by_session.setdefault(located.run_id, []).append(located.memory_id)
         elif located.status == "forgotten":
             report["already_forgotten"].append(located.given)
         else:
             report[located.status].append(located.given)
-    payloads: list[dict[str, Any]] = [
-        {"session_id": run_id, "memory_ids": tuple(found)} for run_id, found in by_session.items()
+    jobs = [
+        ForgetJob(session_id=run_id, memory_ids=tuple(found), db_path=db_path, settings=settings_block)
+        for run_id, found in by_session.items()
     ]
-    if session_id is not None:
-        payloads.append(
-            {"session_id": session_id, "event_ranges": tuple(ranges), "whole_session": not ranges}
+    if arguments.session_id is not None:
+        jobs.append(
+            ForgetJob(
+                session_id=arguments.session_id,
+                event_ranges=arguments.event_ranges,
+                whole_session=not arguments.event_ranges,
+                db_path=db_path,
+                settings=settings_block,
+            )
         )
-    envelopes: list[JobEnvelope] = []
-    for payload in payloads:
-        try:
-            job = ForgetJob(db_path=db_path, settings=settings_block, **payload)
-        except ValidationError as exc:
-            raise InvalidPayloadError(f"invalid forget request ({type(exc).__name__})") from None
-        envelopes.append(JobEnvelope(job_id=uuid.uuid4().hex, session_id=job.session_id, payload=job))
+    envelopes = [JobEnvelope(job_id=uuid.uuid4().hex, session_id=job.session_id, payload=job) for job in jobs]
     return envelopes, report
 
 

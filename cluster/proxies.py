@@ -18,6 +18,8 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+from protocol.jobs import pool_of
+
 logger = logging.getLogger("omray.cluster")
 
 STORE_CALL_TIMEOUT_S = 60.0
@@ -111,15 +113,16 @@ class RayWorkerPool:
         self._ready: Callable[[], None] | None = None
 
     def start(self, handler_id: str, job_seq: int, envelope: Mapping[str, Any], attempt: int) -> None:
-        """Send one attempt of one job to the least busy worker of the pool serving ``handler_id``."""
-        self._send(handler_id, [(job_seq, envelope, attempt)], batched=False)
+        """Send one attempt of one job to the least busy worker of the pool serving ``handler_id``
+        (``protocol.jobs.pool_of``: forget jobs go to the reflector pool)."""
+        self._send(pool_of(handler_id), [(job_seq, envelope, attempt)], batched=False)
 
     def start_many(self, starts: Sequence[tuple[str, int, Mapping[str, Any], int]]) -> list[int]:
         """Send several attempts (``handler_id, job_seq, envelope, attempt``); the job seqs of those
         that could not be sent (each a lost attempt for the queue)."""
         by_pool: dict[str, list[tuple[int, Mapping[str, Any], int]]] = {}
         for handler_id, job_seq, envelope, attempt in starts:
-            by_pool.setdefault(handler_id, []).append((job_seq, envelope, attempt))
+            by_pool.setdefault(pool_of(handler_id), []).append((job_seq, envelope, attempt))
         failed: list[int] = []
         for handler_id, group in by_pool.items():
             with self._changed:  # pins exist only after a restart that left attempts running

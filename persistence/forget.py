@@ -35,19 +35,11 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from protocol.forget import ForgetRequest
+
 KILL_POINT_ENV = "OMRAY_TEST_KILL_IN_FORGET"
 """Test hook: when set to ``after_delete``, the process is killed (``os._exit``) inside the forget
 transaction, after its deletes and before its commit (the crash-safety test uses it)."""
-
-
-@dataclass(frozen=True)
-class ForgetRequest:
-    """What one forget job removes from one session."""
-
-    run_id: str
-    memory_ids: tuple[str, ...] = ()
-    event_ranges: tuple[tuple[int, int], ...] = ()
-    whole_session: bool = False
 
 
 @dataclass
@@ -220,16 +212,23 @@ def forget_rows(conn: Connection, request: ForgetRequest, job_id: str, now: str)
     and reports ids never stored as ``unknown``."""
     result = ForgetResult()
     if request.whole_session:
-        _forget_session(conn, request.run_id, job_id, now, result)
+        _forget_session(conn, request.session_id, job_id, now, result)
     ids = [memory_id for memory_id in dict.fromkeys(request.memory_ids)]
     if ids and not request.whole_session:
-        found = _forget_memories(conn, request.run_id, ids, job_id, now)
+        found = _forget_memories(conn, request.session_id, ids, job_id, now)
         result.observations += found.observations
         result.reflections += found.reflections
         result.unknown += found.unknown
     for start, end in request.event_ranges:
         result.transcript_events += _forget_events(
-            conn, request.run_id, start, end, f"events:{request.run_id}:{start}-{end}", "events", job_id, now
+            conn,
+            request.session_id,
+            start,
+            end,
+            f"events:{request.session_id}:{start}-{end}",
+            "events",
+            job_id,
+            now,
         )
     if result.observations or result.reflections or result.transcript_events:
         purge_trigram_indexes(conn, result)
@@ -240,7 +239,12 @@ def forget_rows(conn: Connection, request: ForgetRequest, job_id: str, now: str)
             "INSERT INTO omray_forget_request (job_id, run_id, result_json, finished_at)"
             " VALUES (:job, :run, :r, :now) ON CONFLICT (job_id) DO NOTHING"
         ),
-        {"job": job_id, "run": request.run_id, "r": json.dumps(result.as_dict(), sort_keys=True), "now": now},
+        {
+            "job": job_id,
+            "run": request.session_id,
+            "r": json.dumps(result.as_dict(), sort_keys=True),
+            "now": now,
+        },
     )
     return result
 

@@ -598,6 +598,15 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE omray_job ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0",
         ),
     ),
+    Migration(
+        "omray_016_forget_handler",
+        "Forget jobs have a handler id of their own: rows queued under the reflect handler id move to it",
+        (
+            "UPDATE omray_job SET handler_id = 'observational_memory.forget' "
+            "WHERE handler_id = 'observational_memory.reflect_generation' "
+            "AND json_extract(payload_json, '$.kind') = 'forget'",
+        ),
+    ),
 )
 """omray's own additive migrations, in order."""
 

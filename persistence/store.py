@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -31,7 +31,6 @@ from sqlalchemy.exc import IntegrityError
 from persistence import schema
 from persistence.connection import Synchronous
 from persistence.forget import (
-    ForgetRequest,
     forget_rows,
     forgotten_observation_ids,
     forgotten_ranges,
@@ -42,6 +41,7 @@ from persistence.queries import select_coverage, select_generation
 from persistence.writer import NotFoundError, SqliteWriter, check_failure_reason
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError
+from protocol.forget import ForgetRequest
 from protocol.identities import content_hash, source_refs_json, transcript_event_id
 from protocol.records import (
     ActivityRecord,
@@ -281,17 +281,12 @@ class Store(SqliteWriter):
 
     # --- forget (persistence.forget) ------------------------------------------------------------
 
-    def forget(self, request: ForgetRequest | Mapping[str, Any], job_id: str, now: str) -> dict[str, Any]:
+    def forget(self, request: ForgetRequest, job_id: str, now: str) -> dict[str, Any]:
         """Forget what ``request`` names, in one transaction: canonical rows, their derived copies
         (trigram rows, projection lines and pieces, citation rows) and a record of what was forgotten.
         Idempotent; returns ids and counts (``persistence.forget.ForgetResult.as_dict``)."""
         if not isinstance(request, ForgetRequest):
-            request = ForgetRequest(
-                run_id=str(request["run_id"]),
-                memory_ids=tuple(request.get("memory_ids", ())),
-                event_ranges=tuple((int(a), int(b)) for a, b in request.get("event_ranges", ())),
-                whole_session=bool(request.get("whole_session", False)),
-            )
+            raise InvalidPayloadError(f"forget takes a ForgetRequest, got {type(request).__name__}")
         with self.atomic():
             # Freed pages are overwritten, so the forgotten text does not stay in the file's free
             # list (the setting is per connection and not transactional: set before any delete).

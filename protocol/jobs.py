@@ -20,6 +20,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from protocol.canonical import sha256_hex
 from protocol.events import MAX_SEQ
+from protocol.forget import MAX_FORGET_IDS as MAX_FORGET_IDS  # callers took it from here
+from protocol.forget import ForgetRequest
 from protocol.ids import SESSION_ID_ALIASES, SessionId
 
 OBSERVE_BOUNDARY_HANDLER = "observational_memory.observe_boundary"
@@ -28,13 +30,28 @@ REFLECT_GENERATION_HANDLER = "observational_memory.reflect_generation"
 """Handler id of reflect jobs (ReflectorActor)."""
 SEMANTIC_INDEX_HANDLER = "observational_memory.semantic_index"
 """Handler id of semantic index jobs (IndexerActor)."""
+FORGET_HANDLER = "observational_memory.forget"
+"""Handler id of forget jobs (run by the ReflectorActor pool: :data:`POOL_OF_HANDLER`). Forget jobs
+queued before it existed carry the reflect handler id in their queue row; migration
+``omray_016_forget_handler`` moves them to this one, and the queue reads a row's handler from its
+payload's kind anyway."""
 
 HandlerId = Literal[
     "observational_memory.observe_boundary",
     "observational_memory.reflect_generation",
     "observational_memory.semantic_index",
+    "observational_memory.forget",
 ]
 """The stable handler ids."""
+
+POOL_OF_HANDLER: dict[str, str] = {FORGET_HANDLER: REFLECT_GENERATION_HANDLER}
+"""Handler ids whose jobs run on another role's worker pool: forget jobs run on the reflector pool
+(the role that rewrites memory) and share its capacity. Every other handler id has a pool of its own."""
+
+
+def pool_of(handler_id: str) -> str:
+    """The handler id of the worker pool that runs ``handler_id``'s jobs (itself, or its host role's)."""
+    return POOL_OF_HANDLER.get(handler_id, handler_id)
 
 
 ObserveSignal = Literal["turn_end", "checkpoint", "session_end", "compaction", "idle_flush"]
@@ -180,13 +197,9 @@ class SemanticIndexJob(_Job):
         return SEMANTIC_INDEX_HANDLER
 
 
-MAX_FORGET_IDS = 1000
-"""Most memory ids one forget job names."""
-
-
-class ForgetJob(_Job):
-    """Forget memory of one session (``omray memory forget``): observations and reflections by id,
-    ranges of its events (their transcript rows), or everything of the session.
+class ForgetJob(ForgetRequest):
+    """Forget memory of one session (``omray memory forget``): a :class:`ForgetRequest`, plus the
+    database and settings it runs with.
 
     It runs in the session's lane, after every job of the session accepted before it (an observe
     job in flight commits first, then is forgotten), on the reflector pool (the role that rewrites
@@ -195,28 +208,23 @@ class ForgetJob(_Job):
 
     kind: Literal["forget"] = "forget"
     """Discriminator."""
-    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES)
-    """Session whose memory is forgotten."""
     db_path: str = Field(min_length=1)
     """Absolute path of the memory database."""
-    memory_ids: tuple[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")], ...] = Field(
-        default=(), max_length=MAX_FORGET_IDS
-    )
-    """Full observation or reflection ids of this session."""
-    event_ranges: tuple[tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]], ...] = Field(
-        default=(), max_length=100
-    )
-    """Inclusive seq ranges of the session's events whose transcript text is forgotten."""
-    whole_session: bool = False
-    """Forget everything of the session: memory, generations, transcript rows (coverage stays)."""
     settings: dict[str, Any] = Field(default_factory=dict)
     """The ``observational_memory`` block at dispatch: its ``semantic`` block says which index job
     compacts the forgotten rows out of the hybrid index afterwards."""
 
     @property
     def handler_id(self) -> str:
-        """Stable handler id: the reflector pool's."""
-        return REFLECT_GENERATION_HANDLER
+        """Stable handler id of forget jobs."""
+        return FORGET_HANDLER
+
+    def request(self) -> ForgetRequest:
+        """What the job removes (without database and settings), as the StoreActor takes it."""
+        # Already checked as part of this job: the same values, not validated again.
+        return ForgetRequest.model_construct(
+            **{name: getattr(self, name) for name in ForgetRequest.model_fields}
+        )
 
 
 JobPayload = Annotated[
@@ -233,7 +241,7 @@ HANDLER_BY_KIND: dict[str, str] = {
     "observe_boundary": OBSERVE_BOUNDARY_HANDLER,
     "reflect_generation": REFLECT_GENERATION_HANDLER,
     "semantic_index": SEMANTIC_INDEX_HANDLER,
-    "forget": REFLECT_GENERATION_HANDLER,
+    "forget": FORGET_HANDLER,
 }
 """Stable handler id of each job kind."""
 

@@ -42,7 +42,7 @@ from actors.queue.lanes import MAX_COALESCED, JobKey, carrier_end, coalesce_key,
 from actors.queue.redrive import fingerprint_of
 from actors.queue.retry import GiveUpNow, RetryPolicy, decide_retry
 from protocol.errors import OmrayError
-from protocol.jobs import JobEnvelope
+from protocol.jobs import JobEnvelope, pool_of
 from protocol.outcomes import (
     REASON_INTERRUPTED,
     REASON_RETRY_EXHAUSTED,
@@ -100,12 +100,15 @@ class _Job:
     key: JobKey = field(init=False)
     lane: str = field(init=False)
     handler_id: str = field(init=False)
+    # The worker pool the job runs on (``protocol.jobs.pool_of``): limits and waiting work count by it.
+    pool: str = field(init=False)
     coalesce_key: tuple[str, ...] | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.key = job_key(self.envelope)
         self.lane = lane_of(self.envelope)
         self.handler_id = self.envelope.handler_id
+        self.pool = pool_of(self.handler_id)
         self.coalesce_key = coalesce_key(self.envelope.payload)
 
 
@@ -132,8 +135,8 @@ class QueueState:
       observe jobs of the same events file and versions, one run covers them all: the worker runs
       the one with the latest boundary, and all of them finish with its outcome. Index jobs of one
       database coalesce the same way. Reflect jobs never do.
-    - **Limits.** At most ``max_in_flight`` runs at once, and at most ``capacity[handler_id]`` of
-      one handler (the size of its worker pool).
+    - **Limits.** At most ``max_in_flight`` runs at once, and at most ``capacity[pool]`` on
+      one worker pool (its size; forget jobs count on the reflector pool's: ``pool_of``).
     - **At-least-once, finished once.** A job leaves the queue only with :class:`MarkSucceeded` or
       :class:`GiveUp`; results for anything not in flight are ignored, so a finished job is never
       dispatched or finished again.
@@ -273,7 +276,7 @@ class QueueState:
             free -= 1
         for rank in passed:
             self._pushed[rank[1]] = rank[0]
-            heapq.heappush(self._ready[self._jobs[rank[1]].handler_id], rank)
+            heapq.heappush(self._ready[self._jobs[rank[1]].pool], rank)
         if free > 0:
             timed = (self._jobs[seq] for seq in self._timed)
             waits = [job.not_before for job in timed if self._waiting(job, now) and job.not_before]
@@ -354,14 +357,15 @@ class QueueState:
         return self._max_in_flight
 
     def waiting_by_handler(self, now: float) -> dict[str, int]:
-        """Lane heads that could start now (lane free, no backoff) but are held by a limit, by handler id.
+        """Lane heads that could start now (lane free, no backoff) but are held by a limit, by the
+        handler id of the pool they run on (``protocol.jobs.pool_of``).
 
         Call it after :meth:`next_dispatch`: what it counts is work a bigger pool would start.
         """
         waiting: dict[str, int] = {}
         for head in self._free_lane_heads():
             if head.interrupted or head.not_before is None or head.not_before <= now:
-                waiting[head.handler_id] = waiting.get(head.handler_id, 0) + 1
+                waiting[head.pool] = waiting.get(head.pool, 0) + 1
         return waiting
 
     def set_capacity(self, handler_id: str, size: int) -> None:
@@ -441,7 +445,7 @@ class QueueState:
             rank = not head.interrupted
             if self._pushed.get(head.seq) is not rank:
                 self._pushed[head.seq] = rank
-                heapq.heappush(self._ready.setdefault(head.handler_id, []), (rank, head.seq))
+                heapq.heappush(self._ready.setdefault(head.pool, []), (rank, head.seq))
         self._dirty.clear()
 
     def _live_entry(self, entry: tuple[bool, int]) -> bool:
@@ -464,7 +468,7 @@ class QueueState:
         if best is None:
             return None
         job = self._jobs[best[1]]
-        heapq.heappop(self._ready[job.handler_id])
+        heapq.heappop(self._ready[job.pool])
         del self._pushed[job.seq]
         return job
 
@@ -518,7 +522,7 @@ class QueueState:
         self._busy_lanes.add(carrier.lane)
         self._dirty.add(carrier.lane)
         self._running_jobs += len(group)
-        self._runs_by_handler[carrier.handler_id] = self._runs_by_handler.get(carrier.handler_id, 0) + 1
+        self._runs_by_handler[carrier.pool] = self._runs_by_handler.get(carrier.pool, 0) + 1
         members = tuple((job.seq, job.attempts) for job in group) if len(group) > 1 else ()
         return Dispatch(
             carrier.seq,
@@ -542,7 +546,7 @@ class QueueState:
         del self._carriers[carrier.seq]
         self._busy_lanes.discard(carrier.lane)
         self._dirty.add(carrier.lane)
-        self._runs_by_handler[carrier.handler_id] -= 1
+        self._runs_by_handler[carrier.pool] -= 1
         members = [self._jobs[seq] for seq in self._members.pop(carrier.seq)]
         self._running_jobs -= len(members)
         for job in members:

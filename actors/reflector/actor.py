@@ -7,8 +7,9 @@ into a failure value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from actors.indexer.schedule import schedule_index
 from actors.models.clients import worker_clients
@@ -23,12 +24,19 @@ from persistence.queries import MemoryReader
 from persistence.settings_file import job_settings_block
 from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
-from protocol.jobs import REFLECT_GENERATION_HANDLER, ForgetJob, JobEnvelope, ReflectGenerationJob
+from protocol.jobs import (
+    FORGET_HANDLER,
+    REFLECT_GENERATION_HANDLER,
+    ForgetJob,
+    JobEnvelope,
+    ReflectGenerationJob,
+)
 
 
 def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
-    """Handler of ``observational_memory.reflect_generation`` (and of ``forget`` jobs, which the
-    reflector pool runs too: :mod:`actors.reflector.forget`)."""
+    """Handler of ``observational_memory.reflect_generation``. Forget jobs have a handler of their
+    own (:func:`actors.reflector.forget.forget`); one that still reaches this handler (sent under
+    the reflect handler id by an older queue) is run as a forget job all the same."""
     job = envelope.payload
     if isinstance(job, ForgetJob):
         return run_forget(envelope, job, context)
@@ -53,7 +61,9 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
 
 
 class ReflectorActor(RoleActor):
-    """Runs ``reflect_generation`` jobs (Reflector, then Dropper); holds no durable state."""
+    """Runs ``reflect_generation`` jobs (Reflector, then Dropper), and ``forget`` jobs; holds no
+    durable state."""
 
     role_handler_id = REFLECT_GENERATION_HANDLER
     default_handler = "actors.reflector.actor:reflect_generation"
+    hosted_handlers: ClassVar[Mapping[str, str]] = {FORGET_HANDLER: "actors.reflector.forget:forget"}

@@ -230,14 +230,6 @@ def recall_command(
     _answer(result)
 
 
-def _event_range(text: str) -> tuple[int, int]:
-    start, sep, end = text.partition("-")
-    try:
-        return (int(start), int(end)) if sep else (int(start), int(start))
-    except ValueError:
-        _fail(f"--events takes SEQ or START-END, got {text!r}")
-
-
 @memory_app.command("forget")
 def forget_command(
     memory_ids: Annotated[
@@ -262,15 +254,17 @@ def forget_command(
     so nothing forgotten is observed again. Prints a JSON report (unknown ids are listed, not errors).
     """
     from cluster.client import connect
+    from protocol.forget import ForgetArgumentsError, forget_arguments
 
-    if not memory_ids and session is None:
-        _fail("name ids to forget, or --session")
-    ranges = [_event_range(item) for item in events or []]
+    try:  # the one check of forget arguments (the MCP tool's and the viewer's too)
+        checked = forget_arguments({"ids": memory_ids, "session_id": session, "event_ranges": events})
+    except ForgetArgumentsError as exc:
+        _fail(str(exc))
     with _failing("forget needs a running runtime"):
         client = connect()
     try:
         with _failing("forget refused"):
-            result = client.forget(memory_ids or (), session_id=session, event_ranges=ranges, wait_s=wait_s)
+            result = client.forget(arguments=checked, wait_s=wait_s)
     finally:
         client.close()
     _print_json(result)

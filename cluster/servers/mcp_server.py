@@ -122,34 +122,17 @@ def tool_specs(hybrid: bool, allow_forget: bool = False) -> list[dict[str, Any]]
     return [*specs, forget_spec()] if allow_forget else specs
 
 
-_FORGET_KEYS = frozenset({"ids", "session_id", "event_ranges"})
-
-
 def forget_tool(project: Path, arguments: dict[str, Any]) -> dict[str, object]:
-    """The ``forget`` tool: ``OmrayClient.forget`` on the project's runtime; always an answer dict."""
+    """The ``forget`` tool: ``OmrayClient.forget`` on the project's runtime; always an answer dict.
+    Its arguments are checked first (:func:`protocol.forget.forget_arguments`): bad ones change nothing."""
     from cluster.client import connect
-    from protocol.errors import InvalidPayloadError, OmrayError
+    from protocol.errors import OmrayError
+    from protocol.forget import ForgetArgumentsError, forget_arguments
 
-    if not isinstance(arguments, dict) or set(arguments) - _FORGET_KEYS:
-        unknown = sorted(set(arguments) - _FORGET_KEYS) if isinstance(arguments, dict) else []
-        return {
-            "ok": False,
-            "error": "unknown_arguments",
-            "message": f"unknown keys {unknown!r}; accepted: {sorted(_FORGET_KEYS)!r}",
-        }
-    ids, session, ranges = (
-        arguments.get("ids") or [],
-        arguments.get("session_id"),
-        arguments.get("event_ranges"),
-    )
-    if not isinstance(ids, list) or (session is not None and not isinstance(session, str)):
-        return {
-            "ok": False,
-            "error": "invalid_arguments",
-            "message": "ids must be a list, session_id a string",
-        }
-    if ranges is not None and not isinstance(ranges, list):
-        return {"ok": False, "error": "invalid_arguments", "message": "event_ranges must be a list of pairs"}
+    try:
+        checked = forget_arguments(arguments)
+    except ForgetArgumentsError as exc:
+        return {"ok": False, "error": "invalid_arguments", "message": str(exc)}
     try:
         client = connect(cwd=project)
     except OmrayError as exc:
@@ -159,9 +142,7 @@ def forget_tool(project: Path, arguments: dict[str, Any]) -> dict[str, object]:
             "message": f"forget needs `omray up` ({type(exc).__name__})",
         }
     try:
-        return dict(client.forget(ids, session_id=session, event_ranges=ranges or ()))
-    except InvalidPayloadError as exc:
-        return {"ok": False, "error": "invalid_arguments", "message": str(exc)}
+        return dict(client.forget(arguments=checked))
     except OmrayError as exc:
         return {
             "ok": False,

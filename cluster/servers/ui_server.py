@@ -44,6 +44,7 @@ from persistence.ui_queries import UiReader
 from protocol.canonical import php_trim
 from protocol.errors import InvalidPayloadError, OmrayError
 from protocol.events import MAX_SEQ
+from protocol.forget import ForgetArgumentsError, forget_arguments
 from protocol.settings import OmSettings
 
 if TYPE_CHECKING:
@@ -271,15 +272,14 @@ class UiBackend:
         project = self.project(_text(body, "project", required=False))
         session_id = _text(body, "session_id")
         project.events_path(session_id)  # refuses an id that cannot name a session
-        client = _client(project)
-        ids = body.get("ids", [])
-        if not isinstance(ids, list) or len(ids) > 100 or not all(isinstance(i, str) for i in ids):
-            raise UiRequestError(400, "invalid_ids", "ids must be a list of up to 100 memory ids")
         whole = body.get("whole_session") is True
-        if not ids and not whole:
-            raise UiRequestError(400, "nothing_to_forget", "give ids, or whole_session: true")
+        try:  # the one check of forget arguments (the MCP tool's and the CLI's too)
+            checked = forget_arguments({"session_id": session_id} if whole else {"ids": body.get("ids")})
+        except ForgetArgumentsError as exc:
+            raise UiRequestError(400, "invalid_forget", str(exc)) from None
+        client = _client(project)
         try:
-            report = client.forget(ids, session_id=session_id if whole else None)
+            report = client.forget(arguments=checked)
         except InvalidPayloadError as exc:
             raise UiRequestError(400, "invalid_forget", str(exc)) from None
         return {"ok": True, **dict(report), "session_id": session_id}

@@ -240,8 +240,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_013_runtime_events_database",
         "omray_014_forget",
         "omray_015_job_redrive",
+        "omray_016_forget_handler",
     }
-    assert omray_versions <= set(versions) and len(versions) == 20
+    assert omray_versions <= set(versions) and len(versions) == 21
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

@@ -9,10 +9,10 @@ import pytest
 
 from cluster.forget import forget_report, plan_forget, wait_for_results
 from cluster.servers.mcp_server import forget_tool, tool_specs
-from persistence.forget import ForgetRequest
 from persistence.forget_queries import ForgetReader
 from persistence.store import Store
 from protocol.errors import InvalidPayloadError
+from protocol.forget import ForgetArgumentsError, ForgetRequest, forget_arguments
 from protocol.jobs import ForgetJob
 from tests.unit.persistence.test_forget_store import commit_turn
 
@@ -25,9 +25,11 @@ def test_ids_are_resolved_per_session_and_unknown_forgotten_and_ambiguous_ones_n
     a1, a2 = commit_turn(store, "a", 1, "alpha"), commit_turn(store, "a", 2, "bravo")
     b1 = commit_turn(store, "b", 1, "charlie")
     gone = commit_turn(store, "b", 2, "delta")
-    store.forget(ForgetRequest("b", memory_ids=(gone,)), "earlier", "2026-07-23T11:00:00+00:00")
+    store.forget(ForgetRequest(session_id="b", memory_ids=(gone,)), "earlier", "2026-07-23T11:00:00+00:00")
     reader = ForgetReader(db)
-    envelopes, report = plan_forget(reader, str(db), {}, [a1[:12], a2.upper(), b1, gone, "0" * 12])
+    envelopes, report = plan_forget(
+        reader, str(db), {}, forget_arguments({"ids": [a1[:12], a2.upper(), b1, gone, "0" * 12]})
+    )
     jobs = {env.payload.session_id: env.payload for env in envelopes}
     assert all(isinstance(job, ForgetJob) for job in jobs.values())
     assert set(jobs["a"].memory_ids) == {a1, a2} and jobs["b"].memory_ids == (b1,)  # type: ignore[union-attr]
@@ -36,7 +38,7 @@ def test_ids_are_resolved_per_session_and_unknown_forgotten_and_ambiguous_ones_n
         job = envelope.payload
         assert isinstance(job, ForgetJob)
         store.forget(
-            ForgetRequest(job.session_id, memory_ids=job.memory_ids),
+            ForgetRequest(session_id=job.session_id, memory_ids=job.memory_ids),
             envelope.job_id,
             "2026-07-23T12:00:00+00:00",
         )
@@ -62,21 +64,26 @@ def test_ids_are_resolved_per_session_and_unknown_forgotten_and_ambiguous_ones_n
 def test_a_malformed_request_is_a_typed_error_and_sends_nothing(
     tmp_path: Path, ids: list[str], session: str | None, ranges: list[tuple[object, int]]
 ) -> None:
-    with pytest.raises(InvalidPayloadError):
-        plan_forget(
-            ForgetReader(tmp_path / "om.sqlite"), str(tmp_path / "om.sqlite"), {}, ids, session, ranges
-        )  # type: ignore[arg-type]
+    with pytest.raises(ForgetArgumentsError) as raised:
+        forget_arguments({"ids": ids, "session_id": session, "event_ranges": ranges})
+    assert isinstance(raised.value, InvalidPayloadError)
     assert not (tmp_path / "om.sqlite").exists()
 
 
 def test_a_session_forget_is_one_job_of_that_session(tmp_path: Path) -> None:
+    arguments = forget_arguments({"session_id": "s1", "event_ranges": [(2, 4)]})
     envelopes, _ = plan_forget(
-        ForgetReader(tmp_path / "om.sqlite"), str(tmp_path / "om.sqlite"), {}, (), "s1", [(2, 4)]
+        ForgetReader(tmp_path / "om.sqlite"), str(tmp_path / "om.sqlite"), {}, arguments
     )
     (envelope,) = envelopes
     assert isinstance(envelope.payload, ForgetJob)
     assert envelope.payload.event_ranges == ((2, 4),) and envelope.payload.whole_session is False
-    whole, _ = plan_forget(ForgetReader(tmp_path / "om.sqlite"), str(tmp_path / "om.sqlite"), {}, (), "s1")
+    whole, _ = plan_forget(
+        ForgetReader(tmp_path / "om.sqlite"),
+        str(tmp_path / "om.sqlite"),
+        {},
+        forget_arguments({"session_id": "s1"}),
+    )
     assert whole[0].payload.whole_session is True  # type: ignore[union-attr]
 
 
@@ -84,6 +91,6 @@ def test_the_mcp_forget_tool_is_listed_only_when_allowed_and_checks_its_argument
     assert "forget" not in [spec["function"]["name"] for spec in tool_specs(hybrid=True)]
     assert "forget" in [spec["function"]["name"] for spec in tool_specs(hybrid=True, allow_forget=True)]
     answer = forget_tool(tmp_path, {"ids": ["abcdefabcdef"], "session": "s1"})
-    assert answer["ok"] is False and answer["error"] == "unknown_arguments"
+    assert answer["ok"] is False and answer["error"] == "invalid_arguments"
     answer = forget_tool(tmp_path, {"ids": "abcdefabcdef"})
     assert answer["ok"] is False and answer["error"] == "invalid_arguments"

@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors.read.service import memory_search, project
-from persistence.forget import KILL_POINT_ENV, ForgetRequest
+from persistence.forget import KILL_POINT_ENV
 from persistence.semantic import SemanticIndex
 from persistence.store import Store
+from protocol.forget import ForgetRequest
 from protocol.records import ObservationRecord, TranscriptEntry
 from tests.unit.persistence.builders import make_observation, make_part
 from tests.unit.persistence.semantic.conftest import (
@@ -90,7 +91,9 @@ def test_forgetting_an_observation_removes_it_from_every_read_path_before_the_in
     assert gone in exact_ids(db, "bravo marker") and gone in hybrid_ids(db, index, embedder, "bravo marker")
     assert gone[:12] in project(db, "s1")
 
-    result = store.forget(ForgetRequest("s1", memory_ids=(gone,)), "job-1", "2026-07-23T11:00:00+00:00")
+    result = store.forget(
+        ForgetRequest(session_id="s1", memory_ids=(gone,)), "job-1", "2026-07-23T11:00:00+00:00"
+    )
 
     assert result["observations"] == [gone] and result["unknown"] == []
     assert gone not in exact_ids(db, "bravo")
@@ -118,7 +121,9 @@ def test_forgetting_a_session_removes_all_of_it_and_a_replayed_part_or_backfill_
     commit_turn(store, "s1", 2, "bravo")
     other = commit_turn(store, "s2", 1, "alpha")
 
-    result = store.forget(ForgetRequest("s1", whole_session=True), "job-1", "2026-07-23T11:00:00+00:00")
+    result = store.forget(
+        ForgetRequest(session_id="s1", whole_session=True), "job-1", "2026-07-23T11:00:00+00:00"
+    )
 
     assert len(result["observations"]) == 2 and result["transcript_events"] == 2
     assert exact_ids(db, "alpha") == {other} | exact_ids(db, "alphatail") - {other}
@@ -142,7 +147,9 @@ def test_forgetting_a_session_removes_all_of_it_and_a_replayed_part_or_backfill_
 def test_forgetting_an_event_range_removes_only_those_transcript_rows(db: Path) -> None:
     store = Store(db)
     ids = [commit_turn(store, "s1", seq, word) for seq, word in ((1, "alpha"), (2, "bravo"), (3, "charlie"))]
-    result = store.forget(ForgetRequest("s1", event_ranges=((2, 3),)), "job-1", "2026-07-23T11:00:00+00:00")
+    result = store.forget(
+        ForgetRequest(session_id="s1", event_ranges=((2, 3),)), "job-1", "2026-07-23T11:00:00+00:00"
+    )
     assert result["transcript_events"] == 2
     assert exact_ids(db, "alphatail") and not exact_ids(db, "bravotail") and not exact_ids(db, "charlietail")
     assert set(ids) <= exact_ids(db, "marker")  # the observations stay
@@ -153,10 +160,10 @@ def test_forgetting_is_idempotent_and_reports_unknown_ids(db: Path) -> None:
     gone = commit_turn(store, "s1", 1, "alpha")
     unknown = "f" * 64
     first = store.forget(
-        ForgetRequest("s1", memory_ids=(gone, unknown)), "job-1", "2026-07-23T11:00:00+00:00"
+        ForgetRequest(session_id="s1", memory_ids=(gone, unknown)), "job-1", "2026-07-23T11:00:00+00:00"
     )
     second = store.forget(
-        ForgetRequest("s1", memory_ids=(gone, unknown)), "job-2", "2026-07-23T11:00:01+00:00"
+        ForgetRequest(session_id="s1", memory_ids=(gone, unknown)), "job-2", "2026-07-23T11:00:01+00:00"
     )
     assert first["observations"] == [gone] and first["unknown"] == [unknown]
     assert second["observations"] == [] and second["unknown"] == [unknown]  # already forgotten: not unknown
@@ -169,7 +176,7 @@ _KILLED_FORGET = textwrap.dedent(
     import sys
     from persistence.forget import ForgetRequest
     from persistence.store import Store
-    request = ForgetRequest("s1", whole_session=True)
+    request = ForgetRequest(session_id="s1", whole_session=True)
     Store(sys.argv[1]).forget(request, "job-killed", "2026-07-23T11:00:00+00:00")
     """
 )
@@ -265,13 +272,17 @@ def test_a_forgotten_id_is_never_returned_and_nothing_else_is_lost(
             pool = sorted(live) + sorted(forgotten)
             memory_id = pool[int(op[1]) % len(pool)]
             run_id = live[memory_id][0] if memory_id in live else "s1"
-            store.forget(ForgetRequest(run_id, memory_ids=(memory_id,)), job, "2026-07-23T11:00:00+00:00")
+            store.forget(
+                ForgetRequest(session_id=run_id, memory_ids=(memory_id,)), job, "2026-07-23T11:00:00+00:00"
+            )
             if memory_id in live and live[memory_id][0] == run_id:
                 del live[memory_id]
                 forgotten.add(memory_id)
         elif op[0] == "forget_session":
             run_id = str(op[1])
-            store.forget(ForgetRequest(run_id, whole_session=True), job, "2026-07-23T11:00:00+00:00")
+            store.forget(
+                ForgetRequest(session_id=run_id, whole_session=True), job, "2026-07-23T11:00:00+00:00"
+            )
             for memory_id in [key for key, value in live.items() if value[0] == run_id]:
                 del live[memory_id]
                 forgotten.add(memory_id)
@@ -282,7 +293,7 @@ def test_a_forgotten_id_is_never_returned_and_nothing_else_is_lost(
         elif op[0] == "forget_events":
             run_id, start, length = str(op[1]), int(op[2]), int(op[3])  # type: ignore[call-overload]
             store.forget(
-                ForgetRequest(run_id, event_ranges=((start, start + length),)),
+                ForgetRequest(session_id=run_id, event_ranges=((start, start + length),)),
                 job,
                 "2026-07-23T11:00:00+00:00",
             )

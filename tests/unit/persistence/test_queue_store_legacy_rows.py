@@ -14,7 +14,7 @@ HANDLERS = {
     ObserveBoundaryJob: "observational_memory.observe_boundary",
     ReflectGenerationJob: "observational_memory.reflect_generation",
     SemanticIndexJob: "observational_memory.semantic_index",
-    ForgetJob: "observational_memory.reflect_generation",
+    ForgetJob: "observational_memory.reflect_generation",  # as an older omray queued it
 }
 
 
