@@ -38,6 +38,7 @@ from cluster.link import (
 )
 from cluster.naming import RuntimeNames
 from cluster.outbox import Outbox
+from cluster.shipper import EventShipper, Shipment
 from persistence.queries import MemoryReader
 from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
@@ -53,6 +54,7 @@ from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal, settin
 from protocol.records import ActivityRecord
 from protocol.redact import redactor_for
 from protocol.settings import OmSettings
+from protocol.shipping import shipped_events_path, shipped_events_root
 
 logger = logging.getLogger("omray.client")
 
@@ -106,6 +108,7 @@ class OmrayClient:
         link: Link | None = None,
         hook_timeout_s: float = HOOK_TIMEOUT_S,
         call_timeout_s: float = CALL_TIMEOUT_S,
+        ship_events: bool | None = None,
     ) -> None:
         self.names = names or RuntimeNames()
         self.settings_file = str(Path(settings_file).resolve()) if settings_file is not None else None
@@ -123,6 +126,8 @@ class OmrayClient:
             send_many=self._send_many,
             senders=OUTBOX_SENDERS,
         )
+        self._ship_events = ship_events
+        self.shipper = EventShipper(self.link.call, redactor_for(self.settings.redact_patterns))
         self._hybrid: Any = None
 
     @property
@@ -133,6 +138,27 @@ class OmrayClient:
     def events_path(self, session_id: str) -> Path:
         """The session's ``events.jsonl`` under the working directory."""
         return default_events_path(self.cwd, session_id)
+
+    def ships_events(self) -> bool:
+        """True when this client ships its sessions' events to the database's node
+        (:mod:`cluster.shipper`) instead of naming their files in the jobs.
+
+        ``ship_events`` given to the constructor decides; by default events are shipped when the
+        database lives on another node than this client's.
+        """
+        return bool(self._ship_events)
+
+    def job_events_path(self, session_id: str, events_path: str | Path | None = None) -> str:
+        """The events file an observe job of ``session_id`` names: the agent's own file, or, when
+        this client ships its events, the session's node-local log on the database's node."""
+        if self.ships_events():
+            return shipped_events_path(str(self.db_path.resolve()), session_id)
+        return str(Path(events_path or self.events_path(session_id)).resolve())
+
+    def shipment(self, session_id: str, end_seq: int, events_path: str | Path | None = None) -> Shipment:
+        """The shipment of a session's events through ``end_seq`` (from the agent's own file)."""
+        source = Path(events_path or self.events_path(session_id)).resolve()
+        return Shipment(str(self.db_path.resolve()), session_id, str(source), end_seq)
 
     # --- agent hooks ----------------------------------------------------------------------------
 
@@ -162,6 +188,13 @@ class OmrayClient:
             envelope = self.turn_envelope(context, events_path)
             if envelope is None:
                 return None
+            if self.ships_events():
+                # Ahead of the job in its lane, and never waited for here: the outbox sends the
+                # events first, then the job, while the hook waits at most its deadline for the job.
+                payload = envelope.payload
+                assert isinstance(payload, ObserveBoundaryJob)
+                shipment = self.shipment(context.session_id, payload.terminal_end_seq, events_path)
+                self.outbox.submit(shipment.job_id, shipment, 0.0)
             return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s)
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
@@ -223,6 +256,8 @@ class OmrayClient:
         signal is ``session_end`` unless given.
         """
         envelope = self.observe_envelope(session_id, end_seq, status, events_path=events_path, signal=signal)
+        if self.ships_events():
+            self.shipper.ship(self.shipment(session_id, end_seq, events_path), self.call_timeout_s)
         return self.dispatch(envelope)
 
     def observe_envelope(
@@ -249,7 +284,7 @@ class OmrayClient:
                 renderer_version=self.settings.renderer_version,
                 observer_schema_version=self.settings.observer_schema_version,
                 db_path=str(self.db_path.resolve()),
-                events_path=str(Path(events_path or self.events_path(session_id)).resolve()),
+                events_path=self.job_events_path(session_id, events_path),
                 settings_file=self.settings_file,
                 settings={} if self.settings_file else self.settings_block,
                 signal=signal,
@@ -277,13 +312,19 @@ class OmrayClient:
                 str(self.db_path.resolve()),
                 session_id,
                 self.settings_block,
-                str(self.events_path(session_id).resolve().parent.parent),
+                self._events_root(session_id),
             )
         except Exception as exc:  # never fail the host's session start
             logger.warning(
                 "index dispatch failed", extra={"run_id": session_id, "error_class": type(exc).__name__}
             )
             return None
+
+    def _events_root(self, session_id: str) -> str:
+        """Where an index job finds the sessions' events (``<root>/<session>/events.jsonl``)."""
+        if self.ships_events():
+            return shipped_events_root(str(self.db_path.resolve()))
+        return str(self.events_path(session_id).resolve().parent.parent)
 
     # --- read side (this process, read-only connections) ------------------------------------------
 
@@ -431,13 +472,27 @@ class OmrayClient:
                 f"{self.names.namespace!r}; run `omray up`"
             ) from None
 
-    def _send(self, envelope: JobEnvelope, timeout_s: float) -> str:
-        job_id: str = self.link.call("dispatch", (envelope,), timeout_s)
+    def _send(self, item: JobEnvelope | Shipment, timeout_s: float) -> str:
+        if isinstance(item, Shipment):
+            return self.shipper.ship(item, timeout_s)
+        job_id: str = self.link.call("dispatch", (item,), timeout_s)
         return job_id
 
-    def _send_many(self, envelopes: list[JobEnvelope], timeout_s: float) -> list[str]:
-        job_ids = self.link.call("dispatch_many", (envelopes,), timeout_s)
-        return [str(job_id) for job_id in job_ids]
+    def _send_many(self, items: list[JobEnvelope | Shipment], timeout_s: float) -> list[str]:
+        # One item per session at most (the outbox's lanes): shipments go one by one, the jobs of
+        # the other sessions in one call.
+        answers: list[str] = ["" for _ in items]
+        envelopes: list[tuple[int, JobEnvelope]] = []
+        for position, item in enumerate(items):
+            if isinstance(item, Shipment):
+                answers[position] = self.shipper.ship(item, timeout_s)
+            else:
+                envelopes.append((position, item))
+        if envelopes:
+            job_ids = self.link.call("dispatch_many", ([envelope for _, envelope in envelopes],), timeout_s)
+            for (position, _), job_id in zip(envelopes, job_ids, strict=True):
+                answers[position] = str(job_id)
+        return answers
 
     def _hook_dispatch(self, envelope: JobEnvelope) -> str:
         return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s) or envelope.job_id
@@ -567,6 +622,7 @@ def connect(
     cwd: str | Path | None = None,
     hook_timeout_s: float = HOOK_TIMEOUT_S,
     call_timeout_s: float = CALL_TIMEOUT_S,
+    ship_events: bool | None = None,
 ) -> OmrayClient:
     """Connect to a running omray runtime and return its client.
 
@@ -574,7 +630,8 @@ def connect(
     defaults to the file found by ``persistence.settings_file.find_settings_file``; jobs then name
     that file, and workers read it when each job runs. Unless this process is a Ray driver already,
     calls go through a small driver child process that is replaced when the runtime restarts, so
-    this process never hangs on, or dies with, a stopped cluster. Raises
+    this process never hangs on, or dies with, a stopped cluster. ``ship_events`` forces (or
+    forbids) shipping the sessions' events to the database's node (:meth:`OmrayClient.ships_events`). Raises
     :class:`RuntimeNotRunningError` (or :class:`RuntimeAuthError`) when no runtime answers.
     """
     settings_file: Path | None = None
@@ -601,6 +658,7 @@ def connect(
         link=link,
         hook_timeout_s=hook_timeout_s,
         call_timeout_s=call_timeout_s,
+        ship_events=ship_events,
     )
     try:
         client.link.call("ping", (), max(call_timeout_s, 60.0))  # fail fast with RuntimeNotRunningError

@@ -32,7 +32,8 @@ from typing import IO, Any, Protocol
 
 import ray
 
-from cluster.naming import omray_home
+from cluster.data_node import DATA_METHODS
+from cluster.naming import RuntimeNames, omray_home
 from protocol.errors import (
     InvalidPayloadError,
     OmrayError,
@@ -44,7 +45,8 @@ logger = logging.getLogger("omray.link")
 QUEUE_METHODS = frozenset(
     {"dispatch", "dispatch_many", "status", "job_counts", "runtime_events", "is_idle", "ping", "retry_failed"}
 )
-"""The documented queue-actor methods a link forwards."""
+"""The documented queue-actor methods a link forwards (it also serves
+:data:`cluster.data_node.DATA_METHODS`, which reach a memory database's own node)."""
 
 
 class RuntimeUnavailableError(RuntimeNotRunningError):
@@ -270,6 +272,11 @@ class InProcessLink:
     def call(self, method: str, args: tuple[Any, ...], timeout_s: float) -> Any:
         if not ray.is_initialized():
             raise RuntimeNotRunningError("not connected to Ray; call cluster.connect() after `omray up`")
+        if method in DATA_METHODS:
+            from cluster.data_node import data_call
+
+            names = RuntimeNames(self.queue_name.removesuffix(".queue"), self.namespace)
+            return data_call(names, method, args, timeout_s)
         try:
             handle = ray.get_actor(self.queue_name, namespace=self.namespace)
         except ValueError:
@@ -505,7 +512,7 @@ def _serve(address: str, namespace: str, queue_name: str, answers: IO[str]) -> i
         request = json.loads(line)
         request_id = int(request["id"])
         method = str(request["method"])
-        if method not in QUEUE_METHODS:
+        if method not in QUEUE_METHODS and method not in DATA_METHODS:
             reply(
                 {
                     "id": request_id,

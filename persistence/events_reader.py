@@ -166,14 +166,22 @@ def iter_events(
     end_seq: int | None = None,
     *,
     redactor: Redactor = DEFAULT_REDACTOR,
+    session_id: str | None = None,
 ) -> Iterator[SessionEvent]:
     """Yield events with ``start_seq <= seq <= end_seq`` in file order, redacted by ``redactor``
     (``<private>`` spans and likely secrets; :mod:`protocol.redact`).
 
     Stops right after the event at or past ``end_seq`` (seqs increase strictly in file order).
-    Lines of an incompatible major ``schema_version`` are skipped. A missing file yields nothing.
+    Lines of an incompatible major ``schema_version`` are skipped. A missing file yields nothing,
+    unless ``session_id`` is given (see :func:`read_event_window`).
     """
-    return iter(_RangeReader(Path(path), start_seq, end_seq, redactor))
+    return iter(_RangeReader(Path(path), start_seq, end_seq, redactor, session_id=session_id))
+
+
+def iter_unredacted_events(path: str | Path, start_seq: int, end_seq: int) -> Iterator[SessionEvent]:
+    """As :func:`iter_events`, without the redactor: for comparing events as they were stored (the
+    node-local log of shipped events, whose events were redacted before they were shipped)."""
+    return iter(_RangeReader(Path(path), start_seq, end_seq, None))
 
 
 def read_event_range(

@@ -4,16 +4,23 @@ A plain subclass of :class:`persistence.store.Store`; ``cluster/`` turns it into
 detached, single-threaded Ray actor (``omray.store.<hash of the path>``), so writes to one file
 are serialized by construction and nothing else opens that file for writing. Readers use their
 own read-only connections (``persistence.queries.MemoryReader``) in any process.
+
+It also keeps the node-local logs of the events agents on other nodes ship
+(``<database>.events/<session>/events.jsonl``, :mod:`protocol.shipping`): it is their one writer too.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from actors.store.events_log import append_shipped
 from actors.worker import lower_priority
 from persistence.connection import Synchronous
+from persistence.events_log import EventLog
 from persistence.store import Store
+from protocol.shipping import shipped_events_root
 
 
 class StoreActor(Store):
@@ -29,8 +36,19 @@ class StoreActor(Store):
         """``niceness``: as for the role workers (``actors.worker.RoleActor``): writes of memory are
         background work next to the queue and the agents; ``None`` leaves the process alone."""
         super().__init__(db_path, synchronous=synchronous)
+        self._events = EventLog(shipped_events_root(self.db_path))
         if niceness is not None:
             lower_priority(niceness)
+
+    def append_events(self, session_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Append shipped events to the session's node-local log, each event once (by seq and content
+        id); on disk when it returns. Returns counts and the log's last seq
+        (:class:`protocol.shipping.AppendResult`); a bad batch raises and writes nothing."""
+        return append_shipped(self._events, session_id, events).as_dict()
+
+    def events_tail(self, session_id: str) -> int:
+        """Seq of the last event of the session's node-local log (0: none yet)."""
+        return self._events.tail(session_id)
 
     def ping(self) -> dict[str, Any]:
         """The file this actor owns, the process it runs in, and how many times the file was found
