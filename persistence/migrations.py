@@ -607,6 +607,11 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
             "AND json_extract(payload_json, '$.kind') = 'forget'",
         ),
     ),
+    Migration(
+        "omray_018_database_placement",
+        "The node each memory database lives on, recorded by the queue when the database is first used",
+        _ddl([schema.omray_database_placement]),
+    ),
 )
 """omray's own additive migrations, in order."""
 

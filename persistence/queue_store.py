@@ -46,6 +46,27 @@ class QueueStore(SqliteWriter):
     running at most once.
     """
 
+    def record_placement(self, db_path: str, placement_json: str, recorded_at: str) -> str:
+        """Record the node of a memory database unless it has one; returns the recorded placement
+        (JSON): a database's placement is written once and never changed."""
+        table = schema.omray_database_placement
+        with self.atomic():
+            conn = self._conn()
+            conn.execute(
+                table.insert()
+                .prefix_with("OR IGNORE")
+                .values(db_path=db_path, placement_json=placement_json, recorded_at=recorded_at)
+            )
+            stored = conn.execute(select(table.c.placement_json).where(table.c.db_path == db_path)).scalar_one()
+        return str(stored)
+
+    def placements(self) -> dict[str, str]:
+        """Every recorded placement (JSON), by database."""
+        table = schema.omray_database_placement
+        with self.atomic():
+            rows = self._conn().execute(select(table.c.db_path, table.c.placement_json)).all()
+        return {str(db_path): str(placement) for db_path, placement in rows}
+
     def enqueue_job(self, envelope: JobEnvelope, accepted_at: str) -> EnqueueResult:
         """Append one job under the next sequence number, unless its key is already pending or running.
 

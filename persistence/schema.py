@@ -436,6 +436,16 @@ omray_forget_request = Table(
 """One row per forget job that ran (written in its transaction): how many rows it removed (counts
 and ids only). The client waits for its job's row."""
 
+omray_database_placement = Table(
+    "omray_database_placement",
+    metadata,
+    Column("db_path", Text, primary_key=True, nullable=False),
+    Column("placement_json", Text, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+)
+"""The node each memory database lives on (``protocol.placement.DataPlacement`` as JSON), chosen
+when the database was first used and never changed; kept in the queue's own database."""
+
 PHP_TABLES: tuple[Table, ...] = (
     om_observation,
     om_coverage,

@@ -34,7 +34,7 @@ _RERANKER: Final[Schema] = dict.fromkeys(
 
 SETTINGS_SCHEMA: Final[Schema] = {
     "model": None,
-    "storage": {"database": None},
+    "storage": {"database": None, "node": None, "node_resource": None},
     "observer": dict.fromkeys(
         (
             "context_window_ratio",

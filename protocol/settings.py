@@ -249,6 +249,11 @@ class OmSettings(_Settings):
 
     database: str = DEFAULT_DATABASE
     """``storage.database``; relative paths are joined to the working directory (:meth:`database_path`)."""
+    data_node: str | None = None
+    """``storage.node``: the ``omray-node`` label of the node the database is created on (default:
+    the agent's node; ``protocol.placement``)."""
+    data_node_resource: str | None = None
+    """``storage.node_resource``: a Ray custom resource of the node the database is created on."""
     model: str | None = None
     """``provider/model`` of Observer, Reflector and Dropper; checked lazily (:meth:`require_model`)."""
     context_window_ratio: float = Field(default=DEFAULT_CONTEXT_WINDOW_RATIO, gt=0, lt=1, allow_inf_nan=False)

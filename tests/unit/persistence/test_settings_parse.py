@@ -624,3 +624,25 @@ def test_a_token_threshold_out_of_range_is_an_error_naming_its_key(
 ) -> None:
     with pytest.raises(SettingsError, match=rf"^{section}\.{key} must be a whole number from 1 to "):
         settings_from_mapping({section: {key: value}})
+
+
+def test_storage_node_and_node_resource_choose_the_data_node() -> None:
+    from persistence.settings_parse import settings_from_mapping
+
+    assert settings_from_mapping({"storage": {"node": "gpu-box"}}).data_node == "gpu-box"
+    assert settings_from_mapping({"storage": {"node_resource": "omray_data"}}).data_node_resource == "omray_data"
+    plain = settings_from_mapping({})
+    assert plain.data_node is None and plain.data_node_resource is None
+
+
+@pytest.mark.parametrize(
+    "storage",
+    [{"node": "a", "node_resource": "b"}, {"node": "has space"}, {"node": 5}, {"node_resource": ""}],
+    ids=["both", "bad-name", "not-text", "empty"],
+)
+def test_a_bad_storage_node_is_a_settings_error_naming_the_key(storage: dict[str, object]) -> None:
+    from persistence.settings_parse import settings_from_mapping
+    from protocol.errors import SettingsError
+
+    with pytest.raises(SettingsError, match="storage.node"):
+        settings_from_mapping({"storage": storage})
