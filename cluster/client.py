@@ -30,6 +30,7 @@ from cluster.link import (
     InProcessLink,
     Link,
     RuntimeAuthError,
+    RuntimeMethodMissingError,
     RuntimeUnavailableError,
     init_ray,
     prepare_auth,
@@ -127,6 +128,7 @@ class OmrayClient:
             senders=OUTBOX_SENDERS,
         )
         self._ship_events = ship_events
+        self._database_local: bool | None = None
         self.shipper = EventShipper(self.link.call, redactor_for(self.settings.redact_patterns))
         self._hybrid: Any = None
 
@@ -144,9 +146,36 @@ class OmrayClient:
         (:mod:`cluster.shipper`) instead of naming their files in the jobs.
 
         ``ship_events`` given to the constructor decides; by default events are shipped when the
-        database lives on another node than this client's.
+        database lives on another node than this client's (asked once: :meth:`database_is_local`).
+        While no runtime answers that question, the client names its files, as on one machine.
         """
-        return bool(self._ship_events)
+        if self._ship_events is not None:
+            return self._ship_events
+        return self.database_is_local() is False
+
+    def database_is_local(self, timeout_s: float | None = None) -> bool | None:
+        """Whether the database lives on this client's node (``None``: no runtime answered yet).
+
+        The first answer places the database (on first use anywhere: ``storage.node``,
+        ``storage.node_resource``, else this node; docs/operations.md) and is kept: a database
+        never moves. Bounded by ``timeout_s`` (default: the hook's deadline); never raises. A
+        runtime that does not know the question (older than this client) gets the files named.
+        """
+        if self._database_local is not None:
+            return self._database_local
+        try:
+            answer = self.link.call(
+                "locate_database",
+                (str(self.db_path.resolve()), self.settings.data_node, self.settings.data_node_resource),
+                self.hook_timeout_s if timeout_s is None else max(timeout_s, 0.001),
+            )
+            self._database_local = bool(answer["local"])
+        except RuntimeMethodMissingError:
+            self._database_local = True  # a runtime without placements runs on one node
+        except Exception as exc:  # no runtime yet (or a refusal): ask again next time
+            logger.info("database not located", extra={"error_class": type(exc).__name__})
+            return None
+        return self._database_local
 
     def job_events_path(self, session_id: str, events_path: str | Path | None = None) -> str:
         """The events file an observe job of ``session_id`` names: the agent's own file, or, when
@@ -185,6 +214,9 @@ class OmrayClient:
             self._log_rejection_once(ctx, exc)
             return None
         try:
+            deadline = time.monotonic() + self.hook_timeout_s
+            if self._ship_events is None and self._database_local is None:
+                self.database_is_local(self.hook_timeout_s)  # first turn: where does memory live?
             envelope = self.turn_envelope(context, events_path)
             if envelope is None:
                 return None
@@ -195,7 +227,7 @@ class OmrayClient:
                 assert isinstance(payload, ObserveBoundaryJob)
                 shipment = self.shipment(context.session_id, payload.terminal_end_seq, events_path)
                 self.outbox.submit(shipment.job_id, shipment, 0.0)
-            return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s)
+            return self.outbox.submit(envelope.job_id, envelope, max(0.0, deadline - time.monotonic()))
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
                 "observe dispatch failed",
@@ -378,15 +410,16 @@ class OmrayClient:
         empty database) where the files do not live. Without a writer, search skips only the
         "mark the index dirty" write, which the next index job would redo anyway.
         """
+        from cluster.data_node import store_of
         from cluster.proxies import StoreProxy
-        from cluster.runtime import store_handle
 
         try:
-            node = str(ray.get(self.queue_handle().data_node.remote(), timeout=10))
-        except Exception as exc:  # no runtime, or a queue without a data node: search read-only
+            self.queue_handle()
+            store = store_of(self.names, str(self.db_path.resolve()), timeout_s=10)
+        except Exception as exc:  # no runtime, or a queue without placements: search read-only
             logger.info("no state writer for hybrid search", extra={"error_class": type(exc).__name__})
             return None
-        return StoreProxy(store_handle(self.names, self.db_path, data_node_id=node), durable=False)
+        return StoreProxy(store, durable=False)
 
     def memory_search(
         self, arguments: Mapping[str, object], session_id: str | None = None

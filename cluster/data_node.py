@@ -1,23 +1,32 @@
-"""Reaching a memory database where it lives: its StoreActor, from any process of the cluster.
+"""Reaching a memory database where it lives, from any process of the cluster.
+
+Each memory database lives on one node, chosen when it is first used and recorded by the queue
+(:mod:`protocol.placement`, :class:`actors.queue.placement.PlacementRegistry`). Its StoreActor is
+found by name, or created with the Ray scheduling options of its placement (:func:`placement_options`),
+so it runs there and nowhere else: on a node label, a custom resource or a node id.
 
 The link's *data methods* (:data:`DATA_METHODS`) are served here, by any process that is a Ray
-driver or actor (the client's link child, the CLI, tests): shipping a session's events to the
-database's node-local log and asking how far that log goes. The StoreActor is found by name, or
-created where the database lives.
+driver or actor (the client's link child, the CLI, tests): locating a database (and placing it, on
+first use), shipping a session's events to the database's node-local log and asking how far that
+log goes.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
 import ray
+from pydantic import ValidationError
 from ray.exceptions import GetTimeoutError
+from ray.util.scheduling_strategies import In, NodeAffinitySchedulingStrategy, NodeLabelSchedulingStrategy
 
 from cluster.naming import RuntimeNames
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
+from protocol.placement import NODE_LABEL, AgentNode, DataPlacement, PlacementRequest, valid_node_name
 
-DATA_METHODS: Final = frozenset({"ship_events", "events_tail"})
+DATA_METHODS: Final = frozenset({"locate_database", "ship_events", "events_tail"})
 """Link methods served here rather than by the queue actor."""
 
 
@@ -44,20 +53,122 @@ def _get(reference: Any, timeout_s: float, what: str) -> Any:
         ) from None
 
 
-def store_of(names: RuntimeNames, db_path: str, timeout_s: float = 30.0) -> Any:
-    """The StoreActor of ``db_path``: the running one, else one created on the runtime's data node."""
+RESOURCE_SHARE: Final = 0.001
+"""How much of a placement's custom resource each of a database's actors asks for (a thousand
+databases fit on a node that offers one unit)."""
+
+_cache_lock = threading.Lock()
+_this_node: AgentNode | None = None
+_placements: dict[tuple[str, str, str], DataPlacement] = {}
+
+
+def _labels_of(node_id: str) -> dict[str, str]:
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if node.get("NodeID") == node_id:
+            labels = node.get("Labels") or {}
+            return {str(key): str(value) for key, value in labels.items()}
+    return {}
+
+
+def this_node() -> AgentNode:
+    """This process's node: its id, and its ``omray-node`` label if it has a valid one."""
+    global _this_node
+    with _cache_lock:
+        if _this_node is not None:
+            return _this_node
+    node_id = str(ray.get_runtime_context().get_node_id())
+    label = _labels_of(node_id).get(NODE_LABEL)
+    found = AgentNode(node_id=node_id, label=label if valid_node_name(label) else None)
+    with _cache_lock:
+        _this_node = found
+    return found
+
+
+def placement_options(placement: DataPlacement) -> dict[str, Any]:
+    """The Ray actor options that run an actor on ``placement``'s node, and only there.
+
+    A labelled node or a resource survives a restart of that node: an actor placed there waits
+    (pending) while the node is away and comes back on it. A node id does not.
+    """
+    if placement.node is not None:
+        label = In(placement.node)  # type: ignore[no-untyped-call]
+        return {"scheduling_strategy": NodeLabelSchedulingStrategy(hard={NODE_LABEL: label})}
+    if placement.resource is not None:
+        return {"resources": {placement.resource: RESOURCE_SHARE}}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=str(placement.node_id), soft=False)}
+
+
+def placement_alive(placement: DataPlacement) -> bool:
+    """Whether a live node of the cluster can hold ``placement``'s actors now."""
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if not node.get("Alive"):
+            continue
+        if placement.node_id is not None and node.get("NodeID") == placement.node_id:
+            return True
+        if placement.node is not None and (node.get("Labels") or {}).get(NODE_LABEL) == placement.node:
+            return True
+        if placement.resource is not None and (node.get("Resources") or {}).get(placement.resource, 0) > 0:
+            return True
+    return False
+
+
+def placement_of(
+    names: RuntimeNames, db_path: str, request: PlacementRequest | None = None, timeout_s: float = 30.0
+) -> DataPlacement:
+    """Where ``db_path`` lives, as the queue recorded it (placing it now, by ``request``, on first use).
+
+    A database's placement never changes, so answers are kept for the life of the process (a
+    request that names a node is always sent: the queue refuses one that conflicts).
+    """
+    key = (names.namespace, names.queue, db_path)
+    if request is None or request.explicit is None:
+        with _cache_lock:
+            known = _placements.get(key)
+        if known is not None:
+            return known
+    asked = request or PlacementRequest(db_path=db_path)
+    answer = _get(
+        _queue(names).place_database.remote(asked.model_dump(mode="json")), timeout_s, "place_database"
+    )
+    placement = DataPlacement.model_validate(answer)
+    with _cache_lock:
+        _placements[key] = placement
+    return placement
+
+
+def store_of(
+    names: RuntimeNames, db_path: str, timeout_s: float = 30.0, request: PlacementRequest | None = None
+) -> Any:
+    """The StoreActor of ``db_path``: the running one, else one created on the database's node."""
     from cluster.runtime import store_handle
 
     try:
         return ray.get_actor(names.store(db_path), namespace=names.namespace)
     except ValueError:
         pass
-    node = str(_get(_queue(names).data_node.remote(), timeout_s, "data_node"))
-    return store_handle(names, db_path, data_node_id=node)
+    return store_handle(names, db_path, placement_of(names, db_path, request, timeout_s))
+
+
+def locate(
+    names: RuntimeNames, db_path: str, node: str | None, resource: str | None, timeout_s: float
+) -> dict[str, Any]:
+    """Place ``db_path`` (on first use: the settings' node or resource, else this process's node) and
+    say where it lives: ``{"placement": ..., "local": <its StoreActor runs on this node>}``."""
+    try:
+        request = PlacementRequest(db_path=db_path, node=node, resource=resource, agent=this_node())
+    except ValidationError as exc:
+        raise InvalidPayloadError(f"invalid placement request ({exc.error_count()} errors)") from None
+    placement = placement_of(names, db_path, request, timeout_s)
+    store = store_of(names, db_path, timeout_s, request)
+    node_id = str(_get(store.node_id.remote(), timeout_s, "node_id"))
+    return {"placement": placement.model_dump(mode="json"), "local": node_id == this_node().node_id}
 
 
 def data_call(names: RuntimeNames, method: str, args: Sequence[Any], timeout_s: float) -> Any:
     """Serve one data method of the link (:data:`DATA_METHODS`) within ``timeout_s``."""
+    if method == "locate_database":
+        db_path, node, resource = _arguments(args, 3, method)
+        return locate(names, str(db_path), node, resource, timeout_s)
     if method == "ship_events":
         db_path, session_id, events = _arguments(args, 3, method)
         store = store_of(names, str(db_path), timeout_s)

@@ -43,7 +43,17 @@ from protocol.errors import (
 logger = logging.getLogger("omray.link")
 
 QUEUE_METHODS = frozenset(
-    {"dispatch", "dispatch_many", "status", "job_counts", "runtime_events", "is_idle", "ping", "retry_failed"}
+    {
+        "dispatch",
+        "dispatch_many",
+        "status",
+        "job_counts",
+        "runtime_events",
+        "is_idle",
+        "ping",
+        "retry_failed",
+        "place_database",
+    }
 )
 """The documented queue-actor methods a link forwards (it also serves
 :data:`cluster.data_node.DATA_METHODS`, which reach a memory database's own node)."""

@@ -19,10 +19,12 @@ import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
 import ray
+from pydantic import ValidationError
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -30,10 +32,11 @@ from actors.indexer.actor import IndexerActor
 from actors.observer.actor import ObserverActor
 from actors.queue.actor import QueueActor
 from actors.queue.figures import QueueFigures
+from actors.queue.placement import PlacementRegistry
 from actors.queue.retry import RetryPolicy
 from actors.queue.scaling import PoolScaler, ScalingPolicy
 from actors.reflector.actor import ReflectorActor
-from actors.store.actor import StoreActor
+from actors.store.actor import StoreActor as BaseStoreActor
 from actors.worker import RoleActor, WorkerContext
 from cluster.autoscale import PoolAutoscaler
 from cluster.naming import RuntimeNames, omray_home
@@ -41,8 +44,9 @@ from cluster.pools import ROLE_NAMES, PoolSizes
 from cluster.proxies import RayWorkerPool, StoreProxy
 from persistence.connection import Synchronous
 from persistence.queue_store import QueueStore
-from protocol.errors import SettingsError
+from protocol.errors import InvalidPayloadError, SettingsError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope
+from protocol.placement import DataPlacement, PlacementRequest
 
 logger = logging.getLogger("omray.cluster")
 
@@ -96,19 +100,24 @@ def _node_affinity(node_id: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
-def store_handle(
-    names: RuntimeNames,
-    db_path: str | Path,
-    *,
-    data_node_id: str | None = None,
-) -> Any:
-    """The StoreActor of memory database ``db_path``, created on demand on the data node.
+class StoreActor(BaseStoreActor):
+    """:class:`actors.store.actor.StoreActor` as a Ray actor: it can say which node it runs on."""
 
-    ``data_node_id`` defaults to the caller's node; workers pass the node recorded by
-    :func:`ensure_runtime`, so a worker on another node never creates a store (and an empty file)
-    where the database does not live. (The queue's own database has no StoreActor: the QueueActor
-    is its one writer.)
+    def node_id(self) -> str:
+        """The Ray node this actor (and so the database's file) is on."""
+        return current_node_id()
+
+
+def store_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacement | None = None) -> Any:
+    """The StoreActor of memory database ``db_path``, created on demand on ``placement``'s node.
+
+    ``placement`` defaults to the caller's node. Processes that do not know where the database
+    lives use :func:`cluster.data_node.store_of`, which asks the queue's record, so a process on
+    another node never creates a store (and an empty file) where the database does not live. (The
+    queue's own database has no StoreActor: the QueueActor is its one writer.)
     """
+    from cluster.data_node import placement_options
+
     path = str(Path(db_path).resolve())
     options: dict[str, Any] = {
         **_COMMON_OPTIONS,
@@ -116,7 +125,7 @@ def store_handle(
         "namespace": names.namespace,
         "get_if_exists": True,
         "max_task_retries": 0,
-        "scheduling_strategy": _node_affinity(data_node_id or current_node_id()),
+        **placement_options(placement or DataPlacement(node_id=current_node_id())),
     }
     return ray.remote(StoreActor).options(**options).remote(path, niceness=BACKGROUND_NICENESS)
 
@@ -131,11 +140,11 @@ class RayWorkerContext:
 
     def store_for(self, db_path: str) -> StoreProxy:
         """A durable proxy to the single writer of ``db_path``."""
+        from cluster.data_node import store_of
+
         proxy = self._stores.get(db_path)
         if proxy is None:
-            proxy = StoreProxy(
-                store_handle(self._names, db_path, data_node_id=self._data_node_id), durable=True
-            )
+            proxy = StoreProxy(store_of(self._names, db_path), durable=True)
             self._stores[db_path] = proxy
         return proxy
 
@@ -253,6 +262,10 @@ class QueueRuntime:
         from cluster.metrics import RayPoolMetrics, RayQueueMetrics
 
         self.data_node_id = node
+        from cluster.data_node import this_node
+
+        # Where each memory database lives: chosen on first use, durable in the queue's own file.
+        self._placements = PlacementRegistry(store, this_node(), lambda: datetime.now(UTC).isoformat())
         self._queue = QueueActor(
             store,
             pool,
@@ -323,6 +336,25 @@ class QueueRuntime:
     def ping(self) -> dict[str, Any]:
         """Liveness probe with the process id (tests kill it by pid)."""
         return {"pid": os.getpid(), "depth": self.status()["depth"]}
+
+    def place_database(self, request: PlacementRequest | Mapping[str, Any]) -> dict[str, Any]:
+        """Where a memory database lives: the recorded placement, or (first use) the one ``request``
+        asks for, recorded before it is returned. Raises
+        :class:`protocol.placement.PlacementConflictError` when the request names another node than
+        the recorded one, and :class:`InvalidPayloadError` for a malformed request."""
+        if not isinstance(request, PlacementRequest):
+            try:
+                request = PlacementRequest.model_validate(request)
+            except ValidationError as exc:
+                raise InvalidPayloadError(f"invalid placement request ({exc.error_count()} errors)") from None
+        return self._placements.claim(request).model_dump(mode="json")
+
+    def placements(self) -> dict[str, dict[str, Any]]:
+        """Every recorded placement, by database (``omray status``)."""
+        return {
+            db: placement.model_dump(mode="json")
+            for db, placement in self._placements.book.snapshot().items()
+        }
 
     def data_node(self) -> str:
         """Id of the node that holds the databases (where StoreActors are created)."""

@@ -57,7 +57,9 @@ class QueueStore(SqliteWriter):
                 .prefix_with("OR IGNORE")
                 .values(db_path=db_path, placement_json=placement_json, recorded_at=recorded_at)
             )
-            stored = conn.execute(select(table.c.placement_json).where(table.c.db_path == db_path)).scalar_one()
+            stored = conn.execute(
+                select(table.c.placement_json).where(table.c.db_path == db_path)
+            ).scalar_one()
         return str(stored)
 
     def placements(self) -> dict[str, str]:

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 from persistence.settings_keys import BLOCK_NAME, check_known_keys, misspelt_block, unknown_key_message
 from protocol import settings_limits as limits
-from protocol.placement import NODE_NAME_PATTERN, valid_node_name
 from protocol.errors import SettingsError
+from protocol.placement import NODE_NAME_PATTERN, valid_node_name
 from protocol.redact import compile_custom_patterns
 from protocol.settings import (
     BASE_URL_MESSAGE,
@@ -505,8 +505,7 @@ def _data_node(storage: Mapping[str, Any]) -> tuple[str | None, str | None]:
         if not valid_node_name(value):
             raise SettingsError(
                 f"storage.{key} must be a node label or resource name ({NODE_NAME_PATTERN}), "
-                f"got a {type(value).__name__}"
-                + (" that does not match" if isinstance(value, str) else "")
+                f"got a {type(value).__name__}" + (" that does not match" if isinstance(value, str) else "")
             )
         found[key] = str(value)
     if found["node"] is not None and found["node_resource"] is not None:

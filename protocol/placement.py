@@ -116,6 +116,7 @@ class PlacementConflictError(ConflictError):
     """The settings ask for another node than the one a database was created on."""
 
     def __init__(self, db_path: str, recorded: DataPlacement, asked: DataPlacement) -> None:
+        self.db_path = db_path
         self.recorded = recorded
         self.asked = asked
         super().__init__(
@@ -123,6 +124,9 @@ class PlacementConflictError(ConflictError):
             "a database stays on the node it was created on (move its files and its record by hand, "
             "or use another storage.database)"
         )
+
+    def __reduce__(self) -> tuple[type[PlacementConflictError], tuple[str, DataPlacement, DataPlacement]]:
+        return type(self), (self.db_path, self.recorded, self.asked)  # crosses process boundaries
 
 
 class DataNodeLostError(OmrayError):
@@ -135,3 +139,6 @@ class DataNodeLostError(OmrayError):
             f"the node holding memory database {db_path!r} ({placement.describe()}) is not in the "
             "cluster; its jobs resume when it returns with the same disk"
         )
+
+    def __reduce__(self) -> tuple[type[DataNodeLostError], tuple[str, DataPlacement]]:
+        return type(self), (self.db_path, self.placement)  # crosses process boundaries

@@ -76,6 +76,9 @@ class EventLogConflictError(ConflictError):
             "(another event holds that seq, or the log passed it); nothing of the batch was written"
         )
 
+    def __reduce__(self) -> tuple[type[EventLogConflictError], tuple[str, int]]:
+        return type(self), (self.session_id, self.seq)  # crosses process boundaries
+
 
 def batch_size(
     sizes: Sequence[int], max_events: int = MAX_SHIP_EVENTS, max_bytes: int = MAX_SHIP_BYTES

@@ -104,7 +104,9 @@ class PlacementRegistry:
             if not new:
                 return placement
             try:
-                stored = self._store.record_placement(request.db_path, placement.model_dump_json(), self._clock())
+                stored = self._store.record_placement(
+                    request.db_path, placement.model_dump_json(), self._clock()
+                )
             except BaseException:
                 self.book.forget_unsaved(request.db_path)
                 raise

@@ -630,7 +630,9 @@ def test_storage_node_and_node_resource_choose_the_data_node() -> None:
     from persistence.settings_parse import settings_from_mapping
 
     assert settings_from_mapping({"storage": {"node": "gpu-box"}}).data_node == "gpu-box"
-    assert settings_from_mapping({"storage": {"node_resource": "omray_data"}}).data_node_resource == "omray_data"
+    assert (
+        settings_from_mapping({"storage": {"node_resource": "omray_data"}}).data_node_resource == "omray_data"
+    )
     plain = settings_from_mapping({})
     assert plain.data_node is None and plain.data_node_resource is None
 
@@ -644,5 +646,5 @@ def test_a_bad_storage_node_is_a_settings_error_naming_the_key(storage: dict[str
     from persistence.settings_parse import settings_from_mapping
     from protocol.errors import SettingsError
 
-    with pytest.raises(SettingsError, match="storage.node"):
+    with pytest.raises(SettingsError, match=r"storage\.node"):
         settings_from_mapping({"storage": storage})

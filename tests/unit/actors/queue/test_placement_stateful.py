@@ -83,7 +83,10 @@ class PlacementModel(RuleBasedStateMachine):
     ) -> None:
         kind, value = asked or ("", "")
         request = PlacementRequest(
-            db_path=db, agent=agent, node=value if kind == "node" else None, resource=value if kind == "resource" else None
+            db_path=db,
+            agent=agent,
+            node=value if kind == "node" else None,
+            resource=value if kind == "resource" else None,
         )
         self.store.fail_next = write_fails
         before = self.store.placements()
