@@ -68,6 +68,11 @@ class WorkerContext(Protocol):
         """The single writer of ``db_path`` (the StoreActor in a cluster)."""
         ...
 
+    def reader_for(self, db_path: str) -> Any:
+        """The reads of ``db_path`` and of the files beside it
+        (:class:`actors.store.reader.DataReader`, or a proxy to the one on the database's node)."""
+        ...
+
     def dispatch(self, envelope: JobEnvelope) -> str:
         """Enqueue a follow-up job on the durable queue; returns its job id."""
         ...

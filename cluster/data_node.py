@@ -149,6 +149,17 @@ def store_of(
     return store_handle(names, db_path, placement_of(names, db_path, request, timeout_s))
 
 
+def reader_of(names: RuntimeNames, db_path: str, timeout_s: float = 30.0) -> Any:
+    """The ReaderActor of ``db_path``: the running one, else one created on the database's node."""
+    from cluster.runtime import reader_handle
+
+    try:
+        return ray.get_actor(names.reader(db_path), namespace=names.namespace)
+    except ValueError:
+        pass
+    return reader_handle(names, db_path, placement_of(names, db_path, None, timeout_s))
+
+
 def locate(
     names: RuntimeNames, db_path: str, node: str | None, resource: str | None, timeout_s: float
 ) -> dict[str, Any]:

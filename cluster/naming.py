@@ -57,3 +57,7 @@ class RuntimeNames:
     def store(self, db_path: str | Path) -> str:
         """The StoreActor of one SQLite file."""
         return f"{self.prefix}.store.{db_key(db_path)}"
+
+    def reader(self, db_path: str | Path) -> str:
+        """The ReaderActor of one memory database (beside its StoreActor, on its node)."""
+        return f"{self.prefix}.reader.{db_key(db_path)}"

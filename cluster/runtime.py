@@ -37,11 +37,13 @@ from actors.queue.retry import RetryPolicy
 from actors.queue.scaling import PoolScaler, ScalingPolicy
 from actors.reflector.actor import ReflectorActor
 from actors.store.actor import StoreActor as BaseStoreActor
+from actors.store.reader import DataReader
+from actors.store.reader import ReaderActor as BaseReaderActor
 from actors.worker import RoleActor, WorkerContext
 from cluster.autoscale import PoolAutoscaler
 from cluster.naming import RuntimeNames, omray_home
 from cluster.pools import ROLE_NAMES, PoolSizes
-from cluster.proxies import RayWorkerPool, StoreProxy
+from cluster.proxies import STORE_CALL_TIMEOUT_S, RayWorkerPool, StoreProxy
 from persistence.connection import Synchronous
 from persistence.queue_store import QueueStore
 from protocol.errors import InvalidPayloadError, SettingsError
@@ -130,13 +132,47 @@ def store_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacem
     return ray.remote(StoreActor).options(**options).remote(path, niceness=BACKGROUND_NICENESS)
 
 
+class ReaderActor(BaseReaderActor):
+    """:class:`actors.store.reader.ReaderActor` as a Ray actor: it can say which node it runs on."""
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        return current_node_id()
+
+
+READER_CONCURRENCY: Final = 16
+"""Reads one ReaderActor serves at once (jobs and searches of every node wait on it)."""
+
+
+def reader_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacement | None = None) -> Any:
+    """The ReaderActor of memory database ``db_path``, created on demand on ``placement``'s node
+    (the StoreActor's: the same options put both on the same node)."""
+    from cluster.data_node import placement_options, store_of
+
+    path = str(Path(db_path).resolve())
+    placed = placement or DataPlacement(node_id=current_node_id())
+    writer = StoreProxy(
+        store_of(names, path) if placement is not None else store_handle(names, path), durable=True
+    )
+    options: dict[str, Any] = {
+        **_COMMON_OPTIONS,
+        "name": names.reader(path),
+        "namespace": names.namespace,
+        "get_if_exists": True,
+        "max_task_retries": 0,
+        "max_concurrency": READER_CONCURRENCY,
+        **placement_options(placed),
+    }
+    return ray.remote(ReaderActor).options(**options).remote(path, writer, niceness=BACKGROUND_NICENESS)
+
+
 class RayWorkerContext:
     """What a handler running in a worker actor may use: StoreActors and the queue."""
 
-    def __init__(self, names: RuntimeNames, data_node_id: str) -> None:
+    def __init__(self, names: RuntimeNames) -> None:
         self._names = names
-        self._data_node_id = data_node_id
         self._stores: dict[str, StoreProxy] = {}
+        self._readers: dict[str, Any] = {}
 
     def store_for(self, db_path: str) -> StoreProxy:
         """A durable proxy to the single writer of ``db_path``."""
@@ -147,6 +183,21 @@ class RayWorkerContext:
             proxy = StoreProxy(store_of(self._names, db_path), durable=True)
             self._stores[db_path] = proxy
         return proxy
+
+    def reader_for(self, db_path: str) -> Any:
+        """Reads of ``db_path`` (:class:`actors.store.reader.DataReader`): in this process when this
+        worker runs on the database's node, else through the ReaderActor on that node."""
+        from cluster.data_node import reader_of, store_of
+
+        reader = self._readers.get(db_path)
+        if reader is None:
+            store = store_of(self._names, db_path)
+            if str(ray.get(store.node_id.remote(), timeout=STORE_CALL_TIMEOUT_S)) == current_node_id():
+                reader = DataReader(db_path, self.store_for(db_path))
+            else:
+                reader = StoreProxy(reader_of(self._names, db_path), durable=True)
+            self._readers[db_path] = reader
+        return reader
 
     def dispatch(self, envelope: JobEnvelope) -> str:
         """Enqueue a follow-up job on this runtime's queue."""
@@ -163,8 +214,13 @@ def worker_handle(
     index: int = 0,
     slots: int = 1,
 ) -> Any:
-    """Worker ``index`` of the pool that serves ``handler_id`` (created if missing), on the data node."""
-    node = data_node_id or current_node_id()
+    """Worker ``index`` of the pool that serves ``handler_id`` (created if missing), on any node.
+
+    Workers read and write memory through their database's node (:meth:`RayWorkerContext.reader_for`,
+    the StoreActor), so a pool spreads over the nodes (Ray's ``SPREAD``), and a worker whose node
+    dies is restarted on another. ``data_node_id`` pins the pool to one node instead (a benchmark's
+    one-node baseline on a cluster).
+    """
     options: dict[str, Any] = {
         **_COMMON_OPTIONS,
         "name": names.worker(ROLE_NAMES[handler_id], index),
@@ -175,12 +231,11 @@ def worker_handle(
         # even while a restarted queue's redelivery of a job waits for its old attempt
         # (``WorkerActor`` never overlaps two attempts of one job).
         "max_concurrency": slots + 2,
-        # Workers read the database and the events files: they run where those files are.
-        "scheduling_strategy": _node_affinity(node),
+        "scheduling_strategy": _node_affinity(data_node_id) if data_node_id else "SPREAD",
     }
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
-    context: WorkerContext = RayWorkerContext(names, node)
+    context: WorkerContext = RayWorkerContext(names)
     return (
         ray.remote(ROLE_ACTORS[handler_id])
         .options(**options)
@@ -228,6 +283,8 @@ class QueueOptions:
     """How quickly pools grow and shrink (default :class:`ScalingPolicy`)."""
     coalesce: bool = True
     """Run waiting observe (and index) jobs of one lane as one (``False``: the original's one by one)."""
+    worker_node: str | None = None
+    """Pin every worker to this node id (default: the pools spread over the cluster's nodes)."""
 
 
 class QueueRuntime:
@@ -252,7 +309,9 @@ class QueueRuntime:
         # StoreActor round trip on the path of every dispatch (memory databases keep theirs).
         store = QueueStore(queue_db, synchronous=QUEUE_SYNCHRONOUS)
         workers = _with_grown_members(
-            names, worker_pools(names, handler_paths, sizes, worker_env, data_node_id=node), sizes
+            names,
+            worker_pools(names, handler_paths, sizes, worker_env, data_node_id=options.worker_node),
+            sizes,
         )
         # Before the restore below redelivers anything: which member still runs which of the jobs
         # an earlier life of the queue left running (none on a fresh start: no query then).
@@ -280,7 +339,13 @@ class QueueRuntime:
         def create(handler_id: str, index: int) -> Any:
             slots = sizes.slots_of(handler_id)
             return worker_handle(
-                names, handler_id, handler_paths[handler_id], worker_env, node, index=index, slots=slots
+                names,
+                handler_id,
+                handler_paths[handler_id],
+                worker_env,
+                options.worker_node,
+                index=index,
+                slots=slots,
             )
 
         scaler = PoolScaler(limits, options.scaling)
@@ -428,16 +493,19 @@ def ensure_runtime(
     data_node_id: str | None = None,
     scaling: ScalingPolicy | None = None,
     coalesce: bool = True,
+    worker_node_id: str | None = None,
 ) -> Any:
     """Create (or find) the queue, its store and the worker pools; returns the queue handle.
 
     Must be called from a process connected to Ray (``ray.init``). Idempotent: existing named
     actors are reused, so calling it after a whole-cluster restart resumes the pending jobs.
     ``max_in_flight`` defaults to the slots of all pools at their largest; ``scaling`` sets how
-    quickly pools grow and shrink (:class:`actors.queue.scaling.ScalingPolicy`). ``data_node_id`` is the node
-    that holds the databases and events files (default: this process's node, as for ``omray up``
-    run there); every actor of the runtime is placed on it. ``coalesce=False`` runs every observe
-    job on its own, as the original did (benchmarks' baseline; the runtime always coalesces).
+    quickly pools grow and shrink (:class:`actors.queue.scaling.ScalingPolicy`). ``data_node_id`` is the
+    queue's node, which holds the queue's database (default: this process's node, as for ``omray up``
+    run there); memory databases a job names before any agent placed them go there too
+    (:mod:`protocol.placement`). The worker pools spread over the cluster's nodes, or run on
+    ``worker_node_id`` only. ``coalesce=False`` runs every observe job on its own, as the original
+    did (benchmarks' baseline; the runtime always coalesces).
     """
     names = names or RuntimeNames()
     db = queue_db or queue_db_path(names)
@@ -450,10 +518,11 @@ def ensure_runtime(
         pools=pools or PoolSizes.from_env(),
         scaling=scaling,
         coalesce=coalesce,
+        worker_node=worker_node_id,
     )
     data_node = data_node_id or current_node_id()  # the node running `omray up` holds the databases
     _remove_queue_store_actor(names, db)
-    worker_pools(names, paths, options.pools, options.worker_env, data_node_id=data_node)
+    worker_pools(names, paths, options.pools, options.worker_env, data_node_id=options.worker_node)
     queue = (
         ray.remote(QueueRuntime)
         .options(
@@ -512,7 +581,8 @@ def remove_runtime(names: RuntimeNames | None = None, db_paths: list[str] | None
     candidates = [names.queue, names.observer, names.reflector, names.indexer]
     members = tuple(f"{names.prefix}.{role}." for role in ROLE_NAMES.values())
     for info in _list_named_actors(names.namespace):
-        if info.startswith((f"{names.prefix}.store.", *members)) and info not in candidates:
+        data = (f"{names.prefix}.store.", f"{names.prefix}.reader.")
+        if info.startswith((*data, *members)) and info not in candidates:
             candidates.append(info)
     handles: dict[str, Any] = {}
     for actor_name in candidates:

@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from persistence.migrations import migrate
+from persistence.node_disk import check_on_this_node
 from protocol.errors import StorageError
 
 BUSY_TIMEOUT_MS = 5000
@@ -138,6 +139,7 @@ def open_write_engine(db_path: str | os.PathLike[str], *, synchronous: Synchrono
     a file that is not SQLite, no permission), never a raw driver error.
     """
     path = Path(db_path).absolute()
+    check_on_this_node(path)
     _ensure_directory(path.parent)
     _create_file(path)
     if not path.is_file():
@@ -197,6 +199,7 @@ def open_read_engine(db_path: str | os.PathLike[str]) -> Engine:
     and :class:`StorageError` if something that is not a file is (a damaged store).
     """
     path = Path(db_path).absolute()
+    check_on_this_node(path)
     _check_readable_file(path)
     uri = f"{path.as_uri()}?mode=ro"
 

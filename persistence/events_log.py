@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from persistence.events_reader import iter_unredacted_events, last_event_seq
 from persistence.file_tail import complete_length_of
+from persistence.node_disk import check_on_this_node
 from protocol.errors import InvalidPayloadError
 from protocol.shipping import event_content_id
 
@@ -49,7 +50,9 @@ class EventLog:
 
     def path(self, session_id: str) -> Path:
         """The log of ``session_id`` (which must be a plain file name)."""
-        return self.root / _plain_session_id(session_id) / "events.jsonl"
+        path = self.root / _plain_session_id(session_id) / "events.jsonl"
+        check_on_this_node(path)
+        return path
 
     def tail(self, session_id: str) -> int:
         """Seq of the session's last logged event (0 when it has none)."""

@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
+from persistence.node_disk import check_on_this_node
 from protocol.errors import EventsFileError, EventsMismatchError, EventsMissingError
 from protocol.events import (
     EventWindow,
@@ -63,6 +64,7 @@ class _RangeReader:
         next user message; the file is read from its start, so a range read knows it too)."""
 
     def __iter__(self) -> Iterator[SessionEvent]:
+        check_on_this_node(self.path)
         try:
             handle = self.path.open("rb")
         except FileNotFoundError:

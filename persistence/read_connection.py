@@ -28,6 +28,7 @@ from typing import Any, Final, TypeVar, cast
 
 from persistence.connection import BUSY_TIMEOUT_MS
 from persistence.migrations import known_tables, tables_created_by
+from persistence.node_disk import check_on_this_node
 from protocol.errors import StorageError
 
 T = TypeVar("T")
@@ -88,6 +89,7 @@ class SnapshotReader:
         self._local = threading.local()
 
     def _connect(self) -> sqlite3.Connection:
+        check_on_this_node(self._path)
         connection = sqlite3.connect(
             f"{self._path.as_uri()}?mode=ro",
             uri=True,

@@ -15,28 +15,34 @@ from actors.models.clients import worker_clients
 from actors.models.offline_embedder import default_offline_embedder
 from actors.models.registry import embedder_for
 from actors.observer.transcript import backfill_transcript
+from actors.store.reader import DataReader
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
-from persistence.semantic import JOB_BATCHES, SemanticIndex
+from persistence.semantic import JOB_BATCHES, SyncResult
+from persistence.semantic.build import embed_in_batches
 from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
-from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for
+from protocol.semantic import Embedder
+from protocol.settings import SemanticSettings
 
 BACKFILL_SESSIONS = 8
 """Sessions whose transcript one index job backfills at most (a continuation does the rest)."""
 
 
 def backfill_transcripts(
-    db_path: str, events_root: str | None, store: Any, redactor: Redactor = DEFAULT_REDACTOR
+    db_path: str,
+    events_root: str | None,
+    store: Any,
+    reader: Any = None,
+    redact_patterns: tuple[str, ...] = (),
 ) -> int:
     """Backfill the transcript of up to :data:`BACKFILL_SESSIONS` sessions whose coverage is ahead of
-    it (a database observed before the transcript existed); needs the events root. Returns how many
-    sessions it backfilled."""
+    it (a database observed before the transcript existed); needs the events root. ``reader`` (a
+    :class:`actors.store.reader.DataReader` or its proxy; default: one in this process) reads the
+    database and the events files on the database's node. Returns how many sessions it backfilled."""
     if events_root is None:
         return 0
-    reader = MemoryReader(db_path)
+    reader = reader if reader is not None else DataReader(db_path, store)
     sessions = reader.transcript_lagging_sessions(BACKFILL_SESSIONS)
     now_local, now_utc = local_now(), utc_now()
     for session_id in sessions:
@@ -47,7 +53,7 @@ def backfill_transcripts(
             session_id,
             reader,
             store,
-            functools.partial(read_event_window, path, redactor=redactor),
+            functools.partial(reader.read_event_window, str(path), redact_patterns=redact_patterns),
             now_local,
             now_utc,
         )
@@ -58,8 +64,10 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
     """Handler of ``observational_memory.semantic_index``: one bounded commit of
     :data:`~persistence.semantic.JOB_BATCHES` embedding batches (reference §14.4).
 
-    Without a ``semantic`` setting there is nothing to index and the job succeeds at once. When
-    the batch did not complete the index, a continuation job is queued behind it.
+    The batch is planned and committed on the database's node (its reader) and embedded here,
+    wherever this worker runs. Without a ``semantic`` setting there is nothing to index and the job
+    succeeds at once. When the batch did not complete the index, a continuation job is queued
+    behind it.
     """
     job = envelope.payload
     if not isinstance(job, SemanticIndexJob):
@@ -69,11 +77,9 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
         return {"status": "semantic_not_configured"}
     store = context.store_for(job.db_path)
     store.ping()
-    backfilled = backfill_transcripts(
-        job.db_path, job.events_root, store, redactor_for(settings.redact_patterns)
-    )
-    index = SemanticIndex(job.db_path, settings.semantic, state_writer=store)
-    result = index.synchronize(embedder_for(settings.semantic, worker_clients()), batches=JOB_BATCHES)
+    reader = context.reader_for(job.db_path)
+    backfilled = backfill_transcripts(job.db_path, job.events_root, store, reader, settings.redact_patterns)
+    result = synchronize_through(reader, settings.semantic, embedder_for(settings.semantic, worker_clients()))
     continuation = None
     if not result.complete or backfilled >= BACKFILL_SESSIONS:
         continuation = schedule_index(
@@ -88,6 +94,18 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
         "transcripts_backfilled": backfilled,
         "continuation_job_id": continuation,
     }
+
+
+def synchronize_through(reader: Any, semantic: SemanticSettings, embedder: Embedder) -> SyncResult:
+    """One bounded index synchronization: planned and committed by ``reader`` (on the database's
+    node), embedded here."""
+    plan = reader.index_plan(semantic, JOB_BATCHES)
+    if isinstance(plan, SyncResult):
+        return plan
+    texts = [chunk.vector_text for chunk in plan.chunks if chunk.embedded]
+    vectors = embed_in_batches(embedder, texts, semantic.embedding_api.batch_size)
+    result: SyncResult = reader.index_commit(semantic, plan, vectors)
+    return result
 
 
 class IndexerActor(RoleActor):

@@ -2,7 +2,8 @@
 
 The handler builds the pipeline's ports from the job payload (database path, events path, and the
 settings, read when the job runs from the file the job names) and the worker's context (the
-StoreActor of the database, the queue), then runs the orchestration in
+StoreActor of the database, its reader on the database's node, the queue), then runs the
+orchestration in
 :mod:`actors.observer.pipeline`. It raises on failure; the shell (:class:`actors.worker.WorkerActor`)
 turns that into a failure value.
 """
@@ -19,13 +20,10 @@ from actors.models.tokens import token_counter
 from actors.models.usage import with_cost
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
 from persistence.settings_file import job_settings_block
 from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
-from protocol.redact import redactor_for
 
 
 def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
@@ -37,13 +35,14 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
     settings = settings_from_mapping(block)
     store = context.store_for(job.db_path)
     store.ping()  # creates and migrates the database before the first read
+    reader = context.reader_for(job.db_path)  # on the database's node: its rows and events are there
     ports = ObserverPorts(
-        memory=MemoryReader(job.db_path),
+        memory=reader,
         store=store,
         read_events=partial(
-            read_event_window,
+            reader.read_event_window,
             job.events_path,
-            redactor=redactor_for(settings.redact_patterns),
+            redact_patterns=settings.redact_patterns,
             session_id=job.session_id,  # a missing or foreign file is a failure that says so
         ),
         resolve_model=partial(model_for, settings, clients=worker_clients()),

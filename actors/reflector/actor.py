@@ -20,7 +20,6 @@ from actors.reflector.forget import run_forget
 from actors.reflector.pipeline import ReflectorPorts
 from actors.reflector.pipeline import reflect_generation as run_reflection
 from actors.worker import RoleActor, WorkerContext, utc_now
-from persistence.queries import MemoryReader
 from persistence.settings_file import job_settings_block
 from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
@@ -47,7 +46,7 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
     store = context.store_for(job.db_path)
     store.ping()
     ports = ReflectorPorts(
-        memory=MemoryReader(job.db_path),
+        memory=context.reader_for(job.db_path),
         store=store,
         resolve_model=partial(model_for, settings, clients=worker_clients()),
         count_tokens=token_counter(settings.token_encoding).count,

@@ -107,15 +107,35 @@ class IndexBuilder(DerivedIndex):
         own ``embedding_unavailable``).
         """
         size = batch_size if batch_size is not None else self._settings.embedding_api.batch_size
+        plan = self.plan_batch(size, batches=batches, full_check=full_check)
+        if isinstance(plan, SyncResult):
+            return plan
+        vectors = embed_in_batches(
+            embedder, [chunk.vector_text for chunk in plan.chunks if chunk.embedded], size
+        )
+        return self.commit_batch(plan, vectors)
+
+    def plan_batch(
+        self, batch_size: int | None = None, *, batches: int = 1, full_check: bool = False
+    ) -> BatchPlan | SyncResult:
+        """The first half of :meth:`synchronize`, under the lock: what the next ``batches`` batches
+        embed (``plan.chunks`` with ``embedded``), or the result when there is no database yet.
+
+        The embedding may then run anywhere (another process, another node); :meth:`commit_batch`
+        takes the plan back with its vectors (in the order of the embedded chunks)."""
+        size = batch_size if batch_size is not None else self._settings.embedding_api.batch_size
         if size < 1 or batches < 1:
             raise ValueError("batch_size and batches must be >= 1")
         if not os.path.exists(self._db_path):
             return SyncResult(True, 0, 0, False, 0)  # no database yet: nothing to index
         with self._locked():
-            plan = self._plan(size * batches, full_check)
-        vectors = embed_in_batches(
-            embedder, [chunk.vector_text for chunk in plan.chunks if chunk.embedded], size
-        )
+            return self._plan(size * batches, full_check)
+
+    def commit_batch(self, plan: BatchPlan, vectors: Sequence[Sequence[float]]) -> SyncResult:
+        """The second half of :meth:`synchronize`: record a plan's chunks with their vectors.
+
+        A plan made on another snapshot than the index holds now (someone wrote meanwhile) is
+        dropped (``complete=False``, nothing written), so a plan sent back late is harmless."""
         # A removal rebuilds the keyword index without the removed chunks; that is the slow part,
         # so it runs outside the lock too and is installed by the commit (searches never wait on it).
         prepared = self._keyword.prepare(plan.keyword_rows) if plan.keyword_rows is not None else None

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from persistence.node_disk import check_on_this_node
 from persistence.semantic.files import (
     DIRECTORY_MODE,
     FILE_MODE,
@@ -107,6 +108,7 @@ class DerivedIndex:
     def _ensure_directory(self) -> None:
         """Create ``<db>.semantic`` (0700); a non-directory in its place is derived damage: replaced."""
         directory = self._directory
+        check_on_this_node(directory)
         if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
             logger.warning("om.semantic.directory_repaired", extra={"reason": "not_a_directory"})
             directory.unlink()

@@ -23,6 +23,9 @@ PER_BOUNDARY: dict[str, Any] = {"observer": {"observe_after_tokens": 0}}
 SESSION = "s-settings"
 
 
+from actors.store.reader import DataReader  # noqa: E402
+
+
 class PingingStore(Store):
     def ping(self) -> bool:
         return True
@@ -37,6 +40,9 @@ class FakeContext:
 
     def store_for(self, db_path: str) -> PingingStore:
         return self.stores.setdefault(db_path, PingingStore(db_path))
+
+    def reader_for(self, db_path: str) -> DataReader:
+        return DataReader(db_path, self.store_for(db_path))
 
     def dispatch(self, envelope: JobEnvelope) -> str:
         self.dispatched.append(envelope)
