@@ -20,7 +20,7 @@ from typing import Any, Final
 import ray
 from pydantic import ValidationError
 from ray.exceptions import GetTimeoutError
-from ray.util.scheduling_strategies import In, NodeAffinitySchedulingStrategy, NodeLabelSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.naming import RuntimeNames
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
@@ -91,8 +91,7 @@ def placement_options(placement: DataPlacement) -> dict[str, Any]:
     (pending) while the node is away and comes back on it. A node id does not.
     """
     if placement.node is not None:
-        label = In(placement.node)  # type: ignore[no-untyped-call]
-        return {"scheduling_strategy": NodeLabelSchedulingStrategy(hard={NODE_LABEL: label})}
+        return {"label_selector": {NODE_LABEL: placement.node}}
     if placement.resource is not None:
         return {"resources": {placement.resource: RESOURCE_SHARE}}
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=str(placement.node_id), soft=False)}

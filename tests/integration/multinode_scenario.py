@@ -1,11 +1,19 @@
-"""The runtime on a two-node ``ray.cluster_utils.Cluster``; run as a script, prints one JSON object.
+"""Memory across machines on a ``ray.cluster_utils.Cluster``; run as a script, prints one JSON object.
 
 Ray allows one cluster connection per driver process, so ``test_multinode.py`` runs this module in
-a subprocess instead of on the shared session cluster. The driver runs on the head node; the
-*data node* (the one that holds the databases and events files, where ``omray up`` would run) is
-the second node. The same sample sessions are observed, reflected and indexed twice with the
-scripted model: once with the runtime on the data node, once with it on the driver's node. The
-memory must be the same, and every actor of the first run must sit on the data node.
+a subprocess instead of on the shared session cluster.
+
+The cluster: the head ``c`` (the agents' node: the driver, which plays the agents, and the queue),
+two data nodes ``a`` and ``b`` and a compute node ``w``. Each node has a folder of its own as its
+disk (``<tmp>/disks/<node>``), and the per-node disk guard (:mod:`persistence.node_disk`) makes
+opening a path of another node's folder an error, as it would be on machines of their own. Each
+node carries its name as its ``omray-node`` label.
+
+The workload: two projects, one on ``a`` (``storage.node: a``) and one on ``b``; agents on ``c``
+drive two sessions of each, turn by turn, through ``OmrayClient`` (whose events then travel to the
+data nodes). The worker pools spread over all nodes. The same workload then runs once more with
+everything on ``c`` (the agent's node: the default placement, workers pinned there): the one-node
+reference the memory of both projects must equal.
 """
 
 from __future__ import annotations
@@ -30,17 +38,24 @@ from ray.util.state import list_actors
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.data_node import this_node
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
+from persistence.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
+from persistence.queries import MemoryReader
+from protocol.placement import NODE_LABEL
 from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import ScriptedServer
 
-SESSIONS = ("mn-a", "mn-b")
-"""Sessions observed in each run."""
-DATA_NODE_RESOURCE = "omray_data_node"
-"""Custom resource only the second node has."""
+NODES = ("a", "b", "w")
+"""The nodes besides the head ``c``: two data nodes and one with no data."""
+PROJECTS = {"p1": "a", "p2": "b"}
+"""Each project's data node."""
+SESSIONS = ("s1", "s2")
+"""Sessions of each project."""
+OBJECT_STORE = 96 * 1024 * 1024
 
 
 def _free_port() -> int:
@@ -50,110 +65,203 @@ def _free_port() -> int:
         return port
 
 
-def _settings(project: Path, server: ScriptedServer) -> dict[str, Any]:
+def _node_args(disks: Path, name: str) -> dict[str, Any]:
+    return {
+        "num_cpus": 1,
+        "object_store_memory": OBJECT_STORE,
+        "labels": {NODE_LABEL: name},
+        "env_vars": {CLUSTER_DISKS_ENV: str(disks), NODE_DISK_ENV: str(disks / name)},
+    }
+
+
+def _settings(db: Path, server: ScriptedServer, node: str | None) -> dict[str, Any]:
+    storage: dict[str, Any] = {"database": str(db)}
+    if node is not None:
+        storage["node"] = node
     return {
         "model": "scripted/memory",
         "observer": {"observe_after_tokens": 0},  # every turn end observes
         "providers": {"scripted": {"base_url": server.base_url, "context_window": 16384}},
-        "storage": {"database": str(project / "om.sqlite")},
+        "storage": storage,
         "reflector": {"reflect_after_observation_tokens": 150},
         "pools": {"observations_max_tokens": 100},
         "semantic": {"embedding_api": {"base_url": server.base_url, "model_id": "hash-embedder"}},
     }
 
 
-def _drive(client: OmrayClient, project: Path) -> None:
-    """Append each session's turns and call the after-turn hook, as an agent would.
+class Run:
+    """One runtime and its agents: both projects, driven turn by turn."""
 
-    Each turn is left to finish before the next one, so both runs see the same jobs (no
-    coalescing that depends on timing) and their memory can be compared row for row.
-    """
-    for session_id in SESSIONS:
-        client.session_started(session_id)
-        events_path = project / session_id / "events.jsonl"
-        for turn in demo_session(session_id):
-            client.after_turn_commit(commit_turn(events_path, turn), events_path=events_path)
-            if not client.wait_idle(timeout_s=60):
-                raise RuntimeError("the queue did not drain")
-
-
-def _run(
-    project: Path, server: ScriptedServer, data_node: str, tag: str
-) -> tuple[MemorySnapshot, dict[str, str], dict[str, Any], str]:
-    names = RuntimeNames(prefix=f"mn{tag}{uuid.uuid4().hex[:6]}")
-    project.mkdir(parents=True)
-    try:
+    def __init__(self, disks: Path, server: ScriptedServer, *, spread: bool) -> None:
+        self.tag = "spread" if spread else "one-node"
+        self.names = RuntimeNames(prefix=f"mn{uuid.uuid4().hex[:8]}")
+        home = disks / "c"
         ensure_runtime(
-            names,
-            queue_db=str(project / "queue.sqlite"),
+            self.names,
+            queue_db=str(home / f"{self.tag}.queue.sqlite"),
             handler_paths=DEFAULT_HANDLERS,
             retry_base_delay_s=0.1,
-            pools=PoolSizes(observers=2, reflectors=1, indexers=1),
-            data_node_id=data_node,
+            pools=PoolSizes(observers=3, reflectors=1, indexers=2),
+            worker_node_id=None if spread else this_node().node_id,
         )
-        client = OmrayClient(names, settings=_settings(project, server), cwd=project)
-        _drive(client, project)
-        if not client.wait_idle(timeout_s=150):
-            raise RuntimeError("the queue did not drain")
-        for session_id in SESSIONS:  # a last batch after the final observations
-            client.session_started(session_id)
-        if not client.wait_idle(timeout_s=60):
-            raise RuntimeError("the queue did not drain")
-        search = client.memory_search({"query": "billing tests", "limit": 5})
-        actor_nodes = {
-            actor.name: actor.node_id
-            for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
-            if actor.name and actor.name.startswith(names.prefix)
+        self.clients: dict[str, OmrayClient] = {}
+        self.dbs: dict[str, Path] = {}
+        for project, node in PROJECTS.items():
+            data = disks / node if spread else home
+            self.dbs[project] = data / f"{self.tag}-{project}" / "om.sqlite"
+            agent_dir = home / f"{self.tag}-{project}-agent"
+            agent_dir.mkdir(parents=True)
+            settings = _settings(self.dbs[project], server, node if spread else None)
+            self.clients[project] = OmrayClient(self.names, settings=settings, cwd=agent_dir)
+        self.turns = {session: demo_session(session) for session in SESSIONS}
+
+    def start_sessions(self) -> None:
+        for client in self.clients.values():
+            for session_id in SESSIONS:
+                client.session_started(session_id)
+
+    def commit_turn(self, index: int) -> None:
+        """Every session of both projects ends turn ``index``; returns once the jobs are accepted."""
+        for client in self.clients.values():
+            for session_id in SESSIONS:
+                path = client.events_path(session_id)
+                client.after_turn_commit(commit_turn(path, self.turns[session_id][index]), events_path=path)
+        for client in self.clients.values():
+            if not client.outbox.wait_empty(60):
+                raise RuntimeError("the hooks' jobs were not accepted")
+
+    def wait_idle(self, timeout_s: float = 120) -> None:
+        client = next(iter(self.clients.values()))
+        if not client.wait_idle(timeout_s=timeout_s):
+            status = client.status()
+            events = {
+                f"{p}/{s}": [e.get("payload") for e in c.runtime_events(s)]
+                for p, c in self.clients.items()
+                for s in SESSIONS
+            }
+            raise RuntimeError(
+                f"the {self.tag} queue did not drain: {json.dumps(status, default=str)[:3000]} {events}"
+            )
+
+    def finish(self) -> None:
+        self.wait_idle()
+        self.start_sessions()  # a last index batch after the final observations
+        self.wait_idle()
+
+    def snapshots(self) -> dict[str, MemorySnapshot]:
+        """Each project's memory, read on its data node (the guard forbids reading it here)."""
+        found: dict[str, MemorySnapshot] = {}
+        for project, db in self.dbs.items():
+            node = db.parent.parent.name
+            found[project] = MemorySnapshot.from_json(
+                ray.get(_snapshot_on.options(**_on(node)).remote(str(db)))
+            )
+        return found
+
+    def coverage(self) -> dict[str, dict[str, int]]:
+        """How far each session is covered, per project (read on the data node)."""
+        return {
+            project: {
+                session: ray.get(_covered_on.options(**_on(db.parent.parent.name)).remote(str(db), session))
+                for session in SESSIONS
+            }
+            for project, db in self.dbs.items()
         }
-        counts = client.job_counts()
-        return memory_snapshot(project / "om.sqlite"), actor_nodes, counts, str(search.get("ok"))
-    finally:
-        remove_runtime(names)
+
+
+def _on(node: str) -> dict[str, Any]:
+    return {"label_selector": {NODE_LABEL: node}, "num_cpus": 0}
+
+
+@ray.remote
+def _snapshot_on(db: str) -> dict[str, Any]:
+    return memory_snapshot(db).to_json()
+
+
+@ray.remote
+def _covered_on(db: str, session: str) -> int:
+    return MemoryReader(db).covered_end(session)
+
+
+def _actor_nodes(names: RuntimeNames, node_names: dict[str, str]) -> dict[str, str]:
+    return {
+        actor.name: node_names.get(actor.node_id, actor.node_id)
+        for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+        if actor.name and actor.name.startswith(names.prefix + ".")
+    }
+
+
+def _drive(run: Run) -> None:
+    run.start_sessions()
+    for index in range(len(run.turns[SESSIONS[0]])):
+        run.commit_turn(index)
+        run.wait_idle()
+    run.finish()
 
 
 def run_scenario(workdir: Path) -> dict[str, Any]:
-    """Build the cluster, run both placements, report placement and whether memory matched."""
+    """Build the cluster, run the workload spread and on one node, report what the test checks."""
     started = time.monotonic()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "include_dashboard": True,  # the state API (``list_actors``) is served by the dashboard
-            "dashboard_host": "127.0.0.1",
-            "dashboard_port": _free_port(),
-            "object_store_memory": 128 * 1024 * 1024,
-        },
-    )
+    disks = workdir / "disks"
+    for node in ("c", *NODES):
+        (disks / node).mkdir(parents=True)
+    os.environ[CLUSTER_DISKS_ENV], os.environ[NODE_DISK_ENV] = str(disks), str(disks / "c")  # the driver
+    head = {
+        **_node_args(disks, "c"),
+        "include_dashboard": True,  # the state API (``list_actors``) is served by the dashboard
+        "dashboard_host": "127.0.0.1",
+        "dashboard_port": _free_port(),
+    }
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
-        cluster.add_node(num_cpus=1, resources={DATA_NODE_RESOURCE: 1}, object_store_memory=128 * 1024 * 1024)
+        for node in NODES:
+            cluster.add_node(**_node_args(disks, node))
         cluster.wait_for_nodes()
         ray.init(
             address=cluster.address, namespace="omray", logging_level=logging.WARNING, log_to_driver=False
         )
         try:
-            driver_node = ray.get_runtime_context().get_node_id()
-            nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-            data_node = next(
-                node["NodeID"] for node in nodes if node["Alive"] and node["NodeID"] != driver_node
-            )
+            node_names = {
+                node["NodeID"]: (node.get("Labels") or {}).get(NODE_LABEL, "?")
+                for node in ray.nodes()  # type: ignore[no-untyped-call]
+            }
             with ScriptedServer(chat_default=ScriptedMemoryModel()) as server:
-                remote, remote_nodes, remote_counts, remote_search = _run(
-                    workdir / "remote", server, data_node, "r"
-                )
-                local, _local_nodes, local_counts, _ = _run(workdir / "local", server, driver_node, "l")
+                spread = Run(disks, server, spread=True)
+                try:
+                    _drive(spread)
+                    placed = _actor_nodes(spread.names, node_names)
+                    snapshots, coverage = spread.snapshots(), spread.coverage()
+                    counts = next(iter(spread.clients.values())).job_counts()
+                finally:
+                    remove_runtime(spread.names)
+                reference = Run(disks, server, spread=False)
+                try:
+                    _drive(reference)
+                    reference_snapshots = reference.snapshots()
+                    reference_counts = next(iter(reference.clients.values())).job_counts()
+                finally:
+                    remove_runtime(reference.names)
             return {
-                "driver_node": driver_node,
-                "data_node": data_node,
-                "actor_nodes": remote_nodes,
-                "counts": remote_counts,
-                "local_counts": local_counts,
-                "search_ok": remote_search,
-                "memory_identical": compare_memory(remote, local).identical,
-                "observations": remote.count("observations"),
-                "reflections": remote.count("reflections"),
-                "index_state": [
-                    [dirty, complete] for _, dirty, complete, *_ in remote.sections["index_state"]
-                ],
+                "actor_nodes": placed,
+                "counts": counts,
+                "reference_counts": reference_counts,
+                "coverage": coverage,
+                "last_seqs": {s: spread.turns[s][-1][-1]["seq"] for s in SESSIONS},
+                "memory": {
+                    project: {
+                        "observations": snapshots[project].count("observations"),
+                        "reflections": snapshots[project].count("reflections"),
+                        "index_state": [list(row) for row in snapshots[project].sections["index_state"]],
+                        "differing": list(
+                            compare_memory(snapshots[project], reference_snapshots[project]).differing
+                        ),
+                    }
+                    for project in PROJECTS
+                },
+                "shipped_logs": sorted(
+                    str(path.relative_to(disks))
+                    for path in disks.glob("*/spread-*/om.sqlite.events/*/events.jsonl")
+                ),
                 "seconds": round(time.monotonic() - started, 1),
             }
         finally:
