@@ -421,34 +421,86 @@ class OmrayClient:
             return None
         return StoreProxy(store, durable=False)
 
+    def _reads_remotely(self) -> bool:
+        """True when the database lives on another node: reads go to its ReaderActor there."""
+        return self._ship_events is not False and self.database_is_local(self.call_timeout_s) is False
+
+    def _remote_tool(self, operation: str, **kwargs: Any) -> dict[str, object]:
+        """A read tool answered by the database's ReaderActor on its node (the same answer a client
+        there computes); a failure is a ``storage_unavailable`` answer, as a local read failure is."""
+        kwargs["settings_block"] = self.settings_block
+        try:
+            answer: dict[str, object] = self.link.call(
+                "read_tool", (str(self.db_path.resolve()), operation, kwargs), self.call_timeout_s
+            )
+        except Exception as exc:
+            logger.warning("remote read failed", extra={"tool": operation, "error_class": type(exc).__name__})
+            return {
+                "ok": False,
+                "error": "storage_unavailable",
+                "message": f"Memory could not be read ({type(exc).__name__}).",
+            }
+        return answer
+
     def memory_search(
         self, arguments: Mapping[str, object], session_id: str | None = None
     ) -> dict[str, object]:
-        """The ``memory_search`` tool (``scope``, ``mode``: docs/api.md); ``session_id`` is the caller's."""
+        """The ``memory_search`` tool (``scope``, ``mode``: docs/api.md); ``session_id`` is the caller's.
+
+        On a database that lives on another node, the database's ReaderActor answers."""
+        if self._reads_remotely():
+            return self._remote_tool("memory_search", arguments=dict(arguments), session_id=session_id)
         return read_service.memory_search(
             self.db_path, arguments, hybrid_search=self._hybrid_search(), session_id=session_id
         )
 
     def recall(self, session_id: str, arguments: Mapping[str, object]) -> dict[str, object]:
-        """The ``recall`` tool, scoped to ``session_id`` unless the arguments name another session."""
+        """The ``recall`` tool, scoped to ``session_id`` unless the arguments name another session.
+
+        On a database that lives on another node, the database's ReaderActor answers, with the
+        events its node holds (the sessions' shipped logs)."""
+        if self._reads_remotely():
+            return self._remote_tool(
+                "recall",
+                session_id=session_id,
+                arguments=dict(arguments),
+                events_root=self._agent_events_root(),
+            )
         return read_service.recall(
             self.db_path,
-            self.events_path,
+            self._recall_events_path,
             session_id,
             arguments,
             redactor=redactor_for(self.settings.redact_patterns),
         )
 
+    def _recall_events_path(self, session_id: str) -> Path:
+        """Where recall reads a session's events on this node: its shipped log beside the database
+        when there is one (this is the data node), else the agent's own file."""
+        shipped = Path(shipped_events_path(str(self.db_path.resolve()), session_id))
+        return shipped if shipped.is_file() else self.events_path(session_id)
+
+    def _agent_events_root(self) -> str:
+        return str(default_events_path(self.cwd, "s").parent.parent.resolve())
+
     def call_tool(
         self, name: str, arguments: Mapping[str, object] | str, session_id: str
     ) -> dict[str, object]:
         """Run ``memory_search`` or ``recall`` for any agent framework; always returns an answer dict."""
+        if self._reads_remotely():
+            return self._remote_tool(
+                "call_tool",
+                name=name,
+                arguments=arguments if isinstance(arguments, str) else dict(arguments),
+                session_id=session_id,
+                events_root=self._agent_events_root(),
+            )
         return read_service.call_tool(
             name,
             arguments,
             session_id,
             db_path=self.db_path,
-            events_path_for=self.events_path,
+            events_path_for=self._recall_events_path,
             hybrid_search=self._hybrid_search(),
             redactor=redactor_for(self.settings.redact_patterns),
         )

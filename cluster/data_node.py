@@ -7,8 +7,8 @@ so it runs there and nowhere else: on a node label, a custom resource or a node 
 
 The link's *data methods* (:data:`DATA_METHODS`) are served here, by any process that is a Ray
 driver or actor (the client's link child, the CLI, tests): locating a database (and placing it, on
-first use), shipping a session's events to the database's node-local log and asking how far that
-log goes.
+first use), shipping a session's events to the database's node-local log, asking how far that
+log goes, and ``memory_search`` / ``recall`` answered by the database's ReaderActor.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from cluster.naming import RuntimeNames
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.placement import NODE_LABEL, AgentNode, DataPlacement, PlacementRequest, valid_node_name
 
-DATA_METHODS: Final = frozenset({"locate_database", "ship_events", "events_tail"})
+DATA_METHODS: Final = frozenset({"locate_database", "ship_events", "events_tail", "read_tool"})
 """Link methods served here rather than by the queue actor."""
 
 
@@ -187,6 +187,10 @@ def data_call(names: RuntimeNames, method: str, args: Sequence[Any], timeout_s: 
         db_path, session_id = _arguments(args, 2, method)
         store = store_of(names, str(db_path), timeout_s)
         return int(_get(store.events_tail.remote(str(session_id)), timeout_s, method))
+    if method == "read_tool":
+        db_path, operation, kwargs = _arguments(args, 3, method)
+        reader = reader_of(names, str(db_path), timeout_s)
+        return _get(reader.read_tool.remote(str(operation), dict(kwargs)), timeout_s, method)
     raise InvalidPayloadError(f"no data method {method!r}")
 
 

@@ -148,6 +148,17 @@ class Run:
         self.start_sessions()  # a last index batch after the final observations
         self.wait_idle()
 
+    def reads(self, nodes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """Each project's search and recall answers, asked by an agent on each of ``nodes``."""
+        found: dict[str, dict[str, Any]] = {}
+        for project, client in self.clients.items():
+            for node in nodes:
+                reference = _reads_on.options(**_on(node))
+                found[f"{project}@{node}"] = ray.get(
+                    reference.remote(self.names.prefix, client.settings_block, str(client.cwd))
+                )
+        return found
+
     def snapshots(self) -> dict[str, MemorySnapshot]:
         """Each project's memory, read on its data node (the guard forbids reading it here)."""
         found: dict[str, MemorySnapshot] = {}
@@ -181,6 +192,31 @@ def _snapshot_on(db: str) -> dict[str, Any]:
 @ray.remote
 def _covered_on(db: str, session: str) -> int:
     return MemoryReader(db).covered_end(session)
+
+
+QUERIES = (
+    {"query": "billing tests", "mode": "exact", "limit": 5},
+    {"query": "parse dates with a timezone", "mode": "hybrid", "limit": 5},
+)
+"""Searches asked from every node (exact and hybrid)."""
+
+
+def _search_and_recall(client: OmrayClient) -> list[dict[str, Any]]:
+    """Every query, then a recall of the first hit of the first one, each in both sessions' scope."""
+    answers: list[dict[str, Any]] = []
+    for session_id in SESSIONS:
+        for arguments in QUERIES:
+            answers.append(client.memory_search({**arguments, "scope": "session"}, session_id=session_id))
+        first = answers[-len(QUERIES)]["results"][0]  # type: ignore[index]
+        answers.append(client.recall(session_id, {"id": first["id"]}))
+    return answers
+
+
+@ray.remote
+def _reads_on(prefix: str, settings: dict[str, Any], cwd: str) -> dict[str, Any]:
+    """What an agent on this node gets from memory_search and recall, and whether it read locally."""
+    client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=cwd)
+    return {"local": client.database_is_local(), "answers": _search_and_recall(client)}
 
 
 def _actor_nodes(names: RuntimeNames, node_names: dict[str, str]) -> dict[str, str]:
@@ -231,6 +267,7 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                     _drive(spread)
                     placed = _actor_nodes(spread.names, node_names)
                     snapshots, coverage = spread.snapshots(), spread.coverage()
+                    reads = spread.reads(("c", *NODES))
                     counts = next(iter(spread.clients.values())).job_counts()
                 finally:
                     remove_runtime(spread.names)
@@ -238,6 +275,9 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                 try:
                     _drive(reference)
                     reference_snapshots = reference.snapshots()
+                    reference_reads = {
+                        project: _search_and_recall(client) for project, client in reference.clients.items()
+                    }
                     reference_counts = next(iter(reference.clients.values())).job_counts()
                 finally:
                     remove_runtime(reference.names)
@@ -257,6 +297,18 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                         ),
                     }
                     for project in PROJECTS
+                },
+                "reads": {
+                    where: {
+                        "local": answer["local"],
+                        "answers_ok": [bool(one.get("ok")) for one in answer["answers"]],
+                        # per search its hits, per recall the source events it hydrated
+                        "found": [
+                            len(one.get("results", one.get("events", ()))) for one in answer["answers"]
+                        ],
+                        "same_as_one_node_run": answer["answers"] == reference_reads[where.split("@")[0]],
+                    }
+                    for where, answer in reads.items()
                 },
                 "shipped_logs": sorted(
                     str(path.relative_to(disks))

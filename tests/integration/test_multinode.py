@@ -74,3 +74,16 @@ def test_every_turn_is_observed_once_and_memory_equals_a_one_node_run(scenario: 
         # clean, complete, of the rows the database holds, matching its manifest
         assert [row[1:] for row in memory["index_state"]] == [[0, 1, True, True]]
         assert memory["differing"] == []  # identical to the one-node run: nothing lost or doubled
+
+
+def test_search_and_recall_from_every_node_answer_as_a_local_read(scenario: dict[str, Any]) -> None:
+    reads = scenario["reads"]
+    assert sorted(reads) == [f"{p}@{n}" for p in ("p1", "p2") for n in ("a", "b", "c", "w")]
+    for where, read in reads.items():
+        project, node = where.split("@")
+        # Local on the project's data node, through its ReaderActor from every other node.
+        assert read["local"] is (node == {"p1": "a", "p2": "b"}[project])
+        assert all(read["answers_ok"]), where
+        assert all(found > 0 for found in read["found"]), where  # hits, and recalled events
+        # The same answers (exact, hybrid, recall) as the one-node run's agent read on its own disk.
+        assert read["same_as_one_node_run"], where

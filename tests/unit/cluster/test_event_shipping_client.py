@@ -145,3 +145,41 @@ def test_what_leaves_the_agents_machine_is_redacted(tmp_path: Path) -> None:
     assert secret in events_path.read_text(encoding="utf-8")  # the agent's own file keeps its text
     assert secret not in shipped and "my notes" not in shipped
     assert "[redacted:api-key]" in shipped and "[private]" in shipped
+
+
+class RemoteDataLink:
+    """A runtime whose database lives on another node; its ReaderActor answers read tools."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.calls: list[tuple[str, str]] = []
+
+    def call(self, method: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+        if method == "locate_database":
+            return {"placement": {"node": "a"}, "local": False}
+        if method == "read_tool":
+            if self.fail:
+                raise RuntimeUnavailableError("the data node did not answer")
+            db_path, operation, kwargs = args
+            self.calls.append((operation, str(sorted(kwargs))))
+            return {"ok": True, "answered_on": "a", "operation": operation}
+        raise AssertionError(method)
+
+    def close(self) -> None:
+        pass
+
+
+def test_reads_of_a_database_elsewhere_go_to_its_reader(tmp_path: Path) -> None:
+    link = RemoteDataLink()
+    client = OmrayClient(settings={"semantic": None}, cwd=tmp_path, link=link)
+    assert client.memory_search({"query": "x"}, session_id="s1")["answered_on"] == "a"
+    assert client.recall("s1", {"id": "a" * 12})["operation"] == "recall"
+    assert client.call_tool("memory_search", '{"query": "x"}', "s1")["operation"] == "call_tool"
+    assert [operation for operation, _ in link.calls] == ["memory_search", "recall", "call_tool"]
+    assert all("settings_block" in kwargs for _, kwargs in link.calls)
+
+
+def test_a_reader_that_does_not_answer_is_a_storage_unavailable_answer(tmp_path: Path) -> None:
+    client = OmrayClient(settings={"semantic": None}, cwd=tmp_path, link=RemoteDataLink(fail=True))
+    answer = client.memory_search({"query": "x"})
+    assert answer["ok"] is False and answer["error"] == "storage_unavailable"
