@@ -160,7 +160,7 @@ class RemoteDataLink:
         if method == "read_tool":
             if self.fail:
                 raise RuntimeUnavailableError("the data node did not answer")
-            db_path, operation, kwargs = args
+            _db_path, operation, kwargs = args
             self.calls.append((operation, str(sorted(kwargs))))
             return {"ok": True, "answered_on": "a", "operation": operation}
         raise AssertionError(method)
