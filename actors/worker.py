@@ -30,6 +30,7 @@ from protocol.errors import (
 )
 from protocol.jobs import JobEnvelope
 from protocol.outcomes import (
+    REASON_DATA_NODE_LOST,
     REASON_DATABASE_MISSING,
     REASON_EVENTS_FILE_CORRUPT,
     REASON_EVENTS_MISMATCH,
@@ -51,6 +52,7 @@ from protocol.outcomes import (
     JobFailed,
     JobSucceeded,
 )
+from protocol.placement import DataNodeLostError
 
 logger = logging.getLogger("omray.worker")
 
@@ -128,6 +130,8 @@ def failure_reason(exc: BaseException) -> tuple[str, bool]:
         return REASON_EVENTS_MISMATCH, False
     if isinstance(exc, StoreFileReplacedError):
         return REASON_DATABASE_MISSING, True  # the next attempt writes to the file now at the path
+    if isinstance(exc, DataNodeLostError):
+        return REASON_DATA_NODE_LOST, True  # the node may come back with its disk
     if isinstance(exc, ValidationError):
         # A value the job carries or reads that pydantic refuses: the same input fails the same way.
         return REASON_INVALID_INPUT, False

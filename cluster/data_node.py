@@ -24,7 +24,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.naming import RuntimeNames
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
-from protocol.placement import NODE_LABEL, AgentNode, DataPlacement, PlacementRequest, valid_node_name
+from protocol.placement import (
+    NODE_LABEL,
+    AgentNode,
+    DataNodeLostError,
+    DataPlacement,
+    PlacementRequest,
+    valid_node_name,
+)
 
 DATA_METHODS: Final = frozenset({"locate_database", "ship_events", "events_tail", "read_tool"})
 """Link methods served here rather than by the queue actor."""
@@ -111,6 +118,13 @@ def placement_alive(placement: DataPlacement) -> bool:
     return False
 
 
+def check_alive(names: RuntimeNames, db_path: str) -> None:
+    """Raise :class:`DataNodeLostError` when no live node can hold ``db_path``'s actors now."""
+    placement = placement_of(names, db_path)
+    if not placement_alive(placement):
+        raise DataNodeLostError(db_path, placement)
+
+
 def placement_of(
     names: RuntimeNames, db_path: str, request: PlacementRequest | None = None, timeout_s: float = 30.0
 ) -> DataPlacement:
@@ -169,9 +183,15 @@ def locate(
     except ValidationError as exc:
         raise InvalidPayloadError(f"invalid placement request ({exc.error_count()} errors)") from None
     placement = placement_of(names, db_path, request, timeout_s)
-    store = store_of(names, db_path, timeout_s, request)
-    node_id = str(_get(store.node_id.remote(), timeout_s, "node_id"))
-    return {"placement": placement.model_dump(mode="json"), "local": node_id == this_node().node_id}
+    here = this_node()
+    if placement.node is not None:  # by name: known without asking the node (it may be down)
+        local = placement.node == here.label
+    elif placement.node_id is not None:
+        local = placement.node_id == here.node_id
+    else:  # a resource several nodes may offer: where does the StoreActor run?
+        store = store_of(names, db_path, timeout_s, request)
+        local = str(_get(store.node_id.remote(), timeout_s, "node_id")) == here.node_id
+    return {"placement": placement.model_dump(mode="json"), "local": local}
 
 
 def data_call(names: RuntimeNames, method: str, args: Sequence[Any], timeout_s: float) -> Any:

@@ -30,13 +30,23 @@ class StoreProxy:
     """Synchronous facade over a StoreActor: ``proxy.m(*a)`` is ``ray.get(handle.m.remote(*a))``.
 
     With ``durable=True`` a call whose actor died is retried (with backoff) until the restarted
-    StoreActor answers: every Store write is idempotent, so repeating one is safe.
+    StoreActor answers: every Store write is idempotent, so repeating one is safe. ``check`` runs
+    after each failed call and raises when retrying cannot help (the actor's node is not in the
+    cluster: :class:`protocol.placement.DataNodeLostError`).
     """
 
-    def __init__(self, handle: Any, *, durable: bool = False, max_wait_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        handle: Any,
+        *,
+        durable: bool = False,
+        max_wait_s: float = 120.0,
+        check: Callable[[], None] | None = None,
+    ) -> None:
         self._handle = handle
         self._durable = durable
         self._max_wait_s = max_wait_s
+        self._check = check
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
@@ -50,6 +60,8 @@ class StoreProxy:
                 try:
                     return ray.get(method.remote(*args, **kwargs), timeout=STORE_CALL_TIMEOUT_S)
                 except (RayActorError, GetTimeoutError) as exc:
+                    if self._check is not None:
+                        self._check()  # raises when waiting cannot help (the data node is gone)
                     if not self._durable or time.monotonic() > deadline:
                         raise
                     logger.warning(

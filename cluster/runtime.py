@@ -12,10 +12,12 @@ a file on a node that does not have it.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from actors.observer.actor import ObserverActor
 from actors.queue.actor import QueueActor
 from actors.queue.figures import QueueFigures
 from actors.queue.placement import PlacementRegistry
+from actors.queue.redrive import waiting_for_their_node
 from actors.queue.retry import RetryPolicy
 from actors.queue.scaling import PoolScaler, ScalingPolicy
 from actors.reflector.actor import ReflectorActor
@@ -43,7 +46,7 @@ from actors.worker import RoleActor, WorkerContext
 from cluster.autoscale import PoolAutoscaler
 from cluster.naming import RuntimeNames, omray_home
 from cluster.pools import ROLE_NAMES, PoolSizes
-from cluster.proxies import STORE_CALL_TIMEOUT_S, RayWorkerPool, StoreProxy
+from cluster.proxies import RayWorkerPool, StoreProxy
 from persistence.connection import Synchronous
 from persistence.queue_store import QueueStore
 from protocol.errors import InvalidPayloadError, SettingsError
@@ -176,26 +179,29 @@ class RayWorkerContext:
 
     def store_for(self, db_path: str) -> StoreProxy:
         """A durable proxy to the single writer of ``db_path``."""
-        from cluster.data_node import store_of
+        from cluster.data_node import check_alive, store_of
 
         proxy = self._stores.get(db_path)
         if proxy is None:
-            proxy = StoreProxy(store_of(self._names, db_path), durable=True)
+            check = functools.partial(check_alive, self._names, db_path)
+            proxy = StoreProxy(store_of(self._names, db_path), durable=True, check=check)
             self._stores[db_path] = proxy
         return proxy
 
     def reader_for(self, db_path: str) -> Any:
         """Reads of ``db_path`` (:class:`actors.store.reader.DataReader`): in this process when this
         worker runs on the database's node, else through the ReaderActor on that node."""
-        from cluster.data_node import reader_of, store_of
+        from cluster.data_node import check_alive, reader_of
 
         reader = self._readers.get(db_path)
         if reader is None:
-            store = store_of(self._names, db_path)
-            if str(ray.get(store.node_id.remote(), timeout=STORE_CALL_TIMEOUT_S)) == current_node_id():
-                reader = DataReader(db_path, self.store_for(db_path))
+            check_alive(self._names, db_path)  # a node that is gone: fail now, with its cause
+            store = self.store_for(db_path)
+            if str(store.node_id()) == current_node_id():
+                reader = DataReader(db_path, store)
             else:
-                reader = StoreProxy(reader_of(self._names, db_path), durable=True)
+                check = functools.partial(check_alive, self._names, db_path)
+                reader = StoreProxy(reader_of(self._names, db_path), durable=True, check=check)
             self._readers[db_path] = reader
         return reader
 
@@ -203,6 +209,20 @@ class RayWorkerContext:
         """Enqueue a follow-up job on this runtime's queue."""
         queue = ray.get_actor(self._names.queue, namespace=self._names.namespace)
         return str(ray.get(queue.dispatch.remote(envelope)))
+
+
+def spread_node(index: int) -> str:
+    """The live node member ``index`` of a pool prefers: the nodes in a stable order (by their
+    ``omray-node`` label, then id), round robin, so the first members of every pool land on
+    different nodes and the busiest members (the lowest indexes) never share one."""
+    from protocol.placement import NODE_LABEL
+
+    alive = sorted(
+        (str((node.get("Labels") or {}).get(NODE_LABEL, "")), str(node["NodeID"]))
+        for node in ray.nodes()  # type: ignore[no-untyped-call]
+        if node.get("Alive")
+    )
+    return alive[index % len(alive)][1] if alive else current_node_id()
 
 
 def worker_handle(
@@ -217,9 +237,10 @@ def worker_handle(
     """Worker ``index`` of the pool that serves ``handler_id`` (created if missing), on any node.
 
     Workers read and write memory through their database's node (:meth:`RayWorkerContext.reader_for`,
-    the StoreActor), so a pool spreads over the nodes (Ray's ``SPREAD``), and a worker whose node
-    dies is restarted on another. ``data_node_id`` pins the pool to one node instead (a benchmark's
-    one-node baseline on a cluster).
+    the StoreActor), so a pool spreads over the nodes: member ``index`` prefers the ``index``-th
+    live node (:func:`spread_node`, a soft affinity), so a pool of N members on N nodes has one on
+    each, and a worker whose node dies is restarted on another. ``data_node_id`` pins the pool to
+    one node instead (a benchmark's one-node baseline on a cluster).
     """
     options: dict[str, Any] = {
         **_COMMON_OPTIONS,
@@ -231,7 +252,11 @@ def worker_handle(
         # even while a restarted queue's redelivery of a job waits for its old attempt
         # (``WorkerActor`` never overlaps two attempts of one job).
         "max_concurrency": slots + 2,
-        "scheduling_strategy": _node_affinity(data_node_id) if data_node_id else "SPREAD",
+        "scheduling_strategy": (
+            _node_affinity(data_node_id)
+            if data_node_id
+            else NodeAffinitySchedulingStrategy(node_id=spread_node(index), soft=True)
+        ),
     }
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
@@ -353,6 +378,23 @@ class QueueRuntime:
             self._queue, pool, scaler, create, RayPoolMetrics(names.prefix), time.time
         )
         self._autoscaler.start()
+        self._store = store
+        self._stopping = threading.Event()
+        threading.Thread(target=self._watch_data_nodes, name="omray-data-nodes", daemon=True).start()
+
+    def _watch_data_nodes(self) -> None:
+        """Re-drive the jobs that gave up because their database's node was down, once it is back."""
+        from cluster.data_node import placement_alive
+
+        while not self._stopping.wait(DATA_NODE_WATCH_S):
+            try:  # a failing look must not end the loop: the next one may succeed
+                waiting = waiting_for_their_node(self._store.failed_to_redrive(excluded_reasons=()))
+                for db_path in sorted(waiting):
+                    if placement_alive(self._placements.placement_of(db_path)):
+                        requeued = self._queue.retry_failed(db_path)["requeued"]
+                        logger.info("data node back: jobs re-driven", extra={"jobs": requeued})
+            except Exception as exc:
+                logger.warning("data node watch failed", extra={"error_class": type(exc).__name__})
 
     # --- the documented actor-handle methods ---------------------------------------------------
 
@@ -396,6 +438,7 @@ class QueueRuntime:
 
     def stop(self) -> None:
         """:meth:`QueueActor.stop`."""
+        self._stopping.set()
         self._queue.stop()
 
     def ping(self) -> dict[str, Any]:
@@ -425,6 +468,9 @@ class QueueRuntime:
         """Id of the node that holds the databases (where StoreActors are created)."""
         return self.data_node_id
 
+
+DATA_NODE_WATCH_S: Final = 2.0
+"""How often the queue looks whether the data nodes of jobs that gave up as ``data_node_lost`` are back."""
 
 RUNNING_QUERY_S: Final = 5.0
 """How long a starting queue waits for its workers to say which jobs they are running."""

@@ -54,6 +54,8 @@ REASON_INVALID_INPUT = "invalid_input"
 """A value the job carries or reads failed validation inside the worker (not retryable)."""
 REASON_DATABASE_MISSING = "database_missing"
 """The memory database file was removed or replaced under the runtime; nothing was written."""
+REASON_DATA_NODE_LOST = "data_node_lost"
+"""The node that holds the memory database is not in the cluster (down or gone); nothing was written."""
 
 REASON_SETTINGS = "settings"
 """The settings file is missing, invalid, or names a model or provider that is not defined."""
@@ -166,6 +168,11 @@ FAILURE_HELP: dict[str, tuple[str, str]] = {
         "the memory database (om.sqlite) was removed or replaced while a memory job wrote to it",
         "nothing to do: the next attempt writes to the file now at its path (created again when missing); "
         "`omray retry` runs a job that gave up",
+    ),
+    REASON_DATA_NODE_LOST: (
+        "the cluster node that holds this project's memory database is down or gone",
+        "start that node again with the same disk (and its omray-node label or resource): its jobs "
+        "resume once it is back; `omray status` lists the database's placement",
     ),
 }
 """Per failure category, what stops the memory and how to fix it (shown by ``omray status`` and

@@ -6,7 +6,8 @@ without a re-drive they would never be observed. The queue re-drives the failed 
 and a *stage* (the model stages, observe and reflect, share one cause; indexing has its own) once
 the cause is shown to be gone: a later job of the same database and stage succeeds, or a job is
 accepted for that database with other settings than the failed jobs were sent with (the user fixed
-``omray.yaml``: each job's payload carries a fingerprint of its settings). ``omray retry``
+``omray.yaml``: each job's payload carries a fingerprint of its settings), or, for jobs that failed
+because the database's node was down (``data_node_lost``), that node is back in the cluster. ``omray retry``
 re-drives everything on request.
 
 A re-drive queues a copy of the failed job under a new sequence number (at the end of its lane, so
@@ -21,6 +22,7 @@ another change).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -31,8 +33,13 @@ from protocol.jobs import (
     JobEnvelope,
     ObserveBoundaryJob,
 )
-from protocol.outcomes import REASON_CONFLICT, REASON_INVALID_INPUT, REASON_INVALID_PAYLOAD
-from protocol.queue_rows import WaitingJobs
+from protocol.outcomes import (
+    REASON_CONFLICT,
+    REASON_DATA_NODE_LOST,
+    REASON_INVALID_INPUT,
+    REASON_INVALID_PAYLOAD,
+)
+from protocol.queue_rows import StoredJob, WaitingJobs
 
 AUTOMATIC_REDRIVES: Final[int] = 3
 """Times the work of one job is re-driven automatically (each with a full attempt budget)."""
@@ -138,3 +145,11 @@ class RedriveTracker:
             return None
         self.fingerprints[db_path] = known & {fingerprint}
         return Redrive(db_path, None, fingerprint)
+
+
+def waiting_for_their_node(failed: Iterable[StoredJob]) -> frozenset[str]:
+    """Databases with failed jobs (not re-driven yet) that gave up because their data node was not in
+    the cluster: once that node is back, they are re-driven (the shell checks the node)."""
+    return frozenset(
+        job.envelope.payload.db_path for job in failed if job.failure_reason == REASON_DATA_NODE_LOST
+    )

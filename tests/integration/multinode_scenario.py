@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from cluster.pools import PoolSizes
 from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from persistence.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
 from persistence.queries import MemoryReader
+from protocol.outcomes import last_failure
 from protocol.placement import NODE_LABEL
 from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 from testkit.scripted_models import ScriptedMemoryModel
@@ -100,8 +102,10 @@ class Run:
             self.names,
             queue_db=str(home / f"{self.tag}.queue.sqlite"),
             handler_paths=DEFAULT_HANDLERS,
-            retry_base_delay_s=0.1,
-            pools=PoolSizes(observers=3, reflectors=1, indexers=2),
+            # A worker killed with its node is restarted on another within a few seconds: the
+            # retries of its job (1, 2, 4 s apart) wait for that, as in production.
+            retry_base_delay_s=1.0 if spread else 0.1,
+            pools=PoolSizes(observers=4, reflectors=1, indexers=2),
             worker_node_id=None if spread else this_node().node_id,
         )
         self.clients: dict[str, OmrayClient] = {}
@@ -219,20 +223,128 @@ def _reads_on(prefix: str, settings: dict[str, Any], cwd: str) -> dict[str, Any]
     return {"local": client.database_is_local(), "answers": _search_and_recall(client)}
 
 
+DASHBOARD: dict[str, str] = {}
+"""``address`` of this cluster's dashboard (the state API): never Ray's guess of "the latest cluster"."""
+
+
+def _alive_actors() -> list[Any]:
+    return list(list_actors(address=DASHBOARD["address"], filters=[("state", "=", "ALIVE")], limit=1000))
+
+
 def _actor_nodes(names: RuntimeNames, node_names: dict[str, str]) -> dict[str, str]:
     return {
         actor.name: node_names.get(actor.node_id, actor.node_id)
-        for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+        for actor in _alive_actors()
         if actor.name and actor.name.startswith(names.prefix + ".")
     }
 
 
-def _drive(run: Run) -> None:
+def _drive(run: Run, during_turn: Callable[[int], None] | None = None) -> None:
     run.start_sessions()
     for index in range(len(run.turns[SESSIONS[0]])):
         run.commit_turn(index)
+        if during_turn is not None:
+            during_turn(index)
         run.wait_idle()
     run.finish()
+
+
+KILL_FROM_TURN = 1
+"""The first turn during which the compute node ``w`` is killed, once one of its workers runs a job."""
+
+
+class Killer:
+    """Kills ``w`` (its raylet and workers, SIGKILL) while one of its workers runs a job."""
+
+    def __init__(
+        self, cluster: Cluster, node: Any, node_id: str, run: Run, model: ScriptedMemoryModel
+    ) -> None:
+        self.cluster, self.node, self.node_id, self.run, self.model = cluster, node, node_id, run, model
+        self.killed_mid_job = False
+        self.killed = False
+
+    def __call__(self, index: int) -> None:
+        if self.killed or index < KILL_FROM_TURN:
+            return
+        workers = [
+            ray.get_actor(actor.name, namespace=self.run.names.namespace)
+            for actor in _alive_actors()
+            if actor.node_id == self.node_id
+            and actor.name
+            and actor.name.startswith(self.run.names.prefix + ".")
+            and actor.name.split(".")[1] in ("observer", "reflector", "indexer")
+        ]
+        deadline = time.monotonic() + 10
+        while workers and time.monotonic() < deadline:
+            running = [ray.get(worker.ping.remote(), timeout=5).get("running") for worker in workers]
+            if any(running):
+                self.killed_mid_job = True
+                break
+            time.sleep(0.05)
+        if self.killed_mid_job or index >= KILL_FROM_TURN + 2:
+            self.cluster.remove_node(self.node, allow_graceful=False)  # SIGKILL, raylet included
+            self.killed = True
+
+
+def _wait_for_workers_on(names: RuntimeNames, node_names: dict[str, str], nodes: set[str]) -> dict[str, str]:
+    """Where the runtime's actors are once its pools stand (the placement test reads it)."""
+    deadline = time.monotonic() + 30
+    placed = _actor_nodes(names, node_names)
+    while time.monotonic() < deadline and len([n for n in placed if n.split(".")[1] == "observer"]) < 4:
+        time.sleep(0.2)
+        placed = _actor_nodes(names, node_names)
+    return placed
+
+
+LOSS_SESSION = "x1"
+"""A session of project ``p2`` observed while its data node ``b`` is away."""
+
+
+def _lose_a_data_node(cluster: Cluster, added: dict[str, Any], disks: Path, run: Run) -> dict[str, Any]:
+    """Kill ``b`` (``p2``'s data node) with a turn of ``p2`` in flight and another committed while it
+    is away; bring it back with the same disk; report what the agent and the jobs saw."""
+    client = run.clients["p2"]
+    path = client.events_path(LOSS_SESSION)
+    turns = demo_session(LOSS_SESSION)
+    client.after_turn_commit(commit_turn(path, turns[0]), events_path=path)
+    if not client.outbox.wait_empty(60):
+        raise RuntimeError("the first turn was not accepted")
+    cluster.remove_node(added["b"], allow_graceful=False)  # SIGKILL: the raylet and everything on b
+    failure_seen = _wait_for(lambda: _failures(client) or None, 90)
+    started = time.monotonic()
+    client.after_turn_commit(commit_turn(path, turns[1]), events_path=path)  # b is still away
+    hook_s = time.monotonic() - started
+    p1_failures = [e for s in SESSIONS for e in run.clients["p1"].runtime_events(s)]
+    added["b"] = cluster.add_node(**_node_args(disks, "b"))  # back, with the same disk
+    cluster.wait_for_nodes()
+    if not client.outbox.wait_empty(120):
+        raise RuntimeError("the turn committed while b was away was never accepted")
+    run.wait_idle(180)
+    db = run.dbs["p2"]
+    covered = ray.get(_covered_on.options(**_on("b")).remote(str(db), LOSS_SESSION))
+    return {
+        "failure_reasons": sorted({str(reason) for reason in failure_seen or ()}),
+        "p1_failures": len(p1_failures),
+        "hook_s": round(hook_s, 2),
+        "hook_timeout_s": client.hook_timeout_s,
+        "covered": covered,
+        "last_seq": turns[1][-1]["seq"],
+    }
+
+
+def _failures(client: OmrayClient) -> list[str]:
+    """The failure categories of the loss session's ``job_failed`` events."""
+    return [last_failure(event.get("payload") or {}) for event in client.runtime_events(LOSS_SESSION)]
+
+
+def _wait_for(probe: Callable[[], Any], timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.2)
+    return None
 
 
 def run_scenario(workdir: Path) -> dict[str, Any]:
@@ -242,16 +354,19 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
     for node in ("c", *NODES):
         (disks / node).mkdir(parents=True)
     os.environ[CLUSTER_DISKS_ENV], os.environ[NODE_DISK_ENV] = str(disks), str(disks / "c")  # the driver
+    dashboard_port = _free_port()
+    DASHBOARD["address"] = f"http://127.0.0.1:{dashboard_port}"
     head = {
         **_node_args(disks, "c"),
         "include_dashboard": True,  # the state API (``list_actors``) is served by the dashboard
         "dashboard_host": "127.0.0.1",
-        "dashboard_port": _free_port(),
+        "dashboard_port": dashboard_port,
+        # A killed node is declared dead after 3 missed health checks a second apart (not 5 of 3 s).
+        "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 3},
     }
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
-        for node in NODES:
-            cluster.add_node(**_node_args(disks, node))
+        added = {node: cluster.add_node(**_node_args(disks, node)) for node in NODES}
         cluster.wait_for_nodes()
         ray.init(
             address=cluster.address, namespace="omray", logging_level=logging.WARNING, log_to_driver=False
@@ -261,14 +376,20 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                 node["NodeID"]: (node.get("Labels") or {}).get(NODE_LABEL, "?")
                 for node in ray.nodes()  # type: ignore[no-untyped-call]
             }
-            with ScriptedServer(chat_default=ScriptedMemoryModel()) as server:
+            model = ScriptedMemoryModel(latency_s=0.3)  # jobs last long enough to be killed mid-way
+            with ScriptedServer(chat_default=model) as server:
                 spread = Run(disks, server, spread=True)
                 try:
-                    _drive(spread)
+                    workers_placed = _wait_for_workers_on(spread.names, node_names, set(NODES) | {"c"})
+                    w_id = next(node_id for node_id, name in node_names.items() if name == "w")
+                    killer = Killer(cluster, added["w"], w_id, spread, model)
+                    _drive(spread, killer)
+                    model.latency_s = 0.0
                     placed = _actor_nodes(spread.names, node_names)
                     snapshots, coverage = spread.snapshots(), spread.coverage()
-                    reads = spread.reads(("c", *NODES))
+                    reads = spread.reads(("c", "a", "b"))  # w is gone
                     counts = next(iter(spread.clients.values())).job_counts()
+                    data_node_loss = _lose_a_data_node(cluster, added, disks, spread)
                 finally:
                     remove_runtime(spread.names)
                 reference = Run(disks, server, spread=False)
@@ -283,6 +404,10 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                     remove_runtime(reference.names)
             return {
                 "actor_nodes": placed,
+                "worker_nodes_at_start": workers_placed,
+                "killed_w_mid_job": killer.killed_mid_job,
+                "killed_w": killer.killed,
+                "data_node_loss": data_node_loss,
                 "counts": counts,
                 "reference_counts": reference_counts,
                 "coverage": coverage,

@@ -51,3 +51,13 @@ def test_a_request_asks_for_a_node_or_a_resource_not_both() -> None:
 def test_errors_with_fields_of_their_own_survive_pickling(error: Exception) -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is type(error) and str(copy) == str(error)
+
+
+def test_a_lost_data_node_is_a_retryable_failure_with_a_cause_and_a_fix() -> None:
+    from actors.worker import failure_reason
+    from protocol.outcomes import REASON_DATA_NODE_LOST, explain_failure
+
+    error = DataNodeLostError("/d/om.sqlite", DataPlacement(node="a"))
+    assert failure_reason(error) == (REASON_DATA_NODE_LOST, True)
+    cause, fix = explain_failure(REASON_DATA_NODE_LOST)
+    assert "node" in cause and "same disk" in fix

@@ -251,3 +251,31 @@ def test_status_names_the_project_of_failed_jobs_waiting_and_how_to_release_them
     queue.retry_failed(DB)
     _drain(queue, clock)  # still down: given up again, and waiting again
     assert queue.status()["waiting_for_cause"] == 3
+
+
+def test_jobs_that_lost_their_data_node_wait_for_it_by_database() -> None:
+    from actors.queue.redrive import waiting_for_their_node
+    from protocol.outcomes import REASON_DATA_NODE_LOST
+    from protocol.queue_rows import StoredJob
+
+    def failed(db: str, reason: str) -> StoredJob:
+        envelope = observe(f"job-{db}-{reason}", "s1", 3)
+        envelope = envelope.model_copy(
+            update={"payload": envelope.payload.model_copy(update={"db_path": db})}
+        )
+        return StoredJob(
+            job_seq=1,
+            envelope=envelope,
+            handler_id=envelope.handler_id,
+            run_id="s1",
+            state="failed",
+            attempts=4,
+            not_before=None,
+            accepted_at="2026-01-01T00:00:00+00:00",
+            started_at=None,
+            finished_at=None,
+            failure_reason=reason,
+        )
+
+    rows = [failed("/a/om.sqlite", REASON_DATA_NODE_LOST), failed("/b/om.sqlite", "model_unreachable")]
+    assert waiting_for_their_node(rows) == {"/a/om.sqlite"}
