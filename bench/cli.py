@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import typer
 from pydantic import BaseModel
+
+from bench.output import emit, stdout_to_stderr
 
 bench_app = typer.Typer(
     name="bench",
@@ -58,39 +59,6 @@ def ray_for_bench(address: str | None) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
-
-
-def emit(result: BaseModel, as_json: bool) -> None:
-    """Print a result as one JSON object, or as ``name: value`` lines; a result's ``HEADLINE``
-    figures (a class attribute naming fields) come first, the rest in field order."""
-    figures = result.model_dump(mode="json")
-    leading = [name for name in getattr(result, "HEADLINE", ()) if name in figures]
-    ordered = {name: figures[name] for name in leading} | figures
-    if as_json:
-        import json
-
-        typer.echo(json.dumps(ordered, separators=(",", ":")))
-        return
-    for name, value in ordered.items():
-        typer.echo(f"{name}: {value}")
-
-
-@contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Send everything written to file descriptor 1 to stderr meanwhile.
-
-    Ray's driver prints cluster notices (a worker died, a task is retried) on stdout even with
-    ``log_to_driver=False``; the chaos benchmark causes many, and stdout must carry only figures.
-    """
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def _run(address: str | None, as_json: bool, bench: Callable[[], BaseModel]) -> None:
@@ -160,6 +128,7 @@ def chaos_command(
 
 def _register_more() -> None:
     from bench.agent_turn import bench_agent_turn_command
+    from bench.cluster_bench import bench_cluster_command
     from bench.hook_bench import bench_hook_command
     from bench.search_bench import bench_search_command
     from bench.ui_bench import bench_ui_command
@@ -168,6 +137,7 @@ def _register_more() -> None:
     bench_app.command("hook")(bench_hook_command)
     bench_app.command("agent-turn")(bench_agent_turn_command)
     bench_app.command("ui")(bench_ui_command)
+    bench_app.command("cluster")(bench_cluster_command)
 
 
 _register_more()

@@ -426,21 +426,11 @@ class OmrayClient:
         return self._ship_events is not False and self.database_is_local(self.call_timeout_s) is False
 
     def _remote_tool(self, operation: str, **kwargs: Any) -> dict[str, object]:
-        """A read tool answered by the database's ReaderActor on its node (the same answer a client
-        there computes); a failure is a ``storage_unavailable`` answer, as a local read failure is."""
+        """A read tool answered by the database's ReaderActor (:func:`cluster.data_node.ask_reader`)."""
+        from cluster.data_node import ask_reader
+
         kwargs["settings_block"] = self.settings_block
-        try:
-            answer: dict[str, object] = self.link.call(
-                "read_tool", (str(self.db_path.resolve()), operation, kwargs), self.call_timeout_s
-            )
-        except Exception as exc:
-            logger.warning("remote read failed", extra={"tool": operation, "error_class": type(exc).__name__})
-            return {
-                "ok": False,
-                "error": "storage_unavailable",
-                "message": f"Memory could not be read ({type(exc).__name__}).",
-            }
-        return answer
+        return ask_reader(self.link.call, str(self.db_path.resolve()), operation, kwargs, self.call_timeout_s)
 
     def memory_search(
         self, arguments: Mapping[str, object], session_id: str | None = None

@@ -13,8 +13,10 @@ log goes, and ``memory_search`` / ``recall`` answered by the database's ReaderAc
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final
 
 import ray
@@ -22,7 +24,10 @@ from pydantic import ValidationError
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.store.actor import StoreActor as BaseStoreActor
+from actors.store.reader import ReaderActor as BaseReaderActor
 from cluster.naming import RuntimeNames
+from cluster.proxies import StoreProxy
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.placement import (
     NODE_LABEL,
@@ -32,6 +37,84 @@ from protocol.placement import (
     PlacementRequest,
     valid_node_name,
 )
+
+logger = logging.getLogger("omray.cluster")
+
+COMMON_ACTOR_OPTIONS: Final[dict[str, Any]] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
+"""Every omray actor is detached, restarts without limit and reserves no CPU (``cluster/runtime.py``)."""
+
+BACKGROUND_NICENESS: Final = 17
+"""Niceness of the Observer, Reflector and StoreActor processes. Ray starts every actor process at
+15 (its ``worker_niceness``); memory work is background work, so these go to 17, below the
+QueueActor: when cores are short, the queue (the path of every agent hook) gets the CPU first.
+Workers wait on models most of the time; this only orders who runs when the machine is busy."""
+
+
+def current_node_id() -> str:
+    """Id of the Ray node this process runs on."""
+    node_id: str = ray.get_runtime_context().get_node_id()
+    return node_id
+
+
+class StoreActor(BaseStoreActor):
+    """:class:`actors.store.actor.StoreActor` as a Ray actor: it can say which node it runs on."""
+
+    def node_id(self) -> str:
+        """The Ray node this actor (and so the database's file) is on."""
+        return current_node_id()
+
+
+def store_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacement | None = None) -> Any:
+    """The StoreActor of memory database ``db_path``, created on demand on ``placement``'s node.
+
+    ``placement`` defaults to the caller's node. Processes that do not know where the database
+    lives use :func:`cluster.data_node.store_of`, which asks the queue's record, so a process on
+    another node never creates a store (and an empty file) where the database does not live. (The
+    queue's own database has no StoreActor: the QueueActor is its one writer.)
+    """
+    path = str(Path(db_path).resolve())
+    options: dict[str, Any] = {
+        **COMMON_ACTOR_OPTIONS,
+        "name": names.store(path),
+        "namespace": names.namespace,
+        "get_if_exists": True,
+        "max_task_retries": 0,
+        **placement_options(placement or DataPlacement(node_id=current_node_id())),
+    }
+    return ray.remote(StoreActor).options(**options).remote(path, niceness=BACKGROUND_NICENESS)
+
+
+class ReaderActor(BaseReaderActor):
+    """:class:`actors.store.reader.ReaderActor` as a Ray actor: it can say which node it runs on."""
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        return current_node_id()
+
+
+READER_CONCURRENCY: Final = 16
+"""Reads one ReaderActor serves at once (jobs and searches of every node wait on it)."""
+
+
+def reader_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacement | None = None) -> Any:
+    """The ReaderActor of memory database ``db_path``, created on demand on ``placement``'s node
+    (the StoreActor's: the same options put both on the same node)."""
+    path = str(Path(db_path).resolve())
+    placed = placement or DataPlacement(node_id=current_node_id())
+    writer = StoreProxy(
+        store_of(names, path) if placement is not None else store_handle(names, path), durable=True
+    )
+    options: dict[str, Any] = {
+        **COMMON_ACTOR_OPTIONS,
+        "name": names.reader(path),
+        "namespace": names.namespace,
+        "get_if_exists": True,
+        "max_task_retries": 0,
+        "max_concurrency": READER_CONCURRENCY,
+        **placement_options(placed),
+    }
+    return ray.remote(ReaderActor).options(**options).remote(path, writer, niceness=BACKGROUND_NICENESS)
+
 
 DATA_METHODS: Final = frozenset({"locate_database", "ship_events", "events_tail", "read_tool"})
 """Link methods served here rather than by the queue actor."""
@@ -153,8 +236,6 @@ def store_of(
     names: RuntimeNames, db_path: str, timeout_s: float = 30.0, request: PlacementRequest | None = None
 ) -> Any:
     """The StoreActor of ``db_path``: the running one, else one created on the database's node."""
-    from cluster.runtime import store_handle
-
     try:
         return ray.get_actor(names.store(db_path), namespace=names.namespace)
     except ValueError:
@@ -164,8 +245,6 @@ def store_of(
 
 def reader_of(names: RuntimeNames, db_path: str, timeout_s: float = 30.0) -> Any:
     """The ReaderActor of ``db_path``: the running one, else one created on the database's node."""
-    from cluster.runtime import reader_handle
-
     try:
         return ray.get_actor(names.reader(db_path), namespace=names.namespace)
     except ValueError:
@@ -218,3 +297,21 @@ def _arguments(args: Sequence[Any], count: int, method: str) -> Sequence[Any]:
     if len(args) != count:
         raise InvalidPayloadError(f"{method} takes {count} arguments, got {len(args)}")
     return args
+
+
+def ask_reader(
+    call: Any, db_path: str, operation: str, kwargs: dict[str, Any], timeout_s: float
+) -> dict[str, object]:
+    """A read tool of a client whose database lives on another node, answered there by its
+    ReaderActor through the client's link (``call``: ``link.call``): the answer a client on that
+    node computes. A failure is a ``storage_unavailable`` answer, as a local read failure is."""
+    try:
+        answer: dict[str, object] = call("read_tool", (db_path, operation, kwargs), timeout_s)
+    except Exception as exc:
+        logger.warning("remote read failed", extra={"tool": operation, "error_class": type(exc).__name__})
+        return {
+            "ok": False,
+            "error": "storage_unavailable",
+            "message": f"Memory could not be read ({type(exc).__name__}).",
+        }
+    return answer

@@ -22,7 +22,6 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 import ray
@@ -39,11 +38,17 @@ from actors.queue.redrive import waiting_for_their_node
 from actors.queue.retry import RetryPolicy
 from actors.queue.scaling import PoolScaler, ScalingPolicy
 from actors.reflector.actor import ReflectorActor
-from actors.store.actor import StoreActor as BaseStoreActor
 from actors.store.reader import DataReader
-from actors.store.reader import ReaderActor as BaseReaderActor
 from actors.worker import RoleActor, WorkerContext
 from cluster.autoscale import PoolAutoscaler
+from cluster.data_node import (
+    BACKGROUND_NICENESS,
+    COMMON_ACTOR_OPTIONS,
+    check_alive,
+    current_node_id,
+    reader_of,
+    store_of,
+)
 from cluster.naming import RuntimeNames, omray_home
 from cluster.pools import ROLE_NAMES, PoolSizes
 from cluster.proxies import RayWorkerPool, StoreProxy
@@ -51,7 +56,7 @@ from persistence.connection import Synchronous
 from persistence.queue_store import QueueStore
 from protocol.errors import InvalidPayloadError, SettingsError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope
-from protocol.placement import DataPlacement, PlacementRequest
+from protocol.placement import PlacementRequest
 
 logger = logging.getLogger("omray.cluster")
 
@@ -63,13 +68,7 @@ ROLE_ACTORS: dict[str, type[RoleActor]] = {
 DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in ROLE_ACTORS.items()}
 """Handler of each stable handler id in the production runtime."""
 
-_COMMON_OPTIONS: dict[str, Any] = {"lifetime": "detached", "max_restarts": -1, "num_cpus": 0}
-
-BACKGROUND_NICENESS: Final = 17
-"""Niceness of the Observer, Reflector and StoreActor processes. Ray starts every actor process at
-15 (its ``worker_niceness``); memory work is background work, so these go to 17, below the
-QueueActor: when cores are short, the queue (the path of every agent hook) gets the CPU first.
-Workers wait on models most of the time; this only orders who runs when the machine is busy."""
+_COMMON_OPTIONS: dict[str, Any] = COMMON_ACTOR_OPTIONS
 
 INDEX_NICENESS: Final = 19
 """Niceness of the IndexerActor: below the other memory work. Its embedding is the one CPU-bound
@@ -95,78 +94,8 @@ power loss may lose the last accepted jobs, which the next turn boundary of thei
 re-dispatches (the events files stay the source of truth)."""
 
 
-def current_node_id() -> str:
-    """Id of the Ray node this process runs on."""
-    node_id: str = ray.get_runtime_context().get_node_id()
-    return node_id
-
-
 def _node_affinity(node_id: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-
-
-class StoreActor(BaseStoreActor):
-    """:class:`actors.store.actor.StoreActor` as a Ray actor: it can say which node it runs on."""
-
-    def node_id(self) -> str:
-        """The Ray node this actor (and so the database's file) is on."""
-        return current_node_id()
-
-
-def store_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacement | None = None) -> Any:
-    """The StoreActor of memory database ``db_path``, created on demand on ``placement``'s node.
-
-    ``placement`` defaults to the caller's node. Processes that do not know where the database
-    lives use :func:`cluster.data_node.store_of`, which asks the queue's record, so a process on
-    another node never creates a store (and an empty file) where the database does not live. (The
-    queue's own database has no StoreActor: the QueueActor is its one writer.)
-    """
-    from cluster.data_node import placement_options
-
-    path = str(Path(db_path).resolve())
-    options: dict[str, Any] = {
-        **_COMMON_OPTIONS,
-        "name": names.store(path),
-        "namespace": names.namespace,
-        "get_if_exists": True,
-        "max_task_retries": 0,
-        **placement_options(placement or DataPlacement(node_id=current_node_id())),
-    }
-    return ray.remote(StoreActor).options(**options).remote(path, niceness=BACKGROUND_NICENESS)
-
-
-class ReaderActor(BaseReaderActor):
-    """:class:`actors.store.reader.ReaderActor` as a Ray actor: it can say which node it runs on."""
-
-    def node_id(self) -> str:
-        """The Ray node this actor runs on."""
-        return current_node_id()
-
-
-READER_CONCURRENCY: Final = 16
-"""Reads one ReaderActor serves at once (jobs and searches of every node wait on it)."""
-
-
-def reader_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacement | None = None) -> Any:
-    """The ReaderActor of memory database ``db_path``, created on demand on ``placement``'s node
-    (the StoreActor's: the same options put both on the same node)."""
-    from cluster.data_node import placement_options, store_of
-
-    path = str(Path(db_path).resolve())
-    placed = placement or DataPlacement(node_id=current_node_id())
-    writer = StoreProxy(
-        store_of(names, path) if placement is not None else store_handle(names, path), durable=True
-    )
-    options: dict[str, Any] = {
-        **_COMMON_OPTIONS,
-        "name": names.reader(path),
-        "namespace": names.namespace,
-        "get_if_exists": True,
-        "max_task_retries": 0,
-        "max_concurrency": READER_CONCURRENCY,
-        **placement_options(placed),
-    }
-    return ray.remote(ReaderActor).options(**options).remote(path, writer, niceness=BACKGROUND_NICENESS)
 
 
 class RayWorkerContext:
@@ -179,8 +108,6 @@ class RayWorkerContext:
 
     def store_for(self, db_path: str) -> StoreProxy:
         """A durable proxy to the single writer of ``db_path``."""
-        from cluster.data_node import check_alive, store_of
-
         proxy = self._stores.get(db_path)
         if proxy is None:
             check = functools.partial(check_alive, self._names, db_path)
@@ -191,8 +118,6 @@ class RayWorkerContext:
     def reader_for(self, db_path: str) -> Any:
         """Reads of ``db_path`` (:class:`actors.store.reader.DataReader`): in this process when this
         worker runs on the database's node, else through the ReaderActor on that node."""
-        from cluster.data_node import check_alive, reader_of
-
         reader = self._readers.get(db_path)
         if reader is None:
             check_alive(self._names, db_path)  # a node that is gone: fail now, with its cause

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from persistence.settings_keys import BLOCK_NAME, check_known_keys, misspelt_block, unknown_key_message
 from protocol import settings_limits as limits
 from protocol.errors import SettingsError
-from protocol.placement import NODE_NAME_PATTERN, valid_node_name
+from protocol.placement import storage_placement
 from protocol.redact import compile_custom_patterns
 from protocol.settings import (
     BASE_URL_MESSAGE,
@@ -459,7 +459,7 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     database = storage.get("database")
     model = data.get("model")
     model = model.strip() if isinstance(model, str) else ""
-    data_node, data_node_resource = _data_node(storage)
+    data_node, data_node_resource = storage_placement(storage)
     return OmSettings(
         database=database if isinstance(database, str) and database.strip() != "" else DEFAULT_DATABASE,
         data_node=data_node,
@@ -492,25 +492,6 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
         prices=_prices(data.get("prices")),
         redact_patterns=_redact_patterns(data.get("privacy")),
     )
-
-
-def _data_node(storage: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """``storage.node`` and ``storage.node_resource`` (at most one; each a Ray label value)."""
-    found: dict[str, str | None] = {}
-    for key in ("node", "node_resource"):
-        value = storage.get(key)
-        if value is None:
-            found[key] = None
-            continue
-        if not valid_node_name(value):
-            raise SettingsError(
-                f"storage.{key} must be a node label or resource name ({NODE_NAME_PATTERN}), "
-                f"got a {type(value).__name__}" + (" that does not match" if isinstance(value, str) else "")
-            )
-        found[key] = str(value)
-    if found["node"] is not None and found["node_resource"] is not None:
-        raise SettingsError("storage.node and storage.node_resource are exclusive: set one of them")
-    return found["node"], found["node_resource"]
 
 
 def extract_om_block(doc: Mapping[str, Any], shared: bool = False) -> Mapping[str, Any]:

@@ -19,11 +19,12 @@ named node (``storage.node``) or a resource (``storage.node_resource``) instead.
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from protocol.errors import ConflictError, OmrayError
+from protocol.errors import ConflictError, OmrayError, SettingsError
 
 NODE_LABEL: Final = "omray-node"
 """The Ray node label that names a data node."""
@@ -142,3 +143,20 @@ class DataNodeLostError(OmrayError):
 
     def __reduce__(self) -> tuple[type[DataNodeLostError], tuple[str, DataPlacement]]:
         return type(self), (self.db_path, self.placement)  # crosses process boundaries
+
+
+def storage_placement(storage: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``storage.node`` and ``storage.node_resource`` of a settings block's ``storage`` section (at
+    most one; each a Ray label value); :class:`SettingsError` naming the key otherwise."""
+    found: dict[str, str | None] = {}
+    for key in ("node", "node_resource"):
+        value = storage.get(key)
+        if value is not None and not valid_node_name(value):
+            shape = "a text that does not match" if isinstance(value, str) else f"a {type(value).__name__}"
+            raise SettingsError(
+                f"storage.{key} must be a node label or resource name ({NODE_NAME_PATTERN}), got {shape}"
+            )
+        found[key] = None if value is None else str(value)
+    if found["node"] is not None and found["node_resource"] is not None:
+        raise SettingsError("storage.node and storage.node_resource are exclusive: set one of them")
+    return found["node"], found["node_resource"]

@@ -332,7 +332,8 @@ def test_sessions_of_two_projects_with_one_job_id_both_run(
 def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    from cluster.runtime import BACKGROUND_NICENESS, INDEX_NICENESS, QUEUE_NICENESS, store_handle
+    from cluster.data_node import BACKGROUND_NICENESS, store_handle
+    from cluster.runtime import INDEX_NICENESS, QUEUE_NICENESS
 
     def pid_of(handle: Any) -> int:
         info: dict[str, Any] = ray.get(handle.ping.remote())

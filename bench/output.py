@@ -1,0 +1,46 @@
+"""How benchmark commands print: figures on stdout, everything else on stderr."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+from pydantic import BaseModel
+
+__all__ = ["emit", "stdout_to_stderr"]
+
+
+def emit(result: BaseModel, as_json: bool) -> None:
+    """Print a result as one JSON object, or as ``name: value`` lines; a result's ``HEADLINE``
+    figures (a class attribute naming fields) come first, the rest in field order."""
+    figures = result.model_dump(mode="json")
+    leading = [name for name in getattr(result, "HEADLINE", ()) if name in figures]
+    ordered = {name: figures[name] for name in leading} | figures
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(ordered, separators=(",", ":")))
+        return
+    for name, value in ordered.items():
+        typer.echo(f"{name}: {value}")
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to file descriptor 1 to stderr meanwhile.
+
+    Ray's driver prints cluster notices (a worker died, a task is retried) on stdout even with
+    ``log_to_driver=False``; the chaos benchmark causes many, and stdout must carry only figures.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
