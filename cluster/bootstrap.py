@@ -33,6 +33,7 @@ from cluster.naming import RuntimeNames, omray_home
 from cluster.pools import PoolSizes
 from cluster.runtime import ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
+from protocol.placement import NODE_LABEL, valid_node_name
 
 logger = logging.getLogger("omray.bootstrap")
 
@@ -123,6 +124,11 @@ def start_head(
         "--include-log-monitor=false",
         "--no-monitor",
     ]
+    label = host_label()
+    if label is not None:
+        # The memory databases placed on this node name it by this label, so a head started
+        # again on this machine (a new Ray node id) gets them back (docs/operations.md).
+        command.append(f"--labels={NODE_LABEL}={label}")
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     if result.returncode != 0:
         raise BootstrapError(f"`ray start --head` failed with exit code {result.returncode}")
@@ -133,6 +139,12 @@ def start_head(
         auth=auth,
         session_dir=session_dir_of(port),
     )
+
+
+def host_label() -> str | None:
+    """This machine's name as an ``omray-node`` label value, when it is a valid one."""
+    name = socket.gethostname().split(".")[0]
+    return name if valid_node_name(name) else None
 
 
 def _processes() -> Any:

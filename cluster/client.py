@@ -51,7 +51,13 @@ from protocol.events import (
 )
 from protocol.forget import ForgetArguments, forget_arguments
 from protocol.identities import observe_job_id, signalled_observe_job_id
-from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal, settings_fingerprint
+from protocol.jobs import (
+    JobEnvelope,
+    ObserveBoundaryJob,
+    ObserveSignal,
+    SemanticIndexJob,
+    settings_fingerprint,
+)
 from protocol.records import ActivityRecord
 from protocol.redact import redactor_for
 from protocol.settings import OmSettings
@@ -141,17 +147,18 @@ class OmrayClient:
         """The session's ``events.jsonl`` under the working directory."""
         return default_events_path(self.cwd, session_id)
 
-    def ships_events(self) -> bool:
+    def ships_events(self, timeout_s: float | None = None) -> bool | None:
         """True when this client ships its sessions' events to the database's node
-        (:mod:`cluster.shipper`) instead of naming their files in the jobs.
+        (:mod:`cluster.shipper`) instead of naming their files in the jobs (``None``: not known
+        yet, no runtime answered).
 
         ``ship_events`` given to the constructor decides; by default events are shipped when the
         database lives on another node than this client's (asked once: :meth:`database_is_local`).
-        While no runtime answers that question, the client names its files, as on one machine.
         """
         if self._ship_events is not None:
             return self._ship_events
-        return self.database_is_local() is False
+        local = self.database_is_local(timeout_s)
+        return None if local is None else not local
 
     def database_is_local(self, timeout_s: float | None = None) -> bool | None:
         """Whether the database lives on this client's node (``None``: no runtime answered yet).
@@ -177,17 +184,35 @@ class OmrayClient:
             return None
         return self._database_local
 
-    def job_events_path(self, session_id: str, events_path: str | Path | None = None) -> str:
-        """The events file an observe job of ``session_id`` names: the agent's own file, or, when
-        this client ships its events, the session's node-local log on the database's node."""
-        if self.ships_events():
-            return shipped_events_path(str(self.db_path.resolve()), session_id)
-        return str(Path(events_path or self.events_path(session_id)).resolve())
+    def for_its_node(self, envelope: JobEnvelope, timeout_s: float) -> JobEnvelope:
+        """The job as it goes to the runtime (called when it is sent, off the hook's path).
 
-    def shipment(self, session_id: str, end_seq: int, events_path: str | Path | None = None) -> Shipment:
-        """The shipment of a session's events through ``end_seq`` (from the agent's own file)."""
-        source = Path(events_path or self.events_path(session_id)).resolve()
-        return Shipment(str(self.db_path.resolve()), session_id, str(source), end_seq)
+        Jobs are built naming the agent's own files. When this client ships its events, an observe
+        job's events go first (:class:`cluster.shipper.EventShipper`, through its terminal seq) and
+        the job then names the session's node-local log; an index job names the logs' root. Raises
+        :class:`RuntimeUnavailableError` while no runtime says where the database lives (the outbox
+        sends the job later).
+        """
+        payload = envelope.payload
+        if not isinstance(payload, ObserveBoundaryJob | SemanticIndexJob) or payload.db_path != str(
+            self.db_path.resolve()
+        ):
+            return envelope
+        ships = self.ships_events(timeout_s)
+        if ships is None:
+            raise RuntimeUnavailableError("the runtime did not say where the memory database lives")
+        if not ships:
+            return envelope
+        if isinstance(payload, SemanticIndexJob):
+            moved: Any = payload.model_copy(update={"events_root": shipped_events_root(payload.db_path)})
+        else:
+            shipment = Shipment(
+                payload.db_path, payload.session_id, payload.events_path, payload.terminal_end_seq
+            )
+            self.shipper.ship(shipment, timeout_s)
+            log = shipped_events_path(payload.db_path, payload.session_id)
+            moved = payload.model_copy(update={"events_path": log})
+        return envelope.model_copy(update={"payload": moved})
 
     # --- agent hooks ----------------------------------------------------------------------------
 
@@ -214,20 +239,12 @@ class OmrayClient:
             self._log_rejection_once(ctx, exc)
             return None
         try:
-            deadline = time.monotonic() + self.hook_timeout_s
-            if self._ship_events is None and self._database_local is None:
-                self.database_is_local(self.hook_timeout_s)  # first turn: where does memory live?
             envelope = self.turn_envelope(context, events_path)
             if envelope is None:
                 return None
-            if self.ships_events():
-                # Ahead of the job in its lane, and never waited for here: the outbox sends the
-                # events first, then the job, while the hook waits at most its deadline for the job.
-                payload = envelope.payload
-                assert isinstance(payload, ObserveBoundaryJob)
-                shipment = self.shipment(context.session_id, payload.terminal_end_seq, events_path)
-                self.outbox.submit(shipment.job_id, shipment, 0.0)
-            return self.outbox.submit(envelope.job_id, envelope, max(0.0, deadline - time.monotonic()))
+            # Sent by the outbox, which ships the events first when the database is elsewhere
+            # (:meth:`for_its_node`); the hook waits at most its deadline.
+            return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s)
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
                 "observe dispatch failed",
@@ -288,8 +305,6 @@ class OmrayClient:
         signal is ``session_end`` unless given.
         """
         envelope = self.observe_envelope(session_id, end_seq, status, events_path=events_path, signal=signal)
-        if self.ships_events():
-            self.shipper.ship(self.shipment(session_id, end_seq, events_path), self.call_timeout_s)
         return self.dispatch(envelope)
 
     def observe_envelope(
@@ -316,7 +331,7 @@ class OmrayClient:
                 renderer_version=self.settings.renderer_version,
                 observer_schema_version=self.settings.observer_schema_version,
                 db_path=str(self.db_path.resolve()),
-                events_path=self.job_events_path(session_id, events_path),
+                events_path=str(Path(events_path or self.events_path(session_id)).resolve()),
                 settings_file=self.settings_file,
                 settings={} if self.settings_file else self.settings_block,
                 signal=signal,
@@ -344,19 +359,13 @@ class OmrayClient:
                 str(self.db_path.resolve()),
                 session_id,
                 self.settings_block,
-                self._events_root(session_id),
+                str(self.events_path(session_id).resolve().parent.parent),
             )
         except Exception as exc:  # never fail the host's session start
             logger.warning(
                 "index dispatch failed", extra={"run_id": session_id, "error_class": type(exc).__name__}
             )
             return None
-
-    def _events_root(self, session_id: str) -> str:
-        """Where an index job finds the sessions' events (``<root>/<session>/events.jsonl``)."""
-        if self.ships_events():
-            return shipped_events_root(str(self.db_path.resolve()))
-        return str(self.events_path(session_id).resolve().parent.parent)
 
     # --- read side (this process, read-only connections) ------------------------------------------
 
@@ -547,27 +556,14 @@ class OmrayClient:
                 f"{self.names.namespace!r}; run `omray up`"
             ) from None
 
-    def _send(self, item: JobEnvelope | Shipment, timeout_s: float) -> str:
-        if isinstance(item, Shipment):
-            return self.shipper.ship(item, timeout_s)
-        job_id: str = self.link.call("dispatch", (item,), timeout_s)
+    def _send(self, envelope: JobEnvelope, timeout_s: float) -> str:
+        job_id: str = self.link.call("dispatch", (self.for_its_node(envelope, timeout_s),), timeout_s)
         return job_id
 
-    def _send_many(self, items: list[JobEnvelope | Shipment], timeout_s: float) -> list[str]:
-        # One item per session at most (the outbox's lanes): shipments go one by one, the jobs of
-        # the other sessions in one call.
-        answers: list[str] = ["" for _ in items]
-        envelopes: list[tuple[int, JobEnvelope]] = []
-        for position, item in enumerate(items):
-            if isinstance(item, Shipment):
-                answers[position] = self.shipper.ship(item, timeout_s)
-            else:
-                envelopes.append((position, item))
-        if envelopes:
-            job_ids = self.link.call("dispatch_many", ([envelope for _, envelope in envelopes],), timeout_s)
-            for (position, _), job_id in zip(envelopes, job_ids, strict=True):
-                answers[position] = str(job_id)
-        return answers
+    def _send_many(self, envelopes: list[JobEnvelope], timeout_s: float) -> list[str]:
+        ready = [self.for_its_node(envelope, timeout_s) for envelope in envelopes]
+        job_ids = self.link.call("dispatch_many", (ready,), timeout_s)
+        return [str(job_id) for job_id in job_ids]
 
     def _hook_dispatch(self, envelope: JobEnvelope) -> str:
         return self.outbox.submit(envelope.job_id, envelope, self.hook_timeout_s) or envelope.job_id

@@ -96,9 +96,6 @@ class Outbox:
 
     @staticmethod
     def _session_of(job_id: str, envelope: Any) -> str:
-        lane = getattr(envelope, "lane", None)
-        if isinstance(lane, str):  # a shipment of events (cluster.shipper): its job's lane
-            return lane
         payload = getattr(envelope, "payload", None)
         if payload is None:
             return job_id

@@ -332,8 +332,9 @@ class QueueRuntime:
         return self._queue.dispatch_many(envelopes)
 
     def status(self) -> dict[str, Any]:
-        """The queue's status plus every worker pool's size, bounds and waiting runs."""
-        return {**self._queue.status(), "pools": self._autoscaler.snapshot()}
+        """The queue's status plus every worker pool's size, bounds and waiting runs, and the node
+        of every memory database (``placements``)."""
+        return {**self._queue.status(), "pools": self._autoscaler.snapshot(), "placements": self.placements()}
 
     def figures(self) -> QueueFigures:
         """:meth:`QueueActor.figures`."""

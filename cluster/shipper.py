@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from persistence.events_reader import iter_events
-from protocol.canonical import sha256_hex
 from protocol.errors import EventsFileError, EventsMismatchError, EventsMissingError
 from protocol.redact import Redactor
 from protocol.shipping import MAX_SHIP_BYTES, MAX_SHIP_EVENTS, batch_size
@@ -37,14 +36,9 @@ LOCAL_READ_ERRORS = (EventsFileError, EventsMismatchError, EventsMissingError, O
 goes out (it then fails on the data node as not ready, and its session's next shipment resumes)."""
 
 
-def lane_of(db_path: str, session_id: str) -> str:
-    """The outbox lane of a session's shipments and jobs (:meth:`cluster.outbox.Outbox._session_of`)."""
-    return f"{db_path}\x00{session_id}"
-
-
 @dataclass(frozen=True, slots=True)
 class Shipment:
-    """Ship a session's events through ``end_seq`` to its database's node (an outbox item)."""
+    """Ship a session's events through ``end_seq`` to its database's node."""
 
     db_path: str
     """The database (a path on its data node)."""
@@ -54,16 +48,6 @@ class Shipment:
     """The agent's own ``events.jsonl`` (on this node)."""
     end_seq: int
     """Ship at least through this seq (what the file holds of it)."""
-
-    @property
-    def job_id(self) -> str:
-        """The outbox key: one shipment per session and boundary."""
-        return f"ship:{sha256_hex(self.db_path)[:12]}:{self.session_id}:{self.end_seq}"
-
-    @property
-    def lane(self) -> str:
-        """The session's outbox lane, shared with its observe jobs."""
-        return lane_of(self.db_path, self.session_id)
 
 
 class EventShipper:
@@ -93,8 +77,9 @@ class EventShipper:
         with self._lock:
             return self._through.get((db_path, session_id))
 
-    def ship(self, shipment: Shipment, timeout_s: float) -> str:
-        """Ship what the log lacks of the session through ``shipment.end_seq``; returns its key.
+    def ship(self, shipment: Shipment, timeout_s: float) -> int:
+        """Ship what the log lacks of the session through ``shipment.end_seq``; returns the seq the
+        log is known to hold through.
 
         Raises the link's errors (the outbox retries); each call is bounded by ``timeout_s``.
         """
@@ -113,7 +98,7 @@ class EventShipper:
             if last <= through:
                 break  # nothing moved: a log that refuses to advance must not loop here
             through = self._raise_to(key, last)
-        return shipment.job_id
+        return through
 
     def _raise_to(self, key: tuple[str, str], seq: int) -> int:
         with self._lock:

@@ -172,7 +172,7 @@ FAILURE_HELP: dict[str, tuple[str, str]] = {
     REASON_DATA_NODE_LOST: (
         "the cluster node that holds this project's memory database is down or gone",
         "start that node again with the same disk (and its omray-node label or resource): its jobs "
-        "resume once it is back; `omray status` lists the database's placement",
+        "resume once it is back; `omray status --json` names each database's node (`placements`)",
     ),
 }
 """Per failure category, what stops the memory and how to fix it (shown by ``omray status`` and
