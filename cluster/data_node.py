@@ -13,6 +13,7 @@ log goes, and ``memory_search`` / ``recall`` answered by the database's ReaderAc
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Sequence
@@ -24,8 +25,6 @@ from pydantic import ValidationError
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.store.actor import StoreActor as BaseStoreActor
-from actors.store.reader import ReaderActor as BaseReaderActor
 from cluster.naming import RuntimeNames
 from cluster.proxies import StoreProxy
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
@@ -56,12 +55,29 @@ def current_node_id() -> str:
     return node_id
 
 
-class StoreActor(BaseStoreActor):
-    """:class:`actors.store.actor.StoreActor` as a Ray actor: it can say which node it runs on."""
+@functools.cache
+def _actor_classes() -> tuple[type, type]:
+    """The StoreActor and ReaderActor as Ray actors: each can say which node it runs on. Built on
+    first use, so a process that only ships events or asks the queue (an agent's link child) never
+    imports the memory and index code."""
+    from actors.store.actor import StoreActor as BaseStoreActor
+    from actors.store.reader import ReaderActor as BaseReaderActor
 
-    def node_id(self) -> str:
-        """The Ray node this actor (and so the database's file) is on."""
-        return current_node_id()
+    class StoreActor(BaseStoreActor):
+        """:class:`actors.store.actor.StoreActor` on its database's node."""
+
+        def node_id(self) -> str:
+            """The Ray node this actor (and so the database's file) is on."""
+            return current_node_id()
+
+    class ReaderActor(BaseReaderActor):
+        """:class:`actors.store.reader.ReaderActor` beside its StoreActor."""
+
+        def node_id(self) -> str:
+            """The Ray node this actor runs on."""
+            return current_node_id()
+
+    return StoreActor, ReaderActor
 
 
 def store_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacement | None = None) -> Any:
@@ -81,15 +97,7 @@ def store_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlacem
         "max_task_retries": 0,
         **placement_options(placement or DataPlacement(node_id=current_node_id())),
     }
-    return ray.remote(StoreActor).options(**options).remote(path, niceness=BACKGROUND_NICENESS)
-
-
-class ReaderActor(BaseReaderActor):
-    """:class:`actors.store.reader.ReaderActor` as a Ray actor: it can say which node it runs on."""
-
-    def node_id(self) -> str:
-        """The Ray node this actor runs on."""
-        return current_node_id()
+    return ray.remote(_actor_classes()[0]).options(**options).remote(path, niceness=BACKGROUND_NICENESS)
 
 
 READER_CONCURRENCY: Final = 16
@@ -113,7 +121,8 @@ def reader_handle(names: RuntimeNames, db_path: str | Path, placement: DataPlace
         "max_concurrency": READER_CONCURRENCY,
         **placement_options(placed),
     }
-    return ray.remote(ReaderActor).options(**options).remote(path, writer, niceness=BACKGROUND_NICENESS)
+    actor: Any = ray.remote(_actor_classes()[1])
+    return actor.options(**options).remote(path, writer, niceness=BACKGROUND_NICENESS)
 
 
 DATA_METHODS: Final = frozenset({"locate_database", "ship_events", "events_tail", "read_tool"})
