@@ -65,11 +65,11 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel
 
 from actors.read.hybrid import hybrid_search_for
+from actors.read.ranking import RankingWeights
 from actors.read.service import memory_search
 from bench.measure import percentile
 from bench.shared_data import shared_data_dir
 from persistence.semantic.keyword import KeywordIndex, query_tokens
-from persistence.semantic.ranking import RankingWeights
 from protocol.events import AfterTurnCommit, EventSummary
 from protocol.semantic import FusionMode
 

@@ -3,8 +3,9 @@ come from, what a retrieval found, the error codes, and the embedder and reranke
 protocols.
 
 Shapes only. The chunking rules at work (``persistence.semantic.chunks``), the derived index files,
-the lock and the lifecycle live in ``persistence.semantic`` (its ranking rules in
-:mod:`persistence.semantic.fusion`); the tool answers in :mod:`actors.read.hybrid`;
+the lock and the lifecycle live in ``persistence.semantic``; the search pipeline in
+:mod:`actors.read.retrieval` (its ranking rules in :mod:`actors.read.fusion`), the indexing core in
+:mod:`actors.indexer.sync`; the tool answers in :mod:`actors.read.hybrid`;
 the HTTP/offline clients live elsewhere and only have to satisfy :class:`Embedder` and
 :class:`Reranker`.
 """

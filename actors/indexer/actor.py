@@ -1,7 +1,8 @@
 """IndexerActor: the thin shell that runs ``semantic_index`` jobs, one bounded batch each (§14.4).
 
-The index lives in :mod:`persistence.semantic`; this handler wires it to the embedder of the
-settings and to the database's StoreActor (the only writer of the index state row).
+The indexing core is :mod:`actors.indexer.sync` (plan, embed in batches, commit) over the index files
+of :mod:`persistence.semantic`; this handler wires it to the embedder of the settings and to the
+database's StoreActor (the only writer of the index state row).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from typing import Any
 
 from actors.indexer.schedule import events_path, schedule_index
+from actors.indexer.sync import JOB_BATCHES, synchronize
 from actors.models.clients import worker_clients
 from actors.models.offline_embedder import default_offline_embedder
 from actors.models.registry import embedder_for
@@ -18,7 +20,7 @@ from actors.observer.transcript import backfill_transcript
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
 from persistence.events_reader import read_event_window
 from persistence.queries import MemoryReader
-from persistence.semantic import JOB_BATCHES, SemanticIndex
+from persistence.semantic import SemanticIndex
 from persistence.settings_parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
@@ -56,7 +58,7 @@ def backfill_transcripts(
 
 def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
     """Handler of ``observational_memory.semantic_index``: one bounded commit of
-    :data:`~persistence.semantic.JOB_BATCHES` embedding batches (reference §14.4).
+    :data:`~actors.indexer.sync.JOB_BATCHES` embedding batches (reference §14.4).
 
     Without a ``semantic`` setting there is nothing to index and the job succeeds at once. When
     the batch did not complete the index, a continuation job is queued behind it.
@@ -73,7 +75,7 @@ def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) 
         job.db_path, job.events_root, store, redactor_for(settings.redact_patterns)
     )
     index = SemanticIndex(job.db_path, settings.semantic, state_writer=store)
-    result = index.synchronize(embedder_for(settings.semantic, worker_clients()), batches=JOB_BATCHES)
+    result = synchronize(index, embedder_for(settings.semantic, worker_clients()), batches=JOB_BATCHES)
     continuation = None
     if not result.complete or backfilled >= BACKFILL_SESSIONS:
         continuation = schedule_index(

@@ -139,7 +139,7 @@ class MiniLMEmbedder:
     """
 
     batches_by_tokens: ClassVar[bool] = True
-    """:func:`persistence.semantic.build.embed_in_batches` hands it all texts in one call."""
+    """:func:`actors.indexer.sync.embed_in_batches` hands it all texts in one call."""
 
     def __init__(
         self,

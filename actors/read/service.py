@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from actors.read.answers import ToolResult, error_result, json_safe
+from actors.read.fusion import FUSED_CANDIDATE_LIMIT
 from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
 from actors.read.projector import assemble_active_memory
 from actors.read.recall import (
@@ -53,7 +54,6 @@ from persistence.forget import in_ranges
 from persistence.forget_queries import ForgetReader
 from persistence.search_queries import SearchReader
 from persistence.search_request import SearchRequest
-from persistence.semantic.fusion import FUSED_CANDIDATE_LIMIT
 from protocol.canonical import php_trim
 from protocol.errors import EventsFileError, EventsUnreadableError, OmrayError
 from protocol.events import (

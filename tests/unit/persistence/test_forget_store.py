@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from actors.indexer.sync import synchronize
 from actors.read.service import memory_search, project
 from persistence.forget import KILL_POINT_ENV
 from persistence.semantic import SemanticIndex
@@ -71,7 +72,7 @@ def hybrid_ids(db: Path, index: SemanticIndex, embedder: HashEmbedder, query: st
 
 def sync(index: SemanticIndex, embedder: HashEmbedder) -> None:
     for _ in range(100):
-        if index.synchronize(embedder).complete:
+        if synchronize(index, embedder).complete:
             return
     raise AssertionError("index never completed")
 

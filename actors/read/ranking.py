@@ -16,7 +16,9 @@ sides) is scored by:
 4. **time match**: when the query names a time (``actors.read.query_time``), memories dated inside
    it gain :data:`TIME_BONUS`; nothing is filtered out.
 
-The bonuses are in z-score units, so they mean the same on any corpus size.
+The bonuses are in z-score units, so they mean the same on any corpus size. A query no candidate is
+close to matches nothing (:func:`below_floor`, the no-match floor). :func:`actors.read.fusion.fuse_candidates`
+applies these rules to the candidates one search read.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from persistence.semantic.build import embed_in_batches
+from actors.indexer.sync import embed_in_batches
 
 
 class Counting:

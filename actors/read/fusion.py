@@ -1,9 +1,11 @@
-"""How hybrid search ranks (reference §14.5): per-store candidate filtering with a truthful
-``truncated`` flag, fusion of the vector and keyword rankings (score-aware convex, or the
-reference's reciprocal-rank fusion), the reranker's order, and collapsing chunk hits to memories.
+"""How hybrid search fuses and orders its candidates (reference §14.5): the fusion modes over the
+candidates one search read (the default z-score ranking of :mod:`actors.read.ranking`, score-aware
+convex fusion, the reference's reciprocal-rank fusion, the keyword side alone), the reranker's
+order, and collapsing chunk hits to memories.
 
-Pure functions over ids and scores: no I/O. :class:`persistence.semantic.SemanticIndex` reads the
-stores and calls them; the answers built from what they return are in :mod:`actors.read.hybrid`.
+Pure functions over ids and scores: no I/O. :mod:`actors.read.retrieval` reads the candidates
+(:meth:`persistence.semantic.SemanticIndex.read_candidates`) and calls them; the answers built
+from what they return are in :mod:`actors.read.hybrid`.
 """
 
 from __future__ import annotations
@@ -12,9 +14,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
+from actors.read.ranking import (
+    Candidate,
+    RankingWeights,
+    below_floor,
+    query_speaker,
+    query_word_weights,
+    rank_candidates,
+    text_speaker,
+)
+from persistence.search_request import TimeWindow
+from persistence.semantic.candidates import CandidateScores
 from protocol.semantic import (
     NO_CANONICAL_MEMORY_MESSAGE,
     RERANKER_UNAVAILABLE_MESSAGE,
+    FusionMode,
     SemanticSearchError,
     SourceMemory,
 )
@@ -22,56 +36,8 @@ from protocol.source_text import SourceExcerpt
 
 RRF_K: Final[int] = 60
 """Reciprocal-rank fusion constant."""
-STORE_HIT_LIMIT: Final[int] = 100
-"""Kept hits per store (vector, keyword)."""
-STORE_OVERFETCH_LIMIT: Final[int] = 500
-"""Hits read per store when hits can be filtered out (date bounds or a partial index)."""
 FUSED_CANDIDATE_LIMIT: Final[int] = 200
 """Fused chunk candidates kept after fusion."""
-
-
-def store_fetch_size(chunk_count: int, filtered: bool, limit: int = STORE_HIT_LIMIT) -> int:
-    """Hits to read from one store: ``min(max(1, chunks), 500 if filtered else limit)``."""
-    return min(max(1, chunk_count), STORE_OVERFETCH_LIMIT if filtered else limit)
-
-
-@dataclass(frozen=True, slots=True)
-class StoreHits:
-    """Hits kept from one store, in rank order, and whether the store had more to give."""
-
-    chunk_ids: tuple[str, ...]
-    """Kept chunk ids, best first."""
-    truncated: bool
-    """True when the read stopped at a bound while the store held more chunks."""
-
-
-def filter_store_hits(
-    ranked: Iterable[str],
-    accept: Callable[[str], bool],
-    fetch: int,
-    chunk_count: int,
-    limit: int = STORE_HIT_LIMIT,
-) -> StoreHits:
-    """Keep up to ``limit`` accepted hits among the first ``fetch`` ranked ones (reference §14.5 #11).
-
-    ``truncated`` is true when ``fetch`` hits were read while the store holds more chunks, or when
-    the ``limit`` was reached before the store was exhausted.
-    """
-    kept: list[str] = []
-    seen = 0
-    truncated = False
-    for chunk_id in ranked:
-        if seen >= fetch:
-            break
-        seen += 1
-        truncated = seen >= fetch and chunk_count > seen
-        if not accept(chunk_id):
-            continue
-        kept.append(chunk_id)
-        if len(kept) >= limit:
-            truncated = truncated or chunk_count > seen
-            break
-    return StoreHits(tuple(kept), truncated)
 
 
 def rrf_fuse(
@@ -130,6 +96,90 @@ def convex_fuse(
         key=lambda item: (-combined[item], rank.get(item, missing), keyword_rank.get(item, missing)),
     )
     return ordered[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class FusedCandidates:
+    """The candidates of one search in fused order."""
+
+    chunk_ids: list[str]
+    """Chunk ids, best first, at most :data:`FUSED_CANDIDATE_LIMIT`."""
+    truncated: bool
+    """More candidates were found than kept (by fusion or by a store's read)."""
+    below_floor: bool = False
+    """No candidate is close enough to the query to be an answer (default ranking only)."""
+
+
+def fuse_candidates(
+    scores: CandidateScores,
+    query: str,
+    tokens: Sequence[str],
+    *,
+    fusion: FusionMode = "zscore",
+    weights: RankingWeights | None = None,
+    time_window: TimeWindow | None = None,
+) -> FusedCandidates:
+    """The candidates ``scores`` holds, fused by ``fusion`` (``tokens``: the query's keyword tokens).
+
+    ``zscore`` (the default, :func:`actors.read.ranking.rank_candidates` with ``weights``) also
+    judges the no-match floor (:func:`actors.read.ranking.below_floor`); ``time_window`` is the
+    time the query names (memories dated in it rank higher)."""
+    if scores.chunk_count == 0:
+        return FusedCandidates([], truncated=False)
+    vector_hits, keyword_hits = scores.vector_hits, scores.keyword_hits
+    floored = False
+    if fusion == "zscore":
+        candidates = [
+            _candidate(chunk_id, scores, time_window)
+            for chunk_id in dict.fromkeys((*vector_hits.chunk_ids, *keyword_hits.chunk_ids))
+        ]
+        chosen = weights or RankingWeights()
+        ranked = rank_candidates(
+            candidates,
+            query_speaker(query),
+            vector_weight=chosen.vector_weight,
+            neighbour_share=chosen.neighbour_share,
+            speaker_bonus=chosen.speaker_bonus,
+            time_bonus=chosen.time_bonus,
+        )
+        by_id = {candidate.chunk_id: candidate for candidate in candidates}
+        floored = below_floor(
+            [by_id[chunk_id] for chunk_id in ranked],
+            scores.texts,
+            query_word_weights(tokens, scores.documents, scores.frequencies),
+        )
+        fused = ranked[:FUSED_CANDIDATE_LIMIT]
+    elif fusion == "convex":
+        fused = convex_fuse(
+            vector_hits.chunk_ids,
+            scores.vector_scores,
+            keyword_hits.chunk_ids,
+            scores.keyword_scores,
+            limit=FUSED_CANDIDATE_LIMIT,
+        )
+    elif fusion == "keyword":
+        fused = list(keyword_hits.chunk_ids[:FUSED_CANDIDATE_LIMIT])
+    else:
+        fused = rrf_fuse([vector_hits.chunk_ids, keyword_hits.chunk_ids], limit=FUSED_CANDIDATE_LIMIT)
+    truncated = len(fused) >= FUSED_CANDIDATE_LIMIT or vector_hits.truncated or keyword_hits.truncated
+    return FusedCandidates(fused, truncated, floored)
+
+
+def _candidate(chunk_id: str, scores: CandidateScores, time_window: TimeWindow | None) -> Candidate:
+    """What ranking reads of one candidate chunk: its scores and its memory's place, speaker and date."""
+    memory = scores.memories[scores.parent_of[chunk_id]]
+    event = memory.kind == "event"
+    # An event's place is its seq; a memory of exactly one event of its session stands at that
+    # event's place (the offline observer writes one per message).
+    single = memory.kind != "reflection" and len(memory.source_seqs) == 1
+    return Candidate(
+        chunk_id,
+        scores.vector_scores.get(chunk_id, 0.0),
+        scores.keyword_scores.get(chunk_id, 0.0),
+        (memory.session_id, memory.source_seqs[0]) if single else None,
+        text_speaker(memory.content) if event else None,
+        time_window is not None and time_window.contains(memory.timestamp),
+    )
 
 
 def apply_rerank(hits: Sequence[str], order: Sequence[int]) -> list[str]:

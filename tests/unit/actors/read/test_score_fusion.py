@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from actors.indexer.sync import synchronize
+from actors.read.fusion import convex_fuse, rrf_fuse
+from actors.read.retrieval import retrieve
 from persistence.semantic import SemanticIndex
-from persistence.semantic.fusion import convex_fuse, rrf_fuse
 from persistence.store import Store
 from tests.unit.persistence.semantic.conftest import Memories, RecordingWriter, semantic_settings
 
@@ -71,10 +73,12 @@ def test_the_best_keyword_chunk_outside_the_vector_top_100_is_scored_by_its_cosi
     winner = memories.observation("quokka quokka quokka seen")
     runner_up = memories.observation("quokka mentioned once among many other words here")
     embedder = TableEmbedder(table)
-    index = SemanticIndex(db_path, semantic_settings(), RecordingWriter(store), fusion="convex")
-    while not index.synchronize(embedder).complete:
+    index = SemanticIndex(db_path, semantic_settings(), RecordingWriter(store))
+    while not synchronize(index, embedder).complete:
         pass
 
-    ranked = [memory.memory_id for memory in index.search("quokka", embedder, limit=5).results]
+    ranked = [
+        memory.memory_id for memory in retrieve(index, "quokka", embedder, limit=5, fusion="convex").results
+    ]
 
     assert ranked[:2] == [winner, runner_up]

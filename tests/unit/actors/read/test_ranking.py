@@ -1,4 +1,4 @@
-"""The default hybrid ranking (``persistence.semantic.ranking``): normalized fusion, neighbour context,
+"""The default hybrid ranking (``actors.read.ranking``): normalized fusion, neighbour context,
 speaker and time match, and the no-match floor, alone and on a real index."""
 
 from __future__ import annotations
@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from persistence.search_request import TimeWindow
-from persistence.semantic import SemanticIndex
-from persistence.semantic.keyword import KeywordIndex
-from persistence.semantic.ranking import (
+from actors.indexer.sync import synchronize
+from actors.read.ranking import (
     FLOOR_COSINE,
     FLOOR_COVERAGE,
     FLOOR_LOOKS,
@@ -24,6 +22,10 @@ from persistence.semantic.ranking import (
     rank_candidates,
     text_speaker,
 )
+from actors.read.retrieval import retrieve
+from persistence.search_request import TimeWindow
+from persistence.semantic import SemanticIndex
+from persistence.semantic.keyword import KeywordIndex
 from persistence.store import Store
 from tests.unit.persistence.semantic.conftest import Memories, RecordingWriter, semantic_settings
 
@@ -165,7 +167,7 @@ def corpus(store: Store, db_path: Path) -> tuple[SemanticIndex, TableEmbedder, s
     memories.observation("Planted tomatoes along the south fence")
     embedder = TableEmbedder(table)
     index = SemanticIndex(db_path, semantic_settings(), RecordingWriter(store))
-    while not index.synchronize(embedder).complete:
+    while not synchronize(index, embedder).complete:
         pass
     return index, embedder, dentist
 
@@ -174,13 +176,13 @@ def test_the_floor_on_a_corpus_with_and_without_a_match(
     corpus: tuple[SemanticIndex, TableEmbedder, str],
 ) -> None:
     index, embedder, dentist = corpus
-    found = index.search("when is my dentist appointment", embedder, limit=5)
+    found = retrieve(index, "when is my dentist appointment", embedder, limit=5)
     assert not found.no_match and found.results[0].memory_id == dentist
-    nothing = index.search("what is the capital of Peru", embedder, limit=5)
+    nothing = retrieve(index, "what is the capital of Peru", embedder, limit=5)
     assert nothing.no_match and nothing.results == ()
-    lookup = index.search("E1234 parser", embedder, limit=5)
+    lookup = retrieve(index, "E1234 parser", embedder, limit=5)
     assert not lookup.no_match and "E1234" in lookup.results[0].content
-    unfloored = index.search("what is the capital of Peru", embedder, limit=5, floor=False)
+    unfloored = retrieve(index, "what is the capital of Peru", embedder, limit=5, floor=False)
     assert not unfloored.no_match and len(unfloored.results) >= 1
 
 
@@ -198,13 +200,13 @@ def test_a_time_window_lifts_the_memories_dated_in_it(store: Store, db_path: Pat
         }
     )
     index = SemanticIndex(db_path, semantic_settings(), RecordingWriter(store))
-    while not index.synchronize(embedder).complete:
+    while not synchronize(index, embedder).complete:
         pass
     for wanted, window in (
         (early, TimeWindow("2026-09-01 00:00", "2026-09-02 00:00")),
         (late, TimeWindow("2026-09-11 00:00", "2026-09-12 00:00")),
     ):
-        found = index.search("deploy notes", embedder, limit=2, time_window=window)
+        found = retrieve(index, "deploy notes", embedder, limit=2, time_window=window)
         assert found.results[0].memory_id == wanted
 
 

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from actors.read.fusion import apply_rerank, collapse_to_memories, rrf_fuse
 from actors.read.hybrid import hybrid_answer, run_hybrid_search
+from actors.read.retrieval import query_text_for_embedding
 from actors.read.search_arguments import validate_search_arguments
 from persistence.search_request import DateBounds, SearchRequest
-from persistence.semantic.fusion import (
-    apply_rerank,
-    collapse_to_memories,
-    filter_store_hits,
-    rrf_fuse,
-    store_fetch_size,
-)
-from persistence.semantic.retrieve import query_text_for_embedding
+from persistence.semantic.candidates import filter_store_hits, store_fetch_size
 from protocol.semantic import (
     Retrieval,
     SemanticSearchError,
