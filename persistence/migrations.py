@@ -477,6 +477,40 @@ def _transcript_ddl() -> tuple[str, ...]:
     )
 
 
+ROW_COUNT_TABLE: Final[str] = "omray_row_count"
+"""Rows of each memory table, kept by triggers: what the index's source fingerprint reads instead of
+counting 100,000 rows on every search (``persistence.semantic.sources``)."""
+COUNTED_TABLES: Final[tuple[str, ...]] = (
+    schema.om_observation.name,
+    schema.om_reflection.name,
+    schema.omray_transcript.name,
+)
+"""The memory tables :data:`ROW_COUNT_TABLE` counts."""
+
+
+def row_count_trigger(table: str, event: str) -> str:
+    """Name of the trigger that keeps ``table``'s row in :data:`ROW_COUNT_TABLE` on ``event``
+    (``"ai"``: insert, ``"ad"``: delete)."""
+    return f"{ROW_COUNT_TABLE}_{table}_{event}"
+
+
+def _row_count_ddl() -> tuple[str, ...]:
+    statements = [
+        f"CREATE TABLE IF NOT EXISTS {ROW_COUNT_TABLE} "
+        "(table_name TEXT PRIMARY KEY NOT NULL, row_count INTEGER NOT NULL)"
+    ]
+    for table in COUNTED_TABLES:
+        statements += [
+            f"INSERT OR REPLACE INTO {ROW_COUNT_TABLE} (table_name, row_count) "
+            f"SELECT '{table}', count(*) FROM {table}",
+            f"CREATE TRIGGER IF NOT EXISTS {row_count_trigger(table, 'ai')} AFTER INSERT ON {table} BEGIN "
+            f"UPDATE {ROW_COUNT_TABLE} SET row_count = row_count + 1 WHERE table_name = '{table}'; END",
+            f"CREATE TRIGGER IF NOT EXISTS {row_count_trigger(table, 'ad')} AFTER DELETE ON {table} BEGIN "
+            f"UPDATE {ROW_COUNT_TABLE} SET row_count = row_count - 1 WHERE table_name = '{table}'; END",
+        ]
+    return tuple(statements)
+
+
 OMRAY_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "omray_001_job_queue",
@@ -606,6 +640,11 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
             "WHERE handler_id = 'observational_memory.reflect_generation' "
             "AND json_extract(payload_json, '$.kind') = 'forget'",
         ),
+    ),
+    Migration(
+        "omray_019_row_counts",
+        "Row counts of the memory tables kept by triggers, so a search does not count every row",
+        _row_count_ddl(),
     ),
 )
 """omray's own additive migrations, in order."""

@@ -15,6 +15,7 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, text
 
+from persistence.migrations import ROW_COUNT_TABLE, row_count_trigger
 from persistence.queries import MemoryReader, select_covering_ids
 from persistence.sql_values import in_batches, json_list
 from protocol.canonical import canonical_json, sha256_hex
@@ -193,17 +194,41 @@ def _state_row(conn: Connection) -> SemanticState | None:
     )
 
 
+def _kept_counts(conn: Connection, present: set[str]) -> dict[str, int]:
+    """The row counts the triggers of migration ``omray_019_row_counts`` keep, for each table whose
+    two triggers are both in place (a table rebuilt without them is counted the slow way)."""
+    if ROW_COUNT_TABLE not in present:
+        return {}
+    triggers = set(
+        conn.execute(
+            text("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'omray_row_count_%'")
+        ).scalars()
+    )
+    rows = conn.execute(text(f"SELECT table_name, row_count FROM {ROW_COUNT_TABLE}"))
+    return {
+        str(name): int(count)
+        for name, count in rows
+        if {row_count_trigger(str(name), "ai"), row_count_trigger(str(name), "ad")} <= triggers
+    }
+
+
 def _fingerprint(conn: Connection) -> SourceFingerprint:
     parts = []
     present = _tables(conn)
+    kept = _kept_counts(conn, present)
     for kind in KINDS:
         _, _, id_column, table = _SELECT[kind]
         if table not in present:
             parts.append(TableFingerprint(0, 0))
             continue
-        row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
-        last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": row[1]})
-        parts.append(TableFingerprint(int(row[0]), int(row[1]), str(last.scalar() or "")))
+        if table in kept:
+            count = kept[table]
+            last_rowid = int(conn.execute(text(f"SELECT coalesce(max(rowid), 0) FROM {table}")).scalar_one())
+        else:
+            row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
+            count, last_rowid = int(row[0]), int(row[1])
+        last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": last_rowid})
+        parts.append(TableFingerprint(count, last_rowid, str(last.scalar() or "")))
     return SourceFingerprint(*parts)
 
 

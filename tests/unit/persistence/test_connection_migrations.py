@@ -219,6 +219,13 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("index", "idx_omray_forgotten_run"),
         ("table", "omray_forget_request"),
         ("index", "sqlite_autoindex_omray_forget_request_1"),
+        ("table", "omray_row_count"),
+        ("index", "sqlite_autoindex_omray_row_count_1"),
+        *[
+            ("trigger", f"omray_row_count_{table}_{event}")
+            for table in ("om_observation", "om_reflection", "omray_transcript")
+            for event in ("ai", "ad")
+        ],
     }
     assert added == omray_objects | trigram
     assert all(name.startswith(("omray_", "idx_omray_", "sqlite_")) for _, name in added)
@@ -241,8 +248,9 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_014_forget",
         "omray_015_job_redrive",
         "omray_016_forget_handler",
+        "omray_019_row_counts",
     }
-    assert omray_versions <= set(versions) and len(versions) == 21
+    assert omray_versions <= set(versions) and len(versions) == 22
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:
