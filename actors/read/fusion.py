@@ -18,10 +18,12 @@ from actors.read.ranking import (
     Candidate,
     RankingWeights,
     below_floor,
+    named_words,
     query_speaker,
     query_word_weights,
     rank_candidates,
     text_speaker,
+    unknown_names,
 )
 from persistence.search_request import TimeWindow
 from persistence.semantic.candidates import CandidateScores
@@ -147,6 +149,9 @@ def fuse_candidates(
             [by_id[chunk_id] for chunk_id in ranked],
             scores.texts,
             query_word_weights(tokens, scores.documents, scores.frequencies),
+            # Only a keyword index that holds every chunk can tell that a name was never stored.
+            unknown_name=not (scores.partial or scores.lagging)
+            and unknown_names(named_words(query), scores.frequencies),
         )
         fused = ranked[:FUSED_CANDIDATE_LIMIT]
     elif fusion == "convex":

@@ -197,6 +197,53 @@ def coverage(text: str, weights: Mapping[str, float]) -> float:
     return sum(weight for token, weight in weights.items() if token in held) / total
 
 
+FLOOR_NAMED_COSINE: Final[float] = 0.6
+"""Best cosine under which a query that names something the store has never held (:func:`unknown_names`)
+matches nothing stored (:func:`below_floor`)."""
+
+_CALENDAR_WORDS = (
+    "january february march april may june july august september october november december jan feb mar "
+    "apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday today "
+    "yesterday tomorrow"
+)
+_NOT_NAMES: Final[frozenset[str]] = FUNCTION_WORDS | frozenset(_CALENDAR_WORDS.split())
+_EDGE_PUNCTUATION = "\"'()[]{}<>,;:!?.\u201c\u201d\u2018\u2019*_`"
+_POSSESSIVE = re.compile(r"['\u2019]s$", re.IGNORECASE)
+_FIRST_PERSON_FORMS = re.compile(r"i(?:['\u2019](?:m|ve|d|ll))?", re.IGNORECASE)
+
+
+def named_words(query: str) -> list[tuple[str, ...]]:
+    """The words a query names something by, each as its keyword tokens: written with a capital
+    (``Caroline``, ``Montserrat``) or with capitals inside (``OAuth``, ``iPhone``, ``S22``), anywhere
+    but at the start of a sentence. ``I`` and its forms, function words, months, weekdays and
+    relative days are not names. A query mostly in capitals (a title, a shout) names nothing: its
+    capitals say nothing about which words are names."""
+    found: list[tuple[str, ...]] = []
+    capitalized = eligible = 0
+    sentence_start = True
+    for raw in query.split():
+        word = _POSSESSIVE.sub("", raw.strip(_EDGE_PUNCTUATION))
+        starts = sentence_start
+        sentence_start = raw.rstrip("\"')]\u201d\u2019").endswith((".", "?", "!", ":"))
+        if not word or starts or _FIRST_PERSON_FORMS.fullmatch(word):
+            continue
+        eligible += 1
+        if not any(character.isupper() for character in word):
+            continue
+        capitalized += 1
+        tokens = tuple(token for token in tokenize(word) if len(token) > 1 and token not in _NOT_NAMES)
+        if tokens:
+            found.append(tokens)
+    return [] if capitalized * 2 > eligible else found
+
+
+def unknown_names(named: Sequence[tuple[str, ...]], frequencies: Mapping[str, int]) -> bool:
+    """Whether one of a query's :func:`named_words` is held by no chunk of the store (``frequencies``:
+    chunks holding each query token; a token it does not count is not judged): the query asks about
+    someone or something never stored."""
+    return any(all(frequencies.get(token) == 0 for token in tokens) for tokens in named)
+
+
 def below_floor(
     ranked: Sequence[Candidate],
     texts: Mapping[str, str],
@@ -204,16 +251,22 @@ def below_floor(
     *,
     floor_cosine: float = FLOOR_COSINE,
     floor_coverage: float = FLOOR_COVERAGE,
+    unknown_name: bool = False,
+    floor_named_cosine: float = FLOOR_NAMED_COSINE,
 ) -> bool:
     """Whether nothing stored is close enough to the query to be an answer: no candidate at all, or
     the best cosine under ``floor_cosine`` while none of the first :data:`FLOOR_LOOKS` candidates
     (``ranked``: best first; ``texts``: chunk id -> text) holds ``floor_coverage`` of the query's word
     weight (``weights``, :func:`query_word_weights`). A query with no topical word is judged by the
     cosine alone. Either side alone keeps a query: a paraphrase has the cosine, a looked-up name or
-    error code the words."""
+    error code the words. A query that names someone or something the store never held
+    (``unknown_name``, :func:`unknown_names`) needs more: a best cosine of ``floor_named_cosine``."""
     if not ranked:
         return True
-    if max(candidate.cosine for candidate in ranked) >= floor_cosine:
+    best = max(candidate.cosine for candidate in ranked)
+    if unknown_name and best < floor_named_cosine:
+        return True
+    if best >= floor_cosine:
         return False
     if not weights:
         return True

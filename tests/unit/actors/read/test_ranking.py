@@ -13,14 +13,17 @@ from actors.read.ranking import (
     FLOOR_COSINE,
     FLOOR_COVERAGE,
     FLOOR_LOOKS,
+    FLOOR_NAMED_COSINE,
     Candidate,
     below_floor,
     coverage,
     fused_scores,
+    named_words,
     query_speaker,
     query_word_weights,
     rank_candidates,
     text_speaker,
+    unknown_names,
 )
 from actors.read.retrieval import retrieve
 from persistence.search_request import TimeWindow
@@ -218,3 +221,46 @@ def test_a_no_match_answer_says_so() -> None:
     assert answer["no_match"] is True and answer["count"] == 0 and answer["results"] == []
     assert answer["message"] == NO_MATCH_MESSAGE
     assert "no_match" not in hybrid_answer("anything", 10, Retrieval((), False, False))
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("When did Caroline go to the LGBTQ support group?", [("caroline",), ("lgbtq",)]),
+        ("What did Melanie's kids paint?", [("melanie",)]),  # the possessive is not a word of its own
+        ("How long does probate take in Montserrat?", [("montserrat",)]),
+        ("what did I say about the iPhone and OAuth?", [("iphone",), ("oauth",)]),  # capitals inside
+        ("Which came first, the Galaxy S22 or the XPS 13?", [("galaxy",), ("s22",), ("xps",)]),
+        ("Caroline said what about it?", []),  # the first word of a sentence is capitalized anyway
+        ("I moved. Denver was cold.", []),  # so is the first word after a full stop
+        ("What did I do in March, on Monday, Today?", []),  # months, weekdays, relative days
+        ("What did I and I'm and I've say", []),  # "I" and its forms
+        ("What Is The Best Way To Cook Rice", []),  # a title: capitals name nothing
+        ("what did we decide about the cache", []),
+        ("Did I meet Caroline?", [("caroline",)]),  # "I" and the first word do not make it a title
+    ],
+)
+def test_named_words(query: str, named: list[tuple[str, ...]]) -> None:
+    assert named_words(query) == named
+
+
+def test_a_name_the_store_never_held_is_unknown() -> None:
+    named = named_words("When did Caroline meet the LGBTQ group?")
+    assert unknown_names(named, {"caroline": 0, "lgbtq": 3, "group": 9})
+    assert not unknown_names(named, {"caroline": 2, "lgbtq": 3})
+    # a word the keyword side did not count (no keyword index yet) is not judged
+    assert not unknown_names(named, {})
+    # a name of several tokens is unknown only when none of them is held
+    assert not unknown_names([("flask", "login")], {"flask": 0, "login": 4})
+
+
+def test_the_floor_for_a_query_naming_something_never_stored() -> None:
+    texts = {"a": "we went hiking", "b": "hiking boots"}
+    weights = query_word_weights(["hiking"], 2, {"hiking": 2})
+    held = [Candidate("a", FLOOR_NAMED_COSINE - 0.01, 1.0), Candidate("b", 0.2, 1.0)]
+    # The query's words are held, so the name-blind floor keeps it ...
+    assert not below_floor(held, texts, weights)
+    # ... but it names someone the store never held, and nothing is close enough in meaning.
+    assert below_floor(held, texts, weights, unknown_name=True)
+    close = [Candidate("a", FLOOR_NAMED_COSINE, 1.0)]
+    assert not below_floor(close, texts, weights, unknown_name=True)
