@@ -24,7 +24,6 @@ from actors.read.ranking import (
     rank_candidates,
     text_speaker,
     unknown_names,
-    unknown_share,
 )
 from persistence.search_request import TimeWindow
 from persistence.semantic.candidates import CandidateScores
@@ -146,15 +145,13 @@ def fuse_candidates(
             time_bonus=chosen.time_bonus,
         )
         by_id = {candidate.chunk_id: candidate for candidate in candidates}
-        word_weights = query_word_weights(tokens, scores.documents, scores.frequencies)
-        # Only a keyword index that holds every chunk can tell that a word was never stored.
-        complete = not (scores.partial or scores.lagging)
         floored = below_floor(
             [by_id[chunk_id] for chunk_id in ranked],
             scores.texts,
-            word_weights,
-            unknown_name=complete and unknown_names(named_words(query), scores.frequencies),
-            unknown_weight=unknown_share(word_weights, scores.frequencies) if complete else 0.0,
+            query_word_weights(tokens, scores.documents, scores.frequencies),
+            # Only a keyword index that holds every chunk can tell that a name was never stored.
+            unknown_name=not (scores.partial or scores.lagging)
+            and unknown_names(named_words(query), scores.frequencies),
         )
         fused = ranked[:FUSED_CANDIDATE_LIMIT]
     elif fusion == "convex":

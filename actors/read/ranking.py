@@ -244,21 +244,6 @@ def unknown_names(named: Sequence[tuple[str, ...]], frequencies: Mapping[str, in
     return any(all(frequencies.get(token) == 0 for token in tokens) for tokens in named)
 
 
-FLOOR_UNKNOWN_SHARE: Final[float] = 0.2
-"""Share of the query's word weight on words no chunk of the store holds from which, with a best
-cosine under :data:`FLOOR_COSINE`, a query matches nothing stored however many of its other words a
-candidate holds (:func:`below_floor`)."""
-
-
-def unknown_share(weights: Mapping[str, float], frequencies: Mapping[str, int]) -> float:
-    """Share of the query's word weight (:func:`query_word_weights`) on words the store never holds
-    (``frequencies``: chunks holding each query token; a token it does not count is not judged)."""
-    total = sum(weights.values())
-    if total <= 0:
-        return 0.0
-    return sum(weight for token, weight in weights.items() if frequencies.get(token) == 0) / total
-
-
 def below_floor(
     ranked: Sequence[Candidate],
     texts: Mapping[str, str],
@@ -268,17 +253,14 @@ def below_floor(
     floor_coverage: float = FLOOR_COVERAGE,
     unknown_name: bool = False,
     floor_named_cosine: float = FLOOR_NAMED_COSINE,
-    unknown_weight: float = 0.0,
 ) -> bool:
     """Whether nothing stored is close enough to the query to be an answer: no candidate at all, or
     the best cosine under ``floor_cosine`` while none of the first :data:`FLOOR_LOOKS` candidates
     (``ranked``: best first; ``texts``: chunk id -> text) holds ``floor_coverage`` of the query's word
-    weight (``weights``, :func:`query_word_weights`), or while :data:`FLOOR_UNKNOWN_SHARE` of that
-    weight or more is on words the store never holds (``unknown_weight``, :func:`unknown_share`). A
-    query with no topical word is judged by the cosine alone. Either side alone keeps a query: a
-    paraphrase has the cosine, a looked-up name or error code the words. A query that names someone
-    or something the store never held (``unknown_name``, :func:`unknown_names`) needs more: a best
-    cosine of ``floor_named_cosine``."""
+    weight (``weights``, :func:`query_word_weights`). A query with no topical word is judged by the
+    cosine alone. Either side alone keeps a query: a paraphrase has the cosine, a looked-up name or
+    error code the words. A query that names someone or something the store never held
+    (``unknown_name``, :func:`unknown_names`) needs more: a best cosine of ``floor_named_cosine``."""
     if not ranked:
         return True
     best = max(candidate.cosine for candidate in ranked)
@@ -286,7 +268,7 @@ def below_floor(
         return True
     if best >= floor_cosine:
         return False
-    if not weights or unknown_weight >= FLOOR_UNKNOWN_SHARE:
+    if not weights:
         return True
     return all(
         coverage(texts.get(candidate.chunk_id, ""), weights) < floor_coverage

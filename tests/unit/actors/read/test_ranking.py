@@ -14,7 +14,6 @@ from actors.read.ranking import (
     FLOOR_COVERAGE,
     FLOOR_LOOKS,
     FLOOR_NAMED_COSINE,
-    FLOOR_UNKNOWN_SHARE,
     Candidate,
     below_floor,
     coverage,
@@ -25,7 +24,6 @@ from actors.read.ranking import (
     rank_candidates,
     text_speaker,
     unknown_names,
-    unknown_share,
 )
 from actors.read.retrieval import retrieve
 from persistence.search_request import TimeWindow
@@ -266,18 +264,3 @@ def test_the_floor_for_a_query_naming_something_never_stored() -> None:
     assert below_floor(held, texts, weights, unknown_name=True)
     close = [Candidate("a", FLOOR_NAMED_COSINE, 1.0)]
     assert not below_floor(close, texts, weights, unknown_name=True)
-
-
-def test_a_query_whose_weight_lies_on_words_never_stored_matches_nothing() -> None:
-    frequencies = {"probability": 0, "conditional": 0, "problems": 4, "practicing": 3}
-    weights = query_word_weights(list(frequencies), 10, frequencies)
-    share = unknown_share(weights, frequencies)
-    assert share == pytest.approx((weights["probability"] + weights["conditional"]) / sum(weights.values()))
-    assert unknown_share(weights, {}) == 0.0  # words the keyword side did not count are not judged
-    texts = {"a": "problems I was practicing today"}
-    held = [Candidate("a", FLOOR_COSINE - 0.01, 2.0)]
-    assert coverage(texts["a"], weights) >= FLOOR_COVERAGE  # the common words are held ...
-    assert not below_floor(held, texts, weights)
-    assert below_floor(held, texts, weights, unknown_weight=share)  # ... the telling ones never stored
-    assert not below_floor([Candidate("a", FLOOR_COSINE, 2.0)], texts, weights, unknown_weight=share)
-    assert not below_floor(held, texts, weights, unknown_weight=FLOOR_UNKNOWN_SHARE - 0.01)
