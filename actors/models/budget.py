@@ -17,11 +17,13 @@ unpriced and adds nothing to the money (never guessed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from protocol.errors import BudgetReachedError
+from protocol.jobs import settings_fingerprint
 from protocol.outcomes import REASON_BUDGET_TOKENS, REASON_BUDGET_USD
 from protocol.records import ModelDaySpend
 from protocol.settings import BUILTIN_PROVIDER, BudgetSettings, OmSettings, PriceTable
@@ -125,6 +127,17 @@ class BudgetGate:
         except BudgetReachedError:
             return True
         return False
+
+
+@contextmanager
+def held_under(block: Mapping[str, object]) -> Iterator[None]:
+    """Mark a :class:`BudgetReachedError` raised inside with the fingerprint of the settings ``block``
+    the job read (a job accepted under other settings then re-checks the hold at once)."""
+    try:
+        yield
+    except BudgetReachedError as reached:
+        reached.settings_fingerprint = settings_fingerprint(block)
+        raise
 
 
 def budget_report(spend: DaySpend, budget: BudgetSettings, now: float) -> dict[str, object]:
