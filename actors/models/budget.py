@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from protocol.errors import BudgetReachedError
 from protocol.jobs import settings_fingerprint
 from protocol.outcomes import REASON_BUDGET_TOKENS, REASON_BUDGET_USD
-from protocol.records import ModelDaySpend
+from protocol.records import ModelDaySpend, TokenUsageDay
 from protocol.settings import BUILTIN_PROVIDER, BudgetSettings, OmSettings, PriceTable
 
 SpendReader = Callable[[str], Sequence[ModelDaySpend]]
@@ -138,6 +138,58 @@ def held_under(block: Mapping[str, object]) -> Iterator[None]:
     except BudgetReachedError as reached:
         reached.settings_fingerprint = settings_fingerprint(block)
         raise
+
+
+REPORT_DAYS = 7
+"""UTC days the spend-by-day reports go back (today included)."""
+
+
+def report_since(now: float, days: int = REPORT_DAYS) -> str:
+    """The first UTC day (``YYYY-MM-DD``) of a report of the last ``days`` days up to ``now``'s."""
+    return utc_day(now - (days - 1) * 86_400.0)[0]
+
+
+@dataclass(slots=True)
+class _DayRow:
+    tokens: int = 0
+    requests: int = 0
+    usd: float | None = None
+
+
+def usage_by_day_json(rows: Sequence[TokenUsageDay], prices: PriceTable | None) -> list[dict[str, object]]:
+    """Spend per UTC day, session and model (job kinds summed), newest day first: tokens, requests,
+    and US dollars as reported by the provider or priced in USD (``None``: neither)."""
+    usd_prices = _usd_prices(prices)
+    found: dict[tuple[str, str, str], _DayRow] = {}
+    for row in rows:
+        entry = found.setdefault((row.day, row.run_id or "", row.model), _DayRow())
+        entry.requests += row.requests
+        entry.tokens += row.prompt_tokens + row.completion_tokens
+        usd = row.cost_usd
+        price = usd_prices.models.get(row.model) if usd_prices is not None else None
+        if usd is None and price is not None:
+            cached = min(row.cached_prompt_tokens, row.prompt_tokens)
+            usd = price.cost(row.prompt_tokens, cached, row.completion_tokens)
+        if usd is not None:
+            entry.usd = (entry.usd or 0.0) + usd
+    ordered = sorted(found.items(), key=lambda item: (item[0][1], item[0][2]))
+    ordered.sort(key=lambda item: item[0][0], reverse=True)  # newest day first, sessions in order
+    return [
+        {
+            "day": day,
+            "session_id": session,
+            "model": model,
+            "requests": entry.requests,
+            "tokens": entry.tokens,
+            "usd": None if entry.usd is None else round(entry.usd, 6),
+        }
+        for (day, session, model), entry in ordered
+    ]
+
+
+def project_budget(spend_since: SpendReader, settings: OmSettings, now: float) -> dict[str, object]:
+    """Today's :func:`budget_report` of a project, read with ``spend_since`` (one indexed read)."""
+    return budget_report(day_spend(spend_since(utc_day(now)[1]), settings.prices), settings.budget, now)
 
 
 def budget_report(spend: DaySpend, budget: BudgetSettings, now: float) -> dict[str, object]:
