@@ -21,6 +21,10 @@ wait, and turns a held run into :class:`HoldJob` commands.
 
 The commands and the store effect of each are in :mod:`actors.queue.commands`; lanes, job keys and
 coalescing keys in :mod:`actors.queue.lanes`.
+
+Length: over 600 lines because every step reads and updates the same private indexes (lanes, the
+free-head heap, carriers, holds) under one set of invariants; the pieces that stand alone (commands,
+lanes, retry policy, re-drives, budget holds) already live beside it.
 """
 
 from __future__ import annotations

@@ -117,19 +117,25 @@ def retry(
     ] = False,
 ) -> None:
     """Queue again the jobs that failed for good (a model outage, a wrong key or model) once the
-    cause is fixed: the ended sessions they belong to are observed after all."""
+    cause is fixed: the ended sessions they belong to are observed after all. Jobs held by a daily
+    budget re-check it at once (after you raised the cap)."""
     from cluster.client import connect
 
     try:
         client = connect(cwd=Path.cwd())
         try:
-            requeued = client.retry_failed(all_projects=all_projects)
+            answer = client.retry(all_projects=all_projects)
         finally:
             client.close()
     except OmrayError as exc:
         fail(str(exc))
     where = "every project" if all_projects else "this project"
-    typer.echo(f"queued again: {requeued} failed jobs of {where}")
+    typer.echo(f"queued again: {answer['requeued']} failed jobs of {where}")
+    if answer["rechecked"]:
+        typer.echo(
+            f"budget re-checked now: {answer['rechecked']} held project(s) of {where} (their jobs start if "
+            "the raised cap allows it)"
+        )
 
 
 @app.command()
