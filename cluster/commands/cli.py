@@ -152,6 +152,24 @@ def down() -> None:
         typer.echo(f"left running: {info['left_running']}")
 
 
+def _project_budget(project: Path) -> dict[str, object] | None:
+    """The daily budget of the project in ``project`` today (``None``: no settings or database there)."""
+    import time
+
+    from actors.models.budget import project_budget
+    from persistence.queries import MemoryReader
+    from persistence.settings_file import load_settings
+
+    try:
+        settings = load_settings(cwd=project)
+        db_path = Path(settings.database_path(project))
+        if not db_path.is_file():
+            return None
+        return project_budget(MemoryReader(db_path).spend_since, settings, time.time())
+    except OmrayError:
+        return None
+
+
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -169,6 +187,7 @@ def status(
     from cluster.status import runtime_status
 
     hook_notices = [str(item.get("message")) for item in notices(read_status(str(Path.cwd())))]
+    budget = _project_budget(Path.cwd())
     try:
         data = runtime_status(address)
     except OmrayError as exc:
@@ -176,6 +195,7 @@ def status(
             typer.echo(f"agent hooks of this project: {message}", err=True)
         fail(str(exc))
     data["project_notices"] = hook_notices
+    data["project_budget"] = budget
     if data.get("queue") is None and not data.get("queue_older_than_cli"):
         if as_json:
             emit(data, as_json, "")
@@ -193,6 +213,10 @@ def status(
     for job in queue.get("in_flight", []):
         lines.append(f"in flight: {job['job_id']} ({job['handler_id']}, attempt {job['attempt']})")
     lines.extend(failure_lines(queue))
+    if budget is not None:
+        from actors.models.budget import format_budget
+
+        lines.append(f"budget of this project today: {format_budget(budget)}")
     lines.extend(f"agent hooks of this project: {message}" for message in hook_notices)
     emit(data, as_json, "\n".join(lines))
 
