@@ -314,6 +314,20 @@ class OmrayClient:
         when the settings have a price table (read-only, like ``memory_status``)."""
         return usage_json(MemoryReader(self.db_path).token_usage(session_id), self.settings.prices)
 
+    def budget(self) -> dict[str, object]:
+        """This project's daily budget today: spend (tokens, US dollars) against the caps, and whether a
+        cap is reached (``actors.models.budget.budget_report``; read-only)."""
+        from actors.models.budget import project_budget
+
+        return project_budget(MemoryReader(self.db_path).spend_since, self.settings, time.time())
+
+    def usage_by_day(self, session_id: str | None = None) -> list[dict[str, object]]:
+        """Spend per UTC day (the last seven), session and model: one session's, or every session's."""
+        from actors.models.budget import report_since, usage_by_day_json
+
+        rows = MemoryReader(self.db_path).token_usage_by_day(report_since(time.time()), session_id)
+        return usage_by_day_json(rows, self.settings.prices)
+
     def memory_view(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-view`` of a session as (text, JSON)."""
         return read_service.memory_view(self.db_path, session_id)
@@ -466,8 +480,14 @@ class OmrayClient:
 
     def retry_failed(self, all_projects: bool = False) -> int:
         """``omray retry``: queue again the jobs of this database (or all) that failed for good."""
+        return self.retry(all_projects)["requeued"]
+
+    def retry(self, all_projects: bool = False) -> dict[str, int]:
+        """``omray retry``: queue again the jobs of this database (or all) that failed for good, and let
+        its (their) budget holds re-check at once: ``{"requeued": n, "rechecked": holds}``."""
         db = None if all_projects else str(self.db_path.resolve())
-        return int(self.link.call("retry_failed", (db,), self.call_timeout_s)["requeued"])
+        answer = self.link.call("retry_failed", (db,), self.call_timeout_s)
+        return {"requeued": int(answer["requeued"]), "rechecked": int(answer.get("rechecked", 0))}
 
     def job_counts(self) -> dict[str, int]:
         """Durable job counts by state."""

@@ -511,6 +511,18 @@ def _row_count_ddl() -> tuple[str, ...]:
     return tuple(statements)
 
 
+_OMRAY_007_STATEMENTS: Final[tuple[str, ...]] = (
+    "CREATE TABLE IF NOT EXISTS omray_token_usage (\n\tusage_id TEXT NOT NULL, \n\trun_id TEXT NOT NULL, "
+    "\n\tjob_kind TEXT NOT NULL, \n\tmodel TEXT NOT NULL, \n\trequests INTEGER NOT NULL, \n\tprompt_tokens "
+    "INTEGER NOT NULL, \n\tcached_prompt_tokens INTEGER NOT NULL, \n\tcompletion_tokens INTEGER NOT NULL, "
+    "\n\trecorded_at TEXT NOT NULL, \n\tPRIMARY KEY (usage_id), \n\tCHECK (job_kind IN ('observe', "
+    "'reflect', 'drop')), \n\tCHECK (requests >= 0 AND prompt_tokens >= 0 AND completion_tokens >= 0), "
+    "\n\tCHECK (cached_prompt_tokens >= 0 AND cached_prompt_tokens <= prompt_tokens)\n)",
+    "CREATE INDEX IF NOT EXISTS idx_omray_token_usage_run ON omray_token_usage (run_id, job_kind, model)",
+)
+"""``omray_007_token_usage`` as released (frozen text: ``omray_017_budget`` adds a column and an index)."""
+
+
 OMRAY_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "omray_001_job_queue",
@@ -562,7 +574,7 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "omray_007_token_usage",
         "Token usage of every model tool loop per session, stage and model, for the cost report",
-        _ddl([schema.omray_token_usage], _table_indexes(schema.omray_token_usage)),
+        _OMRAY_007_STATEMENTS,
     ),
     Migration(
         "omray_008_projection_cache",
@@ -639,6 +651,16 @@ OMRAY_MIGRATIONS: tuple[Migration, ...] = (
             "UPDATE omray_job SET handler_id = 'observational_memory.forget' "
             "WHERE handler_id = 'observational_memory.reflect_generation' "
             "AND json_extract(payload_json, '$.kind') = 'forget'",
+        ),
+    ),
+    Migration(
+        "omray_017_budget",
+        "Daily budgets: the US dollars a provider reported per token usage row, usage by time, and the "
+        "runs of a queued job that found the budget used up (held, not counted as attempts)",
+        (
+            "ALTER TABLE omray_token_usage ADD COLUMN cost_usd FLOAT",
+            "CREATE INDEX IF NOT EXISTS idx_omray_token_usage_recorded ON omray_token_usage (recorded_at)",
+            "ALTER TABLE omray_job ADD COLUMN held_attempts INTEGER NOT NULL DEFAULT 0",
         ),
     ),
     Migration(

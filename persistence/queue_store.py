@@ -26,6 +26,7 @@ from protocol.queue_rows import (
     JobCounts,
     JobFinished,
     JobGivenUp,
+    JobHeldWrite,
     JobRetry,
     JobStarted,
     JobWrite,
@@ -89,6 +90,8 @@ class QueueStore(SqliteWriter):
                     self._start(conn, write)
                 elif isinstance(write, JobRetry):
                     self.mark_job_retry(write.job_seq, write.not_before, write.failure_reason)
+                elif isinstance(write, JobHeldWrite):
+                    self._hold(conn, write)
                 elif isinstance(write, JobFinished):
                     if not self._finish(conn, write):
                         continue  # recorded by an earlier try of this batch
@@ -180,6 +183,18 @@ class QueueStore(SqliteWriter):
             (write.state, write.finished_at, write.failure_reason, write.job_seq),
         ).rowcount
         return bool(changed == 1)
+
+    @staticmethod
+    def _hold(conn: Connection, write: JobHeldWrite) -> None:
+        """Put a running job back to ``pending``, held by its daily budget (repeating it changes nothing)."""
+        check_failure_reason(write.failure_reason)
+        changed = conn.exec_driver_sql(
+            "UPDATE omray_job SET state = 'pending', not_before = ?, failure_reason = ?, held_attempts = ?"
+            " WHERE job_seq = ? AND state IN ('pending', 'running')",
+            (write.not_before, write.failure_reason, write.held_attempts, write.job_seq),
+        ).rowcount
+        if changed != 1:
+            raise NotFoundError(f"no job with seq {write.job_seq!r} in state 'pending/running'")
 
     def mark_job_running(self, job_seq: int, attempt: int, started_at: str) -> None:
         """Record that attempt number ``attempt`` (1-based) of an unfinished job started."""

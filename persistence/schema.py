@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlalchemy import (
     CheckConstraint,
     Column,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -292,6 +293,8 @@ omray_job = Table(
     # omray_015: the job_seq a failed job was queued again as, and how often its work was re-driven.
     Column("redriven_to", Integer, nullable=True),
     Column("redrives", Integer, nullable=False, server_default=text("0")),
+    # omray_017: runs that found the project's daily budget used up (held, not counted as attempts).
+    Column("held_attempts", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("state IN ('pending', 'running', 'succeeded', 'failed')"),
     CheckConstraint("attempts >= 0"),
     sqlite_autoincrement=True,
@@ -351,10 +354,13 @@ omray_token_usage = Table(
     Column("cached_prompt_tokens", Integer, nullable=False),
     Column("completion_tokens", Integer, nullable=False),
     Column("recorded_at", Text, nullable=False),
+    # omray_017: US dollars the provider reported for the loop (NULL: it reported none).
+    Column("cost_usd", Float, nullable=True),
     CheckConstraint("job_kind IN ('observe', 'reflect', 'drop')"),
     CheckConstraint("requests >= 0 AND prompt_tokens >= 0 AND completion_tokens >= 0"),
     CheckConstraint("cached_prompt_tokens >= 0 AND cached_prompt_tokens <= prompt_tokens"),
     Index("idx_omray_token_usage_run", "run_id", "job_kind", "model"),
+    Index("idx_omray_token_usage_recorded", "recorded_at"),
 )
 """Tokens each model tool loop spent, per session, stage and model: counts and ids only, never text.
 One row per loop (a retried part is spent again and counted again); ``usage_id`` makes a repeated

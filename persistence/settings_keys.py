@@ -62,6 +62,7 @@ SETTINGS_SCHEMA: Final[Schema] = {
     "tokens": {"encoding": None},
     "prices": {"currency": None, "models": {NAMED: dict.fromkeys(("prompt", "cached_prompt", "completion"))}},
     "privacy": {"redact_patterns": None},
+    "budget": dict.fromkeys(("daily_tokens", "daily_usd", "max_prompt_tokens")),
 }
 """The ``observational_memory`` block's keys (README "Settings", docs/api.md)."""
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from persistence.settings_budget import budget_from_mapping
 from persistence.settings_keys import BLOCK_NAME, check_known_keys, misspelt_block, unknown_key_message
 from protocol import settings_limits as limits
 from protocol.errors import SettingsError
@@ -458,6 +459,12 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     database = storage.get("database")
     model = data.get("model")
     model = model.strip() if isinstance(model, str) else ""
+    reflect_after = _php_int_at_least_one(
+        reflector.get("reflect_after_observation_tokens"),
+        DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS,
+        "reflector.reflect_after_observation_tokens",
+    )
+    prices = _prices(data.get("prices"))
     return OmSettings(
         database=database if isinstance(database, str) and database.strip() != "" else DEFAULT_DATABASE,
         model=model or BUILTIN_MODEL,
@@ -465,11 +472,7 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
         renderer_version=_text_or_default(observer.get("renderer_version"), DEFAULT_VERSION),
         observer_schema_version=_text_or_default(observer.get("schema_version"), DEFAULT_VERSION),
         reflector_schema_version=_text_or_default(reflector.get("schema_version"), DEFAULT_VERSION),
-        reflect_after_observation_tokens=_php_int_at_least_one(
-            reflector.get("reflect_after_observation_tokens"),
-            DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS,
-            "reflector.reflect_after_observation_tokens",
-        ),
+        reflect_after_observation_tokens=reflect_after,
         observations_max_tokens=_php_int_at_least_one(
             pools.get("observations_max_tokens"),
             DEFAULT_OBSERVATIONS_MAX_TOKENS,
@@ -485,8 +488,9 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
         idle_flush_seconds=_observer_number(
             observer, "idle_flush_seconds", DEFAULT_IDLE_FLUSH_SECONDS, maximum=limits.MAX_IDLE_FLUSH_SECONDS
         ),
-        prices=_prices(data.get("prices")),
+        prices=prices,
         redact_patterns=_redact_patterns(data.get("privacy")),
+        budget=budget_from_mapping(data.get("budget"), reflect_after, prices),
     )
 
 

@@ -24,10 +24,13 @@ from protocol.settings_limits import (
     MAX_CHUNK_LINES,
     MAX_CLI_BUDGET_USD,
     MAX_CONTEXT_WINDOW,
+    MAX_DAILY_TOKENS,
+    MAX_DAILY_USD,
     MAX_IDLE_FLUSH_SECONDS,
     MAX_PRICE,
     MAX_PROVIDER_TIMEOUT_S,
     MAX_TOKEN_THRESHOLD,
+    MIN_PROMPT_CAP,
 )
 
 DEFAULT_DATABASE = ".hatfield/extensions-data/observational-memory/om.sqlite"
@@ -77,6 +80,16 @@ CODEX_CONTEXT_WINDOW = 200_000
 """Default context window of ``codex`` models."""
 CODEX_COMMAND = "codex"
 """Default ``providers.codex.command``."""
+DEFAULT_DAILY_TOKENS = 2_000_000
+"""Default ``budget.daily_tokens``: prompt plus completion tokens the Observer, Reflector and Dropper
+may spend per UTC day and project. Observing a long session (some 160,000 tokens of conversation)
+costs about 400,000 prompt tokens at the measured 2.41 prompt tokens per source token
+(docs/benchmarks.md), so this is about five long sessions a day."""
+DEFAULT_MAX_PROMPT_TOKENS = 100_000
+"""Default ``budget.max_prompt_tokens``: the most prompt tokens one model call may be sent. Observer
+calls at the default batching send some 10,000-20,000; the cap binds catching up on a backlog (and
+the 200,000-token windows of the agent-login providers), and leaves the Reflector room for an active
+pool of twice ``reflect_after_observation_tokens`` (40,000)."""
 BUILTIN_EMBEDDING_MODEL = "builtin/all-minilm-l6-v2"
 """``semantic.embedding_api.model_id`` of the offline embedder (all-MiniLM-L6-v2, no ``base_url`` needed)."""
 BUILTIN_EMBEDDING_BATCH_SIZE = 32
@@ -244,6 +257,29 @@ class PriceTable(_Settings):
     """``provider/model`` -> price per million tokens."""
 
 
+class BudgetSettings(_Settings):
+    """``budget``: what the Observer, Reflector and Dropper may spend (per project, i.e. per memory
+    database, and per UTC day), and how large one call may be. The built-in model costs nothing and is
+    never capped. ``None`` turns a cap off."""
+
+    daily_tokens: int | None = Field(default=DEFAULT_DAILY_TOKENS, ge=1, le=MAX_DAILY_TOKENS)
+    """Prompt plus completion tokens per UTC day (as the providers report them)."""
+    daily_usd: float | None = Field(default=None, gt=0, le=MAX_DAILY_USD, allow_inf_nan=False)
+    """US dollars per UTC day: what a provider reports (``claude-code``), else what ``prices``
+    (in USD) says; calls of a model with neither are not counted (``omray status`` lists it)."""
+    max_prompt_tokens: int | None = Field(
+        default=DEFAULT_MAX_PROMPT_TOKENS, ge=MIN_PROMPT_CAP, le=MAX_CONTEXT_WINDOW
+    )
+    """Prompt tokens one model call may be sent (omray's own count, with ``tokens.encoding``): the
+    Observer packs smaller parts; a Reflector call over it is refused (``prompt_over_cap``); a
+    Dropper call over it is skipped."""
+
+    @property
+    def capped(self) -> bool:
+        """True when a daily cap is set."""
+        return self.daily_tokens is not None or self.daily_usd is not None
+
+
 class OmSettings(_Settings):
     """Validated, immutable settings. Build with :func:`persistence.settings_parse.settings_from_mapping`."""
 
@@ -287,10 +323,12 @@ class OmSettings(_Settings):
     """``observer.idle_flush_seconds``: a deferred tail is observed after this long without a newer
     signal of its session."""
     prices: PriceTable | None = None
+    """Optional price table of the cost report."""
     redact_patterns: tuple[str, ...] = ()
     """``privacy.redact_patterns``: regular expressions masked (``[redacted:custom]``) in event text
     before it reaches a model or the index, on top of the built-in set (``protocol.redact``)."""
-    """Optional price table of the cost report."""
+    budget: BudgetSettings = BudgetSettings()
+    """``budget``: daily caps and the per-call prompt cap (:class:`BudgetSettings`)."""
 
     def require_model(self) -> str:
         """The model reference, or :class:`ModelSettingsError` when missing or not ``provider/model``."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -196,8 +197,20 @@ def _usage(result: Mapping[str, Any]) -> TokenUsage:
     # tokens include both (``cached_prompt_tokens`` is part of ``prompt_tokens``).
     prompt = count("input_tokens") + count("cache_creation_input_tokens") + cached
     return TokenUsage(
-        prompt_tokens=prompt, cached_prompt_tokens=cached, completion_tokens=count("output_tokens")
+        prompt_tokens=prompt,
+        cached_prompt_tokens=cached,
+        completion_tokens=count("output_tokens"),
+        cost_usd=_cost(result),
     )
+
+
+def _cost(result: Mapping[str, Any]) -> float | None:
+    """The run's ``total_cost_usd``: what the CLI counts the run as costing (on a subscription, what
+    it draws from the allowance), ``None`` when absent or not a finite amount."""
+    value = result.get("total_cost_usd")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
 
 
 def classify_failure(result: Mapping[str, Any]) -> ModelCallError:

@@ -32,6 +32,8 @@ class ModelSpend:
     """Output tokens reported by the model."""
     model: str = ""
     """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
+    cost_usd: float | None = None
+    """US dollars the provider reported for them (``None`` when it reported none)."""
 
     def add_spend(self, loop: ToolLoopResult, model: str) -> None:
         """Add what one tool loop against ``model`` spent."""
@@ -40,6 +42,8 @@ class ModelSpend:
         self.prompt_tokens += loop.prompt_tokens
         self.cached_prompt_tokens += loop.cached_prompt_tokens
         self.completion_tokens += loop.completion_tokens
+        if loop.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + loop.cost_usd
 
 
 def record_loop_usage(
@@ -64,6 +68,7 @@ def record_loop_usage(
         prompt_tokens=loop.prompt_tokens,
         cached_prompt_tokens=min(loop.cached_prompt_tokens, loop.prompt_tokens),
         completion_tokens=loop.completion_tokens,
+        cost_usd=loop.cost_usd,
         recorded_at=recorded_at,
     )
     try:

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from actors.indexer.schedule import events_root_of, schedule_index
+from actors.models.budget import held_under
 from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
@@ -52,7 +53,8 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
         now_local=local_now,
         dispatch=context.dispatch,
     )
-    result = observe_through(job, envelope.job_id, settings, ports)
+    with held_under(block):
+        result = observe_through(job, envelope.job_id, settings, ports)
     if result.status != "deferred":
         # After success only (§7.2 step 4): index what was just committed (a deferral committed nothing).
         root = events_root_of(job.events_path, job.session_id)

@@ -19,9 +19,11 @@ import functools
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from actors.models.budget import format_budget, project_budget, report_since, usage_by_day_json
 from actors.read.answers import ToolResult, error_result, json_safe
 from actors.read.fusion import FUSED_CANDIDATE_LIMIT
 from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
@@ -183,7 +185,13 @@ def memory_status(
         observations_max_tokens=settings.observations_max_tokens,
     )
     usage = usage_json(reader.token_usage(session_id), settings.prices)
-    return format_status(inputs), {"session_id": session_id, **status_json(inputs), "token_usage": usage}
+    # Spend per day and model of this session, and the project's budget today (issue 41 item 3).
+    now = time.time()
+    by_day = usage_by_day_json(reader.token_usage_by_day(report_since(now), session_id), settings.prices)
+    budget = project_budget(reader.spend_since, settings, now)
+    data = {"session_id": session_id, **status_json(inputs), "token_usage": usage}
+    text = f"{format_status(inputs)}\n- project budget today: {format_budget(budget)}"
+    return text, {**data, "usage_by_day": by_day, "budget": budget}
 
 
 def memory_view(db_path: DbPath, session_id: str) -> tuple[str, dict[str, object]]:

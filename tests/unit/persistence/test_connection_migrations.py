@@ -174,6 +174,7 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("table", "omray_token_usage"),
         ("index", "sqlite_autoindex_omray_token_usage_1"),
         ("index", "idx_omray_token_usage_run"),
+        ("index", "idx_omray_token_usage_recorded"),
         ("table", "sqlite_sequence"),
         ("index", "idx_omray_job_unfinished_key"),
         ("index", "idx_omray_job_state_seq"),
@@ -248,9 +249,10 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_014_forget",
         "omray_015_job_redrive",
         "omray_016_forget_handler",
+        "omray_017_budget",
         "omray_019_row_counts",
     }
-    assert omray_versions <= set(versions) and len(versions) == 22
+    assert omray_versions <= set(versions) and len(versions) == 23
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from persistence.queue_store import NotFoundError, QueueStore
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, SemanticIndexJob
+from protocol.queue_rows import JobHeldWrite
 
 T0 = "2026-07-23T12:00:00+00:00"
 
@@ -94,6 +95,32 @@ def test_retry_and_finish_lifecycle(store: QueueStore) -> None:
         store.finish_job(seq, "succeeded", T0)
     with pytest.raises(NotFoundError):
         store.mark_job_retry(seq, T0, "transient_runtime")
+
+
+def test_a_run_held_by_the_daily_budget_goes_back_to_pending_with_its_held_runs(store: QueueStore) -> None:
+    seq = store.enqueue_job(_envelope("j"), T0).job_seq
+    store.mark_job_running(seq, 1, T0)
+    held = JobHeldWrite(
+        job_seq=seq, held_attempts=1, not_before="2026-07-23T12:01:00+00:00", failure_reason="budget_tokens"
+    )
+    assert store.apply_job_writes([held]) == 1
+    assert store.apply_job_writes([held]) == 1  # repeated after a lost reply: the same row
+    [job] = store.list_unfinished_jobs()
+    assert (job.state, job.attempts, job.held_attempts, job.not_before, job.failure_reason) == (
+        "pending",
+        1,
+        1,
+        "2026-07-23T12:01:00+00:00",
+        "budget_tokens",
+    )
+    store.mark_job_running(seq, 2, T0)
+    [job] = store.list_unfinished_jobs()
+    assert (job.state, job.attempts, job.held_attempts, job.not_before) == ("running", 2, 1, None)
+    store.finish_job(seq, "succeeded", T0)
+    with pytest.raises(NotFoundError):
+        store.apply_job_writes([held])
+    with pytest.raises(InvalidPayloadError):
+        store.apply_job_writes([held.model_copy(update={"failure_reason": "Budget: secret text"})])
 
 
 def test_failure_reason_must_be_a_category_code(store: QueueStore) -> None:
