@@ -15,7 +15,7 @@ from typing import Final
 
 from actors.indexer.plan import plan_batch
 from persistence.semantic import SemanticIndex, SyncResult
-from protocol.semantic import EMBEDDING_UNAVAILABLE_MESSAGE, Embedder, SemanticSearchError
+from protocol.semantic import Embedder, EmbeddingError
 
 JOB_BATCHES: Final[int] = 32
 """Embedding batches one indexer job commits at once. Every commit rewrites and checksums the
@@ -39,7 +39,7 @@ def embed_in_batches(embedder: Embedder, texts: Sequence[str], size: int) -> lis
         positions = order[start : start + size]
         embedded = embedder.embed([texts[position] for position in positions])
         if len(embedded) != len(positions):
-            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+            raise EmbeddingError(reason="invalid_vectors")
         for position, vector in zip(positions, embedded, strict=True):
             vectors[position] = vector
     return vectors

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, Literal
 
 from actors.read.answers import ToolResult
-from actors.read.search_arguments import sort_key
 from persistence.search_queries import ObservationHit, ReflectionHit, TranscriptHit
 from persistence.search_request import LIKE_ESCAPE, SearchRequest
 from protocol.canonical import condense
 from protocol.ids import display_id
+from protocol.read_arguments import sort_key
 from protocol.records import ObservationRecord, ReflectionRecord
 
 SearchedObservation = ObservationHit | ObservationRecord

@@ -27,7 +27,6 @@ from actors.read.fusion import FUSED_CANDIDATE_LIMIT
 from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
 from actors.read.projector import assemble_active_memory
 from actors.read.recall import (
-    INVALID_SESSION_ID_MESSAGE,
     event_recall_result,
     hydration_range,
     observation_recall_result,
@@ -63,6 +62,7 @@ from protocol.events import (
     projection_failure_reason,
     projection_metadata,
 )
+from protocol.read_arguments import INVALID_SESSION_ID_MESSAGE
 from protocol.records import ObservationRecord, ReflectionRecord
 from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for
 from protocol.settings import DEFAULT_VERSION, OmSettings

@@ -222,6 +222,19 @@ def test_the_search_and_indexing_pipelines_live_with_their_actors() -> None:
             assert not called & set(MODEL_CALLS), rule
 
 
+def test_the_model_protocols_are_defined_once() -> None:
+    """``Embedder`` and ``Reranker`` (and their error classes) are ``protocol.semantic``'s alone."""
+    names = {"Embedder", "Reranker", "EmbeddingError", "RerankError", "SearchModelError"}
+    defined = sorted(
+        (str(path.relative_to(REPO)), node.name)
+        for pkg in PACKAGES
+        for path in (REPO / pkg).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name in names
+    )
+    assert defined == sorted(("protocol/semantic.py", name) for name in names)
+
+
 def test_the_rooms_are_the_packages() -> None:
     assert set(MAY_IMPORT) == set(PACKAGES)
 
