@@ -23,7 +23,7 @@ from actors.read.ranking import (
     rank_candidates,
     text_speaker,
 )
-from persistence.search_request import TimeWindow
+from persistence.search.request import TimeWindow
 from persistence.semantic.candidates import CandidateScores
 from protocol.semantic import (
     NO_CANONICAL_MEMORY_MESSAGE,

@@ -1,7 +1,7 @@
 """Pure logic of ``recall`` (reference §13.6): argument validation, source refs, event hydration
 and the answer shapes of an observation, a reflection or transcript events.
 
-The lookups live in ``persistence.search_queries``, the reading of ``events.jsonl`` in
+The lookups live in ``persistence.search.reader``, the reading of ``events.jsonl`` in
 ``actors.read.service``; answers pass through :func:`actors.read.answers.json_safe` there.
 """
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from actors.read.fusion import apply_rerank, collapse_hits, fuse_candidates
 from actors.read.ranking import RankingWeights
-from persistence.search_request import DateBounds, TimeWindow
+from persistence.search.request import DateBounds, TimeWindow
 from persistence.semantic import SemanticIndex, query_tokens
 from persistence.semantic.candidates import checked_query_vector
 from protocol.semantic import Embedder, EmbeddingError, FusionMode, Reranker, Retrieval

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from actors.read.answers import ToolResult, error_result
-from persistence.search_request import DateBounds, SearchRequest
+from persistence.search.request import DateBounds, SearchRequest
 from protocol.read_arguments import (
     MemorySearchArguments,
     ReadArgumentsError,

@@ -1,6 +1,6 @@
 """The read side, callable from any process: projection, compaction hook, status, view, search, recall.
 
-Everything here reads durable memory through read-only connections (``persistence.search_queries``)
+Everything here reads durable memory through read-only connections (``persistence.search.reader``)
 and, for ``recall`` only, one range of the session's ``events.jsonl``. Nothing here writes,
 dispatches a job, calls a model, polls or sleeps, so the agent's own process can call it at any
 time, concurrently with the writer (WAL), and compaction never waits on the queue or a model.
@@ -47,12 +47,12 @@ from actors.read.status_view import (
     usage_json,
     view_json,
 )
-from persistence.events_reader import iter_events
-from persistence.exact_plans import SearchStrategy
-from persistence.forget import in_ranges
-from persistence.forget_queries import ForgetReader
-from persistence.search_queries import SearchReader
-from persistence.search_request import SearchRequest
+from persistence.files.events_reader import iter_events
+from persistence.reads.forgotten import ForgetReader
+from persistence.search.plans import SearchStrategy
+from persistence.search.reader import SearchReader
+from persistence.search.request import SearchRequest
+from persistence.writers.forget import in_ranges
 from protocol.canonical import php_trim
 from protocol.errors import EventsFileError, EventsUnreadableError, OmrayError
 from protocol.events import (
@@ -86,7 +86,7 @@ HybridSearch = Callable[[SearchRequest], ToolResult]
 @functools.lru_cache(maxsize=32)
 def _reader(db_path: str) -> SearchReader:
     # One reader per path for every thread: search and projection reuse one read-only connection
-    # per thread (persistence.read_connection), the other reads open one per call.
+    # per thread (persistence.database.read_connection), the other reads open one per call.
     return SearchReader(db_path)
 
 

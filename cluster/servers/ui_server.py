@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from actors.read import ui_views
 from actors.read.answers import json_safe
-from persistence.ui_queries import UiReader
+from persistence.reads.viewer import UiReader
 from protocol.canonical import php_trim
 from protocol.errors import InvalidPayloadError, OmrayError
 from protocol.events import MAX_SEQ
@@ -431,7 +431,7 @@ def guarded_app(
 def load_project(root: Path, name: str, client: OmrayClient | None = None) -> UiProject:
     """The project in ``root`` with its settings (raises ``SettingsError``)."""
     from cluster.project_dirs import SESSIONS_DIR
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
 
     settings = load_settings(cwd=root)
     return UiProject(

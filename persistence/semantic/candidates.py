@@ -21,7 +21,7 @@ from typing import Any, Final, NoReturn
 
 import numpy as np
 
-from persistence.search_request import DateBounds
+from persistence.search.request import DateBounds
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.derived import DerivedIndex, logger
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError

@@ -30,7 +30,7 @@ STDLIB_HOT_PATHS = (
     "cluster.servers.mcp_server",
     "cluster.servers.mcp_stdio",
     "cluster.settings_cache",
-    "persistence.file_tail",
+    "persistence.files.file_tail",
 )
 """What an agent waits on (the ``omray`` entry point, a hook call, the MCP server's stdio start): their
 module-level imports load no project module outside this set and ``cluster.project_dirs``."""
@@ -150,11 +150,12 @@ def test_the_hot_paths_load_the_standard_library_only() -> None:
         "cluster.commands",
         "cluster.servers",
         "persistence",
+        "persistence.files",
     }
     for module in [*STDLIB_HOT_PATHS, "cluster.project_dirs"]:
         for name in _top_level_imports(module):
             assert name in allowed or name.split(".")[0] in sys.stdlib_module_names, (module, name)
-    for package in ("cluster", "cluster.commands", "cluster.servers", "persistence"):
+    for package in ("cluster", "cluster.commands", "cluster.servers", "persistence", "persistence.files"):
         assert _top_level_imports(package) <= {"__future__", "typing"}, package
 
 

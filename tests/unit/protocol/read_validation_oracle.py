@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, TypeGuard
 
-from persistence.search_request import DateBounds, SearchRequest
+from persistence.search.request import DateBounds, SearchRequest
 from protocol.canonical import php_trim
 from protocol.events import MAX_SEQ
 from protocol.ids import FULL_ID_LENGTH, ID_OR_PREFIX

@@ -8,7 +8,7 @@ from pathlib import Path
 from actors.indexer.sync import plan_batches, synchronize
 from actors.read.retrieval import retrieve
 from persistence.semantic import SemanticIndex, SyncResult
-from persistence.store import Store
+from persistence.writers.store import Store
 from tests.unit.persistence.semantic.conftest import (
     HashEmbedder,
     Memories,

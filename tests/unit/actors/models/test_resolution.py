@@ -10,7 +10,7 @@ from actors.models.embeddings import HttpReranker, OpenAIEmbedder
 from actors.models.offline_embedder import MiniLMEmbedder, default_offline_embedder
 from actors.models.registry import embedder_for, reranker_for
 from actors.read.retrieval import query_text_for_embedding
-from persistence.settings_parse import semantic_from_mapping
+from persistence.settings.parse import semantic_from_mapping
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
 

@@ -16,7 +16,7 @@ versions inside it, so concurrent openers serialize and the second one finds not
 Running the plan twice is a no-op.
 
 Checksums are ``sha256`` of the step's statements joined by ``"\\n"``. omray compiles its DDL
-from ``persistence.schema``, so the checksums recorded for PHP versions differ from the PHP
+from ``persistence.database.schema``, so the checksums recorded for PHP versions differ from the PHP
 tool's; checksums are recorded for the record and never verified.
 
 Length: over 600 lines because released steps are append-only history, kept here in order; their SQL
@@ -37,8 +37,8 @@ from sqlalchemy import Connection, Engine, Index, Table, select, text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from persistence import schema
-from persistence.projection_sql import (
+from persistence.database import schema
+from persistence.reads.projection_sql import (
     OBSERVATION_LINE_SQL,
     OBSERVATION_LINE_TABLE,
     ORDER_KEY_SQL,
@@ -298,7 +298,7 @@ def _projection_cache_ddl_v1() -> tuple[str, ...]:
 
 
 def _source_order_ddl() -> tuple[str, ...]:
-    # omray_012: the projection in source order (persistence.projection_sql). The lines and their
+    # omray_012: the projection in source order (persistence.reads.projection_sql). The lines and their
     # pieces are derived data, so they are dropped and built again under the new key and new names
     # (a reader that finds no such table renders from om_observation, in its own order); the session
     # versions stay (they only ever grow), and no session has pieces until its next change, when
@@ -378,7 +378,7 @@ TAIL_INDEXES: Final = {
     schema.om_reflection.name: ("idx_omray_reflection_tail1", "idx_omray_reflection_tail2"),
 }
 """Per memory table, its indexes on ``substr(content, -1)`` and ``substr(content, -2)``: with the
-trigram index they find every row holding a 1-2 character query (``persistence.search_queries``)."""
+trigram index they find every row holding a 1-2 character query (``persistence.search.reader``)."""
 
 
 TRANSCRIPT_TAIL_INDEXES: Final = {
@@ -671,7 +671,7 @@ def _additive_step(conn: Connection, migration: Migration) -> None:
 def migrate(engine: Engine) -> None:
     """Bring the database to the current schema (idempotent, safe for concurrent openers).
 
-    ``engine`` must begin transactions with ``BEGIN IMMEDIATE`` (see ``persistence.connection``).
+    ``engine`` must begin transactions with ``BEGIN IMMEDIATE`` (see ``persistence.database.connection``).
     """
     with engine.connect() as conn:
         with conn.begin():

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool, QueuePool
 
-from persistence.migrations import migrate
+from persistence.database.migrations import migrate
 from protocol.errors import StorageError
 
 BUSY_TIMEOUT_MS = 5000

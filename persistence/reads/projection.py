@@ -1,9 +1,9 @@
 """Read-only queries of the compaction projection (reference §8, §10.2), on a plain ``sqlite3`` connection.
 
-The selection is that of ``persistence.queries.select_active_candidate_set``: the active
+The selection is that of ``persistence.reads.memory_reader.select_active_candidate_set``: the active
 generation's reflections; its retained observations plus those past its watermark, or every
 observation of the session before the first generation succeeded. Observations come in source
-order (``persistence.projection_sql``: first source seq, then recorded order).
+order (``persistence.reads.projection_sql``: first source seq, then recorded order).
 
 Standard library only (``sqlite3``), so an agent hook can render the projection without loading
 SQLAlchemy or pydantic.
@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from persistence.projection_sql import (
+from persistence.reads.projection_sql import (
     FIRST_SOURCE_SEQ_SQL,
     OBSERVATION_LINE_SQL,
     OBSERVATION_LINE_TABLE,
@@ -62,7 +62,7 @@ class ProjectedObservation:
     content: str
     """Text."""
     first_source_seq: int
-    """The first event of its session it cites (``persistence.projection_sql.FIRST_SOURCE_SEQ_SQL``)."""
+    """The first event of its session it cites (``persistence.reads.projection_sql.FIRST_SOURCE_SEQ_SQL``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,12 @@
 """Read-only queries of exact ``memory_search``, ``recall`` and the projection (reference §13.3, §13.6).
 
 :meth:`SearchReader.exact_search` runs one exact search over the observation, reflection and
-transcript tables in one snapshot: per table, the plan ``persistence.exact_plans`` picks, with the
-statements of ``persistence.exact_sql``; the page's observations of one minute are then put in
+transcript tables in one snapshot: per table, the plan ``persistence.search.plans`` picks, with the
+statements of ``persistence.search.sql``; the page's observations of one minute are then put in
 source order (:func:`newest_source_first`). The recall lookups (a full id or a unique prefix) and
 the projection snapshots live here too.
 
-:class:`SearchReader` extends :class:`persistence.queries.MemoryReader`: same guarantees (read
+:class:`SearchReader` extends :class:`persistence.reads.memory_reader.MemoryReader`: same guarantees (read
 only, one snapshot per call, a missing file or missing tables give the empty answer).
 """
 
@@ -20,34 +20,17 @@ from typing import Any, Final
 
 from sqlalchemy import Connection, Row, text
 
-from persistence import schema
-from persistence.exact_plans import DEFAULT_TUNING, PlanTuning, SearchStrategy, UsedStrategy, search_table
-from persistence.exact_sql import (
-    OBSERVATION_HIT_COLUMNS,
-    OBSERVATION_SEARCH,
-    REFLECTION_SEARCH,
-    TRANSCRIPT_SEARCH,
-    SearchTable,
-    TableSearch,
-)
-from persistence.migrations import (
+from persistence.database import schema
+from persistence.database.migrations import (
     OBSERVATION_ORDER_INDEX,
     OBSERVATION_TRIGRAM_TABLE,
     REFLECTION_ORDER_INDEX,
     REFLECTION_TRIGRAM_TABLE,
     trigram_supported,
 )
-from persistence.projection_queries import (
-    ACTIVE_MEMORY_TABLES,
-    Assemble,
-    ProjectionLines,
-    ProjectionRows,
-    select_projection,
-    select_projection_lines,
-    select_projection_text,
-)
-from persistence.projection_sql import FIRST_SOURCE_SEQ_SQL
-from persistence.queries import (
+from persistence.database.read_connection import SnapshotReader
+from persistence.database.sql_values import in_batches, json_list
+from persistence.reads.memory_reader import (
     ActiveCandidateSet,
     MemoryReader,
     _empty_candidate_set,
@@ -56,10 +39,27 @@ from persistence.queries import (
     select_active_reflections,
     select_covering_ids,
 )
-from persistence.read_connection import SnapshotReader
-from persistence.search_candidates import vocabulary_ddl
-from persistence.search_request import SearchRequest, escape_like
-from persistence.sql_values import in_batches, json_list
+from persistence.reads.projection import (
+    ACTIVE_MEMORY_TABLES,
+    Assemble,
+    ProjectionLines,
+    ProjectionRows,
+    select_projection,
+    select_projection_lines,
+    select_projection_text,
+)
+from persistence.reads.projection_sql import FIRST_SOURCE_SEQ_SQL
+from persistence.search.plans import DEFAULT_TUNING, PlanTuning, SearchStrategy, UsedStrategy, search_table
+from persistence.search.request import SearchRequest, escape_like
+from persistence.search.short_queries import vocabulary_ddl
+from persistence.search.sql import (
+    OBSERVATION_HIT_COLUMNS,
+    OBSERVATION_SEARCH,
+    REFLECTION_SEARCH,
+    TRANSCRIPT_SEARCH,
+    SearchTable,
+    TableSearch,
+)
 from protocol.ids import FULL_ID, FULL_ID_LENGTH
 from protocol.records import ActiveReflection, ObservationRecord, ReflectionRecord, Relevance
 
@@ -288,7 +288,8 @@ class SearchReader(MemoryReader):
         self, events: Collection[tuple[str, int]]
     ) -> dict[tuple[str, int], ObservationHit]:
         """For transcript hits ``(session, seq)``, the observation covering each event
-        (:func:`persistence.queries.select_covering_ids`); events no observation covers are left out."""
+        (:func:`persistence.reads.memory_reader.select_covering_ids`); events no observation covers
+        are left out."""
 
         def query(conn: Connection) -> dict[tuple[str, int], ObservationHit]:
             chosen = select_covering_ids(conn, events)

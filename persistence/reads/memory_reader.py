@@ -1,5 +1,5 @@
 """Read side of the memory database: :class:`MemoryReader` (the contiguous coverage watermark it
-reports is :mod:`persistence.coverage_watermark`'s pure logic).
+reports is :mod:`persistence.reads.coverage_watermark`'s pure logic).
 
 ``MemoryReader`` opens one read-only connection per call (any process, concurrently with the
 writer thanks to WAL) and runs each call in one read transaction, so it sees one consistent
@@ -8,7 +8,7 @@ method returns its empty answer and nothing is ever created. A damaged store (th
 directory, a table its recorded migrations created is gone) raises ``StorageError`` instead.
 
 The module-level ``select_*`` helpers take a SQLAlchemy ``Connection`` and are shared with
-``persistence.store``; they are internal to the ``persistence`` package.
+``persistence.writers.store``; they are internal to the ``persistence`` package.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy import Connection, Engine, Row, func, or_, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from persistence import schema
-from persistence.connection import DatabaseMissingError, open_read_engine
-from persistence.coverage_watermark import CoverageInterval, contiguous_end
-from persistence.migrations import known_tables, tables_created_by
-from persistence.projection_sql import FIRST_SOURCE_SEQ_SQL
-from persistence.sql_values import in_batches, json_list
+from persistence.database import schema
+from persistence.database.connection import DatabaseMissingError, open_read_engine
+from persistence.database.migrations import known_tables, tables_created_by
+from persistence.database.sql_values import in_batches, json_list
+from persistence.reads.coverage_watermark import CoverageInterval, contiguous_end
+from persistence.reads.projection_sql import FIRST_SOURCE_SEQ_SQL
 from protocol.errors import StorageError
 from protocol.identities import normalize_source_refs, observation_set_hash
 from protocol.records import (
@@ -203,7 +203,8 @@ _SOURCE_ORDER = (
     text("om_observation.rowid"),
     schema.om_observation.c.observation_id.asc(),
 )
-"""Observations in source order: first source seq, then recorded order (``persistence.projection_sql``)."""
+"""Observations in source order: first source seq, then recorded order
+(``persistence.reads.projection_sql``)."""
 
 
 def select_active_candidate_set(conn: Connection, run_id: str) -> ActiveCandidateSet:

@@ -1,8 +1,8 @@
 """What every writer of one SQLite file shares: the write engine, :meth:`SqliteWriter.atomic` (the
 only way into a transaction) and lone-statement reads that never take the write lock.
 
-Two writers build on it, one per file: :class:`persistence.store.Store` for a memory database and
-:class:`persistence.queue_store.QueueStore` for the job queue's own ``<prefix>.queue.sqlite``.
+Two writers build on it, one per file: :class:`persistence.writers.store.Store` for a memory database and
+:class:`persistence.writers.queue_store.QueueStore` for the job queue's own ``<prefix>.queue.sqlite``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Self
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from persistence.connection import Synchronous, open_write_engine
+from persistence.database.connection import Synchronous, open_write_engine
 from protocol.errors import InvalidPayloadError, OmrayError, StorageError, StoreFileReplacedError
 
 logger = logging.getLogger("omray.store")

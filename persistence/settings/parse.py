@@ -6,7 +6,7 @@ original's defaults, coercions, ignored keys and error messages, plus omray's ow
 (``providers``, ``tokens``), with every duration and threshold finite and bounded
 (:mod:`protocol.settings_limits`). :func:`extract_om_block` finds the block in a whole settings
 document and :func:`apply_overrides` applies ``KEY=VALUE`` overrides. Pure functions: reading files
-is :mod:`persistence.settings_file`'s job.
+is :mod:`persistence.settings.file`'s job.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from persistence.settings_keys import BLOCK_NAME, check_known_keys, misspelt_block, unknown_key_message
+from persistence.settings.keys import BLOCK_NAME, check_known_keys, misspelt_block, unknown_key_message
 from protocol import settings_limits as limits
 from protocol.errors import SettingsError
 from protocol.redact import compile_custom_patterns
@@ -443,7 +443,7 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
     search off, as in the original, where it was opt-in.
 
     Unlike the original, an unknown key at any level is a ``SettingsError`` naming it and the
-    nearest known key (:mod:`persistence.settings_keys`); the keys the original reads and ignores
+    nearest known key (:mod:`persistence.settings.keys`); the keys the original reads and ignores
     (``observer.model``, ``reflector.model``, ``*.thinking_level``, ``pools.reflections_max_tokens``,
     ``reflector.context_window_ratio``) are accepted and have no effect.
     """

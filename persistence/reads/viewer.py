@@ -2,7 +2,7 @@
 token usage over time.
 
 Every call runs in one read snapshot on the reused per-thread read-only connection
-(:class:`persistence.read_connection.SnapshotReader`): never creates, migrates or writes the file;
+(:class:`persistence.database.read_connection.SnapshotReader`): never creates, migrates or writes the file;
 a missing file or tables not created yet give empty answers. Rows come back as plain tuples of
 :mod:`protocol`-free dataclasses; shaping them for the page is :mod:`actors.read.ui_views`.
 """
@@ -14,9 +14,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
-from persistence.coverage_watermark import CoverageInterval, contiguous_end
-from persistence.read_connection import SnapshotReader
-from persistence.sql_values import in_batches, json_list
+from persistence.database.read_connection import SnapshotReader
+from persistence.database.sql_values import in_batches, json_list
+from persistence.reads.coverage_watermark import CoverageInterval, contiguous_end
 
 EXCERPT_CHARS: Final[int] = 280
 """Characters of an event's text the timeline shows (the full text is one ``recall`` away)."""

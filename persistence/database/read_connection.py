@@ -6,7 +6,7 @@ compilation and result wrapping. :class:`SnapshotReader` keeps one plain ``sqlit
 thread and per process, opened read-only (``mode=ro``, ``query_only``), with SQLite's prepared
 statement cache, and runs each call in one deferred read transaction (one snapshot).
 
-Guarantees, the same as :class:`persistence.queries.MemoryReader`: never creates, migrates or
+Guarantees, the same as :class:`persistence.reads.memory_reader.MemoryReader`: never creates, migrates or
 writes the file; a missing file, or missing tables, give the caller's empty answer. The file's
 identity (device, inode) is checked on every call, so a deleted or replaced database is reopened,
 never read through a stale handle. A connection is never shared across threads or processes.
@@ -26,8 +26,8 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Final, TypeVar, cast
 
-from persistence.connection import BUSY_TIMEOUT_MS
-from persistence.migrations import known_tables, tables_created_by
+from persistence.database.connection import BUSY_TIMEOUT_MS
+from persistence.database.migrations import known_tables, tables_created_by
 from protocol.errors import StorageError
 
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 Exact search runs over every session in the database, on both tables, with the escaped
 ``LIKE ... ESCAPE '\\'`` of the reference, the per-table date bounds, newest first and
 ``LIMIT limit + 1`` (so the caller can tell ``truncated``). Every plan below returns exactly what
-the plain scan returns; only the work differs (their statements: ``persistence.exact_sql``):
+the plain scan returns; only the work differs (their statements: ``persistence.search.sql``):
 
 * ``scan``: the plain escaped ``LIKE`` over the whole table, then a sort of every match (what the
   original does; pinned with ``NOT INDEXED`` so the order indexes cannot turn it into a walk).
@@ -11,7 +11,7 @@ the plain scan returns; only the work differs (their statements: ``persistence.e
   candidate rows by id and the very same ``LIKE`` decides. The tokenizer folds case (Unicode, a
   superset of the ASCII folding ``LIKE`` does), so every ``LIKE`` match is a candidate and ``LIKE``
   alone removes the extra ones. A 1-2 character query takes instead the index terms that start
-  with it and the rows that end with it (``persistence.search_candidates``, migration
+  with it and the rows that end with it (``persistence.search.short_queries``, migration
   ``omray_006``). Only for literal queries with no NUL. Costs about one id lookup per candidate:
   the plan for rare substrings, short ones too.
 * ``ordered``: walks the index in result order (time descending, id ascending; since migration
@@ -44,7 +44,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from persistence.exact_sql import HitRow, OrderKey, TableSearch, can_prefilter
+from persistence.search.sql import HitRow, OrderKey, TableSearch, can_prefilter
 from protocol.errors import SettingsError
 
 SearchStrategy = Literal["auto", "trigram", "ordered", "session", "scan"]
@@ -98,7 +98,7 @@ class PlanTuning:
 
 
 DEFAULT_TUNING: Final = PlanTuning()
-"""The tuning :meth:`persistence.search_queries.SearchReader.exact_search` uses unless told otherwise."""
+"""The tuning :meth:`persistence.search.reader.SearchReader.exact_search` uses unless told otherwise."""
 
 
 def choose_and_fetch(

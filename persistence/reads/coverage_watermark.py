@@ -1,7 +1,7 @@
 """The contiguous coverage watermark (reference §7.8): pure logic over coverage rows.
 
-The last seq N such that complete chunks cover 1..N without a hole. :class:`persistence.queries.
-MemoryReader` and the status view (:mod:`persistence.ui_queries`) compute it from the rows they read.
+The last seq N such that complete chunks cover 1..N without a hole. :class:`persistence.reads.memory_reader.
+MemoryReader` and the status view (:mod:`persistence.reads.viewer`) compute it from the rows they read.
 """
 
 from __future__ import annotations

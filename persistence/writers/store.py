@@ -12,8 +12,8 @@ Every write is idempotent where the reference says so (reference §4.4): content
 are inserted or verified, never duplicated, and a genuine mismatch raises ``ConflictError``.
 SQLite failures surface as ``StorageError`` with the exception class only (no SQL values).
 
-The job queue's own file has its writer of its own, :class:`persistence.queue_store.QueueStore`;
-both share :class:`persistence.writer.SqliteWriter` (the engine and the transaction helper).
+The job queue's own file has its writer of its own, :class:`persistence.writers.queue_store.QueueStore`;
+both share :class:`persistence.database.writer.SqliteWriter` (the engine and the transaction helper).
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ from sqlalchemy import Connection, Row, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from persistence import schema
-from persistence.connection import Synchronous
-from persistence.forget import (
+from persistence.database import schema
+from persistence.database.connection import Synchronous
+from persistence.database.writer import NotFoundError, SqliteWriter, check_failure_reason
+from persistence.reads.memory_reader import select_coverage, select_generation
+from persistence.reads.projection import render_dirty_projections
+from persistence.writers.forget import (
     forget_rows,
     forgotten_observation_ids,
     forgotten_ranges,
     in_ranges,
 )
-from persistence.projection_queries import render_dirty_projections
-from persistence.queries import select_coverage, select_generation
-from persistence.writer import NotFoundError, SqliteWriter, check_failure_reason
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError
 from protocol.forget import ForgetRequest
@@ -99,7 +99,7 @@ class Store(SqliteWriter):
 
     def _before_commit(self, conn: Connection) -> None:
         """Render again, in this transaction, the projection text of every session marked dirty
-        (:func:`persistence.projection_queries.render_dirty_projections`)."""
+        (:func:`persistence.reads.projection.render_dirty_projections`)."""
         raw = conn.connection.driver_connection  # the same sqlite3 connection, in this transaction
         assert isinstance(raw, sqlite3.Connection)
         if self._projection_names is None:
@@ -181,7 +181,7 @@ class Store(SqliteWriter):
     @staticmethod
     def _insert_transcript(conn: Connection, entries: Sequence[TranscriptEntry], now: str) -> None:
         """Insert the rows not stored yet (an event keeps the text it was first covered with); never an
-        event inside a forgotten range (``persistence.forget``)."""
+        event inside a forgotten range (``persistence.writers.forget``)."""
         if not entries:
             return
         ranges = {run_id: forgotten_ranges(conn, run_id) for run_id in {entry.run_id for entry in entries}}
@@ -279,12 +279,12 @@ class Store(SqliteWriter):
         if rows:
             conn.execute(table.insert(), rows)
 
-    # --- forget (persistence.forget) ------------------------------------------------------------
+    # --- forget (persistence.writers.forget) ------------------------------------------------------------
 
     def forget(self, request: ForgetRequest, job_id: str, now: str) -> dict[str, Any]:
         """Forget what ``request`` names, in one transaction: canonical rows, their derived copies
         (trigram rows, projection lines and pieces, citation rows) and a record of what was forgotten.
-        Idempotent; returns ids and counts (``persistence.forget.ForgetResult.as_dict``)."""
+        Idempotent; returns ids and counts (``persistence.writers.forget.ForgetResult.as_dict``)."""
         if not isinstance(request, ForgetRequest):
             raise InvalidPayloadError(f"forget takes a ForgetRequest, got {type(request).__name__}")
         with self.atomic():

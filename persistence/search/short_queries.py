@@ -1,4 +1,4 @@
-"""Candidate rows of a 1-2 character exact search, found by index (``persistence.search_queries``).
+"""Candidate rows of a 1-2 character exact search, found by index (``persistence.search.reader``).
 
 A trigram index cannot match fewer than three characters, yet it holds what is needed: where a row
 holds the query at a position ``i``, either a whole trigram (index term) starts at ``i``, and it
@@ -23,7 +23,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
-from persistence.migrations import TRIGRAM_TOKENIZER
+from persistence.database.migrations import TRIGRAM_TOKENIZER
 
 SHORT_QUERY_CHARACTERS: Final = (1, 2)
 """Query lengths the candidates here serve (longer ones use the trigram phrase)."""

@@ -4,9 +4,10 @@ Ray allows one cluster connection per process, for the life of the process: a dr
 cluster was stopped cannot join the restarted one (its next GCS call fails with
 ``WrongClusterID``, and ``ray.shutdown()`` then exits the whole process because its raylet is
 gone). So an agent's client does not make its own process a Ray driver. :class:`ChildLink` runs a
-small driver process (``python -m cluster.link``) and talks to it over pipes; when a call fails on
-the Ray side or does not answer within its deadline, the child is stopped (by its pid, it is ours)
-and the next call starts a fresh one, which joins whatever cluster now serves the address.
+small driver process (``python -m cluster.runtime_connection``) and talks to it over pipes; when a
+call fails on the Ray side or does not answer within its deadline, the child is stopped (by its
+pid, it is ours) and the next call starts a fresh one, which joins whatever cluster now serves the
+address.
 
 :class:`InProcessLink` is for processes that are Ray drivers already (the CLI, tests, benchmarks,
 actors): the same deadlines, no reconnection.
@@ -371,7 +372,14 @@ class ChildLink:
 
     def _spawn(self) -> _Child:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cluster.link", self.address, self.namespace, self.queue_name],
+            [
+                sys.executable,
+                "-m",
+                "cluster.runtime_connection",
+                self.address,
+                self.namespace,
+                self.queue_name,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -529,7 +537,8 @@ def _serve(address: str, namespace: str, queue_name: str, answers: IO[str]) -> i
 
 
 def main() -> None:
-    """``python -m cluster.link ADDRESS NAMESPACE QUEUE``: serve queue calls for the parent process."""
+    """``python -m cluster.runtime_connection ADDRESS NAMESPACE QUEUE``: serve queue calls for the
+    parent process."""
     address, namespace, queue_name = sys.argv[1:4]
     # Answers go to the original stdout; everything else this process prints (Ray notices) goes to
     # stderr, so the pipe carries only JSON lines.

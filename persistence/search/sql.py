@@ -1,9 +1,9 @@
 """The SQL of exact search over one memory table (reference §13.3): one statement per plan.
 
 :class:`TableSearch` binds one table (:class:`SearchTable`: ``om_observation``, ``om_reflection``,
-``omray_transcript``) to one read snapshot and one :class:`persistence.search_request.SearchRequest`,
+``omray_transcript``) to one read snapshot and one :class:`persistence.search.request.SearchRequest`,
 and builds the statements of every plan (scan, trigram pre-filter, ordered walk, session index)
-and of the cheap probes ``auto`` chooses by (``persistence.exact_plans``). Every statement applies
+and of the cheap probes ``auto`` chooses by (``persistence.search.plans``). Every statement applies
 the same escaped ``LIKE``, date bounds, scope filter and result order, so every plan returns the
 rows the plain scan returns.
 """
@@ -17,8 +17,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
-from persistence import schema
-from persistence.migrations import (
+from persistence.database import schema
+from persistence.database.migrations import (
     ALL_TAIL_INDEXES,
     OBSERVATION_ORDER_INDEX,
     OBSERVATION_TRIGRAM_TABLE,
@@ -29,11 +29,11 @@ from persistence.migrations import (
     TRANSCRIPT_TRIGRAM_TABLE,
     trigram_supported,
 )
-from persistence.search_candidates import SHORT_QUERY_CHARACTERS, Candidates, tail_sql, vocabulary_sql
-from persistence.search_request import SearchRequest
+from persistence.search.request import SearchRequest
+from persistence.search.short_queries import SHORT_QUERY_CHARACTERS, Candidates, tail_sql, vocabulary_sql
 
 OBSERVATION_HIT_COLUMNS: Final = "observation_id, run_id, timestamp, relevance, content"
-"""The columns of an observation hit (``persistence.search_queries.ObservationHit``), in its field order."""
+"""The columns of an observation hit (``persistence.search.reader.ObservationHit``), in its field order."""
 REFLECTION_HIT_COLUMNS: Final = "reflection_id, run_id, created_at, content"
 """The columns of a reflection hit."""
 TRANSCRIPT_HIT_COLUMNS: Final = "event_id, run_id, timestamp, seq, content"
@@ -131,7 +131,7 @@ def can_prefilter(query: str, search: SearchTable, names: Collection[str]) -> bo
     """Whether the trigram pre-filter applies to ``query`` on this table (``names``: the database's).
 
     3+ characters need the trigram index; 1-2 characters also need the table's tail indexes and
-    ``json_each`` (``persistence.search_candidates``).
+    ``json_each`` (``persistence.search.short_queries``).
     """
     if not (uses_trigram(query) and trigram_supported() and search.trigram_table in names):
         return False
@@ -345,7 +345,7 @@ class TableSearch:
         """The rows that may match, or ``None`` when there are ``cap`` or more (``None``: no cap).
 
         A phrase of 3+ characters is matched on the trigram index; a 1-2 character query takes the
-        index terms that start with it and the rows that end with it (``persistence.search_candidates``).
+        index terms that start with it and the rows that end with it (``persistence.search.short_queries``).
         Reading stops at the cap, and ids come from indexes alone, so the probe stays cheap for a
         common query.
         """

@@ -38,9 +38,9 @@ from actors.worker import RoleActor, WorkerContext
 from cluster.autoscale import PoolAutoscaler
 from cluster.naming import RuntimeNames, omray_home
 from cluster.pools import ROLE_NAMES, PoolSizes
-from cluster.proxies import RayWorkerPool, StoreProxy
-from persistence.connection import Synchronous
-from persistence.queue_store import QueueStore
+from cluster.ray_calls import RayWorkerPool, StoreProxy
+from persistence.database.connection import Synchronous
+from persistence.writers.queue_store import QueueStore
 from protocol.errors import SettingsError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope
 

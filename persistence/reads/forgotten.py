@@ -1,5 +1,5 @@
 """Read-only queries of ``omray memory forget``: which memory an id names, what was forgotten, and
-whether a forget job finished (any process; the writes are in :mod:`persistence.forget`)."""
+whether a forget job finished (any process; the writes are in :mod:`persistence.writers.forget`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, text
 
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 
 MemoryKind = Literal["observation", "reflection"]
 
@@ -71,7 +71,7 @@ class ForgetReader(MemoryReader):
 
     def forgotten_ranges(self, run_id: str) -> list[tuple[int, int]]:
         """The forgotten event ranges of ``run_id`` (recall leaves their events out)."""
-        from persistence.forget import forgotten_ranges
+        from persistence.writers.forget import forgotten_ranges
 
         return self._run(lambda conn: forgotten_ranges(conn, run_id), [], ("omray_forgotten",))
 

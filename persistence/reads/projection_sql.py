@@ -7,7 +7,7 @@ Observer gave them). Never by id, never by the minute the Observer wrote: two ob
 one minute are shown in the order of the events they describe.
 
 This module imports nothing but the standard library, so an agent hook can read the projection
-(``persistence.projection_queries``) without loading SQLAlchemy or pydantic.
+(``persistence.reads.projection``) without loading SQLAlchemy or pydantic.
 """
 
 from __future__ import annotations

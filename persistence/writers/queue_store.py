@@ -15,8 +15,8 @@ from typing import Any, Final, Literal
 
 from sqlalchemy import Connection, Row, func, select, update
 
-from persistence import schema
-from persistence.writer import NotFoundError, SqliteWriter, check_failure_reason
+from persistence.database import schema
+from persistence.database.writer import NotFoundError, SqliteWriter, check_failure_reason
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, StorageError
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope

@@ -4,7 +4,7 @@ The ``om_*`` tables keep the PHP extension's table names, column names, types, C
 constraints so that an ``om.sqlite`` written by either implementation is readable by the other.
 omray only adds tables named ``omray_*`` (the durable job queue and its runtime events).
 
-These ``Table`` objects describe the *final* shape. Migrations (``persistence.migrations``)
+These ``Table`` objects describe the *final* shape. Migrations (``persistence.database.migrations``)
 compile their DDL from them, so a future change to an existing table needs a new migration
 with its own literal DDL instead of an edit here.
 """

@@ -29,9 +29,9 @@ from typing import Any
 import ray
 
 from cluster.client import init_ray
+from cluster.named_actors import ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames, omray_home
 from cluster.pools import PoolSizes
-from cluster.runtime import ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
 
 logger = logging.getLogger("omray.bootstrap")

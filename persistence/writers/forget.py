@@ -1,6 +1,6 @@
 """Forgetting memory: the canonical rows and their derived copies, in one transaction.
 
-Called by :meth:`persistence.store.Store.forget` inside its transaction (the StoreActor is the only
+Called by :meth:`persistence.writers.store.Store.forget` inside its transaction (the StoreActor is the only
 writer). What each request removes:
 
 - an **observation** id: the observation (its exact-search trigram row, projection line and
@@ -254,7 +254,7 @@ _TRIGRAM_TABLES: dict[str, str] = {
     "reflections": "omray_reflection_trigram",
     "transcript_events": "omray_transcript_trigram",
 }
-"""The exact-search FTS5 index of each kind of row a forget removes (``persistence.migrations``)."""
+"""The exact-search FTS5 index of each kind of row a forget removes (``persistence.database.migrations``)."""
 
 
 def purge_trigram_indexes(conn: Connection, result: ForgetResult) -> None:

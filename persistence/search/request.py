@@ -1,7 +1,7 @@
 """One ``memory_search`` request, validated and normalized: what exact and hybrid search read.
 
 ``actors.read.search_arguments.validate_search_arguments`` builds it from the tool's arguments; the
-exact-search plans (``persistence.exact_sql``), the in-memory reference model
+exact-search plans (``persistence.search.sql``), the in-memory reference model
 (``actors.read.search``) and the semantic index (``persistence.semantic``) all read this one type.
 """
 

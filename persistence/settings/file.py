@@ -2,7 +2,7 @@
 
 Accepts a whole Hatfield ``.hatfield/settings.yaml`` (the ``observational_memory`` block under
 ``extensions.settings`` is used as-is), a file with a top-level ``observational_memory:`` key, or
-a file holding just the block. Parsing lives in :mod:`persistence.settings_parse` and the shapes in
+a file holding just the block. Parsing lives in :mod:`persistence.settings.parse` and the shapes in
 :mod:`protocol.settings`; this module only reads.
 
 Reading is defensive: at most :data:`MAX_SETTINGS_BYTES` are read (``OMRAY_SETTINGS=/dev/zero``
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from persistence.settings_parse import apply_overrides, extract_om_block, settings_from_mapping
+from persistence.settings.parse import apply_overrides, extract_om_block, settings_from_mapping
 from protocol.errors import SettingsError
 from protocol.settings import OmSettings
 
