@@ -367,7 +367,7 @@ class WorkerActor:
     def shutdown(self) -> int:
         """Close the model, embedding and rerank clients of this process; returns how many were open.
 
-        Called before the actor is killed (``omray down``, :func:`cluster.runtime.remove_runtime`),
+        Called before the actor is killed (``omray down``, :func:`cluster.named_actors.remove_runtime`),
         since a killed process runs no exit hooks. A job still running builds a new client if it
         needs one.
         """

@@ -3,7 +3,7 @@
 A temporary memory database gets ``size`` observations, each citing one transcript event
 (``bench.hybrid_bench.write_corpus``: the corpus of ``omray bench hybrid``), and the hybrid index is
 built as the indexer builds it. Then ``forgets`` memories are forgotten through
-:meth:`persistence.store.Store.forget` (the observation and its event, as ``omray memory forget``
+:meth:`persistence.writers.store.Store.forget` (the observation and its event, as ``omray memory forget``
 does), and :func:`actors.indexer.sync.synchronize` is called as the index job calls
 it until it reports ``complete``, while another process searches without pause (queries of kept
 and forgotten memories, vectors ready). Reported:
@@ -51,8 +51,8 @@ from actors.read.retrieval import query_text_for_embedding, retrieve
 from bench.hybrid_bench import CorpusMemory, memory_texts, write_corpus
 from bench.measure import percentile
 from persistence.semantic import SemanticIndex
-from persistence.settings_parse import semantic_from_mapping
-from persistence.store import Store
+from persistence.settings.parse import semantic_from_mapping
+from persistence.writers.store import Store
 from protocol.forget import ForgetRequest
 from protocol.semantic import Embedder, SemanticSearchError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings

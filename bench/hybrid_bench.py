@@ -1,7 +1,7 @@
 """``omray bench hybrid``: backfill speed, search latency and recall@10 of hybrid retrieval.
 
 A temporary memory database gets ``size`` observations written through
-:class:`persistence.store.Store` (observer parts of 250, sessions of 500). Their texts are distinct
+:class:`persistence.writers.store.Store` (observer parts of 250, sessions of 500). Their texts are distinct
 user/assistant sentences of the real transcripts in ``../shared/data/transcripts`` (the material of
 ``bench.search_corpus``), paired into two-sentence observations once the distinct sentences run
 out; without that folder, generated sentences from a small coding vocabulary. Then:
@@ -70,12 +70,12 @@ from actors.read.service import exact_search
 from bench.hybrid_words import STOP_WORDS, SYNONYMS
 from bench.measure import percentile
 from bench.search_corpus import corpus_material, corpus_observation, corpus_part, corpus_timestamp
-from persistence.search_request import SearchRequest
+from persistence.search.request import SearchRequest
 from persistence.semantic import SemanticIndex, query_tokens, tokenize
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
-from persistence.settings_parse import semantic_from_mapping
-from persistence.store import Store
+from persistence.settings.parse import semantic_from_mapping
+from persistence.writers.store import Store
 from protocol.identities import transcript_event_id
 from protocol.records import ObservationRecord, TranscriptEntry
 from protocol.semantic import ChunkingRules, Embedder, MemoryChunk, SourceMemory
@@ -181,7 +181,7 @@ _GENERATED_FILES = (
     "src/theme.ts",
     "actors/queue/state.py",
     "docs/search.md",
-    "persistence/store.py",
+    "persistence/writers/store.py",
     "cli/main.go",
     "web/app.tsx",
     "tests/test_retry.py",

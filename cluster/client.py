@@ -23,7 +23,9 @@ from pydantic import ValidationError
 import actors.read.service as read_service
 from actors.observer.trigger import TriggerPolicy, dispatch_signal
 from actors.read.status_view import format_activity, fresh_activity, usage_json
-from cluster.link import (
+from cluster.naming import RuntimeNames
+from cluster.outbox import Outbox
+from cluster.runtime_connection import (
     CALL_TIMEOUT_S,
     HOOK_TIMEOUT_S,
     ChildLink,
@@ -36,10 +38,8 @@ from cluster.link import (
     probe_gcs,
     resolve_address,
 )
-from cluster.naming import RuntimeNames
-from cluster.outbox import Outbox
-from persistence.queries import MemoryReader
-from persistence.settings_parse import settings_from_mapping
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.events import (
     AfterTurnCommit,
@@ -92,8 +92,8 @@ class OmrayClient:
     Every call into the runtime has a deadline: ``hook_timeout_s`` for the agent hooks, which then
     return (``None``: not accepted yet) and never raise, ``call_timeout_s`` for the rest, which then
     raise :class:`RuntimeUnavailableError`. ``link`` carries the calls: the client from
-    :func:`connect` uses a :class:`~cluster.link.ChildLink`, which rejoins a restarted runtime by
-    itself; by default the calls go through this process's own Ray connection.
+    :func:`connect` uses a :class:`~cluster.runtime_connection.ChildLink`, which rejoins a
+    restarted runtime by itself; by default the calls go through this process's own Ray connection.
     """
 
     def __init__(
@@ -351,8 +351,8 @@ class OmrayClient:
         empty database) where the files do not live. Without a writer, search skips only the
         "mark the index dirty" write, which the next index job would redo anyway.
         """
-        from cluster.proxies import StoreProxy
-        from cluster.runtime import store_handle
+        from cluster.named_actors import store_handle
+        from cluster.ray_calls import StoreProxy
 
         try:
             node = str(ray.get(self.queue_handle().data_node.remote(), timeout=10))
@@ -414,7 +414,7 @@ class OmrayClient:
         :class:`protocol.forget.ForgetArgumentsError` for malformed arguments (nothing is sent).
         """
         from cluster.forget import forget_report, plan_forget, wait_for_results
-        from persistence.forget_queries import ForgetReader
+        from persistence.reads.forgotten import ForgetReader
 
         checked = arguments or forget_arguments(
             {"ids": memory_ids, "session_id": session_id, "event_ranges": event_ranges}
@@ -591,7 +591,7 @@ def connect(
     """Connect to a running omray runtime and return its client.
 
     ``address`` defaults to ``RAY_ADDRESS``, else the address ``omray up`` recorded. ``settings``
-    defaults to the file found by ``persistence.settings_file.find_settings_file``; jobs then name
+    defaults to the file found by ``persistence.settings.file.find_settings_file``; jobs then name
     that file, and workers read it when each job runs. Unless this process is a Ray driver already,
     calls go through a small driver child process that is replaced when the runtime restarts, so
     this process never hangs on, or dies with, a stopped cluster. Raises
@@ -599,7 +599,7 @@ def connect(
     """
     settings_file: Path | None = None
     if settings is None:
-        from persistence.settings_file import find_settings_file, load_settings_block
+        from persistence.settings.file import find_settings_file, load_settings_block
 
         settings_file = find_settings_file(Path(cwd) if cwd is not None else Path.cwd())
         settings = load_settings_block(settings_file, cwd=cwd)

@@ -78,7 +78,7 @@ class ObservationRecord(_Record):
     @property
     def first_source_seq(self) -> int:
         """The first event of its own session it cites, else its part's start: its place in the
-        session's story (``persistence.projection_sql.FIRST_SOURCE_SEQ_SQL`` in SQL)."""
+        session's story (``persistence.reads.projection_sql.FIRST_SOURCE_SEQ_SQL`` in SQL)."""
         own = [ref.seq for ref in self.source_refs if ref.run_id == self.run_id]
         return min(own) if own else self.source_start_seq
 

@@ -4,7 +4,7 @@
 The models here are immutable and validate their own fields, with every duration and threshold
 finite and bounded (:mod:`protocol.settings_limits`). Turning the block as the YAML loader produced
 it into these models (the original's defaults, coercions, ignored keys and error messages, plus
-omray's ``providers`` and ``tokens``) is :func:`persistence.settings_parse.settings_from_mapping`.
+omray's ``providers`` and ``tokens``) is :func:`persistence.settings.parse.settings_from_mapping`.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ class BudgetSettings(_Settings):
 
 
 class OmSettings(_Settings):
-    """Validated, immutable settings. Build with :func:`persistence.settings_parse.settings_from_mapping`."""
+    """Validated, immutable settings. Build with :func:`persistence.settings.parse.settings_from_mapping`."""
 
     database: str = DEFAULT_DATABASE
     """``storage.database``; relative paths are joined to the working directory (:meth:`database_path`)."""

@@ -18,10 +18,10 @@ from actors.models.offline_embedder import default_offline_embedder
 from actors.models.registry import embedder_for
 from actors.observer.transcript import backfill_transcript
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
+from persistence.files.events_reader import read_event_window
+from persistence.reads.memory_reader import MemoryReader
 from persistence.semantic import SemanticIndex
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for

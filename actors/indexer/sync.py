@@ -15,7 +15,8 @@ from typing import Final
 
 from actors.indexer.plan import plan_batch
 from persistence.semantic import SemanticIndex, SyncResult
-from protocol.semantic import EMBEDDING_UNAVAILABLE_MESSAGE, Embedder, SemanticSearchError
+from persistence.semantic.batches import BatchPlan
+from protocol.semantic import Embedder, EmbeddingError
 
 JOB_BATCHES: Final[int] = 32
 """Embedding batches one indexer job commits at once. Every commit rewrites and checksums the
@@ -39,10 +40,29 @@ def embed_in_batches(embedder: Embedder, texts: Sequence[str], size: int) -> lis
         positions = order[start : start + size]
         embedded = embedder.embed([texts[position] for position in positions])
         if len(embedded) != len(positions):
-            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+            raise EmbeddingError(reason="invalid_vectors")
         for position, vector in zip(positions, embedded, strict=True):
             vectors[position] = vector
     return vectors
+
+
+def plan_batches(
+    index: SemanticIndex, batch_size: int | None = None, *, batches: int = 1, full_check: bool = False
+) -> BatchPlan | SyncResult:
+    """The first half of :func:`synchronize`: what the next ``batches`` batches of at most
+    ``batch_size`` chunks (default: the settings' batch size) embed, planned under the index lock
+    after any rebuild, or the result when there is no database yet.
+
+    The embedding may then run anywhere (another process, another node);
+    :meth:`persistence.semantic.SemanticIndex.commit_batch` takes the plan back with its vectors,
+    and drops a plan made on another snapshot than the index holds by then."""
+    size = batch_size if batch_size is not None else index.settings.embedding_api.batch_size
+    if size < 1 or batches < 1:
+        raise ValueError("batch_size and batches must be >= 1")
+    if not index.has_database():
+        return SyncResult(True, 0, 0, False, 0)  # no database yet: nothing to index
+    with index.planning(full_check) as source:
+        return plan_batch(source, size * batches)
 
 
 def synchronize(
@@ -66,11 +86,8 @@ def synchronize(
     own ``embedding_unavailable``).
     """
     size = batch_size if batch_size is not None else index.settings.embedding_api.batch_size
-    if size < 1 or batches < 1:
-        raise ValueError("batch_size and batches must be >= 1")
-    if not index.has_database():
-        return SyncResult(True, 0, 0, False, 0)  # no database yet: nothing to index
-    with index.planning(full_check) as source:
-        plan = plan_batch(source, size * batches)
+    plan = plan_batches(index, size, batches=batches, full_check=full_check)
+    if isinstance(plan, SyncResult):
+        return plan
     vectors = embed_in_batches(embedder, plan.vector_texts(), size)
     return index.commit_batch(plan, vectors)

@@ -1,9 +1,9 @@
 """The daily model budget of a project (issue 41 item 3): what was spent today, and whether a call may go.
 
-Pure: the day's usage rows (``persistence.queries.MemoryReader.spend_since``), the settings and the
-time come in; a verdict comes out. A project is one memory database: its ``omray_token_usage`` rows
-since 00:00 UTC are the day's spend, over every session and stage. The built-in model costs nothing
-and is neither counted nor capped.
+Pure: the day's usage rows (``persistence.reads.memory_reader.MemoryReader.spend_since``), the
+settings and the time come in; a verdict comes out. A project is one memory database: its
+``omray_token_usage`` rows since 00:00 UTC are the day's spend, over every session and stage. The
+built-in model costs nothing and is neither counted nor capped.
 
 A call is sent only while the day's spend is under every cap; a call that starts under a cap may pass
 it by its own size (at most ``budget.max_prompt_tokens`` plus its answer, per run in flight). At the

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from actors.models.embeddings import EmbeddingError
+from protocol.semantic import EmbeddingError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL
 
 if TYPE_CHECKING:

@@ -23,9 +23,10 @@ from actors.models.chat import (
 from actors.models.claude_cli import ClaudeCliChatModel
 from actors.models.clients import ClientPool, secret_key
 from actors.models.codex_cli import CodexCliChatModel, endpoint_config
-from actors.models.embeddings import Embedder, EmbeddingError, HttpReranker, OpenAIEmbedder, Reranker
+from actors.models.embeddings import HttpReranker, OpenAIEmbedder
 from actors.models.offline_embedder import default_offline_embedder
 from protocol.errors import ModelSettingsError, SettingsError
+from protocol.semantic import Embedder, EmbeddingError, Reranker
 from protocol.settings import (
     BUILTIN_MODEL,
     BUILTIN_PROVIDER,

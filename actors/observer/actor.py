@@ -20,10 +20,10 @@ from actors.models.tokens import token_counter
 from actors.models.usage import with_cost
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
-from persistence.settings_file import job_settings_block
-from persistence.settings_parse import settings_from_mapping
+from persistence.files.events_reader import read_event_window
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.file import job_settings_block
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
 from protocol.redact import redactor_for

@@ -32,8 +32,8 @@ from actors.observer.tool import RecordObservationsHandler
 from actors.observer.transcript import backfill_transcript, entries_in, transcript_entries
 from actors.observer.trigger import Defer, ObserveNow, TriggerPolicy, decide_observe
 from actors.reflector.core import CandidatePool, RequestLocalIdMap, threshold_check
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.errors import ConflictError, OmrayError
 from protocol.events import EventWindow
@@ -66,11 +66,11 @@ class ObserverPorts:
     memory: MemoryReader
     """Read-only queries."""
     store: Store
-    """The single writer of the database: a :class:`~persistence.store.Store`, or in a cluster the
+    """The single writer of the database: a :class:`~persistence.writers.store.Store`, or in a cluster the
     StoreActor proxy, which forwards the same calls (typed by the Store's own signatures)."""
     read_events: Callable[[int, int], EventWindow]
     """Inclusive seq range of the session's ``events.jsonl`` and how far the file was read
-    (``persistence.events_reader.read_event_window``)."""
+    (``persistence.files.events_reader.read_event_window``)."""
     resolve_model: Callable[[str], tuple[ChatModel, int]]
     """``provider/model`` -> (chat model, context window); called only when a model is needed."""
     count_tokens: Callable[[str], int]

@@ -25,12 +25,12 @@ from actors.read.ranking import (
     text_speaker,
     unknown_names,
 )
-from persistence.search_request import TimeWindow
+from persistence.search.request import TimeWindow
 from persistence.semantic.candidates import CandidateScores
 from protocol.semantic import (
     NO_CANONICAL_MEMORY_MESSAGE,
-    RERANKER_UNAVAILABLE_MESSAGE,
     FusionMode,
+    RerankError,
     SemanticSearchError,
     SourceMemory,
 )
@@ -190,7 +190,7 @@ def _candidate(chunk_id: str, scores: CandidateScores, time_window: TimeWindow |
 def apply_rerank(hits: Sequence[str], order: Sequence[int]) -> list[str]:
     """``hits`` reordered (and filtered) to the reranker's offsets; bad offsets are a failure."""
     if any(not 0 <= offset < len(hits) for offset in order) or len(set(order)) != len(order):
-        raise SemanticSearchError("reranker_unavailable", RERANKER_UNAVAILABLE_MESSAGE)
+        raise RerankError(reason="invalid_offsets")
     return [hits[offset] for offset in order]
 
 

@@ -18,7 +18,7 @@ from actors.read.query_time import query_time_window
 from actors.read.ranking import RankingWeights
 from actors.read.retrieval import retrieve
 from actors.read.search import result_item
-from persistence.search_request import SearchRequest
+from persistence.search.request import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter
 from protocol.canonical import condense
 from protocol.semantic import (

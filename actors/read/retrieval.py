@@ -18,17 +18,10 @@ from collections.abc import Sequence
 
 from actors.read.fusion import apply_rerank, collapse_hits, fuse_candidates
 from actors.read.ranking import RankingWeights
-from persistence.search_request import DateBounds, TimeWindow
+from persistence.search.request import DateBounds, TimeWindow
 from persistence.semantic import SemanticIndex, query_tokens
 from persistence.semantic.candidates import checked_query_vector
-from protocol.semantic import (
-    EMBEDDING_UNAVAILABLE_MESSAGE,
-    Embedder,
-    FusionMode,
-    Reranker,
-    Retrieval,
-    SemanticSearchError,
-)
+from protocol.semantic import Embedder, EmbeddingError, FusionMode, Reranker, Retrieval
 
 logger = logging.getLogger("omray.semantic")
 """Where hybrid search has always logged: counts and flags only."""
@@ -44,7 +37,7 @@ def embed_query(embedder: Embedder, query_prefix: str, query: str) -> list[float
     non-empty, finite, non-zero vector."""
     vectors = embedder.embed([query_text_for_embedding(query_prefix, query)])
     if len(vectors) != 1:
-        raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+        raise EmbeddingError(reason="invalid_vectors")
     return checked_query_vector(vectors[0])
 
 

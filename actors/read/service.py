@@ -1,6 +1,6 @@
 """The read side, callable from any process: projection, compaction hook, status, view, search, recall.
 
-Everything here reads durable memory through read-only connections (``persistence.search_queries``)
+Everything here reads durable memory through read-only connections (``persistence.search.reader``)
 and, for ``recall`` only, one range of the session's ``events.jsonl``. Nothing here writes,
 dispatches a job, calls a model, polls or sleeps, so the agent's own process can call it at any
 time, concurrently with the writer (WAL), and compaction never waits on the queue or a model.
@@ -29,7 +29,6 @@ from actors.read.fusion import FUSED_CANDIDATE_LIMIT
 from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
 from actors.read.projector import assemble_active_memory
 from actors.read.recall import (
-    INVALID_SESSION_ID_MESSAGE,
     event_recall_result,
     hydration_range,
     observation_recall_result,
@@ -50,12 +49,12 @@ from actors.read.status_view import (
     usage_json,
     view_json,
 )
-from persistence.events_reader import iter_events
-from persistence.exact_plans import SearchStrategy
-from persistence.forget import in_ranges
-from persistence.forget_queries import ForgetReader
-from persistence.search_queries import SearchReader
-from persistence.search_request import SearchRequest
+from persistence.files.events_reader import iter_events
+from persistence.reads.forgotten import ForgetReader
+from persistence.search.plans import SearchStrategy
+from persistence.search.reader import SearchReader
+from persistence.search.request import SearchRequest
+from persistence.writers.forget import in_ranges
 from protocol.canonical import php_trim
 from protocol.errors import EventsFileError, EventsUnreadableError, OmrayError
 from protocol.events import (
@@ -65,6 +64,7 @@ from protocol.events import (
     projection_failure_reason,
     projection_metadata,
 )
+from protocol.read_arguments import INVALID_SESSION_ID_MESSAGE
 from protocol.records import ObservationRecord, ReflectionRecord
 from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for
 from protocol.settings import DEFAULT_VERSION, OmSettings
@@ -88,7 +88,7 @@ HybridSearch = Callable[[SearchRequest], ToolResult]
 @functools.lru_cache(maxsize=32)
 def _reader(db_path: str) -> SearchReader:
     # One reader per path for every thread: search and projection reuse one read-only connection
-    # per thread (persistence.read_connection), the other reads open one per call.
+    # per thread (persistence.database.read_connection), the other reads open one per call.
     return SearchReader(db_path)
 
 

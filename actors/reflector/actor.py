@@ -21,9 +21,9 @@ from actors.reflector.forget import run_forget
 from actors.reflector.pipeline import ReflectorPorts
 from actors.reflector.pipeline import reflect_generation as run_reflection
 from actors.worker import RoleActor, WorkerContext, utc_now
-from persistence.queries import MemoryReader
-from persistence.settings_file import job_settings_block
-from persistence.settings_parse import settings_from_mapping
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.file import job_settings_block
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import (
     FORGET_HANDLER,

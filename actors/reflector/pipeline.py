@@ -56,8 +56,8 @@ from actors.reflector.dropper import (
     select_drop_candidates,
     should_run_dropper,
 )
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import BudgetReachedError, PromptOverCapError
 from protocol.jobs import ReflectGeneration, ReflectGenerationJob
 from protocol.outcomes import REASON_PROMPT_OVER_CAP
@@ -86,7 +86,7 @@ class ReflectorPorts:
     memory: MemoryReader
     """Read-only queries."""
     store: Store
-    """The single writer of the database: a :class:`~persistence.store.Store`, or in a cluster the
+    """The single writer of the database: a :class:`~persistence.writers.store.Store`, or in a cluster the
     StoreActor proxy, which forwards the same calls (typed by the Store's own signatures)."""
     resolve_model: Callable[[str], tuple[ChatModel, int]]
     """``provider/model`` -> (chat model, context window); called only when a model is needed."""

@@ -1,9 +1,9 @@
 """StoreActor: the only writer of one SQLite file (DESIGN.md invariant 1).
 
-A plain subclass of :class:`persistence.store.Store`; ``cluster/`` turns it into a named,
+A plain subclass of :class:`persistence.writers.store.Store`; ``cluster/`` turns it into a named,
 detached, single-threaded Ray actor (``omray.store.<hash of the path>``), so writes to one file
 are serialized by construction and nothing else opens that file for writing. Readers use their
-own read-only connections (``persistence.queries.MemoryReader``) in any process.
+own read-only connections (``persistence.reads.memory_reader.MemoryReader``) in any process.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import os
 from typing import Any
 
 from actors.worker import lower_priority
-from persistence.connection import Synchronous
-from persistence.store import Store
+from persistence.database.connection import Synchronous
+from persistence.writers.store import Store
 
 
 class StoreActor(Store):

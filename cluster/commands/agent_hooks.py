@@ -333,7 +333,7 @@ def _key_variable(project: Path, category: str) -> str | None:
 
     if category not in (REASON_MODEL_API_KEY_MISSING, REASON_MODEL_AUTH):
         return None
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
 
     try:
         return load_settings(cwd=project).model_provider().api_key_env

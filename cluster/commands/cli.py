@@ -72,8 +72,8 @@ def up(
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
     import os
 
-    from cluster.bootstrap import up as bootstrap_up
     from cluster.pools import PoolSizes
+    from cluster.up_down import up as bootstrap_up
 
     # Through the environment: `omray up` re-executes itself once after starting the head.
     for variable, value in (
@@ -141,7 +141,7 @@ def retry(
 @app.command()
 def down() -> None:
     """Remove omray's actors and stop the Ray head if `omray up` started it."""
-    from cluster.bootstrap import down as bootstrap_down
+    from cluster.up_down import down as bootstrap_down
 
     info = bootstrap_down()
     typer.echo(
@@ -157,8 +157,8 @@ def _project_budget(project: Path) -> dict[str, object] | None:
     import time
 
     from actors.models.budget import project_budget
-    from persistence.queries import MemoryReader
-    from persistence.settings_file import load_settings
+    from persistence.reads.memory_reader import MemoryReader
+    from persistence.settings.file import load_settings
 
     try:
         settings = load_settings(cwd=project)
@@ -328,7 +328,7 @@ def watch(
         from cluster.client import OmrayClient
         from cluster.commands.watch import watch_runtime
         from cluster.naming import RuntimeNames
-        from persistence.settings_file import load_settings_block
+        from persistence.settings.file import load_settings_block
 
         try:
             settings: dict[str, Any] = (

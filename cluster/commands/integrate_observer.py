@@ -133,8 +133,8 @@ def with_model(text: str, model: str, shared: bool = False) -> str:
 def observer_edit(project: Path, observer: Observer) -> tuple[Path, str, str]:
     """``(path, before, after)`` of the settings file in effect for ``project`` (``omray.yaml`` when
     there is none) with the ``observer``'s model; the result is read back to be sure it took."""
-    from persistence.settings_file import find_settings_file, is_hatfield_file, load_settings
-    from persistence.settings_parse import extract_om_block, settings_from_mapping
+    from persistence.settings.file import find_settings_file, is_hatfield_file, load_settings
+    from persistence.settings.parse import extract_om_block, settings_from_mapping
 
     path = find_settings_file(project) or project / "omray.yaml"
     before = read_settings_text(path)
@@ -372,7 +372,7 @@ def observer_findings(
 def observer_preview(project: Path, observer: Observer, run: ProbeRun | None = None) -> list[Finding]:
     """``--check --observer``: when the settings do not use the ``observer``'s model yet, a ``todo``
     saying how to switch, and what its CLI, login and cost would be (nothing is written)."""
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
     from protocol.errors import clause
 
     target = OBSERVER_MODELS[observer]

@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from actors.read import ui_views
 from actors.read.answers import json_safe
-from persistence.ui_queries import UiReader
+from persistence.reads.viewer import UiReader
 from protocol.canonical import php_trim
 from protocol.errors import InvalidPayloadError, OmrayError
 from protocol.events import MAX_SEQ
@@ -238,7 +238,7 @@ class UiBackend:
         """Token usage (and money with a price table) by session, model and hour; spend per UTC day,
         session and model; the project's daily budget today, and whether the queue holds its jobs."""
         from actors.models.budget import project_budget, report_since, usage_by_day_json
-        from persistence.queries import MemoryReader
+        from persistence.reads.memory_reader import MemoryReader
 
         project = self.project(project_name)
         rows = project.reader.usage_over_time(session_id or None)
@@ -449,7 +449,7 @@ def guarded_app(
 def load_project(root: Path, name: str, client: OmrayClient | None = None) -> UiProject:
     """The project in ``root`` with its settings (raises ``SettingsError``)."""
     from cluster.project_dirs import SESSIONS_DIR
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
 
     settings = load_settings(cwd=root)
     return UiProject(

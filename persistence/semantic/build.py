@@ -29,8 +29,8 @@ from persistence.semantic.keyword import PreparedKeyword
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.sources import KINDS, SemanticState, SourceFingerprint
 from protocol.semantic import (
-    EMBEDDING_UNAVAILABLE_MESSAGE,
     INDEX_DIMENSIONS_MESSAGE,
+    EmbeddingError,
     MemoryChunk,
     SemanticSearchError,
 )
@@ -265,11 +265,11 @@ class IndexBuilder(DerivedIndex):
         dimensions = plan.state.dimensions
         if not plan.embedded:
             if vectors:
-                raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+                raise EmbeddingError(reason="invalid_vectors")
             return dimensions
         widths = {len(vector) for vector in vectors}
         if len(vectors) != plan.embedded or len(widths) != 1 or 0 in widths:
-            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+            raise EmbeddingError(reason="invalid_vectors")
         batch_dimensions = widths.pop()
         if dimensions not in (0, batch_dimensions):
             self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)

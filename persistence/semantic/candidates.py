@@ -21,7 +21,7 @@ from typing import Any, Final, NoReturn
 
 import numpy as np
 
-from persistence.search_request import DateBounds
+from persistence.search.request import DateBounds
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.derived import DerivedIndex, logger
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
@@ -29,8 +29,8 @@ from persistence.semantic.keyword import KeywordScores
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.sources import SemanticState, SourceFingerprint
 from protocol.semantic import (
-    EMBEDDING_UNAVAILABLE_MESSAGE,
     QUERY_DIMENSIONS_MESSAGE,
+    EmbeddingError,
     SemanticSearchError,
     SourceMemory,
 )
@@ -91,7 +91,7 @@ def checked_query_vector(values: Sequence[float]) -> list[float]:
     vector = [float(value) for value in values]
     array = np.asarray(vector, dtype=np.float64)
     if not vector or not np.all(np.isfinite(array)) or not float(np.dot(array, array)) > 0:
-        raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+        raise EmbeddingError(reason="invalid_vectors")
     return vector
 
 

@@ -15,9 +15,9 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, text
 
-from persistence.migrations import ROW_COUNT_TABLE, row_count_trigger
-from persistence.queries import MemoryReader, select_covering_ids
-from persistence.sql_values import in_batches, json_list
+from persistence.database.migrations import ROW_COUNT_TABLE, row_count_trigger
+from persistence.database.sql_values import in_batches, json_list
+from persistence.reads.memory_reader import MemoryReader, select_covering_ids
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.semantic import MemoryKind, SourceMemory, parent_key
 from protocol.source_text import cited_seqs
@@ -29,7 +29,7 @@ KINDS: Final[tuple[MemoryKind, MemoryKind, MemoryKind]] = ("observation", "refle
 
 
 class SemanticStateWriter(Protocol):
-    """Writes the canonical ``om_semantic_state`` row (``persistence.store.Store`` satisfies it)."""
+    """Writes the canonical ``om_semantic_state`` row (``persistence.writers.store.Store`` satisfies it)."""
 
     def save_semantic_state(
         self, *, signature: str, source_hash: str, dimensions: int, dirty: bool, complete: bool
@@ -377,7 +377,8 @@ class SemanticSourceReader(MemoryReader):
 
     def covering_memories(self, events: Collection[tuple[str, int]]) -> dict[tuple[str, int], SourceMemory]:
         """For each ``(session, seq)``, the observation that covers the event
-        (:func:`persistence.queries.select_covering_ids`); events no observation covers are left out."""
+        (:func:`persistence.reads.memory_reader.select_covering_ids`); events no observation covers
+        are left out."""
 
         def query(conn: Connection) -> dict[tuple[str, int], SourceMemory]:
             chosen = select_covering_ids(conn, events)

@@ -30,9 +30,9 @@ from ray.util.state import list_actors
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import ScriptedServer

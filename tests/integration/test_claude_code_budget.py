@@ -23,9 +23,9 @@ import yaml
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from protocol.outcomes import JOB_HELD_EVENT_TYPE
 from testkit.anthropic_messages import StructuredMemoryModel, offered_tool, prompt_text
 from testkit.scripted_models import ScriptedMemoryModel

@@ -30,7 +30,7 @@ STDLIB_HOT_PATHS = (
     "cluster.servers.mcp_server",
     "cluster.servers.mcp_stdio",
     "cluster.settings_cache",
-    "persistence.file_tail",
+    "persistence.files.file_tail",
 )
 """What an agent waits on (the ``omray`` entry point, a hook call, the MCP server's stdio start): their
 module-level imports load no project module outside this set and ``cluster.project_dirs``."""
@@ -150,11 +150,12 @@ def test_the_hot_paths_load_the_standard_library_only() -> None:
         "cluster.commands",
         "cluster.servers",
         "persistence",
+        "persistence.files",
     }
     for module in [*STDLIB_HOT_PATHS, "cluster.project_dirs"]:
         for name in _top_level_imports(module):
             assert name in allowed or name.split(".")[0] in sys.stdlib_module_names, (module, name)
-    for package in ("cluster", "cluster.commands", "cluster.servers", "persistence"):
+    for package in ("cluster", "cluster.commands", "cluster.servers", "persistence", "persistence.files"):
         assert _top_level_imports(package) <= {"__future__", "typing"}, package
 
 
@@ -220,6 +221,19 @@ def test_the_search_and_indexing_pipelines_live_with_their_actors() -> None:
             imported, called, _ = _imports_and_calls(path)
             assert not [module for module in imported if _is_model_code(module)], rule
             assert not called & set(MODEL_CALLS), rule
+
+
+def test_the_model_protocols_are_defined_once() -> None:
+    """``Embedder`` and ``Reranker`` (and their error classes) are ``protocol.semantic``'s alone."""
+    names = {"Embedder", "Reranker", "EmbeddingError", "RerankError", "SearchModelError"}
+    defined = sorted(
+        (str(path.relative_to(REPO)), node.name)
+        for pkg in PACKAGES
+        for path in (REPO / pkg).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name in names
+    )
+    assert defined == sorted(("protocol/semantic.py", name) for name in names)
 
 
 def test_the_rooms_are_the_packages() -> None:

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from persistence.connection import (
+from persistence.database.connection import (
     DatabaseMissingError,
     _configure_write_connection,
     open_read_engine,
     open_write_engine,
 )
-from persistence.migrations import OMRAY_MIGRATIONS, PHP_MIGRATIONS
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.database.migrations import OMRAY_MIGRATIONS, PHP_MIGRATIONS
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import MigrationError, StorageError
 from tests.unit.persistence import php_fixture
 from tests.unit.persistence.php_fixture import build_legacy_database, build_php_database, schema_objects

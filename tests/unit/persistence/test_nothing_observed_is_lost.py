@@ -19,11 +19,11 @@ from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.read.retrieval import retrieve
 from actors.read.service import memory_search
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
+from persistence.files.events_reader import read_event_window
+from persistence.reads.memory_reader import MemoryReader
 from persistence.semantic import SemanticIndex
-from persistence.settings_parse import settings_from_mapping
-from persistence.store import Store
+from persistence.settings.parse import settings_from_mapping
+from persistence.writers.store import Store
 from protocol.jobs import ObserveBoundaryJob
 from protocol.settings import OmSettings
 from tests.unit.persistence.semantic.conftest import HashEmbedder, RecordingWriter, semantic_settings

@@ -1,4 +1,5 @@
-"""The job queue's own writer (``persistence.queue_store.QueueStore``): durable FIFO and runtime events."""
+"""The job queue's own writer (``persistence.writers.queue_store.QueueStore``): durable FIFO and runtime
+events."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence.queue_store import NotFoundError, QueueStore
+from persistence.writers.queue_store import NotFoundError, QueueStore
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, SemanticIndexJob
 from protocol.queue_rows import JobHeldWrite
@@ -246,7 +247,7 @@ def test_runtime_events_of_one_session_id_are_per_database(store: QueueStore) ->
 def test_migration_13_names_the_database_of_older_events(tmp_path: Path) -> None:
     import sqlite3
 
-    from persistence import migrations
+    from persistence.database import migrations
 
     db_path = tmp_path / "q.sqlite"
     with QueueStore(db_path) as store:

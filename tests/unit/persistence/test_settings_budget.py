@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from persistence.settings_parse import apply_overrides, settings_from_mapping
+from persistence.settings.parse import apply_overrides, settings_from_mapping
 from protocol.errors import SettingsError
 from protocol.settings import DEFAULT_DAILY_TOKENS, DEFAULT_MAX_PROMPT_TOKENS, BudgetSettings
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from persistence.settings_file import load_settings
-from persistence.settings_parse import apply_overrides, extract_om_block, settings_from_mapping
+from persistence.settings.file import load_settings
+from persistence.settings.parse import apply_overrides, extract_om_block, settings_from_mapping
 from protocol.errors import ModelSettingsError, SettingsError
 from protocol.settings import (
     BUILTIN_EMBEDDING_MODEL,

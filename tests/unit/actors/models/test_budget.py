@@ -17,7 +17,7 @@ from actors.models.chat import (
     ToolCall,
     run_tool_loop,
 )
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import BudgetReachedError, PromptOverCapError
 from protocol.records import ModelDaySpend
 from protocol.settings import BudgetSettings, ModelPrice, PriceTable

@@ -24,7 +24,7 @@ from actors.models.cli_prompt import answer_schema, parse_answer, render_prompt
 from actors.models.registry import model_for
 from actors.worker import failure_reason
 from cluster.commands import hook_fast
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import SettingsError
 from protocol.outcomes import FAILURE_HELP, explain_failure
 from protocol.settings import CLAUDE_CODE_CONTEXT_WINDOW, DEFAULT_CLI_MAX_BUDGET_USD

@@ -12,7 +12,7 @@ import pytest
 from actors.queue.actor import QueueActor
 from actors.queue.figures import ModelUsage, QueueFigures
 from actors.queue.retry import RetryPolicy
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.outcomes import JobFailed, JobSucceeded

@@ -8,7 +8,7 @@ from actors.read.fusion import apply_rerank, collapse_to_memories, rrf_fuse
 from actors.read.hybrid import hybrid_answer, run_hybrid_search
 from actors.read.retrieval import query_text_for_embedding
 from actors.read.search_arguments import validate_search_arguments
-from persistence.search_request import DateBounds, SearchRequest
+from persistence.search.request import DateBounds, SearchRequest
 from persistence.semantic.candidates import filter_store_hits, store_fetch_size
 from protocol.semantic import (
     Retrieval,

@@ -26,10 +26,10 @@ from actors.read.ranking import (
     unknown_names,
 )
 from actors.read.retrieval import retrieve
-from persistence.search_request import TimeWindow
+from persistence.search.request import TimeWindow
 from persistence.semantic import SemanticIndex
 from persistence.semantic.keyword import KeywordIndex
-from persistence.store import Store
+from persistence.writers.store import Store
 from tests.unit.persistence.semantic.conftest import Memories, RecordingWriter, semantic_settings
 
 

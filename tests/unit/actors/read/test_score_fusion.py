@@ -9,7 +9,7 @@ from actors.indexer.sync import synchronize
 from actors.read.fusion import convex_fuse, rrf_fuse
 from actors.read.retrieval import retrieve
 from persistence.semantic import SemanticIndex
-from persistence.store import Store
+from persistence.writers.store import Store
 from tests.unit.persistence.semantic.conftest import Memories, RecordingWriter, semantic_settings
 
 

@@ -9,8 +9,8 @@ import pytest
 from actors.models.chat import OpenAIChatModel
 from actors.reflector.pipeline import reflect_generation
 from actors.worker import failure_reason
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import BudgetReachedError, PromptOverCapError
 from protocol.records import TokenUsageRecord
 from protocol.settings import BudgetSettings, OmSettings

@@ -9,8 +9,8 @@ import pytest
 from actors.models.chat import ModelCallError, OpenAIChatModel
 from actors.reflector.core import ReflectPayloadError
 from actors.reflector.pipeline import ReflectResult, reflect_generation
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import ConflictError
 from protocol.jobs import ReflectGenerationJob
 from protocol.records import ActivityRecord, ObservationRecord, Relevance

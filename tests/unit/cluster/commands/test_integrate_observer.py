@@ -27,8 +27,8 @@ from cluster.commands.integrate_observer import (
     probe_cli,
     with_model,
 )
-from persistence.settings_file import load_settings
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.file import load_settings
+from persistence.settings.parse import settings_from_mapping
 
 HAIKU = "claude-code/haiku"
 REAL_RUN_PROBE = integrate_observer.run_probe

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster.servers.ui_server import UiBackend, UiProject
-from persistence.settings_parse import settings_from_mapping
-from persistence.store import Store
+from persistence.settings.parse import settings_from_mapping
+from persistence.writers.store import Store
 from protocol.records import TokenUsageRecord
 
 

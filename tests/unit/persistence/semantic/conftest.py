@@ -14,9 +14,9 @@ import pytest
 from actors.indexer.sync import synchronize
 from actors.read.hybrid import run_hybrid_search
 from actors.read.retrieval import retrieve
-from persistence.search_request import SearchRequest
+from persistence.search.request import SearchRequest
 from persistence.semantic import SemanticIndex
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
 
 _WORD = re.compile(r"[^\W_]+")

@@ -15,7 +15,7 @@ from actors.indexer.sync import synchronize
 from actors.read.retrieval import retrieve
 from persistence.semantic import MANIFEST_FILE, VECTOR_FILE, SemanticIndex, SemanticSourceReader
 from persistence.semantic.manifest import Manifest
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.semantic import SemanticSearchError, parent_key
 from tests.unit.persistence.semantic.conftest import (
     HashEmbedder,

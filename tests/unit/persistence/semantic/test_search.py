@@ -13,7 +13,7 @@ import pytest
 
 from actors.indexer.sync import synchronize
 from actors.read.retrieval import retrieve
-from persistence.search_request import DateBounds
+from persistence.search.request import DateBounds
 from persistence.semantic import KEYWORD_DIR, VECTOR_FILE, SemanticIndex, SemanticSourceReader
 from protocol.semantic import SemanticSearchError
 from protocol.settings import EmbeddingApiSettings, SemanticSettings

@@ -13,7 +13,7 @@ from actors.read.retrieval import retrieve
 from actors.read.service import memory_search, recall
 from persistence.semantic import SemanticIndex
 from persistence.semantic.manifest import Manifest
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.events import SessionEvent
 from protocol.identities import transcript_event_id
 from protocol.records import CoveragePart, ObservationRecord, SourceRef, TranscriptEntry
