@@ -90,6 +90,12 @@ DEFAULT_MAX_PROMPT_TOKENS = 100_000
 calls at the default batching send some 10,000-20,000; the cap binds catching up on a backlog (and
 the 200,000-token windows of the agent-login providers), and leaves the Reflector room for an active
 pool of twice ``reflect_after_observation_tokens`` (40,000)."""
+ANTHROPIC_PROVIDER = "anthropic"
+"""Name of the provider that calls the Anthropic Messages API with the official SDK (an API key)."""
+ANTHROPIC_CONTEXT_WINDOW = 200_000
+"""Default context window of ``anthropic`` models."""
+ANTHROPIC_API_KEY_ENV = "ANTHROPIC_API_KEY"
+"""Default ``providers.anthropic.api_key_env``."""
 BUILTIN_EMBEDDING_MODEL = "builtin/all-minilm-l6-v2"
 """``semantic.embedding_api.model_id`` of the offline embedder (all-MiniLM-L6-v2, no ``base_url`` needed)."""
 BUILTIN_EMBEDDING_BATCH_SIZE = 32
@@ -188,12 +194,13 @@ class ProviderSettings(_Settings):
 
     name: str = Field(min_length=1)
     """Provider name, the part of the model reference before the first ``/``."""
-    kind: Literal["builtin", "openai_compatible", "claude_code", "codex"]
+    kind: Literal["builtin", "openai_compatible", "claude_code", "codex", "anthropic"]
     """``builtin`` runs in-process with no network; ``claude_code`` and ``codex`` run the agent's CLI
-    on the user's login (:data:`CLAUDE_CODE_PROVIDER`, :data:`CODEX_PROVIDER`); others are
-    OpenAI-compatible HTTP endpoints."""
+    on the user's login (:data:`CLAUDE_CODE_PROVIDER`, :data:`CODEX_PROVIDER`); ``anthropic`` calls the
+    Anthropic Messages API (:data:`ANTHROPIC_PROVIDER`); others are OpenAI-compatible HTTP endpoints."""
     base_url: str | None = None
-    """HTTP(S) base URL (``None`` for ``builtin``, ``claude_code``, and ``codex`` on its own login)."""
+    """HTTP(S) base URL (``None`` for ``builtin``, ``claude_code``, ``codex`` on its own login, and
+    ``anthropic`` at its default endpoint)."""
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (never the key itself)."""
     context_window: int = Field(ge=1, le=MAX_CONTEXT_WINDOW)
@@ -226,6 +233,14 @@ CODEX_PROVIDER_SETTINGS = ProviderSettings(
     name=CODEX_PROVIDER, kind="codex", context_window=CODEX_CONTEXT_WINDOW, command=CODEX_COMMAND
 )
 """``codex`` when the settings do not define it."""
+
+ANTHROPIC_PROVIDER_SETTINGS = ProviderSettings(
+    name=ANTHROPIC_PROVIDER,
+    kind="anthropic",
+    context_window=ANTHROPIC_CONTEXT_WINDOW,
+    api_key_env=ANTHROPIC_API_KEY_ENV,
+)
+"""``anthropic`` when not defined: the default endpoint, its key in ``ANTHROPIC_API_KEY``."""
 
 
 class ModelPrice(_Settings):
@@ -350,6 +365,8 @@ class OmSettings(_Settings):
             return CLAUDE_CODE_PROVIDER_SETTINGS
         if name == CODEX_PROVIDER:
             return CODEX_PROVIDER_SETTINGS
+        if name == ANTHROPIC_PROVIDER:
+            return ANTHROPIC_PROVIDER_SETTINGS
         raise SettingsError(f"provider {name!r} is not defined in observational_memory.providers.")
 
     def model_provider(self) -> ProviderSettings:

@@ -1,9 +1,10 @@
-"""The ``budget`` block of the settings: daily caps and the per-call prompt cap (issue 41 item 3).
+"""The money blocks of the settings: ``prices`` (what tokens cost) and ``budget`` (daily caps and the
+per-call prompt cap, issue 41 item 3).
 
-A pure function of the block as the YAML loader produced it (plus the two settings it is checked
-against); :func:`persistence.settings.parse.settings_from_mapping` calls it. Absent keys take the
-defaults of :class:`protocol.settings.BudgetSettings`; ``null`` turns a cap off; anything else out of
-range is a :class:`~protocol.errors.SettingsError` naming the key.
+Pure functions of the blocks as the YAML loader produced them (the budget also of the two settings
+it is checked against); :func:`persistence.settings.parse.settings_from_mapping` calls them. Absent
+budget keys take the defaults of :class:`protocol.settings.BudgetSettings`; ``null`` turns a cap off;
+anything else out of range is a :class:`~protocol.errors.SettingsError` naming the key.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from typing import Any, Final
 
 from protocol import settings_limits as limits
 from protocol.errors import SettingsError
-from protocol.settings import DEFAULT_DAILY_TOKENS, DEFAULT_MAX_PROMPT_TOKENS, BudgetSettings, PriceTable
+from protocol.settings import (
+    DEFAULT_DAILY_TOKENS,
+    DEFAULT_MAX_PROMPT_TOKENS,
+    BudgetSettings,
+    ModelPrice,
+    PriceTable,
+)
 
 PROMPT_CAP_REFLECT_FACTOR: Final = 2
 """``budget.max_prompt_tokens`` must be at least this many times ``reflect_after_observation_tokens``:
@@ -33,6 +40,30 @@ def _budget_count(
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SettingsError(f"budget.{key} must be a whole number from {low} to {high}, or null for no cap.")
     return value
+
+
+def prices_from_mapping(value: object) -> PriceTable | None:
+    """The optional ``prices`` block: money per million tokens of each ``provider/model``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SettingsError("observational_memory.prices must be a mapping.")
+    currency = value.get("currency", "USD")
+    models = value.get("models", {})
+    if not isinstance(currency, str) or not currency.strip() or not isinstance(models, Mapping):
+        raise SettingsError("prices needs a currency name and a models mapping of provider/model to prices.")
+    table: dict[str, ModelPrice] = {}
+    for model, entry in models.items():
+        if not isinstance(model, str) or "/" not in model or not isinstance(entry, Mapping):
+            raise SettingsError(f"prices.models entry {model!r} must map provider/model to prices.")
+        try:
+            table[model] = ModelPrice.model_validate(dict(entry))
+        except ValueError:
+            raise SettingsError(
+                f"prices.models[{model!r}] needs prompt and completion (and may give cached_prompt), "
+                f"each a finite number from 0 to {limits.MAX_PRICE:g} per million tokens."
+            ) from None
+    return PriceTable(currency=currency.strip(), models=table)
 
 
 def budget_from_mapping(value: object, reflect_after: int, prices: PriceTable | None) -> BudgetSettings:

@@ -19,12 +19,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from persistence.settings.budget import budget_from_mapping
+from persistence.settings.budget import budget_from_mapping, prices_from_mapping
 from persistence.settings.keys import BLOCK_NAME, check_known_keys, misspelt_block, unknown_key_message
 from protocol import settings_limits as limits
 from protocol.errors import SettingsError
 from protocol.redact import compile_custom_patterns
 from protocol.settings import (
+    ANTHROPIC_PROVIDER,
+    ANTHROPIC_PROVIDER_SETTINGS,
     BASE_URL_MESSAGE,
     BUILTIN_EMBEDDING_BATCH_SIZE,
     BUILTIN_EMBEDDING_MODEL,
@@ -46,9 +48,7 @@ from protocol.settings import (
     DEFAULT_VERSION,
     TOKEN_ENCODINGS,
     EmbeddingApiSettings,
-    ModelPrice,
     OmSettings,
-    PriceTable,
     ProviderSettings,
     RerankerApiSettings,
     SemanticSettings,
@@ -267,6 +267,16 @@ def _provider_from_mapping(name: object, entry: object) -> ProviderSettings:
     if name in _CLI_PROVIDER_KEYS:
         return _cli_provider(where, entry, CODEX_PROVIDER_SETTINGS if name == CODEX_PROVIDER else None)
     base_url, api_key_env = _endpoint(where, entry)
+    if name == ANTHROPIC_PROVIDER:  # the Messages API: every key optional (the SDK's endpoint, its key)
+        default = ANTHROPIC_PROVIDER_SETTINGS
+        return default.model_copy(
+            update={
+                "base_url": base_url,
+                "api_key_env": api_key_env or default.api_key_env,
+                "context_window": _context_window(where, entry.get("context_window", default.context_window)),
+                "timeout_s": _timeout(where, entry.get("timeout_s", default.timeout_s)),
+            }
+        )
     if base_url is None:
         raise SettingsError(f"{where}.base_url must be an HTTP(S) URL with a host and no credentials.")
     context_window = entry.get("context_window")
@@ -404,29 +414,6 @@ def _observer_number(observer: Mapping[str, Any], key: str, default: float, maxi
     return float(value)
 
 
-def _prices(value: object) -> PriceTable | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise SettingsError("observational_memory.prices must be a mapping.")
-    currency = value.get("currency", "USD")
-    models = value.get("models", {})
-    if not isinstance(currency, str) or not currency.strip() or not isinstance(models, Mapping):
-        raise SettingsError("prices needs a currency name and a models mapping of provider/model to prices.")
-    table: dict[str, ModelPrice] = {}
-    for model, entry in models.items():
-        if not isinstance(model, str) or "/" not in model or not isinstance(entry, Mapping):
-            raise SettingsError(f"prices.models entry {model!r} must map provider/model to prices.")
-        try:
-            table[model] = ModelPrice.model_validate(dict(entry))
-        except ValueError:
-            raise SettingsError(
-                f"prices.models[{model!r}] needs prompt and completion (and may give cached_prompt), "
-                f"each a finite number from 0 to {limits.MAX_PRICE:g} per million tokens."
-            ) from None
-    return PriceTable(currency=currency.strip(), models=table)
-
-
 def _redact_patterns(privacy: object) -> tuple[str, ...]:
     if privacy is None:
         return ()
@@ -464,7 +451,7 @@ def settings_from_mapping(data: Mapping[str, Any] | None) -> OmSettings:
         DEFAULT_REFLECT_AFTER_OBSERVATION_TOKENS,
         "reflector.reflect_after_observation_tokens",
     )
-    prices = _prices(data.get("prices"))
+    prices = prices_from_mapping(data.get("prices"))
     return OmSettings(
         database=database if isinstance(database, str) and database.strip() != "" else DEFAULT_DATABASE,
         model=model or BUILTIN_MODEL,

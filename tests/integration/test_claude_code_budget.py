@@ -141,6 +141,8 @@ def test_a_budget_reached_holds_the_jobs_and_releases_them_after_the_cap_is_rais
         assert len(held_events) == 1 and "budget.daily_usd" in held_events[0]["payload"]["message"]
         # Search and the projection keep working while observing is held.
         assert "Entry 1 of s-budget" in client.project(SESSION)
+        found = client.memory_search({"query": "Entry 1 of s-budget", "mode": "exact"})
+        assert found.get("results"), "search stopped while observing was held"
         budget = client.budget()
         assert budget["reached"] == "budget_usd" and float(budget["usd"]) >= usage.cost_usd  # type: ignore[arg-type]
 
