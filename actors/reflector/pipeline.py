@@ -125,7 +125,7 @@ class ReflectResult(ModelSpend):
     """Observations left out of the promoted generation."""
     retained: int = 0
     """Observations linked to the promoted generation."""
-    usage_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    usage_by_kind: dict[str, dict[str, float]] = field(default_factory=dict)
     """The token counts above split by stage (``reflect``, ``drop``), for the token metrics."""
     dropper_skipped: str | None = None
     """Why the Dropper was due but not called: the day's budget (``budget_tokens``, ``budget_usd``)
@@ -146,6 +146,8 @@ class ReflectResult(ModelSpend):
         counts["prompt_tokens"] += loop.prompt_tokens
         counts["cached_prompt_tokens"] += loop.cached_prompt_tokens
         counts["completion_tokens"] += loop.completion_tokens
+        if loop.cost_usd is not None:
+            counts["cost_usd"] = counts.get("cost_usd", 0.0) + loop.cost_usd
         record_loop_usage(
             ports.store,
             loop,

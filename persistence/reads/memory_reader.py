@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from sqlalchemy import Connection, Engine, Row, case, func, literal, null, or_, select, text
+from sqlalchemy import Connection, Engine, Row, func, or_, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from persistence.database import schema
 from persistence.database.connection import DatabaseMissingError, open_read_engine
 from persistence.database.migrations import known_tables, tables_created_by
 from persistence.database.sql_values import in_batches, json_list
+from persistence.reads import usage
 from persistence.reads.coverage_watermark import CoverageInterval, contiguous_end
 from persistence.reads.projection_sql import FIRST_SOURCE_SEQ_SQL
 from protocol.errors import StorageError
@@ -42,23 +43,6 @@ from protocol.records import (
 )
 
 T = TypeVar("T")
-
-
-def _has_cost_column(conn: Connection) -> bool:
-    """True when ``omray_token_usage`` has ``cost_usd`` (migration ``omray_017_budget``; a reader may
-    open a file no writer has migrated yet)."""
-    return any(row[1] == "cost_usd" for row in conn.exec_driver_sql("PRAGMA table_info(omray_token_usage)"))
-
-
-def _usage_sums(conn: Connection) -> list[Any]:
-    """The summed columns of a token usage report (``cost_usd``: NULL when no row reported one)."""
-    table = schema.omray_token_usage
-    sums: list[Any] = [
-        func.sum(table.c[name]).label(name)
-        for name in ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens")
-    ]
-    sums.append((func.sum(table.c.cost_usd) if _has_cost_column(conn) else null()).label("cost_usd"))
-    return sums
 
 
 class _Result(BaseModel):
@@ -551,70 +535,16 @@ class MemoryReader:
 
     def token_usage(self, run_id: str | None = None) -> list[TokenUsageTotal]:
         """Summed token usage per session, job kind and model (one session's, or every session's)."""
-
-        def query(conn: Connection) -> list[TokenUsageTotal]:
-            table = schema.omray_token_usage
-            keys = (table.c.run_id, table.c.job_kind, table.c.model)
-            statement = select(*keys, *_usage_sums(conn)).group_by(*keys).order_by(*keys)
-            if run_id is not None:
-                statement = statement.where(table.c.run_id == run_id)
-            return [TokenUsageTotal(**row._asdict()) for row in conn.execute(statement)]
-
-        return self._run(query, [], ("omray_token_usage",))
+        return usage.token_usage(self._run, run_id)
 
     def token_usage_by_day(self, since_day: str, run_id: str | None = None) -> list[TokenUsageDay]:
-        """Summed token usage per UTC day (from ``since_day``, ``YYYY-MM-DD``), session, job kind and
+        """Summed token usage per UTC day from ``since_day`` (``YYYY-MM-DD``), session, job kind and
         model, newest day first (one session's, or every session's)."""
-
-        def query(conn: Connection) -> list[TokenUsageDay]:
-            table = schema.omray_token_usage
-            day = func.substr(table.c.recorded_at, 1, 10).label("day")
-            keys = (day, table.c.run_id, table.c.job_kind, table.c.model)
-            statement = (
-                select(*keys, *_usage_sums(conn))
-                .where(table.c.recorded_at >= since_day)
-                .group_by(*keys)
-                .order_by(day.desc(), table.c.run_id, table.c.job_kind, table.c.model)
-            )
-            if run_id is not None:
-                statement = statement.where(table.c.run_id == run_id)
-            return [TokenUsageDay(**row._asdict()) for row in conn.execute(statement)]
-
-        return self._run(query, [], ("omray_token_usage",))
+        return usage.token_usage_by_day(self._run, since_day, run_id)
 
     def spend_since(self, since: str) -> list[ModelDaySpend]:
-        """What each model spent in the rows recorded at or after ``since`` (UTC ISO-8601, as the rows
-        hold their times), over every session: the daily budget's input. One indexed range read."""
-
-        def query(conn: Connection) -> list[ModelDaySpend]:
-            table = schema.omray_token_usage
-            cost = table.c.cost_usd if _has_cost_column(conn) else None
-
-            def unreported(column: Any) -> Any:
-                if cost is None:
-                    return func.sum(column)
-                return func.sum(case((cost.is_(None), column), else_=0))
-
-            statement = (
-                select(
-                    table.c.model,
-                    func.sum(table.c.requests).label("requests"),
-                    func.sum(table.c.prompt_tokens).label("prompt_tokens"),
-                    func.sum(table.c.cached_prompt_tokens).label("cached_prompt_tokens"),
-                    func.sum(table.c.completion_tokens).label("completion_tokens"),
-                    (func.total(cost) if cost is not None else literal(0.0)).label("reported_usd"),
-                    unreported(table.c.prompt_tokens).label("unreported_prompt_tokens"),
-                    unreported(table.c.cached_prompt_tokens).label("unreported_cached_prompt_tokens"),
-                    unreported(table.c.completion_tokens).label("unreported_completion_tokens"),
-                    unreported(table.c.requests).label("unreported_requests"),
-                )
-                .where(table.c.recorded_at >= since)
-                .group_by(table.c.model)
-                .order_by(table.c.model)
-            )
-            return [ModelDaySpend(**row._asdict()) for row in conn.execute(statement)]
-
-        return self._run(query, [], ("omray_token_usage",))
+        """What each model spent since ``since`` (UTC ISO-8601), over every session (the daily budget)."""
+        return usage.spend_since(self._run, since)
 
     def activity(self, run_id: str) -> ActivityRecord | None:
         """The session's live activity row as stored (freshness is the caller's decision)."""

@@ -151,3 +151,26 @@ def test_a_correction_round_over_the_cap_is_not_sent_and_the_loop_stops() -> Non
     assert result.cost_usd == 0.5
     unlimited = loop(Recorder(), None)
     assert unlimited.rounds == 5 and unlimited.cost_usd is None
+
+
+def test_a_reported_cost_feeds_the_cost_metric_when_no_price_covers_the_model() -> None:
+    from actors.models.usage import with_cost
+    from actors.queue.figures import usage_of
+
+    observe = {"model": "claude-code/haiku", "prompt_tokens": 10, "completion_tokens": 2, "cost_usd": 0.004}
+    [usage] = usage_of("observational_memory.observe_boundary", with_cost(observe, None, "observe"))
+    assert (usage.kind, usage.cost, usage.currency) == ("observe", 0.004, "USD")
+    split = {
+        "model": "claude-code/haiku",
+        "usage_by_kind": {
+            "reflect": {"prompt_tokens": 5, "completion_tokens": 1, "cost_usd": 0.01},
+            "drop": {"prompt_tokens": 3, "completion_tokens": 1},
+        },
+    }
+    found = {u.kind: (u.cost, u.currency) for u in usage_of("x", with_cost(split, PRICES, "reflect"))}
+    assert found == {"reflect": (0.01, "USD"), "drop": (None, "")}
+    # What a provider reports wins over the price table (as in the daily budget); the table prices the rest.
+    both = {"model": "local/m", "prompt_tokens": 1_000_000, "completion_tokens": 0, "cost_usd": 9.0}
+    assert with_cost(both, PRICES, "observe")["cost"] == {"currency": "USD", "by_kind": {"observe": 9.0}}
+    priced = {"model": "local/m", "prompt_tokens": 1_000_000, "completion_tokens": 0}
+    assert with_cost(priced, PRICES, "observe")["cost"] == {"currency": "USD", "by_kind": {"observe": 1.0}}
