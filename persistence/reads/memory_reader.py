@@ -26,7 +26,7 @@ from persistence.database import schema
 from persistence.database.connection import DatabaseMissingError, open_read_engine
 from persistence.database.migrations import known_tables, tables_created_by
 from persistence.database.sql_values import in_batches, json_list
-from persistence.reads import usage_queries
+from persistence.reads import usage
 from persistence.reads.coverage_watermark import CoverageInterval, contiguous_end
 from persistence.reads.projection_sql import FIRST_SOURCE_SEQ_SQL
 from protocol.errors import StorageError
@@ -535,16 +535,16 @@ class MemoryReader:
 
     def token_usage(self, run_id: str | None = None) -> list[TokenUsageTotal]:
         """Summed token usage per session, job kind and model (one session's, or every session's)."""
-        return usage_queries.token_usage(self._run, run_id)
+        return usage.token_usage(self._run, run_id)
 
     def token_usage_by_day(self, since_day: str, run_id: str | None = None) -> list[TokenUsageDay]:
         """Summed token usage per UTC day from ``since_day`` (``YYYY-MM-DD``), session, job kind and
         model, newest day first (one session's, or every session's)."""
-        return usage_queries.token_usage_by_day(self._run, since_day, run_id)
+        return usage.token_usage_by_day(self._run, since_day, run_id)
 
     def spend_since(self, since: str) -> list[ModelDaySpend]:
         """What each model spent since ``since`` (UTC ISO-8601), over every session (the daily budget)."""
-        return usage_queries.spend_since(self._run, since)
+        return usage.spend_since(self._run, since)
 
     def activity(self, run_id: str) -> ActivityRecord | None:
         """The session's live activity row as stored (freshness is the caller's decision)."""

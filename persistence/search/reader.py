@@ -21,7 +21,7 @@ from typing import Any, Final
 from sqlalchemy import Connection, Row, text
 
 from persistence.database import schema
-from persistence.database.migrations import (
+from persistence.database.omray_tables import (
     OBSERVATION_ORDER_INDEX,
     OBSERVATION_TRIGRAM_TABLE,
     REFLECTION_ORDER_INDEX,

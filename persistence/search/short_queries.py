@@ -23,7 +23,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
-from persistence.database.migrations import TRIGRAM_TOKENIZER
+from persistence.database.omray_tables import TRIGRAM_TOKENIZER
 
 SHORT_QUERY_CHARACTERS: Final = (1, 2)
 """Query lengths the candidates here serve (longer ones use the trigram phrase)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from persistence.database import schema
-from persistence.database.migrations import (
+from persistence.database.omray_tables import (
     ALL_TAIL_INDEXES,
     OBSERVATION_ORDER_INDEX,
     OBSERVATION_TRIGRAM_TABLE,

@@ -189,7 +189,14 @@ class CandidateReader(DerivedIndex):
                 self._mark_dirty(state)
                 logger.warning("om.semantic.query_dimensions_changed", extra={"dimensions": len(vector)})
                 raise SemanticSearchError("embedding_dimensions_changed", QUERY_DIMENSIONS_MESSAGE)
-            return self._read_guarded(tokens, vector, bounds, partial, state)
+            try:
+                return self._read(tokens, vector, bounds, partial, state)
+            except sqlite3.Error as exc:
+                if _is_transient(exc):
+                    raise  # healthy embeddings are kept: a busy file is no reason to rebuild
+                self._corrupt(state, exc)
+            except (DerivedIndexError, RuntimeError, ValueError, KeyError) as exc:
+                self._corrupt(state, exc)
 
     def covering_memories(self, events: Sequence[tuple[str, int]]) -> dict[tuple[str, int], SourceMemory]:
         """For each ``(session, seq)``, the observation that covers the event (those without one left
@@ -206,23 +213,6 @@ class CandidateReader(DerivedIndex):
         if state.dimensions == 0:
             raise self._building()
         return not state.complete or state.source_hash != fingerprint.digest()
-
-    def _read_guarded(
-        self,
-        tokens: Sequence[str],
-        vector: Sequence[float],
-        bounds: DateBounds,
-        partial: bool,
-        state: SemanticState,
-    ) -> CandidateScores:
-        try:
-            return self._read(tokens, vector, bounds, partial, state)
-        except sqlite3.Error as exc:
-            if _is_transient(exc):
-                raise  # healthy embeddings are kept: a busy file is no reason to rebuild
-            self._corrupt(state, exc)
-        except (DerivedIndexError, RuntimeError, ValueError, KeyError) as exc:
-            self._corrupt(state, exc)
 
     def _corrupt(self, state: SemanticState, exc: BaseException) -> NoReturn:
         self._mark_dirty(state)

@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, text
 
-from persistence.database.migrations import ROW_COUNT_TABLE, row_count_trigger
+from persistence.database.omray_tables import ROW_COUNT_TABLE, row_count_trigger
 from persistence.database.sql_values import in_batches, json_list
 from persistence.reads.memory_reader import MemoryReader, select_covering_ids
 from protocol.canonical import canonical_json, sha256_hex

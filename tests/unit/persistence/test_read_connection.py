@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from actors.read.projector import assemble_active_memory, render_active_memory
 from actors.read.service import project
-from persistence.database.migrations import OBSERVATION_LINE_TABLE
 from persistence.database.read_connection import MEMO_ENTRIES, SnapshotReader
 from persistence.reads.projection import ProjectionLines, select_projection_lines
+from persistence.reads.projection_sql import OBSERVATION_LINE_TABLE
 from persistence.search.reader import SearchReader
 from persistence.writers.store import Store
 from protocol.errors import StorageError

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from actors.read.search import search_in_memory
 from actors.read.search_arguments import validate_search_arguments
 from actors.read.service import exact_search
-from persistence.database.migrations import (
+from persistence.database.omray_tables import (
     OBSERVATION_TRIGRAM_TABLE,
     REFLECTION_TRIGRAM_TABLE,
     TAIL_INDEXES,

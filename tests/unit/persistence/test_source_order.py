@@ -254,7 +254,7 @@ def test_sql_first_source_seq_equals_the_records_rule(refs: list[dict[str, objec
 
 
 def test_a_database_of_the_minute_order_is_migrated_to_source_order(tmp_path: Path) -> None:
-    from persistence.database import migrations
+    from persistence.database import migrations, omray_tables
 
     db_path = tmp_path / "om.sqlite"
     drawn: list[DrawnObservation] = [
@@ -272,7 +272,7 @@ def test_a_database_of_the_minute_order_is_migrated_to_source_order(tmp_path: Pa
             " ('trigger', 'table') AND name NOT LIKE 'sqlite_%' ORDER BY type = 'table'"
         ).fetchall():
             conn.execute(f"DROP {kind.upper()} IF EXISTS {name}")
-        for statement in (*migrations._observation_line_ddl_v1(), *migrations._projection_cache_ddl_v1()):
+        for statement in (*omray_tables.observation_line_ddl_v1(), *omray_tables.projection_cache_ddl_v1()):
             conn.execute(statement)
         conn.execute("DELETE FROM om_schema_version WHERE version = ?", (step.version,))
     conn.close()

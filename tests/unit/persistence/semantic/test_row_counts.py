@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from persistence.database.migrations import COUNTED_TABLES, ROW_COUNT_TABLE, row_count_trigger
+from persistence.database.omray_tables import COUNTED_TABLES, ROW_COUNT_TABLE, row_count_trigger
 from persistence.semantic import SemanticSourceReader
 from persistence.writers.store import Store
 from tests.unit.persistence.semantic.conftest import Memories
