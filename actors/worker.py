@@ -20,11 +20,13 @@ from typing import Any, ClassVar, Protocol
 from pydantic import ValidationError
 
 from protocol.errors import (
+    BudgetReachedError,
     ConflictError,
     EventsFileError,
     EventsMismatchError,
     EventsMissingError,
     InvalidPayloadError,
+    PromptOverCapError,
     SettingsError,
     StoreFileReplacedError,
 )
@@ -47,9 +49,11 @@ from protocol.outcomes import (
     REASON_MODEL_NOT_FOUND,
     REASON_MODEL_QUOTA,
     REASON_MODEL_UNREACHABLE,
+    REASON_PROMPT_OVER_CAP,
     REASON_SETTINGS,
     EventsLocation,
     JobFailed,
+    JobHeld,
     JobSucceeded,
 )
 from protocol.placement import DataNodeLostError
@@ -139,6 +143,8 @@ def failure_reason(exc: BaseException) -> tuple[str, bool]:
         return "invalid_payload", True
     if isinstance(exc, ConflictError):
         return "conflict", True
+    if isinstance(exc, PromptOverCapError):
+        return REASON_PROMPT_OVER_CAP, False  # the same prompt is over the same cap: fix the settings
     # By class name: the model clients are imported only by the jobs that call a model.
     names = {cls.__name__ for cls in type(exc).__mro__}
     if "MissingApiKeyError" in names:
@@ -305,12 +311,38 @@ class WorkerActor:
         try:
             handler = self._hosted.get(envelope.handler_id, self._handler)
             detail = handler(envelope, attempt, self._context) or {}
+        except BudgetReachedError as reached:  # not a failure: the queue holds the job
+            return self._held(envelope.job_id, attempt, reached)
         except Exception as exc:  # never raise across the actor boundary
             return self._failure(envelope.job_id, attempt, exc)
         elapsed_ms = (time.monotonic() - started) * 1000.0
         return JobSucceeded(
             job_id=envelope.job_id, detail={**dict(detail), "elapsed_ms": round(elapsed_ms, 3)}
         ).model_dump()
+
+    def _held(self, job_id: str, attempt: int, reached: BudgetReachedError) -> dict[str, Any]:
+        """The held value of an attempt that found the project's daily budget used up (nothing was
+        sent); a failure value if it cannot be built (it must not raise)."""
+        logger.info(
+            "job held by the daily budget",
+            extra={
+                "job_id": job_id,
+                "handler_id": self.handler_id,
+                "attempt": attempt,
+                "reason": reached.reason,
+            },
+        )
+        try:
+            return JobHeld(
+                job_id=job_id,
+                reason=reached.reason,
+                until=reached.until,
+                spent=reached.spent,
+                cap=reached.cap,
+                settings_fingerprint=reached.settings_fingerprint,
+            ).model_dump()
+        except ValidationError:
+            return JobFailed(job_id=job_id, retryable=True, reason="transient_runtime").model_dump()
 
     def _failure(self, job_id: str, attempt: int, exc: Exception) -> dict[str, Any]:
         """The failure value of an attempt that raised ``exc`` (built so that it cannot raise itself:
@@ -344,7 +376,7 @@ class WorkerActor:
     def shutdown(self) -> int:
         """Close the model, embedding and rerank clients of this process; returns how many were open.
 
-        Called before the actor is killed (``omray down``, :func:`cluster.runtime.remove_runtime`),
+        Called before the actor is killed (``omray down``, :func:`cluster.named_actors.remove_runtime`),
         since a killed process runs no exit hooks. A job still running builds a new client if it
         needs one.
         """

@@ -31,8 +31,8 @@ from typing import Any
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
-from persistence.queries import MemoryReader
-from persistence.settings_parse import settings_from_mapping
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.parse import settings_from_mapping
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import Reply, ScriptedServer
 

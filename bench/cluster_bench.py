@@ -2,7 +2,7 @@
 
 One ``ray.cluster_utils.Cluster`` of ``--nodes`` nodes on this machine: the head ``n0`` (agents and
 queue) and ``n1``..: each a data node of one project (``storage.node``), every node with a folder
-of its own as its disk (the per-node guard of :mod:`persistence.node_disk` is on). Agents on the
+of its own as its disk (the per-node guard of :mod:`persistence.files.node_disk` is on). Agents on the
 head drive every session of every project, turn by turn, with the scripted model (a fixed latency
 per call, as a model endpoint has) and the built-in offline embedder (real CPU work), so their
 events travel to the data nodes and the worker pools spread over all nodes. The same workload then
@@ -97,7 +97,7 @@ def _free_port() -> int:
 
 
 def _node_args(disks: Path, name: str) -> dict[str, Any]:
-    from persistence.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
+    from persistence.files.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
     from protocol.placement import NODE_LABEL
 
     return {
@@ -132,9 +132,9 @@ class _Run:
     def __init__(self, disks: Path, nodes: list[str], server: Any, *, spread: bool, sessions: int) -> None:
         from cluster.client import OmrayClient
         from cluster.data_node import this_node
+        from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
         from cluster.naming import RuntimeNames
         from cluster.pools import PoolSizes
-        from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 
         self.placement = "spread" if spread else "one-node"
         self.names = RuntimeNames(prefix=f"bc{uuid.uuid4().hex[:8]}")
@@ -238,7 +238,7 @@ class _Run:
 
 
 def _one_run(disks: Path, nodes: list[str], server: Any, spread: bool, sessions: int) -> ClusterRun:
-    from cluster.runtime import remove_runtime
+    from cluster.named_actors import remove_runtime
 
     run = _Run(disks, nodes, server, spread=spread, sessions=sessions)
     try:
@@ -268,7 +268,7 @@ def run_cluster_bench(
     import ray
     from ray.cluster_utils import Cluster
 
-    from persistence.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
+    from persistence.files.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
     from testkit.scripted_models import ScriptedMemoryModel
     from testkit.scripted_server import ScriptedServer
 

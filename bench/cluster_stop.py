@@ -6,7 +6,7 @@ no Ray driver at all, like an agent: it starts its own head with ``omray up`` on
 private ``OMRAY_HOME``, joins it through :func:`cluster.connect` (whose client rejoins a restarted
 runtime by itself), and drives the workload of :mod:`bench.chaos_workload`. When the seeded
 request arrives at the scripted server (a model call is in flight), it stops exactly that head:
-:func:`cluster.bootstrap.stop_head` SIGTERMs, then SIGKILLs, every process of the head's session
+:func:`cluster.up_down.stop_head` SIGTERMs, then SIGKILLs, every process of the head's session
 (GCS, raylet, workers, actors), as ``ray stop`` would, but no other cluster of the machine. Then
 ``omray up`` starts a new head on the same port, which resumes the pending jobs from
 ``OMRAY_HOME``, and the driver goes on. At the end ``omray down`` stops the head and the process
@@ -79,7 +79,7 @@ class _Stopper(threading.Thread):
         while not self._go.wait(0.1):
             if self._done.is_set():
                 return
-        from cluster.bootstrap import stop_head
+        from cluster.up_down import stop_head
 
         started = time.monotonic()
         self.stopped_processes = stop_head(_session_dir(), grace_s=5.0)
@@ -93,8 +93,8 @@ class _Stopper(threading.Thread):
 
 def main(argv: list[str]) -> None:
     """Run the scenario described by the JSON in ``argv[0]``; print one JSON line."""
-    from cluster.bootstrap import stop_head
     from cluster.client import connect
+    from cluster.up_down import stop_head
 
     spec = json.loads(argv[0])
     workload = Workload(**spec["workload"])

@@ -3,8 +3,8 @@
 A temporary memory database gets ``size`` observations, each citing one transcript event
 (``bench.hybrid_bench.write_corpus``: the corpus of ``omray bench hybrid``), and the hybrid index is
 built as the indexer builds it. Then ``forgets`` memories are forgotten through
-:meth:`persistence.store.Store.forget` (the observation and its event, as ``omray memory forget``
-does), and :meth:`persistence.semantic.SemanticIndex.synchronize` is called as the index job calls
+:meth:`persistence.writers.store.Store.forget` (the observation and its event, as ``omray memory forget``
+does), and :func:`actors.indexer.sync.synchronize` is called as the index job calls
 it until it reports ``complete``, while another process searches without pause (queries of kept
 and forgotten memories, vectors ready). Reported:
 
@@ -45,14 +45,14 @@ from typing import Any, Final, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from actors.indexer.sync import JOB_BATCHES, embed_in_batches, synchronize
 from actors.models.offline_embedder import default_offline_embedder
+from actors.read.retrieval import query_text_for_embedding, retrieve
 from bench.hybrid_bench import CorpusMemory, memory_texts, write_corpus
 from bench.measure import percentile
-from persistence.semantic import JOB_BATCHES, SemanticIndex
-from persistence.semantic.build import embed_in_batches
-from persistence.semantic.retrieve import query_text_for_embedding
-from persistence.settings_parse import semantic_from_mapping
-from persistence.store import Store
+from persistence.semantic import SemanticIndex
+from persistence.settings.parse import semantic_from_mapping
+from persistence.writers.store import Store
 from protocol.forget import ForgetRequest
 from protocol.semantic import Embedder, SemanticSearchError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
@@ -144,7 +144,7 @@ def _search_loop(
             position += 1
             started = time.perf_counter()
             try:
-                answer = index.search(query, query_vector=vector, limit=10)
+                answer = retrieve(index, query, query_vector=vector, limit=10)
                 codes.append("partial" if answer.partial else "ok")
             except SemanticSearchError as exc:
                 codes.append(exc.code)
@@ -190,7 +190,7 @@ def _sync_until_complete(index: SemanticIndex, embedder: Embedder, batch: int) -
     """Whether any call rebuilt, and the chunks embedded, until the index reports complete."""
     rebuilt, embedded = False, 0
     while True:
-        result = index.synchronize(embedder, batch, batches=JOB_BATCHES)
+        result = synchronize(index, embedder, batch, batches=JOB_BATCHES)
         rebuilt = rebuilt or result.rebuilt
         embedded += result.embedded_chunks
         if result.complete:
@@ -198,7 +198,7 @@ def _sync_until_complete(index: SemanticIndex, embedder: Embedder, batch: int) -
 
 
 def _found(index: SemanticIndex, query: str, vector: list[float], memory_id: str) -> bool:
-    return memory_id in [memory.memory_id for memory in index.search(query, query_vector=vector).results]
+    return memory_id in [memory.memory_id for memory in retrieve(index, query, query_vector=vector).results]
 
 
 def run_forget_bench(
@@ -268,7 +268,7 @@ def run_forget_bench(
                 )
 
             def rebuild() -> tuple[bool, int]:
-                index.synchronize(embedder, api.batch_size, full_check=True)
+                synchronize(index, embedder, api.batch_size, full_check=True)
                 return _sync_until_complete(index, embedder, api.batch_size)
 
             rebuild_s, (_, rebuild_embedded) = searches.during(rebuild)

@@ -1,7 +1,7 @@
 """``omray bench hybrid``: backfill speed, search latency and recall@10 of hybrid retrieval.
 
 A temporary memory database gets ``size`` observations written through
-:class:`persistence.store.Store` (observer parts of 250, sessions of 500). Their texts are distinct
+:class:`persistence.writers.store.Store` (observer parts of 250, sessions of 500). Their texts are distinct
 user/assistant sentences of the real transcripts in ``../shared/data/transcripts`` (the material of
 ``bench.search_corpus``), paired into two-sentence observations once the distinct sentences run
 out; without that folder, generated sentences from a small coding vocabulary. Then:
@@ -11,9 +11,9 @@ it: an event holds its observation's text (the observation then only quotes it, 
 vector of its own), and for ``--source-share`` of them (default 0.2) one more corpus sentence, a
 detail the observation left out, which only the event's chunks hold.
 
-* **Backfill**: :meth:`persistence.semantic.SemanticIndex.synchronize` with the DEFAULT
+* **Backfill**: :func:`actors.indexer.sync.synchronize` with the DEFAULT
   offline embedder (all-MiniLM-L6-v2, int8 ONNX, loaded before timing), the settings' batch size
-  (32 chunks for the offline model) and :data:`persistence.semantic.JOB_BATCHES` batches per call,
+  (32 chunks for the offline model) and :data:`actors.indexer.sync.JOB_BATCHES` batches per call,
   as the indexer runs it, is called until it reports ``complete``. ``embedding_sentences_per_s``
   embeds the same chunk texts in the same batches with the embedder alone: the ceiling the backfill can
   approach, so ``backfill_vs_embedding`` isolates the index's own overhead (measured on the first
@@ -21,7 +21,7 @@ detail the observation left out, which only the event's chunks hold.
   seconds are given too because wall time on a shared machine is noisy. The original's figure
   (§17.2) is quoted next to it.
 * **Latency**: every labelled query is embedded first; ``search_p50_ms`` / ``search_p99_ms`` time
-  ``SemanticIndex.search(query, query_vector=..., limit=10)`` only. ``exact_p50_ms`` times
+  ``actors.read.retrieval.retrieve(index, query, query_vector=..., limit=10)`` only. ``exact_p50_ms`` times
   :func:`actors.read.service.exact_search` on the same query texts.
 * **Recall@10** on a labelled set built from the corpus. For each of ``targets`` memories (content
   unique in the corpus, at least 5 content words) three questions whose answer is that memory:
@@ -62,20 +62,20 @@ import hnswlib
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from actors.indexer.sync import JOB_BATCHES, embed_in_batches, synchronize
 from actors.models.offline_embedder import default_offline_embedder
+from actors.read.retrieval import query_text_for_embedding, retrieve
 from actors.read.search_arguments import validate_search_arguments
 from actors.read.service import exact_search
 from bench.hybrid_words import STOP_WORDS, SYNONYMS
 from bench.measure import percentile
 from bench.search_corpus import corpus_material, corpus_observation, corpus_part, corpus_timestamp
-from persistence.search_request import SearchRequest
-from persistence.semantic import JOB_BATCHES, SemanticIndex, query_tokens, tokenize
-from persistence.semantic.build import embed_in_batches
+from persistence.search.request import SearchRequest
+from persistence.semantic import SemanticIndex, query_tokens, tokenize
 from persistence.semantic.chunks import memory_chunks
-from persistence.semantic.retrieve import query_text_for_embedding
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
-from persistence.settings_parse import semantic_from_mapping
-from persistence.store import Store
+from persistence.settings.parse import semantic_from_mapping
+from persistence.writers.store import Store
 from protocol.identities import transcript_event_id
 from protocol.records import ObservationRecord, TranscriptEntry
 from protocol.semantic import ChunkingRules, Embedder, MemoryChunk, SourceMemory
@@ -181,7 +181,7 @@ _GENERATED_FILES = (
     "src/theme.ts",
     "actors/queue/state.py",
     "docs/search.md",
-    "persistence/store.py",
+    "persistence/writers/store.py",
     "cli/main.go",
     "web/app.tsx",
     "tests/test_retry.py",
@@ -587,7 +587,7 @@ def backfill(index: SemanticIndex, embedder: Embedder, batch_size: int) -> Backf
     started, cpu_started = time.perf_counter(), time.process_time()
     calls = embedded = 0
     while True:
-        result = index.synchronize(embedder, batch_size, batches=JOB_BATCHES)
+        result = synchronize(index, embedder, batch_size, batches=JOB_BATCHES)
         calls += 1
         embedded += result.embedded_chunks
         if result.complete:
@@ -635,7 +635,7 @@ def measure_queries(
     result = Measurements({mode: [] for mode in MODES}, embed_ms, [], [], [])
     for query, vector in zip(queries, vectors, strict=True):
         hybrid_ms, retrieval = _timed_ms(
-            functools.partial(index.search, query.query, query_vector=vector, limit=TOP_K)
+            functools.partial(retrieve, index, query.query, query_vector=vector, limit=TOP_K)
         )
         exact_ms, exact = _timed_ms(functools.partial(_exact_ids, db_path, query.query))
         if query.kind != "literal":  # latency over the semantic questions only

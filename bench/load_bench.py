@@ -62,9 +62,9 @@ import ray
 from bench.measure import percentile
 from bench.queue_bench import fixed_pools
 from cluster.client import OmrayClient
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from protocol.events import AfterTurnCommit, EventSummary
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import ScriptedServerProcess

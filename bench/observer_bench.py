@@ -37,11 +37,11 @@ from actors.models.tokens import token_counter
 from actors.observer.blocks import build_source_blocks
 from actors.observer.pipeline import ObserverPorts, observe_through
 from cluster.client import OmrayClient
-from persistence.events_reader import iter_events, read_event_window
+from persistence.files.events_reader import iter_events, read_event_window
 from persistence.importers import detect_format, import_transcript
-from persistence.queries import MemoryReader
-from persistence.settings_parse import settings_from_mapping
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.parse import settings_from_mapping
+from persistence.writers.store import Store
 from protocol.events import AfterTurnCommit, EventSummary, SessionEvent
 from protocol.jobs import ObserveBoundaryJob
 from testkit.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls

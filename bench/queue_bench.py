@@ -68,9 +68,9 @@ from pydantic import BaseModel, ConfigDict
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from bench.measure import percentile
+from cluster.named_actors import ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import ROLE_NAMES, PoolSizes
-from cluster.runtime import ensure_runtime, remove_runtime
 from protocol.errors import OmrayError
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,

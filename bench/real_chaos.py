@@ -66,9 +66,9 @@ from bench.chaos_workload import (
 )
 from bench.queue_bench import BenchError, MachineInfo, _Frozen, machine_info
 from cluster.client import OmrayClient
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 
 logger = logging.getLogger("omray.bench")

@@ -1,7 +1,7 @@
 """``omray bench recall``: memory search recall on LongMemEval and BEAM, through the real runtime.
 
 Every history goes through the product path with default settings: a private Ray cluster runs
-omray's queue and worker pools (:func:`cluster.runtime.ensure_runtime`, default pool sizes), and one
+omray's queue and worker pools (:func:`cluster.named_actors.ensure_runtime`, default pool sizes), and one
 :class:`cluster.client.OmrayClient` per history (its own project directory and memory database, the
 settings a project with no settings file gets) appends the history to ``events.jsonl`` and calls
 ``after_turn_commit`` as an agent would: the QueueActor runs the ObserverActor (``builtin/extractive``,
@@ -65,11 +65,11 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel
 
 from actors.read.hybrid import hybrid_search_for
+from actors.read.ranking import RankingWeights
 from actors.read.service import memory_search
 from bench.measure import percentile
 from bench.shared_data import shared_data_dir
 from persistence.semantic.keyword import KeywordIndex, query_tokens
-from persistence.semantic.ranking import RankingWeights
 from protocol.events import AfterTurnCommit, EventSummary
 from protocol.semantic import FusionMode
 
@@ -576,8 +576,8 @@ def run_recall_bench(
     import ray
 
     from cluster.client import OmrayClient
+    from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
     from cluster.naming import RuntimeNames
-    from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 
     if not ray.is_initialized():
         raise RuntimeError("not connected to Ray: use `omray bench recall`, or call ray.init() first")

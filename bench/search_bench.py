@@ -1,13 +1,13 @@
 """Exact ``memory_search`` benchmark: omray's planned search against the plain LIKE scan.
 
-For each corpus size it builds a temporary memory database through :class:`persistence.store.Store`
+For each corpus size it builds a temporary memory database through :class:`persistence.writers.store.Store`
 (observer parts, plus one promoted generation per session so projections have reflections and a
 retained pool), then measures, over the same query set (common and rare substrings, 1-2 character
 queries, ``%``/``_`` literals, mixed case, date filters):
 
 * ``exact_*``: :func:`actors.read.service.exact_search` with the default ``auto`` strategy (per
   table: trigram pre-filter for rare phrases, a walk of the result-order index for common ones and
-  narrow date ranges, the scan otherwise; see ``persistence.search_queries``);
+  narrow date ranges, the scan otherwise; see ``persistence.search.reader``);
 * ``like_*``: the same call forced to the plain escaped ``LIKE`` scan (the original's method);
 * ``identical``: every query's answer was the same for both;
 * ``by_class``: p50 of both per query class (``common``, ``rare``, ``short``, ``dated``);
@@ -40,8 +40,8 @@ from actors.read.search_arguments import validate_search_arguments
 from actors.read.service import exact_search, project, reader_for
 from bench.measure import percentile
 from bench.search_corpus import ACTIVE_REFLECTIONS, ACTIVE_SESSION, build_active_session, build_corpus
-from persistence.search_queries import SearchReader
-from persistence.search_request import SearchRequest
+from persistence.search.reader import SearchReader
+from persistence.search.request import SearchRequest
 
 QUERY_REPEATS = 3
 """Executions of each query per strategy."""

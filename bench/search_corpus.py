@@ -2,7 +2,7 @@
 
 Texts come from the real transcripts in ``../shared/data/transcripts`` (user and assistant sentences
 and file paths of the pi-mono and claude-code sessions) when that folder exists, else from a small
-built-in vocabulary. The database is written through :class:`persistence.store.Store` (observer
+built-in vocabulary. The database is written through :class:`persistence.writers.store.Store` (observer
 parts, plus one promoted generation per session so projections have reflections and a retained
 pool). ``omray bench search`` (:mod:`bench.search_bench`), the hybrid, UI and hook benchmarks build
 their corpora here.
@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from bench.shared_data import shared_data_dir
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.identities import (
     content_hash,
     observation_id,
@@ -63,7 +63,7 @@ _FALLBACK_PATHS = (
     "src/theme/theme.ts",
     "packages/coding-agent/docs/theme.md",
     "actors/read/service.py",
-    "persistence/search_queries.py",
+    "persistence/search/reader.py",
     "tests/unit/read_service/test_search.py",
 )
 

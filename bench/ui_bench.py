@@ -25,7 +25,7 @@ import typer
 
 from bench.search_bench import query_set
 from bench.search_corpus import build_corpus
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.records import TokenUsageRecord
 
 TOKEN = "bench-" + "x" * 40

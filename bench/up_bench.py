@@ -179,7 +179,7 @@ def _omray(home: Path, *args: str) -> float:
 
 def _ray_start_head(home: Path) -> tuple[float, str]:
     """``ray start --head`` with Ray's defaults on free ports; its time and session directory."""
-    from cluster.bootstrap import ray_cli, session_dir_of
+    from cluster.up_down import ray_cli, session_dir_of
 
     port = _free_port()
     seconds = _run(
@@ -198,7 +198,7 @@ def _ray_start_head(home: Path) -> tuple[float, str]:
 
 
 def _stop_ray_head(session_dir: str) -> float:
-    from cluster.bootstrap import stop_head
+    from cluster.up_down import stop_head
 
     started = time.monotonic()
     stop_head(session_dir)

@@ -1,8 +1,10 @@
 """Everything that touches Ray, and the public client: ``from cluster import connect``.
 
-The top of the package is the Ray wiring: bootstrap (``omray up/down``), the named actors and their
-pools (``runtime``, ``pools``, ``proxies``, ``autoscale``, ``naming``), the client and its link to
-the queue (``client``, ``link``, ``outbox``, ``forget``), Ray's head process (``ray_head``), metrics
+The top of the package is the Ray wiring: starting and stopping a runtime (``up_down``: ``omray
+up/down``; Ray's head process, ``ray_head``), the named actors and their pools (``named_actors``
+creates and wires them, ``ray_calls`` makes every Ray call to them, ``pools``, ``autoscale``,
+``naming``), the client and its connection to the runtime (``client``; ``runtime_connection``:
+deadlines, the driver child that rejoins a restarted runtime; ``outbox``, ``forget``), metrics
 (``metrics``, ``metric_catalog``, ``grafana``), the runtime status, and ``project_dirs`` (standard
 library only, shared with the hook hot path). It imports ``protocol``, ``persistence`` and
 ``actors``, never its two subpackages: :mod:`cluster.servers` (MCP and the memory viewer, no Ray)

@@ -21,7 +21,7 @@ import ray
 
 from actors.queue.figures import PoolFigures
 from actors.queue.scaling import Grow, PoolLoad, PoolScaler, ScalingCommand
-from cluster.proxies import RayWorkerPool
+from cluster.ray_calls import RayWorkerPool
 
 logger = logging.getLogger("omray.cluster")
 

@@ -23,7 +23,9 @@ from pydantic import ValidationError
 import actors.read.service as read_service
 from actors.observer.trigger import TriggerPolicy, dispatch_signal
 from actors.read.status_view import format_activity, fresh_activity, usage_json
-from cluster.link import (
+from cluster.naming import RuntimeNames
+from cluster.outbox import Outbox
+from cluster.runtime_connection import (
     CALL_TIMEOUT_S,
     HOOK_TIMEOUT_S,
     ChildLink,
@@ -37,11 +39,9 @@ from cluster.link import (
     probe_gcs,
     resolve_address,
 )
-from cluster.naming import RuntimeNames
-from cluster.outbox import Outbox
 from cluster.shipper import EventShipper, Shipment
-from persistence.queries import MemoryReader
-from persistence.settings_parse import settings_from_mapping
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.events import (
     AfterTurnCommit,
@@ -101,8 +101,8 @@ class OmrayClient:
     Every call into the runtime has a deadline: ``hook_timeout_s`` for the agent hooks, which then
     return (``None``: not accepted yet) and never raise, ``call_timeout_s`` for the rest, which then
     raise :class:`RuntimeUnavailableError`. ``link`` carries the calls: the client from
-    :func:`connect` uses a :class:`~cluster.link.ChildLink`, which rejoins a restarted runtime by
-    itself; by default the calls go through this process's own Ray connection.
+    :func:`connect` uses a :class:`~cluster.runtime_connection.ChildLink`, which rejoins a
+    restarted runtime by itself; by default the calls go through this process's own Ray connection.
     """
 
     def __init__(
@@ -396,6 +396,20 @@ class OmrayClient:
         when the settings have a price table (read-only, like ``memory_status``)."""
         return usage_json(MemoryReader(self.db_path).token_usage(session_id), self.settings.prices)
 
+    def budget(self) -> dict[str, object]:
+        """This project's daily budget today: spend (tokens, US dollars) against the caps, and whether a
+        cap is reached (``actors.models.budget.budget_report``; read-only)."""
+        from actors.models.budget import project_budget
+
+        return project_budget(MemoryReader(self.db_path).spend_since, self.settings, time.time())
+
+    def usage_by_day(self, session_id: str | None = None) -> list[dict[str, object]]:
+        """Spend per UTC day (the last seven), session and model: one session's, or every session's."""
+        from actors.models.budget import report_since, usage_by_day_json
+
+        rows = MemoryReader(self.db_path).token_usage_by_day(report_since(time.time()), session_id)
+        return usage_by_day_json(rows, self.settings.prices)
+
     def memory_view(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-view`` of a session as (text, JSON)."""
         return read_service.memory_view(self.db_path, session_id)
@@ -420,7 +434,7 @@ class OmrayClient:
         "mark the index dirty" write, which the next index job would redo anyway.
         """
         from cluster.data_node import store_of
-        from cluster.proxies import StoreProxy
+        from cluster.ray_calls import StoreProxy
 
         try:
             self.queue_handle()
@@ -525,7 +539,7 @@ class OmrayClient:
         :class:`protocol.forget.ForgetArgumentsError` for malformed arguments (nothing is sent).
         """
         from cluster.forget import forget_report, plan_forget, wait_for_results
-        from persistence.forget_queries import ForgetReader
+        from persistence.reads.forgotten import ForgetReader
 
         checked = arguments or forget_arguments(
             {"ids": memory_ids, "session_id": session_id, "event_ranges": event_ranges}
@@ -592,8 +606,14 @@ class OmrayClient:
 
     def retry_failed(self, all_projects: bool = False) -> int:
         """``omray retry``: queue again the jobs of this database (or all) that failed for good."""
+        return self.retry(all_projects)["requeued"]
+
+    def retry(self, all_projects: bool = False) -> dict[str, int]:
+        """``omray retry``: queue again the jobs of this database (or all) that failed for good, and let
+        its (their) budget holds re-check at once: ``{"requeued": n, "rechecked": holds}``."""
         db = None if all_projects else str(self.db_path.resolve())
-        return int(self.link.call("retry_failed", (db,), self.call_timeout_s)["requeued"])
+        answer = self.link.call("retry_failed", (db,), self.call_timeout_s)
+        return {"requeued": int(answer["requeued"]), "rechecked": int(answer.get("rechecked", 0))}
 
     def job_counts(self) -> dict[str, int]:
         """Durable job counts by state."""
@@ -698,7 +718,7 @@ def connect(
     """Connect to a running omray runtime and return its client.
 
     ``address`` defaults to ``RAY_ADDRESS``, else the address ``omray up`` recorded. ``settings``
-    defaults to the file found by ``persistence.settings_file.find_settings_file``; jobs then name
+    defaults to the file found by ``persistence.settings.file.find_settings_file``; jobs then name
     that file, and workers read it when each job runs. Unless this process is a Ray driver already,
     calls go through a small driver child process that is replaced when the runtime restarts, so
     this process never hangs on, or dies with, a stopped cluster. ``ship_events`` forces (or
@@ -707,7 +727,7 @@ def connect(
     """
     settings_file: Path | None = None
     if settings is None:
-        from persistence.settings_file import find_settings_file, load_settings_block
+        from persistence.settings.file import find_settings_file, load_settings_block
 
         settings_file = find_settings_file(Path(cwd) if cwd is not None else Path.cwd())
         settings = load_settings_block(settings_file, cwd=cwd)

@@ -26,7 +26,7 @@ from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.naming import RuntimeNames
-from cluster.proxies import StoreProxy
+from cluster.ray_calls import StoreProxy
 from protocol.errors import InvalidPayloadError, RuntimeNotRunningError
 from protocol.placement import (
     NODE_LABEL,

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from persistence.forget_queries import ForgetReader
+from persistence.reads.forgotten import ForgetReader
 from protocol.forget import ForgetArguments
 from protocol.jobs import ForgetJob, JobEnvelope
 

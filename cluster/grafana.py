@@ -119,6 +119,12 @@ PANELS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
             _stat("Slots", "Runs the queue may have in flight now.", "omray_queue_slots", "slots"),
             _stat("Lanes", "Lanes with unfinished jobs.", "omray_queue_lanes", "lanes"),
             _stat("Busy lanes", "Lanes with a run in flight.", "omray_queue_busy_lanes", "busy lanes"),
+            _stat(
+                "Held by budget",
+                "Projects whose observe and reflect jobs wait: their daily model budget is used up.",
+                "omray_queue_held_projects",
+                "held projects",
+            ),
         ),
     ),
     (

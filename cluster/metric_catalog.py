@@ -24,7 +24,7 @@ RAY_PREFIX: Final = "ray_"
 LABEL_VALUES: Final[dict[str, str]] = {
     "runtime": "actor-name prefix of the runtime (`omray` for `omray up`)",
     "handler_id": "stable handler id (observe_boundary, reflect_generation, semantic_index)",
-    "outcome": "succeeded, failed or worker_lost",
+    "outcome": "succeeded, failed, held (the daily budget is used up: not an attempt) or worker_lost",
     "reason": "failure category of a job given up (retry_exhausted, invalid_payload, ...)",
     "kind": "model stage: observe, reflect or drop",
     "model": "`provider/model` from the settings",
@@ -82,6 +82,13 @@ QUEUE_METRICS: Final = (
         ("runtime",),
     ),
     MetricSpec("omray_queue_busy_lanes", "gauge", "Lanes with a run in flight.", ("runtime",)),
+    MetricSpec(
+        "omray_queue_held_projects",
+        "gauge",
+        "Projects (memory databases) whose observe and reflect jobs wait because their daily model "
+        "budget is used up.",
+        ("runtime",),
+    ),
     MetricSpec(
         "omray_job_duration_seconds",
         "histogram",

@@ -43,6 +43,7 @@ class RayQueueMetrics:
         "slots": "omray_queue_slots",
         "lanes": "omray_queue_lanes",
         "busy_lanes": "omray_queue_busy_lanes",
+        "held_projects": "omray_queue_held_projects",
     }
 
     def __init__(self, runtime: str) -> None:

@@ -1,7 +1,7 @@
 """The hook's outbox: dispatches the runtime did not accept yet, retried in the background until it does.
 
 The hook returns within its deadline, and the turn is still observed once the runtime is back. Its
-retry decisions follow the errors of :mod:`cluster.link` (which means "not running", which a
+retry decisions follow the errors of :mod:`cluster.runtime_connection` (which means "not running", which a
 refusal, which a runtime without ``dispatch_many``).
 """
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cluster.link import RuntimeMethodMissingError, RuntimeUnavailableError
+from cluster.runtime_connection import RuntimeMethodMissingError, RuntimeUnavailableError
 from protocol.errors import RuntimeNotRunningError
 
 logger = logging.getLogger("omray.link")

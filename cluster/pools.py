@@ -1,7 +1,7 @@
 """How many workers each role's pool runs, and how many jobs each worker runs at once.
 
 Plain configuration (no Ray): ``omray up`` options and ``OMRAY_*`` variables become a
-:class:`PoolSizes`, which ``cluster/runtime.py`` turns into worker actors and the queue's
+:class:`PoolSizes`, which ``cluster/named_actors.py`` turns into worker actors and the queue's
 autoscaler into bounds.
 """
 

@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 RESOLVED_FILE = ".hatfield/omray-hook.resolved.json"
 """Which settings file was in effect (and its stat), the database path and the hybrid flag it gave."""
 SETTINGS_ENV = "OMRAY_SETTINGS"
-"""``persistence.settings_file.SETTINGS_ENV``."""
+"""``persistence.settings.file.SETTINGS_ENV``."""
 SETTINGS_FILES = ("omray.yaml", ".hatfield/settings.yaml")
-"""``persistence.settings_file.DEFAULT_SETTINGS_FILES``."""
+"""``persistence.settings.file.DEFAULT_SETTINGS_FILES``."""
 
 
 def settings_identity(project: str) -> list[object]:
@@ -96,7 +96,7 @@ def resolve(project: str) -> str:
     The identity is taken before the settings are read, so a file edited meanwhile leaves a record
     that no longer matches, never a stale one that does.
     """
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
 
     identity = settings_identity(project)
     return remember_settings(project, identity, load_settings(cwd=project))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from persistence.events_reader import iter_events
+from persistence.files.events_reader import iter_events
 from protocol.errors import EventsFileError, EventsMismatchError, EventsMissingError
 from protocol.redact import Redactor
 from protocol.shipping import MAX_SHIP_BYTES, MAX_SHIP_EVENTS, batch_size

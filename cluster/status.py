@@ -7,8 +7,8 @@ from typing import Any
 import ray
 
 from cluster.client import OmrayClient, init_ray
-from cluster.link import RuntimeRejectedError
 from cluster.naming import RuntimeNames
+from cluster.runtime_connection import RuntimeRejectedError
 from protocol.errors import RuntimeNotRunningError
 
 

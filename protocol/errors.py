@@ -101,6 +101,38 @@ class InvalidPayloadError(OmrayError, ValueError):
     """A job payload or tool argument object failed validation."""
 
 
+class BudgetReachedError(OmrayError):
+    """The project's daily model budget is used up: the job waits in its lane, held by the queue,
+    until ``until`` (the next UTC day) or until the cap is raised. Not a failure: nothing was sent.
+
+    ``reason`` is ``budget_tokens`` or ``budget_usd``; ``spent`` and ``cap`` are counts (tokens, or
+    US dollars), never text. ``settings_fingerprint`` is set by the job's handler: the settings the
+    budget said no under (a job accepted under other settings re-checks the hold at once).
+    """
+
+    def __init__(self, reason: str, until: float, spent: float, cap: float) -> None:
+        self.reason = reason
+        self.until = until
+        self.spent = spent
+        self.cap = cap
+        self.settings_fingerprint: str | None = None
+        key = "daily_usd" if reason == "budget_usd" else "daily_tokens"
+        super().__init__(
+            f"the daily model budget budget.{key} ({cap:g}) is used up ({spent:g} spent today, UTC)"
+        )
+
+
+class PromptOverCapError(OmrayError):
+    """One model call would be sent more prompt tokens than ``budget.max_prompt_tokens``; it was not sent."""
+
+    def __init__(self, prompt_tokens: int, cap: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.cap = cap
+        super().__init__(
+            f"a model call of {prompt_tokens} prompt tokens exceeds budget.max_prompt_tokens ({cap})"
+        )
+
+
 class RuntimeNotRunningError(OmrayError):
     """No omray runtime is reachable; jobs are never run inline in the caller."""
 

@@ -83,6 +83,37 @@ REASON_MODEL_CLI_FAILED = "model_cli_failed"
 REASON_MODEL_BAD_ANSWER = "model_bad_answer"
 """The model's answer was not the structured answer asked for."""
 
+REASON_BUDGET_TOKENS = "budget_tokens"
+"""A job held (not failed): the project's ``budget.daily_tokens`` for the UTC day is used up."""
+REASON_BUDGET_USD = "budget_usd"
+"""A job held (not failed): the project's ``budget.daily_usd`` for the UTC day is used up."""
+REASON_PROMPT_OVER_CAP = "prompt_over_cap"
+"""One model call would be sent more than ``budget.max_prompt_tokens``; it was not sent."""
+
+HOLD_REASONS = frozenset({REASON_BUDGET_TOKENS, REASON_BUDGET_USD})
+"""Why a job can be held (:class:`JobHeld`)."""
+
+_BUDGET_HELP: dict[str, tuple[str, str]] = {
+    REASON_BUDGET_TOKENS: (
+        "the project's daily model budget in tokens (budget.daily_tokens) is used up",
+        "nothing: observing resumes at 00:00 UTC; or raise observational_memory.budget.daily_tokens in "
+        "omray.yaml (null: no cap), picked up within a minute, at the next turn, or at once with "
+        "`omray retry`. The turns wait in the queue, nothing is lost; search and compaction keep working",
+    ),
+    REASON_BUDGET_USD: (
+        "the project's daily model budget in US dollars (budget.daily_usd) is used up",
+        "nothing: observing resumes at 00:00 UTC; or raise observational_memory.budget.daily_usd in "
+        "omray.yaml (null: no cap), picked up within a minute, at the next turn, or at once with "
+        "`omray retry`. The turns wait in the queue, nothing is lost; search and compaction keep working",
+    ),
+    REASON_PROMPT_OVER_CAP: (
+        "one model call would be sent more prompt tokens than budget.max_prompt_tokens, so it was not sent "
+        "(the Reflector is sent the whole active pool)",
+        "raise observational_memory.budget.max_prompt_tokens in omray.yaml, or lower "
+        "reflector.reflect_after_observation_tokens; the job runs again once the settings change",
+    ),
+}
+
 _CLI_HELP: dict[str, tuple[str, str]] = {
     REASON_MODEL_CLI_MISSING: (
         "the agent CLI the model's provider runs (`claude` for claude-code, `codex` for codex) is not "
@@ -124,6 +155,7 @@ _CLI_HELP: dict[str, tuple[str, str]] = {
 
 FAILURE_HELP: dict[str, tuple[str, str]] = {
     **_CLI_HELP,
+    **_BUDGET_HELP,
     REASON_SETTINGS: (
         "the settings are invalid or name a model or provider that is not defined",
         "fix the project's omray.yaml (`omray integrate <agent> --check` says what is wrong); jobs read it "
@@ -272,10 +304,32 @@ class JobFailed(_Outcome):
         return cls(job_id=job_id, retryable=retryable, reason=reason, error_class=type(error).__name__)
 
 
-JobOutcome = Annotated[JobSucceeded | JobFailed, Field(discriminator="kind")]
+class JobHeld(_Outcome):
+    """The job did not run: the project's daily model budget is used up (nothing was sent, nothing
+    written). The queue holds it in its lane, with the database's other model jobs, until ``until``
+    or until the cap is raised; a held run does not count as an attempt."""
+
+    kind: Literal["held"] = "held"
+    """Discriminator."""
+    job_id: str = Field(min_length=1)
+    """Id of the job that was held."""
+    reason: FailureReason
+    """``budget_tokens`` or ``budget_usd`` (:data:`HOLD_REASONS`)."""
+    until: float = Field(allow_inf_nan=False)
+    """Epoch seconds when the cap resets: the next UTC day."""
+    spent: float = Field(ge=0, allow_inf_nan=False)
+    """Spent this UTC day, in the cap's unit (tokens or US dollars)."""
+    cap: float = Field(gt=0, allow_inf_nan=False)
+    """The cap, in its unit."""
+    settings_fingerprint: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """The settings the budget said no under (``protocol.jobs.settings_fingerprint``): a job accepted
+    for the database under other settings re-checks the hold at once."""
+
+
+JobOutcome = Annotated[JobSucceeded | JobFailed | JobHeld, Field(discriminator="kind")]
 """What a worker returns for one attempt of a job."""
 
-JOB_OUTCOME_ADAPTER: TypeAdapter[JobSucceeded | JobFailed] = TypeAdapter(JobOutcome)
+JOB_OUTCOME_ADAPTER: TypeAdapter[JobSucceeded | JobFailed | JobHeld] = TypeAdapter(JobOutcome)
 """Validates/serializes any job outcome from/to JSON."""
 
 
@@ -337,4 +391,55 @@ class JobFailedEvent(_Outcome):
             retry_count=attempts - 1,
             attempts=attempts,
             events_location=events_location,
+        )
+
+
+JOB_HELD_EVENT_TYPE = "extension_agent.memory_held"
+"""Runtime event emitted for a session when the queue starts holding its database's model jobs."""
+
+
+class JobHeldEvent(_Outcome):
+    """Sanitized payload of the ``extension_agent.memory_held`` runtime event: why observing paused,
+    until when, and how to resume it. Built from category codes and counts only."""
+
+    event_type: ClassVar[str] = JOB_HELD_EVENT_TYPE
+    """Runtime event type (not part of the payload)."""
+
+    message: str = Field(min_length=1)
+    """Short, fixed, human-readable summary with the fix."""
+    reason: FailureReason
+    """``budget_tokens`` or ``budget_usd``."""
+    handler_id: str = Field(min_length=1)
+    """Stable handler id of the job that found the budget used up."""
+    job_id: str = Field(min_length=1)
+    """Its id."""
+    until: str = Field(min_length=1)
+    """UTC ISO-8601 time the cap resets (the next UTC day)."""
+    spent: float = Field(ge=0, allow_inf_nan=False)
+    """Spent this UTC day, in the cap's unit."""
+    cap: float = Field(gt=0, allow_inf_nan=False)
+    """The cap, in its unit."""
+
+    @classmethod
+    def for_hold(
+        cls, *, job_id: str, handler_id: str, reason: str, until: str, spent: float, cap: float
+    ) -> JobHeldEvent:
+        """The event for a hold that started; ``reason`` is a category code."""
+        if reason not in HOLD_REASONS:
+            reason = REASON_BUDGET_TOKENS
+        key, unit = ("daily_usd", "USD") if reason == REASON_BUDGET_USD else ("daily_tokens", "tokens")
+        message = (
+            f"Observing paused: the project's daily model budget budget.{key} ({cap:g} {unit}) is used up "
+            f"({spent:g} spent today, UTC). The turns wait in the queue, nothing is lost, and search and "
+            f"compaction keep working. Observing resumes at {until[:16].replace('T', ' ')} UTC, or within a "
+            f"minute of raising observational_memory.budget.{key} in the settings (`omray retry`: at once)."
+        )
+        return cls(
+            message=message,
+            reason=reason,
+            handler_id=handler_id,
+            job_id=job_id,
+            until=until,
+            spent=spent,
+            cap=cap,
         )

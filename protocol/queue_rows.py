@@ -64,6 +64,18 @@ class JobRetry(_Result):
     failure_reason: str
 
 
+class JobHeldWrite(_Result):
+    """Queue write: a running job found its project's daily budget used up (row -> ``pending``): it
+    waits until ``not_before`` after a restart (in memory, its database's hold decides), and
+    ``held_attempts`` of its runs do not count as attempts."""
+
+    kind: Literal["held"] = "held"
+    job_seq: int
+    held_attempts: int = Field(ge=1)
+    not_before: str
+    failure_reason: str
+
+
 class JobFinished(_Result):
     """Queue write: the job left the FIFO as ``succeeded`` or ``failed``."""
 
@@ -100,7 +112,7 @@ class RuntimeEventWrite(_Result):
     """Database whose session the event concerns."""
 
 
-JobWrite = JobAccepted | JobStarted | JobRetry | JobFinished | JobGivenUp | RuntimeEventWrite
+JobWrite = JobAccepted | JobStarted | JobRetry | JobHeldWrite | JobFinished | JobGivenUp | RuntimeEventWrite
 """One durable write of the queue; a loop step applies its writes in one transaction."""
 
 
@@ -131,6 +143,8 @@ class StoredJob(_Result):
     """Short category code of the latest failure."""
     redrives: int = 0
     """How many times this job's work was re-driven after it failed (migration omray_015)."""
+    held_attempts: int = 0
+    """Runs of ``attempts`` held by the daily budget, not counted as attempts (migration omray_017)."""
 
 
 class WaitingJobs(_Result):

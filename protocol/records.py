@@ -78,7 +78,7 @@ class ObservationRecord(_Record):
     @property
     def first_source_seq(self) -> int:
         """The first event of its own session it cites, else its part's start: its place in the
-        session's story (``persistence.projection_sql.FIRST_SOURCE_SEQ_SQL`` in SQL)."""
+        session's story (``persistence.reads.projection_sql.FIRST_SOURCE_SEQ_SQL`` in SQL)."""
         own = [ref.seq for ref in self.source_refs if ref.run_id == self.run_id]
         return min(own) if own else self.source_start_seq
 
@@ -241,6 +241,42 @@ class TokenUsageTotal(_Record):
     reports none)."""
     completion_tokens: int = Field(ge=0)
     """Output tokens it reported."""
+    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """US dollars the provider reported for these requests (``claude-code``), ``None`` when it reported
+    none (migration ``omray_017_budget``)."""
+
+
+class ModelDaySpend(_Record):
+    """What one model spent in one period (a UTC day), summed over sessions and stages: the input of
+    the daily budget check (:mod:`actors.models.budget`). Counts and dollars only."""
+
+    model: str = Field(min_length=1)
+    """``provider/model``."""
+    requests: int = Field(default=0, ge=0)
+    """Model requests."""
+    prompt_tokens: int = Field(default=0, ge=0)
+    """Input tokens."""
+    cached_prompt_tokens: int = Field(default=0, ge=0)
+    """Cached input tokens (part of ``prompt_tokens``)."""
+    completion_tokens: int = Field(default=0, ge=0)
+    """Output tokens."""
+    reported_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """US dollars the provider reported, over the rows that report some."""
+    unreported_prompt_tokens: int = Field(default=0, ge=0)
+    """Input tokens of the rows without a reported cost (priced by the settings' ``prices``, if at all)."""
+    unreported_cached_prompt_tokens: int = Field(default=0, ge=0)
+    """Their cached input tokens."""
+    unreported_completion_tokens: int = Field(default=0, ge=0)
+    """Their output tokens."""
+    unreported_requests: int = Field(default=0, ge=0)
+    """Their requests (0: every row reported a cost)."""
+
+
+class TokenUsageDay(TokenUsageTotal):
+    """Tokens spent for one session, job kind and model on one UTC day (the cost report's days)."""
+
+    day: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    """The UTC day, ``YYYY-MM-DD``."""
 
 
 class TokenUsageRecord(TokenUsageTotal):

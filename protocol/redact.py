@@ -2,7 +2,7 @@
 
 Every path from a session's ``events.jsonl`` to anything omray keeps or sends (the Observer's
 prompt, the transcript rows and the hybrid index built from them, ``recall``'s hydrated events)
-reads events through :mod:`persistence.events_reader`, which passes each event's payload through
+reads events through :mod:`persistence.files.events_reader`, which passes each event's payload through
 :meth:`Redactor.payload`: the one choke point. So:
 
 - text between ``<private>`` and ``</private>`` (any case) becomes ``[private]``; an unclosed tag

@@ -1,10 +1,11 @@
 """The shapes of hybrid retrieval (reference §14.3, §14.7): chunks and their ids, the memories they
 come from, what a retrieval found, the error codes, and the embedder and reranker
-protocols.
+protocols with their one error contract (:class:`EmbeddingError`, :class:`RerankError`).
 
 Shapes only. The chunking rules at work (``persistence.semantic.chunks``), the derived index files,
-the lock and the lifecycle live in ``persistence.semantic`` (its ranking rules in
-:mod:`persistence.semantic.fusion`); the tool answers in :mod:`actors.read.hybrid`;
+the lock and the lifecycle live in ``persistence.semantic``; the search pipeline in
+:mod:`actors.read.retrieval` (its ranking rules in :mod:`actors.read.fusion`), the indexing core in
+:mod:`actors.indexer.sync`; the tool answers in :mod:`actors.read.hybrid`;
 the HTTP/offline clients live elsewhere and only have to satisfy :class:`Embedder` and
 :class:`Reranker`.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import ClassVar, Final, Literal, Protocol
 
 from protocol.canonical import condense
 from protocol.errors import OmrayError
@@ -53,7 +54,7 @@ NO_MATCH_MESSAGE: Final[str] = (
 )
 """Message of a hybrid answer with ``no_match``."""
 EMBEDDING_UNAVAILABLE_MESSAGE: Final[str] = "Embedding request failed or returned invalid vectors."
-RERANKER_UNAVAILABLE_MESSAGE: Final[str] = "The configured reranker failed or gave an invalid answer."
+RERANKER_UNAVAILABLE_MESSAGE: Final[str] = "The configured reranker failed or returned an invalid response."
 QUERY_DIMENSIONS_MESSAGE: Final[str] = "Query embedding dimensions changed; the semantic index must rebuild."
 INDEX_DIMENSIONS_MESSAGE: Final[str] = "Embedding dimensions changed; semantic index requires rebuilding."
 SEARCH_FAILED_MESSAGE: Final[str] = (
@@ -85,26 +86,64 @@ class ChunkingError(OmrayError, ValueError):
     """Memory text cannot be chunked (not encodable as UTF-8)."""
 
 
-class Embedder(Protocol):
-    """Turns texts into vectors, one per text, all of one dimension.
+# --------------------------------------------------------------------------- the model protocols
 
-    Raises ``SemanticSearchError('embedding_unavailable', ...)`` on any failure.
+
+class SearchModelError(SemanticSearchError):
+    """A model of hybrid search (embedder, reranker) failed, or what it returned is unusable: ``code``
+    is the search error code (§14.7) with its fixed message, ``reason`` a short category for logs
+    (``invalid_vectors``, ``http_503``, ...). Never a provider body, a text, a query or a vector."""
+
+    default_code: ClassVar[SemanticErrorCode]
+    default_message: ClassVar[str]
+
+    def __init__(self, message: str | None = None, *, reason: str = "bad_response") -> None:
+        super().__init__(self.default_code, self.default_message if message is None else message)
+        self.reason = reason
+
+
+class EmbeddingError(SearchModelError):
+    """Texts could not be embedded (``embedding_unavailable``)."""
+
+    default_code: ClassVar[SemanticErrorCode] = "embedding_unavailable"
+    default_message: ClassVar[str] = EMBEDDING_UNAVAILABLE_MESSAGE
+
+
+class RerankError(SearchModelError):
+    """The reranker failed (``reranker_unavailable``)."""
+
+    default_code: ClassVar[SemanticErrorCode] = "reranker_unavailable"
+    default_message: ClassVar[str] = RERANKER_UNAVAILABLE_MESSAGE
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors, one per text, in order, all of one dimension (every component finite,
+    no zero vector).
+
+    The one error contract: any failure, of the model or of what it returned, raises
+    :class:`EmbeddingError`; nothing else escapes a well-behaved embedder, and callers that find a
+    wrong count or dimension raise it too. An embedder whose ``batches_by_tokens`` attribute is
+    true batches texts itself and takes any number at once (``actors.indexer.sync.embed_in_batches``).
+    Implementations: ``actors.models.embeddings.OpenAIEmbedder`` (an endpoint),
+    ``actors.models.offline_embedder.MiniLMEmbedder`` (the offline default).
     """
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Vectors of ``texts``, in order."""
+        """One vector per text, in order; :class:`EmbeddingError` on any failure."""
         ...
 
 
 class Reranker(Protocol):
-    """Reorders candidate documents for a query.
+    """Reorders (and may filter) candidate documents for a query.
 
-    Returns original offsets in the new order, documents under ``min_score`` left out. Raises
-    ``SemanticSearchError('reranker_unavailable', ...)`` on any failure.
+    The one error contract: any failure raises :class:`RerankError`, and an answer that is not a set
+    of distinct offsets of ``documents`` is one too. Implementation:
+    ``actors.models.embeddings.HttpReranker``.
     """
 
     def rerank(self, query: str, documents: Sequence[str]) -> list[int]:
-        """Offsets of ``documents``, best first."""
+        """Original offsets of the kept documents (those under the reranker's ``min_score`` left out),
+        best first; :class:`RerankError` on any failure."""
         ...
 
 

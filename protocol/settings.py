@@ -4,7 +4,7 @@
 The models here are immutable and validate their own fields, with every duration and threshold
 finite and bounded (:mod:`protocol.settings_limits`). Turning the block as the YAML loader produced
 it into these models (the original's defaults, coercions, ignored keys and error messages, plus
-omray's ``providers`` and ``tokens``) is :func:`persistence.settings_parse.settings_from_mapping`.
+omray's ``providers`` and ``tokens``) is :func:`persistence.settings.parse.settings_from_mapping`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ from protocol.settings_limits import (
     MAX_CHUNK_LINES,
     MAX_CLI_BUDGET_USD,
     MAX_CONTEXT_WINDOW,
+    MAX_DAILY_TOKENS,
+    MAX_DAILY_USD,
     MAX_IDLE_FLUSH_SECONDS,
     MAX_PRICE,
     MAX_PROVIDER_TIMEOUT_S,
     MAX_TOKEN_THRESHOLD,
+    MIN_PROMPT_CAP,
 )
 
 DEFAULT_DATABASE = ".hatfield/extensions-data/observational-memory/om.sqlite"
@@ -77,6 +80,22 @@ CODEX_CONTEXT_WINDOW = 200_000
 """Default context window of ``codex`` models."""
 CODEX_COMMAND = "codex"
 """Default ``providers.codex.command``."""
+DEFAULT_DAILY_TOKENS = 2_000_000
+"""Default ``budget.daily_tokens``: prompt plus completion tokens the Observer, Reflector and Dropper
+may spend per UTC day and project. Observing a long session (some 160,000 tokens of conversation)
+costs about 400,000 prompt tokens at the measured 2.41 prompt tokens per source token
+(docs/benchmarks.md), so this is about five long sessions a day."""
+DEFAULT_MAX_PROMPT_TOKENS = 100_000
+"""Default ``budget.max_prompt_tokens``: the most prompt tokens one model call may be sent. Observer
+calls at the default batching send some 10,000-20,000; the cap binds catching up on a backlog (and
+the 200,000-token windows of the agent-login providers), and leaves the Reflector room for an active
+pool of twice ``reflect_after_observation_tokens`` (40,000)."""
+ANTHROPIC_PROVIDER = "anthropic"
+"""Name of the provider that calls the Anthropic Messages API with the official SDK (an API key)."""
+ANTHROPIC_CONTEXT_WINDOW = 200_000
+"""Default context window of ``anthropic`` models."""
+ANTHROPIC_API_KEY_ENV = "ANTHROPIC_API_KEY"
+"""Default ``providers.anthropic.api_key_env``."""
 BUILTIN_EMBEDDING_MODEL = "builtin/all-minilm-l6-v2"
 """``semantic.embedding_api.model_id`` of the offline embedder (all-MiniLM-L6-v2, no ``base_url`` needed)."""
 BUILTIN_EMBEDDING_BATCH_SIZE = 32
@@ -175,12 +194,13 @@ class ProviderSettings(_Settings):
 
     name: str = Field(min_length=1)
     """Provider name, the part of the model reference before the first ``/``."""
-    kind: Literal["builtin", "openai_compatible", "claude_code", "codex"]
+    kind: Literal["builtin", "openai_compatible", "claude_code", "codex", "anthropic"]
     """``builtin`` runs in-process with no network; ``claude_code`` and ``codex`` run the agent's CLI
-    on the user's login (:data:`CLAUDE_CODE_PROVIDER`, :data:`CODEX_PROVIDER`); others are
-    OpenAI-compatible HTTP endpoints."""
+    on the user's login (:data:`CLAUDE_CODE_PROVIDER`, :data:`CODEX_PROVIDER`); ``anthropic`` calls the
+    Anthropic Messages API (:data:`ANTHROPIC_PROVIDER`); others are OpenAI-compatible HTTP endpoints."""
     base_url: str | None = None
-    """HTTP(S) base URL (``None`` for ``builtin``, ``claude_code``, and ``codex`` on its own login)."""
+    """HTTP(S) base URL (``None`` for ``builtin``, ``claude_code``, ``codex`` on its own login, and
+    ``anthropic`` at its default endpoint)."""
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (never the key itself)."""
     context_window: int = Field(ge=1, le=MAX_CONTEXT_WINDOW)
@@ -214,6 +234,14 @@ CODEX_PROVIDER_SETTINGS = ProviderSettings(
 )
 """``codex`` when the settings do not define it."""
 
+ANTHROPIC_PROVIDER_SETTINGS = ProviderSettings(
+    name=ANTHROPIC_PROVIDER,
+    kind="anthropic",
+    context_window=ANTHROPIC_CONTEXT_WINDOW,
+    api_key_env=ANTHROPIC_API_KEY_ENV,
+)
+"""``anthropic`` when not defined: the default endpoint, its key in ``ANTHROPIC_API_KEY``."""
+
 
 class ModelPrice(_Settings):
     """Price of one model's tokens, per million tokens, in the table's currency."""
@@ -244,8 +272,31 @@ class PriceTable(_Settings):
     """``provider/model`` -> price per million tokens."""
 
 
+class BudgetSettings(_Settings):
+    """``budget``: what the Observer, Reflector and Dropper may spend (per project, i.e. per memory
+    database, and per UTC day), and how large one call may be. The built-in model costs nothing and is
+    never capped. ``None`` turns a cap off."""
+
+    daily_tokens: int | None = Field(default=DEFAULT_DAILY_TOKENS, ge=1, le=MAX_DAILY_TOKENS)
+    """Prompt plus completion tokens per UTC day (as the providers report them)."""
+    daily_usd: float | None = Field(default=None, gt=0, le=MAX_DAILY_USD, allow_inf_nan=False)
+    """US dollars per UTC day: what a provider reports (``claude-code``), else what ``prices``
+    (in USD) says; calls of a model with neither are not counted (``omray status`` lists it)."""
+    max_prompt_tokens: int | None = Field(
+        default=DEFAULT_MAX_PROMPT_TOKENS, ge=MIN_PROMPT_CAP, le=MAX_CONTEXT_WINDOW
+    )
+    """Prompt tokens one model call may be sent (omray's own count, with ``tokens.encoding``): the
+    Observer packs smaller parts; a Reflector call over it is refused (``prompt_over_cap``); a
+    Dropper call over it is skipped."""
+
+    @property
+    def capped(self) -> bool:
+        """True when a daily cap is set."""
+        return self.daily_tokens is not None or self.daily_usd is not None
+
+
 class OmSettings(_Settings):
-    """Validated, immutable settings. Build with :func:`persistence.settings_parse.settings_from_mapping`."""
+    """Validated, immutable settings. Build with :func:`persistence.settings.parse.settings_from_mapping`."""
 
     database: str = DEFAULT_DATABASE
     """``storage.database``; relative paths are joined to the working directory (:meth:`database_path`)."""
@@ -292,10 +343,12 @@ class OmSettings(_Settings):
     """``observer.idle_flush_seconds``: a deferred tail is observed after this long without a newer
     signal of its session."""
     prices: PriceTable | None = None
+    """Optional price table of the cost report."""
     redact_patterns: tuple[str, ...] = ()
     """``privacy.redact_patterns``: regular expressions masked (``[redacted:custom]``) in event text
     before it reaches a model or the index, on top of the built-in set (``protocol.redact``)."""
-    """Optional price table of the cost report."""
+    budget: BudgetSettings = BudgetSettings()
+    """``budget``: daily caps and the per-call prompt cap (:class:`BudgetSettings`)."""
 
     def require_model(self) -> str:
         """The model reference, or :class:`ModelSettingsError` when missing or not ``provider/model``."""
@@ -317,6 +370,8 @@ class OmSettings(_Settings):
             return CLAUDE_CODE_PROVIDER_SETTINGS
         if name == CODEX_PROVIDER:
             return CODEX_PROVIDER_SETTINGS
+        if name == ANTHROPIC_PROVIDER:
+            return ANTHROPIC_PROVIDER_SETTINGS
         raise SettingsError(f"provider {name!r} is not defined in observational_memory.providers.")
 
     def model_provider(self) -> ProviderSettings:

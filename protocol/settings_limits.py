@@ -26,3 +26,10 @@ MAX_BATCH_SIZE = 4_096
 """Largest ``semantic`` ``batch_size``."""
 MAX_PRICE = 1_000_000.0
 """Largest price per million tokens."""
+MAX_DAILY_TOKENS = 1_000_000_000_000
+"""Largest ``budget.daily_tokens`` (a trillion tokens a day: effectively no cap, yet a finite number)."""
+MAX_DAILY_USD = 1_000_000.0
+"""Largest ``budget.daily_usd``."""
+MIN_PROMPT_CAP = 4_096
+"""Smallest ``budget.max_prompt_tokens``: the Observer's instructions and answer schema alone take
+some 800 tokens, and a part needs room for memory and conversation besides."""

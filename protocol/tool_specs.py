@@ -168,8 +168,8 @@ def _search_texts(hybrid: bool) -> tuple[str, str, str]:
             "back best match first, with their dates and session ids; a match in the transcript gives the "
             'memory that covers it with a "source" excerpt (seq range), or the event itself (kind '
             '"event") when no memory covers it. "no_match": true with no results means nothing stored '
-            "is close to the query: it was most likely never discussed (try other words, or mode "
-            '"exact" for a literal string).',
+            "is close to the query, or the query names someone or something never stored: it was most "
+            'likely never discussed (try other words, or mode "exact" for a literal string).',
             "Keywords, identifiers, phrases, concepts or a paraphrase of what you are looking for "
             f"(at most {MEMORY_SEARCH_MAX_QUERY_BYTES:,} bytes).",
             f"How many ranked results to return (default {MEMORY_SEARCH_DEFAULT_LIMIT}, "

@@ -1,9 +1,10 @@
-"""Arguments and receipts of the model tools (reference §7.7, §9.5, §9.7, §13.1, §13.5).
+"""Arguments and receipts of the Observer's, Reflector's and Dropper's tools (reference §7.7, §9.5, §9.7).
 
 Arguments come from a model, so they are parsed item by item: one bad item is counted as
 rejected and never fails the whole call. Argument models ignore unknown keys, as the original
 does (the JSON schemas already tell the model not to send any). Receipts are what the tool call
 returns to the model; :meth:`to_tool_result` gives the exact JSON object in the original's key order.
+The read tools' arguments (``memory_search``, ``recall``) are :mod:`protocol.read_arguments`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
 from protocol.canonical import php_trim
 from protocol.identities import normalize_source_refs
@@ -376,32 +377,3 @@ def drop_receipt(
 ) -> DropReceipt:
     """Receipt with the original's guidance line."""
     return DropReceipt.of(**locals())
-
-
-# --- memory_search / recall (§13.1, §13.5) ----------------------------------------------------
-
-
-class MemorySearchArguments(_ModelArguments):
-    """``memory_search`` arguments as plain data; the handler validates them and picks error codes."""
-
-    query: str
-    """Text to look for (trimmed and checked non-empty by the handler)."""
-    after: str | None = None
-    """Inclusive lower date bound, ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM``."""
-    before: str | None = None
-    """Inclusive upper date bound, same forms as ``after``."""
-    limit: StrictInt | None = None
-    """Maximum results (default 20, clamped to 50 by the handler)."""
-    scope: str | list[str] | None = None
-    """``all`` (default), ``session`` (the calling session) or a list of session ids."""
-    mode: str | None = None
-    """``auto`` (default), ``exact`` or ``hybrid``. Unlike this model, the handler corrects unknown keys."""
-
-
-class RecallArguments(_ModelArguments):
-    """``recall`` arguments as plain data; named as in the tool schema."""
-
-    id: str
-    """Full memory id or a unique 12..64 hex-character prefix (lowercased by the handler)."""
-    session_id: str | None = None
-    """Session to look in; the current session when omitted."""

@@ -134,3 +134,34 @@ class StructuredMemoryModel:
         if HISTORY_MARKER in prompt:
             return structured_reply([])
         return structured_reply(self.model.calls_for(tool, prompt))
+
+
+class ToolUseMemoryModel:
+    """Answers omray's own Messages API calls (``anthropic/<model>``: native tool use) with
+    ``model.calls_for``: a first request gets ``tool_use`` blocks for the tool it offers; a request
+    whose last message carries tool results gets a short text. ``requests`` counts the answers with
+    tool calls; ``usage`` is what every answer reports (input, output, cache read)."""
+
+    def __init__(self, model: MemoryModel, usage: tuple[int, int, int] = (100, 20, 0)) -> None:
+        self.model = model
+        self.usage = usage
+        self.requests = 0
+
+    def __call__(self, body: Mapping[str, Any]) -> Reply:
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        tools = [str(tool.get("name")) for tool in body.get("tools") or () if isinstance(tool, Mapping)]
+        if not tools or has_tool_result(last.get("content")):
+            return self._reply([{"type": "text", "text": "Done."}], "end_turn")
+        self.requests += 1
+        calls = self.model.calls_for(tools[0], prompt_text(last.get("content")))
+        blocks = [
+            {"type": "tool_use", "id": f"toolu_scripted_{next(_ids)}", "name": name, "input": dict(arguments)}
+            for name, arguments in calls
+        ]
+        return self._reply(blocks, "tool_use")
+
+    def _reply(self, content: list[dict[str, Any]], stop_reason: str) -> Reply:
+        body = message(content, stop_reason, self.usage[:2])
+        body["usage"]["cache_read_input_tokens"] = self.usage[2]
+        return Reply(body=body)

@@ -1,7 +1,8 @@
 """IndexerActor: the thin shell that runs ``semantic_index`` jobs, one bounded batch each (§14.4).
 
-The index lives in :mod:`persistence.semantic`; this handler wires it to the embedder of the
-settings and to the database's StoreActor (the only writer of the index state row).
+The indexing core is :mod:`actors.indexer.sync` (plan, embed in batches, commit) over the index files
+of :mod:`persistence.semantic`; this handler wires it to the embedder of the settings and to the
+database's StoreActor (the only writer of the index state row).
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ import time
 from typing import Any
 
 from actors.indexer.schedule import events_path, schedule_index
+from actors.indexer.sync import JOB_BATCHES, embed_in_batches
 from actors.models.clients import worker_clients
 from actors.models.offline_embedder import default_offline_embedder
 from actors.models.registry import embedder_for
 from actors.observer.transcript import backfill_transcript
 from actors.store.reader import DataReader
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
-from persistence.semantic import JOB_BATCHES, SyncResult
-from persistence.semantic.build import embed_in_batches
-from persistence.settings_parse import settings_from_mapping
+from persistence.semantic import SyncResult
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.semantic import Embedder
@@ -62,7 +63,7 @@ def backfill_transcripts(
 
 def semantic_index(envelope: JobEnvelope, attempt: int, context: WorkerContext) -> dict[str, Any]:
     """Handler of ``observational_memory.semantic_index``: one bounded commit of
-    :data:`~persistence.semantic.JOB_BATCHES` embedding batches (reference §14.4).
+    :data:`~actors.indexer.sync.JOB_BATCHES` embedding batches (reference §14.4).
 
     The batch is planned and committed on the database's node (its reader) and embedded here,
     wherever this worker runs. Without a ``semantic`` setting there is nothing to index and the job
@@ -102,8 +103,7 @@ def synchronize_through(reader: Any, semantic: SemanticSettings, embedder: Embed
     plan = reader.index_plan(semantic, JOB_BATCHES)
     if isinstance(plan, SyncResult):
         return plan
-    texts = [chunk.vector_text for chunk in plan.chunks if chunk.embedded]
-    vectors = embed_in_batches(embedder, texts, semantic.embedding_api.batch_size)
+    vectors = embed_in_batches(embedder, plan.vector_texts(), semantic.embedding_api.batch_size)
     result: SyncResult = reader.index_commit(semantic, plan, vectors)
     return result
 

@@ -27,7 +27,8 @@ from typing import Any, Literal, Protocol, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.models.clients import openai_failure
-from protocol.errors import ModelSettingsError, OmrayError, SettingsError
+from protocol.canonical import canonical_json
+from protocol.errors import ModelSettingsError, OmrayError, PromptOverCapError, SettingsError
 
 log = logging.getLogger("omray.models")
 
@@ -37,6 +38,9 @@ DEFAULT_CLIENT_MAX_RETRIES = 2
 """Retries the ``openai`` client makes on its own for 408/409/429/5xx and connection errors."""
 TOOL_CALL_LIMIT_MESSAGE = "Tool call limit reached for this run; this call was not executed. Stop now."
 """Tool message answering calls beyond the budget."""
+PROMPT_FRAMING_TOKENS = 32
+"""Tokens added to a request's counted text for message framing (the Observer's §7.3 slack): a
+request's prompt is counted as this, plus its messages' text, plus its tools' argument schemas."""
 
 ModelErrorCategory = Literal[
     "timeout",
@@ -117,6 +121,9 @@ class TokenUsage(_Value):
     0 when the endpoint does not report it; included in ``prompt_tokens``."""
     completion_tokens: int = Field(default=0, ge=0)
     """Output tokens."""
+    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """What the provider says the request cost, in US dollars (``claude-code``'s ``total_cost_usd``);
+    ``None`` when it says nothing."""
 
 
 class ChatResponse(_Value):
@@ -133,9 +140,10 @@ class ChatResponse(_Value):
 class ToolLoopResult(_Value):
     """Counts of one tool loop; never content."""
 
-    stop_reason: Literal["model_stopped", "tool_call_limit", "all_accepted"]
+    stop_reason: Literal["model_stopped", "tool_call_limit", "all_accepted", "prompt_cap"]
     """``model_stopped``: a reply without tool calls; ``tool_call_limit``: the budget was spent;
-    ``all_accepted``: every call of a reply was accepted in full, so no receipt round was sent."""
+    ``all_accepted``: every call of a reply was accepted in full, so no receipt round was sent;
+    ``prompt_cap``: the receipt round would have been sent more than the prompt cap, so it was not."""
     tool_calls: int = Field(ge=0)
     """Tool calls executed (handlers run)."""
     refused_tool_calls: int = Field(ge=0)
@@ -148,6 +156,42 @@ class ToolLoopResult(_Value):
     """Sum of reported cached input tokens (part of ``prompt_tokens``)."""
     completion_tokens: int = Field(ge=0)
     """Sum of reported output tokens."""
+    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Sum of the US dollars the provider reported (``None`` when no request reported any)."""
+
+
+@dataclass(frozen=True)
+class PromptCap:
+    """The most prompt tokens one request of a tool loop may be sent (``budget.max_prompt_tokens``),
+    and the counter that measures them (the settings' ``tokens.encoding``)."""
+
+    max_tokens: int
+    """The cap."""
+    count_tokens: Callable[[str], int]
+    """Tokens of a text."""
+
+
+def tool_schema_tokens(specs: Sequence[Mapping[str, Any]], count_tokens: Callable[[str], int]) -> int:
+    """Tokens of the tools' argument schemas, as the prompt cap counts them (canonical JSON)."""
+    total = 0
+    for spec in specs:
+        function = spec.get("function")
+        parameters = function.get("parameters") if isinstance(function, Mapping) else None
+        total += count_tokens(canonical_json(parameters if parameters is not None else {}))
+    return total
+
+
+def message_tokens(message: Mapping[str, Any], count_tokens: Callable[[str], int]) -> int:
+    """Tokens of one message's text and tool calls, as the prompt cap counts them."""
+    content = message.get("content")
+    total = count_tokens(content) if isinstance(content, str) else 0
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            total += count_tokens(str(function.get("name", ""))) + count_tokens(
+                str(function.get("arguments", ""))
+            )
+    return total
 
 
 @dataclass(frozen=True)
@@ -248,6 +292,7 @@ def run_tool_loop(
     thinking_off: bool = False,
     skip_receipt_round: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    prompt_cap: PromptCap | None = None,
 ) -> ToolLoopResult:
     """Run one agent call: ask, execute tool calls, send receipts back, until the model stops.
 
@@ -260,6 +305,11 @@ def run_tool_loop(
     ``accepted_in_full`` ends the loop (``all_accepted``): the receipts would only tell the model
     that all went well, and the request carrying them costs a whole prompt. A receipt reporting a
     rejection, an unknown tool or unusable arguments is always sent back for correction.
+
+    With ``prompt_cap``, no request is sent more prompt tokens than its cap (counted as
+    :data:`PROMPT_FRAMING_TOKENS` + the messages + the tools' argument schemas): a first request over
+    it raises :class:`~protocol.errors.PromptOverCapError` before anything is sent; a receipt round
+    over it is not sent, and the loop stops (``prompt_cap``) with what the handlers accepted.
     """
     if max_tool_calls < 1:
         raise SettingsError(f"max_tool_calls must be >= 1, got {max_tool_calls!r}.")
@@ -274,8 +324,21 @@ def run_tool_loop(
     ]
     deadline = clock() + max_duration_s
     executed = refused = rounds = prompt_tokens = cached_tokens = completion_tokens = 0
-    stop_reason: Literal["model_stopped", "tool_call_limit", "all_accepted"] = "model_stopped"
+    cost_usd: float | None = None
+    stop_reason: Literal["model_stopped", "tool_call_limit", "all_accepted", "prompt_cap"] = "model_stopped"
+    counted = 0  # messages already in ``prompt``
+    prompt = 0
+    if prompt_cap is not None:
+        prompt = PROMPT_FRAMING_TOKENS + tool_schema_tokens(specs, prompt_cap.count_tokens)
     while True:
+        if prompt_cap is not None:
+            prompt += sum(message_tokens(m, prompt_cap.count_tokens) for m in messages[counted:])
+            counted = len(messages)
+            if prompt > prompt_cap.max_tokens:
+                if rounds == 0:
+                    raise PromptOverCapError(prompt, prompt_cap.max_tokens)
+                stop_reason = "prompt_cap"
+                break
         remaining = deadline - clock()
         if remaining <= 0:
             raise ModelCallError("timeout")
@@ -284,6 +347,8 @@ def run_tool_loop(
         prompt_tokens += response.usage.prompt_tokens
         cached_tokens += response.usage.cached_prompt_tokens
         completion_tokens += response.usage.completion_tokens
+        if response.usage.cost_usd is not None:
+            cost_usd = (cost_usd or 0.0) + response.usage.cost_usd
         messages.append(_assistant_message(response))
         if not response.tool_calls:
             break
@@ -317,6 +382,7 @@ def run_tool_loop(
         prompt_tokens=prompt_tokens,
         cached_prompt_tokens=cached_tokens,
         completion_tokens=completion_tokens,
+        cost_usd=cost_usd,
     )
     log.debug(
         "tool loop finished: stop=%s calls=%d refused=%d rounds=%d",

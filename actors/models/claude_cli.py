@@ -29,18 +29,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
 from actors.models.chat import ChatRequest, ChatResponse, ModelCallError, TokenUsage
-from actors.models.cli_prompt import answer_round, answer_schema, parse_answer, render_prompt
+from actors.models.cli_model import CliChatModel, CliRun, CliRunner, subprocess_runner
+from actors.models.cli_prompt import answer_schema, parse_answer
 
 log = logging.getLogger("omray.models.claude_cli")
 
@@ -79,59 +76,6 @@ _QUOTA = re.compile(
 _CONNECTION = re.compile(
     r"unable to connect|connection error|econnrefused|fetch failed|enotfound", re.IGNORECASE
 )
-
-
-@dataclass(frozen=True)
-class CliRun:
-    """What one CLI process gave back."""
-
-    returncode: int
-    """Exit status."""
-    stdout: str
-    """Standard output (the JSON result); read, never logged."""
-
-
-class CliRunner(Protocol):
-    """Runs a CLI; raises ``FileNotFoundError`` when it is missing, ``subprocess.TimeoutExpired`` past
-    ``timeout_s``."""
-
-    def __call__(
-        self, argv: list[str], *, stdin: str, cwd: str, env: Mapping[str, str], timeout_s: float
-    ) -> CliRun:
-        """Run ``argv`` to its end."""
-        ...
-
-
-def subprocess_runner(
-    argv: list[str], *, stdin: str, cwd: str, env: Mapping[str, str], timeout_s: float
-) -> CliRun:
-    """Run ``argv`` in a session of its own, killing its whole process group at the timeout.
-
-    Standard error is discarded: it can carry the prompt or the model's words, and the JSON result
-    on standard output says what failed.
-    """
-    with subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=cwd,
-        env=dict(env),
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,
-    ) as process:
-        try:
-            stdout, _ = process.communicate(stdin, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:
-                process.kill()
-            process.communicate()
-            raise
-        return CliRun(process.returncode, stdout or "")
 
 
 def claude_argv(
@@ -196,8 +140,20 @@ def _usage(result: Mapping[str, Any]) -> TokenUsage:
     # tokens include both (``cached_prompt_tokens`` is part of ``prompt_tokens``).
     prompt = count("input_tokens") + count("cache_creation_input_tokens") + cached
     return TokenUsage(
-        prompt_tokens=prompt, cached_prompt_tokens=cached, completion_tokens=count("output_tokens")
+        prompt_tokens=prompt,
+        cached_prompt_tokens=cached,
+        completion_tokens=count("output_tokens"),
+        cost_usd=_cost(result),
     )
+
+
+def _cost(result: Mapping[str, Any]) -> float | None:
+    """The run's ``total_cost_usd``: what the CLI counts the run as costing (on a subscription, what
+    it draws from the allowance), ``None`` when absent or not a finite amount."""
+    value = result.get("total_cost_usd")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
 
 
 def classify_failure(result: Mapping[str, Any]) -> ModelCallError:
@@ -242,13 +198,12 @@ def response_of(run: CliRun, round_no: int) -> ChatResponse:
     return ChatResponse(tool_calls=parse_answer(answer, round_no), usage=_usage(result))
 
 
-class ClaudeCliChatModel:
-    """A Claude model reached through the installed ``claude`` CLI on the user's login; one run per request.
+class ClaudeCliChatModel(CliChatModel):
+    """A Claude model reached through the installed ``claude`` CLI on the user's login; one run per request
+    (:class:`~actors.models.cli_model.CliChatModel`), each with a budget of ``max_budget_usd``."""
 
-    Thread-safe: every request runs in its own scratch directory. ``environ`` (default:
-    ``os.environ`` at each request) is the environment the runs start from; ``runner`` runs the
-    process (tests pass a fake).
-    """
+    label: ClassVar[str] = "claude"
+    log: ClassVar[logging.Logger] = log
 
     def __init__(
         self,
@@ -259,52 +214,25 @@ class ClaudeCliChatModel:
         runner: CliRunner = subprocess_runner,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.command = command
-        self.timeout_s = timeout_s
+        super().__init__(command, timeout_s, runner=runner, environ=environ)
         self.max_budget_usd = max_budget_usd
-        self._runner = runner
-        self._environ = environ
 
-    def close(self) -> None:
-        """Nothing to release (a run's process ends with it)."""
+    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """:func:`cli_env`."""
+        return cli_env(environ)
 
-    def complete(self, request: ChatRequest) -> ChatResponse:
-        """One headless run answering ``request``."""
-        env = cli_env(os.environ if self._environ is None else self._environ)
-        executable = shutil.which(self.command, path=env.get("PATH"))
-        if executable is None:
-            log.warning("claude CLI not found: category=cli_missing")
-            raise ModelCallError("cli_missing")
-        system_prompt, prompt = render_prompt(request.messages, request.tools)
-        round_no = answer_round(request.messages)
-        timeout_s = max(0.001, min(request.timeout_s, self.timeout_s))
-        with tempfile.TemporaryDirectory(prefix="omray-claude-") as scratch:
-            system_file = os.path.join(scratch, SYSTEM_PROMPT_FILE)
-            with open(system_file, "w", encoding="utf-8") as handle:
-                handle.write(system_prompt)
-            argv = claude_argv(
-                executable, request.model_name, system_file, answer_schema(request.tools), self.max_budget_usd
-            )
-            try:
-                run = self._runner(argv, stdin=prompt, cwd=scratch, env=env, timeout_s=timeout_s)
-            except FileNotFoundError:
-                log.warning("claude CLI not found: category=cli_missing")
-                raise ModelCallError("cli_missing") from None
-            except subprocess.TimeoutExpired:
-                log.warning("claude CLI run timed out: category=cli_timeout")
-                raise ModelCallError("cli_timeout") from None
-            except OSError as exc:
-                log.warning("claude CLI did not start: category=cli_failed class=%s", type(exc).__name__)
-                raise ModelCallError("cli_failed") from None
-        try:
-            response = response_of(run, round_no)
-        except ModelCallError as exc:
-            log.warning(
-                "claude CLI run failed: category=%s status=%s returncode=%d",
-                exc.category,
-                exc.status_code,
-                run.returncode,
-            )
-            raise
-        log.debug("claude CLI run answered: calls=%d", len(response.tool_calls))
-        return response
+    def invocation(
+        self, executable: str, request: ChatRequest, scratch: str, system_prompt: str, prompt: str
+    ) -> tuple[list[str], str]:
+        """:func:`claude_argv`, the system prompt in a file of the scratch directory, the prompt on stdin."""
+        system_file = os.path.join(scratch, SYSTEM_PROMPT_FILE)
+        with open(system_file, "w", encoding="utf-8") as handle:
+            handle.write(system_prompt)
+        argv = claude_argv(
+            executable, request.model_name, system_file, answer_schema(request.tools), self.max_budget_usd
+        )
+        return argv, prompt
+
+    def answer(self, run: CliRun, round_no: int) -> ChatResponse:
+        """:func:`response_of`."""
+        return response_of(run, round_no)

@@ -25,15 +25,13 @@ import json
 import logging
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from actors.models.chat import ChatRequest, ChatResponse, ModelCallError, TokenUsage
-from actors.models.claude_cli import NOT_INHERITED, OBSERVER_CALL_ENV, CliRun, CliRunner, subprocess_runner
-from actors.models.cli_prompt import answer_round, answer_schema, parse_answer, render_prompt
+from actors.models.claude_cli import NOT_INHERITED, OBSERVER_CALL_ENV
+from actors.models.cli_model import CliChatModel, CliRun, CliRunner, subprocess_runner
+from actors.models.cli_prompt import answer_schema, parse_answer
 
 log = logging.getLogger("omray.models.codex_cli")
 
@@ -189,12 +187,12 @@ def response_of(run: CliRun, round_no: int) -> ChatResponse:
     return ChatResponse(tool_calls=parse_answer(answer, round_no), usage=_usage(events))
 
 
-class CodexCliChatModel:
-    """A model reached through the installed ``codex`` CLI on the user's login; one run per request.
+class CodexCliChatModel(CliChatModel):
+    """A model reached through the installed ``codex`` CLI on the user's login; one ``codex exec`` run per
+    request (:class:`~actors.models.cli_model.CliChatModel`), with ``extra_config`` (``-c`` values)."""
 
-    Thread-safe (a scratch directory per request); ``environ`` and ``runner`` as for
-    :class:`~actors.models.claude_cli.ClaudeCliChatModel`.
-    """
+    label: ClassVar[str] = "codex"
+    log: ClassVar[logging.Logger] = log
 
     def __init__(
         self,
@@ -205,43 +203,24 @@ class CodexCliChatModel:
         environ: Mapping[str, str] | None = None,
         extra_config: Sequence[str] = (),
     ) -> None:
-        self.command = command
+        super().__init__(command, timeout_s, runner=runner, environ=environ)
         self.extra_config = tuple(extra_config)
-        self.timeout_s = timeout_s
-        self._runner = runner
-        self._environ = environ
 
-    def close(self) -> None:
-        """Nothing to release."""
+    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """:func:`codex_env`."""
+        return codex_env(environ)
 
-    def complete(self, request: ChatRequest) -> ChatResponse:
-        """One ``codex exec`` run answering ``request``."""
-        env = codex_env(os.environ if self._environ is None else self._environ)
-        executable = shutil.which(self.command, path=env.get("PATH"))
-        if executable is None:
-            log.warning("codex CLI not found: category=cli_missing")
-            raise ModelCallError("cli_missing")
-        system_prompt, prompt = render_prompt(request.messages, request.tools)
-        round_no = answer_round(request.messages)
-        timeout_s = max(0.001, min(request.timeout_s, self.timeout_s))
-        with tempfile.TemporaryDirectory(prefix="omray-codex-") as scratch:
-            schema_file = os.path.join(scratch, SCHEMA_FILE)
-            with open(schema_file, "w", encoding="utf-8") as handle:
-                json.dump(answer_schema(request.tools), handle)
-            argv = codex_argv(executable, request.model_name, scratch, schema_file, self.extra_config)
-            stdin = system_prompt + "\n\n" + prompt
-            try:
-                run = self._runner(argv, stdin=stdin, cwd=scratch, env=env, timeout_s=timeout_s)
-            except FileNotFoundError:
-                raise ModelCallError("cli_missing") from None
-            except subprocess.TimeoutExpired:
-                log.warning("codex CLI run timed out: category=cli_timeout")
-                raise ModelCallError("cli_timeout") from None
-            except OSError as exc:
-                log.warning("codex CLI did not start: category=cli_failed class=%s", type(exc).__name__)
-                raise ModelCallError("cli_failed") from None
-        try:
-            return response_of(run, round_no)
-        except ModelCallError as exc:
-            log.warning("codex CLI run failed: category=%s returncode=%d", exc.category, run.returncode)
-            raise
+    def invocation(
+        self, executable: str, request: ChatRequest, scratch: str, system_prompt: str, prompt: str
+    ) -> tuple[list[str], str]:
+        """:func:`codex_argv`, the answer's schema in a file of the scratch directory, the system prompt
+        and the prompt on stdin."""
+        schema_file = os.path.join(scratch, SCHEMA_FILE)
+        with open(schema_file, "w", encoding="utf-8") as handle:
+            json.dump(answer_schema(request.tools), handle)
+        argv = codex_argv(executable, request.model_name, scratch, schema_file, self.extra_config)
+        return argv, system_prompt + "\n\n" + prompt
+
+    def answer(self, run: CliRun, round_no: int) -> ChatResponse:
+        """:func:`response_of`."""
+        return response_of(run, round_no)

@@ -1,6 +1,6 @@
 """Embedding and rerank clients for hybrid retrieval (reference §14.5 step 6, §14.6, §14.7).
 
-Three implementations behind two small protocols:
+Three implementations of the two protocols of :mod:`protocol.semantic` (``Embedder``, ``Reranker``):
 
 * :class:`OpenAIEmbedder` calls any OpenAI-compatible ``/v1/embeddings`` endpoint through the
   official ``openai`` client.
@@ -10,9 +10,10 @@ Three implementations behind two small protocols:
 * :class:`HttpReranker` calls an OpenAI-style ``POST <base_url>/rerank`` endpoint with ``httpx``.
 
 Every vector is validated before anyone stores it (count, common non-zero dimension, finite
-components, non-zero norm). Failures surface as :class:`EmbeddingError` /
-:class:`RerankError` with a stable ``code`` and a fixed message: never a provider body, a text, a
-query or a vector. Logs carry only categories, status codes, counts and exception class names.
+components, non-zero norm). Failures surface as ``protocol.semantic.EmbeddingError`` /
+``RerankError`` (the protocols' one error contract) with a stable ``code`` and a fixed message:
+never a provider body, a text, a query or a vector. Logs carry only categories, status codes,
+counts and exception class names.
 :func:`actors.models.registry.embedder_for` and ``reranker_for`` choose the implementation.
 """
 
@@ -23,90 +24,17 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Literal, Protocol
 
 import httpx
 
 from actors.models.chat import NO_KEY_PLACEHOLDER, MissingApiKeyError
 from actors.models.clients import openai_failure
-from protocol.semantic import SemanticErrorCode, SemanticSearchError
+from protocol.semantic import EmbeddingError, RerankError
 
 log = logging.getLogger("omray.embeddings")
 
 DEFAULT_HTTP_TIMEOUT_S = 10.0
 """Per-request timeout of the embedding and rerank endpoints (§14.6)."""
-EMBEDDING_FAILED_MESSAGE = "Embedding request failed or returned invalid vectors."
-"""Message of every :class:`EmbeddingError` raised for an endpoint or vector failure (§14.6)."""
-RERANK_FAILED_MESSAGE = "The configured reranker failed or returned an invalid response."
-"""Message of every :class:`RerankError`."""
-
-EmbeddingErrorCode = Literal["embedding_unavailable"]
-"""Search error code of an embedding failure (§14.7)."""
-RerankErrorCode = Literal["reranker_unavailable"]
-"""Search error code of a reranker failure (§14.7)."""
-
-
-# --- errors -------------------------------------------------------------------------------------
-
-
-class SearchModelError(SemanticSearchError):
-    """A model of hybrid search (embedder, reranker) failed: ``code`` is the search error code (§14.7)
-    with its fixed message, ``reason`` a short category for logs."""
-
-    default_code: ClassVar[SemanticErrorCode]
-    default_message: ClassVar[str]
-
-    def __init__(self, message: str | None = None, *, reason: str = "bad_response") -> None:
-        super().__init__(self.default_code, self.default_message if message is None else message)
-        self.reason = reason
-
-
-class EmbeddingError(SearchModelError):
-    """Texts could not be embedded (``embedding_unavailable``)."""
-
-    default_code: ClassVar[EmbeddingErrorCode] = "embedding_unavailable"
-    default_message: ClassVar[str] = EMBEDDING_FAILED_MESSAGE
-
-
-class RerankError(SearchModelError):
-    """The reranker failed (``reranker_unavailable``)."""
-
-    default_code: ClassVar[RerankErrorCode] = "reranker_unavailable"
-    default_message: ClassVar[str] = RERANK_FAILED_MESSAGE
-
-
-# --- protocols ----------------------------------------------------------------------------------
-
-
-class Embedder(Protocol):
-    """Turns texts into vectors of one dimension, in input order."""
-
-    @property
-    def model_id(self) -> str:
-        """The model id (as configured)."""
-        ...
-
-    @property
-    def dimensions(self) -> int | None:
-        """Vector dimension, once known (``None`` before the first successful call of an endpoint)."""
-        ...
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order; :class:`EmbeddingError` on any failure."""
-        ...
-
-
-class Reranker(Protocol):
-    """Reorders (and may filter) candidate documents for a query."""
-
-    def rerank(self, query: str, documents: Sequence[str]) -> list[int]:
-        """Original offsets of the kept documents, best first; :class:`RerankError` on any failure."""
-        ...
-
-
-def query_text(prefix: str, query: str) -> str:
-    """The text embedded for a search query (§14.5 step 6): ``prefix + ' ' + query``, or the query alone."""
-    return f"{prefix} {query}" if prefix != "" else query
 
 
 # --- validation ---------------------------------------------------------------------------------

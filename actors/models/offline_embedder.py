@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from actors.models.embeddings import EmbeddingError
+from protocol.semantic import EmbeddingError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ class MiniLMEmbedder:
     """
 
     batches_by_tokens: ClassVar[bool] = True
-    """:func:`persistence.semantic.build.embed_in_batches` hands it all texts in one call."""
+    """:func:`actors.indexer.sync.embed_in_batches` hands it all texts in one call."""
 
     def __init__(
         self,

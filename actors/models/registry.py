@@ -23,16 +23,19 @@ from actors.models.chat import (
 from actors.models.claude_cli import ClaudeCliChatModel
 from actors.models.clients import ClientPool, secret_key
 from actors.models.codex_cli import CodexCliChatModel, endpoint_config
-from actors.models.embeddings import Embedder, EmbeddingError, HttpReranker, OpenAIEmbedder, Reranker
+from actors.models.embeddings import HttpReranker, OpenAIEmbedder
 from actors.models.offline_embedder import default_offline_embedder
 from protocol.errors import ModelSettingsError, SettingsError
+from protocol.semantic import Embedder, EmbeddingError, Reranker
 from protocol.settings import (
+    ANTHROPIC_API_KEY_ENV,
     BUILTIN_MODEL,
     BUILTIN_PROVIDER,
     CLAUDE_CODE_COMMAND,
     CODEX_COMMAND,
     DEFAULT_CLI_MAX_BUDGET_USD,
     OmSettings,
+    ProviderSettings,
     SemanticSettings,
 )
 
@@ -85,6 +88,8 @@ def model_for(
             extra_config=endpoint_config(provider.base_url, provider.api_key_env),
         )
         return codex, provider.context_window
+    if provider.kind == "anthropic":
+        return _anthropic(provider, environ, max_retries, clients), provider.context_window
     if provider.base_url is None:
         raise SettingsError(f"provider {provider.name!r} has no base_url.")
     api_key = NO_KEY_PLACEHOLDER
@@ -108,6 +113,31 @@ def model_for(
         return build(), provider.context_window
     key = ("chat", base_url, secret_key(api_key), timeout_s, max_retries)
     return clients.get(key, build), provider.context_window
+
+
+def _anthropic(
+    provider: ProviderSettings,
+    environ: Mapping[str, str] | None,
+    max_retries: int,
+    clients: ClientPool | None,
+) -> ChatModel:
+    """The Messages API client of an ``anthropic`` provider (its key read from ``api_key_env``)."""
+    from actors.models.anthropic_api import AnthropicChatModel
+
+    variable = provider.api_key_env or ANTHROPIC_API_KEY_ENV
+    api_key = (os.environ if environ is None else environ).get(variable, "")
+    if not api_key.strip():
+        raise MissingApiKeyError(
+            f"environment variable {variable!r} (API key of provider {provider.name!r}) is not set."
+        )
+    base_url, timeout_s = provider.base_url, provider.timeout_s
+
+    def build() -> AnthropicChatModel:
+        return AnthropicChatModel(base_url, api_key, timeout_s, max_retries=max_retries)
+
+    if clients is None:
+        return build()
+    return clients.get(("anthropic", base_url, secret_key(api_key), timeout_s, max_retries), build)
 
 
 def embedder_for(semantic: SemanticSettings, clients: ClientPool | None = None) -> Embedder:

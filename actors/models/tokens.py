@@ -2,7 +2,7 @@
 
 Budgets, stored ``token_count`` values and thresholds all use one counter per encoding. The
 encoding is a setting (``tokens.encoding``); the files come from the offline cache seeded by
-:mod:`persistence.tokenizer_cache`.
+:mod:`persistence.files.tokenizer_cache`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import functools
 import math
 from typing import Any
 
-from persistence.tokenizer_cache import ENCODING_FILES, TokenizerUnavailableError, seed_tiktoken_cache
+from persistence.files.tokenizer_cache import ENCODING_FILES, TokenizerUnavailableError, seed_tiktoken_cache
 
 DEFAULT_ENCODING = "o200k_base"
 """Encoding used when settings do not name one."""

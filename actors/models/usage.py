@@ -32,6 +32,8 @@ class ModelSpend:
     """Output tokens reported by the model."""
     model: str = ""
     """The ``provider/model`` the requests went to ('' when none was made): a label of the token metrics."""
+    cost_usd: float | None = None
+    """US dollars the provider reported for them (``None`` when it reported none)."""
 
     def add_spend(self, loop: ToolLoopResult, model: str) -> None:
         """Add what one tool loop against ``model`` spent."""
@@ -40,6 +42,8 @@ class ModelSpend:
         self.prompt_tokens += loop.prompt_tokens
         self.cached_prompt_tokens += loop.cached_prompt_tokens
         self.completion_tokens += loop.completion_tokens
+        if loop.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + loop.cost_usd
 
 
 def record_loop_usage(
@@ -64,6 +68,7 @@ def record_loop_usage(
         prompt_tokens=loop.prompt_tokens,
         cached_prompt_tokens=min(loop.cached_prompt_tokens, loop.prompt_tokens),
         completion_tokens=loop.completion_tokens,
+        cost_usd=loop.cost_usd,
         recorded_at=recorded_at,
     )
     try:
@@ -76,7 +81,9 @@ def record_loop_usage(
 
 
 def with_cost(detail: Mapping[str, Any], prices: PriceTable | None, kind: UsageJobKind) -> dict[str, Any]:
-    """A job's outcome ``detail`` with what its tokens cost, when ``prices`` covers its model.
+    """A job's outcome ``detail`` with what its tokens cost: what the provider reported (``cost_usd``,
+    in US dollars: ``claude-code``), else what ``prices`` makes of them when it covers the model (the
+    same rule as the daily budget's, :mod:`actors.models.budget`).
 
     Tokens are read per stage from ``usage_by_kind`` when the detail splits them (a reflect job:
     Reflector and Dropper), else from its totals, counted for ``kind``. The money goes in
@@ -84,12 +91,22 @@ def with_cost(detail: Mapping[str, Any], prices: PriceTable | None, kind: UsageJ
     ``omray_model_cost_total`` metric; the detail is returned unchanged when nothing is priced.
     """
     result = dict(detail)
+    by_kind = detail.get("usage_by_kind")
+    parts: Mapping[str, Any] = by_kind if isinstance(by_kind, Mapping) else {kind: detail}
+    reported = {
+        str(part_kind): float(counts["cost_usd"])
+        for part_kind, counts in parts.items()
+        if isinstance(counts, Mapping)
+        and isinstance(counts.get("cost_usd"), int | float)
+        and not isinstance(counts.get("cost_usd"), bool)
+    }
+    if reported:
+        result["cost"] = {"currency": "USD", "by_kind": reported}
+        return result
     model = detail.get("model")
     price = prices.models.get(model) if prices is not None and isinstance(model, str) else None
     if prices is None or price is None:
         return result
-    by_kind = detail.get("usage_by_kind")
-    parts: Mapping[str, Any] = by_kind if isinstance(by_kind, Mapping) else {kind: detail}
     amounts: dict[str, float] = {}
     for part_kind, counts in parts.items():
         if not isinstance(counts, Mapping):

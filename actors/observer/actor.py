@@ -14,14 +14,15 @@ from functools import partial
 from typing import Any
 
 from actors.indexer.schedule import events_root_of, schedule_index
+from actors.models.budget import held_under
 from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
 from actors.models.usage import with_cost
 from actors.observer.pipeline import ObserverPorts, observe_through
 from actors.worker import RoleActor, WorkerContext, local_now, utc_now
-from persistence.settings_file import job_settings_block
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.file import job_settings_block
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER, JobEnvelope, ObserveBoundaryJob
 
@@ -51,7 +52,8 @@ def observe_boundary(envelope: JobEnvelope, attempt: int, context: WorkerContext
         now_local=local_now,
         dispatch=context.dispatch,
     )
-    result = observe_through(job, envelope.job_id, settings, ports)
+    with held_under(block):
+        result = observe_through(job, envelope.job_id, settings, ports)
     if result.status != "deferred":
         # After success only (§7.2 step 4): index what was just committed (a deferral committed nothing).
         root = events_root_of(job.events_path, job.session_id)

@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.models.chat import ChatModel, run_tool_loop
+from actors.models.budget import BudgetGate, is_metered
+from actors.models.chat import ChatModel, PromptCap, run_tool_loop
 from actors.models.prompts import OBSERVER_SYSTEM_PROMPT
 from actors.models.usage import ModelSpend, record_loop_usage
 from actors.observer.blocks import build_source_blocks, empty_source_block
@@ -31,8 +32,8 @@ from actors.observer.tool import RecordObservationsHandler
 from actors.observer.transcript import backfill_transcript, entries_in, transcript_entries
 from actors.observer.trigger import Defer, ObserveNow, TriggerPolicy, decide_observe
 from actors.reflector.core import CandidatePool, RequestLocalIdMap, threshold_check
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.errors import ConflictError, OmrayError
 from protocol.events import EventWindow
@@ -49,6 +50,9 @@ logger = logging.getLogger("omray.observer")
 
 FIXED_OVERHEAD_SLACK_TOKENS = 32
 """Tokens added to the prompt and tool schema for message framing (§7.3 step 5)."""
+PROMPT_CAP_MARGIN_TOKENS = 64
+"""Under ``budget.max_prompt_tokens``, the part envelope leaves this much room: a part's message is
+counted as a whole and its pieces apart, which can differ by a few tokens at the seams."""
 
 
 class ObserverError(OmrayError):
@@ -62,11 +66,11 @@ class ObserverPorts:
     memory: MemoryReader
     """Read-only queries."""
     store: Store
-    """The single writer of the database: a :class:`~persistence.store.Store`, or in a cluster the
+    """The single writer of the database: a :class:`~persistence.writers.store.Store`, or in a cluster the
     StoreActor proxy, which forwards the same calls (typed by the Store's own signatures)."""
     read_events: Callable[[int, int], EventWindow]
     """Inclusive seq range of the session's ``events.jsonl`` and how far the file was read
-    (``persistence.events_reader.read_event_window``)."""
+    (``persistence.files.events_reader.read_event_window``)."""
     resolve_model: Callable[[str], tuple[ChatModel, int]]
     """``provider/model`` -> (chat model, context window); called only when a model is needed."""
     count_tokens: Callable[[str], int]
@@ -162,18 +166,32 @@ class ObservePlan:
         return entries_in(self.transcript, part.source_start_seq, part.source_end_seq)
 
 
+def part_envelope(settings: OmSettings, context_window: int, prompt_cap: int | None) -> int:
+    """Tokens one Observer call may be sent: the original's share of the context window, and under
+    ``budget.max_prompt_tokens`` (less :data:`PROMPT_CAP_MARGIN_TOKENS`) when the model is capped."""
+    envelope = settings.envelope(context_window)
+    if prompt_cap is None:
+        return envelope
+    return min(envelope, prompt_cap - PROMPT_CAP_MARGIN_TOKENS)
+
+
 def plan_parts(
-    job: ObserveBoundaryJob, settings: OmSettings, ports: ObserverPorts, start: int, context_window: int
+    job: ObserveBoundaryJob,
+    settings: OmSettings,
+    ports: ObserverPorts,
+    start: int,
+    context_window: int,
+    prompt_cap: int | None = None,
 ) -> ObservePlan:
     """Render and pack the range ``start..terminal_end_seq`` into normalized parts.
 
     The memory context is the memory as it was before ``start``: active reflections and the active
     observations that end before ``start`` (so observations this job committed itself never change
-    its own plan).
+    its own plan). ``prompt_cap``: the most prompt tokens one call may be sent (``budget``), if any.
     """
     if context_window <= 0:
         raise ObserverError(f"Observer model context_window is missing or nonpositive ({context_window}).")
-    envelope = settings.envelope(context_window)
+    envelope = part_envelope(settings, context_window, prompt_cap)
     events = list(read_range(job, ports, start).events)
     blocks = build_source_blocks(events, ports.now_local(), ports.count_tokens)
     if not blocks:
@@ -290,6 +308,10 @@ def _observe(
         return ObserveResult(
             status="already_covered", source_start_seq=start, source_end_seq=job.terminal_end_seq
         )
+    # At the day's cap nothing is sent: the queue holds the job (and the database's other model jobs).
+    # Checked before the trigger reads the range, so a held job re-checking costs one small read.
+    gate = BudgetGate(settings, ports.memory.spend_since, ports.clock)
+    gate.check(settings.model or "")
     decision = _trigger_decision(job, settings, ports, start)
     if isinstance(decision, Defer):
         _schedule_idle_flush(job, job_id, settings, ports)
@@ -301,8 +323,10 @@ def _observe(
         )
     model = settings.require_model()
     chat_model, context_window = ports.resolve_model(model)
+    cap = settings.budget.max_prompt_tokens if is_metered(model) else None
+    prompt_cap = PromptCap(cap, ports.count_tokens) if cap is not None else None
     plan_start = _pinned_start(job, job_id, ports, start)
-    plan = plan_parts(job, settings, ports, plan_start, context_window)
+    plan = plan_parts(job, settings, ports, plan_start, context_window, cap)
     if plan_start < start and not _replayable(plan.parts, ports, start - 1):
         # The plan changed since the first attempt (another context window, a rewritten file): what is
         # committed stays, and the rest is planned from the coverage end.
@@ -311,7 +335,7 @@ def _observe(
             extra={"run_id": job.session_id, "job_id": job_id, "pinned_start": plan_start, "start": start},
         )
         plan_start = start
-        plan = plan_parts(job, settings, ports, start, context_window)
+        plan = plan_parts(job, settings, ports, start, context_window, cap)
     parts = plan.parts
     result = ObserveResult(
         status="noop",
@@ -326,6 +350,8 @@ def _observe(
         if _already_committed(part, ports):
             result.parts_skipped += 1
             continue
+        # Parts committed so far stay (coverage is contiguous); the rest waits for the budget.
+        gate.check(model)
         handler = RecordObservationsHandler(
             job.session_id, job.observer_schema_version, part.source_refs, ports.count_tokens, model
         )
@@ -340,6 +366,7 @@ def _observe(
             max_tool_calls=OBSERVER_MAX_TOOL_CALLS,
             max_duration_s=AGENT_HTTP_MAX_DURATION_SECONDS,
             skip_receipt_round=True,
+            prompt_cap=prompt_cap,
         )
         covered_at = ports.now_utc()
         record_loop_usage(

@@ -46,7 +46,7 @@ def entries_in(entries: Sequence[TranscriptEntry], start_seq: int, end_seq: int)
 
 
 class TranscriptReads(Protocol):
-    """What a backfill reads of the memory database (``persistence.queries.MemoryReader``)."""
+    """What a backfill reads of the memory database (``persistence.reads.memory_reader.MemoryReader``)."""
 
     def transcript_through(self, run_id: str) -> int: ...
     def covered_end(self, run_id: str) -> int: ...

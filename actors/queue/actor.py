@@ -297,14 +297,20 @@ class QueueActor:
 
     def retry_failed(self, db_path: str | None = None) -> dict[str, int]:
         """``omray retry``: queue again every failed job (of ``db_path``) not re-driven yet, except
-        those whose input is invalid; returns ``{"requeued": n}`` once their rows are durable."""
+        those whose input is invalid, and let the budget holds (of ``db_path``) re-check at once;
+        returns ``{"requeued": n, "rechecked": holds}`` once the requeued rows are durable."""
         rows = self._store.failed_to_redrive(db_path, excluded_reasons=sorted(NOT_REDRIVEN))
         requeued, generation = self._requeue(rows)
+        with self._lock:
+            now = self._clock()
+            rechecked = self._state.recheck_holds(db_path, now)
+            self._log.add(self._state.next_dispatch(now), now)
+        self._commit_wanted.set()
         if generation is not None:
             if not self._threads:
                 self.commit()
             self._committer.await_durable(generation, DURABLE_WAIT_S)
-        return {"requeued": requeued}
+        return {"requeued": requeued, "rechecked": rechecked}
 
     def run_redrives(self) -> int:
         """Re-drive the failed jobs whose cause a success has shown gone (the loop thread calls it

@@ -6,9 +6,11 @@ actor persists each one's store effect *before* acting on it:
 - :class:`Dispatch`: every member row -> ``running`` with its own attempt count (``covered``); then
   call the handler once, with the carrier's payload.
 - :class:`ScheduleRetry`: row -> ``pending`` with ``not_before``.
+- :class:`HoldJob`: row -> ``pending`` with ``not_before`` (after a restart) and its held runs.
 - :class:`MarkSucceeded`, :class:`GiveUp`: the row leaves the active queue (succeeded / failed).
 - :class:`AlreadyQueued`: if ``job_seq != existing_seq``, delete the surplus row ``job_seq``.
-- :class:`EmitJobFailed`, :class:`WakeAt`, :class:`OutcomeIgnored`: no store write.
+- :class:`EmitJobFailed`, :class:`EmitJobHeld`: a runtime event for the session.
+- :class:`WakeAt`, :class:`OutcomeIgnored`: no store write.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from protocol.jobs import JobPayload
-from protocol.outcomes import JobFailedEvent
+from protocol.outcomes import JobFailedEvent, JobHeldEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,19 @@ class ScheduleRetry(AttemptsEnded):
 
 
 @dataclass(frozen=True, slots=True)
+class HoldJob(AttemptsEnded):
+    """The run found its project's daily budget used up: the job waits in its lane, held with its
+    database (:mod:`actors.queue.holds`); the run is not counted as an attempt."""
+
+    held: int
+    """Runs of the job held so far (``attempts - held`` attempts count against its retries)."""
+    not_before: float
+    """Earliest start after a restart of the queue (holds live in memory): the next re-check."""
+    reason: str
+    """``budget_tokens`` or ``budget_usd``."""
+
+
+@dataclass(frozen=True, slots=True)
 class GiveUp(AttemptsEnded):
     """The queue stops trying; the job leaves the durable queue as failed."""
 
@@ -113,6 +128,19 @@ class EmitJobFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class EmitJobHeld:
+    """Emit the ``extension_agent.memory_held`` runtime event for session ``run_id``: its database's
+    model jobs are held from now on (once per hold, not per renewal)."""
+
+    run_id: str
+    """Session of the run that found the budget used up."""
+    event: JobHeldEvent
+    """Sanitized event payload."""
+    db_path: str = ""
+    """Its database."""
+
+
+@dataclass(frozen=True, slots=True)
 class AlreadyQueued(JobCommand):
     """The job id is already pending or running as ``existing_seq``; it is not queued twice.
 
@@ -138,8 +166,10 @@ Command = (
     | WakeAt
     | MarkSucceeded
     | ScheduleRetry
+    | HoldJob
     | GiveUp
     | EmitJobFailed
+    | EmitJobHeld
     | AlreadyQueued
     | OutcomeIgnored
 )

@@ -45,6 +45,8 @@ class QueueFigures(Figures):
     """Lanes (one session of one database, or one database's index work) with unfinished jobs."""
     busy_lanes: int
     """Lanes with a run in flight."""
+    held_projects: int = 0
+    """Projects (memory databases) whose model jobs are held: their daily model budget is used up."""
 
 
 def queue_figures(
@@ -55,10 +57,18 @@ def queue_figures(
     capacity: Mapping[str, int],
     lanes: int,
     busy_lanes: int,
+    held_projects: int = 0,
 ) -> QueueFigures:
     """:class:`QueueFigures` from the state machine's counts (``capacity``: slots per handler id)."""
     slots = min(max_in_flight, sum(capacity.values())) if capacity else max_in_flight
-    return QueueFigures(depth=depth, in_flight=in_flight, slots=slots, lanes=lanes, busy_lanes=busy_lanes)
+    return QueueFigures(
+        depth=depth,
+        in_flight=in_flight,
+        slots=slots,
+        lanes=lanes,
+        busy_lanes=busy_lanes,
+        held_projects=held_projects,
+    )
 
 
 def state_figures(state: QueueState) -> QueueFigures:
@@ -71,6 +81,7 @@ def state_figures(state: QueueState) -> QueueFigures:
         capacity=state.capacity,
         lanes=lanes,
         busy_lanes=busy_lanes,
+        held_projects=state.held_projects,
     )
 
 
@@ -80,7 +91,9 @@ def figures_from_status(status: Mapping[str, Any]) -> QueueFigures | None:
     if not isinstance(figures, Mapping):
         return None
     try:
-        return QueueFigures(**{name: int(figures[name]) for name in QueueFigures.__slots__})
+        # ``held_projects`` is newer than the others: a queue that does not report it holds nothing.
+        values = {"held_projects": 0, **figures}
+        return QueueFigures(**{name: int(values[name]) for name in QueueFigures.__slots__})
     except (KeyError, TypeError, ValueError):
         return None
 

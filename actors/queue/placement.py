@@ -69,7 +69,7 @@ class PlacementBook:
 
 
 class PlacementStorePort(Protocol):
-    """Durable placements (the queue's own database: :class:`persistence.queue_store.QueueStore`)."""
+    """Durable placements (the queue's own database: :class:`persistence.writers.queue_store.QueueStore`)."""
 
     def record_placement(self, db_path: str, placement_json: str, recorded_at: str) -> str:
         """Insert the placement unless the database has one; returns the stored one (JSON)."""

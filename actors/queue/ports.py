@@ -1,7 +1,7 @@
 """What the QueueActor needs from the outside: its store, its worker pools and its metrics.
 
 Plain protocols, so the actor runs in unit tests with a real ``persistence.Store`` and fake pools,
-and in a cluster with Ray-backed ones (``cluster/runtime.py`` builds those and hands them in).
+and in a cluster with Ray-backed ones (``cluster/named_actors.py`` builds those and hands them in).
 """
 
 from __future__ import annotations

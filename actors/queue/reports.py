@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from actors.queue.attempts import Answered, Attempt
-from actors.queue.commands import Command, EmitJobFailed, MarkSucceeded, ScheduleRetry
+from actors.queue.commands import Command, EmitJobFailed, EmitJobHeld, HoldJob, MarkSucceeded, ScheduleRetry
 from actors.queue.figures import QueueFigures, state_figures, usage_of
 from actors.queue.ports import QueueMetricsPort
 from actors.queue.state import QueueState
@@ -55,6 +55,20 @@ class QueueReports:
             )
         elif isinstance(command, EmitJobFailed):
             self._job_failed(command.run_id, command.event, self._clock(), command.db_path)
+        elif isinstance(command, HoldJob):
+            logger.info(
+                "job held by its daily budget",
+                extra={"job_id": command.job_id, "held": command.held, "reason": command.reason},
+            )
+        elif isinstance(command, EmitJobHeld):
+            logger.warning(
+                "daily model budget reached; model jobs held",
+                extra={
+                    "run_id": command.run_id,
+                    "job_id": command.event.job_id,
+                    "reason": command.event.reason,
+                },
+            )
 
     def answered(self, sent: Attempt | None, answer: Answered, now: float) -> None:
         """The metrics of one worker answer: the model usage of a success, and the attempt's time."""
@@ -111,6 +125,7 @@ def queue_status(
     counts only, never payload contents)."""
     snapshot = state.snapshot()
     delayed = state.delayed(now)
+    held = state.held(now)
     return {
         "figures": state_figures(state).as_dict(),
         "depth": state.depth,
@@ -121,6 +136,8 @@ def queue_status(
         "delayed_last_in_s": round(delayed[-1][1] - now, 1) if delayed else None,
         "waiting_for_cause": sum(group.jobs for group in waiting),
         "waiting_for_cause_by_project": waiting_by_project(waiting),
+        "held": sum(int(hold["jobs"]) for hold in held),  # type: ignore[call-overload]
+        "held_by_project": held,
         "in_flight": in_flight,
         "max_in_flight": state.max_in_flight,
         "lanes": snapshot["lanes"],
@@ -191,6 +208,8 @@ def queue_summary_lines(queue: Mapping[str, Any]) -> list[str]:
             )
         depth += f" ({queue['delayed']} of them delayed: {', '.join(kinds)}{when})"
     lines = [depth]
+    for hold in queue.get("held_by_project") or ():
+        lines.append(held_line(hold))
     for project in queue.get("waiting_for_cause_by_project") or ():
         automatic, jobs = project["automatic"], project["jobs"]
         how = (
@@ -204,6 +223,18 @@ def queue_summary_lines(queue: Mapping[str, Any]) -> list[str]:
             "`omray retry` in that project queues them now)"
         )
     return lines
+
+
+def held_line(hold: Mapping[str, Any]) -> str:
+    """One line about a project whose model jobs the daily budget holds: why, until when, how to resume."""
+    key, unit = ("daily_usd", "USD") if hold.get("reason") == "budget_usd" else ("daily_tokens", "tokens")
+    until = iso_utc(float(hold["until"]))[:16].replace("T", " ")
+    return (
+        f"held by the daily budget: {hold.get('jobs', 0)} observe/reflect jobs of {hold['db_path']} wait "
+        f"(budget.{key} {float(hold['cap']):g} {unit} used up: {float(hold['spent']):g}); they resume at "
+        f"{until} UTC, or within a minute of raising budget.{key} in that project's settings (`omray retry` "
+        "there: at once). Search and compaction keep working"
+    )
 
 
 def failure_lines(queue: Mapping[str, Any]) -> list[str]:

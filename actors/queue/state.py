@@ -15,8 +15,16 @@ How the actor drives it:
 3. A worker's :data:`JobOutcome` goes to ``on_outcome(job_seq, outcome, now, attempt=...)``; a dead
    worker to ``on_worker_lost(job_seq, now, attempt=...)``.
 
+Budget holds (a run answering :class:`~protocol.outcomes.JobHeld`: the project's daily model budget
+is used up) are kept by :class:`actors.queue.holds.HoldBook`; this module asks it which lane heads
+wait, and turns a held run into :class:`HoldJob` commands.
+
 The commands and the store effect of each are in :mod:`actors.queue.commands`; lanes, job keys and
 coalescing keys in :mod:`actors.queue.lanes`.
+
+Length: over 600 lines because every step reads and updates the same private indexes (lanes, the
+free-head heap, carriers, holds) under one set of invariants; the pieces that stand alone (commands,
+lanes, retry policy, re-drives, budget holds) already live beside it.
 """
 
 from __future__ import annotations
@@ -32,12 +40,15 @@ from actors.queue.commands import (
     Command,
     Dispatch,
     EmitJobFailed,
+    EmitJobHeld,
     GiveUp,
+    HoldJob,
     MarkSucceeded,
     OutcomeIgnored,
     ScheduleRetry,
     WakeAt,
 )
+from actors.queue.holds import DEFAULT_RECHECK_S, HELD_HANDLERS, HoldBook
 from actors.queue.lanes import MAX_COALESCED, JobKey, carrier_end, coalesce_key, job_key, lane_of
 from actors.queue.redrive import fingerprint_of
 from actors.queue.retry import GiveUpNow, RetryPolicy, decide_retry
@@ -50,9 +61,11 @@ from protocol.outcomes import (
     EventsLocation,
     JobFailed,
     JobFailedEvent,
+    JobHeld,
+    JobHeldEvent,
     JobSucceeded,
 )
-from protocol.queue_rows import StoredJob, epoch_of
+from protocol.queue_rows import StoredJob, epoch_of, iso_utc
 
 JobStatus = Literal["pending", "running"]
 """Durable status of a job that is still in the queue."""
@@ -95,6 +108,8 @@ class _Job:
     carrier: int | None = None
     # Where the last failure's events file is corrupt, when that was the reason (ids only).
     events_location: EventsLocation | None = None
+    # Runs of ``attempts`` that were held by the daily budget (sent nothing): they do not count.
+    held: int = 0
     # Derived from the envelope once (the envelope never changes): the dispatch loop reads them for
     # every lane head on every step.
     key: JobKey = field(init=False)
@@ -110,6 +125,16 @@ class _Job:
         self.handler_id = self.envelope.handler_id
         self.pool = pool_of(self.handler_id)
         self.coalesce_key = coalesce_key(self.envelope.payload)
+
+    @property
+    def counted(self) -> int:
+        """Attempts that count against the retry policy: every run but the held ones."""
+        return self.attempts - self.held
+
+    @property
+    def db_path(self) -> str:
+        """The job's database."""
+        return self.envelope.payload.db_path
 
 
 # --- the state machine --------------------------------------------------------------------------
@@ -141,7 +166,12 @@ class QueueState:
       :class:`GiveUp`; results for anything not in flight are ignored, so a finished job is never
       dispatched or finished again.
     - **At most ``policy.max_attempts`` attempts per job**, counting attempts lost to a worker
-      crash or to a restart of the queue itself.
+      crash or to a restart of the queue itself, and not counting runs held by the daily budget.
+    - **Budget holds.** After a run answers :class:`JobHeld`, no observe or reflect job of its
+      database starts (they wait in their lanes, in order) until the next UTC day, or until a
+      re-check finds the budget allows it (one held run every ``hold_recheck_s``, or at once when a
+      job is accepted under other settings or on :meth:`recheck_holds`):
+      :mod:`actors.queue.holds`. Held jobs are never lost, failed or run twice for it.
     - A job key ``(db_path, job_id)`` is never queued twice while it is pending or running.
 
     Only the owning ``QueueActor`` calls it, from one thread at a time.
@@ -154,6 +184,7 @@ class QueueState:
         max_in_flight: int = 1,
         capacity: Mapping[str, int] | None = None,
         coalesce: bool = True,
+        hold_recheck_s: float = DEFAULT_RECHECK_S,
     ) -> None:
         if max_in_flight < 1:
             raise QueueStateError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
@@ -184,6 +215,7 @@ class QueueState:
         self._indexed_head: dict[str, int] = {}
         self._timed: set[int] = set()
         self._dirty: set[str] = set()
+        self._holds = HoldBook(hold_recheck_s)
 
     # --- restart -----------------------------------------------------------------------------
 
@@ -197,6 +229,7 @@ class QueueState:
         max_in_flight: int = 1,
         capacity: Mapping[str, int] | None = None,
         coalesce: bool = True,
+        hold_recheck_s: float = DEFAULT_RECHECK_S,
     ) -> tuple[QueueState, list[Command]]:
         """Rebuild the state from the durable rows after the actor restarted.
 
@@ -204,9 +237,17 @@ class QueueState:
         any other lane (in sequence order), without backoff; if it has no attempts left it gives
         up now. If two rows share a job key (a crash between storing a duplicate and discarding
         it), the lowest sequence number wins and the others come back as :class:`AlreadyQueued`
-        so the actor deletes them. Finished rows are not the state's: passing one raises.
+        so the actor deletes them. Finished rows are not the state's: passing one raises. Budget holds
+        are not restored: a held job waits until its row's ``not_before`` (its next re-check), then
+        re-checks the budget itself.
         """
-        state = cls(policy, max_in_flight=max_in_flight, capacity=capacity, coalesce=coalesce)
+        state = cls(
+            policy,
+            max_in_flight=max_in_flight,
+            capacity=capacity,
+            coalesce=coalesce,
+            hold_recheck_s=hold_recheck_s,
+        )
         commands: list[Command] = []
         for row in sorted(stored_jobs, key=lambda r: r.job_seq):
             if row.state not in ("pending", "running"):
@@ -226,8 +267,9 @@ class QueueState:
                 not_before=None if interrupted else _restored_not_before(row),
                 last_reason=REASON_INTERRUPTED if interrupted else row.failure_reason,
                 interrupted=interrupted,
+                held=row.held_attempts,
             )
-            if job.attempts >= state._policy.max_attempts:
+            if job.counted >= state._policy.max_attempts:
                 # Every allowed attempt has started already: never start another one.
                 commands.extend(state._give_up(job, GiveUpNow(event_reason=REASON_RETRY_EXHAUSTED)))
                 continue
@@ -240,16 +282,16 @@ class QueueState:
         """Queue a job that was just stored durably under ``job_seq``.
 
         Returns ``[]`` for a new job, or ``[AlreadyQueued]`` if its key is already pending or
-        running (then nothing changes). ``now`` is unused today; it keeps every step's signature
-        uniform for the actor and the tests.
+        running (then nothing changes). A job sent under other settings than its database's budget
+        hold was found under makes that hold re-check at once.
         """
-        del now
         existing = self._seq_by_key.get(job_key(envelope))
         if existing is not None:
             return [AlreadyQueued(job_seq, envelope.job_id, existing)]
         if job_seq in self._jobs:
             raise QueueStateError(f"job_seq {job_seq!r} is already used by another queued job")
         self._add(_Job(job_seq, envelope, "pending", 0, envelope.not_before, None))
+        self._holds.settings_seen(envelope.payload.db_path, fingerprint_of(envelope), now)
         return []
 
     def next_dispatch(self, now: float) -> list[Command]:
@@ -260,6 +302,7 @@ class QueueState:
         its backoff.
         """
         commands: list[Command] = []
+        self._holds.purge(now)
         free = self._max_in_flight - self.in_flight
         if free <= 0:
             return commands
@@ -272,14 +315,19 @@ class QueueState:
             if self._waiting(head, now):
                 passed.append((not head.interrupted, head.seq))
                 continue
-            commands.append(self._start(self._group_from(head)))
+            commands.append(self._start_head(head, now))
             free -= 1
         for rank in passed:
             self._pushed[rank[1]] = rank[0]
             heapq.heappush(self._ready[self._jobs[rank[1]].pool], rank)
         if free > 0:
             timed = (self._jobs[seq] for seq in self._timed)
-            waits = [job.not_before for job in timed if self._waiting(job, now) and job.not_before]
+            waits = [
+                job.not_before
+                for job in timed
+                if self._waiting(job, now) and job.not_before is not None and job.not_before > now
+            ]
+            waits.extend(self._holds.wakes(now))
             if waits:
                 commands.append(WakeAt(min(waits)))
         return commands
@@ -287,7 +335,7 @@ class QueueState:
     def on_outcome(
         self,
         job_seq: int,
-        outcome: JobSucceeded | JobFailed,
+        outcome: JobSucceeded | JobFailed | JobHeld,
         now: float,
         *,
         attempt: int | None = None,
@@ -303,6 +351,9 @@ class QueueState:
         if outcome.job_id != carrier.envelope.job_id:
             return [OutcomeIgnored(job_seq, "job_id_mismatch")]
         members = self._finish_run(carrier)
+        self._holds.run_ended(carrier.db_path, carrier.seq, held=isinstance(outcome, JobHeld))
+        if isinstance(outcome, JobHeld):
+            return self._hold_all(carrier, members, outcome, now)
         if isinstance(outcome, JobSucceeded):
             commands: list[Command] = []
             for job in members:
@@ -325,6 +376,7 @@ class QueueState:
         if isinstance(carrier, OutcomeIgnored):
             return [carrier]
         members = self._finish_run(carrier)
+        self._holds.run_lost(carrier.db_path, carrier.seq)
         failure = JobFailed(job_id=carrier.envelope.job_id, retryable=True, reason=REASON_WORKER_CRASHED)
         return self._fail_all(members, failure, now)
 
@@ -364,9 +416,32 @@ class QueueState:
         """
         waiting: dict[str, int] = {}
         for head in self._free_lane_heads():
+            if self._holds.blocks(head.db_path, head.handler_id, now):
+                continue  # a bigger pool would not start it: its budget holds it
             if head.interrupted or head.not_before is None or head.not_before <= now:
                 waiting[head.pool] = waiting.get(head.pool, 0) + 1
         return waiting
+
+    def recheck_holds(self, db_path: str | None, now: float) -> int:
+        """Let the budget holds of ``db_path`` (or of every database) re-check at the next dispatch
+        (``omray retry``: the user raised a cap); how many holds will."""
+        return self._holds.recheck(db_path, now)
+
+    def held(self, now: float) -> list[dict[str, object]]:
+        """The databases whose model jobs are held by their daily budget now, each with how many of
+        its jobs wait (ids, codes, counts and times; for ``status``)."""
+        found: list[dict[str, object]] = []
+        for hold in self._holds.snapshot():
+            db_path = str(hold["db_path"])
+            if self._holds.active(db_path, now) is None:
+                continue
+            jobs = sum(
+                1
+                for job in self._jobs.values()
+                if job.carrier is None and job.handler_id in HELD_HANDLERS and job.db_path == db_path
+            )
+            found.append({**hold, "jobs": jobs})
+        return found
 
     def set_capacity(self, handler_id: str, size: int) -> None:
         """Change how many runs of ``handler_id`` may be in flight (its pool grew or shrank).
@@ -381,6 +456,11 @@ class QueueState:
     def active_seq(self, job_id: str, db_path: str) -> int | None:
         """Sequence number of the pending or running job with this key, if any."""
         return self._seq_by_key.get((db_path, job_id))
+
+    @property
+    def held_projects(self) -> int:
+        """Databases whose model jobs are held by their daily budget (cheap: no job list)."""
+        return self._holds.count
 
     def lane_counts(self) -> tuple[int, int]:
         """Lanes with unfinished jobs, and those with a run in flight (cheap: no job list)."""
@@ -409,12 +489,14 @@ class QueueState:
                     "session_id": j.envelope.payload.session_id,
                     "status": j.status,
                     "attempts": j.attempts,
+                    "held": j.held,
                     "not_before": j.not_before,
                     "last_reason": j.last_reason,
                     "carrier": j.carrier,
                 }
                 for j in sorted(self._jobs.values(), key=lambda j: j.seq)
             ],
+            "holds": self._holds.snapshot(with_paths=False),
         }
 
     # --- internals ---------------------------------------------------------------------------
@@ -479,7 +561,10 @@ class QueueState:
         return [jobs[seqs[0]] for lane, seqs in self._lanes.items() if lane not in busy]
 
     def _waiting(self, head: _Job, now: float) -> bool:
-        """The lane head may not start yet: its retry backoff or hold runs, and no later job absorbs it."""
+        """The lane head may not start yet: its database's budget holds it, or its retry backoff or
+        idle hold runs and no later job absorbs it."""
+        if self._holds.blocks(head.db_path, head.handler_id, now):
+            return True
         if head.interrupted or head.not_before is None or head.not_before <= now:
             return False
         return not (_held_until_absorbed(head) and self._coalesces_with_next(head))
@@ -508,6 +593,12 @@ class QueueState:
                 break
             group.append(job)
         return group
+
+    def _start_head(self, head: _Job, now: float) -> Dispatch:
+        """Start the run of ``head``'s group; when its database is held, this run is the re-check."""
+        command = self._start(self._group_from(head))
+        self._holds.started(head.db_path, head.handler_id, command.job_seq, now)
+        return command
 
     def _start(self, group: list[_Job]) -> Dispatch:
         carrier = max(group, key=_carrier_rank)
@@ -560,8 +651,36 @@ class QueueState:
             commands.extend(self._fail(job, failure.model_copy(update={"job_id": job.envelope.job_id}), now))
         return commands
 
+    def _hold_all(self, carrier: _Job, members: list[_Job], held: JobHeld, now: float) -> list[Command]:
+        """The run found the daily budget used up: its jobs wait again (the run not counted), and the
+        database is held (the event only when the hold is new)."""
+        hold, new = self._holds.record(carrier.db_path, held, now)
+        commands: list[Command] = []
+        for job in members:
+            job.held += 1
+            job.last_reason = held.reason
+            if job.handler_id in HELD_HANDLERS:
+                job.not_before = None  # the database's hold decides when it starts
+            else:  # not a model job (not expected to be held): it waits on its own until the re-check
+                job.not_before = hold.recheck_at
+            self._dirty.add(job.lane)
+            commands.append(
+                HoldJob(job.seq, job.envelope.job_id, job.attempts, job.held, hold.recheck_at, held.reason)
+            )
+        if new:
+            event = JobHeldEvent.for_hold(
+                job_id=carrier.envelope.job_id,
+                handler_id=carrier.handler_id,
+                reason=held.reason,
+                until=iso_utc(hold.until),
+                spent=held.spent,
+                cap=held.cap,
+            )
+            commands.append(EmitJobHeld(carrier.envelope.payload.session_id, event, carrier.db_path))
+        return commands
+
     def _fail(self, job: _Job, failure: JobFailed, now: float) -> list[Command]:
-        decision = decide_retry(job.attempts, failure, self._policy)
+        decision = decide_retry(job.counted, failure, self._policy)
         job.last_reason = failure.reason
         job.events_location = failure.events_location
         if isinstance(decision, GiveUpNow):
@@ -577,7 +696,7 @@ class QueueState:
         event = JobFailedEvent.for_job(
             job_id=job.envelope.job_id,
             handler_id=job.envelope.handler_id,
-            attempts=max(job.attempts, 1),
+            attempts=max(job.counted, 1),
             event_reason=decision.event_reason,
             last_failure=last,
             events_location=job.events_location,

@@ -16,13 +16,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from actors.queue.commands import Command, Dispatch, EmitJobFailed, GiveUp, MarkSucceeded, ScheduleRetry
+from actors.queue.commands import (
+    Command,
+    Dispatch,
+    EmitJobFailed,
+    EmitJobHeld,
+    GiveUp,
+    HoldJob,
+    MarkSucceeded,
+    ScheduleRetry,
+)
 from protocol.jobs import JobEnvelope
 from protocol.outcomes import JobFailedEvent
 from protocol.queue_rows import (
     JobAccepted,
     JobFinished,
     JobGivenUp,
+    JobHeldWrite,
     JobRetry,
     JobStarted,
     JobWrite,
@@ -76,6 +86,25 @@ def writes_for(batch: Sequence[Issued]) -> list[JobWrite]:
                     job_seq=command.job_seq,
                     not_before=iso_utc(command.not_before),
                     failure_reason=command.reason,
+                )
+            )
+        elif isinstance(command, HoldJob):
+            writes.append(
+                JobHeldWrite(
+                    job_seq=command.job_seq,
+                    held_attempts=command.held,
+                    not_before=iso_utc(command.not_before),
+                    failure_reason=command.reason,
+                )
+            )
+        elif isinstance(command, EmitJobHeld):
+            writes.append(
+                RuntimeEventWrite(
+                    run_id=command.run_id,
+                    event_type=command.event.event_type,
+                    payload=command.event.model_dump(),
+                    created_at=at,
+                    db_path=command.db_path,
                 )
             )
         elif isinstance(command, MarkSucceeded):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 ToolResult = dict[str, object]
 """A JSON-able tool answer (success or error)."""
@@ -17,22 +17,6 @@ ToolResult = dict[str, object]
 def error_result(code: str, message: str) -> ToolResult:
     """An error answer in the shape every tool uses."""
     return {"ok": False, "error": code, "message": message}
-
-
-def is_int(value: object) -> bool:
-    """Whether ``value`` is an integer (``bool`` is not)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_text(value: object) -> TypeGuard[str]:
-    """Whether ``value`` is a string SQLite can bind: no lone surrogate (a truncated ``\\ud83d`` escape)."""
-    if not isinstance(value, str):
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 NON_FINITE_TEXT: Final[dict[str, str]] = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}

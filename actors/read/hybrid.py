@@ -1,8 +1,9 @@
 """``memory_search`` in hybrid mode: the semantic index wired to the embedder and the reranker, and
 the tool answers built from what it retrieved (reference §13.4, §14.7).
 
-The index itself is :class:`persistence.semantic.SemanticIndex` (its ranking rules in
-:mod:`persistence.semantic.fusion`); embedders and the reranker are in :mod:`actors.models.embeddings`.
+The pipeline is :func:`actors.read.retrieval.retrieve` (its ranking rules in :mod:`actors.read.fusion`
+and :mod:`actors.read.ranking`) over the index :class:`persistence.semantic.SemanticIndex`; embedders
+and the reranker are in :mod:`actors.models.embeddings`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any, Final
 
 from actors.models.registry import embedder_for, reranker_for
 from actors.read.query_time import query_time_window
+from actors.read.ranking import RankingWeights
+from actors.read.retrieval import retrieve
 from actors.read.search import result_item
-from persistence.search_request import SearchRequest
+from persistence.search.request import SearchRequest
 from persistence.semantic import SemanticIndex, SemanticStateWriter
-from persistence.semantic.ranking import RankingWeights
 from protocol.canonical import condense
 from protocol.semantic import (
     NO_MATCH_MESSAGE,
@@ -62,13 +64,14 @@ def hybrid_search_for(
 
     ``fusion`` picks how vector and keyword hits are merged (``rrf`` is the reference's rule; it is
     kept for comparison in ``omray bench recall``)."""
-    index = SemanticIndex(db_path, semantic, state_writer or NoStateWrites(), fusion=fusion, weights=weights)
+    index = SemanticIndex(db_path, semantic, state_writer or NoStateWrites())
     embedder = embedder_for(semantic)
     reranker = reranker_for(semantic)
 
     def search(request: SearchRequest) -> dict[str, object]:
         return run_hybrid_search(
-            lambda: index.search(
+            lambda: retrieve(
+                index,
                 request.query,
                 embedder,
                 bounds=request.bounds,
@@ -76,6 +79,8 @@ def hybrid_search_for(
                 limit=request.limit,
                 time_window=query_time_window(request.query, _query_clock(request.query_date)),
                 floor=semantic.no_match,
+                fusion=fusion,
+                weights=weights,
             ),
             request.query,
             request.limit,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Final
 
-from persistence.search_request import TimeWindow
+from persistence.search.request import TimeWindow
 
 MONTHS: Final[dict[str, int]] = {
     name: number

@@ -1,7 +1,7 @@
 """Pure logic of ``recall`` (reference §13.6): argument validation, source refs, event hydration
 and the answer shapes of an observation, a reflection or transcript events.
 
-The lookups live in ``persistence.search_queries``, the reading of ``events.jsonl`` in
+The lookups live in ``persistence.search.reader``, the reading of ``events.jsonl`` in
 ``actors.read.service``; answers pass through :func:`actors.read.answers.json_safe` there.
 """
 
@@ -9,81 +9,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
 
-from actors.read.answers import ToolResult, error_result, is_int, is_text
-from protocol.canonical import php_trim
-from protocol.events import MAX_SEQ
-from protocol.ids import FULL_ID_LENGTH, ID_OR_PREFIX
+from actors.read.answers import ToolResult, error_result
+from protocol.read_arguments import ReadArgumentsError, RecallArguments, is_int
 from protocol.records import ObservationRecord, ReflectionRecord, SourceRef
-
-INVALID_ID_MESSAGE: Final[str] = (
-    "id must be a lowercase hex memory id: the full 64 characters or a unique prefix of at least 12."
-)
-"""Message of every ``invalid_id`` answer."""
-
-INVALID_SESSION_ID_MESSAGE: Final[str] = "session_id must be a non-empty session/run id when provided."
-"""Message of every ``invalid_session_id`` answer."""
-
-
-RECALL_MAX_EVENTS: Final[int] = 100
-"""Longest seq range one ``recall`` by range returns."""
-
-INVALID_SEQ_RANGE_MESSAGE: Final[str] = (
-    f"seq_start must be an integer >= 1 and seq_end, when given, an integer from seq_start to "
-    f"seq_start + {RECALL_MAX_EVENTS - 1} (a seq is at most {MAX_SEQ})."
-)
-"""Message of every ``invalid_seq_range`` answer."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecallRequest:
-    """A validated ``recall`` request: a memory or event id, or a seq range of the session."""
-
-    memory_id: str
-    """Lowercase hex id or prefix, 12..64 characters (``""`` for a seq range)."""
-    session_id: str
-    """Session searched: the given ``session_id`` or the current session."""
-    seq_start: int | None = None
-    """First seq of a range recall (``None``: recall by id)."""
-    seq_end: int | None = None
-    """Last seq of a range recall."""
-
-    @property
-    def is_full_id(self) -> bool:
-        """Whether ``memory_id`` is a complete id (exact lookup) rather than a prefix."""
-        return len(self.memory_id) == FULL_ID_LENGTH
 
 
 def validate_recall_arguments(
     arguments: Mapping[str, object], current_session_id: str
-) -> RecallRequest | ToolResult:
-    """Validate ``recall`` arguments; recall stays in the current session unless ``session_id`` is given."""
-    raw_id = arguments.get("id")
-    ranged = "seq_start" in arguments and raw_id is None
-    if not ranged and not isinstance(raw_id, str):
-        return error_result("invalid_id", INVALID_ID_MESSAGE)
-    raw_session = arguments.get("session_id")
-    if raw_session is not None and not is_text(raw_session):
-        return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
-    memory_id = "" if ranged else php_trim(str(raw_id)).lower()
-    if not ranged and not ID_OR_PREFIX.match(memory_id):
-        return error_result("invalid_id", INVALID_ID_MESSAGE)
-    target = current_session_id
-    if raw_session is not None:
-        target = php_trim(raw_session)
-        if target == "":
-            return error_result("invalid_session_id", INVALID_SESSION_ID_MESSAGE)
-    if not ranged:
-        return RecallRequest(memory_id=memory_id, session_id=target)
-    start, end = arguments.get("seq_start"), arguments.get("seq_end", arguments.get("seq_start"))
-    if not (is_int(start) and is_int(end)):
-        return error_result("invalid_seq_range", INVALID_SEQ_RANGE_MESSAGE)
-    assert isinstance(start, int) and isinstance(end, int)
-    if start < 1 or end > MAX_SEQ or not start <= end < start + RECALL_MAX_EVENTS:
-        return error_result("invalid_seq_range", INVALID_SEQ_RANGE_MESSAGE)
-    return RecallRequest(memory_id="", session_id=target, seq_start=start, seq_end=end)
+) -> RecallArguments | ToolResult:
+    """Validate ``recall`` arguments (:meth:`protocol.read_arguments.RecallArguments.from_call`); the
+    request or an error answer. Recall stays in the current session unless ``session_id`` is given."""
+    try:
+        return RecallArguments.from_call(arguments, current_session_id)
+    except ReadArgumentsError as exc:
+        return error_result(exc.code, exc.message)
 
 
 def recall_ambiguous(kind: Literal["observation", "reflection", "event"], session_id: str) -> ToolResult:

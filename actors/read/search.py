@@ -1,6 +1,6 @@
 """Pure logic of ``memory_search`` answers in exact mode (reference §13.3): hits, merging, scope.
 
-The SQL that fetches the rows lives in ``persistence.search_queries``; the argument validation in
+The SQL that fetches the rows lives in ``persistence.search.reader``; the argument validation in
 :mod:`actors.read.search_arguments`. :func:`search_in_memory` (with :func:`like_matches`) is a
 reference model of the whole exact search over in-memory rows, which the tests hold the SQL to.
 """
@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, Literal
 
 from actors.read.answers import ToolResult
-from actors.read.search_arguments import sort_key
-from persistence.search_queries import ObservationHit, ReflectionHit, TranscriptHit
-from persistence.search_request import LIKE_ESCAPE, SearchRequest
+from persistence.search.reader import ObservationHit, ReflectionHit, TranscriptHit
+from persistence.search.request import LIKE_ESCAPE, SearchRequest
 from protocol.canonical import condense
 from protocol.ids import display_id
+from protocol.read_arguments import sort_key
 from protocol.records import ObservationRecord, ReflectionRecord
 
 SearchedObservation = ObservationHit | ObservationRecord
@@ -197,7 +197,7 @@ def merge_search_results(
 ) -> ToolResult:
     """Merge the tables' hits: newest first, then events, observations, reflections, each kind in the
     order its rows come (observations of one minute in source order, the latest first; reflections
-    by id: ``persistence.search_queries.ExactSearchRows``; observations standing for a transcript
+    by id: ``persistence.search.reader.ExactSearchRows``; observations standing for a transcript
     hit after the observation hits).
 
     A transcript hit stands for the observation covering its event (``covering``), with a

@@ -1,6 +1,6 @@
 """The read side, callable from any process: projection, compaction hook, status, view, search, recall.
 
-Everything here reads durable memory through read-only connections (``persistence.search_queries``)
+Everything here reads durable memory through read-only connections (``persistence.search.reader``)
 and, for ``recall`` only, one range of the session's ``events.jsonl``. Nothing here writes,
 dispatches a job, calls a model, polls or sleeps, so the agent's own process can call it at any
 time, concurrently with the writer (WAL), and compaction never waits on the queue or a model.
@@ -19,14 +19,16 @@ import functools
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from actors.models.budget import format_budget, project_budget, report_since, usage_by_day_json
 from actors.read.answers import ToolResult, error_result, json_safe
+from actors.read.fusion import FUSED_CANDIDATE_LIMIT
 from actors.read.interrupt import NO_INTERRUPT, Interrupted, ToolInterrupt, checkpoint
 from actors.read.projector import assemble_active_memory
 from actors.read.recall import (
-    INVALID_SESSION_ID_MESSAGE,
     event_recall_result,
     hydration_range,
     observation_recall_result,
@@ -47,13 +49,12 @@ from actors.read.status_view import (
     usage_json,
     view_json,
 )
-from persistence.events_reader import iter_events
-from persistence.exact_plans import SearchStrategy
-from persistence.forget import in_ranges
-from persistence.forget_queries import ForgetReader
-from persistence.search_queries import SearchReader
-from persistence.search_request import SearchRequest
-from persistence.semantic.fusion import FUSED_CANDIDATE_LIMIT
+from persistence.files.events_reader import iter_events
+from persistence.reads.forgotten import ForgetReader
+from persistence.search.plans import SearchStrategy
+from persistence.search.reader import SearchReader
+from persistence.search.request import SearchRequest
+from persistence.writers.forget import in_ranges
 from protocol.canonical import php_trim
 from protocol.errors import EventsFileError, EventsUnreadableError, OmrayError
 from protocol.events import (
@@ -63,6 +64,7 @@ from protocol.events import (
     projection_failure_reason,
     projection_metadata,
 )
+from protocol.read_arguments import INVALID_SESSION_ID_MESSAGE
 from protocol.records import ObservationRecord, ReflectionRecord
 from protocol.redact import DEFAULT_REDACTOR, Redactor, redactor_for
 from protocol.settings import DEFAULT_VERSION, OmSettings
@@ -86,7 +88,7 @@ HybridSearch = Callable[[SearchRequest], ToolResult]
 @functools.lru_cache(maxsize=32)
 def _reader(db_path: str) -> SearchReader:
     # One reader per path for every thread: search and projection reuse one read-only connection
-    # per thread (persistence.read_connection), the other reads open one per call.
+    # per thread (persistence.database.read_connection), the other reads open one per call.
     return SearchReader(db_path)
 
 
@@ -183,7 +185,13 @@ def memory_status(
         observations_max_tokens=settings.observations_max_tokens,
     )
     usage = usage_json(reader.token_usage(session_id), settings.prices)
-    return format_status(inputs), {"session_id": session_id, **status_json(inputs), "token_usage": usage}
+    # Spend per day and model of this session, and the project's budget today (issue 41 item 3).
+    now = time.time()
+    by_day = usage_by_day_json(reader.token_usage_by_day(report_since(now), session_id), settings.prices)
+    budget = project_budget(reader.spend_since, settings, now)
+    data = {"session_id": session_id, **status_json(inputs), "token_usage": usage}
+    text = f"{format_status(inputs)}\n- project budget today: {format_budget(budget)}"
+    return text, {**data, "usage_by_day": by_day, "budget": budget}
 
 
 def memory_view(db_path: DbPath, session_id: str) -> tuple[str, dict[str, object]]:

@@ -306,10 +306,14 @@ def usage_json(totals: Sequence[TokenUsageTotal], prices: PriceTable | None) -> 
     rows: list[dict[str, object]] = []
     total = dict.fromkeys(_USAGE_COUNTS, 0)
     money = 0.0
+    reported: float | None = None
     unpriced: set[str] = set()
     for usage in totals:
         counts = {name: int(getattr(usage, name)) for name in _USAGE_COUNTS}
         row: dict[str, object] = {"job_kind": usage.job_kind, "model": usage.model, **counts}
+        if usage.cost_usd is not None:  # what the provider itself reported (claude-code)
+            row["reported_usd"] = round(usage.cost_usd, 6)
+            reported = (reported or 0.0) + usage.cost_usd
         price = prices.models.get(usage.model) if prices is not None else None
         if price is not None:
             row["cost"] = round(
@@ -322,6 +326,8 @@ def usage_json(totals: Sequence[TokenUsageTotal], prices: PriceTable | None) -> 
         for name in _USAGE_COUNTS:
             total[name] += counts[name]
     report: dict[str, object] = {"by_job_kind_and_model": rows, "total": total}
+    if reported is not None:
+        report["reported_usd"] = round(reported, 6)
     if prices is not None:
         report["cost"] = {
             "currency": prices.currency,
@@ -343,4 +349,7 @@ def format_usage(report: dict[str, object]) -> str:
     cost = report.get("cost")
     if isinstance(cost, dict):
         line += f", {cost['total']:.4f} {cost['currency']}"
+    reported = report.get("reported_usd")
+    if isinstance(reported, int | float):
+        line += f", {reported:.4f} USD as the provider reported"
     return line

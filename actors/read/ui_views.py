@@ -1,6 +1,6 @@
 """What the memory viewer (``omray ui``) shows, as JSON-able dicts: pure functions of rows already read.
 
-No I/O, no clock: the rows come from :mod:`persistence.ui_queries`, the queue's status and the
+No I/O, no clock: the rows come from :mod:`persistence.reads.viewer`, the queue's status and the
 settings come in as arguments. The one piece of logic here beyond shaping is which observations
 each reflection generation retired (:func:`retired_by`), the same rule the projection applies
 (reference §8): once a succeeded generation with watermark ``R`` is active, an observation ending at
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from persistence.ui_queries import (
+from persistence.reads.viewer import (
     GenerationRow,
     ObservationRow,
     PartRow,

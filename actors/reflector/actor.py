@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any, ClassVar
 
 from actors.indexer.schedule import schedule_index
+from actors.models.budget import held_under
 from actors.models.clients import worker_clients
 from actors.models.registry import model_for
 from actors.models.tokens import token_counter
@@ -20,8 +21,8 @@ from actors.reflector.forget import run_forget
 from actors.reflector.pipeline import ReflectorPorts
 from actors.reflector.pipeline import reflect_generation as run_reflection
 from actors.worker import RoleActor, WorkerContext, utc_now
-from persistence.settings_file import job_settings_block
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.file import job_settings_block
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import (
     FORGET_HANDLER,
@@ -55,7 +56,8 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
             context.dispatch, settings.semantic, job.db_path, run_id, block
         ),
     )
-    result = run_reflection(job, envelope.job_id, settings, ports, attempt=attempt)
+    with held_under(block):
+        result = run_reflection(job, envelope.job_id, settings, ports, attempt=attempt)
     return with_cost(result.as_dict(), settings.prices, "reflect")
 
 

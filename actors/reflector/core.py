@@ -52,7 +52,7 @@ GenerationFailureCode = Literal["stale_observation_set", "no_active_memory", "tr
 """Failure codes omray stores in ``om_memory_generation.failure_code``."""
 
 ClaimOutcome = Literal["claimed", "already_running", "already_succeeded", "conflict"]
-"""What ``Store.claim_generation`` returns (same values as ``persistence.store.ClaimOutcome``)."""
+"""What ``Store.claim_generation`` returns (same values as ``persistence.writers.store.ClaimOutcome``)."""
 
 
 ClaimReaction = Literal["work", "noop", "noop_schedule_index", "conflict"]

@@ -2,7 +2,7 @@
 
 The job runs in its session's lane, so every job of the session accepted before it (an observe job
 in flight, a reflection) has committed first; the StoreActor then removes the named rows and their
-derived copies in one transaction (``persistence.forget``), and an index job compacts the hybrid
+derived copies in one transaction (``persistence.writers.forget``), and an index job compacts the hybrid
 index (search already drops hits whose canonical row is gone).
 
 :func:`forget` is the handler of ``observational_memory.forget``
@@ -16,7 +16,7 @@ from typing import Any
 
 from actors.indexer.schedule import schedule_index
 from actors.worker import WorkerContext, utc_now
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import ForgetJob, JobEnvelope
 

@@ -14,12 +14,14 @@ whose generation already ran, or is running elsewhere, makes no model call.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from actors.models.chat import ChatModel, ToolLoopResult, run_tool_loop
+from actors.models.budget import BudgetGate, is_metered
+from actors.models.chat import ChatModel, PromptCap, ToolLoopResult, run_tool_loop
 from actors.models.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
 from actors.models.usage import ModelSpend, record_loop_usage
 from actors.reflector.core import (
@@ -54,9 +56,11 @@ from actors.reflector.dropper import (
     select_drop_candidates,
     should_run_dropper,
 )
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
+from protocol.errors import BudgetReachedError, PromptOverCapError
 from protocol.jobs import ReflectGeneration, ReflectGenerationJob
+from protocol.outcomes import REASON_PROMPT_OVER_CAP
 from protocol.records import (
     ActivityRecord,
     UsageJobKind,
@@ -82,7 +86,7 @@ class ReflectorPorts:
     memory: MemoryReader
     """Read-only queries."""
     store: Store
-    """The single writer of the database: a :class:`~persistence.store.Store`, or in a cluster the
+    """The single writer of the database: a :class:`~persistence.writers.store.Store`, or in a cluster the
     StoreActor proxy, which forwards the same calls (typed by the Store's own signatures)."""
     resolve_model: Callable[[str], tuple[ChatModel, int]]
     """``provider/model`` -> (chat model, context window); called only when a model is needed."""
@@ -94,6 +98,14 @@ class ReflectorPorts:
     """Schedule a semantic index job for a session after a success; ``None`` when search is exact."""
     new_id: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
     """A fresh id (one per model tool loop, the key of its token usage row)."""
+    clock: Callable[[], float] = time.time
+    """Epoch seconds now (the daily budget's day)."""
+
+
+def prompt_cap_for(settings: OmSettings, model: str, count_tokens: Callable[[str], int]) -> PromptCap | None:
+    """``budget.max_prompt_tokens`` for calls of ``model`` (``None``: no cap, or the free built-in model)."""
+    cap = settings.budget.max_prompt_tokens
+    return PromptCap(cap, count_tokens) if cap is not None and is_metered(model) else None
 
 
 @dataclass
@@ -113,8 +125,11 @@ class ReflectResult(ModelSpend):
     """Observations left out of the promoted generation."""
     retained: int = 0
     """Observations linked to the promoted generation."""
-    usage_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    usage_by_kind: dict[str, dict[str, float]] = field(default_factory=dict)
     """The token counts above split by stage (``reflect``, ``drop``), for the token metrics."""
+    dropper_skipped: str | None = None
+    """Why the Dropper was due but not called: the day's budget (``budget_tokens``, ``budget_usd``)
+    or the per-call cap (``prompt_over_cap``); the generation is promoted without drops."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able counters."""
@@ -131,6 +146,8 @@ class ReflectResult(ModelSpend):
         counts["prompt_tokens"] += loop.prompt_tokens
         counts["cached_prompt_tokens"] += loop.cached_prompt_tokens
         counts["completion_tokens"] += loop.completion_tokens
+        if loop.cost_usd is not None:
+            counts["cost_usd"] = counts.get("cost_usd", 0.0) + loop.cost_usd
         record_loop_usage(
             ports.store,
             loop,
@@ -186,6 +203,8 @@ def reflect_generation(
     generation ``transient_runtime`` and propagates so the queue retries (the retry reclaims it).
     """
     payload = validate_reflect_payload(job, settings)
+    # At the day's cap nothing is claimed or sent: the queue holds the job until the budget allows it.
+    BudgetGate(settings, ports.memory.spend_since, ports.clock).check(payload.reflector_model)
     pool = _live_pool(ports, payload.session_id)
     prior = ports.memory.active_generation(payload.session_id)
     required_end_seq = claim_required_end_seq(
@@ -300,7 +319,8 @@ def _work(
         RequestLocalIdMap.for_session(ports.memory.all_observations(run_id)),
     )
     chat_model, _context_window = ports.resolve_model(payload.reflector_model)
-    new_reflections = _run_reflector(payload, reflector_input, chat_model, ports, result)
+    cap = prompt_cap_for(settings, payload.reflector_model, ports.count_tokens)
+    new_reflections = _run_reflector(payload, reflector_input, chat_model, ports, result, cap)
     drops = _run_dropper(
         payload, job_id, settings, reflector_input, new_reflections, chat_model, ports, result
     )
@@ -344,7 +364,10 @@ def _run_reflector(
     chat_model: ChatModel,
     ports: ReflectorPorts,
     result: ReflectResult,
+    prompt_cap: PromptCap | None = None,
 ) -> tuple[AcceptedReflection, ...]:
+    """The Reflector's accepted reflections; a first request over ``prompt_cap`` raises
+    :class:`~protocol.errors.PromptOverCapError` (nothing sent, the job fails with ``prompt_over_cap``)."""
     handler = RecordReflectionsHandler.for_input(
         reflector_input, payload.session_id, payload.reflector_schema_version, ports.count_tokens
     )
@@ -357,6 +380,7 @@ def _run_reflector(
         max_tool_calls=REFLECTOR_MAX_TOOL_CALLS,
         max_duration_s=REFLECTOR_MAX_DURATION_SECONDS,
         skip_receipt_round=True,
+        prompt_cap=prompt_cap,
     )
     result.add_loop(loop, ports, payload, "reflect")
     return handler.accepted
@@ -382,24 +406,41 @@ def _run_dropper(
     if max_drops == 0:
         logger.info("dropper skipped: not over target", extra={"run_id": payload.session_id})
         return ()
+    # The Dropper is optional: past the day's budget (the Reflector's call may have reached it) or
+    # the per-call cap it is skipped, and the generation is promoted without drops.
+    gate = BudgetGate(settings, ports.memory.spend_since, ports.clock)
+    try:
+        gate.check(payload.reflector_model)
+    except BudgetReachedError as reached:
+        return _skip_dropper(payload, result, reached.reason)
     if job_id:
         _set_activity(
             ports, dropper_activity(payload.session_id, job_id, pool_tokens, target, ports.now_utc())
         )
     reflections: list[ReflectionLike] = [*reflector_input.prior_reflections, *new_reflections]
     handler = DropObservationsHandler(reflector_input.id_map, max_drops)
-    loop = run_tool_loop(
-        chat_model,
-        model=payload.reflector_model,
-        instructions=DROPPER_SYSTEM_PROMPT,
-        input_text=build_dropper_input(
-            reflections, observations, reflector_input.id_map, pool_tokens, target, max_drops
-        ),
-        tools=[(drop_observations_spec(), handler.handle)],
-        max_tool_calls=DROPPER_MAX_TOOL_CALLS,
-        max_duration_s=DROPPER_MAX_DURATION_SECONDS,
-        thinking_off=True,
-        skip_receipt_round=True,
-    )
+    try:
+        loop = run_tool_loop(
+            chat_model,
+            model=payload.reflector_model,
+            instructions=DROPPER_SYSTEM_PROMPT,
+            input_text=build_dropper_input(
+                reflections, observations, reflector_input.id_map, pool_tokens, target, max_drops
+            ),
+            tools=[(drop_observations_spec(), handler.handle)],
+            max_tool_calls=DROPPER_MAX_TOOL_CALLS,
+            max_duration_s=DROPPER_MAX_DURATION_SECONDS,
+            thinking_off=True,
+            skip_receipt_round=True,
+            prompt_cap=prompt_cap_for(settings, payload.reflector_model, ports.count_tokens),
+        )
+    except PromptOverCapError:
+        return _skip_dropper(payload, result, REASON_PROMPT_OVER_CAP)
     result.add_loop(loop, ports, payload, "drop")
     return select_drop_candidates(handler.proposals, observations, reflections, max_drops)
+
+
+def _skip_dropper(payload: ReflectGeneration, result: ReflectResult, reason: str) -> tuple[str, ...]:
+    logger.info("dropper skipped", extra={"run_id": payload.session_id, "reason": reason})
+    result.dropper_skipped = reason
+    return ()

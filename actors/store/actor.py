@@ -1,9 +1,9 @@
 """StoreActor: the only writer of one SQLite file (DESIGN.md invariant 1).
 
-A plain subclass of :class:`persistence.store.Store`; ``cluster/`` turns it into a named,
+A plain subclass of :class:`persistence.writers.store.Store`; ``cluster/`` turns it into a named,
 detached, single-threaded Ray actor (``omray.store.<hash of the path>``), so writes to one file
 are serialized by construction and nothing else opens that file for writing. Readers use their
-own read-only connections (``persistence.queries.MemoryReader``) in any process.
+own read-only connections (``persistence.reads.memory_reader.MemoryReader``) in any process.
 
 It also keeps the node-local logs of the events agents on other nodes ship
 (``<database>.events/<session>/events.jsonl``, :mod:`protocol.shipping`): it is their one writer too.
@@ -17,9 +17,9 @@ from typing import Any
 
 from actors.store.events_log import append_shipped
 from actors.worker import lower_priority
-from persistence.connection import Synchronous
-from persistence.events_log import EventLog
-from persistence.store import Store
+from persistence.database.connection import Synchronous
+from persistence.files.events_log import EventLog
+from persistence.writers.store import Store
 from protocol.shipping import shipped_events_root
 
 

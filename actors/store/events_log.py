@@ -68,7 +68,7 @@ def plan_append(
 
 
 class EventLogPort(Protocol):
-    """The node-local logs of one database (:class:`persistence.events_log.EventLog`)."""
+    """The node-local logs of one database (:class:`persistence.files.events_log.EventLog`)."""
 
     def tail(self, session_id: str) -> int: ...
     def content_ids(self, session_id: str, start_seq: int, end_seq: int) -> dict[int, str]: ...

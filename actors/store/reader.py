@@ -7,13 +7,13 @@ data node, else through the database's :class:`ReaderActor` (``omray.reader.<has
 actor beside its StoreActor, which ``cluster/`` pins to the same node. Both answer the same calls
 with the same values, so a job's result does not depend on where it ran.
 
-A :class:`DataReader` is a :class:`persistence.queries.MemoryReader` (every read-only query of the
+A :class:`DataReader` is a :class:`persistence.reads.memory_reader.MemoryReader` (every read-only query of the
 pipelines) plus three reads that touch files beside the database:
 
 - :meth:`DataReader.read_event_window`: a range of a session's events file, through the settings'
   redactor (the node-local log of shipped events, or the agent's own file on that node);
 - :meth:`DataReader.index_plan` and :meth:`DataReader.index_commit`: the two halves of one bounded
-  index synchronization (``persistence.semantic``), so the embedding between them, the CPU-bound
+  index synchronization (:mod:`actors.indexer.sync`), so the embedding between them, the CPU-bound
   part, runs in the worker wherever it is. A plan is a value: one sent back late, or to a reader
   that restarted, is checked against the index and dropped when the index moved on.
 
@@ -32,12 +32,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from actors.indexer.sync import plan_batches
 from actors.worker import lower_priority
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
+from persistence.files.events_reader import read_event_window
+from persistence.reads.memory_reader import MemoryReader
 from persistence.semantic import SemanticIndex, SemanticStateWriter, SyncResult
-from persistence.semantic.chunking import BatchPlan
-from persistence.settings_parse import settings_from_mapping
+from persistence.semantic.batches import BatchPlan
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.events import EventWindow
 from protocol.redact import redactor_for
@@ -65,7 +66,7 @@ class DataReader(MemoryReader):
         redact_patterns: tuple[str, ...] = (),
         session_id: str | None = None,
     ) -> EventWindow:
-        """:func:`persistence.events_reader.read_event_window` of a file on this node, redacted by the
+        """:func:`persistence.files.events_reader.read_event_window` of a file on this node, redacted by the
         built-in set plus ``redact_patterns`` (the settings' ``privacy.redact_patterns``)."""
         return read_event_window(
             events_path,
@@ -85,13 +86,14 @@ class DataReader(MemoryReader):
 
     def index_plan(self, semantic: SemanticSettings, batches: int) -> BatchPlan | SyncResult:
         """What the next ``batches`` embedding batches of the index are
-        (:meth:`persistence.semantic.build.IndexBuilder.plan_batch`)."""
-        return self._index(semantic).plan_batch(batches=batches)
+        (:func:`actors.indexer.sync.plan_batches`)."""
+        return plan_batches(self._index(semantic), batches=batches)
 
     def index_commit(
         self, semantic: SemanticSettings, plan: BatchPlan, vectors: list[list[float]]
     ) -> SyncResult:
-        """Record a plan's chunks with their vectors (:meth:`...IndexBuilder.commit_batch`)."""
+        """Record a plan's chunks with their vectors
+        (:meth:`persistence.semantic.SemanticIndex.commit_batch`)."""
         return self._index(semantic).commit_batch(plan, vectors)
 
 

@@ -266,7 +266,7 @@ def _watch(project: str, session: str, until: float) -> None:
 
 def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) -> bool:
     """Turn the job failures of the watched sessions into notices; True while any is watched."""
-    from protocol.outcomes import JOB_FAILED_EVENT_TYPE, explain_failure, last_failure
+    from protocol.outcomes import JOB_FAILED_EVENT_TYPE, JOB_HELD_EVENT_TYPE, explain_failure, last_failure
 
     status = hook_notices.read_status(project)
     watched = status.get("watch")
@@ -289,6 +289,9 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
             seen[session] = max(int(seen.get(session, 0)), int(event.get("event_seq", 0)))
             payload = event.get("payload")
             payload = payload if isinstance(payload, dict) else event
+            if event.get("event_type") == JOB_HELD_EVENT_TYPE:
+                _budget_notice(project, payload)
+                continue
             if event.get("event_type", JOB_FAILED_EVENT_TYPE) != JOB_FAILED_EVENT_TYPE:
                 continue
             category = last_failure(payload)
@@ -315,6 +318,14 @@ def _look_for_failures(project: str, connect: Connect, state: Pass, now: float) 
     return bool(keep)
 
 
+def _budget_notice(project: str, payload: dict[str, Any]) -> None:
+    """The daily budget of the project is used up: one notice per cause and day (the event's message
+    is built from codes and counts only, and says until when and how to raise the cap)."""
+    reason, until = str(payload.get("reason", "budget")), str(payload.get("until", ""))[:10]
+    message = str(payload.get("message", "")) or "Observing paused: the daily model budget is used up."
+    hook_notices.add_notice(project, f"budget:{reason}:{until}", f"omray: {message}")
+
+
 def _key_variable(project: Path, category: str) -> str | None:
     """The variable the project's model reads its API key from, for the categories that are about
     the key (``None`` for the others, or when the settings do not say)."""
@@ -322,7 +333,7 @@ def _key_variable(project: Path, category: str) -> str | None:
 
     if category not in (REASON_MODEL_API_KEY_MISSING, REASON_MODEL_AUTH):
         return None
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
 
     try:
         return load_settings(cwd=project).model_provider().api_key_env

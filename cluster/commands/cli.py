@@ -72,8 +72,8 @@ def up(
     """Start (or join) Ray and create omray's named actors; pending jobs resume."""
     import os
 
-    from cluster.bootstrap import up as bootstrap_up
     from cluster.pools import PoolSizes
+    from cluster.up_down import up as bootstrap_up
 
     # Through the environment: `omray up` re-executes itself once after starting the head.
     for variable, value in (
@@ -117,25 +117,31 @@ def retry(
     ] = False,
 ) -> None:
     """Queue again the jobs that failed for good (a model outage, a wrong key or model) once the
-    cause is fixed: the ended sessions they belong to are observed after all."""
+    cause is fixed: the ended sessions they belong to are observed after all. Jobs held by a daily
+    budget re-check it at once (after you raised the cap)."""
     from cluster.client import connect
 
     try:
         client = connect(cwd=Path.cwd())
         try:
-            requeued = client.retry_failed(all_projects=all_projects)
+            answer = client.retry(all_projects=all_projects)
         finally:
             client.close()
     except OmrayError as exc:
         fail(str(exc))
     where = "every project" if all_projects else "this project"
-    typer.echo(f"queued again: {requeued} failed jobs of {where}")
+    typer.echo(f"queued again: {answer['requeued']} failed jobs of {where}")
+    if answer["rechecked"]:
+        typer.echo(
+            f"budget re-checked now: {answer['rechecked']} held project(s) of {where} (their jobs start if "
+            "the raised cap allows it)"
+        )
 
 
 @app.command()
 def down() -> None:
     """Remove omray's actors and stop the Ray head if `omray up` started it."""
-    from cluster.bootstrap import down as bootstrap_down
+    from cluster.up_down import down as bootstrap_down
 
     info = bootstrap_down()
     typer.echo(
@@ -144,6 +150,24 @@ def down() -> None:
     )
     if info["left_running"]:
         typer.echo(f"left running: {info['left_running']}")
+
+
+def _project_budget(project: Path) -> dict[str, object] | None:
+    """The daily budget of the project in ``project`` today (``None``: no settings or database there)."""
+    import time
+
+    from actors.models.budget import project_budget
+    from persistence.reads.memory_reader import MemoryReader
+    from persistence.settings.file import load_settings
+
+    try:
+        settings = load_settings(cwd=project)
+        db_path = Path(settings.database_path(project))
+        if not db_path.is_file():
+            return None
+        return project_budget(MemoryReader(db_path).spend_since, settings, time.time())
+    except OmrayError:
+        return None
 
 
 @app.command()
@@ -163,6 +187,7 @@ def status(
     from cluster.status import runtime_status
 
     hook_notices = [str(item.get("message")) for item in notices(read_status(str(Path.cwd())))]
+    budget = _project_budget(Path.cwd())
     try:
         data = runtime_status(address)
     except OmrayError as exc:
@@ -170,6 +195,7 @@ def status(
             typer.echo(f"agent hooks of this project: {message}", err=True)
         fail(str(exc))
     data["project_notices"] = hook_notices
+    data["project_budget"] = budget
     if data.get("queue") is None and not data.get("queue_older_than_cli"):
         if as_json:
             emit(data, as_json, "")
@@ -187,6 +213,10 @@ def status(
     for job in queue.get("in_flight", []):
         lines.append(f"in flight: {job['job_id']} ({job['handler_id']}, attempt {job['attempt']})")
     lines.extend(failure_lines(queue))
+    if budget is not None:
+        from actors.models.budget import format_budget
+
+        lines.append(f"budget of this project today: {format_budget(budget)}")
     lines.extend(f"agent hooks of this project: {message}" for message in hook_notices)
     emit(data, as_json, "\n".join(lines))
 
@@ -298,7 +328,7 @@ def watch(
         from cluster.client import OmrayClient
         from cluster.commands.watch import watch_runtime
         from cluster.naming import RuntimeNames
-        from persistence.settings_file import load_settings_block
+        from persistence.settings.file import load_settings_block
 
         try:
             settings: dict[str, Any] = (

@@ -25,10 +25,10 @@ import actors.read.service as read_service
 from actors.models.tokens import token_counter
 from cluster.client import OmrayClient, init_ray
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
-from persistence.queries import MemoryReader
-from persistence.settings_parse import apply_overrides, settings_from_mapping
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.parse import apply_overrides, settings_from_mapping
 from protocol.errors import OmrayError
 
 DEMO_SESSION_ID = "demo-session"

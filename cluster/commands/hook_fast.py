@@ -4,7 +4,7 @@ An agent runs a hook after every turn and waits for it, so a hook call costs the
 every turn. This module is the whole hot path: it imports the standard library only (no pydantic,
 SQLAlchemy, typer, Ray, not even ``typing``; of omray only the standard-library
 :mod:`cluster.project_dirs`, :mod:`cluster.settings_cache`, :mod:`.hook_notices` and
-:mod:`persistence.file_tail`), so a ``Stop`` hook costs little more than the interpreter's start.
+:mod:`persistence.files.file_tail`), so a ``Stop`` hook costs little more than the interpreter's start.
 What it does per call:
 
 * ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionEnd`` (and a Codex ``agent-turn-complete``):
@@ -16,7 +16,7 @@ What it does per call:
 * ``SessionStart``: with source ``compact``, the session's memory as ``additionalContext``; with
   source ``resume``, the same only when the transcript it resumes was compacted and no memory was
   added since its last compaction (:func:`resume_needs_memory`), so a resumed session never holds
-  the same memory twice. The projection is read with ``sqlite3`` (``persistence.projection_queries``
+  the same memory twice. The projection is read with ``sqlite3`` (``persistence.reads.projection``
   and ``actors.read.projector``, both standard library only); the database path comes from a
   small cache the settings loader keeps (:mod:`cluster.settings_cache`), and only when that is stale does
   the call load the settings the slow way.
@@ -42,7 +42,7 @@ from cluster import settings_cache
 from cluster.commands.hook_notices import take_notices
 from cluster.project_dirs import SESSIONS_DIR, private_dir, project_dir
 from cluster.settings_cache import cached_database
-from persistence.file_tail import complete_length_of
+from persistence.files.file_tail import complete_length_of
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing: it costs every hook call 2 ms
 if TYPE_CHECKING:
@@ -253,11 +253,11 @@ def database_for(project: str) -> str:
 
 def read_projection_lines(db_path: str, session_id: str) -> tuple[list[str], list[str]]:
     """The session's active memory as entry lines ``(reflections, observations)``, in projection
-    order (``persistence.projection_queries.select_projection_lines``, the lines of the text
+    order (``persistence.reads.projection.select_projection_lines``, the lines of the text
     ``actors.read.service.project`` returns), read on a read-only ``sqlite3`` connection."""
     import sqlite3
 
-    from persistence.projection_queries import ACTIVE_MEMORY_TABLES, select_projection_lines
+    from persistence.reads.projection import ACTIVE_MEMORY_TABLES, select_projection_lines
 
     if not os.path.isfile(db_path):
         return [], []

@@ -26,7 +26,7 @@ from cluster.commands.integrate_finding import Finding as Finding  # re-exported
 
 def check_settings(project: Path) -> list[Finding]:
     """The project's settings as the hooks and the runtime will read them: file, model, endpoint."""
-    from persistence.settings_file import find_settings_file, load_settings
+    from persistence.settings.file import find_settings_file, load_settings
     from protocol.errors import OmrayError, clause
 
     found = find_settings_file(project)

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from persistence.atomic_file import replace_file
-from persistence.settings_file import decode_bounded
+from persistence.files.atomic_file import replace_file
+from persistence.settings.file import decode_bounded
 from protocol.errors import OmrayError
 
 MAX_SETTINGS_FILE_BYTES = 16 * 1024 * 1024

@@ -133,8 +133,8 @@ def with_model(text: str, model: str, shared: bool = False) -> str:
 def observer_edit(project: Path, observer: Observer) -> tuple[Path, str, str]:
     """``(path, before, after)`` of the settings file in effect for ``project`` (``omray.yaml`` when
     there is none) with the ``observer``'s model; the result is read back to be sure it took."""
-    from persistence.settings_file import find_settings_file, is_hatfield_file, load_settings
-    from persistence.settings_parse import extract_om_block, settings_from_mapping
+    from persistence.settings.file import find_settings_file, is_hatfield_file, load_settings
+    from persistence.settings.parse import extract_om_block, settings_from_mapping
 
     path = find_settings_file(project) or project / "omray.yaml"
     before = read_settings_text(path)
@@ -295,6 +295,8 @@ class MeasuredRate:
     prompt_tokens: int
     cached_prompt_tokens: int
     completion_tokens: int
+    cost_usd: float | None = None
+    """What the provider reported those requests cost, in US dollars (``None``: it reported nothing)."""
 
 
 def measured_rate(database: Path, model: str) -> MeasuredRate | None:
@@ -307,9 +309,11 @@ def measured_rate(database: Path, model: str) -> MeasuredRate | None:
     except sqlite3.Error:
         return None
     try:
+        columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(omray_token_usage)")}
+        cost = "SUM(cost_usd)" if "cost_usd" in columns else "NULL"  # omray_017_budget
         usage = conn.execute(
             "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0),"
-            " COALESCE(SUM(cached_prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0)"
+            f" COALESCE(SUM(cached_prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), {cost}"
             " FROM omray_token_usage WHERE model = ?",
             (model,),
         ).fetchone()
@@ -322,7 +326,9 @@ def measured_rate(database: Path, model: str) -> MeasuredRate | None:
         return None
     finally:
         conn.close()
-    return MeasuredRate(int(turns[0]), *(int(value) for value in usage))
+    requests, prompt, cached, completion, cost_usd = usage
+    reported = None if cost_usd is None else float(cost_usd)
+    return MeasuredRate(int(turns[0]), int(requests), int(prompt), int(cached), int(completion), reported)
 
 
 def _thousands(tokens: float) -> str:
@@ -351,11 +357,19 @@ def cost_finding(settings: OmSettings, model: str, rate: MeasuredRate | None) ->
         f"({_thousands(cached)} cached) and {_thousands(completion)} completion tokens"
     )
     price = settings.prices.models.get(model) if settings.prices is not None else None
-    if price is not None and settings.prices is not None:
+    if rate.cost_usd is not None:
+        detail += f", {rate.cost_usd * per:.2f} USD as the CLI reported it"
+    elif price is not None and settings.prices is not None:
         money = price.cost(round(prompt), round(min(cached, prompt)), round(completion))
         detail += f", {money:.2f} {settings.prices.currency}"
     else:
         detail += " (no price for it in prices; on a subscription, calls draw on its allowance)"
+    daily = settings.budget.daily_tokens
+    if daily is not None and prompt + completion > 0:
+        turns_a_day = daily / ((prompt + completion) / 100)
+        detail += (
+            f"; the daily budget (budget.daily_tokens {daily:,}) lasts about {turns_a_day:,.0f} turns a day"
+        )
     return Finding(True, "cost", f"{detail}; measured over {rate.turns} turns", note=True)
 
 
@@ -372,7 +386,7 @@ def observer_findings(
 def observer_preview(project: Path, observer: Observer, run: ProbeRun | None = None) -> list[Finding]:
     """``--check --observer``: when the settings do not use the ``observer``'s model yet, a ``todo``
     saying how to switch, and what its CLI, login and cost would be (nothing is written)."""
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
     from protocol.errors import clause
 
     target = OBSERVER_MODELS[observer]

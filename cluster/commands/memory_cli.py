@@ -26,7 +26,7 @@ import typer
 from actors.models.tokens import token_counter
 from actors.read.answers import json_safe
 from actors.read.service import memory_search, memory_status, memory_view, project, recall
-from persistence.settings_file import load_settings
+from persistence.settings.file import load_settings
 from protocol.errors import OmrayError
 from protocol.redact import redactor_for
 from protocol.settings import OmSettings

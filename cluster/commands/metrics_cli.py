@@ -60,7 +60,7 @@ def prometheus_config(
 def _recorded_session_dir() -> str | None:
     """Session directory of the head ``omray up`` started (``$OMRAY_HOME/runtime.json``), if any.
 
-    Read here rather than through ``cluster.bootstrap``, which imports Ray."""
+    Read here rather than through ``cluster.up_down``, which imports Ray."""
     import json
 
     from cluster.naming import omray_home

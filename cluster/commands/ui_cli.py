@@ -54,7 +54,7 @@ def runtime_clients(roots: Sequence[Path], prefix: str = "omray") -> tuple[list[
     when no runtime answers (the viewer is then read-only)."""
     from cluster.client import OmrayClient, connect
     from cluster.naming import RuntimeNames
-    from persistence.settings_file import find_settings_file, load_settings_block
+    from persistence.settings.file import find_settings_file, load_settings_block
 
     try:
         first = connect(prefix=prefix, cwd=roots[0])

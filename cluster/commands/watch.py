@@ -29,7 +29,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from actors.models.budget import format_budget
 from actors.queue.figures import figures_from_status
+from actors.queue.reports import held_line
 from actors.read.status_view import format_count, format_usage
 from protocol.errors import OmrayError
 
@@ -125,6 +127,10 @@ class WatchSnapshot:
     """The cost report's line (model requests, tokens, money) of the watched sessions, when read."""
     pools: tuple[str, ...] = ()
     """One line per worker pool: its size, bounds and runs waiting for a slot (autoscaling)."""
+    spend: tuple[str, ...] = ()
+    """The project's budget today, then today's spend per model of the watched sessions."""
+    held: tuple[str, ...] = ()
+    """One line per project whose model jobs its daily budget holds (from the queue's status)."""
     runs_in_flight: int | None = None
     """Runs in flight, as the queue counts them for its metrics (``None``: count ``in_flight``)."""
 
@@ -138,6 +144,7 @@ def snapshot_from(
     session_filter: str | None = None,
     waiting: Sequence[str] = (),
     usage: str | None = None,
+    spend: Sequence[str] = (),
 ) -> WatchSnapshot:
     """Build a snapshot from the queue's ``status()`` dict and ``client.activities()`` rows.
 
@@ -148,8 +155,10 @@ def snapshot_from(
     depth: int | None = None
     lanes = busy_lanes = slots = None
     pools: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
     runs: int | None = None
     if queue_status is not None:
+        held = tuple(held_line(hold) for hold in queue_status.get("held_by_project") or ())
         figures = figures_from_status(queue_status)
         if figures is not None:
             # The very numbers the queue's gauges report (omray's Grafana dashboard charts them).
@@ -210,7 +219,26 @@ def snapshot_from(
         usage=usage,
         pools=pools,
         runs_in_flight=runs,
+        spend=tuple(spend),
+        held=held,
     )
+
+
+def spend_lines(budget: Mapping[str, Any], by_day: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The project's budget today, then today's spend per model (sessions summed) of ``by_day``."""
+    lines = [f"Budget today: {format_budget(dict(budget))}"]
+    today: dict[str, list[float | None]] = {}
+    for row in by_day:
+        if row.get("day") != budget.get("day"):
+            continue
+        totals = today.setdefault(str(row["model"]), [0, None])
+        totals[0] = float(totals[0] or 0) + float(row["tokens"])
+        if row.get("usd") is not None:
+            totals[1] = float(totals[1] or 0.0) + float(row["usd"])
+    for model, (tokens, usd) in sorted(today.items()):
+        money = "" if usd is None else f", {usd:.4f} USD"
+        lines.append(f"  today {model}: {format_count(int(tokens or 0))} tokens{money}")
+    return lines
 
 
 def _pool_line(handler_id: str, pool: Mapping[str, Any]) -> str:
@@ -259,6 +287,10 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
 
     if snapshot.usage is not None:
         frame.append(f"Model usage: {snapshot.usage}\n")
+    for text in snapshot.spend:
+        frame.append(f"{text}\n")
+    for text in snapshot.held:
+        frame.append(f"{text}\n", style="yellow")
 
     if snapshot.failures:
         frame.append("Recent failures:\n")
@@ -292,6 +324,9 @@ ActivityReader = Callable[[datetime], Sequence[Mapping[str, Any]]]
 UsageReader = Callable[[str | None], str]
 """Returns the cost report line of one session (or all, for ``None``); may raise."""
 
+SpendReader = Callable[[str | None], Sequence[str]]
+"""Returns the budget line and today's spend lines of one session (or all, for ``None``); may raise."""
+
 
 @dataclass
 class WatchSource:
@@ -309,6 +344,8 @@ class WatchSource:
     """Only this session's stage line and failures, when set."""
     read_usage: UsageReader | None = None
     """Reads the cost report line of the watched sessions."""
+    read_spend: SpendReader | None = None
+    """Reads the project's budget today and the watched sessions' spend today."""
     now: Callable[[], datetime] = utc_now
     """Current UTC time (injected in tests)."""
 
@@ -324,12 +361,14 @@ class WatchSource:
             waiting.append(f"waiting for the queue {self.queue_name!r} …")
         rows: Sequence[Mapping[str, Any]] = ()
         usage: str | None = None
+        spend: Sequence[str] = ()
         if not self.db_path.is_file():
             waiting.append(f"waiting for the memory database {str(self.db_path)!r} …")
         else:
             try:
                 rows = self.read_activity(taken_at)
                 usage = self.read_usage(self.session_filter) if self.read_usage is not None else None
+                spend = self.read_spend(self.session_filter) if self.read_spend is not None else ()
             except Exception as exc:  # a busy or half-written database is retried on the next refresh
                 logger.debug("activity unavailable", extra={"error_class": type(exc).__name__})
                 waiting.append("waiting for the memory database (busy) …")
@@ -341,6 +380,7 @@ class WatchSource:
             session_filter=self.session_filter,
             waiting=waiting,
             usage=usage,
+            spend=spend,
         )
 
 
@@ -534,6 +574,7 @@ def watch_runtime(
             read_activity=lambda now: client.activities(now=now),
             session_filter=session_filter,
             read_usage=lambda session: format_usage(client.token_usage(session)),
+            read_spend=lambda session: spend_lines(client.budget(), client.usage_by_day(session)),
         )
         return run_watch(source.snapshot, interval_s=interval_s, once=once, console=console)
     finally:

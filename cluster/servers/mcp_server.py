@@ -165,7 +165,7 @@ def mcp_tool(spec: dict[str, Any]) -> dict[str, Any]:
 
 def load_settings_for(project: Path) -> OmSettings:
     """The project's settings (raises ``SettingsError``)."""
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
 
     return load_settings(cwd=project)
 

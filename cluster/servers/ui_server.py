@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from actors.read import ui_views
 from actors.read.answers import json_safe
-from persistence.ui_queries import UiReader
+from persistence.reads.viewer import UiReader
 from protocol.canonical import php_trim
 from protocol.errors import InvalidPayloadError, OmrayError
 from protocol.events import MAX_SEQ
@@ -235,10 +235,28 @@ class UiBackend:
         return {**answer, "project": project.name}
 
     def cost_json(self, project_name: str | None, session_id: str | None) -> dict[str, Any]:
-        """Token usage (and money with a price table) by session, model and hour."""
+        """Token usage (and money with a price table) by session, model and hour; spend per UTC day,
+        session and model; the project's daily budget today, and whether the queue holds its jobs."""
+        from actors.models.budget import project_budget, report_since, usage_by_day_json
+        from persistence.reads.memory_reader import MemoryReader
+
         project = self.project(project_name)
         rows = project.reader.usage_over_time(session_id or None)
-        return {**ui_views.usage_json(rows, project.settings.prices), "project": project.name}
+        reader, now = MemoryReader(project.db_path), time.time()
+        by_day = reader.token_usage_by_day(report_since(now), session_id or None)
+        status, _ = self.queue_status()
+        held = [
+            {key: hold.get(key) for key in ("reason", "until", "spent", "cap", "jobs")}
+            for hold in (status or {}).get("held_by_project") or ()
+            if Path(str(hold.get("db_path"))).resolve() == project.db_path.resolve()
+        ]
+        return {
+            **ui_views.usage_json(rows, project.settings.prices),
+            "by_day": usage_by_day_json(by_day, project.settings.prices),
+            "budget": project_budget(reader.spend_since, project.settings, now),
+            "held": held,
+            "project": project.name,
+        }
 
     def queue_json(self) -> dict[str, Any]:
         """The queue and its pools now."""
@@ -431,7 +449,7 @@ def guarded_app(
 def load_project(root: Path, name: str, client: OmrayClient | None = None) -> UiProject:
     """The project in ``root`` with its settings (raises ``SettingsError``)."""
     from cluster.project_dirs import SESSIONS_DIR
-    from persistence.settings_file import load_settings
+    from persistence.settings.file import load_settings
 
     settings = load_settings(cwd=root)
     return UiProject(

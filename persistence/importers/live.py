@@ -40,8 +40,8 @@ from typing import BinaryIO, cast
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from persistence.atomic_file import replace_file
-from persistence.file_tail import TAIL_CHUNK, complete_length_of
+from persistence.files.atomic_file import replace_file
+from persistence.files.file_tail import TAIL_CHUNK, complete_length_of
 from persistence.importers.claude_code import ClaudeCodeConverter
 from persistence.importers.codex import CodexConverter
 from persistence.importers.common import (

@@ -1,25 +1,27 @@
-"""Building the derived hybrid-search index: bounded, resumable synchronization (reference §14.4).
+"""Building the derived hybrid-search index: bounded, resumable batches (reference §14.4).
 
 ``dirty`` is saved before any write to derived storage and cleared only after all of them
 succeeded, so any interrupted write leads to a rebuild instead of a silently inconsistent index.
 Unlike the original, which re-read and re-chunked every memory for each batch, indexing keeps a
-resumable cursor (:mod:`.chunking`): a batch reads and chunks O(batch) memories however many are
-already indexed. Canonical rows are append-only in omray (content-hash ids, insert-or-verify
-writes); ``synchronize(full_check=True)`` compares everything for a database edited by other
-tools. The embedding calls never run under the lock: the plan's snapshot is re-validated after
-re-acquiring it.
+resumable cursor per table: a batch reads and chunks O(batch) memories however many are already
+indexed. Canonical rows are append-only in omray (content-hash ids, insert-or-verify writes); a
+full check compares everything for a database edited by other tools.
+
+This is the storage half of indexing: the rebuild checks and the reads of a batch under the lock
+(:meth:`IndexBuilder.planning`), and its commit (:meth:`IndexBuilder.commit_batch`). The indexing
+core (which rows a batch takes, embedding them in batches) is :mod:`actors.indexer.sync`; nothing
+here calls a model. The embedding never runs under the lock: the commit re-validates the plan's
+snapshot.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
-from collections.abc import Sequence
-from contextlib import closing
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from typing import Final
 
-from persistence.semantic.chunking import BatchPlan, collect
+from persistence.semantic.batches import BatchPlan, BatchSource
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.derived import DerivedIndex, logger
 from persistence.semantic.files import MANIFEST_FILE, DerivedIndexError
@@ -27,23 +29,16 @@ from persistence.semantic.keyword import PreparedKeyword
 from persistence.semantic.manifest import Manifest
 from persistence.semantic.sources import KINDS, SemanticState, SourceFingerprint
 from protocol.semantic import (
-    EMBEDDING_UNAVAILABLE_MESSAGE,
     INDEX_DIMENSIONS_MESSAGE,
-    Embedder,
+    EmbeddingError,
     MemoryChunk,
     SemanticSearchError,
 )
 
-JOB_BATCHES: Final[int] = 32
-"""Embedding batches one indexer job commits at once. Every commit rewrites and checksums the
-whole vector file, so one batch per commit made a backfill quadratic (at 50,000 memories most of
-its time went to rewriting the file); 32 batches of the offline model's 32 chunks keep that
-write a few percent of the embedding time at that size, and a job under a minute."""
-
 
 @dataclass(frozen=True, slots=True)
 class SyncResult:
-    """Outcome of one bounded :meth:`SemanticIndex.synchronize` batch."""
+    """Outcome of one bounded synchronization (``actors.indexer.sync.synchronize``)."""
 
     complete: bool
     """Nothing is pending and the source did not change during the batch."""
@@ -63,79 +58,58 @@ class SyncResult:
     """Why the index was rebuilt, when it was."""
 
 
-def embed_in_batches(embedder: Embedder, texts: Sequence[str], size: int) -> list[list[float]]:
-    """Vectors of ``texts`` (in their order), embedded ``size`` at a time, shortest texts first.
-
-    Batching texts of similar length spares the padding an embedder adds to the longest text of
-    a batch (half the work on mixed conversation turns with the offline model). An embedder whose
-    ``batches_by_tokens`` is true (the offline one) gets every text in one call: it sorts them by
-    token count and batches them itself, which pads less than sorting by characters here."""
-    if getattr(embedder, "batches_by_tokens", False) is True:
-        size = max(size, len(texts))
-    order = sorted(range(len(texts)), key=lambda position: (len(texts[position]), position))
-    vectors: list[list[float]] = [[] for _ in texts]
-    for start in range(0, len(order), size):
-        positions = order[start : start + size]
-        embedded = embedder.embed([texts[position] for position in positions])
-        if len(embedded) != len(positions):
-            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
-        for position, vector in zip(positions, embedded, strict=True):
-            vectors[position] = vector
-    return vectors
-
-
 class IndexBuilder(DerivedIndex):
-    """The build side of :class:`persistence.semantic.index.SemanticIndex`: ``synchronize``."""
+    """The build side of :class:`persistence.semantic.index.SemanticIndex`: a batch's planning
+    reads and its commit (no model call)."""
 
-    def synchronize(
-        self,
-        embedder: Embedder,
-        batch_size: int | None = None,
-        *,
-        batches: int = 1,
-        full_check: bool = False,
-    ) -> SyncResult:
-        """Index up to ``batches`` batches of at most ``batch_size`` chunks, committed once;
-        ``complete`` when nothing is left.
+    @contextmanager
+    def planning(self, full_check: bool = False) -> Iterator[BatchSource]:
+        """Under the exclusive lock: rebuild first when any rebuild condition holds, then the empty
+        plan of the next batch (cursors, removals) with the reads that fill it. ``full_check``
+        compares every canonical memory with the manifest (a database other tools edited).
 
-        Each batch is one embedding call; the vector file is saved and checksummed once per call of
-        this method, so ``batches`` amortizes that O(index) write (the indexer passes
-        :data:`JOB_BATCHES`). Rebuilds first when any rebuild condition holds. The embedding calls
-        run outside the lock; if the index changed meanwhile the work is dropped (``complete=False``,
-        nothing written), and a failing call leaves the index as it was. Raises
-        ``SemanticSearchError`` (``index_busy``, ``embedding_dimensions_changed``, or the embedder's
-        own ``embedding_unavailable``).
-        """
-        size = batch_size if batch_size is not None else self._settings.embedding_api.batch_size
-        plan = self.plan_batch(size, batches=batches, full_check=full_check)
-        if isinstance(plan, SyncResult):
-            return plan
-        vectors = embed_in_batches(
-            embedder, [chunk.vector_text for chunk in plan.chunks if chunk.embedded], size
-        )
-        return self.commit_batch(plan, vectors)
-
-    def plan_batch(
-        self, batch_size: int | None = None, *, batches: int = 1, full_check: bool = False
-    ) -> BatchPlan | SyncResult:
-        """The first half of :meth:`synchronize`, under the lock: what the next ``batches`` batches
-        embed (``plan.chunks`` with ``embedded``), or the result when there is no database yet.
-
-        The embedding may then run anywhere (another process, another node); :meth:`commit_batch`
-        takes the plan back with its vectors (in the order of the embedded chunks)."""
-        size = batch_size if batch_size is not None else self._settings.embedding_api.batch_size
-        if size < 1 or batches < 1:
-            raise ValueError("batch_size and batches must be >= 1")
-        if not os.path.exists(self._db_path):
-            return SyncResult(True, 0, 0, False, 0)  # no database yet: nothing to index
+        Raises ``SemanticSearchError`` (``index_busy``)."""
         with self._locked():
-            return self._plan(size * batches, full_check)
+            state, fingerprint = self._reader.snapshot()
+            reason, cursors, removed = self._check(state, fingerprint, full_check)
+            rebuilt = reason is not None
+            if reason is not None:
+                self._rebuild(reason, fingerprint, first_build=state is None)
+                state = SemanticState(self._signature, fingerprint.digest(), 0, False, False)
+                cursors = {kind: 0 for kind in KINDS}
+            assert state is not None
+            with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
+                keyword_invalid = manifest.chunk_count() > 0 and not self._keyword.is_valid(manifest)
+                stored_cursors = manifest.cursors()
+                plan = BatchPlan(
+                    state=state,
+                    fingerprint=fingerprint,
+                    manifest_token=manifest.token(),
+                    chunks=[],
+                    completed=[],
+                    new_memories=[],
+                    cursors=dict(cursors),
+                    cursors_changed=cursors != stored_cursors or manifest.fingerprint() != fingerprint,
+                    rebuilt=rebuilt,
+                    rebuild_reason=reason,
+                    keyword_invalid=keyword_invalid,
+                )
+                if removed:
+                    plan.removed = frozenset(removed)
+                    plan.removed_labels = manifest.labels_of(removed)
+                    plan.keyword_rows = [
+                        row for row in manifest.all_chunk_texts() if row[0] not in plan.removed_labels
+                    ]
+                yield BatchSource(plan, self._reader, manifest, self._rules)
 
     def commit_batch(self, plan: BatchPlan, vectors: Sequence[Sequence[float]]) -> SyncResult:
-        """The second half of :meth:`synchronize`: record a plan's chunks with their vectors.
+        """Record a planned batch with its ``vectors`` (one per chunk that needs one, in order), in
+        one commit; ``complete`` when nothing is left. The vector file is saved and checksummed once
+        per commit. If the index changed since the plan was made, the batch is dropped
+        (``complete=False``, nothing written).
 
-        A plan made on another snapshot than the index holds now (someone wrote meanwhile) is
-        dropped (``complete=False``, nothing written), so a plan sent back late is harmless."""
+        Raises ``SemanticSearchError`` (``index_busy``, ``embedding_dimensions_changed``, or
+        ``embedding_unavailable`` for vectors that do not fit the plan)."""
         # A removal rebuilds the keyword index without the removed chunks; that is the slow part,
         # so it runs outside the lock too and is installed by the commit (searches never wait on it).
         prepared = self._keyword.prepare(plan.keyword_rows) if plan.keyword_rows is not None else None
@@ -145,40 +119,6 @@ class IndexBuilder(DerivedIndex):
         finally:
             if prepared is not None:
                 prepared.discard()  # a no-op once installed
-
-    def _plan(self, size: int, full_check: bool) -> BatchPlan:
-        state, fingerprint = self._reader.snapshot()
-        reason, cursors, removed = self._check(state, fingerprint, full_check)
-        rebuilt = reason is not None
-        if reason is not None:
-            self._rebuild(reason, fingerprint, first_build=state is None)
-            state = SemanticState(self._signature, fingerprint.digest(), 0, False, False)
-            cursors = {kind: 0 for kind in KINDS}
-        assert state is not None
-        with closing(Manifest.open(self._path(MANIFEST_FILE))) as manifest:
-            keyword_invalid = manifest.chunk_count() > 0 and not self._keyword.is_valid(manifest)
-            stored_cursors = manifest.cursors()
-            plan = BatchPlan(
-                state=state,
-                fingerprint=fingerprint,
-                manifest_token=manifest.token(),
-                chunks=[],
-                completed=[],
-                new_memories=[],
-                cursors=dict(cursors),
-                cursors_changed=cursors != stored_cursors or manifest.fingerprint() != fingerprint,
-                rebuilt=rebuilt,
-                rebuild_reason=reason,
-                keyword_invalid=keyword_invalid,
-            )
-            if removed:
-                plan.removed = frozenset(removed)
-                plan.removed_labels = manifest.labels_of(removed)
-                plan.keyword_rows = [
-                    row for row in manifest.all_chunk_texts() if row[0] not in plan.removed_labels
-                ]
-            collect(self._reader, manifest, plan, size, self._rules)
-        return plan
 
     def _check(
         self, state: SemanticState | None, fingerprint: SourceFingerprint, full_check: bool
@@ -325,11 +265,11 @@ class IndexBuilder(DerivedIndex):
         dimensions = plan.state.dimensions
         if not plan.embedded:
             if vectors:
-                raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+                raise EmbeddingError(reason="invalid_vectors")
             return dimensions
         widths = {len(vector) for vector in vectors}
         if len(vectors) != plan.embedded or len(widths) != 1 or 0 in widths:
-            raise SemanticSearchError("embedding_unavailable", EMBEDDING_UNAVAILABLE_MESSAGE)
+            raise EmbeddingError(reason="invalid_vectors")
         batch_dimensions = widths.pop()
         if dimensions not in (0, batch_dimensions):
             self._save_state(plan.fingerprint.digest(), dimensions, dirty=True, complete=False)

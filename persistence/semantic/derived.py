@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from persistence.node_disk import check_on_this_node
+from persistence.files.node_disk import check_on_this_node
 from persistence.semantic.files import (
     DIRECTORY_MODE,
     FILE_MODE,
@@ -33,14 +33,12 @@ from persistence.semantic.files import (
 )
 from persistence.semantic.keyword import PREPARED_SUFFIX, KeywordStore
 from persistence.semantic.manifest import Manifest
-from persistence.semantic.ranking import RankingWeights
 from persistence.semantic.sources import SemanticSourceReader, SemanticState, SemanticStateWriter
 from persistence.semantic.vectors import VectorStore
 from protocol.semantic import (
     INDEX_BUILDING_MESSAGE,
     INDEX_BUSY_MESSAGE,
     ChunkingRules,
-    FusionMode,
     SemanticSearchError,
 )
 from protocol.settings import SemanticSettings
@@ -72,7 +70,7 @@ class DerivedIndex:
 
     Not used alone: :class:`persistence.semantic.index.SemanticIndex` adds the build side
     (:class:`persistence.semantic.build.IndexBuilder`) and the query side
-    (:class:`persistence.semantic.retrieve.IndexSearcher`) to it.
+    (:class:`persistence.semantic.candidates.CandidateReader`) to it.
     """
 
     def __init__(
@@ -82,12 +80,8 @@ class DerivedIndex:
         state_writer: SemanticStateWriter,
         *,
         lock_wait_s: float = LOCK_WAIT_S,
-        fusion: FusionMode = "zscore",
-        weights: RankingWeights | None = None,
     ) -> None:
         self._lock_wait_s = lock_wait_s
-        self._fusion: FusionMode = fusion
-        self._weights = weights or RankingWeights()
         self._db_path = os.fspath(db_path)
         self._directory = Path(f"{os.path.abspath(self._db_path)}.semantic")
         self._settings = settings
@@ -102,6 +96,20 @@ class DerivedIndex:
     def directory(self) -> Path:
         """``<database>.semantic``."""
         return self._directory
+
+    @property
+    def settings(self) -> SemanticSettings:
+        """The settings the index is built with (its signature, chunking rules and batch size)."""
+        return self._settings
+
+    @property
+    def rules(self) -> ChunkingRules:
+        """How memory text is cut into chunks (from the settings)."""
+        return self._rules
+
+    def has_database(self) -> bool:
+        """Whether the memory database exists (before its first write there is nothing to index)."""
+        return os.path.exists(self._db_path)
 
     # --- lock and files --------------------------------------------------------------------------
 

@@ -20,19 +20,21 @@ writes); ``synchronize(full_check=True)`` compares everything for a database edi
 tools, and search re-checks every hit against the current canonical text, so a stale chunk is
 never returned.
 
-Network calls (embedding the query or a batch) never run under the lock: the snapshot is
-re-validated after re-acquiring it. Logs carry counts, codes and reasons only.
+Nothing here calls a model: the pipelines that embed (the indexing core in
+:mod:`actors.indexer.sync`, hybrid search in :mod:`actors.read.retrieval`) call the index before and
+after their model calls, which never run under the lock; the snapshot is re-validated after
+re-acquiring it. Logs carry counts, codes and reasons only.
 
 The transcript: every covered event's text (``omray_transcript``) is indexed next to the
 memories, so what the Observer was shown stays findable whatever it wrote down. A hit on an
 event's chunk carries its excerpt and seq and leads to the observation covering the event (or
 stands alone when none does). Each event's first chunk gets a vector, the rest keyword entries
-only, so the index grows with events, not bytes. Ranking: :mod:`persistence.semantic.ranking` by
-default (``fusion="zscore"``); the previous convex fusion and the reference's RRF stay available.
+only, so the index grows with events, not bytes. How candidates are ranked is the read side's
+(:mod:`actors.read.ranking`, :mod:`actors.read.fusion`).
 
 The index is one class, :class:`SemanticIndex`, put together from three parts: the directory,
-lock and state row (:mod:`.derived`), the build side (:mod:`.build`) and the query side
-(:mod:`.retrieve`).
+lock and state row (:mod:`.derived`), the build side (:mod:`.build`: a batch's planning reads and
+its commit) and the query side (:mod:`.candidates`: a search's snapshot and candidate scores).
 """
 
 from __future__ import annotations
@@ -41,19 +43,20 @@ import os
 from pathlib import Path
 
 from persistence.semantic.build import IndexBuilder
-from persistence.semantic.retrieve import IndexSearcher
+from persistence.semantic.candidates import CandidateReader
 
 
-class SemanticIndex(IndexBuilder, IndexSearcher):
-    """The derived hybrid index of one memory database: bounded synchronization and hybrid search.
+class SemanticIndex(IndexBuilder, CandidateReader):
+    """The derived hybrid index of one memory database: batch plans and commits, search snapshots and
+    candidate reads.
 
     Guarantees: every derived write happens under the per-project lock and between a saved
     ``dirty`` marker and its clearing; any listed rebuild condition (no state row, dirty, signature
     change, derived files missing/corrupt/inconsistent, an indexed chunk no longer current)
     discards the derived files and starts again; search never returns a chunk whose memory is gone
-    or whose text changed, marks the index dirty on corruption, and never holds the lock across an
-    embedding or rerank call. Safe to use from several processes (``flock``); one instance per
-    thread.
+    or whose text changed, and marks the index dirty on corruption. It calls no model: its callers
+    embed and rerank between its locked steps. Safe to use from several processes (``flock``); one
+    instance per thread.
     """
 
 

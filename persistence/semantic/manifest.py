@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+from persistence.database.sql_values import in_batches
 from persistence.semantic.files import FILE_MODE, DerivedIndexError, seal, verify_sealed
 from persistence.semantic.sources import KINDS, SourceFingerprint
-from persistence.sql_values import in_batches
 from protocol.semantic import MemoryChunk
 
 MANIFEST_FORMAT: Final[str] = "omray-semantic-manifest-3"

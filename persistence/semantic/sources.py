@@ -15,8 +15,9 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, text
 
-from persistence.queries import MemoryReader, select_covering_ids
-from persistence.sql_values import in_batches, json_list
+from persistence.database.omray_tables import ROW_COUNT_TABLE, row_count_trigger
+from persistence.database.sql_values import in_batches, json_list
+from persistence.reads.memory_reader import MemoryReader, select_covering_ids
 from protocol.canonical import canonical_json, sha256_hex
 from protocol.semantic import MemoryKind, SourceMemory, parent_key
 from protocol.source_text import cited_seqs
@@ -28,7 +29,7 @@ KINDS: Final[tuple[MemoryKind, MemoryKind, MemoryKind]] = ("observation", "refle
 
 
 class SemanticStateWriter(Protocol):
-    """Writes the canonical ``om_semantic_state`` row (``persistence.store.Store`` satisfies it)."""
+    """Writes the canonical ``om_semantic_state`` row (``persistence.writers.store.Store`` satisfies it)."""
 
     def save_semantic_state(
         self, *, signature: str, source_hash: str, dimensions: int, dirty: bool, complete: bool
@@ -193,17 +194,41 @@ def _state_row(conn: Connection) -> SemanticState | None:
     )
 
 
+def _kept_counts(conn: Connection, present: set[str]) -> dict[str, int]:
+    """The row counts the triggers of migration ``omray_019_row_counts`` keep, for each table whose
+    two triggers are both in place (a table rebuilt without them is counted the slow way)."""
+    if ROW_COUNT_TABLE not in present:
+        return {}
+    triggers = set(
+        conn.execute(
+            text("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'omray_row_count_%'")
+        ).scalars()
+    )
+    rows = conn.execute(text(f"SELECT table_name, row_count FROM {ROW_COUNT_TABLE}"))
+    return {
+        str(name): int(count)
+        for name, count in rows
+        if {row_count_trigger(str(name), "ai"), row_count_trigger(str(name), "ad")} <= triggers
+    }
+
+
 def _fingerprint(conn: Connection) -> SourceFingerprint:
     parts = []
     present = _tables(conn)
+    kept = _kept_counts(conn, present)
     for kind in KINDS:
         _, _, id_column, table = _SELECT[kind]
         if table not in present:
             parts.append(TableFingerprint(0, 0))
             continue
-        row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
-        last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": row[1]})
-        parts.append(TableFingerprint(int(row[0]), int(row[1]), str(last.scalar() or "")))
+        if table in kept:
+            count = kept[table]
+            last_rowid = int(conn.execute(text(f"SELECT coalesce(max(rowid), 0) FROM {table}")).scalar_one())
+        else:
+            row = conn.execute(text(f"SELECT count(*), coalesce(max(rowid), 0) FROM {table}")).one()
+            count, last_rowid = int(row[0]), int(row[1])
+        last = conn.execute(text(f"SELECT {id_column} FROM {table} WHERE rowid = :r"), {"r": last_rowid})
+        parts.append(TableFingerprint(count, last_rowid, str(last.scalar() or "")))
     return SourceFingerprint(*parts)
 
 
@@ -352,7 +377,8 @@ class SemanticSourceReader(MemoryReader):
 
     def covering_memories(self, events: Collection[tuple[str, int]]) -> dict[tuple[str, int], SourceMemory]:
         """For each ``(session, seq)``, the observation that covers the event
-        (:func:`persistence.queries.select_covering_ids`); events no observation covers are left out."""
+        (:func:`persistence.reads.memory_reader.select_covering_ids`); events no observation covers
+        are left out."""
 
         def query(conn: Connection) -> dict[tuple[str, int], SourceMemory]:
             chosen = select_covering_ids(conn, events)

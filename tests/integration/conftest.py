@@ -71,7 +71,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInf
 @pytest.fixture
 def names(ray_cluster: ClusterInfo) -> Iterator[RuntimeNames]:
     """Unique actor names for one test; the actors are removed afterwards."""
-    from cluster.runtime import remove_runtime
+    from cluster.named_actors import remove_runtime
 
     runtime_names = RuntimeNames(prefix=f"t{uuid.uuid4().hex[:10]}")
     yield runtime_names

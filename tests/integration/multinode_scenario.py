@@ -5,7 +5,7 @@ a subprocess instead of on the shared session cluster.
 
 The cluster: the head ``c`` (the agents' node: the driver, which plays the agents, and the queue),
 two data nodes ``a`` and ``b`` and a compute node ``w``. Each node has a folder of its own as its
-disk (``<tmp>/disks/<node>``), and the per-node disk guard (:mod:`persistence.node_disk`) makes
+disk (``<tmp>/disks/<node>``), and the per-node disk guard (:mod:`persistence.files.node_disk`) makes
 opening a path of another node's folder an error, as it would be on machines of their own. Each
 node carries its name as its ``omray-node`` label.
 
@@ -40,11 +40,11 @@ from ray.util.state import list_actors
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.data_node import this_node
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
-from persistence.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
-from persistence.queries import MemoryReader
+from persistence.files.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
+from persistence.reads.memory_reader import MemoryReader
 from protocol.outcomes import last_failure
 from protocol.placement import NODE_LABEL
 from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot

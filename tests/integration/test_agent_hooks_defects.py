@@ -32,10 +32,10 @@ from actors.read.service import memory_view
 from cluster.client import OmrayClient
 from cluster.commands.hook_fast import COMPACT_HEADER, RESUME_HEADER
 from cluster.commands.hook_notices import NOTICE_FOR_MODEL
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from cluster.status import explain
-from persistence.events_reader import iter_events
+from persistence.files.events_reader import iter_events
 from persistence.importers.live import read_cursor, read_marks
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import Reply, ScriptedServer

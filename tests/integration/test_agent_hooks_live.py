@@ -28,9 +28,9 @@ import ray
 from actors.read.service import project as project_memory
 from cluster.client import OmrayClient
 from cluster.commands.hook_fast import COMPACT_HEADER, CONTEXT_LIMIT
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.events_reader import iter_events
+from persistence.files.events_reader import iter_events
 from persistence.importers.live import read_cursor, read_marks
 from tests.integration.conftest import assert_eventually
 

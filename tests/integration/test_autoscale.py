@@ -9,9 +9,9 @@ import ray
 
 from actors.queue.scaling import ScalingPolicy
 from cluster.client import OmrayClient
+from cluster.named_actors import ensure_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import ensure_runtime
 from protocol.jobs import REFLECT_GENERATION_HANDLER, JobEnvelope
 from testkit.handlers import LEDGER_ENV, for_every_role, read_ledger
 from tests.integration.conftest import assert_eventually

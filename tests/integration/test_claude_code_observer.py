@@ -22,10 +22,10 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from cluster.status import explain
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from testkit.agent_cli import AgentCliMissing, find_agent_cli
 from testkit.anthropic_messages import STRUCTURED_OUTPUT_TOOL, StructuredMemoryModel, api_error
 from testkit.scripted_models import ScriptedMemoryModel

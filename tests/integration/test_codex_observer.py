@@ -17,9 +17,9 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from testkit.agent_cli import AgentCliMissing, find_agent_cli
 from testkit.codex_responses import StructuredResponsesModel
 from testkit.scripted_models import ScriptedMemoryModel

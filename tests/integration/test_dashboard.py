@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cluster.client import OmrayClient
+from cluster.named_actors import ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import ensure_runtime
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from testkit.handlers import LEDGER_ENV
 from tests.integration.conftest import ClusterInfo, assert_eventually

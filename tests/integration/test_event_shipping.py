@@ -17,10 +17,10 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.events_reader import iter_unredacted_events
+from persistence.files.events_reader import iter_unredacted_events
 from protocol.shipping import shipped_events_path
 from testkit.memory_snapshot import compare_memory, memory_snapshot
 from testkit.scripted_models import ScriptedMemoryModel

@@ -14,8 +14,8 @@ import ray
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import event_line
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.semantic import MANIFEST_FILE
 from protocol.events import AfterTurnCommit, EventSummary
 from testkit.scripted_server import ScriptedServer

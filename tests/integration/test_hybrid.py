@@ -10,8 +10,8 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session, event_line
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from persistence.semantic import VECTOR_FILE
 from protocol.events import AfterTurnCommit, EventSummary
 from testkit.scripted_server import ScriptedServer, hash_vector, http_error

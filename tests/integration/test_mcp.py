@@ -20,8 +20,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from actors.models.tokens import token_counter
 from actors.read.service import call_tool
-from persistence.settings_parse import settings_from_mapping
-from persistence.store import Store
+from persistence.settings.parse import settings_from_mapping
+from persistence.writers.store import Store
 from tests.integration.conftest import free_port
 from tests.unit.persistence.builders import make_observation, make_part
 

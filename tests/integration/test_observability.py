@@ -33,9 +33,9 @@ from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.commands.watch import render_watch, snapshot_from, utc_now
 from cluster.grafana import prometheus_config, queries, service_discovery_file
 from cluster.metric_catalog import ALL_METRICS, LABEL_VALUES
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime, remove_runtime
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
     REFLECT_GENERATION_HANDLER,

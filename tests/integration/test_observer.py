@@ -13,9 +13,9 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from protocol.events import AfterTurnCommit, EventSummary
 from testkit.scripted_server import Reply, ScriptedServer, chat_text, chat_tool_calls
 from tests.integration.conftest import assert_eventually

@@ -10,9 +10,9 @@ import pytest
 from bench.observer_bench import PrefixCachingObserver
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from testkit.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ import ray
 
 from cluster.client import OmrayClient
 from cluster.data_node import placement_of, this_node
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.placement import DataPlacement, PlacementConflictError, PlacementRequest
 
 from .conftest import assert_eventually

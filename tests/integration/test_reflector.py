@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.commands.memory_cli import memory_app
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from testkit.scripted_models import ScriptedMemoryModel
 from testkit.scripted_server import ScriptedServer
 from tests.integration.conftest import assert_eventually

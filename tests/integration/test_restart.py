@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import ray
 
-from cluster.bootstrap import head_processes, stop_head
-from persistence.queries import MemoryReader
-from persistence.settings_parse import settings_from_mapping
+from cluster.up_down import head_processes, stop_head
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.parse import settings_from_mapping
 from tests.integration.conftest import ClusterInfo, assert_eventually, free_port
 from tests.integration.restart_agent import SESSION, SETTINGS
 

@@ -14,9 +14,9 @@ import pytest
 import ray
 
 from cluster.client import OmrayClient
+from cluster.named_actors import ensure_runtime
 from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
-from cluster.runtime import ensure_runtime
 from protocol.errors import RuntimeNotRunningError
 from protocol.jobs import (
     SEMANTIC_INDEX_HANDLER,
@@ -273,7 +273,7 @@ def test_dispatch_without_a_runtime_raises_the_typed_error(ray_cluster: object) 
 def test_pending_jobs_resume_after_the_whole_runtime_stops(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
-    from cluster.runtime import remove_runtime
+    from cluster.named_actors import remove_runtime
 
     handlers = {SEMANTIC_INDEX_HANDLER: "testkit.handlers:slow"}
     client = _start(names, tmp_path, ledger, handlers)
@@ -333,7 +333,7 @@ def test_memory_work_runs_below_the_queue_and_workers_warm_on_request(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
     from cluster.data_node import BACKGROUND_NICENESS, store_handle
-    from cluster.runtime import INDEX_NICENESS, QUEUE_NICENESS
+    from cluster.named_actors import INDEX_NICENESS, QUEUE_NICENESS
 
     def pid_of(handle: Any) -> int:
         info: dict[str, Any] = ray.get(handle.ping.remote())
@@ -414,7 +414,7 @@ def test_rejections_through_the_child_link_keep_their_type_and_the_connection(
     ``dispatch_many`` raises ``RuntimeMethodMissingError`` and the outbox still delivers every job. Neither
     costs a new child (a Ray connection)."""
     from actors.queue.intake import MAX_DISPATCH_BATCH
-    from cluster.link import ChildLink, RuntimeMethodMissingError
+    from cluster.runtime_connection import ChildLink, RuntimeMethodMissingError
     from protocol.errors import InvalidPayloadError
 
     client = _start(names, tmp_path, ledger, for_every_role("testkit.handlers:noop"))

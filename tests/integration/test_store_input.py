@@ -17,9 +17,9 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import demo_session, event_line
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from protocol.outcomes import JOB_FAILED_EVENT_TYPE, last_failure
 from tests.integration.conftest import assert_eventually
 from tests.integration.test_observer import _write_and_commit

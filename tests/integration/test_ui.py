@@ -27,8 +27,8 @@ import yaml
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
 from cluster.commands.ui_cli import QueuePoller
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
 from cluster.servers.ui_server import UiBackend, guarded_app, load_project
 from cluster.servers.web_auth import LinkTickets, url_with_token
 from tests.integration.conftest import ClusterInfo, assert_eventually, free_port
@@ -82,7 +82,7 @@ def _observe(client: OmrayClient, project: Path) -> None:
 def viewer(ray_cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
     import uvicorn
 
-    from cluster.runtime import remove_runtime
+    from cluster.named_actors import remove_runtime
 
     project = tmp_path_factory.mktemp("ui-project")
     (project / "omray.yaml").write_text(yaml.safe_dump({"observational_memory": SETTINGS}), encoding="utf-8")

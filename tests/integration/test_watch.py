@@ -20,9 +20,9 @@ import pytest
 import ray
 
 from cluster.client import OmrayClient
+from cluster.named_actors import ensure_runtime
 from cluster.naming import RuntimeNames
-from cluster.runtime import ensure_runtime
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.jobs import (
     JobEnvelope,
     SemanticIndexJob,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 
 
 @pytest.fixture

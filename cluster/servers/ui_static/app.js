@@ -309,6 +309,26 @@ function chart(points, value, label, id) {
   return [root, legend];
 }
 
+function budgetBox(budget, held) {
+  // The project's daily budget today (UTC), and a notice while the queue holds its model jobs.
+  if (!budget) return null;
+  const capLine = (spent, cap, unit, digits) => cap === null || cap === undefined
+    ? `${spent.toFixed(digits)} ${unit} (no cap)`
+    : `${spent.toFixed(digits)} of ${Number(cap).toFixed(digits)} ${unit} (${Math.min(999, Math.round(100 * spent / cap))}%)`;
+  const parts = [
+    h("div", {}, h("strong", {}, `Budget today (${budget.day}, UTC): `),
+      capLine(budget.tokens, budget.daily_tokens, "tokens", 0), " · ", capLine(budget.usd, budget.daily_usd, "USD", 4)),
+    h("div", { class: "muted" }, `One call is sent at most ${budget.max_prompt_tokens === null ? "any number of" : fmt(budget.max_prompt_tokens)} prompt tokens; the caps reset at ${budget.resets_at.slice(0, 16).replace("T", " ")} UTC.`),
+  ];
+  if (budget.unpriced_models.length && budget.daily_usd !== null) parts.push(h("div", { class: "muted" }, "Not counted in USD (no reported cost, no price): " + budget.unpriced_models.join(", ")));
+  if (held.length || budget.reached) {
+    const jobs = held.reduce((n, x) => n + (x.jobs || 0), 0);
+    parts.push(h("div", { class: "failure" }, `Observing is paused: the daily budget (${budget.reached || held[0].reason}) is used up${jobs ? `; ${jobs} observe/reflect jobs wait in their lanes` : ""}. ` +
+      "Nothing is lost; search and compaction keep working. It resumes at 00:00 UTC, or within a minute of raising observational_memory.budget in the project's settings (`omray retry`: at once)."));
+  }
+  return h("div", { class: "card budget" }, parts);
+}
+
 async function showCost() {
   if (!state.projects.length) state.projects = (await api("/api/projects")).projects || [];
   const sections = [];
@@ -316,7 +336,16 @@ async function showCost() {
     const cost = await api(`/api/cost?project=${enc(project.name)}`);
     if (cost.ok === false) { sections.push(errorBox(cost)); continue; }
     const money = v => v === null ? "–" : `${v.toFixed(4)} ${cost.currency}`;
+    const usd = v => v === null || v === undefined ? "–" : `${v.toFixed(4)} USD`;
     sections.push(h("section", {}, h("h2", {}, project.name),
+      budgetBox(cost.budget, cost.held || []),
+      h("h3", {}, "Spend per day (UTC), session and model"),
+      (cost.by_day || []).length ? h("table", { class: "cost by-day" }, h("thead", {}, h("tr", {}, h("th", {}, "Day"), h("th", {}, "Session"),
+        h("th", {}, "Model"), h("th", { class: "num" }, "Requests"), h("th", { class: "num" }, "Tokens"), h("th", { class: "num" }, "USD"))),
+        h("tbody", {}, cost.by_day.map(d => h("tr", {}, h("td", {}, d.day), h("td", {}, d.session_id), h("td", {}, d.model),
+          h("td", { class: "num" }, fmt(d.requests)), h("td", { class: "num" }, fmt(d.tokens)), h("td", { class: "num" }, usd(d.usd))))))
+        : h("p", { class: "muted" }, "No model usage in the last seven days."),
+      h("h3", {}, "Over time"),
       cost.points.length ? chart(cost.points, p => p.prompt_tokens + p.completion_tokens, "tokens", "tokens-chart") :
         h("p", { class: "muted" }, "No model usage recorded."),
       cost.points.length && cost.currency ? chart(cost.points, p => p.cost || 0, cost.currency, "cost-chart") : null,

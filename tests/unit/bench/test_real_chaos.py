@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from bench.chaos_workload import Workload, last_seqs, request_kind, session_turns
 from bench.queue_bench import BenchError
 from bench.real_chaos import KILL_KINDS, TRIGGER_OF, plan_kills
-from persistence.store import Store
+from persistence.writers.store import Store
 from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
 
 REQUESTS = {"observer": 50, "reflector": 24, "embeddings": 49, "any": 123}

@@ -1,7 +1,7 @@
 """The client ships a turn's events ahead of its observe job (no cluster: a link over a real log).
 
 The link answers like the runtime would: ``events_tail`` and ``ship_events`` through a real
-:class:`persistence.events_log.EventLog`, and ``dispatch`` by recording the job, so the order of
+:class:`persistence.files.events_log.EventLog`, and ``dispatch`` by recording the job, so the order of
 what arrives is visible. Shipping may fail for a while; the hook still returns by its deadline.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 from actors.store.events_log import append_shipped
 from cluster.client import OmrayClient
 from cluster.commands.demo_session import commit_turn, demo_session
-from cluster.link import RuntimeUnavailableError
-from persistence.events_log import EventLog
-from persistence.events_reader import iter_unredacted_events
+from cluster.runtime_connection import RuntimeUnavailableError
+from persistence.files.events_log import EventLog
+from persistence.files.events_reader import iter_unredacted_events
 from protocol.jobs import ObserveBoundaryJob
 from protocol.shipping import shipped_events_path, shipped_events_root
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from cluster.client import OmrayClient
-from cluster.link import (
+from cluster.outbox import Outbox
+from cluster.runtime_connection import (
     InProcessLink,
     RuntimeAuthError,
     RuntimeMethodMissingError,
@@ -21,7 +22,6 @@ from cluster.link import (
     probe_gcs,
     resolve_address,
 )
-from cluster.outbox import Outbox
 from protocol.errors import InvalidPayloadError, OmrayError, RuntimeNotRunningError, StorageError
 from protocol.events import AfterTurnCommit, EventSummary
 
@@ -215,7 +215,7 @@ def test_outbox_sends_sessions_side_by_side_and_each_session_in_order() -> None:
 
 
 def test_wire_form_of_a_batch_is_json_envelopes() -> None:
-    from cluster.link import _wire_args
+    from cluster.runtime_connection import _wire_args
 
     payload = {"kind": "semantic_index", "run_id": "s1", "db_path": "/d"}
     envelopes = [{"job_id": f"j{n}", "correlation_id": "s1", "payload": payload} for n in (1, 2)]
@@ -226,7 +226,7 @@ def test_wire_form_of_a_batch_is_json_envelopes() -> None:
 
 def _through_the_child(exc: BaseException) -> OmrayError:
     """The error the parent raises for ``exc`` raised in the child (its answer goes as JSON)."""
-    from cluster.link import _classify, _error_from
+    from cluster.runtime_connection import _classify, _error_from
 
     answer = json.loads(json.dumps({"id": 1, "error": type(exc).__name__, **_classify(exc)}))
     if isinstance(getattr(exc, "cause", exc), OmrayError | KeyError) and not isinstance(
@@ -248,7 +248,7 @@ class _TaskError(RuntimeError):
 def test_the_child_link_keeps_the_type_of_a_rejection() -> None:
     from unittest import mock
 
-    from persistence.store import NotFoundError
+    from persistence.writers.store import NotFoundError
     from protocol.errors import EventsFileError, MigrationError
 
     invalid = type("RayTaskError(InvalidPayloadError)", (_TaskError, InvalidPayloadError), {})
@@ -265,7 +265,7 @@ def test_the_child_link_keeps_the_type_of_a_rejection() -> None:
         (RuntimeAuthError("bad token"), RuntimeAuthError),
         (RuntimeError("WrongClusterID"), RuntimeNotRunningError),  # a Ray failure: reconnect
     ]
-    with mock.patch("cluster.link.ray.exceptions.RayTaskError", _TaskError):
+    with mock.patch("cluster.runtime_connection.ray.exceptions.RayTaskError", _TaskError):
         for raised, expected in cases:
             got = _through_the_child(raised)
             assert type(got) is expected, (raised, got)
@@ -280,8 +280,8 @@ def test_in_process_link_reports_a_method_the_running_queue_lacks() -> None:
 
     old_queue = SimpleNamespace(dispatch=SimpleNamespace(remote=lambda *a: None))  # no dispatch_many
     with (
-        mock.patch("cluster.link.ray.is_initialized", return_value=True),
-        mock.patch("cluster.link.ray.get_actor", return_value=old_queue),
+        mock.patch("cluster.runtime_connection.ray.is_initialized", return_value=True),
+        mock.patch("cluster.runtime_connection.ray.get_actor", return_value=old_queue),
         pytest.raises(RuntimeMethodMissingError, match=r"dispatch_many.*older than this client"),
     ):
         InProcessLink("omray.queue", "omray").call("dispatch_many", ([],), 1.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cluster.servers.ui_server import UiBackend, UiProject, UiRequestError
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import InvalidPayloadError
 from protocol.events import MAX_SEQ
 from tests.unit.cluster.test_after_turn_commit import RecordingClient

@@ -14,8 +14,8 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.link import RuntimeMethodMissingError, RuntimeUnavailableError
 from cluster.outbox import Outbox
+from cluster.runtime_connection import RuntimeMethodMissingError, RuntimeUnavailableError
 from protocol.errors import InvalidPayloadError
 
 # Mostly hooks that do not wait: the next turn arrives while the last one is still being sent.

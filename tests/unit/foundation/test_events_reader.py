@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence.events_reader import iter_events, last_event_seq, read_event_range, read_event_window
+from persistence.files.events_reader import iter_events, last_event_seq, read_event_range, read_event_window
 from protocol.errors import EventsFileError
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence.events_reader import iter_events
+from persistence.files.events_reader import iter_events
 from protocol.errors import EventsFileError
 
 

@@ -30,7 +30,7 @@ STDLIB_HOT_PATHS = (
     "cluster.servers.mcp_server",
     "cluster.servers.mcp_stdio",
     "cluster.settings_cache",
-    "persistence.file_tail",
+    "persistence.files.file_tail",
 )
 """What an agent waits on (the ``omray`` entry point, a hook call, the MCP server's stdio start): their
 module-level imports load no project module outside this set and ``cluster.project_dirs``."""
@@ -150,12 +150,90 @@ def test_the_hot_paths_load_the_standard_library_only() -> None:
         "cluster.commands",
         "cluster.servers",
         "persistence",
+        "persistence.files",
     }
     for module in [*STDLIB_HOT_PATHS, "cluster.project_dirs"]:
         for name in _top_level_imports(module):
             assert name in allowed or name.split(".")[0] in sys.stdlib_module_names, (module, name)
-    for package in ("cluster", "cluster.commands", "cluster.servers", "persistence"):
+    for package in ("cluster", "cluster.commands", "cluster.servers", "persistence", "persistence.files"):
         assert _top_level_imports(package) <= {"__future__", "typing"}, package
+
+
+MODEL_CODE = ("actors.models", "openai", "onnxruntime", "tokenizers", "httpx")
+"""Modules that run or reach a model: the embedders, the reranker, the chat clients."""
+
+MODEL_CALLS = ("embed", "rerank")
+"""Methods of the ``Embedder`` and ``Reranker`` protocols (``protocol.semantic``)."""
+
+
+def _imports_and_calls(path: Path) -> tuple[set[str], set[str], set[str]]:
+    """Modules ``path`` imports (anywhere in its body), methods it calls by attribute, names it imports."""
+    imported: set[str] = set()
+    called: set[str] = set()
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module)
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            called.add(node.func.attr)
+    return imported, called, names
+
+
+def _is_model_code(module: str) -> bool:
+    return any(module == banned or module.startswith(banned + ".") for banned in MODEL_CODE)
+
+
+def test_the_storage_floor_never_reaches_a_model() -> None:
+    """``persistence/`` holds SQLite and the index files: no module of it imports model code, names
+    the embedder or reranker protocols, or calls ``embed``/``rerank``. Embedding the query or a batch
+    and reranking are the pipelines' (``actors.read.retrieval``, ``actors.indexer.sync``)."""
+    found = []
+    for path in sorted((REPO / "persistence").rglob("*.py")):
+        imported, called, names = _imports_and_calls(path)
+        where = str(path.relative_to(REPO))
+        found += [(where, module) for module in sorted(imported) if _is_model_code(module)]
+        found += [(where, f"{name}()") for name in sorted(called & set(MODEL_CALLS))]
+        found += [(where, name) for name in sorted(names & {"Embedder", "Reranker"})]
+    assert found == []
+
+
+PIPELINES = {
+    "actors.read.retrieval": ("actors.read.fusion", "actors.read.ranking"),
+    "actors.indexer.sync": ("actors.indexer.plan",),
+}
+"""Each model-calling pipeline and its pure rules, which take what they read as arguments."""
+
+
+def test_the_search_and_indexing_pipelines_live_with_their_actors() -> None:
+    """The hybrid search pipeline and the indexing core are in ``actors/``, on the index of
+    ``persistence/``; their pure rules import no model code and call no model."""
+    graph = _import_graph()
+    for pipeline, rules in PIPELINES.items():
+        assert "persistence.semantic" in graph[pipeline] or any(
+            target.startswith("persistence.semantic.") for target in graph[pipeline]
+        ), pipeline
+        for rule in rules:
+            assert rule in graph[pipeline] or any(rule in graph[other] for other in graph[pipeline]), rule
+            path = REPO / Path(*rule.split(".")).with_suffix(".py")
+            imported, called, _ = _imports_and_calls(path)
+            assert not [module for module in imported if _is_model_code(module)], rule
+            assert not called & set(MODEL_CALLS), rule
+
+
+def test_the_model_protocols_are_defined_once() -> None:
+    """``Embedder`` and ``Reranker`` (and their error classes) are ``protocol.semantic``'s alone."""
+    names = {"Embedder", "Reranker", "EmbeddingError", "RerankError", "SearchModelError"}
+    defined = sorted(
+        (str(path.relative_to(REPO)), node.name)
+        for pkg in PACKAGES
+        for path in (REPO / pkg).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name in names
+    )
+    assert defined == sorted(("protocol/semantic.py", name) for name in names)
 
 
 def test_the_rooms_are_the_packages() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from actors.models.tokens import TokenCounter
-from persistence.tokenizer_cache import ENCODING_FILES, TokenizerUnavailableError, seed_tiktoken_cache
+from persistence.files.tokenizer_cache import ENCODING_FILES, TokenizerUnavailableError, seed_tiktoken_cache
 
 
 def test_seeding_writes_files_tiktoken_verifies(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """A database shaped like one written by the PHP extension, built with raw sqlite3 DDL.
 
 The DDL is written by hand from the reference's schema description (§4.3), independently of
-``persistence.schema``, with index names of its own where the reference gives none.
+``persistence.database.schema``, with index names of its own where the reference gives none.
 """
 
 from __future__ import annotations

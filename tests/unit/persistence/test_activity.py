@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.records import ActivityRecord
 

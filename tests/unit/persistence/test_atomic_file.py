@@ -1,4 +1,4 @@
-"""``persistence.atomic_file.replace_file``: the whole new file or the old one, never a part."""
+"""``persistence.files.atomic_file.replace_file``: the whole new file or the old one, never a part."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from unittest import mock
 
 import pytest
 
-from persistence.atomic_file import replace_file
+from persistence.files.atomic_file import replace_file
 
 
 def test_the_new_bytes_replace_the_file_with_the_mode_asked_for(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 from actors.indexer.actor import backfill_transcripts
 from actors.observer.transcript import backfill_transcript
 from actors.read.service import memory_search
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.files.events_reader import read_event_window
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from tests.unit.persistence.builders import make_observation, make_part
 from tests.unit.persistence.test_nothing_observed_is_lost import write_session
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER, make_observation, make_part
 
 RUN = "run-1"

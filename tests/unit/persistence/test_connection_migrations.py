@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from persistence.connection import (
+from persistence.database.connection import (
     DatabaseMissingError,
     _configure_write_connection,
     open_read_engine,
     open_write_engine,
 )
-from persistence.migrations import OMRAY_MIGRATIONS, PHP_MIGRATIONS
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.database.migrations import OMRAY_MIGRATIONS, PHP_MIGRATIONS
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import MigrationError, StorageError
 from tests.unit.persistence import php_fixture
 from tests.unit.persistence.php_fixture import build_legacy_database, build_php_database, schema_objects
@@ -174,6 +174,7 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("table", "omray_token_usage"),
         ("index", "sqlite_autoindex_omray_token_usage_1"),
         ("index", "idx_omray_token_usage_run"),
+        ("index", "idx_omray_token_usage_recorded"),
         ("table", "sqlite_sequence"),
         ("index", "idx_omray_job_unfinished_key"),
         ("index", "idx_omray_job_state_seq"),
@@ -221,6 +222,13 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         ("index", "sqlite_autoindex_omray_forget_request_1"),
         ("table", "omray_database_placement"),
         ("index", "sqlite_autoindex_omray_database_placement_1"),
+        ("table", "omray_row_count"),
+        ("index", "sqlite_autoindex_omray_row_count_1"),
+        *[
+            ("trigger", f"omray_row_count_{table}_{event}")
+            for table in ("om_observation", "om_reflection", "omray_transcript")
+            for event in ("ai", "ad")
+        ],
     }
     assert added == omray_objects | trigram
     assert all(name.startswith(("omray_", "idx_omray_", "sqlite_")) for _, name in added)
@@ -243,9 +251,11 @@ def test_php_database_is_read_then_migrated_by_adding_only_omray_tables(db_path:
         "omray_014_forget",
         "omray_015_job_redrive",
         "omray_016_forget_handler",
+        "omray_017_budget",
         "omray_018_database_placement",
+        "omray_019_row_counts",
     }
-    assert omray_versions <= set(versions) and len(versions) == 22
+    assert omray_versions <= set(versions) and len(versions) == 24
 
 
 def test_php_database_reads_every_record_kind(db_path: Path) -> None:

@@ -7,9 +7,9 @@ from collections import defaultdict
 from hypothesis import given
 from hypothesis import strategies as st
 
-from persistence.coverage_watermark import CoverageInterval, contiguous_end
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.coverage_watermark import CoverageInterval, contiguous_end
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER, make_part
 
 RUN = "run-1"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from actors.store.events_log import append_shipped
-from persistence.events_log import EventLog
-from persistence.events_reader import read_event_window
+from persistence.files.events_log import EventLog
+from persistence.files.events_reader import read_event_window
 from protocol.errors import InvalidPayloadError
 from protocol.shipping import batch_size, shipped_events_path, shipped_events_root
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.commands import hook_fast
-from persistence.file_tail import TAIL_CHUNK, complete_length_of
+from persistence.files.file_tail import TAIL_CHUNK, complete_length_of
 from persistence.importers import live
 
 

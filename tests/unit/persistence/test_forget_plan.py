@@ -9,8 +9,8 @@ import pytest
 
 from cluster.forget import forget_report, plan_forget, wait_for_results
 from cluster.servers.mcp_server import forget_tool, tool_specs
-from persistence.forget_queries import ForgetReader
-from persistence.store import Store
+from persistence.reads.forgotten import ForgetReader
+from persistence.writers.store import Store
 from protocol.errors import InvalidPayloadError
 from protocol.forget import ForgetArgumentsError, ForgetRequest, forget_arguments
 from protocol.jobs import ForgetJob

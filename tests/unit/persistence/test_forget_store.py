@@ -15,10 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from actors.indexer.sync import synchronize
 from actors.read.service import memory_search, project
-from persistence.forget import KILL_POINT_ENV
 from persistence.semantic import SemanticIndex
-from persistence.store import Store
+from persistence.writers.forget import KILL_POINT_ENV
+from persistence.writers.store import Store
 from protocol.forget import ForgetRequest
 from protocol.records import ObservationRecord, TranscriptEntry
 from tests.unit.persistence.builders import make_observation, make_part
@@ -71,7 +72,7 @@ def hybrid_ids(db: Path, index: SemanticIndex, embedder: HashEmbedder, query: st
 
 def sync(index: SemanticIndex, embedder: HashEmbedder) -> None:
     for _ in range(100):
-        if index.synchronize(embedder).complete:
+        if synchronize(index, embedder).complete:
             return
     raise AssertionError("index never completed")
 
@@ -174,8 +175,8 @@ def test_forgetting_is_idempotent_and_reports_unknown_ids(db: Path) -> None:
 _KILLED_FORGET = textwrap.dedent(
     """
     import sys
-    from persistence.forget import ForgetRequest
-    from persistence.store import Store
+    from persistence.writers.forget import ForgetRequest
+    from persistence.writers.store import Store
     request = ForgetRequest(session_id="s1", whole_session=True)
     Store(sys.argv[1]).forget(request, "job-killed", "2026-07-23T11:00:00+00:00")
     """

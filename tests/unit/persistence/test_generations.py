@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from persistence.queries import MemoryReader
-from persistence.search_queries import SearchReader
-from persistence.store import NotFoundError, Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.search.reader import SearchReader
+from persistence.writers.store import NotFoundError, Store
 from protocol.errors import ConflictError, InvalidPayloadError, StorageError
 from protocol.identities import observation_set_hash
 from protocol.records import ObservationRecord

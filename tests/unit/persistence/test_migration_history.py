@@ -1,14 +1,14 @@
 """Migrations are history: the SQL each recorded step runs never changes.
 
 The checksums below are what omray recorded when each step was released. A refactor of
-``persistence.schema`` (which the PHP steps compile their DDL from) or of a migration's helpers
+``persistence.database.schema`` (which the PHP steps compile their DDL from) or of a migration's helpers
 must leave every step's statements byte for byte as they were; a new change to the schema needs a
 new migration.
 """
 
 from __future__ import annotations
 
-from persistence.migrations import _SCHEMA_VERSION_DDL, all_migrations
+from persistence.database.migrations import _SCHEMA_VERSION_DDL, all_migrations
 from protocol.canonical import sha256_hex
 
 _RELEASED_TEXT = """

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from persistence.events_log import EventLog
-from persistence.events_reader import read_event_window
-from persistence.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV, ForeignDiskError, check_on_this_node
-from persistence.store import Store
+from persistence.files.events_log import EventLog
+from persistence.files.events_reader import read_event_window
+from persistence.files.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV, ForeignDiskError, check_on_this_node
+from persistence.writers.store import Store
 
 
 @pytest.fixture

@@ -12,16 +12,18 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from actors.indexer.sync import synchronize
 from actors.models.builtin import BuiltinExtractiveModel
 from actors.models.chat import ChatRequest, ChatResponse, ToolCall
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
+from actors.read.retrieval import retrieve
 from actors.read.service import memory_search
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
+from persistence.files.events_reader import read_event_window
+from persistence.reads.memory_reader import MemoryReader
 from persistence.semantic import SemanticIndex
-from persistence.settings_parse import settings_from_mapping
-from persistence.store import Store
+from persistence.settings.parse import settings_from_mapping
+from persistence.writers.store import Store
 from protocol.jobs import ObserveBoundaryJob
 from protocol.settings import OmSettings
 from tests.unit.persistence.semantic.conftest import HashEmbedder, RecordingWriter, semantic_settings
@@ -256,7 +258,7 @@ def test_every_covered_message_is_found_by_an_exact_quote_after_any_interleaving
                 observer_ports,
             )
         else:
-            while not index.synchronize(embedder).complete:
+            while not synchronize(index, embedder).complete:
                 pass
         covered = MemoryReader(db).contiguous_covered_end(SESSION, "1", "1") or 0
         cited = cited_by_observation(db)
@@ -264,7 +266,7 @@ def test_every_covered_message_is_found_by_an_exact_quote_after_any_interleaving
             text = texts[position]
             answer = memory_search(db, {"query": quote(text, rng), "mode": "exact", "limit": 50})
             assert position + 1 in found_seqs(answer, cited)
-    retrieval = index.search(texts[-1], embedder, limit=50)
+    retrieval = retrieve(index, texts[-1], embedder, limit=50)
     found = {excerpt.seq_start for excerpt in retrieval.excerpts if excerpt is not None}
     assert messages in found or any(
         messages in cited_by_observation(db)[m.memory_id] for m in retrieval.results

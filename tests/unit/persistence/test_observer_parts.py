@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from persistence.queries import MemoryReader, select_coverage
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader, select_coverage
+from persistence.writers.store import Store
 from protocol.errors import ConflictError, InvalidPayloadError, StorageError
 from protocol.records import ActivityRecord
 from tests.unit.persistence.builders import COVERED_AT, OBSERVER_SCHEMA, RENDERER, make_observation, make_part
@@ -121,7 +121,7 @@ def test_insert_race_with_compatible_row_is_noop(store: Store, monkeypatch: pyte
         calls["n"] += 1
         return None if calls["n"] == 1 else real(conn, key)
 
-    monkeypatch.setattr("persistence.store.select_coverage", first_read_misses)
+    monkeypatch.setattr("persistence.writers.store.select_coverage", first_read_misses)
     result = store.commit_observer_part(part, [])
     assert (result.status, calls["n"]) == ("noop", 2)
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from actors.read.projector import render_active_memory
 from actors.read.service import project
-from persistence import projection_queries
-from persistence.search_queries import SearchReader
-from persistence.store import Store
+from persistence.reads import projection as projection_queries
+from persistence.search.reader import SearchReader
+from persistence.writers.store import Store
 from protocol.errors import StorageError
 from tests.unit.actors.read.factories import hex_id, observation, reflection
 from tests.unit.actors.read.helpers import commit, promote

@@ -1,4 +1,5 @@
-"""The job queue's own writer (``persistence.queue_store.QueueStore``): durable FIFO and runtime events."""
+"""The job queue's own writer (``persistence.writers.queue_store.QueueStore``): durable FIFO and runtime
+events."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from persistence.queue_store import NotFoundError, QueueStore
+from persistence.writers.queue_store import NotFoundError, QueueStore
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, SemanticIndexJob
+from protocol.queue_rows import JobHeldWrite
 
 T0 = "2026-07-23T12:00:00+00:00"
 
@@ -94,6 +96,32 @@ def test_retry_and_finish_lifecycle(store: QueueStore) -> None:
         store.finish_job(seq, "succeeded", T0)
     with pytest.raises(NotFoundError):
         store.mark_job_retry(seq, T0, "transient_runtime")
+
+
+def test_a_run_held_by_the_daily_budget_goes_back_to_pending_with_its_held_runs(store: QueueStore) -> None:
+    seq = store.enqueue_job(_envelope("j"), T0).job_seq
+    store.mark_job_running(seq, 1, T0)
+    held = JobHeldWrite(
+        job_seq=seq, held_attempts=1, not_before="2026-07-23T12:01:00+00:00", failure_reason="budget_tokens"
+    )
+    assert store.apply_job_writes([held]) == 1
+    assert store.apply_job_writes([held]) == 1  # repeated after a lost reply: the same row
+    [job] = store.list_unfinished_jobs()
+    assert (job.state, job.attempts, job.held_attempts, job.not_before, job.failure_reason) == (
+        "pending",
+        1,
+        1,
+        "2026-07-23T12:01:00+00:00",
+        "budget_tokens",
+    )
+    store.mark_job_running(seq, 2, T0)
+    [job] = store.list_unfinished_jobs()
+    assert (job.state, job.attempts, job.held_attempts, job.not_before) == ("running", 2, 1, None)
+    store.finish_job(seq, "succeeded", T0)
+    with pytest.raises(NotFoundError):
+        store.apply_job_writes([held])
+    with pytest.raises(InvalidPayloadError):
+        store.apply_job_writes([held.model_copy(update={"failure_reason": "Budget: secret text"})])
 
 
 def test_failure_reason_must_be_a_category_code(store: QueueStore) -> None:
@@ -219,7 +247,7 @@ def test_runtime_events_of_one_session_id_are_per_database(store: QueueStore) ->
 def test_migration_13_names_the_database_of_older_events(tmp_path: Path) -> None:
     import sqlite3
 
-    from persistence import migrations
+    from persistence.database import migrations
 
     db_path = tmp_path / "q.sqlite"
     with QueueStore(db_path) as store:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.jobs import ForgetJob, ObserveBoundaryJob, ReflectGenerationJob, SemanticIndexJob
 from tests.unit.protocol.test_session_id_names import LEGACY_PAYLOADS
 

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from actors.read.projector import assemble_active_memory, render_active_memory
 from actors.read.service import project
-from persistence.migrations import OBSERVATION_LINE_TABLE
-from persistence.projection_queries import ProjectionLines, select_projection_lines
-from persistence.read_connection import MEMO_ENTRIES, SnapshotReader
-from persistence.search_queries import SearchReader
-from persistence.store import Store
+from persistence.database.read_connection import MEMO_ENTRIES, SnapshotReader
+from persistence.reads.projection import ProjectionLines, select_projection_lines
+from persistence.reads.projection_sql import OBSERVATION_LINE_TABLE
+from persistence.search.reader import SearchReader
+from persistence.writers.store import Store
 from protocol.errors import StorageError
 from tests.unit.actors.read.factories import hex_id, observation, reflection
 from tests.unit.actors.read.helpers import commit, promote

@@ -14,12 +14,24 @@ from hypothesis import strategies as st
 from actors.read.search import search_in_memory
 from actors.read.search_arguments import validate_search_arguments
 from actors.read.service import exact_search
-from persistence.exact_plans import (
+from persistence.database.omray_tables import (
+    OBSERVATION_TRIGRAM_TABLE,
+    REFLECTION_TRIGRAM_TABLE,
+    TAIL_INDEXES,
+    trigram_supported,
+)
+from persistence.search.plans import (
     DEFAULT_TUNING,
     PlanTuning,
     SearchStrategy,
 )
-from persistence.exact_sql import (
+from persistence.search.reader import (
+    ExactSearchRows,
+    SearchReader,
+)
+from persistence.search.request import SearchRequest
+from persistence.search.short_queries import Candidates, ascii_case_variants, tail_sql, trigram_fold
+from persistence.search.sql import (
     OBSERVATION_SEARCH,
     REFLECTION_SEARCH,
     SearchTable,
@@ -28,19 +40,7 @@ from persistence.exact_sql import (
     trigram_phrase,
     uses_trigram,
 )
-from persistence.migrations import (
-    OBSERVATION_TRIGRAM_TABLE,
-    REFLECTION_TRIGRAM_TABLE,
-    TAIL_INDEXES,
-    trigram_supported,
-)
-from persistence.search_candidates import Candidates, ascii_case_variants, tail_sql, trigram_fold
-from persistence.search_queries import (
-    ExactSearchRows,
-    SearchReader,
-)
-from persistence.search_request import SearchRequest
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.errors import SettingsError
 from protocol.records import ObservationRecord, ReflectionRecord
 from tests.unit.actors.read.factories import hex_id, observation, reflection

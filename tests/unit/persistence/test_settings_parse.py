@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from persistence.settings_file import load_settings
-from persistence.settings_parse import apply_overrides, extract_om_block, settings_from_mapping
+from persistence.settings.file import load_settings
+from persistence.settings.parse import apply_overrides, extract_om_block, settings_from_mapping
 from protocol.errors import ModelSettingsError, SettingsError
 from protocol.settings import (
     BUILTIN_EMBEDDING_MODEL,
@@ -627,7 +627,7 @@ def test_a_token_threshold_out_of_range_is_an_error_naming_its_key(
 
 
 def test_storage_node_and_node_resource_choose_the_data_node() -> None:
-    from persistence.settings_parse import settings_from_mapping
+    from persistence.settings.parse import settings_from_mapping
 
     assert settings_from_mapping({"storage": {"node": "gpu-box"}}).data_node == "gpu-box"
     assert (
@@ -643,7 +643,7 @@ def test_storage_node_and_node_resource_choose_the_data_node() -> None:
     ids=["both", "bad-name", "not-text", "empty"],
 )
 def test_a_bad_storage_node_is_a_settings_error_naming_the_key(storage: dict[str, object]) -> None:
-    from persistence.settings_parse import settings_from_mapping
+    from persistence.settings.parse import settings_from_mapping
     from protocol.errors import SettingsError
 
     with pytest.raises(SettingsError, match=r"storage\.node"):

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from actors.read.projector import render_active_memory
 from actors.read.service import memory_search, memory_view, project
-from persistence import projection_queries
-from persistence.projection_sql import FIRST_SOURCE_SEQ_SQL, OBSERVATION_LINE_TABLE
-from persistence.queries import observation_from_row
-from persistence.search_queries import SearchReader
-from persistence.store import Store
+from persistence.reads import projection as projection_queries
+from persistence.reads.memory_reader import observation_from_row
+from persistence.reads.projection_sql import FIRST_SOURCE_SEQ_SQL, OBSERVATION_LINE_TABLE
+from persistence.search.reader import SearchReader
+from persistence.writers.store import Store
 from protocol.records import ObservationRecord, SourceRef
 from tests.unit.actors.read.factories import hex_id
 from tests.unit.persistence.builders import make_part
@@ -254,7 +254,7 @@ def test_sql_first_source_seq_equals_the_records_rule(refs: list[dict[str, objec
 
 
 def test_a_database_of_the_minute_order_is_migrated_to_source_order(tmp_path: Path) -> None:
-    from persistence import migrations
+    from persistence.database import migrations, omray_tables
 
     db_path = tmp_path / "om.sqlite"
     drawn: list[DrawnObservation] = [
@@ -272,7 +272,7 @@ def test_a_database_of_the_minute_order_is_migrated_to_source_order(tmp_path: Pa
             " ('trigger', 'table') AND name NOT LIKE 'sqlite_%' ORDER BY type = 'table'"
         ).fetchall():
             conn.execute(f"DROP {kind.upper()} IF EXISTS {name}")
-        for statement in (*migrations._observation_line_ddl_v1(), *migrations._projection_cache_ddl_v1()):
+        for statement in (*omray_tables.observation_line_ddl_v1(), *omray_tables.projection_cache_ddl_v1()):
             conn.execute(statement)
         conn.execute("DELETE FROM om_schema_version WHERE version = ?", (step.version,))
     conn.close()

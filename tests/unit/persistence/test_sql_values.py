@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from persistence.sql_values import ID_BATCH, in_batches, json_list
+from persistence.database.sql_values import ID_BATCH, in_batches, json_list
 
 
 @pytest.mark.parametrize("count", [0, 1, 499, 500, 501, 1001])

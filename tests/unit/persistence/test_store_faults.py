@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from persistence import migrations
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.database import migrations
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import StorageError
 
 

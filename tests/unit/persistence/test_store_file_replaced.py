@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from actors.read.service import memory_search
 from actors.store.actor import StoreActor
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.errors import StoreFileReplacedError
 from tests.unit.persistence.test_forget_store import commit_turn
 

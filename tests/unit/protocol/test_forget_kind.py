@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.errors import InvalidPayloadError
 from protocol.forget import ForgetArgumentsError, ForgetRequest, forget_arguments
 from protocol.jobs import (

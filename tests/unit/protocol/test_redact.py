@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from actors.observer.transcript import transcript_entries
-from persistence.events_reader import iter_events, read_event_window
-from persistence.settings_parse import settings_from_mapping
+from persistence.files.events_reader import iter_events, read_event_window
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import SettingsError
 from protocol.redact import DEFAULT_REDACTOR, Redactor, compile_custom_patterns
 from protocol.source_text import event_search_text

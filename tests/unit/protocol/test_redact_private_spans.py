@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence.events_reader import iter_events, read_event_window
+from persistence.files.events_reader import iter_events, read_event_window
 from protocol.redact import DEFAULT_REDACTOR, scan_private
 from protocol.source_text import event_search_text
 

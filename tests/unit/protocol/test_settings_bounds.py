@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from persistence.settings_file import load_settings
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.file import load_settings
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import SettingsError
 from protocol.settings import OmSettings
 from protocol.settings_limits import (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import persistence.settings_file as settings_file
-from persistence.settings_file import SETTINGS_ENV, load_settings, read_settings_document
+import persistence.settings.file as settings_file
+from persistence.settings.file import SETTINGS_ENV, load_settings, read_settings_document
 from protocol.errors import SettingsError
 
 VALID = "observational_memory:\n  model: builtin/extractive\n  observer:\n    context_window_ratio: 0.5\n"

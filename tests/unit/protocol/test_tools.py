@@ -9,8 +9,6 @@ import pytest
 from protocol.tools import (
     ALL_OBSERVATIONS_REJECTED_MESSAGE,
     InvalidArgumentsReceipt,
-    MemorySearchArguments,
-    RecallArguments,
     drop_ids,
     drop_receipt,
     invalid_observations_receipt,
@@ -222,10 +220,3 @@ def test_drop_ids_and_receipt() -> None:
     ]
     assert result["guidance"] == "Queued 1 drop candidate. Candidates this run: 1. Maximum drops allowed: 3."
     assert drop_receipt(2, 0, 0, 0, 2, 2).guidance.startswith("Queued 2 drop candidates.")
-
-
-def test_search_and_recall_arguments_are_plain_data() -> None:
-    args = MemorySearchArguments.model_validate({"query": "2510", "limit": 5, "extra": True})
-    assert (args.query, args.after, args.before, args.limit) == ("2510", None, None, 5)
-    assert RecallArguments.model_validate({"id": "ABCDEF123456"}).session_id is None
-    assert RecallArguments(id="abc", session_id="5").session_id == "5"

@@ -24,7 +24,7 @@ from actors.models.cli_prompt import answer_schema, parse_answer, render_prompt
 from actors.models.registry import model_for
 from actors.worker import failure_reason
 from cluster.commands import hook_fast
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import SettingsError
 from protocol.outcomes import FAILURE_HELP, explain_failure
 from protocol.settings import CLAUDE_CODE_CONTEXT_WINDOW, DEFAULT_CLI_MAX_BUDGET_USD
@@ -220,6 +220,7 @@ def test_a_run_is_locked_down_and_reports_usage(fake_claude: Path) -> None:
     assert [c.name for c in response.tool_calls] == ["record_observations"]
     assert response.usage.prompt_tokens == 200 and response.usage.cached_prompt_tokens == 50
     assert response.usage.completion_tokens == 40
+    assert response.usage.cost_usd == 0.001  # the CLI's total_cost_usd: what the daily budget counts
     run = runner.runs[0]
     argv = run["argv"]
     assert argv[0] == str(fake_claude) and argv[1] == "-p"

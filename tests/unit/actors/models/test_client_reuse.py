@@ -10,7 +10,7 @@ from actors.models.chat import OpenAIChatModel
 from actors.models.clients import ClientPool, worker_clients
 from actors.models.embeddings import OpenAIEmbedder
 from actors.models.registry import embedder_for, model_for, reranker_for
-from persistence.settings_parse import semantic_from_mapping, settings_from_mapping
+from persistence.settings.parse import semantic_from_mapping, settings_from_mapping
 from protocol.settings import OmSettings
 
 KEY_ENV = "OMRAY_TEST_KEY"

@@ -13,7 +13,7 @@ from actors.models.claude_cli import OBSERVER_CALL_ENV
 from actors.models.cli_prompt import answer_schema
 from actors.models.codex_cli import DISABLED_FEATURES, CodexCliChatModel, codex_argv
 from actors.models.registry import model_for
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import SettingsError
 from protocol.tool_specs import record_observations_spec
 from tests.unit.actors.models.test_claude_cli import SECRET_PROMPT, FakeRunner, fake_claude  # noqa: F401

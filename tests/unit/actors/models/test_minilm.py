@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from actors.models.embeddings import EmbeddingError
 from actors.models.offline_embedder import (
     MINILM_DIMENSIONS,
     MINILM_MODEL_PACKAGE,
@@ -23,6 +22,7 @@ from actors.models.offline_embedder import (
     default_offline_embedder,
     sha256_of,
 )
+from protocol.semantic import EmbeddingError
 from protocol.settings import BUILTIN_EMBEDDING_MODEL
 
 

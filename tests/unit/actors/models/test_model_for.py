@@ -16,7 +16,7 @@ from actors.models.chat import (
     run_tool_loop,
 )
 from actors.models.registry import model_for
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import ModelSettingsError
 from protocol.settings import BUILTIN_CONTEXT_WINDOW, OmSettings
 from testkit.scripted_server import ScriptedServer, chat_text

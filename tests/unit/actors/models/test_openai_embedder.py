@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from actors.models.chat import MissingApiKeyError
-from actors.models.embeddings import EMBEDDING_FAILED_MESSAGE, EmbeddingError, OpenAIEmbedder
+from actors.models.embeddings import OpenAIEmbedder
+from protocol.semantic import EMBEDDING_UNAVAILABLE_MESSAGE, EmbeddingError
 from testkit.scripted_server import Reply, ScriptedServer, embeddings_reply, hash_vector, http_error
 
 SECRET_TEXT = "private memory text 7f3a"
@@ -118,7 +119,7 @@ def test_every_invalid_response_is_embedding_unavailable(
     with pytest.raises(EmbeddingError) as info:
         client.embed([f"{SECRET_TEXT} {i}" for i in range(count)])
     assert info.value.code == "embedding_unavailable"
-    assert str(info.value) == EMBEDDING_FAILED_MESSAGE
+    assert str(info.value) == EMBEDDING_UNAVAILABLE_MESSAGE
     assert info.value.__cause__ is None
     assert info.value.__context__ is None or info.value.__suppress_context__
     assert client.dimensions is None

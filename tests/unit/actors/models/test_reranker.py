@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from actors.models.embeddings import RERANK_FAILED_MESSAGE, HttpReranker, RerankError
+from actors.models.embeddings import HttpReranker
+from protocol.semantic import RERANKER_UNAVAILABLE_MESSAGE, RerankError
 from testkit.scripted_server import Reply, ScriptedServer, http_error, rerank_reply
 
 SECRET_QUERY = "secret query 91c2"
@@ -131,7 +132,7 @@ def test_every_invalid_response_is_reranker_unavailable(
     with pytest.raises(RerankError) as info:
         reranker.rerank(SECRET_QUERY, ["doc a", "doc b"])
     assert info.value.code == "reranker_unavailable"
-    assert str(info.value) == RERANK_FAILED_MESSAGE
+    assert str(info.value) == RERANKER_UNAVAILABLE_MESSAGE
     assert info.value.__cause__ is None
     assert info.value.__context__ is None or info.value.__suppress_context__
     assert SECRET_QUERY not in omray_log(caplog) and "scripted error" not in omray_log(caplog)

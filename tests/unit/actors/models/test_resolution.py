@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from actors.models.embeddings import HttpReranker, OpenAIEmbedder, query_text
+from actors.models.embeddings import HttpReranker, OpenAIEmbedder
 from actors.models.offline_embedder import MiniLMEmbedder, default_offline_embedder
 from actors.models.registry import embedder_for, reranker_for
-from persistence.settings_parse import semantic_from_mapping
+from actors.read.retrieval import query_text_for_embedding
+from persistence.settings.parse import semantic_from_mapping
 from protocol.settings import BUILTIN_EMBEDDING_MODEL, SemanticSettings
 
 
@@ -70,5 +71,5 @@ def test_endpoint_settings_select_the_http_clients() -> None:
         ("q:", "", "q: "),
     ],
 )
-def test_query_text(prefix: str, query: str, expected: str) -> None:
-    assert query_text(prefix, query) == expected
+def test_query_text_for_embedding(prefix: str, query: str, expected: str) -> None:
+    assert query_text_for_embedding(prefix, query) == expected

@@ -8,7 +8,7 @@ from typing import Any
 
 from actors.observer.actor import ObserverActor
 from cluster.commands.demo_session import demo_session, event_line
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob
 from protocol.outcomes import EventsLocation, JobFailed, JobFailedEvent, JobSucceeded
 from tests.unit.actors.observer.test_settings_at_run_time import FakeContext

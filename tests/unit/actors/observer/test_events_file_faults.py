@@ -9,7 +9,7 @@ from pathlib import Path
 
 from actors.observer.actor import ObserverActor
 from cluster.commands.demo_session import demo_session, event_line
-from persistence.queries import MemoryReader
+from persistence.reads.memory_reader import MemoryReader
 from protocol.outcomes import JobFailed, explain_failure
 from tests.unit.actors.observer.test_corrupt_events_line import SESSION, _envelope
 from tests.unit.actors.observer.test_settings_at_run_time import FakeContext

@@ -12,10 +12,10 @@ from actors.models.chat import ChatRequest, ChatResponse, ToolCall
 from actors.models.tokens import token_counter
 from actors.observer.pipeline import ObserverPorts, observe_through
 from cluster.commands.demo_session import demo_session, event_line
-from persistence.events_reader import read_event_window
-from persistence.queries import MemoryReader
-from persistence.settings_parse import settings_from_mapping
-from persistence.store import Store
+from persistence.files.events_reader import read_event_window
+from persistence.reads.memory_reader import MemoryReader
+from persistence.settings.parse import settings_from_mapping
+from persistence.writers.store import Store
 from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ObserveSignal
 
 SESSION = "s-cost"

@@ -12,8 +12,8 @@ from actors.observer.actor import observe_boundary
 from actors.reflector.actor import reflect_generation
 from actors.reflector.core import ReflectPayloadError
 from cluster.commands.demo_session import demo_session, event_line
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import ModelSettingsError
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob
 

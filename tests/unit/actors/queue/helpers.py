@@ -30,6 +30,7 @@ def stored(
     attempts: int = 0,
     not_before: float | None = None,
     failure_reason: str | None = None,
+    held_attempts: int = 0,
 ) -> StoredJob:
     """An unfinished durable row as the store reads it back (times as the store holds them)."""
     return StoredJob(
@@ -44,6 +45,7 @@ def stored(
         started_at=None,
         finished_at=None,
         failure_reason=failure_reason,
+        held_attempts=held_attempts,
     )
 
 
@@ -86,6 +88,7 @@ def scan_next_dispatch(state: QueueState, now: float) -> list[Command]:
     The reference the indexed implementation is checked against (same commands, same state after).
     """
     commands: list[Command] = []
+    state._holds.purge(now)
     free = state.max_in_flight - state.in_flight
     waits: list[float] = []
     if free > 0:
@@ -94,13 +97,16 @@ def scan_next_dispatch(state: QueueState, now: float) -> list[Command]:
             if free == 0:
                 break
             if state._waiting(head, now):
-                assert head.not_before is not None
-                waits.append(head.not_before)
+                # A retry's backoff or an idle hold; or its database's budget hold (times below).
+                if head.not_before is not None and head.not_before > now:
+                    waits.append(head.not_before)
                 continue
             if state._is_full(head.handler_id):
                 continue
-            commands.append(state._start(state._group_from(head)))
+            commands.append(state._start_head(head, now))
             free -= 1
-    if free > 0 and waits:
-        commands.append(WakeAt(min(waits)))
+    if free > 0:
+        waits.extend(state._holds.wakes(now))
+        if waits:
+            commands.append(WakeAt(min(waits)))
     return commands

@@ -9,7 +9,7 @@ from unittest import mock
 from actors.queue.scaling import PoolLimits, PoolScaler
 from cluster import autoscale
 from cluster.autoscale import PoolAutoscaler
-from cluster.proxies import RayWorkerPool
+from cluster.ray_calls import RayWorkerPool
 
 
 class _Queue:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster.bootstrap import CLIENT_SERVER_MODULE, gcs_port_of, head_processes, names_head, stop_head
+from cluster.up_down import CLIENT_SERVER_MODULE, gcs_port_of, head_processes, names_head, stop_head
 
 LOCAL = frozenset({"127.0.0.1", "10.1.2.3"})
 SESSION = "/tmp/ray/session_2026-12-02_12-00-00_000000_1"

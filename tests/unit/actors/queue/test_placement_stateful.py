@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from actors.queue.placement import PlacementRegistry
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.errors import StorageError
 from protocol.placement import AgentNode, DataPlacement, PlacementConflictError, PlacementRequest
 

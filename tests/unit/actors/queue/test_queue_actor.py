@@ -12,7 +12,7 @@ import pytest
 from actors.queue.actor import QueueActor
 from actors.queue.figures import ModelUsage, QueueFigures
 from actors.queue.retry import RetryPolicy
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.errors import InvalidPayloadError
 from protocol.jobs import SEMANTIC_INDEX_HANDLER, JobEnvelope, SemanticIndexJob
 from protocol.outcomes import JobFailed, JobSucceeded
@@ -149,7 +149,14 @@ def test_the_gauges_report_what_status_shows(tmp_path: Path) -> None:
     status = queue.status()
     assert metrics.figures[-1].as_dict() == status["figures"]
     # Five lanes, two running (the pool's two slots, below the limit of three), three waiting.
-    assert status["figures"] == {"depth": 3, "in_flight": 2, "slots": 2, "lanes": 5, "busy_lanes": 2}
+    assert status["figures"] == {
+        "depth": 3,
+        "in_flight": 2,
+        "slots": 2,
+        "lanes": 5,
+        "busy_lanes": 2,
+        "held_projects": 0,
+    }
 
 
 def test_restart_resumes_the_job_that_was_running(tmp_path: Path) -> None:
@@ -700,3 +707,50 @@ def test_the_queue_is_not_idle_while_a_durable_batch_is_still_being_carried_out(
         queue.stop()
     assert durable_failed == 1 and not idle_meanwhile
     assert [failure["job_id"] for failure in failures] == ["j1"]  # idle: the report is in
+
+
+def test_a_held_job_waits_durably_and_omray_retry_rechecks_the_budget_at_once(tmp_path: Path) -> None:
+    from protocol.outcomes import JOB_HELD_EVENT_TYPE, JobHeld
+
+    from .helpers import observe
+
+    store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
+    budget = {"left": False}
+
+    def decide(job_id: str, attempt: int) -> dict[str, Any]:
+        if not budget["left"]:
+            until = clock.now + 3600
+            return JobHeld(job_id=job_id, reason="budget_usd", until=until, spent=5.2, cap=5.0).model_dump()
+        return _ok(job_id, attempt)
+
+    workers = FakeWorkers(decide)
+    queue = QueueActor(store, workers, clock=clock, start_loop=False)
+    queue.dispatch(observe("o1", "s1", 3, db_path="/p/om.sqlite"))
+    queue.dispatch(observe("o2", "s2", 3, db_path="/p/om.sqlite"))
+    queue.tick(0)
+    queue.tick(0)
+    status = queue.status()
+    [held] = status["held_by_project"]
+    assert (held["db_path"], held["jobs"], held["reason"], status["held"]) == (
+        "/p/om.sqlite",
+        2,
+        "budget_usd",
+        2,
+    )
+    assert status["figures"]["held_projects"] == 1 and not queue.is_idle()
+    rows = store.list_unfinished_jobs()
+    assert [(r.state, r.attempts, r.held_attempts, r.failure_reason) for r in rows] == [
+        ("pending", 1, 1, "budget_usd"),  # o1 ran and found the budget used up
+        ("pending", 0, 0, None),  # o2, of another session of the project, never started
+    ]
+    [event] = queue.runtime_events("s1")
+    assert event["event_type"] == JOB_HELD_EVENT_TYPE and event["payload"]["reason"] == "budget_usd"
+    queue.tick(0)
+    assert workers.started == [("o1", 1)]  # nothing starts before the re-check
+
+    budget["left"] = True  # the user raised the cap; `omray retry` re-checks at once
+    assert queue.retry_failed("/p/om.sqlite") == {"requeued": 0, "rechecked": 1}
+    _drain(queue, clock, steps=5)
+    assert workers.started == [("o1", 1), ("o1", 2), ("o2", 1)]
+    assert store.job_counts().succeeded == 2 and queue.is_idle()
+    assert queue.status()["held_by_project"] == []

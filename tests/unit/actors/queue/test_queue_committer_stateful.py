@@ -35,7 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from actors.queue.actor import QueueActor
 from actors.queue.retry import RetryPolicy
 from actors.queue.state import lane_of
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
 from protocol.outcomes import JobFailed, JobSucceeded
 

@@ -13,7 +13,7 @@ from actors.queue.actor import QueueActor
 from actors.queue.redrive import RedriveTracker
 from actors.queue.reports import failure_lines, queue_summary_lines
 from actors.queue.retry import RetryPolicy
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.jobs import (
     OBSERVE_BOUNDARY_HANDLER,
     REFLECT_GENERATION_HANDLER,

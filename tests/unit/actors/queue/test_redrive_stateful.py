@@ -35,7 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from actors.queue.actor import QueueActor
 from actors.queue.redrive import AUTOMATIC_REDRIVES
 from actors.queue.retry import RetryPolicy
-from persistence.queue_store import QueueStore
+from persistence.writers.queue_store import QueueStore
 from protocol.outcomes import REASON_INVALID_PAYLOAD, JobFailed, JobSucceeded
 
 from .helpers import observe

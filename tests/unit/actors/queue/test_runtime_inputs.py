@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from actors.queue.scaling import PoolLimits, ScalingError, ScalingPolicy
-from cluster import bootstrap
-from cluster.bootstrap import BootstrapError, RuntimeRecord, _write_record
+from cluster import up_down
 from cluster.commands.cli import app
+from cluster.named_actors import DEFAULT_HANDLERS, ensure_runtime
 from cluster.pools import PoolSizes
-from cluster.runtime import DEFAULT_HANDLERS, ensure_runtime
+from cluster.up_down import BootstrapError, RuntimeRecord, _write_record
 from protocol.errors import SettingsError
 from protocol.jobs import OBSERVE_BOUNDARY_HANDLER
 
@@ -79,9 +79,9 @@ def test_ensure_runtime_refuses_bad_arguments_before_creating_anything(
     arguments: dict[str, Any], message: str, tmp_path: Path
 ) -> None:
     with (
-        mock.patch("cluster.runtime.worker_pools") as pools,
-        mock.patch("cluster.runtime._remove_queue_store_actor") as cleanup,
-        mock.patch("cluster.runtime.current_node_id", return_value="node"),
+        mock.patch("cluster.named_actors.worker_pools") as pools,
+        mock.patch("cluster.named_actors._remove_queue_store_actor") as cleanup,
+        mock.patch("cluster.named_actors.current_node_id", return_value="node"),
         pytest.raises(SettingsError, match=message),
     ):
         ensure_runtime(queue_db=str(tmp_path / "q.sqlite"), **arguments)
@@ -100,7 +100,7 @@ def no_pool_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_up_with_bad_pool_sizes_fails_in_one_line_and_starts_nothing(no_pool_variables: None) -> None:
-    with mock.patch("cluster.bootstrap.up") as up:
+    with mock.patch("cluster.up_down.up") as up:
         result = CliRunner().invoke(app, ["up", "--observers", "5", "--max-observers", "3"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "max_observers (3) must be at least observers (5)" in result.output
@@ -109,7 +109,7 @@ def test_up_with_bad_pool_sizes_fails_in_one_line_and_starts_nothing(no_pool_var
 
 @pytest.mark.parametrize("port", ["0", "99999"])
 def test_up_refuses_a_port_outside_1_to_65535(port: str) -> None:
-    with mock.patch("cluster.bootstrap.up") as up:
+    with mock.patch("cluster.up_down.up") as up:
         result = CliRunner().invoke(app, ["up", "--port", port])
     assert result.exit_code == 2
     up.assert_not_called()
@@ -119,7 +119,7 @@ def test_up_passes_the_pool_sizes_it_was_given(
     no_pool_variables: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     answer = {"queue": "omray.queue", "namespace": "omray", "dashboard_url": ""}
-    with mock.patch("cluster.bootstrap.up", return_value=answer) as up:
+    with mock.patch("cluster.up_down.up", return_value=answer) as up:
         assert CliRunner().invoke(app, ["up"]).exit_code == 0
         monkeypatch.setenv("OMRAY_REFLECTORS", "2")  # a variable counts as given, like a flag
         assert CliRunner().invoke(app, ["up", "--observers", "3"]).exit_code == 0
@@ -146,7 +146,7 @@ def test_status_and_down_without_a_record_join_no_cluster(
 ) -> None:
     monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    with mock.patch("cluster.link.ray.init") as ray_init:
+    with mock.patch("cluster.runtime_connection.ray.init") as ray_init:
         status = CliRunner().invoke(app, ["status"])
         down = CliRunner().invoke(app, ["down"])
     assert status.exit_code == 2 and "no omray runtime is recorded" in status.output
@@ -160,33 +160,33 @@ def test_up_refuses_a_second_head_while_the_recorded_one_runs(
     monkeypatch.setenv("OMRAY_HOME", str(tmp_path))
     _write_record(RuntimeRecord("127.0.0.1:6471", True, "", "token"))
     with (
-        mock.patch.object(bootstrap, "_reachable", return_value=True),
-        mock.patch.object(bootstrap, "start_head") as start_head,
-        mock.patch.object(bootstrap, "init_ray") as init_ray,
+        mock.patch.object(up_down, "_reachable", return_value=True),
+        mock.patch.object(up_down, "start_head") as start_head,
+        mock.patch.object(up_down, "init_ray") as init_ray,
         pytest.raises(BootstrapError, match=r"already runs its Ray head at 127\.0\.0\.1:6471"),
     ):
-        bootstrap.up(port=6480)
+        up_down.up(port=6480)
     start_head.assert_not_called()
     init_ray.assert_not_called()
-    assert bootstrap.read_record() == RuntimeRecord("127.0.0.1:6471", True, "", "token")
+    assert up_down.read_record() == RuntimeRecord("127.0.0.1:6471", True, "", "token")
 
 
 def test_up_with_other_pool_sizes_than_the_running_runtime_changes_nothing() -> None:
     running = {OBSERVE_BOUNDARY_HANDLER: {"minimum": 4, "maximum": 8, "slots": 4}}  # `up --observers 4`
-    names = bootstrap.RuntimeNames()
+    names = up_down.RuntimeNames()
     with (
-        mock.patch.object(bootstrap.ray, "get_actor", return_value=mock.Mock()),
-        mock.patch.object(bootstrap.ray, "get", return_value={"pools": running}),
+        mock.patch.object(up_down.ray, "get_actor", return_value=mock.Mock()),
+        mock.patch.object(up_down.ray, "get", return_value={"pools": running}),
     ):
         # Only what the user gave is compared: the observers left at their default do not count.
-        bootstrap._check_same_pools(names, PoolSizes(max_observers=8), frozenset({"max_observers"}))
-        bootstrap._check_same_pools(names, PoolSizes(observers=4), frozenset({"observers"}))
+        up_down._check_same_pools(names, PoolSizes(max_observers=8), frozenset({"max_observers"}))
+        up_down._check_same_pools(names, PoolSizes(observers=4), frozenset({"observers"}))
         with pytest.raises(BootstrapError, match=r"max_observers 8 \(not 6\)"):
-            bootstrap._check_same_pools(
+            up_down._check_same_pools(
                 names, PoolSizes(observers=4, max_observers=6), frozenset({"max_observers"})
             )
         with pytest.raises(BootstrapError, match=r"observers 4 \(not 2\)"):
-            bootstrap._check_same_pools(names, PoolSizes())  # every field, defaults included
+            up_down._check_same_pools(names, PoolSizes())  # every field, defaults included
 
 
 def test_each_pool_field_maps_to_the_bound_its_pool_reports() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.bootstrap import RuntimeRecord, _write_record, read_record
+from cluster.up_down import RuntimeRecord, _write_record, read_record
 
 
 def _mode(path: Path) -> int:

@@ -133,3 +133,27 @@ def test_handle_many_runs_every_item_in_order_and_a_malformed_one_fails_alone() 
     assert [o["kind"] for o in outcomes] == ["succeeded", "failed", "failed", "succeeded"]
     assert [o["job_id"] for o in outcomes] == ["a", "unknown", "b", "c"]
     assert ran == ["a", "c"]
+
+
+def test_a_job_at_its_daily_budget_is_held_not_failed() -> None:
+    from actors.models.budget import held_under
+    from protocol.errors import BudgetReachedError
+    from protocol.jobs import settings_fingerprint
+    from protocol.outcomes import JOB_OUTCOME_ADAPTER, JobHeld
+
+    block = {"model": "claude-code/haiku", "budget": {"daily_tokens": 1000}}
+
+    def handler(job: JobEnvelope, attempt: int, context: Any) -> None:
+        with held_under(block):
+            raise BudgetReachedError("budget_tokens", 86_400.0, 1200.0, 1000.0)
+
+    worker = WorkerActor("h", handler, context=None)  # type: ignore[arg-type]
+    outcome = JOB_OUTCOME_ADAPTER.validate_python(worker.handle(envelope("j").model_dump(), 1))
+    assert outcome == JobHeld(
+        job_id="j",
+        reason="budget_tokens",
+        until=86_400.0,
+        spent=1200.0,
+        cap=1000.0,
+        settings_fingerprint=settings_fingerprint(block),
+    )

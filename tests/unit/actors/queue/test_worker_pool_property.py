@@ -15,8 +15,8 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import cluster.proxies as proxies
-from cluster.proxies import RayWorkerPool
+import cluster.ray_calls as proxies
+from cluster.ray_calls import RayWorkerPool
 
 FATES = ("ok", "ok", "ok", "dead", "malformed", "refused")
 

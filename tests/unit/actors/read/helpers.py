@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.identities import observation_set_hash
 from protocol.records import ObservationRecord, ReflectionRecord
 from tests.unit.persistence.builders import make_part

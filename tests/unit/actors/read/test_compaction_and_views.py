@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import actors.read.service as read_service
-import persistence.events_reader as events_reader
-import persistence.store as store_module
+import persistence.files.events_reader as events_reader
+import persistence.writers.store as store_module
 from actors import worker
 from actors.models import builtin as builtin_model
 from actors.models import chat as models
@@ -21,8 +21,8 @@ from actors.queue import actor as queue_actor
 from actors.queue import state as queue_state
 from actors.read.projector import render_active_memory
 from actors.read.service import before_compaction, memory_search, memory_status, memory_view, project
-from persistence.settings_parse import settings_from_mapping
-from persistence.store import Store
+from persistence.settings.parse import settings_from_mapping
+from persistence.writers.store import Store
 from protocol.events import BeforeCompactionContext, projection_metadata
 from tests.unit.actors.read.factories import hex_id, observation, reflection
 from tests.unit.actors.read.helpers import commit, promote

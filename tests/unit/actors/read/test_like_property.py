@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.read.search import like_matches
-from persistence.search_request import like_pattern
+from persistence.search.request import like_pattern
 
 # Small alphabets make matches (and near misses) likely; the wide one covers non-ASCII folding.
 # NUL is included: SQLite reads both strings only up to their first NUL.

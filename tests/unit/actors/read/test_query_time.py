@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from actors.read.query_time import query_time_window
-from persistence.search_request import TimeWindow
+from persistence.search.request import TimeWindow
 
 TUESDAY = datetime(2023, 5, 30, 10, 0, tzinfo=UTC)
 """The clock of most cases: Tuesday 30 May 2023, 10:00 UTC."""

@@ -16,7 +16,7 @@ from actors.read.answers import MAX_ANSWER_DEPTH, TOO_DEEP_TEXT, json_safe
 from actors.read.interrupt import CancelToken, ToolInterrupt
 from actors.read.service import before_compaction, call_tool, memory_search, memory_status, recall
 from cluster.commands.memory_cli import memory_app
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.errors import StorageError
 from protocol.events import BeforeCompactionContext
 from protocol.settings import OmSettings

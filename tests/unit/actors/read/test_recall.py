@@ -5,9 +5,6 @@ from __future__ import annotations
 import pytest
 
 from actors.read.recall import (
-    INVALID_ID_MESSAGE,
-    INVALID_SESSION_ID_MESSAGE,
-    RecallRequest,
     hydrate_events,
     hydration_range,
     observation_recall_result,
@@ -18,6 +15,7 @@ from actors.read.recall import (
     refs_for_session,
     validate_recall_arguments,
 )
+from protocol.read_arguments import INVALID_ID_MESSAGE, INVALID_SESSION_ID_MESSAGE, RecallArguments
 from tests.unit.actors.read.factories import hex_id, observation, reflection
 
 CURRENT = "5"
@@ -25,15 +23,16 @@ CURRENT = "5"
 
 def test_valid_id_is_trimmed_lowercased_and_scoped_to_current_session() -> None:
     request = validate_recall_arguments({"id": "  ABCDEF012345ab "}, CURRENT)
-    assert request == RecallRequest(memory_id="abcdef012345ab", session_id=CURRENT)
-    assert isinstance(request, RecallRequest) and not request.is_full_id
+    assert isinstance(request, RecallArguments) and not request.is_full_id
+    assert (request.memory_id, request.session_id, request.seq_start) == ("abcdef012345ab", CURRENT, None)
     full = validate_recall_arguments({"id": hex_id("ab")}, CURRENT)
-    assert isinstance(full, RecallRequest) and full.is_full_id
+    assert isinstance(full, RecallArguments) and full.is_full_id
 
 
 def test_explicit_session_is_trimmed() -> None:
     request = validate_recall_arguments({"id": hex_id("ab"), "session_id": " 9 "}, CURRENT)
-    assert request == RecallRequest(memory_id=hex_id("ab"), session_id="9")
+    assert isinstance(request, RecallArguments)
+    assert (request.memory_id, request.session_id) == (hex_id("ab"), "9")
 
 
 @pytest.mark.parametrize(

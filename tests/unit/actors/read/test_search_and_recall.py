@@ -11,8 +11,8 @@ import pytest
 
 import actors.read.service as read_service
 from actors.read.service import call_tool, memory_search, recall
-from persistence.search_request import SearchRequest
-from persistence.store import Store
+from persistence.search.request import SearchRequest
+from persistence.writers.store import Store
 from tests.unit.actors.read.factories import hex_id, observation, reflection
 from tests.unit.actors.read.helpers import commit, promote
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from actors.read.search import like_matches, merge_search_results, search_in_memory
-from actors.read.search_arguments import sort_key, validate_search_arguments
-from persistence.search_request import SearchRequest, like_pattern
+from actors.read.search_arguments import validate_search_arguments
+from persistence.search.request import SearchRequest, like_pattern
+from protocol.read_arguments import sort_key
 from protocol.records import ObservationRecord, ReflectionRecord
 from tests.unit.actors.read.factories import hex_id, observation, reflection
 

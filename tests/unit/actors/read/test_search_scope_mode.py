@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 import actors.read.service as read_service
+from actors.read.fusion import FUSED_CANDIDATE_LIMIT
 from actors.read.service import call_tool, memory_search
-from persistence.search_request import SearchRequest
-from persistence.semantic.fusion import FUSED_CANDIDATE_LIMIT
-from persistence.store import Store
+from persistence.search.request import SearchRequest
+from persistence.writers.store import Store
 from protocol.tool_specs import MEMORY_SEARCH_ARGUMENTS
 from tests.unit.actors.read.factories import observation, reflection
 from tests.unit.actors.read.helpers import commit, promote

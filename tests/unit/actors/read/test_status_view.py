@@ -246,7 +246,7 @@ def test_activity_freshness_other_offsets_and_garbage() -> None:
 
 def test_cost_report_sums_usage_and_prices_only_known_models() -> None:
     from actors.read.status_view import format_usage, usage_json
-    from persistence.settings_parse import settings_from_mapping
+    from persistence.settings.parse import settings_from_mapping
     from protocol.records import TokenUsageTotal
 
     rows = [

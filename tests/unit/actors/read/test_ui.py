@@ -16,10 +16,10 @@ from actors.read.service import project as projection
 from actors.read.ui_views import active_ids, retired_by
 from cluster.servers.ui_server import UiBackend, UiProject, UiRequestError, build_app, guarded_app
 from cluster.servers.web_auth import LinkTickets
-from persistence.queries import MemoryReader
-from persistence.settings_parse import settings_from_mapping
-from persistence.store import Store
-from persistence.ui_queries import UiReader
+from persistence.reads.memory_reader import MemoryReader
+from persistence.reads.viewer import UiReader
+from persistence.settings.parse import settings_from_mapping
+from persistence.writers.store import Store
 from protocol.identities import observation_set_hash, threshold_generation_id
 from protocol.records import TokenUsageRecord, TranscriptEntry
 from tests.unit.persistence.builders import (

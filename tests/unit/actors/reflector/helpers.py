@@ -10,8 +10,8 @@ from typing import Any
 from actors.models.chat import ChatModel, ChatRequest, ChatResponse
 from actors.reflector.core import CandidatePool, threshold_check
 from actors.reflector.pipeline import ReflectorPorts
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import StorageError
 from protocol.identities import (
     content_hash,

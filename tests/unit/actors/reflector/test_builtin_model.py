@@ -6,15 +6,15 @@ from pathlib import Path
 
 from actors.models.builtin import BuiltinExtractiveModel
 from actors.reflector.pipeline import ReflectResult, reflect_generation
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.records import Relevance
 
 from .helpers import BUILTIN, RUN, HookedModel, commit_observation, ports, settings, threshold_job
 
 SESSION: list[tuple[int, str, Relevance]] = [
-    (1, "User asked to fix persistence/store.py claim logic", "high"),
-    (2, "Tool edited persistence/store.py to reclaim failed rows", "low"),
+    (1, "User asked to fix persistence/writers/store.py claim logic", "high"),
+    (2, "Tool edited persistence/writers/store.py to reclaim failed rows", "low"),
     (3, "Tests in tests/unit/persistence/test_generations.py pass now", "medium"),
     (4, "User prefers small focused commits", "critical"),
     (5, "Assistant ran pytest on tests/unit/persistence/test_generations.py", "low"),

@@ -9,8 +9,8 @@ import pytest
 from actors.models.chat import ModelCallError, OpenAIChatModel
 from actors.reflector.core import ReflectPayloadError
 from actors.reflector.pipeline import ReflectResult, reflect_generation
-from persistence.queries import MemoryReader
-from persistence.store import Store
+from persistence.reads.memory_reader import MemoryReader
+from persistence.writers.store import Store
 from protocol.errors import ConflictError
 from protocol.jobs import ReflectGenerationJob
 from protocol.records import ActivityRecord, ObservationRecord, Relevance
@@ -108,6 +108,8 @@ def test_promotes_reflections_applies_capped_drops_and_keeps_later_observations(
         "cached_prompt_tokens": 0,
         "completion_tokens": 15,
         "model": job.reflector_model,
+        "cost_usd": None,  # an OpenAI-compatible endpoint reports no money
+        "dropper_skipped": None,
         # The same counts by stage, for the token metrics (omray_model_tokens_total{kind=...}).
         "usage_by_kind": {
             "reflect": {"prompt_tokens": 20, "cached_prompt_tokens": 0, "completion_tokens": 10},

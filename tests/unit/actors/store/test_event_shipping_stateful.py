@@ -3,7 +3,7 @@ order kept, whatever the network does with the shipments.
 
 An agent appends events to its session (with holes in the seqs, as hosts may leave); its sender
 ships the events past its watermark in bounded batches (:func:`protocol.shipping.batch_size`) to a
-real :class:`persistence.events_log.EventLog` through :func:`actors.store.events_log.append_shipped`.
+real :class:`persistence.files.events_log.EventLog` through :func:`actors.store.events_log.append_shipped`.
 Any shipment may be lost on the way, applied with its answer lost (the sender then sends it again),
 or kept by the network and delivered later, after newer ones (a stale retry). A sender may also
 restart and learn its watermark from the log's tail.
@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from actors.store.events_log import append_shipped
-from persistence.events_log import EventLog
-from persistence.events_reader import iter_unredacted_events
+from persistence.files.events_log import EventLog
+from persistence.files.events_reader import iter_unredacted_events
 from protocol.shipping import EventLogConflictError, batch_size
 
 SESSION = "s-1"

@@ -13,8 +13,8 @@ import pytest
 from actors.read import service
 from actors.store.events_log import append_shipped
 from actors.store.reader import ReaderActor
-from persistence.events_log import EventLog
-from persistence.store import Store
+from persistence.files.events_log import EventLog
+from persistence.writers.store import Store
 from protocol.errors import InvalidPayloadError
 from protocol.redact import redactor_for
 from protocol.shipping import shipped_events_root

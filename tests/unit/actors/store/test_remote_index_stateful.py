@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from actors.indexer.actor import synchronize_through
+from actors.indexer.sync import synchronize
 from actors.store.reader import DataReader
 from persistence.semantic import SemanticIndex, SyncResult
-from persistence.store import Store
+from persistence.writers.store import Store
 from testkit.memory_snapshot import memory_snapshot
 from tests.unit.persistence.semantic.conftest import (
     HashEmbedder,
@@ -118,7 +119,7 @@ class RemoteIndexModel(RuleBasedStateMachine):
             source.backup(target)  # the canonical rows (WAL included), not the derived index
         with Store(reference_db) as reference_store:
             index = SemanticIndex(reference_db, SETTINGS, RecordingWriter(reference_store))
-            while not index.synchronize(HashEmbedder(), batches=1).complete:
+            while not synchronize(index, HashEmbedder(), batches=1).complete:
                 pass
         ours, theirs = memory_snapshot(self.db), memory_snapshot(reference_db)
         for section in ("index_memories", "index_chunks", "index_state"):

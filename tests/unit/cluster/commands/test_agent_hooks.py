@@ -19,11 +19,11 @@ from cluster.commands.agent_hooks import (
     run_dispatcher,
     session_dir,
 )
-from persistence import settings_file
 from persistence.importers import common
 from persistence.importers.live import MARKS_FILE, read_cursor, read_marks
 from persistence.importers.live_spans import Mark
-from persistence.store import Store
+from persistence.settings import file as settings_file
+from persistence.writers.store import Store
 from protocol.errors import RuntimeNotRunningError
 from protocol.events import AfterTurnCommit
 from tests.unit.persistence.builders import make_observation, make_part

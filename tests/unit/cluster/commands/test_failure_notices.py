@@ -84,3 +84,33 @@ def test_without_a_key_variable_in_the_settings_the_notice_stays_general(
     monkeypatch.delenv("OMRAY_SETTINGS", raising=False)
     (missing,) = _notices_after(tmp_path, {"s1": "model_api_key_missing"})  # no settings: builtin model
     assert "the provider's API key variable is not set" in str(missing["message"])
+
+
+class _HeldClient(_Client):
+    """Each watched session reports that its project's daily budget started holding its jobs."""
+
+    def runtime_events(self, session: str, after: int) -> list[dict[str, Any]]:
+        from protocol.outcomes import JOB_HELD_EVENT_TYPE, JobHeldEvent
+
+        if after >= 1:
+            return []
+        event = JobHeldEvent.for_hold(
+            job_id=f"job-{session}",
+            handler_id="observational_memory.observe_boundary",
+            reason="budget_tokens",
+            until="2026-01-03T00:00:00+00:00",
+            spent=2_000_123,
+            cap=2_000_000,
+        )
+        return [{"event_type": JOB_HELD_EVENT_TYPE, "event_seq": 1, "payload": event.model_dump()}]
+
+
+def test_a_budget_reached_is_one_notice_saying_until_when_and_how_to_raise_it(tmp_path: Path) -> None:
+    now = time.time()
+    for session in ("s1", "s2"):
+        agent_hooks._watch(str(tmp_path), session, now + 60)
+    agent_hooks._look_for_failures(str(tmp_path), lambda _: _HeldClient({}), agent_hooks.Pass(), now)
+    (held,) = hook_notices.notices(hook_notices.read_status(str(tmp_path)))
+    message = str(held["message"])
+    assert message.startswith("omray: Observing paused") and "budget.daily_tokens" in message
+    assert "2026-01-03 00:00 UTC" in message and "nothing is lost" in message

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from cluster.commands import hook_fast, import_cli
 from persistence.importers import InvalidImportSessionIdError, default_events_path, validate_session_id
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.parse import settings_from_mapping
 from protocol.errors import SettingsError
 from tests.unit.persistence.importers.helpers import FIXTURES
 

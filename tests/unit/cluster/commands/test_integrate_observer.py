@@ -27,8 +27,8 @@ from cluster.commands.integrate_observer import (
     probe_cli,
     with_model,
 )
-from persistence.settings_file import load_settings
-from persistence.settings_parse import settings_from_mapping
+from persistence.settings.file import load_settings
+from persistence.settings.parse import settings_from_mapping
 
 HAIKU = "claude-code/haiku"
 REAL_RUN_PROBE = integrate_observer.run_probe
@@ -285,6 +285,12 @@ def test_cost_per_100_turns_in_tokens_and_money_or_plainly_none() -> None:
     assert "no price" in tokens.detail and "over 20 turns" in tokens.detail
     money = cost_finding(priced, HAIKU, rate)
     assert "0.23 USD" in money.detail  # (150k x 1 + 50k x 0.1 + 15k x 5) per million
+    # 215k tokens per 100 turns: the default 2,000,000 a day lasts about 930 turns.
+    assert "the daily budget (budget.daily_tokens 2,000,000) lasts about 930 turns a day" in money.detail
+    reported = cost_finding(priced, HAIKU, MeasuredRate(20, 3, 40_000, 10_000, 3_000, cost_usd=0.05))
+    assert "0.25 USD as the CLI reported it" in reported.detail  # what the CLI reported wins over prices
+    uncapped = settings_from_mapping({"model": HAIKU, "budget": {"daily_tokens": None}})
+    assert "daily budget" not in cost_finding(uncapped, HAIKU, rate).detail
     for none in (None, MeasuredRate(0, 0, 0, 0, 0), MeasuredRate(5, 0, 0, 0, 0)):
         assert "no measured rate for claude-code/haiku yet" in cost_finding(plain, HAIKU, none).detail
 

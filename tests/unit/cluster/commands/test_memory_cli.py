@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster.commands.memory_cli import memory_app
-from persistence.store import Store
+from persistence.writers.store import Store
 from tests.unit.actors.read.factories import observation
 from tests.unit.actors.read.helpers import commit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from persistence.events_reader import iter_events
+from persistence.files.events_reader import iter_events
 from persistence.importers import ImportSummary, TranscriptFormat, import_transcript
 from protocol.events import SessionEvent
 

@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from cluster.commands import import_cli
-from persistence.events_reader import last_event_seq
+from persistence.files.events_reader import last_event_seq
 from tests.unit.persistence.importers.helpers import FIXTURES
 
 runner = CliRunner()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from persistence.events_reader import iter_events
+from persistence.files.events_reader import iter_events
 from persistence.importers.live import (
     EVENTS_FILE,
     Mark,

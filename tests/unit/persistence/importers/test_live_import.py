@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from persistence.events_reader import iter_events
+from persistence.files.events_reader import iter_events
 from persistence.importers import import_transcript
 from persistence.importers.live import (
     EVENTS_FILE,

@@ -415,7 +415,7 @@ def test_the_stop_hook_still_imports_nothing_heavy(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     # Of the project's packages only the standard-library tail count is loaded (test_layout checks it).
-    assert json.loads(result.stdout) == ["persistence", "persistence.file_tail"]
+    assert json.loads(result.stdout) == ["persistence", "persistence.files", "persistence.files.file_tail"]
     assert (tmp_path / ".hatfield" / "sessions" / SESSION / "live.marks.jsonl").exists()
 
 

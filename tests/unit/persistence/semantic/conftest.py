@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from actors.indexer.sync import synchronize
 from actors.read.hybrid import run_hybrid_search
-from persistence.search_request import SearchRequest
+from actors.read.retrieval import retrieve
+from persistence.search.request import SearchRequest
 from persistence.semantic import SemanticIndex
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
 
 _WORD = re.compile(r"[^\W_]+")
@@ -146,7 +148,7 @@ def embedder() -> HashEmbedder:
 def sync_all(index: SemanticIndex, embedder: HashEmbedder, batch_size: int | None = None) -> int:
     """Run batches until complete; returns the number of batches."""
     for batches in range(1, 10_000):
-        if index.synchronize(embedder, batch_size).complete:
+        if synchronize(index, embedder, batch_size).complete:
             return batches
     raise AssertionError("indexing never completed")
 
@@ -156,7 +158,7 @@ def hybrid_tool(index: SemanticIndex, embedder: HashEmbedder) -> Callable[[Searc
 
     def search(request: SearchRequest) -> dict[str, object]:
         return run_hybrid_search(
-            lambda: index.search(request.query, embedder, bounds=request.bounds, limit=request.limit),
+            lambda: retrieve(index, request.query, embedder, bounds=request.bounds, limit=request.limit),
             request.query,
             request.limit,
         )

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from actors.indexer.sync import embed_in_batches, synchronize
+from actors.read.retrieval import retrieve
 from persistence.semantic import SemanticIndex, SemanticSourceReader
-from persistence.semantic.build import embed_in_batches
 from persistence.semantic.vectors import VectorStore
 from protocol.semantic import SemanticSearchError
 from tests.unit.persistence.semantic.conftest import HashEmbedder, Memories, RecordingWriter, sync_all
@@ -29,14 +30,14 @@ def test_several_batches_are_embedded_separately_and_saved_once(
         return original(self, built)
 
     monkeypatch.setattr(VectorStore, "_save", counting)
-    first = index.synchronize(embedder, 3, batches=2)
+    first = synchronize(index, embedder, 3, batches=2)
     assert first.embedded_chunks == 6 and not first.complete
     assert embedder.calls == [3, 3] and saves == [1]
-    second = index.synchronize(embedder, 3, batches=2)
+    second = synchronize(index, embedder, 3, batches=2)
     assert second.complete and second.embedded_chunks == 4 and second.indexed_memories == 10
     assert embedder.calls == [3, 3, 3, 1] and len(saves) == 2
     for i in (0, 9):  # both batches were saved: each observation is found (the toy vectors rank loosely)
-        found = index.search(f"observation {i}", embedder).results[:2]
+        found = retrieve(index, f"observation {i}", embedder).results[:2]
         assert any(memory.content.startswith(f"observation {i} ") for memory in found)
 
 
@@ -57,19 +58,19 @@ def test_a_failing_later_batch_writes_nothing_and_the_next_call_resumes(
             return super().embed(texts)
 
     with pytest.raises(SemanticSearchError):
-        index.synchronize(FailingSecondCall(), 3, batches=2)
+        synchronize(index, FailingSecondCall(), 3, batches=2)
     assert len(writer.saves) == saves_before  # not even a dirty marker: nothing was written
     state = SemanticSourceReader(db_path).semantic_state()
     assert state is not None and not state.dirty
     assert index.progress().indexed_count == 4
-    assert len(index.search("first wave", HashEmbedder()).results) == 4  # the index stays readable
-    result = index.synchronize(HashEmbedder(), 3, batches=2)
+    assert len(retrieve(index, "first wave", HashEmbedder()).results) == 4  # the index stays readable
+    result = synchronize(index, HashEmbedder(), 3, batches=2)
     assert result.complete and not result.rebuilt and result.indexed_memories == 10
 
 
 def test_batches_must_be_positive(index: SemanticIndex, embedder: HashEmbedder) -> None:
     with pytest.raises(ValueError):
-        index.synchronize(embedder, 4, batches=0)
+        synchronize(index, embedder, 4, batches=0)
 
 
 @given(st.lists(st.text(max_size=12), max_size=30), st.integers(min_value=1, max_value=7))

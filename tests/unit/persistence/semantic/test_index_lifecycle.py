@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from actors.indexer.sync import synchronize
+from actors.read.retrieval import retrieve
 from persistence.semantic import (
     KEYWORD_DIR,
     MANIFEST_FILE,
@@ -39,7 +41,7 @@ def test_first_sync_builds_in_bounded_batches_until_complete(
     for i in range(10):
         memories.observation(f"observation number {i} about deployments")
     memories.reflection("a reflection about the release train")
-    first = index.synchronize(embedder, 4)
+    first = synchronize(index, embedder, 4)
     assert first.rebuilt and first.rebuild_reason == "no_state"
     assert first.embedded_chunks == 4 and not first.complete
     assert first.indexed_memories == 4 and first.source_memories == 11
@@ -48,7 +50,7 @@ def test_first_sync_builds_in_bounded_batches_until_complete(
     assert max(embedder.calls) <= 4 and embedder.texts_embedded == 11
     state = _state(db_path)
     assert state.complete and not state.dirty and state.dimensions == embedder.dimensions
-    again = index.synchronize(embedder, 4)
+    again = synchronize(index, embedder, 4)
     assert again.complete and again.embedded_chunks == 0 and not again.rebuilt
 
 
@@ -59,7 +61,7 @@ def test_batch_cost_does_not_grow_with_indexed_memories(
         memories.observation(f"memory {i}")
     results = []
     while True:
-        result = index.synchronize(embedder, 3)
+        result = synchronize(index, embedder, 3)
         results.append(result)
         if result.complete:
             break
@@ -74,7 +76,7 @@ def test_a_memory_larger_than_one_batch_is_resumed_not_restarted(
 ) -> None:
     index = SemanticIndex(db_path, semantic_settings(chunk_bytes=10, overlap_bytes=0), writer)
     memories.observation("x" * 95)  # 10 chunks
-    results = [index.synchronize(embedder, 4) for _ in range(3)]
+    results = [synchronize(index, embedder, 4) for _ in range(3)]
     assert [r.embedded_chunks for r in results] == [4, 4, 2]
     assert [r.complete for r in results] == [False, False, True]
     assert results[-1].indexed_memories == 1
@@ -89,7 +91,7 @@ def test_appended_memories_are_indexed_incrementally(
     embedder.calls.clear()
     memories.observation("late arrival")
     memories.reflection("late reflection")
-    result = index.synchronize(embedder, 10)
+    result = synchronize(index, embedder, 10)
     assert result.complete and not result.rebuilt and result.embedded_chunks == 2
     assert result.memories_read == 2 and embedder.calls == [2]
 
@@ -106,9 +108,9 @@ def test_source_change_during_embedding_is_never_complete(
             return super().embed(texts)
 
     embedder = CommittingEmbedder()
-    first = index.synchronize(embedder, 10)
+    first = synchronize(index, embedder, 10)
     assert first.embedded_chunks == 1 and not first.complete
-    second = index.synchronize(embedder, 10)
+    second = synchronize(index, embedder, 10)
     assert second.complete and second.embedded_chunks == 1 and not second.rebuilt
 
 
@@ -125,7 +127,7 @@ def test_dirty_state_rebuilds(
         dirty=True,
         complete=True,
     )
-    result = index.synchronize(embedder)
+    result = synchronize(index, embedder)
     assert result.rebuilt and result.rebuild_reason == "dirty" and result.complete
 
 
@@ -135,7 +137,7 @@ def test_signature_change_rebuilds(
     memories.observation("m" * 50)
     sync_all(index, embedder)
     other = SemanticIndex(db_path, semantic_settings(chunk_bytes=20, overlap_bytes=5), writer)
-    result = other.synchronize(embedder, 100)
+    result = synchronize(other, embedder, 100)
     assert result.rebuilt and result.rebuild_reason == "signature_changed"
     assert result.embedded_chunks == 3 and result.complete
 
@@ -155,7 +157,7 @@ def test_missing_or_corrupt_derived_files_rebuild(
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF
         path.write_bytes(bytes(data))
-    result = index.synchronize(embedder)
+    result = synchronize(index, embedder)
     assert result.rebuilt and result.rebuild_reason == "derived_invalid" and result.complete
     assert result.embedded_chunks == 3
 
@@ -169,7 +171,7 @@ def test_keyword_index_damage_is_repaired_from_the_manifest_without_reembedding(
     embedder.calls.clear()
     labels = index.directory / KEYWORD_DIR / "labels.json"
     labels.write_text("[1]")
-    result = index.synchronize(embedder)
+    result = synchronize(index, embedder)
     assert not result.rebuilt and embedder.calls == [] and result.complete
     assert labels.read_text() != "[1]"
 
@@ -183,12 +185,12 @@ def test_keyword_repair_clears_the_dirty_marker(
         memories.observation(f"memory {i}")
     sync_all(index, embedder)
     (index.directory / KEYWORD_DIR / "labels.json").write_text("[1]")
-    assert index.synchronize(embedder).complete
+    assert synchronize(index, embedder).complete
     state = _state(db_path)
     assert not state.dirty and state.complete
-    assert index.search("memory", embedder).results
+    assert retrieve(index, "memory", embedder).results
     embedder.calls.clear()
-    again = index.synchronize(embedder)
+    again = synchronize(index, embedder)
     assert not again.rebuilt and embedder.calls == []
 
 
@@ -201,13 +203,13 @@ def test_a_reused_rowid_is_not_mistaken_for_an_indexed_memory(
     sync_all(index, embedder)
     memories.execute("DELETE FROM om_observation WHERE observation_id = ?", (gone,))
     fresh = memories.observation("walrus migration survey")
-    assert index.search("walrus", embedder).partial  # the new memory is not indexed yet
-    result = index.synchronize(embedder)
+    assert retrieve(index, "walrus", embedder).partial  # the new memory is not indexed yet
+    result = synchronize(index, embedder)
     assert not result.rebuilt  # the deleted memory is removed in place, the new one indexed
     sync_all(index, embedder)
-    found = index.search("walrus", embedder)
+    found = retrieve(index, "walrus", embedder)
     assert not found.partial and found.results[0].memory_id == fresh
-    assert all(memory.memory_id != gone for memory in index.search("penguin colony", embedder).results)
+    assert all(memory.memory_id != gone for memory in retrieve(index, "penguin colony", embedder).results)
 
 
 def test_full_check_finds_content_edited_in_place(
@@ -216,8 +218,8 @@ def test_full_check_finds_content_edited_in_place(
     edited = memories.observation("original words")
     sync_all(index, embedder)
     memories.execute("UPDATE om_observation SET content = 'new words' WHERE observation_id = ?", (edited,))
-    assert not index.synchronize(embedder).rebuilt  # the cheap fingerprint cannot see in-place edits
-    result = index.synchronize(embedder, full_check=True)
+    assert not synchronize(index, embedder).rebuilt  # the cheap fingerprint cannot see in-place edits
+    result = synchronize(index, embedder, full_check=True)
     assert result.rebuilt and result.rebuild_reason == "stale_chunk"
 
 
@@ -228,10 +230,10 @@ def test_dimension_change_marks_dirty_then_rebuilds(
     sync_all(index, embedder)
     memories.observation("second")
     with pytest.raises(SemanticSearchError) as caught:
-        index.synchronize(HashEmbedder(dimensions=8))
+        synchronize(index, HashEmbedder(dimensions=8))
     assert caught.value.code == "embedding_dimensions_changed"
     assert _state(db_path).dirty
-    result = index.synchronize(HashEmbedder(dimensions=8), 10)
+    result = synchronize(index, HashEmbedder(dimensions=8), 10)
     assert result.rebuilt and result.complete and _state(db_path).dimensions == 8
 
 
@@ -254,10 +256,10 @@ def test_dirty_marker_precedes_derived_writes_and_a_crash_leads_to_rebuild(
 
     monkeypatch.setattr(VectorStore, "_save", crash)
     with pytest.raises(OSError):
-        index.synchronize(embedder)
+        synchronize(index, embedder)
     assert seen == [True] and _state(db_path).dirty
     monkeypatch.undo()
-    result = index.synchronize(embedder, 10)
+    result = synchronize(index, embedder, 10)
     assert result.rebuilt and result.rebuild_reason == "dirty" and result.complete
     assert result.indexed_memories == 2
 
@@ -271,13 +273,13 @@ def test_lock_held_gives_index_busy(
     fd = os.open(index.directory / "index.lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        for call in (lambda: index.synchronize(embedder), lambda: index.search("m", embedder)):
+        for call in (lambda: synchronize(index, embedder), lambda: retrieve(index, "m", embedder)):
             with pytest.raises(SemanticSearchError) as caught:
                 call()
             assert caught.value.code == "index_busy"
     finally:
         os.close(fd)
-    assert index.search("m", embedder).results
+    assert retrieve(index, "m", embedder).results
 
 
 def test_derived_files_are_private(index: SemanticIndex, memories: Memories, embedder: HashEmbedder) -> None:

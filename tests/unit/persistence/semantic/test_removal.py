@@ -11,9 +11,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from actors.indexer.sync import synchronize
+from actors.read.retrieval import retrieve
 from persistence.semantic import MANIFEST_FILE, VECTOR_FILE, SemanticIndex, SemanticSourceReader
 from persistence.semantic.manifest import Manifest
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.semantic import SemanticSearchError, parent_key
 from tests.unit.persistence.semantic.conftest import (
     HashEmbedder,
@@ -42,16 +44,16 @@ def test_a_forgotten_memory_is_removed_without_a_rebuild_or_new_embeddings(
     embedded_before = embedder.texts_embedded
     _forget(memories, gone)
 
-    result = index.synchronize(embedder)
+    result = synchronize(index, embedder)
 
     assert result.complete and not result.rebuilt and result.rebuild_reason is None
     assert embedder.texts_embedded == embedded_before  # nothing was embedded again
     assert result.indexed_memories == len(kept)
     state = SemanticSourceReader(db_path).semantic_state()
     assert state is not None and state.complete and not state.dirty
-    found = index.search("quokkasecret island picnic", embedder)
+    found = retrieve(index, "quokkasecret island picnic", embedder)
     assert gone not in [memory.memory_id for memory in found.results] and not found.partial
-    assert index.search("ordinary memory number 3", embedder).results[0].memory_id == kept[3]
+    assert retrieve(index, "ordinary memory number 3", embedder).results[0].memory_id == kept[3]
 
 
 def test_no_text_or_vector_of_a_forgotten_memory_stays_in_the_index_files(
@@ -89,7 +91,7 @@ def test_labels_of_removed_chunks_are_never_given_again(
     sync_all(index, embedder)
     with _open(index) as manifest:
         assert manifest.next_label() - 1 > highest
-    assert index.search("added after the forget", embedder).results[0].memory_id == fresh
+    assert retrieve(index, "added after the forget", embedder).results[0].memory_id == fresh
 
 
 def test_forgetting_every_memory_leaves_an_empty_index_that_grows_again(
@@ -99,11 +101,11 @@ def test_forgetting_every_memory_leaves_an_empty_index_that_grows_again(
     sync_all(index, embedder)
     for memory_id in ids:
         _forget(memories, memory_id)
-    assert not index.synchronize(embedder).rebuilt
-    assert index.search("memory", embedder).results == ()
+    assert not synchronize(index, embedder).rebuilt
+    assert retrieve(index, "memory", embedder).results == ()
     fresh = memories.observation("a brand new start")
     sync_all(index, embedder)
-    assert index.search("brand new start", embedder).results[0].memory_id == fresh
+    assert retrieve(index, "brand new start", embedder).results[0].memory_id == fresh
     with _open(index) as manifest:
         assert manifest.deleted_vector_count() == 0  # the vector file started again
 
@@ -152,7 +154,7 @@ def test_removal_interleaved_with_additions_keeps_the_index_equal_to_the_source(
             # Before, during (between the bounded batches of an index job) and after it.
             for word in forgotten.values():
                 try:
-                    found = index.search(word, embedder).results
+                    found = retrieve(index, word, embedder).results
                 except SemanticSearchError as exc:
                     assert exc.code == "index_building"  # nothing indexed yet: no answer at all
                     continue
@@ -169,7 +171,7 @@ def test_removal_interleaved_with_additions_keeps_the_index_equal_to_the_source(
                 forgotten[memory_id] = live.pop(memory_id)
             else:
                 for _ in range(value):
-                    result = index.synchronize(embedder, 2)
+                    result = synchronize(index, embedder, 2)
                     assert not result.rebuilt or result.rebuild_reason == "no_state"
                     never_forgotten()
             never_forgotten()
@@ -184,6 +186,6 @@ def test_removal_interleaved_with_additions_keeps_the_index_equal_to_the_source(
                 in_file = manifest.vector_count() + manifest.deleted_vector_count()
                 assert vectors.get_current_count() == in_file
         for memory_id, word in live.items():
-            assert index.search(word, embedder).results[0].memory_id == memory_id
+            assert retrieve(index, word, embedder).results[0].memory_id == memory_id
         never_forgotten()
         store.close()

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from persistence.search_request import DateBounds
+from actors.indexer.sync import synchronize
+from actors.read.retrieval import retrieve
+from persistence.search.request import DateBounds
 from persistence.semantic import KEYWORD_DIR, VECTOR_FILE, SemanticIndex, SemanticSourceReader
 from protocol.semantic import SemanticSearchError
 from protocol.settings import EmbeddingApiSettings, SemanticSettings
@@ -19,7 +21,7 @@ from tests.unit.persistence.semantic.conftest import HashEmbedder, Memories, Rec
 
 
 def _ids(index: SemanticIndex, query: str, embedder: HashEmbedder, **kwargs: object) -> list[str]:
-    return [memory.memory_id for memory in index.search(query, embedder, **kwargs).results]  # type: ignore[arg-type]
+    return [memory.memory_id for memory in retrieve(index, query, embedder, **kwargs).results]  # type: ignore[arg-type]
 
 
 def _dirty(db_path: Path) -> bool:
@@ -45,14 +47,14 @@ def test_never_built_index_reports_building_with_memory_progress(
     memories.observation("a")
     memories.reflection("b")
     with pytest.raises(SemanticSearchError) as caught:
-        index.search("a", embedder)
+        retrieve(index, "a", embedder)
     assert caught.value.code == "index_building"
     assert caught.value.progress == {"indexed_count": 0, "source_count": 2}
 
 
 def test_empty_database_gives_empty_complete_results(index: SemanticIndex, embedder: HashEmbedder) -> None:
-    assert index.synchronize(embedder).complete
-    result = index.search("anything", embedder)
+    assert synchronize(index, embedder).complete
+    result = retrieve(index, "anything", embedder)
     assert result.results == () and not result.truncated and not result.partial
     assert embedder.calls == []  # no memories: no embedding call at all
 
@@ -64,12 +66,12 @@ def test_partial_until_complete_then_finds_by_keyword_and_meaning(
     for i in range(7):
         memories.observation(f"unrelated note {i} about lunch")
     memories.reflection("release process uses a weekly train")
-    first = index.synchronize(embedder, 2)
+    first = synchronize(index, embedder, 2)
     assert not first.complete
-    partial = index.search("unrelated lunch", embedder)
+    partial = retrieve(index, "unrelated lunch", embedder)
     assert partial.partial and len(partial.results) == 2  # only what the first batch indexed
     sync_all(index, embedder, 2)
-    complete = index.search("maptoolarguments flatten", embedder)
+    complete = retrieve(index, "maptoolarguments flatten", embedder)
     assert not complete.partial and complete.results[0].memory_id == target
     assert complete.results[0].importance == "high" and complete.results[0].session_id == "s1"
 
@@ -85,7 +87,7 @@ def test_progress_counts_memories_not_chunks(
     index = SemanticIndex(db_path, settings, writer)
     memories.observation("x" * 45)  # 5 chunks
     memories.observation("short")
-    index.synchronize(embedder, 6)
+    synchronize(index, embedder, 6)
     assert index.progress().as_dict() == {"indexed_count": 2, "source_count": 2}
 
 
@@ -114,12 +116,12 @@ def test_filter_rejecting_everything_is_truncated_only_on_a_large_corpus(
     memories.observation("alpha one")
     memories.observation("alpha two")
     sync_all(index, embedder, 10)
-    small = index.search("alpha", embedder, bounds=never)
+    small = retrieve(index, "alpha", embedder, bounds=never)
     assert small.results == () and not small.truncated
     for i in range(600):
         memories.observation(f"alpha filler {i}")
     sync_all(index, embedder, 700)
-    large = index.search("alpha", embedder, bounds=never)
+    large = retrieve(index, "alpha", embedder, bounds=never)
     assert large.results == () and large.truncated
 
 
@@ -129,9 +131,9 @@ def test_unfiltered_small_corpus_is_not_truncated_and_limit_sets_it(
     for i in range(5):
         memories.observation(f"topic {i}")
     sync_all(index, embedder)
-    everything = index.search("topic", embedder)
+    everything = retrieve(index, "topic", embedder)
     assert len(everything.results) == 5 and not everything.truncated
-    limited = index.search("topic", embedder, limit=2)
+    limited = retrieve(index, "topic", embedder, limit=2)
     assert len(limited.results) == 2 and limited.truncated
 
 
@@ -149,9 +151,9 @@ def test_damaged_vector_file_marks_dirty_and_rebuild_restores_the_same_answers(
     else:
         path.write_bytes(path.read_bytes()[:-7] + b"garbage")
     with pytest.raises(SemanticSearchError) as caught:
-        index.search("subject 2", embedder)
+        retrieve(index, "subject 2", embedder)
     assert caught.value.code == "index_building" and _dirty(db_path)
-    assert index.synchronize(embedder, 10).rebuilt
+    assert synchronize(index, embedder, 10).rebuilt
     assert _ids(index, "subject 2", embedder) == before
 
 
@@ -176,7 +178,7 @@ def test_stale_chunks_never_surface(
     sync_all(index, embedder)
     memories.execute("UPDATE om_observation SET content = 'nothing left' WHERE observation_id = ?", (edited,))
     memories.execute("DELETE FROM om_observation WHERE observation_id = ?", (deleted,))
-    result = index.search("zebra", embedder)
+    result = retrieve(index, "zebra", embedder)
     assert [memory.memory_id for memory in result.results] == [kept]
     assert result.partial  # the source changed since the last synchronization
     assert not _dirty(db_path)
@@ -190,9 +192,9 @@ def test_a_hit_of_an_edited_memory_makes_the_answer_partial(
     edited = memories.observation("zebra crossing incident")
     kept = memories.observation("zebra at the zoo")
     sync_all(index, embedder)
-    assert not index.search("zebra", embedder).partial
+    assert not retrieve(index, "zebra", embedder).partial
     memories.execute("UPDATE om_observation SET content = 'zebra herd' WHERE observation_id = ?", (edited,))
-    result = index.search("zebra", embedder)
+    result = retrieve(index, "zebra", embedder)
     assert [memory.memory_id for memory in result.results] == [kept]
     assert result.partial and not _dirty(db_path)
 
@@ -203,7 +205,7 @@ def test_query_dimension_change_marks_dirty(
     memories.observation("m")
     sync_all(index, embedder)
     with pytest.raises(SemanticSearchError) as caught:
-        index.search("m", HashEmbedder(dimensions=8))
+        retrieve(index, "m", HashEmbedder(dimensions=8))
     assert caught.value.code == "embedding_dimensions_changed" and _dirty(db_path)
 
 
@@ -219,7 +221,7 @@ def test_source_change_during_query_embedding_reports_building(
             return super().embed(texts)
 
     with pytest.raises(SemanticSearchError) as caught:
-        index.search("m", Interleaved())
+        retrieve(index, "m", Interleaved())
     assert caught.value.code == "index_building"
 
 
@@ -246,7 +248,7 @@ def test_network_calls_run_outside_the_lock_and_use_the_prefix(
 
     sync_all(index, Watching())
     seen.clear()
-    result = index.search("kafka", Watching(), reranker=Reverser())
+    result = retrieve(index, "kafka", Watching(), reranker=Reverser())
     assert seen == [("Find: kafka", True), ("kafka", True)]
     assert len(result.results) == 1 and result.results[0].memory_id in {first, second}
 
@@ -264,7 +266,7 @@ def test_transient_errors_do_not_mark_dirty(
     def busy(*_args: object) -> None:
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(SemanticIndex, "_retrieve", busy)
+    monkeypatch.setattr(SemanticIndex, "_read", busy)
     with pytest.raises(sqlite3.OperationalError):
-        index.search("m", embedder)
+        retrieve(index, "m", embedder)
     assert not _dirty(db_path)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from actors.indexer.sync import synchronize
+from actors.read.retrieval import retrieve
 from persistence.semantic import SemanticIndex
 from protocol.semantic import SemanticSearchError
 from tests.unit.persistence.semantic.conftest import (
@@ -34,7 +36,7 @@ def test_a_search_is_not_refused_while_another_reader_holds_the_lock(
     sync_all(index, embedder)
     fd = _hold_lock(index, fcntl.LOCK_SH)  # another process in the middle of its own search
     try:
-        retrieval = index.search("invoice dates", embedder)
+        retrieval = retrieve(index, "invoice dates", embedder)
     finally:
         os.close(fd)
     assert [memory.content for memory in retrieval.results] == ["parse the invoice dates"]
@@ -53,7 +55,7 @@ def test_concurrent_searches_from_many_threads_all_answer(
         index = SemanticIndex(db_path, semantic_settings(), writer)  # one instance per thread
         for number in range(20):
             try:
-                answers.append(len(index.search(f"topic{number}", embedder, limit=5).results))
+                answers.append(len(retrieve(index, f"topic{number}", embedder, limit=5).results))
             except SemanticSearchError as exc:
                 errors.append(exc.code)
 
@@ -75,7 +77,7 @@ def test_a_write_still_excludes_searches_after_a_brief_wait(
     fd = _hold_lock(index, fcntl.LOCK_EX)
     try:
         with pytest.raises(SemanticSearchError) as caught:
-            index.search("m", embedder)
+            retrieve(index, "m", embedder)
         assert caught.value.code == "index_busy"
     finally:
         os.close(fd)
@@ -95,7 +97,7 @@ def test_a_reader_does_not_block_indexing_for_long(
         assert sync_all(index, embedder) >= 1  # waited for the reader instead of failing
     finally:
         release.join()
-    assert {memory.content for memory in index.search("second", embedder).results} >= {"second"}
+    assert {memory.content for memory in retrieve(index, "second", embedder).results} >= {"second"}
 
 
 def test_semantic_path_that_is_a_regular_file_is_repaired(
@@ -105,11 +107,11 @@ def test_semantic_path_that_is_a_regular_file_is_repaired(
     sync_all(index, embedder)
     shutil.rmtree(index.directory)
     index.directory.write_text("not a directory")
-    result = index.synchronize(embedder)
+    result = synchronize(index, embedder)
     assert result.rebuilt
     sync_all(index, embedder)
     assert index.directory.is_dir()
-    assert [memory.content for memory in index.search("tariff", embedder).results] == ["tariff tables"]
+    assert [memory.content for memory in retrieve(index, "tariff", embedder).results] == ["tariff tables"]
 
 
 def test_lock_path_that_is_a_directory_is_repaired(
@@ -123,4 +125,6 @@ def test_lock_path_that_is_a_directory_is_repaired(
     memories.observation("customs forms")
     sync_all(index, embedder)
     assert lock.is_file()
-    assert [memory.content for memory in index.search("customs", embedder).results][:1] == ["customs forms"]
+    assert [memory.content for memory in retrieve(index, "customs", embedder).results][:1] == [
+        "customs forms"
+    ]

@@ -7,11 +7,13 @@ import json
 from contextlib import closing
 from pathlib import Path
 
+from actors.indexer.sync import synchronize
 from actors.read.hybrid import hybrid_answer
+from actors.read.retrieval import retrieve
 from actors.read.service import memory_search, recall
 from persistence.semantic import SemanticIndex
 from persistence.semantic.manifest import Manifest
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.events import SessionEvent
 from protocol.identities import transcript_event_id
 from protocol.records import CoveragePart, ObservationRecord, SourceRef, TranscriptEntry
@@ -80,7 +82,7 @@ def test_a_detail_only_in_the_transcript_is_found_under_the_covering_observation
     )
     sync_all(index, embedder)
 
-    retrieval = index.search("blue flowerpot", embedder, limit=5)
+    retrieval = retrieve(index, "blue flowerpot", embedder, limit=5)
 
     assert retrieval.results[0].memory_id == covering
     excerpt = retrieval.excerpt_of(0)
@@ -150,7 +152,7 @@ def test_an_excerpt_never_crosses_sessions(
     )
     sync_all(index, embedder)
 
-    walnut = index.search("walnut cabinet", embedder, limit=10)
+    walnut = retrieve(index, "walnut cabinet", embedder, limit=10)
     assert walnut.results[0].memory_id == own
     for position, memory in enumerate(walnut.results):
         excerpt = walnut.excerpt_of(position)
@@ -167,7 +169,7 @@ def test_long_events_get_one_vector_and_every_chunk_in_the_keyword_index(
 
     with closing(Manifest.open(index.directory / "manifest.sqlite")) as manifest:
         assert manifest.chunk_count() > 3 and manifest.vector_count() == 1
-    retrieval = index.search("zanzibar", embedder, limit=5)  # only in the last chunk: keyword side
+    retrieval = retrieve(index, "zanzibar", embedder, limit=5)  # only in the last chunk: keyword side
     assert retrieval.results[0].kind == "event"
     excerpt = retrieval.excerpt_of(0)
     assert excerpt is not None and "zanzibar" in excerpt.text
@@ -192,9 +194,9 @@ def test_an_observation_that_only_quotes_its_event_gets_no_vector_of_its_own(
     with closing(Manifest.open(index.directory / "manifest.sqlite")) as manifest:
         # two events (one vector each), the summary (vector), the quote (keyword only)
         assert manifest.chunk_count() == 4 and manifest.vector_count() == 3
-    found = index.search("train to Lyon", embedder, limit=5)
+    found = retrieve(index, "train to Lyon", embedder, limit=5)
     assert found.results[0].memory_id == quote
-    assert summary in {memory.memory_id for memory in index.search("rail travel", embedder).results}
+    assert summary in {memory.memory_id for memory in retrieve(index, "rail travel", embedder).results}
 
 
 def test_event_search_text_covers_messages_tool_calls_and_results() -> None:
@@ -278,7 +280,7 @@ def test_more_matching_events_of_one_listed_observation_come_as_events_naming_it
          entry("s1", 3, "User: ordered a kiln thermocouple from the supplier")],
     )  # fmt: skip
     sync_all(index, embedder)
-    retrieval = index.search("kiln thermocouple", embedder, limit=5)
+    retrieval = retrieve(index, "kiln thermocouple", embedder, limit=5)
     answer = hybrid_answer("kiln thermocouple", 5, retrieval)["results"]
     assert isinstance(answer, list)
     assert answer[0]["id"] == summary and answer[0]["kind"] == "observation"
@@ -292,8 +294,8 @@ def test_a_project_with_no_database_yet_searches_and_indexes_nothing(tmp_path: P
 
     db = tmp_path / "not-yet" / "om.sqlite"  # its folder does not exist either
     index = SemanticIndex(db, semantic_settings(), RecordingWriter(None))  # type: ignore[arg-type]
-    assert index.search("anything", HashEmbedder()).results == ()
-    assert index.synchronize(HashEmbedder()).complete
+    assert retrieve(index, "anything", HashEmbedder()).results == ()
+    assert synchronize(index, HashEmbedder()).complete
     assert not (tmp_path / "not-yet").exists()
     assert memory_search(db, {"query": "anything"}, hybrid_tool(index, HashEmbedder()))["count"] == 0
 

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.client import OmrayClient
 from cluster.naming import RuntimeNames
-from persistence.store import Store
+from persistence.writers.store import Store
 from tests.unit.cluster.commands.watch.conftest import NOW, activity
 
 

@@ -118,3 +118,37 @@ def test_lanes_and_pool_slots_are_shown_when_the_queue_reports_them() -> None:
     assert render_watch(snapshot).plain.splitlines()[1] == (
         "Queue depth: 1,234 · in flight: 1/11 · lanes: 12 (5 running)"
     )
+
+
+def test_the_budget_today_spend_per_model_and_a_held_project() -> None:
+    from cluster.commands.watch import spend_lines
+
+    budget = {
+        "day": "2026-07-23",
+        "tokens": 2_000_400,
+        "daily_tokens": 2_000_000,
+        "usd": 1.25,
+        "daily_usd": None,
+        "unpriced_models": [],
+        "reached": "budget_tokens",
+        "resets_at": "2026-07-24T00:00:00+00:00",
+    }
+    by_day = [
+        {"day": "2026-07-23", "session_id": "s-1", "model": "claude-code/haiku", "tokens": 1000, "usd": 0.5},
+        {"day": "2026-07-23", "session_id": "s-2", "model": "claude-code/haiku", "tokens": 400, "usd": 0.25},
+        {"day": "2026-07-22", "session_id": "s-1", "model": "claude-code/haiku", "tokens": 9, "usd": 9.0},
+    ]
+    held = {"db_path": "/p/om.sqlite", "reason": "budget_tokens", "until": 1_784_851_200.0}
+    status = {**QUEUE_STATUS, "held_by_project": [{**held, "spent": 2_000_400, "cap": 2_000_000, "jobs": 5}]}
+    snapshot = snapshot_from(
+        taken_at=NOW,
+        queue_name="omray.queue",
+        queue_status=status,
+        activity_rows=ROWS,
+        spend=spend_lines(budget, by_day),
+    )
+    frame = render_watch(snapshot).plain
+    assert "Budget today: 2026-07-23 (UTC): 2,000,400 tokens of 2,000,000, 1.2500 USD (no cap)" in frame
+    assert "paused until 2026-07-24 00:00 UTC" in frame
+    assert "  today claude-code/haiku: 1,400 tokens, 0.7500 USD" in frame  # the other day left out
+    assert "held by the daily budget: 5 observe/reflect jobs of /p/om.sqlite wait" in frame

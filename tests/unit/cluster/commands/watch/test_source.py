@@ -15,7 +15,7 @@ from rich.console import Console
 import cluster.commands.watch as watch_module
 from cluster.client import OmrayClient
 from cluster.commands.watch import BackgroundQueueReader, QueueUnavailableError, WatchSource, watch_runtime
-from persistence.store import Store
+from persistence.writers.store import Store
 from protocol.errors import StorageError
 from tests.unit.cluster.commands.watch.conftest import NOW, activity
 
