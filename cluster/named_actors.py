@@ -5,9 +5,10 @@ Every actor is detached, lives in namespace ``omray``, restarts without limit an
 would starve the cluster). The actor classes themselves are plain Python in ``actors/``.
 
 Each worker role runs as a pool (``omray.observer.0`` … ``omray.observer.N-1``, and so on, sized by
-:class:`PoolSizes`); every worker, the queue and the StoreActors are pinned to the *data node*,
-the node that ran ``omray up`` and holds the databases and events files, so no worker ever opens
-a file on a node that does not have it.
+:class:`PoolSizes`), spread over the cluster's nodes; the queue runs on the node where ``omray up``
+ran. Each memory database's StoreActor and ReaderActor run on the node that holds it
+(:mod:`cluster.data_node`), and workers read and write through them, so no worker ever opens a file
+on a node that does not have it.
 """
 
 from __future__ import annotations
