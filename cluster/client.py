@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 import actors.read.service as read_service
 from actors.observer.trigger import TriggerPolicy, dispatch_signal
-from actors.read.status_view import format_activity, fresh_activity, usage_json
+from actors.read.database_views import DatabaseViews
+from actors.read.status_view import format_activity, fresh_activity
 from cluster.naming import RuntimeNames
 from cluster.outbox import Outbox
 from cluster.remote_database import RemoteDatabase
@@ -48,6 +49,7 @@ from protocol.events import (
     BeforeCompactionContext,
     CompactionDecision,
     detect_terminal_boundary,
+    projection_failure_reason,
 )
 from protocol.forget import ForgetArguments, forget_arguments
 from protocol.identities import observe_job_id, signalled_observe_job_id
@@ -300,50 +302,61 @@ class OmrayClient(RemoteDatabase):
 
     # --- read side (this process, read-only connections) ------------------------------------------
 
+    def _views(self) -> DatabaseViews:
+        """The database's pages computed in this process (the database lives on this node)."""
+        return DatabaseViews(self.db_path, self.settings)
+
     def before_compaction(self, ctx: BeforeCompactionContext) -> CompactionDecision:
         """Replace the summary with durable memory, continue when there is none, cancel on error (§10.1),
         and cancel while the range the host replaces is not observed yet.
 
-        Never dispatches a job, calls a model, reads events, polls or sleeps.
-        """
-        return read_service.before_compaction(
-            self.db_path, ctx, self.settings.renderer_version, self.settings.observer_schema_version
-        )
+        Never dispatches a job, calls a model, reads events, polls or sleeps. On a database that
+        lives on another node its ReaderActor answers (bounded by the hook's deadline; cancel when
+        it cannot)."""
+        try:
+            answer = self._remote_view(
+                "before_compaction", self.hook_timeout_s, context=ctx.model_dump(mode="json")
+            )
+        except Exception as exc:  # fail closed, as a local read failure does
+            logger.warning("remote compaction read failed", extra={"error_class": type(exc).__name__})
+            return CompactionDecision.cancel(projection_failure_reason(type(exc).__name__))
+        if answer is None:
+            return self._views().before_compaction(ctx)
+        return CompactionDecision.model_validate(answer)
 
     def project(self, session_id: str) -> str:
         """The compaction text of a session's active memory (``''`` when empty)."""
-        return read_service.project(self.db_path, session_id)
+        answer = self._remote_view("project", self.call_timeout_s, session_id=session_id)
+        return self._views().project(session_id) if answer is None else str(answer["text"])
 
     def memory_status(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-status`` of a session as (text, JSON)."""
-        from actors.models.tokens import token_counter
-
-        return read_service.memory_status(
-            self.db_path, session_id, self.settings, token_counter(self.settings.token_encoding).count
-        )
+        answer = self._remote_view("memory_status", self.call_timeout_s, session_id=session_id)
+        return self._views().memory_status(session_id) if answer is None else (answer["text"], answer["json"])
 
     def token_usage(self, session_id: str | None = None) -> dict[str, object]:
         """The cost report of one session, or of every session: tokens per job kind and model, money
         when the settings have a price table (read-only, like ``memory_status``)."""
-        return usage_json(MemoryReader(self.db_path).token_usage(session_id), self.settings.prices)
+        answer = self._remote_view("token_usage", self.call_timeout_s, session_id=session_id)
+        return self._views().token_usage(session_id) if answer is None else answer
 
     def budget(self) -> dict[str, object]:
         """This project's daily budget today: spend (tokens, US dollars) against the caps, and whether a
         cap is reached (``actors.models.budget.budget_report``; read-only)."""
-        from actors.models.budget import project_budget
-
-        return project_budget(MemoryReader(self.db_path).spend_since, self.settings, time.time())
+        now = time.time()
+        answer = self._remote_view("budget", self.call_timeout_s, now=now)
+        return self._views().budget(now) if answer is None else answer
 
     def usage_by_day(self, session_id: str | None = None) -> list[dict[str, object]]:
         """Spend per UTC day (the last seven), session and model: one session's, or every session's."""
-        from actors.models.budget import report_since, usage_by_day_json
-
-        rows = MemoryReader(self.db_path).token_usage_by_day(report_since(time.time()), session_id)
-        return usage_by_day_json(rows, self.settings.prices)
+        now = time.time()
+        answer = self._remote_view("usage_by_day", self.call_timeout_s, session_id=session_id, now=now)
+        return self._views().usage_by_day(session_id, now) if answer is None else list(answer["days"])
 
     def memory_view(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-view`` of a session as (text, JSON)."""
-        return read_service.memory_view(self.db_path, session_id)
+        answer = self._remote_view("memory_view", self.call_timeout_s, session_id=session_id)
+        return self._views().memory_view(session_id) if answer is None else (answer["text"], answer["json"])
 
     def _hybrid_search(self) -> Any:
         if self.settings.semantic is None:
@@ -449,16 +462,22 @@ class OmrayClient(RemoteDatabase):
         stored in ``unknown``, prefixes of several memories in ``ambiguous``. Raises
         :class:`protocol.forget.ForgetArgumentsError` for malformed arguments (nothing is sent).
         """
-        from cluster.forget import forget_report, plan_forget, wait_for_results
-        from persistence.reads.forgotten import ForgetReader
+        from cluster.forget import forget_report, wait_for_results
 
         checked = arguments or forget_arguments(
             {"ids": memory_ids, "session_id": session_id, "event_ranges": event_ranges}
         )
-        reader = ForgetReader(self.db_path)
-        envelopes, report = plan_forget(reader, str(self.db_path.resolve()), self.settings_block, checked)
+        db_path = str(self.db_path.resolve())
+        wire = checked.model_dump(mode="json")
+        plan = self._remote_view("forget_plan", self.call_timeout_s, arguments=wire)
+        if plan is None:
+            envelopes, report = self._views().forget_plan(checked, db_path, self.settings_block)
+            results_of: Any = self._views()
+        else:
+            envelopes = [JobEnvelope.model_validate(envelope) for envelope in plan["envelopes"]]
+            report, results_of = dict(plan["report"]), _RemoteForgetResults(self)
         job_ids = [self.dispatch(envelope) for envelope in envelopes]
-        results = wait_for_results(reader, job_ids, wait_s) if wait_s > 0 else {}
+        results = wait_for_results(results_of, job_ids, wait_s) if wait_s > 0 else {}
         return forget_report(report, job_ids, results)
 
     def tool_specs(self) -> list[dict[str, Any]]:
@@ -583,6 +602,18 @@ class OmrayClient(RemoteDatabase):
         moment = now or datetime.now(UTC)
         views = (_activity_view(record, moment) for record in MemoryReader(self.db_path).all_activity())
         return [view for view in views if view is not None]
+
+
+class _RemoteForgetResults:
+    """A forget job's result read by the database's ReaderActor on another node."""
+
+    def __init__(self, client: OmrayClient) -> None:
+        self.client = client
+
+    def forget_result(self, job_id: str) -> dict[str, Any] | None:
+        answer = self.client._remote_view("forget_result", self.client.call_timeout_s, job_id=job_id)
+        result: dict[str, Any] | None = None if answer is None else answer["result"]
+        return result
 
 
 def _turn_commit_context(ctx: object) -> AfterTurnCommit:

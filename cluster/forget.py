@@ -1,58 +1,27 @@
-"""Planning and waiting for ``forget`` jobs (``OmrayClient.forget``, ``omray memory forget``, the MCP
-``forget`` tool): resolve the ids read-only, send one job per session through the queue, wait until
-each job's transaction has committed."""
+"""Waiting for ``forget`` jobs (``OmrayClient.forget``, ``omray memory forget``, the MCP ``forget``
+tool) and their report. The ids are resolved read-only where the database lives
+(:meth:`actors.read.database_views.DatabaseViews.forget_plan`), one job per session goes through the
+queue, and the caller waits here until each job's transaction has committed."""
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
-
-from persistence.reads.forgotten import ForgetReader
-from protocol.forget import ForgetArguments
-from protocol.jobs import ForgetJob, JobEnvelope
+from typing import Any, Protocol
 
 WAIT_POLL_S = 0.05
 
 
-def plan_forget(
-    reader: ForgetReader,
-    db_path: str,
-    settings_block: dict[str, Any],
-    arguments: ForgetArguments,
-) -> tuple[list[JobEnvelope], dict[str, Any]]:
-    """The forget jobs for checked ``arguments`` (:func:`protocol.forget.forget_arguments`) and the
-    report of the ids that need none."""
-    report: dict[str, Any] = {"already_forgotten": [], "unknown": [], "ambiguous": []}
-    by_session: dict[str, list[str]] = {}
-    for located in reader.locate(list(arguments.ids)):
-        if located.status == "found" and located.run_id is not None and located.memory_id is not None:
-            by_session.setdefault(located.run_id, []).append(located.memory_id)
-        elif located.status == "forgotten":
-            report["already_forgotten"].append(located.given)
-        else:
-            report[located.status].append(located.given)
-    jobs = [
-        ForgetJob(session_id=run_id, memory_ids=tuple(found), db_path=db_path, settings=settings_block)
-        for run_id, found in by_session.items()
-    ]
-    if arguments.session_id is not None:
-        jobs.append(
-            ForgetJob(
-                session_id=arguments.session_id,
-                event_ranges=arguments.event_ranges,
-                whole_session=not arguments.event_ranges,
-                db_path=db_path,
-                settings=settings_block,
-            )
-        )
-    envelopes = [JobEnvelope(job_id=uuid.uuid4().hex, session_id=job.session_id, payload=job) for job in jobs]
-    return envelopes, report
+class ForgetResults(Protocol):
+    """Reads a forget job's result (a local ``ForgetReader``, or the database's reader elsewhere)."""
+
+    def forget_result(self, job_id: str) -> dict[str, Any] | None:
+        """What the job removed once its transaction committed, else ``None``."""
+        ...
 
 
 def wait_for_results(
-    reader: ForgetReader, job_ids: Sequence[str], wait_s: float, sleep: Callable[[float], None] = time.sleep
+    reader: ForgetResults, job_ids: Sequence[str], wait_s: float, sleep: Callable[[float], None] = time.sleep
 ) -> dict[str, dict[str, Any]]:
     """The results of the jobs that committed within ``wait_s`` seconds."""
     deadline = time.monotonic() + wait_s

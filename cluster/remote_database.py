@@ -122,6 +122,20 @@ class RemoteDatabase(ABC):
         kwargs["settings_block"] = self.settings_block
         return ask_reader(self.link.call, str(self.db_path.resolve()), operation, kwargs, self.call_timeout_s)
 
+    def _remote_view(self, operation: str, timeout_s: float, **arguments: Any) -> dict[str, Any] | None:
+        """A page of the database (:data:`actors.read.database_views.VIEWS`) as its ReaderActor on
+        another node answers it (:func:`actors.read.database_views.view_answer`), or ``None`` when the
+        database lives on this node (the caller computes it here). Raises what the call raised: a
+        typed :class:`protocol.errors.OmrayError`, :class:`RuntimeUnavailableError` past ``timeout_s``.
+        """
+        if self._ship_events is False or self.database_is_local(timeout_s) is not False:
+            return None
+        arguments["settings_block"] = self.settings_block
+        answer: dict[str, Any] = self.link.call(
+            "read_tool", (str(self.db_path.resolve()), operation, arguments), timeout_s
+        )
+        return answer
+
     def _recall_events_path(self, session_id: str) -> Path:
         """Where recall reads a session's events on this node: its shipped log beside the database
         when there is one (this is the data node), else the agent's own file."""

@@ -18,7 +18,8 @@ pipelines) plus three reads that touch files beside the database:
   that restarted, is checked against the index and dropped when the index moved on.
 
 The ReaderActor also answers ``memory_search`` and ``recall`` for clients on other nodes
-(:class:`MemoryTools`), through the read service's own entry points.
+(:class:`MemoryTools`), through the read service's own entry points, and the database's other pages
+(the compaction summary, status, view, cost reports, a forget's ids: :mod:`actors.read.database_views`).
 
 Nothing here writes memory rows: the index's state row goes through the database's StoreActor
 (the ``state_writer``), and results of jobs are committed by the workers through it.
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from actors.indexer.sync import plan_batches
+from actors.read.database_views import VIEWS, DatabaseViews, view_answer
 from actors.worker import lower_priority
 from persistence.files.events_reader import read_event_window
 from persistence.reads.memory_reader import MemoryReader
@@ -202,10 +204,15 @@ class ReaderActor(DataReader):
         if niceness is not None:
             lower_priority(niceness)
 
-    def read_tool(self, operation: str, kwargs: Mapping[str, Any]) -> dict[str, object]:
-        """``memory_search``, ``recall`` or ``call_tool`` (:class:`MemoryTools`) for a client elsewhere."""
+    def read_tool(self, operation: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``memory_search``, ``recall`` or ``call_tool`` (:class:`MemoryTools`), or a page of the
+        database (:func:`actors.read.database_views.view_answer`), for a client elsewhere."""
+        if operation in VIEWS:
+            settings = settings_from_mapping(kwargs.get("settings_block") or {})
+            return view_answer(DatabaseViews(self.db_path, settings), operation, kwargs)
         if operation not in READ_TOOLS:
-            raise InvalidPayloadError(f"no read tool {operation!r}; known: {sorted(READ_TOOLS)!r}")
+            known = sorted(READ_TOOLS | VIEWS)
+            raise InvalidPayloadError(f"no read tool {operation!r}; known: {known!r}")
         answer: dict[str, object] = getattr(self._tools, operation)(**kwargs)
         return answer
 

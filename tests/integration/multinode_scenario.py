@@ -45,6 +45,7 @@ from cluster.naming import RuntimeNames
 from cluster.pools import PoolSizes
 from persistence.files.node_disk import CLUSTER_DISKS_ENV, NODE_DISK_ENV
 from persistence.reads.memory_reader import MemoryReader
+from protocol.events import BeforeCompactionContext
 from protocol.outcomes import last_failure
 from protocol.placement import NODE_LABEL
 from testkit.memory_snapshot import MemorySnapshot, compare_memory, memory_snapshot
@@ -216,11 +217,44 @@ def _search_and_recall(client: OmrayClient) -> list[dict[str, Any]]:
     return answers
 
 
+def _pages(client: OmrayClient) -> dict[str, Any]:
+    """Each session's compaction decision, compaction text and ``/om-view``, and the cost report."""
+    pages: dict[str, Any] = {"token_usage": client.token_usage()}
+    for session_id in SESSIONS:
+        context = BeforeCompactionContext(session_id=session_id, turn_no=99, trigger="compact_run")
+        pages[session_id] = {
+            "before_compaction": client.before_compaction(context).model_dump(mode="json"),
+            "project": client.project(session_id),
+            "memory_view": list(client.memory_view(session_id)),
+        }
+    return pages
+
+
 @ray.remote
 def _reads_on(prefix: str, settings: dict[str, Any], cwd: str) -> dict[str, Any]:
-    """What an agent on this node gets from memory_search and recall, and whether it read locally."""
+    """What an agent on this node gets from memory_search, recall and the other pages of memory, and
+    whether it read locally."""
     client = OmrayClient(RuntimeNames(prefix=prefix), settings=settings, cwd=cwd)
-    return {"local": client.database_is_local(), "answers": _search_and_recall(client)}
+    return {
+        "local": client.database_is_local(),
+        "answers": _search_and_recall(client),
+        "pages": _pages(client),
+    }
+
+
+def _forget_from_afar(client: OmrayClient) -> dict[str, Any]:
+    """Forget the first hit of the first query through a client on another node than the database's,
+    then search again from there."""
+    query = {**QUERIES[0], "scope": "all"}
+    first = str(client.memory_search(query)["results"][0]["id"])  # type: ignore[index]
+    report = client.forget([first], wait_s=60)
+    after = client.memory_search(query)["results"]
+    return {
+        "local": client.database_is_local(),
+        "complete": report["complete"],
+        "forgotten": report["forgotten"]["observations"] + report["forgotten"]["reflections"] == [first],
+        "found_after": any(hit["id"] == first for hit in after),  # type: ignore[union-attr]
+    }
 
 
 DASHBOARD: dict[str, str] = {}
@@ -389,7 +423,10 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                     snapshots, coverage = spread.snapshots(), spread.coverage()
                     reads = spread.reads(("c", "a", "b"))  # w is gone
                     counts = next(iter(spread.clients.values())).job_counts()
+                    forgotten = _forget_from_afar(spread.clients["p1"])  # after the memory was compared
+                    model.latency_s = 2.0  # the loss session's job is still in flight when ``b`` dies
                     data_node_loss = _lose_a_data_node(cluster, added, disks, spread)
+                    model.latency_s = 0.0
                 finally:
                     remove_runtime(spread.names)
                 reference = Run(disks, server, spread=False)
@@ -408,6 +445,7 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                 "killed_w_mid_job": killer.killed_mid_job,
                 "killed_w": killer.killed,
                 "data_node_loss": data_node_loss,
+                "forget_from_afar": forgotten,
                 "counts": counts,
                 "reference_counts": reference_counts,
                 "coverage": coverage,
@@ -432,6 +470,9 @@ def run_scenario(workdir: Path) -> dict[str, Any]:
                             len(one.get("results", one.get("events", ()))) for one in answer["answers"]
                         ],
                         "same_as_one_node_run": answer["answers"] == reference_reads[where.split("@")[0]],
+                        "pages_as_on_its_data_node": answer["pages"]
+                        == reads[f"{where.split('@')[0]}@{PROJECTS[where.split('@')[0]]}"]["pages"],
+                        "compaction": [answer["pages"][s]["before_compaction"]["action"] for s in SESSIONS],
                     }
                     for where, answer in reads.items()
                 },

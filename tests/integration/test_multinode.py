@@ -97,6 +97,16 @@ def test_search_and_recall_from_every_node_answer_as_a_local_read(scenario: dict
         assert all(found > 0 for found in read["found"]), where  # hits, and recalled events
         # The same answers (exact, hybrid, recall) as the one-node run's agent read on its own disk.
         assert read["same_as_one_node_run"], where
+        # The compaction summary, /om-view and the cost report: as the data node reads them.
+        assert read["pages_as_on_its_data_node"], where
+        assert read["compaction"] == ["replace_summary", "replace_summary"], where
+
+
+def test_forget_from_another_node_removes_the_memory_there(scenario: dict[str, Any]) -> None:
+    forgotten = scenario["forget_from_afar"]
+    assert forgotten["local"] is False  # the agent's node is not the database's
+    assert forgotten["complete"] and forgotten["forgotten"]
+    assert forgotten["found_after"] is False
 
 
 def test_a_lost_data_node_fails_its_jobs_with_that_cause_and_they_resume_when_it_returns(

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.forget import forget_report, plan_forget, wait_for_results
+from actors.read.database_views import DatabaseViews
+from cluster.forget import forget_report, wait_for_results
 from cluster.servers.mcp_server import forget_tool, tool_specs
 from persistence.reads.forgotten import ForgetReader
+from persistence.settings.parse import settings_from_mapping
 from persistence.writers.store import Store
 from protocol.errors import InvalidPayloadError
 from protocol.forget import ForgetArgumentsError, ForgetRequest, forget_arguments
@@ -27,8 +29,8 @@ def test_ids_are_resolved_per_session_and_unknown_forgotten_and_ambiguous_ones_n
     gone = commit_turn(store, "b", 2, "delta")
     store.forget(ForgetRequest(session_id="b", memory_ids=(gone,)), "earlier", "2026-07-23T11:00:00+00:00")
     reader = ForgetReader(db)
-    envelopes, report = plan_forget(
-        reader, str(db), {}, forget_arguments({"ids": [a1[:12], a2.upper(), b1, gone, "0" * 12]})
+    envelopes, report = DatabaseViews(db, settings_from_mapping({})).forget_plan(
+        forget_arguments({"ids": [a1[:12], a2.upper(), b1, gone, "0" * 12]}), str(db), {}
     )
     jobs = {env.payload.session_id: env.payload for env in envelopes}
     assert all(isinstance(job, ForgetJob) for job in jobs.values())
@@ -72,18 +74,12 @@ def test_a_malformed_request_is_a_typed_error_and_sends_nothing(
 
 def test_a_session_forget_is_one_job_of_that_session(tmp_path: Path) -> None:
     arguments = forget_arguments({"session_id": "s1", "event_ranges": [(2, 4)]})
-    envelopes, _ = plan_forget(
-        ForgetReader(tmp_path / "om.sqlite"), str(tmp_path / "om.sqlite"), {}, arguments
-    )
+    views = DatabaseViews(tmp_path / "om.sqlite", settings_from_mapping({}))
+    envelopes, _ = views.forget_plan(arguments, str(tmp_path / "om.sqlite"), {})
     (envelope,) = envelopes
     assert isinstance(envelope.payload, ForgetJob)
     assert envelope.payload.event_ranges == ((2, 4),) and envelope.payload.whole_session is False
-    whole, _ = plan_forget(
-        ForgetReader(tmp_path / "om.sqlite"),
-        str(tmp_path / "om.sqlite"),
-        {},
-        forget_arguments({"session_id": "s1"}),
-    )
+    whole, _ = views.forget_plan(forget_arguments({"session_id": "s1"}), str(tmp_path / "om.sqlite"), {})
     assert whole[0].payload.whole_session is True  # type: ignore[union-attr]
 
 
