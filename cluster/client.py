@@ -329,6 +329,14 @@ class OmrayClient(RemoteDatabase):
         answer = self._remote_view("project", self.call_timeout_s, session_id=session_id)
         return self._views().project(session_id) if answer is None else str(answer["text"])
 
+    def projection_lines(self, session_id: str) -> tuple[list[str], list[str]]:
+        """A session's active memory as entry lines (reflections, observations): what the agent hooks
+        give a compacted session."""
+        answer = self._remote_view("projection_lines", self.call_timeout_s, session_id=session_id)
+        if answer is None:
+            return self._views().projection_lines(session_id)
+        return list(answer["reflections"]), list(answer["observations"])
+
     def memory_status(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-status`` of a session as (text, JSON)."""
         answer = self._remote_view("memory_status", self.call_timeout_s, session_id=session_id)

@@ -23,6 +23,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing: the age
 if TYPE_CHECKING:
     from protocol.settings import OmSettings
 
+REMOTE_FILE = ".hatfield/omray-hook.remote-database"
+"""The database path the hook dispatcher found living on another node (issue 43); absent otherwise."""
 RESOLVED_FILE = ".hatfield/omray-hook.resolved.json"
 """Which settings file was in effect (and its stat), the database path and the hybrid flag it gave."""
 SETTINGS_ENV = "OMRAY_SETTINGS"
@@ -100,3 +102,30 @@ def resolve(project: str) -> str:
 
     identity = settings_identity(project)
     return remember_settings(project, identity, load_settings(cwd=project))
+
+
+def remember_remote(project: str, database: str, remote: bool) -> None:
+    """Note whether ``database`` lives on another node than this one (the dispatcher asked the
+    runtime), so that a hook needing its memory asks the runtime instead of reading a file that is
+    not on this node's disk. A failed write is ignored (the hook then finds no memory)."""
+    path = os.path.join(project, REMOTE_FILE)
+    with contextlib.suppress(OSError):
+        if not remote:
+            os.unlink(path)
+            return
+        if remote_database(project) == database:
+            return
+        tmp = os.path.join(private_dir(project, ".hatfield"), f"{os.path.basename(path)}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(database)
+        os.replace(tmp, path)
+
+
+def remote_database(project: str) -> str | None:
+    """The database path noted as living on another node (``None``: none noted)."""
+    try:
+        with open(os.path.join(project, REMOTE_FILE), encoding="utf-8") as handle:
+            return handle.read() or None
+    except OSError:
+        return None

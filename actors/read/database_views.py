@@ -20,6 +20,7 @@ from actors.read import service
 from actors.read.status_view import usage_json
 from persistence.reads.forgotten import ForgetReader
 from persistence.reads.memory_reader import MemoryReader
+from persistence.reads.projection import read_projection_lines
 from protocol.errors import InvalidPayloadError
 from protocol.events import BeforeCompactionContext, CompactionDecision
 from protocol.forget import ForgetArguments
@@ -30,6 +31,7 @@ VIEWS: frozenset[str] = frozenset(
     {
         "before_compaction",
         "project",
+        "projection_lines",
         "memory_status",
         "memory_view",
         "token_usage",
@@ -58,6 +60,12 @@ class DatabaseViews:
     def project(self, session_id: str) -> str:
         """The compaction text of a session's active memory (``''`` when empty)."""
         return service.project(self.db_path, session_id)
+
+    def projection_lines(self, session_id: str) -> tuple[list[str], list[str]]:
+        """The session's active memory as entry lines (reflections, observations): what an agent
+        hook fits into a compacted session's context
+        (:func:`persistence.reads.projection.read_projection_lines`)."""
+        return read_projection_lines(str(self.db_path), session_id)
 
     def memory_status(self, session_id: str) -> tuple[str, dict[str, object]]:
         """``/om-status`` of a session as (text, JSON)."""
@@ -132,6 +140,9 @@ def view_answer(views: DatabaseViews, operation: str, arguments: Mapping[str, An
         return views.before_compaction(context).model_dump(mode="json")
     if operation == "project":
         return {"text": views.project(str(session_id))}
+    if operation == "projection_lines":
+        reflections, observations = views.projection_lines(str(session_id))
+        return {"reflections": reflections, "observations": observations}
     if operation in ("memory_status", "memory_view"):
         text, data = getattr(views, operation)(str(session_id))
         return {"text": text, "json": data}

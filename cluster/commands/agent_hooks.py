@@ -23,6 +23,7 @@ sends the hook calls themselves to ``cluster.commands.hook_fast`` without loadin
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -202,6 +203,7 @@ def dispatch_project(
                 state.runtime_up = False
                 return state
             hook_notices.clear_notices(project_str, NOTICE_PROJECT)
+            _note_where_the_database_lives(project_str, client)
             _send(client, directory, cursor)
             _watch(project_str, directory.name, moment + WATCH_S)
             _refresh_database(project)
@@ -211,6 +213,14 @@ def dispatch_project(
         if owned:
             _close(state)
     return state
+
+
+def _note_where_the_database_lives(project: str, client: Any) -> None:
+    """Tell the hooks whether the database lives on another node (asked once per client), so a
+    compacted session's memory is asked of the runtime there (:mod:`cluster.commands.hook_fast`)."""
+    local = client.database_is_local()
+    if local is not None:
+        settings_cache.remember_remote(project, os.path.abspath(client.db_path), remote=not local)
 
 
 def _send(client: Any, directory: Path, cursor: Any) -> None:
@@ -477,10 +487,29 @@ def _fill_fields(record: logging.LogRecord) -> bool:
     return True
 
 
+def print_context(project: Path, session_id: str, connect: Connect = _connect) -> None:
+    """Print a session's memory lines as one JSON line (``reflections``, ``observations``), read
+    where its database lives: what a hook on another node than the database's gives a compacted
+    session (:func:`cluster.commands.hook_fast.remote_projection_lines`)."""
+    client = connect(project)
+    try:
+        reflections, observations = client.projection_lines(session_id)
+    finally:
+        client.close()
+    sys.stdout.write(json.dumps({"reflections": reflections, "observations": observations}) + "\n")
+
+
 def main_dispatch(argv: list[str]) -> None:
     """``python -m cluster.commands.agent_hooks --project DIR``: the dispatcher without the whole CLI (what
     the hooks start: it imports only what dispatching needs). Whatever stops it is logged to the
-    project's hook log and becomes a notice, so it never fails unseen."""
+    project's hook log and becomes a notice, so it never fails unseen. ``--context DIR SESSION``:
+    :func:`print_context`."""
+    if len(argv) == 3 and argv[0] == "--context":
+        project = Path(argv[1]).resolve()
+        _log_to_project(project)
+        with contextlib.suppress(Exception):  # the hook reads no answer as "no memory"
+            print_context(project, argv[2])
+        return
     if len(argv) != 2 or argv[0] != "--project":
         return
     with contextlib.suppress(OSError):

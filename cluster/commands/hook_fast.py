@@ -41,7 +41,7 @@ import sys
 from cluster import settings_cache
 from cluster.commands.hook_notices import take_notices
 from cluster.project_dirs import SESSIONS_DIR, private_dir, project_dir
-from cluster.settings_cache import cached_database
+from cluster.settings_cache import cached_database, remote_database
 from persistence.files.file_tail import complete_length_of
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing: it costs every hook call 2 ms
@@ -251,33 +251,6 @@ def database_for(project: str) -> str:
     return cached if cached is not None else resolve_database(project)
 
 
-def read_projection_lines(db_path: str, session_id: str) -> tuple[list[str], list[str]]:
-    """The session's active memory as entry lines ``(reflections, observations)``, in projection
-    order (``persistence.reads.projection.select_projection_lines``, the lines of the text
-    ``actors.read.service.project`` returns), read on a read-only ``sqlite3`` connection."""
-    import sqlite3
-
-    from persistence.reads.projection import ACTIVE_MEMORY_TABLES, select_projection_lines
-
-    if not os.path.isfile(db_path):
-        return [], []
-    uri = "file:" + db_path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
-    try:
-        conn.execute("PRAGMA query_only = ON")
-        conn.execute("BEGIN")
-        names = frozenset(
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")
-        )
-        if not names.issuperset(ACTIVE_MEMORY_TABLES):
-            return [], []
-        lines = select_projection_lines(conn, session_id, names)
-    finally:
-        conn.close()
-    observations = lines.observation_text.split("\n") if lines.observation_text else []
-    return list(lines.reflection_lines), observations
-
-
 CONTEXT_LIMIT = 10_000
 """Claude Code 2.1 keeps a hook's ``additionalContext`` whole up to 10,000 characters; a longer one
 reaches the model as a 2 KB preview and a file path (seen with the real CLI)."""
@@ -350,10 +323,43 @@ def resume_needs_memory(transcript: str) -> bool:
     return False  # never compacted: the whole conversation is in context
 
 
+REMOTE_CONTEXT_TIMEOUT_S = 30.0
+"""How long a hook waits for the memory of a database on another node (a fresh Ray connection)."""
+
+
 def memory_context(project: str, session_id: str, header: str, limit: int = CONTEXT_LIMIT) -> str | None:
-    """``header`` and the session's memory within ``limit`` characters (``None``: no memory)."""
-    reflections, observations = read_projection_lines(database_for(project), session_id)
+    """``header`` and the session's memory within ``limit`` characters (``None``: no memory).
+
+    Read from the database file, or, when the dispatcher noted that the database lives on another
+    node and its file is not on this one, asked of the runtime (:func:`remote_projection_lines`)."""
+    from persistence.reads.projection import read_projection_lines
+
+    database = database_for(project)
+    if not os.path.isfile(database) and remote_database(project) == database:
+        reflections, observations = remote_projection_lines(project, session_id)
+    else:
+        reflections, observations = read_projection_lines(database, session_id)
     return fit_memory(header, reflections, observations, limit)
+
+
+def remote_projection_lines(project: str, session_id: str) -> tuple[list[str], list[str]]:
+    """The session's memory lines from its database's node, through ``python -m
+    cluster.commands.agent_hooks --context`` (a process with Ray; only on a compacted or resumed
+    session's start, never per turn). None on any failure: a hook never fails the agent."""
+    import subprocess
+
+    argv = [sys.executable, "-P", "-m", "cluster.commands.agent_hooks", "--context", project, session_id]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, timeout=REMOTE_CONTEXT_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL
+        )
+        lines = json.loads(done.stdout.decode("utf-8").strip().splitlines()[-1])
+        reflections, observations = lines["reflections"], lines["observations"]
+    except (OSError, ValueError, IndexError, KeyError, TypeError, subprocess.TimeoutExpired):
+        return [], []
+    if not all(isinstance(line, str) for line in [*reflections, *observations]):
+        return [], []
+    return list(reflections), list(observations)
 
 
 # ---------------------------------------------------------------------------------- the hooks

@@ -19,6 +19,7 @@ which a differential test keeps them equal to.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -323,3 +324,27 @@ def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:
         reflections=tuple(ProjectedReflection(*row) for row in reflection_rows),
         observations=tuple(ProjectedObservation(*row) for row in rows),
     )
+
+
+def read_projection_lines(db_path: str, session_id: str) -> tuple[list[str], list[str]]:
+    """The session's active memory as entry lines ``(reflections, observations)``, in projection
+    order (:func:`select_projection_lines`, the lines of the text ``actors.read.service.project``
+    returns), read on a read-only ``sqlite3`` connection; none when the file or its tables are
+    missing. What an agent hook adds to a compacted session (``cluster.commands.hook_fast``)."""
+    if not os.path.isfile(db_path):
+        return [], []
+    uri = "file:" + db_path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("BEGIN")
+        names = frozenset(
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")
+        )
+        if not names.issuperset(ACTIVE_MEMORY_TABLES):
+            return [], []
+        lines = select_projection_lines(conn, session_id, names)
+    finally:
+        conn.close()
+    observations = lines.observation_text.split("\n") if lines.observation_text else []
+    return list(lines.reflection_lines), observations

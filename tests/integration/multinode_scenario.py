@@ -225,6 +225,7 @@ def _pages(client: OmrayClient) -> dict[str, Any]:
         pages[session_id] = {
             "before_compaction": client.before_compaction(context).model_dump(mode="json"),
             "project": client.project(session_id),
+            "projection_lines": list(client.projection_lines(session_id)),  # what the hooks show
             "memory_view": list(client.memory_view(session_id)),
         }
     return pages

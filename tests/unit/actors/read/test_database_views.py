@@ -39,6 +39,12 @@ def test_each_page_crosses_the_wire_as_the_local_answer(views: tuple[DatabaseVie
     local, _ = views
     assert "alpha" in local.project("a")
     assert _wire(local, "project", session_id="a") == {"text": local.project("a")}
+    reflections, observations = local.projection_lines("a")
+    assert observations and all(line in local.project("a") for line in observations)
+    assert _wire(local, "projection_lines", session_id="a") == {
+        "reflections": reflections,
+        "observations": observations,
+    }
     for page in ("memory_view", "memory_status"):
         text, data = getattr(local, page)("a")
         assert _wire(local, page, session_id="a") == {"text": text, "json": json.loads(json.dumps(data))}

@@ -40,8 +40,10 @@ class FakeOutbox:
 class FakeClient:
     """Records ``after_turn_commit`` calls as the real client would receive them."""
 
-    def __init__(self, failures: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, failures: list[dict[str, Any]] | None = None, *, local: bool | None = True) -> None:
         self.calls: list[AfterTurnCommit] = []
+        self.local = local
+        self.db_path = Path("om.sqlite")
         self.flushes: list[tuple[str, int, str]] = []
         self.outbox = FakeOutbox()
         self.closed = False
@@ -63,6 +65,12 @@ class FakeClient:
 
     def queue_is_idle(self) -> bool:
         return self.idle
+
+    def database_is_local(self) -> bool | None:
+        return self.local
+
+    def projection_lines(self, session_id: str) -> tuple[list[str], list[str]]:
+        return [f"- reflection of {session_id}"], ["- an observation"]
 
     def close(self) -> None:
         self.closed = True
@@ -283,6 +291,74 @@ def test_session_start_after_compaction_prints_the_projection(tmp_path: Path, no
     (tmp_path / "omray.yaml").write_text("observational_memory:\n  storage:\n    database: other.sqlite\n")
     assert _hook("SessionStart", tmp_path, transcript, source="compact") is None  # new settings: no memory
     assert no_spawn == []
+
+
+def test_a_database_on_another_node_gives_a_compacted_session_its_memory_through_the_runtime(
+    tmp_path: Path, no_spawn: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path.resolve()
+    (project / "omray.yaml").write_text(
+        "observational_memory:\n  storage:\n    database: /elsewhere/om.sqlite\n"
+    )
+    transcript = FIXTURES / "claude-code-session.jsonl"
+    asked: list[tuple[str, str]] = []
+
+    def remote(project_dir: str, session_id: str) -> tuple[list[str], list[str]]:
+        asked.append((project_dir, session_id))
+        return ["- a durable fact"], ["- an event"]
+
+    monkeypatch.setattr(hook_fast, "remote_projection_lines", remote)
+    assert _hook("SessionStart", project, transcript, source="compact") is None  # not noted yet: no file
+    assert asked == []
+    client = FakeClient(local=False)
+    client.db_path = Path("/elsewhere/om.sqlite")
+    assert _hook("Stop", project, transcript) is None
+    assert dispatch_project(project, lambda _: client).runtime_up
+    assert settings_cache.remote_database(str(project)) == "/elsewhere/om.sqlite"
+    output = _hook("SessionStart", project, transcript, source="compact")
+    assert asked == [(str(project), SESSION)]
+    assert output is not None
+    assert "- a durable fact" in output["hookSpecificOutput"]["additionalContext"]
+    # Settings naming a database on this node's disk: its file is read, the note does not apply.
+    _memory_project(project)
+    output = _hook("SessionStart", project, transcript, source="compact")
+    assert output is not None and "Kettle config crashes" in output["hookSpecificOutput"]["additionalContext"]
+    assert len(asked) == 1
+
+
+def test_the_context_entry_prints_the_lines_the_runtime_gives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = FakeClient(local=False)
+    agent_hooks.print_context(tmp_path, SESSION, lambda _: client)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == {"reflections": [f"- reflection of {SESSION}"], "observations": ["- an observation"]}
+    assert client.closed
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"),
+    [
+        (b'{"reflections": ["- r"], "observations": ["- o"]}\n', (["- r"], ["- o"])),
+        (b"", ([], [])),  # no runtime: the entry printed nothing
+        (b'{"reflections": [1], "observations": []}\n', ([], [])),
+        (b"not json\n", ([], [])),
+    ],
+)
+def test_the_hook_reads_the_context_entrys_answer_or_nothing(
+    monkeypatch: pytest.MonkeyPatch, stdout: bytes, expected: tuple[list[str], list[str]]
+) -> None:
+    import subprocess
+
+    seen: list[list[str]] = []
+
+    def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[bytes]:
+        seen.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout, b"")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    assert hook_fast.remote_projection_lines("/p", SESSION) == expected
+    assert seen[0][-3:] == ["--context", "/p", SESSION]
 
 
 def _claude_record(kind: str, **fields: Any) -> str:
