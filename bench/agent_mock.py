@@ -25,49 +25,17 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from testkit.anthropic_stream import event_stream
+from testkit.codex_responses import response_message
+from testkit.sse import sse_body
+
 REPLY = "Done."
 """The model's answer to every turn."""
 
 
-def _sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:
-    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
-
-
 def anthropic_stream(model: str, text: str = REPLY) -> bytes:
     """A Messages API event stream holding one text block ``text``."""
-    message: dict[str, Any] = {
-        "id": "msg_bench",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 12, "output_tokens": 1},
-    }
-    return _sse(
-        [
-            ("message_start", {"type": "message_start", "message": message}),
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            ),
-            (
-                "content_block_delta",
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
-            ),
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                    "usage": {"output_tokens": 2},
-                },
-            ),
-            ("message_stop", {"type": "message_stop"}),
-        ]
-    )
+    return event_stream(anthropic_message(model, text))
 
 
 def anthropic_message(model: str, text: str = REPLY) -> dict[str, Any]:
@@ -85,34 +53,8 @@ def anthropic_message(model: str, text: str = REPLY) -> dict[str, Any]:
 
 
 def responses_stream(model: str, text: str = REPLY) -> bytes:
-    """An OpenAI Responses API event stream holding one output message ``text``."""
-    item = {
-        "type": "message",
-        "id": "msg_bench",
-        "status": "completed",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
-    response = {
-        "id": "resp_bench",
-        "object": "response",
-        "created_at": 0,
-        "status": "in_progress",
-        "model": model,
-        "output": [],
-    }
-    done = {
-        **response,
-        "status": "completed",
-        "output": [item],
-        "usage": {
-            "input_tokens": 12,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 2,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": 14,
-        },
-    }
+    """An OpenAI Responses API event stream holding one output message ``text``, its text as one delta."""
+    item, response, done = response_message(text, (12, 2), ids="bench", model=model)
     part = {"type": "output_text", "text": "", "annotations": []}
     events: list[tuple[str, dict[str, Any]]] = [
         ("response.created", {"type": "response.created", "response": response}),
@@ -122,13 +64,13 @@ def responses_stream(model: str, text: str = REPLY) -> bytes:
         ),
         (
             "response.content_part.added",
-            {"type": "response.content_part.added", "item_id": "msg_bench", "output_index": 0, "part": part},
+            {"type": "response.content_part.added", "item_id": item["id"], "output_index": 0, "part": part},
         ),
         (
             "response.output_text.delta",
             {
                 "type": "response.output_text.delta",
-                "item_id": "msg_bench",
+                "item_id": item["id"],
                 "output_index": 0,
                 "content_index": 0,
                 "delta": text,
@@ -137,7 +79,7 @@ def responses_stream(model: str, text: str = REPLY) -> bytes:
         ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
         ("response.completed", {"type": "response.completed", "response": done}),
     ]
-    return _sse(events)
+    return sse_body(events)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -109,6 +109,16 @@ def _first(lines: Sequence[tuple[float, str]], start: int, wanted: Iterable[str]
     return None
 
 
+def _span(lines: Sequence[tuple[float, str]], opened: str, closed: Iterable[str]) -> float | None:
+    """Milliseconds from the first line holding ``opened`` to the next line holding one of ``closed``
+    (``None`` when either is missing)."""
+    start = _first(lines, 0, [opened])
+    if start is None:
+        return None
+    end = _first(lines, start + 1, closed)
+    return lines[end][0] - lines[start][0] if end is not None else None
+
+
 def turn_phases(debug: str, diagnostics: str = "") -> TurnPhases:
     """The phases of one turn from its debug file and diagnostics file (see the module)."""
     lines = debug_lines(debug)
@@ -120,11 +130,6 @@ def turn_phases(debug: str, diagnostics: str = "") -> TurnPhases:
         if "Stream started - received first chunk" in lines[index][1]:
             answered = index
             break
-    stop_hook = None
-    asked = _first(lines, 0, ["Getting matching hook commands for Stop "])
-    if asked is not None:
-        read = _first(lines, asked + 1, _HOOK_OUTPUT)
-        stop_hook = lines[read][0] - lines[asked][0] if read is not None else None
     connect = listed = None
     for index, (moment, message) in enumerate(lines):
         found = _CONNECTED.match(message)
@@ -135,21 +140,16 @@ def turn_phases(debug: str, diagnostics: str = "") -> TurnPhases:
             )
             listed = lines[onward][0] - moment if onward is not None else None
             break
-    stop = None
-    signalled = _first(lines, 0, ["Sending SIGINT to MCP server process"])
-    if signalled is not None:
-        gone = _first(lines, signalled + 1, _MCP_GONE)
-        stop = lines[gone][0] - lines[signalled][0] if gone is not None else None
     hooks = _hook_durations(diagnostics)
     return TurnPhases(
         to_request_ms=lines[request][0] - lines[0][0] if request is not None else None,
         after_response_ms=lines[-1][0] - lines[answered][0] if answered is not None else None,
         session_start_hook_ms=hooks.get("SessionStart"),
-        stop_hook_ms=stop_hook,
+        stop_hook_ms=_span(lines, "Getting matching hook commands for Stop ", _HOOK_OUTPUT),
         session_end_hook_ms=hooks.get("SessionEnd"),
         mcp_connect_ms=connect,
         mcp_listed_ms=listed,
-        mcp_stop_ms=stop,
+        mcp_stop_ms=_span(lines, "Sending SIGINT to MCP server process", _MCP_GONE),
     )
 
 

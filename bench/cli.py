@@ -16,7 +16,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from bench.output import emit, stdout_to_stderr
+from bench.output import emit, emit_lines, stdout_to_stderr
 
 bench_app = typer.Typer(
     name="bench",
@@ -166,7 +166,6 @@ def observer_command(
     as_json: bool = JsonOption,
 ) -> None:
     """Observer cost per trigger policy (prompt, uncached tokens per source token) and compaction coverage."""
-    import json
     from pathlib import Path
 
     from bench.observer_bench import run_observer_bench
@@ -186,15 +185,16 @@ def observer_command(
         except AgentCliMissing as exc:
             typer.echo(f"omray bench observer --provider claude-code: {exc}", err=True)
             raise typer.Exit(code=2) from exc
-        if as_json:
-            typer.echo(json.dumps(compared, sort_keys=True))
-            return
-        for name, figures in compared["providers"].items():
-            typer.echo(
+        emit_lines(
+            compared,
+            as_json,
+            (
                 f"{name}: {figures['observer_calls']} observer calls, "
                 f"{figures['api_requests']} API requests, "
                 f"{figures['prompt_tokens_per_source_token']} prompt tokens per source token"
-            )
+                for name, figures in compared["providers"].items()
+            ),
+        )
         return
 
     result = run_observer_bench(
@@ -202,16 +202,17 @@ def observer_command(
         context_window=context_window,
         agent_context_window=agent_context_window,
     )
-    if as_json:
-        typer.echo(json.dumps(result, sort_keys=True))
-        return
-    for name, figures in result["policies"].items():
-        typer.echo(
+    emit_lines(
+        result,
+        as_json,
+        (
             f"{name}: {figures['model_requests']} requests, {figures['parts']} parts, "
             f"{figures['prompt_tokens_per_source_token']} prompt / "
             f"{figures['uncached_prompt_tokens_per_source_token']} uncached tokens per source token, "
             f"compactions fully covered {figures['compactions_fully_covered']} of {figures['compactions']}"
-        )
+            for name, figures in result["policies"].items()
+        ),
+    )
 
 
 @bench_app.command("hybrid")
@@ -306,11 +307,14 @@ def all_command(
         "seconds": {**seconds, "total": round(time.monotonic() - started, 1)},
         "results": results,
     }
-    if as_json:
-        typer.echo(json.dumps(report, sort_keys=True, default=str))
-    else:
-        for name, value in results.items():
-            typer.echo(f"{name} ({seconds[name]} s): {json.dumps(value, sort_keys=True, default=str)[:400]}")
+    emit_lines(
+        report,
+        as_json,
+        (
+            f"{name} ({seconds[name]} s): {json.dumps(value, sort_keys=True, default=str)[:400]}"
+            for name, value in results.items()
+        ),
+    )
 
 
 VariantOption = typer.Option(
@@ -396,13 +400,7 @@ def load_command(
             model_ms_per_100_tokens=model_ms_per_100_tokens,
             index=index,
         )
-    if as_json:
-        import json
-
-        typer.echo(json.dumps(result, sort_keys=True))
-    else:
-        for name, value in result.items():
-            typer.echo(f"{name}: {value}")
+    emit_lines(result, as_json, (f"{name}: {value}" for name, value in result.items()))
 
 
 @bench_app.command("recall")

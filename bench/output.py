@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 from pydantic import BaseModel
 
-__all__ = ["emit", "stdout_to_stderr"]
+__all__ = ["emit", "emit_lines", "stdout_to_stderr"]
 
 
 def emit(result: BaseModel, as_json: bool) -> None:
@@ -26,6 +27,17 @@ def emit(result: BaseModel, as_json: bool) -> None:
         return
     for name, value in ordered.items():
         typer.echo(f"{name}: {value}")
+
+
+def emit_lines(figures: Mapping[str, Any], as_json: bool, lines: Iterable[str]) -> None:
+    """Print plain ``figures`` as one JSON object (keys sorted), or else ``lines``, a summary of them."""
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(figures, sort_keys=True, default=str))
+        return
+    for line in lines:
+        typer.echo(line)
 
 
 @contextmanager

@@ -32,6 +32,7 @@ from cluster.client import init_ray
 from cluster.named_actors import ensure_runtime, remove_runtime
 from cluster.naming import RuntimeNames, omray_home
 from cluster.pools import PoolSizes
+from persistence.files.private_dirs import make_private_dirs
 from protocol.errors import OmrayError
 from protocol.placement import NODE_LABEL, valid_node_name
 
@@ -374,17 +375,8 @@ def _check_same_pools(names: RuntimeNames, pools: PoolSizes, given: frozenset[st
 
 
 def _write_record(record: RuntimeRecord) -> None:
-    # Data directories 0700, files 0600 (DESIGN.md invariant 8): mkdir's mode is filtered by the
-    # umask and parents=True ignores it, so each directory created here is chmod-ed explicitly.
-    home = omray_home()
-    missing: list[Path] = []
-    current = home
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for directory in reversed(missing):
-        directory.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
+    # Data directories 0700, files 0600 (DESIGN.md invariant 8).
+    make_private_dirs(omray_home())
     path = _record_path()
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -333,7 +333,24 @@ JOB_OUTCOME_ADAPTER: TypeAdapter[JobSucceeded | JobFailed | JobHeld] = TypeAdapt
 """Validates/serializes any job outcome from/to JSON."""
 
 
-class JobFailedEvent(_Outcome):
+class _JobEvent(_Outcome):
+    """What every runtime event about one job carries first: a fixed summary, its reason, the job."""
+
+    event_type: ClassVar[str]
+    """Runtime event type (not part of the payload)."""
+
+    message: str = Field(min_length=1)
+    """Short, fixed, human-readable summary (category codes and counts only; the fix, when there is one)."""
+    reason: FailureReason
+    """Category code: the failure the queue gave up on (``retry_exhausted`` after the last attempt), or
+    the budget cap a hold is for (``budget_tokens`` or ``budget_usd``)."""
+    handler_id: str = Field(min_length=1)
+    """Stable handler id of the job."""
+    job_id: str = Field(min_length=1)
+    """Id of the job."""
+
+
+class JobFailedEvent(_JobEvent):
     """Sanitized payload of the transient ``extension_agent.job_failed`` runtime event (reference §2.4).
 
     Emitted once, for the job's session (``payload.session_id``), when the queue gives up on a job. It
@@ -342,16 +359,7 @@ class JobFailedEvent(_Outcome):
     """
 
     event_type: ClassVar[str] = JOB_FAILED_EVENT_TYPE
-    """Runtime event type (not part of the payload)."""
 
-    message: str = Field(min_length=1)
-    """Short, fixed, human-readable summary."""
-    reason: FailureReason
-    """``retry_exhausted``, or the failure category when the queue gave up early."""
-    handler_id: str = Field(min_length=1)
-    """Stable handler id of the job."""
-    job_id: str = Field(min_length=1)
-    """Id of the job that gave up."""
     retry_count: int = Field(ge=0)
     """Retries made after the first attempt (``attempts - 1``)."""
     attempts: int = Field(ge=1)
@@ -398,21 +406,13 @@ JOB_HELD_EVENT_TYPE = "extension_agent.memory_held"
 """Runtime event emitted for a session when the queue starts holding its database's model jobs."""
 
 
-class JobHeldEvent(_Outcome):
-    """Sanitized payload of the ``extension_agent.memory_held`` runtime event: why observing paused,
-    until when, and how to resume it. Built from category codes and counts only."""
+class JobHeldEvent(_JobEvent):
+    """Sanitized payload of the ``extension_agent.memory_held`` runtime event: why observing paused
+    (the job that found the budget used up), until when, and how to resume it. Built from category
+    codes and counts only."""
 
     event_type: ClassVar[str] = JOB_HELD_EVENT_TYPE
-    """Runtime event type (not part of the payload)."""
 
-    message: str = Field(min_length=1)
-    """Short, fixed, human-readable summary with the fix."""
-    reason: FailureReason
-    """``budget_tokens`` or ``budget_usd``."""
-    handler_id: str = Field(min_length=1)
-    """Stable handler id of the job that found the budget used up."""
-    job_id: str = Field(min_length=1)
-    """Its id."""
     until: str = Field(min_length=1)
     """UTC ISO-8601 time the cap resets (the next UTC day)."""
     spent: float = Field(ge=0, allow_inf_nan=False)

@@ -10,9 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-
-def _sse(events: list[tuple[str, Mapping[str, Any]]]) -> bytes:
-    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
+from testkit.sse import sse_body
 
 
 def event_stream(body: Mapping[str, Any]) -> bytes:
@@ -45,4 +43,4 @@ def event_stream(body: Mapping[str, Any]) -> bytes:
         ),
         ("message_stop", {"type": "message_stop"}),
     ]
-    return _sse(events)
+    return sse_body(events)

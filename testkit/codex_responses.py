@@ -15,26 +15,28 @@ from typing import Any
 
 from testkit.anthropic_messages import HISTORY_MARKER, MemoryModel
 from testkit.scripted_server import Reply
+from testkit.sse import sse_body
 
 
-def _sse(events: list[tuple[str, Mapping[str, Any]]]) -> bytes:
-    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
-
-
-def responses_reply(text: str, usage: tuple[int, int] = (100, 20)) -> Reply:
-    """A streamed response holding one output message ``text``."""
+def response_message(
+    text: str, usage: tuple[int, int], *, ids: str, model: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """One output message ``text`` as the Responses API streams it: the message item, the response as
+    created (``in_progress``, no output yet) and as completed; ``ids`` names the message
+    (``msg_<ids>``) and the response (``resp_<ids>``), ``usage`` is (input, output) tokens."""
     item = {
         "type": "message",
-        "id": "msg_scripted",
+        "id": f"msg_{ids}",
         "status": "completed",
         "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
     }
     response = {
-        "id": "resp_scripted",
+        "id": f"resp_{ids}",
         "object": "response",
         "created_at": 0,
         "status": "in_progress",
+        **({"model": model} if model is not None else {}),
         "output": [],
     }
     done = {
@@ -49,6 +51,12 @@ def responses_reply(text: str, usage: tuple[int, int] = (100, 20)) -> Reply:
             "total_tokens": sum(usage),
         },
     }
+    return item, response, done
+
+
+def responses_reply(text: str, usage: tuple[int, int] = (100, 20)) -> Reply:
+    """A streamed response holding one output message ``text``."""
+    item, response, done = response_message(text, usage, ids="scripted")
     events: list[tuple[str, Mapping[str, Any]]] = [
         ("response.created", {"type": "response.created", "response": response}),
         (
@@ -58,7 +66,7 @@ def responses_reply(text: str, usage: tuple[int, int] = (100, 20)) -> Reply:
         ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
         ("response.completed", {"type": "response.completed", "response": done}),
     ]
-    return Reply(body=_sse(events), content_type="text/event-stream")
+    return Reply(body=sse_body(events), content_type="text/event-stream")
 
 
 def _input_text(body: Mapping[str, Any]) -> str:

@@ -97,7 +97,9 @@ def writes_for(batch: Sequence[Issued]) -> list[JobWrite]:
                     failure_reason=command.reason,
                 )
             )
-        elif isinstance(command, EmitJobHeld):
+        elif isinstance(command, EmitJobHeld) or (
+            isinstance(command, EmitJobFailed) and not is_paired(batch, index)
+        ):
             writes.append(
                 RuntimeEventWrite(
                     run_id=command.run_id,
@@ -111,16 +113,6 @@ def writes_for(batch: Sequence[Issued]) -> list[JobWrite]:
             writes.append(JobFinished(job_seq=command.job_seq, state="succeeded", finished_at=at))
         elif isinstance(command, GiveUp):
             writes.append(_give_up_write(command, paired_event(batch, index), at))
-        elif isinstance(command, EmitJobFailed) and not is_paired(batch, index):
-            writes.append(
-                RuntimeEventWrite(
-                    run_id=command.run_id,
-                    event_type=JobFailedEvent.event_type,
-                    payload=command.event.model_dump(),
-                    created_at=at,
-                    db_path=command.db_path,
-                )
-            )
     return writes
 
 

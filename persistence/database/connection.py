@@ -31,13 +31,11 @@ from sqlalchemy.pool import NullPool, QueuePool
 
 from persistence.database.migrations import migrate
 from persistence.files.node_disk import check_on_this_node
+from persistence.files.private_dirs import make_private_dirs
 from protocol.errors import StorageError
 
 BUSY_TIMEOUT_MS = 5000
 """``PRAGMA busy_timeout`` on every connection."""
-
-DIRECTORY_MODE = 0o700
-"""Mode of data directories omray creates."""
 
 FILE_MODE = 0o600
 """Mode of the database file and its ``-wal``/``-shm`` companions."""
@@ -48,15 +46,8 @@ class DatabaseMissingError(StorageError):
 
 
 def _ensure_directory(directory: Path) -> None:
-    missing: list[Path] = []
-    current = directory
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
     try:
-        for path in reversed(missing):
-            path.mkdir(mode=DIRECTORY_MODE, exist_ok=True)
-            os.chmod(path, DIRECTORY_MODE)  # mkdir's mode is filtered by the umask
+        make_private_dirs(directory)
     except OSError as exc:
         raise StorageError(f"Unable to create OM data directory: {str(directory)!r}") from exc
     if not directory.is_dir():

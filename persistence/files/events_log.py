@@ -19,10 +19,10 @@ from typing import Any, Final
 from persistence.files.events_reader import iter_unredacted_events, last_event_seq
 from persistence.files.file_tail import complete_length_of
 from persistence.files.node_disk import check_on_this_node
+from persistence.files.private_dirs import make_private_dirs
 from protocol.errors import InvalidPayloadError
 from protocol.shipping import event_content_id
 
-DIRECTORY_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
 
 
@@ -81,7 +81,7 @@ class EventLog:
         self._last_seq[session_id] = last_seq
 
     def _write(self, path: Path, data: bytes) -> None:
-        self._ensure_dirs(path.parent)
+        make_private_dirs(path.parent)
         self._repair_tail(path)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
@@ -93,19 +93,6 @@ class EventLog:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def _ensure_dirs(self, directory: Path) -> None:
-        missing: list[Path] = []
-        current = directory
-        while not current.exists():
-            missing.append(current)
-            current = current.parent
-        for folder in reversed(missing):
-            try:
-                folder.mkdir(mode=DIRECTORY_MODE)
-            except FileExistsError:
-                continue
-            os.chmod(folder, DIRECTORY_MODE)
 
     @staticmethod
     def _repair_tail(path: Path) -> None:

@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict
 
+from persistence.files.private_dirs import make_private_dirs
 from protocol.errors import OmrayError
 
 SCHEMA_VERSION = "1.0"
@@ -481,27 +482,6 @@ def iter_record_spans(
             if not isinstance(record, dict):
                 raise ImportFormatError(str(path), line_no, "not a JSON object")
             yield line_no, offset, record
-
-
-PRIVATE_DIR_MODE = 0o700
-"""Mode of every folder an import creates (session folders hold the conversation, as the hooks')."""
-
-
-def make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and its missing parents, each 0700 (existing folders are left as they are)."""
-    missing: list[Path] = []
-    current = directory
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for folder in reversed(missing):
-        try:
-            folder.mkdir(mode=PRIVATE_DIR_MODE)
-        except FileExistsError:
-            continue
-        os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is cut by the umask; 0700 is wanted exactly
 
 
 def _file_mtime_ts(path: Path) -> str:

@@ -39,6 +39,16 @@ _STORED_JOB_COLUMNS: Final = tuple(name for name in StoredJob.model_fields if na
 """The fields of a :class:`StoredJob` read straight from the ``omray_job`` column of the same name."""
 
 
+def _update_unfinished(conn: Connection, job_seq: int, assignments: str, values: tuple[Any, ...]) -> bool:
+    """Apply ``assignments`` (fixed SQL, ``?`` for ``values``) to job ``job_seq`` when it is unfinished;
+    False when it is not (nothing changed)."""
+    changed = conn.exec_driver_sql(
+        f"UPDATE omray_job SET {assignments} WHERE job_seq = ? AND state IN ('pending', 'running')",
+        (*values, job_seq),
+    ).rowcount
+    return bool(changed == 1)
+
+
 class QueueStore(SqliteWriter):
     """Exclusive writer of one job-queue database.
 
@@ -188,35 +198,35 @@ class QueueStore(SqliteWriter):
     def _start(conn: Connection, write: JobStarted) -> None:
         if write.attempt < 1:
             raise InvalidPayloadError(f"attempt must be >= 1 for job seq {write.job_seq!r}")
-        changed = conn.exec_driver_sql(
-            "UPDATE omray_job SET state = 'running', attempts = ?, started_at = ?,"
-            " not_before = NULL WHERE job_seq = ? AND state IN ('pending', 'running')",
-            (write.attempt, write.started_at, write.job_seq),
-        ).rowcount
-        if changed != 1:
+        if not _update_unfinished(
+            conn,
+            write.job_seq,
+            "state = 'running', attempts = ?, started_at = ?, not_before = NULL",
+            (write.attempt, write.started_at),
+        ):
             raise NotFoundError(f"no job with seq {write.job_seq!r} in state 'pending/running'")
 
     @staticmethod
     def _finish(conn: Connection, write: JobFinished) -> bool:
         """Take an unfinished job out of the FIFO; False when it is not unfinished (nothing changed)."""
         check_failure_reason(write.failure_reason)
-        changed = conn.exec_driver_sql(
-            "UPDATE omray_job SET state = ?, finished_at = ?, failure_reason = ?"
-            " WHERE job_seq = ? AND state IN ('pending', 'running')",
-            (write.state, write.finished_at, write.failure_reason, write.job_seq),
-        ).rowcount
-        return bool(changed == 1)
+        return _update_unfinished(
+            conn,
+            write.job_seq,
+            "state = ?, finished_at = ?, failure_reason = ?",
+            (write.state, write.finished_at, write.failure_reason),
+        )
 
     @staticmethod
     def _hold(conn: Connection, write: JobHeldWrite) -> None:
         """Put a running job back to ``pending``, held by its daily budget (repeating it changes nothing)."""
         check_failure_reason(write.failure_reason)
-        changed = conn.exec_driver_sql(
-            "UPDATE omray_job SET state = 'pending', not_before = ?, failure_reason = ?, held_attempts = ?"
-            " WHERE job_seq = ? AND state IN ('pending', 'running')",
-            (write.not_before, write.failure_reason, write.held_attempts, write.job_seq),
-        ).rowcount
-        if changed != 1:
+        if not _update_unfinished(
+            conn,
+            write.job_seq,
+            "state = 'pending', not_before = ?, failure_reason = ?, held_attempts = ?",
+            (write.not_before, write.failure_reason, write.held_attempts),
+        ):
             raise NotFoundError(f"no job with seq {write.job_seq!r} in state 'pending/running'")
 
     def mark_job_running(self, job_seq: int, attempt: int, started_at: str) -> None:
