@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ PROVIDER = "omray-bench"
 KEY_ENV = "OMRAY_BENCH_CODEX_KEY"
 """The variable holding the dummy API key (``env_key`` of :data:`PROVIDER`)."""
 MODEL = "gpt-5-mini"
+TURN_TIMEOUT_S = 180.0
+"""A turn still running after this long is killed (and fails the run)."""
 CODEX_NOT_INHERITED = (*NOT_INHERITED, "CODEX", "OPENAI", "RUST_LOG")
 """Variables a turn does not inherit (another agent session's, a real key, a log filter)."""
 
@@ -253,7 +256,14 @@ class CodexAgent:
                 stdout=stdout,
                 stderr=stderr,
             )
-            code = process.wait(timeout=180)
+            # wait() with a timeout polls, sleeping up to 50 ms between looks (figures came out in
+            # 50 ms steps): block in waitpid instead, a timer killing a turn that hangs.
+            watchdog = threading.Timer(TURN_TIMEOUT_S, process.kill)
+            watchdog.start()
+            try:
+                code = process.wait()
+            finally:
+                watchdog.cancel()
             elapsed, exited_at = time.perf_counter() - started, time.time() * 1000
         errors = err.read_text(errors="replace")
         if code != 0 or REPLY not in out.read_text(errors="replace"):
