@@ -68,8 +68,9 @@ WATCH_S = 60.0
 up after 4 attempts, 1 + 2 + 4 s apart, plus the model calls)."""
 POLL_S = 1.0
 """Pause between two looks while watching."""
-DISPATCHER_NICENESS = hook_fast.DISPATCHER_NICENESS
-"""The least nice value of the dispatcher (:data:`cluster.commands.hook_fast.DISPATCHER_NICENESS`)."""
+DISPATCHER_NICENESS = 10
+"""Added to the dispatcher's nice value: it yields the CPU to the agent, yet still runs on a busy
+machine (a nice-10 process gets about a tenth of a core next to one busy nice-0 process)."""
 
 NOTICE_PROJECT = "project"
 """Notice key of what stops every session of the project (no runtime, settings)."""
@@ -476,15 +477,6 @@ def _fill_fields(record: logging.LogRecord) -> bool:
     return True
 
 
-def lower_own_priority(niceness: int) -> bool:
-    """Give this process a nice value of at least ``niceness`` (never less than it has); True if
-    it changed. Raises ``OSError`` where the platform refuses."""
-    if os.getpriority(os.PRIO_PROCESS, 0) >= niceness:
-        return False
-    os.setpriority(os.PRIO_PROCESS, 0, niceness)
-    return True
-
-
 def main_dispatch(argv: list[str]) -> None:
     """``python -m cluster.commands.agent_hooks --project DIR``: the dispatcher without the whole CLI (what
     the hooks start: it imports only what dispatching needs). Whatever stops it is logged to the
@@ -494,8 +486,7 @@ def main_dispatch(argv: list[str]) -> None:
     with contextlib.suppress(OSError):
         # Background work: the agent whose hook started this is still finishing its turn (its
         # SessionEnd hook, its MCP server, its exit) and must not wait for CPU behind Ray's import.
-        # The hook lowered this process's priority as it started it; started otherwise, it does.
-        lower_own_priority(DISPATCHER_NICENESS)
+        os.nice(DISPATCHER_NICENESS)
     project = Path(argv[1]).resolve()
     _log_to_project(project)
     try:

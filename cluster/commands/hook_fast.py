@@ -201,25 +201,10 @@ def _devnull_actions() -> list[tuple[Any, ...]]:
     return actions
 
 
-def spawn_detached(argv: list[str], *, search_path: bool = False) -> int:
-    """Start ``argv`` in its own session with no stdio (``posix_spawn``: no fork of this process);
-    its process id."""
+def spawn_detached(argv: list[str], *, search_path: bool = False) -> None:
+    """Start ``argv`` in its own session with no stdio (``posix_spawn``: no fork of this process)."""
     spawn = os.posix_spawnp if search_path else os.posix_spawn
-    return spawn(argv[0], argv, dict(os.environ), file_actions=_devnull_actions(), setsid=True)
-
-
-DISPATCHER_NICENESS = 10
-"""Added to the dispatcher's nice value: it yields the CPU to the agent, yet still runs on a busy
-machine (a nice-10 process gets about a tenth of a core next to one busy nice-0 process)."""
-
-
-def lower_child_priority(pid: int, niceness: int) -> None:
-    """Add ``niceness`` to the nice value of ``pid``, a child just started (capped at 19; nothing
-    when it is gone already or the platform refuses)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + niceness))
-    except OSError:  # not contextlib.suppress: the hook path imports nothing it can do without
-        return
+    spawn(argv[0], argv, dict(os.environ), file_actions=_devnull_actions(), setsid=True)
 
 
 def dispatcher_running(project: str) -> bool:
@@ -249,9 +234,7 @@ def start_dispatcher(project: str) -> None:
     if dispatcher_running(project):
         return
     argv = [sys.executable, "-P", "-m", "cluster.commands.agent_hooks", "--project", project]
-    # Lowered from here at once: its start (the interpreter and its imports, about 0.15 s of CPU
-    # before it could lower its own) would otherwise compete with the agent ending its turn.
-    lower_child_priority(spawn_detached(argv), DISPATCHER_NICENESS)
+    spawn_detached(argv)
 
 
 # ----------------------------------------------------------------------------------- memory
