@@ -23,7 +23,8 @@ how long it stayed is reported. Then the breakdown (:mod:`bench.agent_turn_parse
 turns of each configuration with Claude Code's debug and diagnostics files, and each omray process
 alone (the three hooks a ``claude -p`` run calls, started as Claude Code starts them, and
 ``omray mcp`` from start to ``tools/list`` answered). The load average is printed beside the
-figures. Figures only, never asserted.
+figures. Figures only, never asserted. ``--agent codex`` runs the same for ``codex exec``
+(:mod:`bench.codex_turn`), ``--agent both`` one after the other.
 """
 
 from __future__ import annotations
