@@ -156,3 +156,23 @@ def test_processes_left_in_a_project_are_found_until_they_exit(tmp_path: Path) -
         working.wait()
         naming.wait()
     assert project_pids(project) == []
+
+
+def test_the_command_skips_each_agent_with_its_reason_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from bench.agent_turn_cli import bench_agent_turn_command
+
+    app = typer.Typer()
+    app.command()(bench_agent_turn_command)
+    missing = str(tmp_path / "missing")
+    done = CliRunner().invoke(app, ["--agent", "codex", "--codex", missing, "--json"])
+    assert done.exit_code == 0
+    assert json.loads(done.stdout) == {"skipped": f"--codex {missing!r} is not a file"}
+    done = CliRunner().invoke(app, ["--agent", "both", "--codex", missing, "--claude", missing, "--json"])
+    answers = json.loads(done.stdout)
+    assert set(answers) == {"claude", "codex"} and all("skipped" in answer for answer in answers.values())
+    assert CliRunner().invoke(app, ["--agent", "gemini"]).exit_code != 0
