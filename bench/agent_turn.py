@@ -23,7 +23,8 @@ how long it stayed is reported. Then the breakdown (:mod:`bench.agent_turn_parse
 turns of each configuration with Claude Code's debug and diagnostics files, and each omray process
 alone (the three hooks a ``claude -p`` run calls, started as Claude Code starts them, and
 ``omray mcp`` from start to ``tools/list`` answered). The load average is printed beside the
-figures. Figures only, never asserted.
+figures. Figures only, never asserted. ``--agent codex`` runs the same for ``codex exec``
+(:mod:`bench.codex_turn`), ``--agent both`` one after the other.
 """
 
 from __future__ import annotations
@@ -39,9 +40,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
-import typer
 from pydantic import BaseModel
 
 from bench.agent_mock import REPLY, MockModelServer
@@ -437,55 +437,3 @@ def run_agent_turn_bench(
         dispatcher_after_turn_ms=round(percentile(lingering, 0.5), 1),
         model_requests=requests,
     )
-
-
-def _print(result: AgentTurnResult) -> None:
-    typer.echo(f"{result.agent}, {result.turns} turns per configuration, load average {result.load_average}")
-    for config, figures in result.configs.items():
-        typer.echo(
-            f"  {config:10}: median {figures.median_s:.3f} s (+{figures.over_bare_ms:.0f} ms), "
-            f"p90 {figures.p90_s:.3f} s"
-        )
-    typer.echo("breakdown (medians, ms; from Claude Code's debug and diagnostics files):")
-    for config, medians in result.breakdown.items():
-        shown = ", ".join(
-            f"{name.removesuffix('_ms')} {value:.0f}" for name, value in medians.items() if value is not None
-        )
-        typer.echo(f"  {config:10}: {shown}")
-    typer.echo(
-        "omray processes alone (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in result.processes_ms.items())
-    )
-    typer.echo(f"dispatcher ran on after its turn: p50 {result.dispatcher_after_turn_ms:.0f} ms")
-    typer.echo(f"both over noop-both (omray's own part): {result.over_floors_ms:.0f} ms")
-
-
-def bench_agent_turn_command(
-    turns: Annotated[int, typer.Option("--turns", min=1, help="Timed turns per configuration.")] = 11,
-    breakdown_turns: Annotated[
-        int, typer.Option("--breakdown-turns", min=0, help="Turns per configuration with debug logs.")
-    ] = 3,
-    claude: Annotated[
-        Path | None, typer.Option("--claude", help="The claude CLI (default: cached install, PATH, npm).")
-    ] = None,
-    omray: Annotated[
-        str | None, typer.Option("--omray", help="The omray program to install (default: this one).")
-    ] = None,
-    omray_home: Annotated[
-        Path | None,
-        typer.Option("--omray-home", help="OMRAY_HOME of a running runtime (default: a private one, none)."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-) -> None:
-    """Real `claude -p` turns against a local mock API: bare, omray hooks, MCP server, both."""
-    from cluster.commands.integrate import omray_command
-
-    try:
-        cli = find_claude(claude)
-        result = run_agent_turn_bench(cli, omray or omray_command(), turns, breakdown_turns, omray_home)
-    except AgentTurnSkipped as exc:
-        typer.echo(json.dumps({"skipped": str(exc)}) if as_json else f"agent-turn skipped: {exc}")
-        return
-    if as_json:
-        typer.echo(json.dumps({**result.model_dump(mode="json"), "over_floors_ms": result.over_floors_ms}))
-    else:
-        _print(result)

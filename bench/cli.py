@@ -127,7 +127,7 @@ def chaos_command(
 
 
 def _register_more() -> None:
-    from bench.agent_turn import bench_agent_turn_command
+    from bench.agent_turn_cli import bench_agent_turn_command
     from bench.cluster_bench import bench_cluster_command
     from bench.hook_bench import bench_hook_command
     from bench.search_bench import bench_search_command
