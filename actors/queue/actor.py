@@ -257,8 +257,7 @@ class QueueActor:
         Raises when the store write fails; the batch then stays queued, in order, ahead of anything
         newer. Returns False when there was nothing to write.
         """
-        threads = bool(self._threads)
-        return self._committer.commit(self._carry_out, yield_to_callers=threads, defer_starts=threads)
+        return self._committer.commit(self._carry_out, yield_to_callers=bool(self._threads))
 
     def collect(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for outcomes, apply them and queue what they free (and due retries)."""
@@ -416,7 +415,7 @@ class QueueActor:
     def _only_finishes(self) -> bool:
         """True when every write waiting is a success record: no caller and no start waits on them."""
         with self._lock:
-            return self._log.only_finishes() and not self._committer.has_deferred()
+            return self._log.only_finishes()
 
     def _collect_forever(self) -> None:
         while not self._stop.is_set():

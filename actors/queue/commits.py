@@ -71,10 +71,6 @@ class CommitLog:
         """Queue the commands that write or do something (notices are dropped)."""
         self._unwritten.extend((command, now) for command in commands if needs_commit(command))
 
-    def accepts_waiting(self) -> bool:
-        """True when some caller's job is not written yet (a ``dispatch`` waits for the next commit)."""
-        return bool(self._unwritten_accepts)
-
     def only_finishes(self) -> bool:
         """True when every unwritten item is a success record: nobody waits on them."""
         return only_finishes(self._unwritten)

@@ -7,9 +7,7 @@ Real threads wait in ``await_durable`` meanwhile, as ``dispatch`` callers do. Ch
 
 - a caller returns only once the store holds its job (durable before it is answered);
 - every caller returns once the last commit succeeded (nobody is left waiting: nothing lost);
-- every job is written exactly once, in acceptance order (nothing written twice, order kept);
-- with starts deferred while callers wait (``defer_starts``), every written batch is carried out
-  exactly once, after it is durable, in commit order, by the time nothing is left to write.
+- every job is written exactly once, in acceptance order (nothing written twice, order kept).
 """
 
 from __future__ import annotations
@@ -21,9 +19,7 @@ from collections.abc import Callable, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.queue.commits import Batch
 from actors.queue.committer import GroupCommitter
-from actors.queue.writes import Accept
 from protocol.errors import StorageError
 from protocol.queue_rows import JobAccepted, JobWrite
 
@@ -57,10 +53,9 @@ class _Store:
         max_size=6,
     ),
     fail=st.lists(st.booleans(), max_size=6),
-    defer=st.lists(st.booleans(), max_size=8),
 )
 def test_a_caller_is_answered_only_once_its_job_is_durable_and_every_caller_is(
-    rounds: list[tuple[int, int]], fail: list[bool], defer: list[bool]
+    rounds: list[tuple[int, int]], fail: list[bool]
 ) -> None:
     lock = threading.Lock()
     store = _Store(fail)
@@ -68,17 +63,6 @@ def test_a_caller_is_answered_only_once_its_job_is_durable_and_every_caller_is(
     answered: dict[int, bool] = {}  # job seq -> durable when its caller returned
     errors: list[BaseException] = []
     callers: list[threading.Thread] = []
-    carried: list[int] = []  # accepted job seqs, in the order their batches were carried out
-    early: list[int] = []  # carried out before they were written
-
-    def carry_out(batch: Batch) -> None:
-        seqs = [item.job_seq for item, _ in batch.items if isinstance(item, Accept)]
-        with store.lock:
-            early.extend(seq for seq in seqs if seq not in store.written)
-        carried.extend(seqs)
-
-    def commit() -> bool:
-        return committer.commit(carry_out, defer_starts=bool(defer and defer.pop(0)))
 
     def caller(job_seq: int, generation: int) -> None:
         try:
@@ -104,11 +88,11 @@ def test_a_caller_is_answered_only_once_its_job_is_durable_and_every_caller_is(
         arrive(before)
         store.during = lambda during=during: arrive(during)  # type: ignore[misc]
         with contextlib.suppress(ConnectionError):  # the batch went back whole: a later one carries it
-            commit()
+            committer.commit(lambda batch: None)
     store.during = lambda: None
     while True:  # the store answers again: commit until everything is written
         try:
-            if not commit():
+            if not committer.commit(lambda batch: None):
                 break
         except ConnectionError:
             continue
@@ -117,8 +101,6 @@ def test_a_caller_is_answered_only_once_its_job_is_durable_and_every_caller_is(
     assert not errors
     assert answered == dict.fromkeys(range(1, seq + 1), True)
     assert store.written == list(range(1, seq + 1))
-    assert carried == store.written and not early
-    assert not committer.has_deferred() and not committer.busy()
 
 
 def test_a_caller_whose_commit_does_not_come_is_told_to_dispatch_again() -> None:
