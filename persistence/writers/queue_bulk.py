@@ -5,14 +5,17 @@ with eight agents dispatching). Written one by one, each is a statement of its o
 statement lets go of the GIL while SQLite runs it (``sqlite3`` releases it around every step and
 reset); in the queue process, where Ray's threads and the ``dispatch`` callers want the GIL all the
 time, each release costs a wait to get it back. Measured in one process (400 commits of 9 writes,
-two busy threads beside it, switch interval 0.5 ms): 3.4 ms a commit one by one, for 0.3 ms of CPU.
+two busy threads beside it, switch interval 0.5 ms): 1.9–2.4 ms a commit one by one, 1.6–2.1 ms in
+one statement per kind, for 0.3–0.4 ms of CPU either way (docs/benchmarks-history.md, issue 42).
 
 :func:`bulk_plan` orders a batch into *layers*: layer ``k`` holds the ``k``-th write of every job
 in the batch, so a job's writes keep their order (its accept before its start), and two writes of
-one layer touch two different rows. Within a layer, writes to different rows commute; each kind
-becomes one statement over a JSON array (``json_each``), so its SQL text is fixed and stays
-prepared. :func:`apply_bulk` runs the plan and checks that every accept inserted its row and every
-start found its job; when one did not (a batch repeated after a lost reply, a broken contract),
+one layer touch two different rows. A start or a finish depends on its own row only; an accept
+also on the unfinished job keys, so a layer runs its accepts first, where they see the keys as the
+batch found them (an accept that inserts here inserts one by one too). Each kind becomes one
+statement over a JSON array (``json_each``), so its SQL text is fixed and stays prepared.
+:func:`apply_bulk` runs the plan and checks that every accept inserted its row and every start found
+its job; when one did not (a batch repeated after a lost reply, a broken contract),
 it raises :class:`BulkMismatch`, the caller rolls back and writes the batch one by one, which
 decides exactly as before (and names the job that is wrong). Finishes count what they changed, as
 one by one (a finish repeated after a lost reply changes nothing).
