@@ -5,8 +5,12 @@ it in ONE store transaction (:func:`~actors.queue.writes.writes_for`), wakes the
 callers whose jobs that made durable, then hands the batch to the caller's ``carry_out`` (which
 starts the runs it recorded) while still holding the commit lock, so starts go out in commit order.
 A batch whose write fails goes back whole at the front of the log, ahead of anything newer, and the
-error propagates; the durable rows never diverge from the state. What to write and which generation
-is durable is decided in ``commits.py`` and ``writes.py``; this module only runs it.
+error propagates; the durable rows never diverge from the state. A commit wakes only the callers it
+made durable: callers of one generation share one event, set once that generation is written, so a
+commit never wakes a caller only for it to find its job still unwritten and sleep again (with eight
+agents dispatching, a commit carries some three of them while the others wait for the next one).
+What to write and which generation is durable is decided in ``commits.py`` and ``writes.py``; this
+module only runs it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ class GroupCommitter:
 
     def __init__(self, lock: threading.Lock, store: QueueStorePort) -> None:
         self._lock = lock
-        self._durable = threading.Condition(lock)
+        # Per generation some caller waits for, the event set once it is durable (under ``lock``).
+        self._wakes: dict[int, threading.Event] = {}
         self._commit_lock = threading.Lock()  # one commit at a time, in order
         self._store = store
         self.log = CommitLog()
@@ -58,14 +63,16 @@ class GroupCommitter:
                 writes = writes_for(batch.items)  # inside: a batch that fails here is put back too
                 self._store.apply_job_writes(writes)
             except BaseException:
-                with self._durable:
-                    self.log.put_back(batch)
-                    self._durable.notify_all()  # waiting callers try the next commit themselves
+                with self._lock:
+                    self.log.put_back(batch)  # its callers wait on: the next commit carries them
                 raise
             try:
-                with self._durable:
+                with self._lock:
                     self.log.written(batch)
-                    self._durable.notify_all()
+                    durable = [g for g in self._wakes if self.log.is_durable(g)]
+                    wakes = [self._wakes.pop(g) for g in durable]
+                for wake in wakes:
+                    wake.set()
                 self.stats.committed(len(writes), time.perf_counter() - started)
                 if yield_to_callers and wakes_callers_and_starts(batch.items):
                     time.sleep(0)
@@ -78,14 +85,14 @@ class GroupCommitter:
     def await_durable(self, generation: int, timeout_s: float) -> None:
         """Return once the commit carrying ``generation`` is durable; :class:`StorageError` after
         ``timeout_s`` (the job stays queued and is written once the store answers)."""
-        deadline = time.monotonic() + timeout_s
-        with self._durable:
-            while not self.log.is_durable(generation):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    # A repeated dispatch of the job finds it queued and returns.
-                    raise StorageError("the queue store did not confirm the job in time; dispatch it again")
-                self._durable.wait(remaining)
+        with self._lock:
+            if self.log.is_durable(generation):
+                return
+            wake = self._wakes.setdefault(generation, threading.Event())
+        # Set only once ``generation`` is durable (generations become durable in order, never back).
+        if not wake.wait(timeout_s):
+            # A repeated dispatch of the job finds it queued and returns.
+            raise StorageError("the queue store did not confirm the job in time; dispatch it again")
 
     def busy(self) -> bool:
         """Something is unwritten, or a batch is being written or carried out (call under the lock)."""

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, func, select, update
 
 from persistence.database import schema
 from persistence.database.writer import NotFoundError, SqliteWriter, check_failure_reason
+from persistence.writers.queue_bulk import BulkMismatch, apply_bulk, bulk_plan
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, StorageError
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
@@ -111,8 +112,23 @@ class QueueStore(SqliteWriter):
         """Apply one loop step's queue writes in order, in ONE transaction; returns how many changed a row.
 
         Each write is idempotent, so a batch repeated after a lost reply changes nothing more: a
-        ``finished`` write for a job already finished is skipped.
+        ``finished`` write for a job already finished is skipped. A batch of accepts, starts and
+        finishes is written in one statement per kind (:mod:`persistence.writers.queue_bulk`); when
+        one of them does not change exactly its rows, that transaction is rolled back and the batch
+        written one by one, which decides as it always did.
         """
+        plan = bulk_plan(writes)
+        if plan is not None:
+            try:
+                with self.atomic():
+                    return apply_bulk(self._conn(), plan)
+            except BulkMismatch:
+                pass  # rolled back whole: one by one decides, and names the job that is wrong
+        return self.apply_job_writes_one_by_one(writes)
+
+    def apply_job_writes_one_by_one(self, writes: Sequence[JobWrite]) -> int:
+        """:meth:`apply_job_writes` with a statement per write, in order (what decides when the
+        statements per kind do not fit a batch)."""
         applied = 0
         with self.atomic():
             conn = self._conn()
