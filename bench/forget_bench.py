@@ -240,7 +240,7 @@ def run_forget_bench(
             searches = _Searches(db_path, SemanticSettings(embedding_api=api), queries)
             for memory in gone:
                 request = ForgetRequest(
-                    session_id=memory.run_id,
+                    session_id=memory.session_id,
                     memory_ids=(memory.memory_id,),
                     event_ranges=((memory.seq, memory.seq),),
                 )

@@ -272,7 +272,7 @@ class CorpusMemory:
     """Observation id."""
     content: str
     """Its text."""
-    run_id: str = ""
+    session_id: str = ""
     """Its session."""
     seq: int = 0
     """The event it cites."""
@@ -345,25 +345,25 @@ def write_corpus(
     sessions = 0
     minute = 0
     for first in range(0, len(texts), OBSERVATIONS_PER_SESSION):
-        run_id = f"bench-hybrid-{sessions:04d}"
+        session_id = f"bench-hybrid-{sessions:04d}"
         session_texts = texts[first : first + OBSERVATIONS_PER_SESSION]
         for start in range(0, len(session_texts), OBSERVATIONS_PER_PART):
             batch: list[ObservationRecord] = []
             for offset, content in enumerate(session_texts[start : start + OBSERVATIONS_PER_PART]):
                 minute += 3
                 batch.append(
-                    corpus_observation(run_id, start + offset + 1, content, corpus_timestamp(minute))
+                    corpus_observation(session_id, start + offset + 1, content, corpus_timestamp(minute))
                 )
             transcript: list[TranscriptEntry] = []
             for o in batch:
                 extra = ""
                 if rng.random() < source_share:
                     extra = f"{_ROLE_PREFIX.sub('', o.content)} {texts[rng.randrange(len(texts))]}"
-                memory = CorpusMemory(o.observation_id, o.content, run_id, o.source_start_seq, extra)
+                memory = CorpusMemory(o.observation_id, o.content, session_id, o.source_start_seq, extra)
                 memories.append(memory)
                 transcript.append(
                     TranscriptEntry(
-                        run_id=run_id,
+                        session_id=session_id,
                         seq=memory.seq,
                         event_type="agent_command_applied",
                         timestamp=o.timestamp,
@@ -371,7 +371,7 @@ def write_corpus(
                     )
                 )
             store.commit_observer_part(
-                corpus_part(run_id, start + 1, batch[-1].source_end_seq, batch[-1].created_at),
+                corpus_part(session_id, start + 1, batch[-1].source_end_seq, batch[-1].created_at),
                 batch,
                 transcript,
             )
@@ -570,10 +570,10 @@ def corpus_chunks(
     events = 0
     for memory in memories:
         observation = SourceMemory(
-            "observation", memory.memory_id, memory.run_id, "", memory.content, None, (memory.seq,)
+            "observation", memory.memory_id, memory.session_id, "", memory.content, None, (memory.seq,)
         )
-        event_id = transcript_event_id(memory.run_id, memory.seq)
-        event = SourceMemory("event", event_id, memory.run_id, "", memory.event_text, None, (memory.seq,))
+        event_id = transcript_event_id(memory.session_id, memory.seq)
+        event = SourceMemory("event", event_id, memory.session_id, "", memory.event_text, None, (memory.seq,))
         own = memory_chunks(observation, rules, [memory.event_text])
         transcript = memory_chunks(event, rules)
         chunks.extend(own + transcript)

@@ -150,12 +150,12 @@ def _coverage_ends(db_path: Path) -> dict[str, int]:
         return {}
     ends: dict[str, int] = {}
     broken: set[str] = set()
-    for run_id, start, stop in rows:
-        end = ends.get(run_id, 0)
-        if run_id in broken or start > end + 1:
-            broken.add(run_id)
+    for session_id, start, stop in rows:
+        end = ends.get(session_id, 0)
+        if session_id in broken or start > end + 1:
+            broken.add(session_id)
             continue
-        ends[run_id] = max(end, stop)
+        ends[session_id] = max(end, stop)
     return ends
 
 

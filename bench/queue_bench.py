@@ -297,16 +297,16 @@ BENCH_LANES = 16
 
 def bench_lane(job_id: str) -> str:
     """The lane of a benchmark job, from its id (see :func:`bench_job`); other ids share one lane."""
-    run_id, _, number = job_id.rpartition("-")
+    bench_run, _, number = job_id.rpartition("-")
     if not number.isdigit():
         return "other"
     n = int(number)
     if (n // BENCH_LANES) % 3 == 0:
         return f"index:{job_id}"
-    return f"{run_id}-lane{n % BENCH_LANES}"
+    return f"{bench_run}-lane{n % BENCH_LANES}"
 
 
-def bench_job(run_id: str, n: int) -> JobEnvelope:
+def bench_job(bench_run: str, n: int) -> JobEnvelope:
     """Job number ``n``, with paths that no handler opens.
 
     Jobs go round-robin over :data:`BENCH_LANES` sessions; within a session the kinds alternate
@@ -314,8 +314,8 @@ def bench_job(run_id: str, n: int) -> JobEnvelope:
     own, so nothing is coalesced and every accepted job runs its handler.
     """
     kind = ("semantic_index", "observe_boundary", "reflect_generation")[(n // BENCH_LANES) % 3]
-    job_id = f"{run_id}-{n:06d}"
-    session = f"{run_id}-lane{n % BENCH_LANES}"
+    job_id = f"{bench_run}-{n:06d}"
+    session = f"{bench_run}-lane{n % BENCH_LANES}"
     db_path = f"/nonexistent/{n}/om.sqlite" if kind == "semantic_index" else "/nonexistent/om.sqlite"
     payload: dict[str, Any] = {"kind": kind, "session_id": session, "db_path": db_path}
     if kind == "observe_boundary":
@@ -445,7 +445,7 @@ class _Workspace:
     queue_db: str
     ledger: str
     queue: Any = None
-    run_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:8]}")
+    bench_run: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:8]}")
 
 
 def fixed_pools(workers: int, slots: int) -> PoolSizes:
@@ -566,7 +566,7 @@ class _Dispatcher(threading.Thread):
     def feed(self, numbers: range) -> None:
         """Dispatch jobs ``numbers`` in order from the calling thread, timing each call."""
         for n in numbers:
-            job = bench_job(self._ws.run_id, n)
+            job = bench_job(self._ws.bench_run, n)
             started = time.perf_counter()
             try:
                 job_id = _retrying(functools.partial(self._dispatch_once, job), self._deadline)

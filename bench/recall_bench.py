@@ -313,10 +313,10 @@ def cited_refs(db_path: Path) -> dict[str, list[int]]:
     """Observation id -> the seqs of its own session it cites."""
     refs: dict[str, list[int]] = {}
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
-        for memory_id, run_id, raw in conn.execute(
+        for memory_id, session_id, raw in conn.execute(
             "SELECT observation_id, run_id, source_refs_json FROM om_observation"
         ):
-            refs[memory_id] = [int(ref["seq"]) for ref in json.loads(raw) if ref.get("run_id") == run_id]
+            refs[memory_id] = [int(ref["seq"]) for ref in json.loads(raw) if ref.get("run_id") == session_id]
     return refs
 
 

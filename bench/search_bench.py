@@ -125,9 +125,9 @@ def _measure_size(db_path: Path, size: int, seed: int) -> dict[str, object]:
             like_ms.setdefault(query_class, []).append(scan_time)
             identical = identical and fast == scan
     projection_ms: list[float] = []
-    for run_id in sessions[:PROJECTION_SESSIONS]:
+    for session_id in sessions[:PROJECTION_SESSIONS]:
         for _ in range(QUERY_REPEATS):
-            elapsed, _text = _timed(lambda s=run_id: project(db_path, s))
+            elapsed, _text = _timed(lambda s=session_id: project(db_path, s))
             projection_ms.append(elapsed)
     active = (
         measure_active_projection(db_path.with_name("active.sqlite"), size, seed) if size <= 50_000 else {}
@@ -183,9 +183,9 @@ def _cold_projection_ms(db_path: Path) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def full_record_projection(db_path: Path, run_id: str) -> str:
+def full_record_projection(db_path: Path, session_id: str) -> str:
     """The projection as main computed it: a fresh reader, SQLAlchemy, full pydantic records (baseline)."""
-    memory = SearchReader(db_path).active_memory(run_id)
+    memory = SearchReader(db_path).active_memory(session_id)
     return render_active_memory(memory.reflections, memory.candidates.observations)
 
 

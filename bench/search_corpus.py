@@ -126,13 +126,13 @@ def corpus_timestamp(minute: int) -> str:
 
 
 def corpus_observation(
-    run_id: str, seq: int, content: str, timestamp: str, relevance: Relevance = "medium"
+    session_id: str, seq: int, content: str, timestamp: str, relevance: Relevance = "medium"
 ) -> ObservationRecord:
-    """One corpus observation citing event ``seq`` of ``run_id``."""
-    refs = (SourceRef(run_id=run_id, seq=seq),)
+    """One corpus observation citing event ``seq`` of ``session_id``."""
+    refs = (SourceRef(run_id=session_id, seq=seq),)
     return ObservationRecord(
-        observation_id=observation_id(run_id, _OBSERVER_SCHEMA, timestamp, content, refs),
-        run_id=run_id,
+        observation_id=observation_id(session_id, _OBSERVER_SCHEMA, timestamp, content, refs),
+        session_id=session_id,
         boundary_key="pending",
         source_start_seq=seq,
         source_end_seq=seq,
@@ -148,15 +148,15 @@ def corpus_observation(
     )
 
 
-def corpus_part(run_id: str, start: int, end: int, covered_at: str) -> CoveragePart:
+def corpus_part(session_id: str, start: int, end: int, covered_at: str) -> CoveragePart:
     """The coverage row committed with a batch of corpus observations of ``start..end``."""
     return coverage_part(
-        run_id,
+        session_id,
         start,
         end,
         source_kind="bench",
         source_text=str(end),
-        part_text=f"{run_id}:{start}:{end}",
+        part_text=f"{session_id}:{start}:{end}",
         renderer_version=_RENDERER,
         observer_schema_version=_OBSERVER_SCHEMA,
         covered_at=covered_at,
@@ -174,13 +174,13 @@ def _content(sentences: Sequence[str], paths: Sequence[str], rng: random.Random)
 
 
 def _reflections(
-    run_id: str, set_hash: str, facts: Sequence[tuple[str, tuple[str, ...]]], now: str
+    session_id: str, set_hash: str, facts: Sequence[tuple[str, tuple[str, ...]]], now: str
 ) -> list[ReflectionRecord]:
     """Reflection rows of ``(content, supporting ids)`` facts, one per distinct id, in order."""
     rows = [
         ReflectionRecord(
-            reflection_id=reflection_id(run_id, _REFLECTOR_SCHEMA, content, support),
-            run_id=run_id,
+            reflection_id=reflection_id(session_id, _REFLECTOR_SCHEMA, content, support),
+            session_id=session_id,
             observation_set_hash=set_hash,
             content=content,
             supporting_observation_ids=support,
@@ -195,25 +195,25 @@ def _reflections(
 
 
 def _promote(
-    store: Store, run_id: str, observations: Sequence[ObservationRecord], rng: random.Random
+    store: Store, session_id: str, observations: Sequence[ObservationRecord], rng: random.Random
 ) -> None:
     """One generation covering the first 80% of the session, retaining 50 of them, with 5 reflections."""
     covered = observations[: int(len(observations) * 0.8)]
     if not covered:
         return
     ids = sorted(o.observation_id for o in covered)
-    set_hash = observation_set_hash(run_id, ids)
-    generation = threshold_generation_id(run_id, None, set_hash, _MODEL, _REFLECTOR_SCHEMA)
+    set_hash = observation_set_hash(session_id, ids)
+    generation = threshold_generation_id(session_id, None, set_hash, _MODEL, _REFLECTOR_SCHEMA)
     end_seq = max(o.source_end_seq for o in covered)
     now = covered[-1].created_at
-    store.claim_generation(generation, run_id, set_hash, _MODEL, _REFLECTOR_SCHEMA, 1, end_seq, now)
+    store.claim_generation(generation, session_id, set_hash, _MODEL, _REFLECTOR_SCHEMA, 1, end_seq, now)
     facts = []
     for index in range(5):
         content = f"Durable fact {index}: {rng.choice(covered).content}"
         facts.append((content, tuple(sorted({rng.choice(covered).observation_id for _ in range(3)}))))
-    unique = _reflections(run_id, set_hash, facts, now)
+    unique = _reflections(session_id, set_hash, facts, now)
     retained = [o.observation_id for o in covered[-50:]]
-    store.promote_generation(generation, run_id, unique, retained, now)
+    store.promote_generation(generation, session_id, unique, retained, now)
 
 
 _OBSERVATION_COLUMNS = (
@@ -242,7 +242,7 @@ def bulk_commit_parts(
                 [
                     (
                         o.observation_id,
-                        o.run_id,
+                        o.session_id,
                         part.boundary_key,
                         part.source_start_seq,
                         part.source_end_seq,
@@ -260,7 +260,7 @@ def bulk_commit_parts(
                 ],
             )
             values = {
-                **part.model_dump(exclude={"observation_count"}),
+                **part.model_dump(by_alias=True, exclude={"observation_count"}),
                 "observation_count": len(observations),
             }
             connection.execute(
@@ -280,7 +280,7 @@ def build_corpus(db_path: Path, size: int, seed: int) -> tuple[list[str], list[s
     Store(db_path).close()  # creates and migrates the file
     remaining, session_index, minute = size, 0, 0
     while remaining > 0:
-        run_id = f"bench-session-{session_index:04d}"
+        session_id = f"bench-session-{session_index:04d}"
         count = min(OBSERVATIONS_PER_SESSION, remaining)
         observations: list[ObservationRecord] = []
         parts: list[tuple[CoveragePart, Sequence[ObservationRecord]]] = []
@@ -290,19 +290,21 @@ def build_corpus(db_path: Path, size: int, seed: int) -> tuple[list[str], list[s
                 minute += rng.randint(1, 7)
                 batch.append(
                     corpus_observation(
-                        run_id,
+                        session_id,
                         seq,
                         _content(sentences, paths, rng),
                         corpus_timestamp(minute),
                         rng.choice(("low", "medium", "medium", "high", "critical")),
                     )
                 )
-            parts.append((corpus_part(run_id, start, batch[-1].source_end_seq, batch[-1].created_at), batch))
+            parts.append(
+                (corpus_part(session_id, start, batch[-1].source_end_seq, batch[-1].created_at), batch)
+            )
             observations.extend(batch)
         bulk_commit_parts(db_path, parts)
         with Store(db_path) as store:
-            _promote(store, run_id, observations, rng)
-        sessions.append(run_id)
+            _promote(store, session_id, observations, rng)
+        sessions.append(session_id)
         remaining -= count
         session_index += 1
     return sessions, sentences, paths, source

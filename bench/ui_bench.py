@@ -63,7 +63,7 @@ def _usage(db: Path, sessions: list[str]) -> None:
                 store.record_token_usage(
                     TokenUsageRecord(
                         usage_id=f"bench-{session}-{hour}",
-                        run_id=session,
+                        session_id=session,
                         job_kind="observe",
                         model="bench/model",
                         requests=3,

@@ -181,7 +181,7 @@ class OmrayClient(RemoteDatabase):
         except Exception as exc:  # the committed turn must never fail because of memory
             logger.warning(
                 "observe dispatch failed",
-                extra={"run_id": context.session_id, "error_class": type(exc).__name__},
+                extra={"session_id": context.session_id, "error_class": type(exc).__name__},
             )
             return None
 
@@ -296,7 +296,7 @@ class OmrayClient(RemoteDatabase):
             )
         except Exception as exc:  # never fail the host's session start
             logger.warning(
-                "index dispatch failed", extra={"run_id": session_id, "error_class": type(exc).__name__}
+                "index dispatch failed", extra={"session_id": session_id, "error_class": type(exc).__name__}
             )
             return None
 
@@ -644,7 +644,7 @@ def _activity_view(record: ActivityRecord, now: datetime) -> dict[str, Any] | No
     if updated_at.tzinfo is None:
         updated_at = updated_at.replace(tzinfo=UTC)
     return {
-        "session_id": record.run_id,
+        "session_id": record.session_id,
         "job_id": record.job_id,
         "stage": record.stage,
         "current_tokens": record.current_tokens,

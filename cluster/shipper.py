@@ -119,7 +119,7 @@ class EventShipper:
         except LOCAL_READ_ERRORS as exc:
             logger.warning(
                 "events not shipped past a read failure",
-                extra={"run_id": shipment.session_id, "error_class": type(exc).__name__},
+                extra={"session_id": shipment.session_id, "error_class": type(exc).__name__},
             )
         return forms[: batch_size(sizes, self._max_events, self._max_bytes)]
 

@@ -20,9 +20,9 @@ def normalize_source_refs(refs: Iterable[SourceRef | Mapping[str, Any]]) -> list
     unique: dict[tuple[str, int], SourceRef] = {}
     for ref in refs:
         if isinstance(ref, SourceRef):
-            run_id, seq = ref.run_id, ref.seq
+            session_id, seq = ref.run_id, ref.seq
         else:
-            run_id = str(ref.get("run_id") or "")
+            session_id = str(ref.get("run_id") or "")
             raw_seq = ref.get("seq")
             if isinstance(raw_seq, bool) or not isinstance(raw_seq, int | float | str):
                 continue
@@ -30,9 +30,9 @@ def normalize_source_refs(refs: Iterable[SourceRef | Mapping[str, Any]]) -> list
                 seq = int(raw_seq)
             except ValueError:
                 continue
-        if run_id == "" or seq < 1:
+        if session_id == "" or seq < 1:
             continue
-        unique[(run_id, seq)] = SourceRef(run_id=run_id, seq=seq)
+        unique[(session_id, seq)] = SourceRef(run_id=session_id, seq=seq)
     return [unique[key] for key in sorted(unique, key=lambda k: (k[0].encode("utf-8"), k[1]))]
 
 
@@ -52,7 +52,7 @@ def content_hash(content: str) -> str:
 
 
 def observation_id(
-    run_id: str,
+    session_id: str,
     observer_schema_version: str,
     timestamp: str,
     content: str,
@@ -62,7 +62,7 @@ def observation_id(
     return canonical_hash(
         {
             "type": "observation-v1",
-            "run_id": run_id,
+            "run_id": session_id,
             "observer_schema_version": observer_schema_version,
             "timestamp": timestamp,
             "content": php_trim(content),
@@ -75,21 +75,25 @@ def _sorted_unique(ids: Iterable[str]) -> list[str]:
     return sorted(set(ids), key=lambda s: s.encode("utf-8"))
 
 
-def observation_set_hash(run_id: str, observation_ids: Iterable[str]) -> str:
+def observation_set_hash(session_id: str, observation_ids: Iterable[str]) -> str:
     """Hash of a set of observation ids (``observation-set-v1``); ids deduped and sorted."""
     return canonical_hash(
-        {"type": "observation-set-v1", "run_id": run_id, "observation_ids": _sorted_unique(observation_ids)}
+        {
+            "type": "observation-set-v1",
+            "run_id": session_id,
+            "observation_ids": _sorted_unique(observation_ids),
+        }
     )
 
 
 def reflection_id(
-    run_id: str, reflector_schema_version: str, content: str, supporting_observation_ids: Iterable[str]
+    session_id: str, reflector_schema_version: str, content: str, supporting_observation_ids: Iterable[str]
 ) -> str:
     """Id of a reflection (``reflection-v1``); supporting ids deduped and sorted."""
     return canonical_hash(
         {
             "type": "reflection-v1",
-            "run_id": run_id,
+            "run_id": session_id,
             "reflector_schema_version": reflector_schema_version,
             "content": content,
             "supporting_observation_ids": _sorted_unique(supporting_observation_ids),
@@ -113,7 +117,7 @@ def source_digest(blocks: Iterable[Mapping[str, Any]]) -> str:
 
 
 def chunk_key(
-    run_id: str,
+    session_id: str,
     source_start_seq: int,
     source_end_seq: int,
     renderer_version: str,
@@ -125,7 +129,7 @@ def chunk_key(
     return canonical_hash(
         {
             "type": "observer-chunk-v1",
-            "run_id": run_id,
+            "run_id": session_id,
             "source_start_seq": source_start_seq,
             "source_end_seq": source_end_seq,
             "renderer_version": renderer_version,
@@ -154,7 +158,7 @@ def coverage_key(chunk_key_value: str, part_index: int, part_digest_value: str) 
 
 
 def threshold_generation_id(
-    run_id: str,
+    session_id: str,
     prior_active_generation_id: str | None,
     observation_set_hash_value: str,
     reflector_model: str,
@@ -164,7 +168,7 @@ def threshold_generation_id(
     return canonical_hash(
         {
             "type": "threshold-generation-v1",
-            "run_id": run_id,
+            "run_id": session_id,
             "prior_active_generation_id": prior_active_generation_id,
             "observation_set_hash": observation_set_hash_value,
             "reflector_model": reflector_model,
@@ -174,7 +178,7 @@ def threshold_generation_id(
 
 
 def observe_job_id(
-    run_id: str,
+    session_id: str,
     terminal_end_seq: int,
     terminal_status: str,
     renderer_version: str,
@@ -182,7 +186,9 @@ def observe_job_id(
 ) -> str:
     """Deterministic observe job id: sha256 of the five values joined with ``|`` (plain string)."""
     return sha256_hex(
-        "|".join([run_id, str(terminal_end_seq), terminal_status, renderer_version, observer_schema_version])
+        "|".join(
+            [session_id, str(terminal_end_seq), terminal_status, renderer_version, observer_schema_version]
+        )
     )
 
 
@@ -198,9 +204,9 @@ def semantic_chunk_id(kind: str, memory_id: str, position: int, chunk_text: str)
     return sha256_hex(parent_key + "\\0" + str(position) + "\\0" + chunk_text)[:32]
 
 
-def transcript_event_id(run_id: str, seq: int) -> str:
+def transcript_event_id(session_id: str, seq: int) -> str:
     """Id of one transcript event (64 hex): ``recall`` takes it like a memory id."""
-    return sha256_hex(canonical_json(["omray-transcript-event-v1", run_id, seq]))
+    return sha256_hex(canonical_json(["omray-transcript-event-v1", session_id, seq]))
 
 
 def is_observation_timestamp(value: str) -> bool:

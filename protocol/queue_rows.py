@@ -93,7 +93,7 @@ class JobGivenUp(_Result):
     job_seq: int
     finished_at: str
     failure_reason: str
-    run_id: str
+    session_id: str
     event_type: str
     event_payload: dict[str, Any]
     db_path: str = ""
@@ -104,7 +104,7 @@ class RuntimeEventWrite(_Result):
     """Queue write: a sanitized runtime event for a session."""
 
     kind: Literal["runtime_event"] = "runtime_event"
-    run_id: str
+    session_id: str
     event_type: str
     payload: dict[str, Any]
     created_at: str
@@ -125,7 +125,7 @@ class StoredJob(_Result):
     """The job as accepted."""
     handler_id: str
     """Stable handler id."""
-    run_id: str
+    session_id: str = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session of the payload."""
     state: JobState
     """Lifecycle state."""

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocol import formats
-from protocol.ids import GenerationId, ObservationId, ReflectionId, SessionId
+from protocol.ids import SESSION_ID_ALIASES, GenerationId, ObservationId, ReflectionId, SessionId
 
 Relevance = Literal["low", "medium", "high", "critical"]
 """How much an observation matters, as rated by the Observer."""
@@ -48,7 +48,7 @@ class ObservationRecord(_Record):
 
     observation_id: ObservationId
     """Content-derived id (reference §5.2)."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session the observation belongs to."""
     boundary_key: str
     """Chunk key of the part that produced it."""
@@ -79,7 +79,7 @@ class ObservationRecord(_Record):
     def first_source_seq(self) -> int:
         """The first event of its own session it cites, else its part's start: its place in the
         session's story (``persistence.reads.projection_sql.FIRST_SOURCE_SEQ_SQL`` in SQL)."""
-        own = [ref.seq for ref in self.source_refs if ref.run_id == self.run_id]
+        own = [ref.seq for ref in self.source_refs if ref.run_id == self.session_id]
         return min(own) if own else self.source_start_seq
 
 
@@ -89,7 +89,7 @@ class ChunkPartIdentity(_Record):
 
     coverage_key: str
     """Identity of this part: ``sha256`` of the canonical observer-chunk-part-v1 object."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session covered."""
     source_start_seq: int = Field(ge=1)
     """First covered seq (inclusive)."""
@@ -132,7 +132,7 @@ class ReflectionRecord(_Record):
 
     reflection_id: ReflectionId
     """Content-derived id (reference §5.2)."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session."""
     compaction_request_id: str = ""
     """Always ``''`` for threshold generations."""
@@ -176,7 +176,7 @@ class GenerationRecord(_Record):
 
     generation_id: GenerationId
     """Deterministic threshold-generation id."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session."""
     trigger_kind: Literal["threshold", "compaction"] = "threshold"
     """Only ``threshold`` is produced."""
@@ -205,7 +205,7 @@ class GenerationRecord(_Record):
 class ActivityRecord(_Record):
     """Live activity row for one session (table ``om_current_activity``)."""
 
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session."""
     job_id: str
     """Job that wrote the row; only that job may clear it."""
@@ -226,7 +226,7 @@ UsageJobKind = Literal["observe", "reflect", "drop"]
 class TokenUsageTotal(_Record):
     """Tokens spent for one session (or all, summed), job kind and model; counts only, never text."""
 
-    run_id: SessionId | None
+    session_id: SessionId | None = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session, or ``None`` for a total over sessions."""
     job_kind: UsageJobKind
     """Stage that called the model."""
@@ -284,7 +284,7 @@ class TokenUsageRecord(TokenUsageTotal):
 
     usage_id: str = Field(min_length=1)
     """Idempotency key of the write (one per tool loop; a repeated write is ignored)."""
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session the work was for."""
     recorded_at: str
     """UTC ISO-8601 time of the write."""
@@ -293,7 +293,7 @@ class TokenUsageRecord(TokenUsageTotal):
 class TranscriptEntry(_Record):
     """The searchable text of one covered event: one row of ``omray_transcript``."""
 
-    run_id: SessionId
+    session_id: SessionId = Field(validation_alias=SESSION_ID_ALIASES, serialization_alias="run_id")
     """Session the event belongs to."""
     seq: int = Field(ge=1)
     """Seq of the event in its session."""

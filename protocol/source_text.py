@@ -138,8 +138,8 @@ def cited_seqs(refs: Sequence[Mapping[str, Any]], session_id: str) -> tuple[int,
     """Seqs of ``refs`` in ``session_id`` (refs to other sessions are left out), sorted, unique."""
     seqs: set[int] = set()
     for ref in refs:
-        run_id = ref.get("run_id", ref.get("runId"))
+        ref_session = ref.get("run_id", ref.get("runId"))
         seq = ref.get("seq")
-        if run_id == session_id and isinstance(seq, int) and not isinstance(seq, bool) and seq >= 1:
+        if ref_session == session_id and isinstance(seq, int) and not isinstance(seq, bool) and seq >= 1:
             seqs.add(seq)
     return tuple(sorted(seqs))

@@ -8,7 +8,7 @@ from protocol.records import CoveragePart
 
 
 def coverage_part(
-    run_id: str,
+    session_id: str,
     start: int,
     end: int,
     *,
@@ -25,13 +25,13 @@ def coverage_part(
     is that of one block (``source_kind``, ``source_text``) at ``start``, its part digest that of
     ``part_text``; every index of one chunk shares the chunk key."""
     digest = source_digest(
-        [{"run_id": run_id, "seq": start, "kind": source_kind, "rendered_text": source_text}]
+        [{"run_id": session_id, "seq": start, "kind": source_kind, "rendered_text": source_text}]
     )
-    key = chunk_key(run_id, start, end, renderer_version, observer_schema_version, digest, part_count)
+    key = chunk_key(session_id, start, end, renderer_version, observer_schema_version, digest, part_count)
     p_digest = part_digest(part_text)
     return CoveragePart(
         coverage_key=coverage_key(key, part_index, p_digest),
-        run_id=run_id,
+        session_id=session_id,
         boundary_key=key,
         source_start_seq=start,
         source_end_seq=end,

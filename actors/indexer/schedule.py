@@ -27,24 +27,24 @@ def events_path(root: str, session_id: str) -> Path | None:
 
 
 def index_job(
-    db_path: str, run_id: str, settings_block: Mapping[str, Any], events_root: str | None = None
+    db_path: str, session_id: str, settings_block: Mapping[str, Any], events_root: str | None = None
 ) -> JobEnvelope:
     """A ``semantic_index`` job for one database; the id is 32 random hex chars (reference §5.2)."""
     payload = SemanticIndexJob(
-        session_id=run_id, db_path=db_path, settings=dict(settings_block), events_root=events_root
+        session_id=session_id, db_path=db_path, settings=dict(settings_block), events_root=events_root
     )
-    return JobEnvelope(job_id=uuid.uuid4().hex, session_id=run_id, payload=payload)
+    return JobEnvelope(job_id=uuid.uuid4().hex, session_id=session_id, payload=payload)
 
 
 def schedule_index(
     dispatch: Callable[[JobEnvelope], str] | None,
     semantic: SemanticSettings | None,
     db_path: str,
-    run_id: str,
+    session_id: str,
     settings_block: Mapping[str, Any],
     events_root: str | None = None,
 ) -> str | None:
     """Dispatch an index batch when hybrid retrieval is configured; returns its job id."""
     if dispatch is None or semantic is None:
         return None
-    return dispatch(index_job(db_path, run_id, settings_block, events_root))
+    return dispatch(index_job(db_path, session_id, settings_block, events_root))

@@ -162,7 +162,7 @@ def usage_by_day_json(rows: Sequence[TokenUsageDay], prices: PriceTable | None) 
     usd_prices = _usd_prices(prices)
     found: dict[tuple[str, str, str], _DayRow] = {}
     for row in rows:
-        entry = found.setdefault((row.day, row.run_id or "", row.model), _DayRow())
+        entry = found.setdefault((row.day, row.session_id or "", row.model), _DayRow())
         entry.requests += row.requests
         entry.tokens += row.prompt_tokens + row.completion_tokens
         usd = row.cost_usd

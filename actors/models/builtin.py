@@ -163,7 +163,7 @@ class _Entry:
     label: str
     extra: str
     timestamp: str
-    run_id: str
+    session_id: str
     seq: int
     lines: list[str] = field(default_factory=list)
 
@@ -179,15 +179,15 @@ class _ToolUse:
     name: str
     args: str
     timestamp: str | None
-    run_id: str
+    session_id: str
     seq: int
 
 
 def _parse_ref(ref: str) -> tuple[str, int] | None:
-    run_id, colon, seq_text = ref.strip().rpartition(":")
-    if not colon or not run_id or not seq_text.isdigit() or int(seq_text) < 1:
+    session_id, colon, seq_text = ref.strip().rpartition(":")
+    if not colon or not session_id or not seq_text.isdigit() or int(seq_text) < 1:
         return None
-    return run_id, int(seq_text)
+    return session_id, int(seq_text)
 
 
 def _split_observer_input(text: str) -> tuple[str, str]:
@@ -220,7 +220,7 @@ def _parse_chunk(chunk: str) -> tuple[list[_Entry | _ToolUse], str | None]:
                     label=match.group("label").strip(),
                     extra=match.group("extra"),
                     timestamp=block_ts,
-                    run_id=ref[0],
+                    session_id=ref[0],
                     seq=ref[1],
                     lines=[match.group("text")],
                 )
@@ -240,11 +240,12 @@ def _date_tool_calls(items: list[_Entry | _ToolUse]) -> list[_Entry | _ToolUse]:
                 (
                     other.timestamp
                     for other in items[index + 1 :]
-                    if isinstance(other, _Entry) and (other.run_id, other.seq) == (item.run_id, item.seq)
+                    if isinstance(other, _Entry)
+                    and (other.session_id, other.seq) == (item.session_id, item.seq)
                 ),
                 None,
             )
-            item = _ToolUse(item.name, item.args, later, item.run_id, item.seq)
+            item = _ToolUse(item.name, item.args, later, item.session_id, item.seq)
         dated.append(item)
     return dated
 
@@ -303,7 +304,7 @@ def extract_observations(text: str) -> list[dict[str, Any]]:
         content: str,
         relevance: str,
         timestamp: str | None,
-        run_id: str,
+        session_id: str,
         seq: int,
         limit: int = MAX_CONTENT_CHARS,
     ) -> None:
@@ -317,7 +318,7 @@ def extract_observations(text: str) -> list[dict[str, Any]]:
                 "timestamp": timestamp,
                 "content": cleaned,
                 "relevance": relevance,
-                "source_refs": [{"run_id": run_id, "seq": seq}],
+                "source_refs": [{"run_id": session_id, "seq": seq}],
             }
         )
 
@@ -329,7 +330,7 @@ def extract_observations(text: str) -> list[dict[str, Any]]:
                     MAX_MESSAGE_CHARS
                 )
                 limit = MAX_MESSAGE_CHARS + len("Assistant replied: ") if whole else MAX_CONTENT_CHARS
-                add(found[0], found[1], item.timestamp, item.run_id, item.seq, limit)
+                add(found[0], found[1], item.timestamp, item.session_id, item.seq, limit)
             if not item.label.lower().startswith("tool result for"):
                 continue
             source = item.text
@@ -346,7 +347,7 @@ def extract_observations(text: str) -> list[dict[str, Any]]:
 
 
 def _ref(item: _Entry | _ToolUse) -> tuple[str, int]:
-    return item.run_id, item.seq
+    return item.session_id, item.seq
 
 
 # --- record_reflections / drop_observations -------------------------------------------------------

@@ -51,7 +51,7 @@ def record_loop_usage(
     loop: ToolLoopResult,
     *,
     usage_id: str,
-    run_id: str,
+    session_id: str,
     job_kind: UsageJobKind,
     model: str,
     recorded_at: str,
@@ -61,7 +61,7 @@ def record_loop_usage(
         return
     record = TokenUsageRecord(
         usage_id=usage_id,
-        run_id=run_id,
+        session_id=session_id,
         job_kind=job_kind,
         model=model,
         requests=loop.rounds,
@@ -76,7 +76,7 @@ def record_loop_usage(
     except Exception as exc:  # cost reporting must never fail the work it reports on
         logger.warning(
             "token usage write failed",
-            extra={"run_id": run_id, "job_kind": job_kind, "error_class": type(exc).__name__},
+            extra={"session_id": session_id, "job_kind": job_kind, "error_class": type(exc).__name__},
         )
 
 

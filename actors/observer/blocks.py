@@ -50,11 +50,11 @@ class MalformedEventError(OmrayError):
     The message names the session, seq and event type only, never payload content.
     """
 
-    def __init__(self, run_id: str, seq: int, event_type: str, reason: str) -> None:
-        self.run_id = run_id
+    def __init__(self, session_id: str, seq: int, event_type: str, reason: str) -> None:
+        self.session_id = session_id
         self.seq = seq
         self.event_type = event_type
-        super().__init__(f"malformed {event_type!r} event at seq {seq} of run {run_id!r}: {reason}")
+        super().__init__(f"malformed {event_type!r} event at seq {seq} of run {session_id!r}: {reason}")
 
 
 class SourceBlock(BaseModel):
@@ -62,7 +62,7 @@ class SourceBlock(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    run_id: SessionId
+    session_id: SessionId
     """Session the block comes from."""
     seq: int = Field(ge=1)
     """Seq the block is filed under (for a tool group: the call event's seq)."""
@@ -76,16 +76,16 @@ class SourceBlock(BaseModel):
     def digest_entry(self) -> dict[str, Any]:
         """The ``{run_id, seq, kind, rendered_text}`` object this block contributes to a source digest."""
         return {
-            "run_id": self.run_id,
+            "run_id": self.session_id,
             "seq": self.seq,
             "kind": self.kind,
             "rendered_text": self.rendered_text,
         }
 
 
-def source_label(run_id: str, seq: int) -> str:
+def source_label(session_id: str, seq: int) -> str:
     """The citation label the Observer sees and cites: ``[Source entry id: <run_id>:<seq>]``."""
-    return f"[Source entry id: {run_id}:{seq}]"
+    return f"[Source entry id: {session_id}:{seq}]"
 
 
 def event_timestamp(created_at: str, now_local: str) -> str:
@@ -141,15 +141,15 @@ def digest_tool_output(text: str, count_tokens: Callable[[str], int]) -> str:
     )
 
 
-def empty_source_block(run_id: str, seq: int) -> SourceBlock:
+def empty_source_block(session_id: str, seq: int) -> SourceBlock:
     """The synthetic block used when a range renders nothing, so its coverage is still committed."""
     body = "(nothing to observe in this range: only control events, no conversation content)"
     return SourceBlock(
-        run_id=run_id,
+        session_id=session_id,
         seq=seq,
         kind="empty",
-        rendered_text=f"{source_label(run_id, seq)}\n{body}",
-        source_refs=(SourceRef(run_id=run_id, seq=seq),),
+        rendered_text=f"{source_label(session_id, seq)}\n{body}",
+        source_refs=(SourceRef(run_id=session_id, seq=seq),),
     )
 
 
@@ -192,7 +192,7 @@ class _Builder:
     def emit(self, event: SessionEvent, kind: BlockKind, body: str) -> None:
         self.blocks.append(
             SourceBlock(
-                run_id=event.run_id,
+                session_id=event.run_id,
                 seq=event.seq,
                 kind=kind,
                 rendered_text=_rtrim(f"{source_label(event.run_id, event.seq)}\n{body}"),
@@ -285,7 +285,7 @@ class _Builder:
         )
         self.blocks.append(
             SourceBlock(
-                run_id=call_event.run_id,
+                session_id=call_event.run_id,
                 seq=call_event.seq,
                 kind="tool_group",
                 rendered_text=_rtrim(rendered),

@@ -247,14 +247,14 @@ def split_text(text: str, budget: int, count_tokens: Callable[[str], int]) -> li
 class _PackContext:
     def __init__(
         self,
-        run_id: str,
+        session_id: str,
         memory: str,
         local_time: str,
         renderer_version: str,
         observer_schema_version: str,
         count_tokens: Callable[[str], int],
     ) -> None:
-        self.run_id = run_id
+        self.session_id = session_id
         self.memory = memory
         self.time_line = timestamp_line(local_time)
         self.renderer_version = renderer_version
@@ -269,7 +269,13 @@ class _PackContext:
         end = max(block.seq for block in blocks)
         digest = source_digest(block.digest_entry() for block in blocks)
         key = chunk_key(
-            self.run_id, start, end, self.renderer_version, self.observer_schema_version, digest, len(texts)
+            self.session_id,
+            start,
+            end,
+            self.renderer_version,
+            self.observer_schema_version,
+            digest,
+            len(texts),
         )
         refs = tuple(normalize_source_refs(ref for block in blocks for ref in block.source_refs))
         for index, text in enumerate(texts, start=1):
@@ -277,7 +283,7 @@ class _PackContext:
             text_digest = part_digest(text)
             self.parts.append(
                 ChunkPart(
-                    run_id=self.run_id,
+                    session_id=self.session_id,
                     chunk_ordinal=self.ordinal,
                     source_start_seq=start,
                     source_end_seq=end,
@@ -300,7 +306,7 @@ class _PackContext:
 
 def pack_parts(
     *,
-    run_id: str,
+    session_id: str,
     blocks: Sequence[SourceBlock],
     envelope_tokens: int,
     fixed_overhead_tokens: int,
@@ -317,7 +323,7 @@ def pack_parts(
     result before committing anything.
     """
     if not blocks:
-        raise PackerInvariantError(f"no source blocks to pack for run {run_id!r}")
+        raise PackerInvariantError(f"no source blocks to pack for run {session_id!r}")
     reflections, observations = trim_memory_lines(
         memory_lines, memory_budget(envelope_tokens, fixed_overhead_tokens), count_tokens
     )
@@ -325,7 +331,7 @@ def pack_parts(
     budget = source_budget(envelope_tokens, fixed_overhead_tokens, memory, count_tokens)
     separator_tokens = count_tokens(BLOCK_SEPARATOR)
     context = _PackContext(
-        run_id, memory, local_time, renderer_version, observer_schema_version, count_tokens
+        session_id, memory, local_time, renderer_version, observer_schema_version, count_tokens
     )
 
     def finalize(group: list[SourceBlock]) -> None:
@@ -335,7 +341,7 @@ def pack_parts(
         elif len(group) > 1:
             raise PackerInvariantError(
                 f"packed group of {len(group)} blocks at seqs {group[0].seq}..{group[-1].seq} "
-                f"of run {run_id!r} exceeds its source budget of {budget} tokens"
+                f"of run {session_id!r} exceeds its source budget of {budget} tokens"
             )
         else:
             context.emit(group, split_text(text, budget, count_tokens))
@@ -394,7 +400,7 @@ def normalize_coverage(
     for group, (start, end) in zip(groups, ranges, strict=True):
         first = group[0]
         key = chunk_key(
-            first.run_id,
+            first.session_id,
             start,
             end,
             first.renderer_version,

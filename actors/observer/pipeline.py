@@ -205,7 +205,7 @@ def plan_parts(
         ports.memory.active_reflections(job.session_id), session_ids.order(before), session_ids.local_ids
     )
     parts = pack_parts(
-        run_id=job.session_id,
+        session_id=job.session_id,
         blocks=blocks,
         envelope_tokens=envelope,
         fixed_overhead_tokens=fixed_overhead_tokens(ports.count_tokens),
@@ -254,12 +254,12 @@ def _already_committed(part: ChunkPart, ports: ObserverPorts) -> bool:
     return True
 
 
-def _set_activity(ports: ObserverPorts, job_id: str, run_id: str, tokens: int) -> None:
+def _set_activity(ports: ObserverPorts, job_id: str, session_id: str, tokens: int) -> None:
     # Status never hurts work (invariant 7): a failed activity write is logged and ignored.
     try:
         ports.store.upsert_activity(
             ActivityRecord(
-                run_id=run_id,
+                session_id=session_id,
                 job_id=job_id,
                 stage="observer",
                 current_tokens=tokens,
@@ -267,20 +267,24 @@ def _set_activity(ports: ObserverPorts, job_id: str, run_id: str, tokens: int) -
             )
         )
     except Exception as exc:
-        logger.warning("activity write failed", extra={"run_id": run_id, "error_class": type(exc).__name__})
+        logger.warning(
+            "activity write failed", extra={"session_id": session_id, "error_class": type(exc).__name__}
+        )
 
 
-def _clear_activity(ports: ObserverPorts, job_id: str, run_id: str) -> None:
+def _clear_activity(ports: ObserverPorts, job_id: str, session_id: str) -> None:
     try:
-        ports.store.clear_activity(run_id, job_id)
+        ports.store.clear_activity(session_id, job_id)
     except Exception as exc:
-        logger.warning("activity clear failed", extra={"run_id": run_id, "error_class": type(exc).__name__})
+        logger.warning(
+            "activity clear failed", extra={"session_id": session_id, "error_class": type(exc).__name__}
+        )
 
 
 def observe_through(
     job: ObserveBoundaryJob, job_id: str, settings: OmSettings, ports: ObserverPorts
 ) -> ObserveResult:
-    """Observe ``job.run_id`` from its contiguous coverage end through ``job.terminal_end_seq``."""
+    """Observe ``job.session_id`` from its contiguous coverage end through ``job.terminal_end_seq``."""
     try:
         result = _observe(job, job_id, settings, ports)
         if result.status == "deferred":
@@ -332,7 +336,12 @@ def _observe(
         # committed stays, and the rest is planned from the coverage end.
         logger.warning(
             "observe plan changed between attempts",
-            extra={"run_id": job.session_id, "job_id": job_id, "pinned_start": plan_start, "start": start},
+            extra={
+                "session_id": job.session_id,
+                "job_id": job_id,
+                "pinned_start": plan_start,
+                "start": start,
+            },
         )
         plan_start = start
         plan = plan_parts(job, settings, ports, start, context_window, cap)
@@ -373,7 +382,7 @@ def _observe(
             ports.store,
             loop,
             usage_id=ports.new_id(),
-            run_id=job.session_id,
+            session_id=job.session_id,
             job_kind="observe",
             model=model,
             recorded_at=covered_at,
@@ -390,7 +399,7 @@ def _observe(
     logger.info(
         "observe job finished",
         extra={
-            "run_id": job.session_id,
+            "session_id": job.session_id,
             "job_id": job_id,
             **{k: v for k, v in result.as_dict().items() if k != "status"},
         },

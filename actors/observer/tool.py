@@ -71,13 +71,13 @@ class RecordObservationsHandler:
 
     def __init__(
         self,
-        run_id: str,
+        session_id: str,
         observer_schema_version: str,
         allowed_source_refs: Iterable[SourceRef],
         count_tokens: Callable[[str], int],
         observer_model: str,
     ) -> None:
-        self.run_id = run_id
+        self.session_id = session_id
         self.observer_schema_version = observer_schema_version
         self.observer_model = observer_model
         self._allowed = frozenset((ref.run_id, ref.seq) for ref in allowed_source_refs)
@@ -113,16 +113,16 @@ class RecordObservationsHandler:
 
     def to_records(self, part: ChunkPart, covered_at: str) -> list[ObservationRecord]:
         """The accepted observations as rows of ``part`` (its normalized range and chunk key)."""
-        if part.run_id != self.run_id or part.observer_schema_version != self.observer_schema_version:
+        if part.session_id != self.session_id or part.observer_schema_version != self.observer_schema_version:
             raise PartMismatchError(
-                f"part {part.coverage_key!r} belongs to run {part.run_id!r} schema "
-                f"{part.observer_schema_version!r}, not run {self.run_id!r} schema "
+                f"part {part.coverage_key!r} belongs to run {part.session_id!r} schema "
+                f"{part.observer_schema_version!r}, not run {self.session_id!r} schema "
                 f"{self.observer_schema_version!r}"
             )
         return [
             ObservationRecord(
                 observation_id=accepted.observation_id,
-                run_id=self.run_id,
+                session_id=self.session_id,
                 boundary_key=part.chunk_key,
                 source_start_seq=part.source_start_seq,
                 source_end_seq=part.source_end_seq,
@@ -150,7 +150,11 @@ class RecordObservationsHandler:
     def _accept(self, draft: ObservationDraft) -> AcceptedObservation:
         return AcceptedObservation(
             observation_id=observation_id(
-                self.run_id, self.observer_schema_version, draft.timestamp, draft.content, draft.source_refs
+                self.session_id,
+                self.observer_schema_version,
+                draft.timestamp,
+                draft.content,
+                draft.source_refs,
             ),
             content=draft.content,
             content_hash=content_hash(draft.content),

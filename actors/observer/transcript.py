@@ -30,7 +30,7 @@ def transcript_entries(events: Iterable[SessionEvent], now_local: str) -> list[T
             continue
         entries.append(
             TranscriptEntry(
-                run_id=event.run_id,
+                session_id=event.run_id,
                 seq=event.seq,
                 event_type=event.type,
                 timestamp=event_timestamp(event.ts, now_local),
@@ -48,20 +48,20 @@ def entries_in(entries: Sequence[TranscriptEntry], start_seq: int, end_seq: int)
 class TranscriptReads(Protocol):
     """What a backfill reads of the memory database (``persistence.reads.memory_reader.MemoryReader``)."""
 
-    def transcript_through(self, run_id: str) -> int: ...
-    def covered_end(self, run_id: str) -> int: ...
+    def transcript_through(self, session_id: str) -> int: ...
+    def covered_end(self, session_id: str) -> int: ...
 
 
 class TranscriptWrites(Protocol):
     """The one write of a backfill (the database's ``Store``)."""
 
     def backfill_transcript(
-        self, run_id: str, entries: Sequence[TranscriptEntry], start_seq: int, through_seq: int, now: str
+        self, session_id: str, entries: Sequence[TranscriptEntry], start_seq: int, through_seq: int, now: str
     ) -> int: ...
 
 
 def backfill_transcript(
-    run_id: str,
+    session_id: str,
     memory: TranscriptReads,
     store: TranscriptWrites,
     read_events: Callable[[int, int], EventWindow],
@@ -75,8 +75,8 @@ def backfill_transcript(
     end even when the file no longer holds some of those events: what it holds is written, and a
     session is never stuck on a file that was truncated or removed.
     """
-    through = memory.transcript_through(run_id)
-    covered = memory.covered_end(run_id)
+    through = memory.transcript_through(session_id)
+    covered = memory.covered_end(session_id)
     if covered <= through:
         return 0
     try:
@@ -85,9 +85,9 @@ def backfill_transcript(
     except (OSError, EventsFileError, EventsMissingError, EventsMismatchError) as exc:
         logger.warning(
             "om.transcript.backfill_unreadable",
-            extra={"run_id": run_id, "exception_class": type(exc).__name__},
+            extra={"session_id": session_id, "exception_class": type(exc).__name__},
         )
         events = ()
     entries = [entry for entry in transcript_entries(events, now_local) if through < entry.seq <= covered]
-    store.backfill_transcript(run_id, entries, through + 1, covered, now_utc)
+    store.backfill_transcript(session_id, entries, through + 1, covered, now_utc)
     return len(events)

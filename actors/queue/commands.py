@@ -117,9 +117,9 @@ class WakeAt:
 
 @dataclass(frozen=True, slots=True)
 class EmitJobFailed:
-    """Emit the transient ``extension_agent.job_failed`` runtime event for session ``run_id``."""
+    """Emit the transient ``extension_agent.job_failed`` runtime event for session ``session_id``."""
 
-    run_id: str
+    session_id: str
     """Session the event belongs to (the job payload's ``session_id``)."""
     event: JobFailedEvent
     """Sanitized event payload."""
@@ -129,10 +129,10 @@ class EmitJobFailed:
 
 @dataclass(frozen=True, slots=True)
 class EmitJobHeld:
-    """Emit the ``extension_agent.memory_held`` runtime event for session ``run_id``: its database's
+    """Emit the ``extension_agent.memory_held`` runtime event for session ``session_id``: its database's
     model jobs are held from now on (once per hold, not per renewal)."""
 
-    run_id: str
+    session_id: str
     """Session of the run that found the budget used up."""
     event: JobHeldEvent
     """Sanitized event payload."""

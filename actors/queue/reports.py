@@ -54,7 +54,7 @@ class QueueReports:
                 extra={"job_id": command.job_id, "attempts": command.attempts, "reason": command.reason},
             )
         elif isinstance(command, EmitJobFailed):
-            self._job_failed(command.run_id, command.event, self._clock(), command.db_path)
+            self._job_failed(command.session_id, command.event, self._clock(), command.db_path)
         elif isinstance(command, HoldJob):
             logger.info(
                 "job held by its daily budget",
@@ -64,7 +64,7 @@ class QueueReports:
             logger.warning(
                 "daily model budget reached; model jobs held",
                 extra={
-                    "run_id": command.run_id,
+                    "session_id": command.session_id,
                     "job_id": command.event.job_id,
                     "reason": command.event.reason,
                 },
@@ -92,14 +92,16 @@ class QueueReports:
         for usage in usage_of(handler_id, detail):
             safe_metric(self.metrics.model_usage, handler_id, usage)
 
-    def _job_failed(self, run_id: str, event: JobFailedEvent, now: float, db_path: str = "") -> None:
+    def _job_failed(self, session_id: str, event: JobFailedEvent, now: float, db_path: str = "") -> None:
         payload = event.model_dump()
-        self.recent_failures.append({"session_id": run_id, "db_path": db_path, **payload, "at": iso_utc(now)})
+        self.recent_failures.append(
+            {"session_id": session_id, "db_path": db_path, **payload, "at": iso_utc(now)}
+        )
         safe_metric(self.metrics.job_failed, event.handler_id, event.reason)
         logger.error(
             "job failed after retrying",
             extra={
-                "run_id": run_id,
+                "session_id": session_id,
                 "job_id": event.job_id,
                 "handler_id": event.handler_id,
                 "reason": event.reason,

@@ -102,7 +102,7 @@ def writes_for(batch: Sequence[Issued]) -> list[JobWrite]:
         ):
             writes.append(
                 RuntimeEventWrite(
-                    run_id=command.run_id,
+                    session_id=command.session_id,
                     event_type=command.event.event_type,
                     payload=command.event.model_dump(),
                     created_at=at,
@@ -126,7 +126,7 @@ def _give_up_write(command: GiveUp, emit: EmitJobFailed | None, at: str) -> JobW
         job_seq=command.job_seq,
         finished_at=at,
         failure_reason=command.reason,
-        run_id=emit.run_id,
+        session_id=emit.session_id,
         event_type=JobFailedEvent.event_type,
         event_payload=emit.event.model_dump(),
         db_path=emit.db_path,

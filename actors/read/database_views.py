@@ -99,8 +99,8 @@ class DatabaseViews:
         report: dict[str, Any] = {"already_forgotten": [], "unknown": [], "ambiguous": []}
         by_session: dict[str, list[str]] = {}
         for located in ForgetReader(self.db_path).locate(list(arguments.ids)):
-            if located.status == "found" and located.run_id is not None and located.memory_id is not None:
-                by_session.setdefault(located.run_id, []).append(located.memory_id)
+            if located.status == "found" and located.session_id is not None and located.memory_id is not None:
+                by_session.setdefault(located.session_id, []).append(located.memory_id)
             elif located.status == "forgotten":
                 report["already_forgotten"].append(located.given)
             else:

@@ -44,7 +44,7 @@ def recall_not_found(memory_id: str, session_id: str) -> ToolResult:
     )
 
 
-def _ref_run_id(ref: Mapping[str, object]) -> str | None:
+def _ref_session_id(ref: Mapping[str, object]) -> str | None:
     value = ref.get("run_id", ref.get("runId"))
     if isinstance(value, str):
         return value
@@ -68,13 +68,13 @@ def _session_refs(refs: Iterable[Mapping[str, object] | SourceRef], session_id: 
     kept: list[tuple[str, int]] = []
     for ref in refs:
         if isinstance(ref, SourceRef):
-            run_id: str | None = ref.run_id
+            ref_session: str | None = ref.run_id
             seq: int | None = ref.seq
         else:
-            run_id = _ref_run_id(ref)
+            ref_session = _ref_session_id(ref)
             seq = _ref_seq(ref.get("seq"))
-        if run_id == session_id and seq is not None and seq >= 1:
-            kept.append((run_id, seq))
+        if ref_session == session_id and seq is not None and seq >= 1:
+            kept.append((ref_session, seq))
     return kept
 
 
@@ -84,7 +84,7 @@ def refs_for_session(refs: Iterable[Mapping[str, object] | SourceRef], session_i
     Accepts ``run_id`` or the legacy ``runId`` key and numeric seqs >= 1; refs of other sessions and
     malformed refs are dropped, so a recall never shows another session's events.
     """
-    return [{"run_id": run_id, "seq": seq} for run_id, seq in _session_refs(refs, session_id)]
+    return [{"run_id": ref_session, "seq": seq} for ref_session, seq in _session_refs(refs, session_id)]
 
 
 def hydration_range(refs: Iterable[Mapping[str, object]]) -> tuple[int, int] | None:
@@ -114,7 +114,7 @@ def hydrate_events(
     hydrated: list[tuple[int, ToolResult]] = []
     for event in events:
         seq = _ref_seq(event.get("seq"))
-        if _ref_run_id(event) != session_id or seq is None or seq not in wanted:
+        if _ref_session_id(event) != session_id or seq is None or seq not in wanted:
             continue
         hydrated.append(
             (
@@ -182,7 +182,7 @@ def supporting_observations_in_session(
     reflection: ReflectionRecord, observations: Iterable[ObservationRecord], session_id: str
 ) -> list[ObservationRecord]:
     """The reflection's supporting observations that exist in ``session_id``, in support-id order, deduped."""
-    by_id = {row.observation_id: row for row in observations if row.run_id == session_id}
+    by_id = {row.observation_id: row for row in observations if row.session_id == session_id}
     kept: list[ObservationRecord] = []
     seen: set[str] = set()
     for observation_id in reflection.supporting_observation_ids:
@@ -198,7 +198,7 @@ def reflection_source_refs(observations: Iterable[ObservationRecord], session_id
     unique: set[tuple[str, int]] = set()
     for observation in observations:
         unique.update(_session_refs(observation.source_refs, session_id))
-    return [{"run_id": run_id, "seq": seq} for run_id, seq in sorted(unique)]
+    return [{"run_id": ref_session, "seq": seq} for ref_session, seq in sorted(unique)]
 
 
 def reflection_recall_result(

@@ -81,7 +81,7 @@ def result_item(
 
 def event_search_item(event: SearchedEvent, excerpt: str) -> ToolResult:
     """A transcript hit that no observation covers: the event itself (``recall`` takes its id)."""
-    item = result_item("event", event.run_id, event.event_id, event.timestamp, excerpt)
+    item = result_item("event", event.session_id, event.event_id, event.timestamp, excerpt)
     item["source"] = source_item(event.seq, excerpt)
     return item
 
@@ -146,7 +146,7 @@ def like_matches(pattern: str, text: str) -> bool:
 def observation_matches(request: SearchRequest, observation: ObservationRecord) -> bool:
     """Whether the exact search selects this observation (scope, timestamp bounds, content LIKE)."""
     return (
-        request.in_scope(observation.run_id)
+        request.in_scope(observation.session_id)
         and request.bounds.accepts("observation", observation.timestamp)
         and like_matches(request.like_pattern, observation.content)
     )
@@ -155,7 +155,7 @@ def observation_matches(request: SearchRequest, observation: ObservationRecord) 
 def reflection_matches(request: SearchRequest, reflection: ReflectionRecord) -> bool:
     """Whether the exact search selects this reflection (scope, ``created_at`` bounds, content LIKE)."""
     return (
-        request.in_scope(reflection.run_id)
+        request.in_scope(reflection.session_id)
         and request.bounds.accepts("reflection", reflection.created_at)
         and like_matches(request.like_pattern, reflection.content)
     )
@@ -168,7 +168,7 @@ def observation_search_item(observation: SearchedObservation) -> ToolResult:
     """One observation hit."""
     return result_item(
         "observation",
-        observation.run_id,
+        observation.session_id,
         observation.observation_id,
         observation.timestamp,
         condense(observation.content),
@@ -180,7 +180,7 @@ def reflection_search_item(reflection: SearchedReflection) -> ToolResult:
     """One reflection hit (no importance; its time is ``created_at``)."""
     return result_item(
         "reflection",
-        reflection.run_id,
+        reflection.session_id,
         reflection.reflection_id,
         reflection.created_at,
         condense(reflection.content),
@@ -211,7 +211,7 @@ def merge_search_results(
     shown = {str(item["id"]): item for item in items}
     for event in transcript_rows:
         excerpt = excerpt_around(event.content, query)
-        cover = (covering or {}).get((event.run_id, event.seq))
+        cover = (covering or {}).get((event.session_id, event.seq))
         if cover is None:
             item = event_search_item(event, excerpt)
         elif cover.observation_id in shown:
@@ -277,7 +277,7 @@ def search_in_memory(
     # The page, then its hits of one minute in source order, the latest first.
     observation_hits = sorted(
         observation_hits[:fetch],
-        key=lambda row: (row.run_id, -row.first_source_seq, -recorded[row.observation_id]),
+        key=lambda row: (row.session_id, -row.first_source_seq, -recorded[row.observation_id]),
     )
     observation_hits.sort(key=lambda row: row.timestamp, reverse=True)
     reflection_hits = sorted(

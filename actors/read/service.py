@@ -140,7 +140,7 @@ def before_compaction(
                 logger.warning(
                     "om.compaction.coverage_incomplete",
                     extra={
-                        "run_id": ctx.session_id,
+                        "session_id": ctx.session_id,
                         "covered_end": covered,
                         "required_end": ctx.required_end_seq,
                     },
@@ -152,9 +152,9 @@ def before_compaction(
     except Exception as exc:  # fail closed on anything, by design (§10.1)
         exception_class = type(exc).__name__
         # getattr: the failure path must not raise itself, whatever the caller passed as ``ctx``.
-        run_id = getattr(ctx, "session_id", None)
+        session_id = getattr(ctx, "session_id", None)
         logger.warning(
-            "om.compaction.hook_failed", extra={"run_id": run_id, "exception_class": exception_class}
+            "om.compaction.hook_failed", extra={"session_id": session_id, "exception_class": exception_class}
         )
         return CompactionDecision.cancel(projection_failure_reason(exception_class))
 
@@ -213,7 +213,7 @@ def exact_search(db_path: DbPath, request: SearchRequest, strategy: SearchStrate
     """Exact search (reference §13.3) in the request's scope; ``strategy="scan"`` forces the plain LIKE."""
     reader = reader_for(db_path)
     rows = reader.exact_search(request, strategy)
-    covering = reader.covering_observations([(event.run_id, event.seq) for event in rows.transcript])
+    covering = reader.covering_observations([(event.session_id, event.seq) for event in rows.transcript])
     return merge_search_results(
         request.query, request.limit, rows.observations, rows.reflections, rows.transcript, covering
     )
@@ -439,7 +439,7 @@ def recall(
     except (EventsFileError, EventsUnreadableError) as exc:
         logger.warning(
             "om.tool.events_unreadable",
-            extra={"tool": RECALL, "run_id": current_session_id, "exception_class": type(exc).__name__},
+            extra={"tool": RECALL, "session_id": current_session_id, "exception_class": type(exc).__name__},
         )
         return _events_unreadable(exc)
     return json_safe_result(result)
@@ -535,7 +535,7 @@ def call_tool(
         if name in (MEMORY_STATUS, MEMORY_VIEW) and status_settings is not None:
             return _session_answer(name, decoded, db_path, *status_settings)
     except (EventsFileError, EventsUnreadableError) as exc:
-        logger.warning("om.tool.events_unreadable", extra={"tool": name, "run_id": session_id})
+        logger.warning("om.tool.events_unreadable", extra={"tool": name, "session_id": session_id})
         return _events_unreadable(exc)
     except OmrayError as exc:
         logger.warning("om.tool.read_failed", extra={"tool": name, "exception_class": type(exc).__name__})

@@ -52,8 +52,8 @@ def reflect_generation(envelope: JobEnvelope, attempt: int, context: WorkerConte
         resolve_model=partial(model_for, settings, clients=worker_clients()),
         count_tokens=token_counter(settings.token_encoding).count,
         now_utc=utc_now,
-        schedule_index=lambda run_id: schedule_index(
-            context.dispatch, settings.semantic, job.db_path, run_id, block
+        schedule_index=lambda session_id: schedule_index(
+            context.dispatch, settings.semantic, job.db_path, session_id, block
         ),
     )
     with held_under(block):

@@ -121,14 +121,14 @@ def _candidate_order(observations: Iterable[ObservationRecord]) -> list[Observat
 class CandidatePool(_Frozen):
     """The session's active observation pool with its token total (§8), as the threshold sees it."""
 
-    run_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
     """Session."""
     observations: tuple[ObservationRecord, ...]
     """Active observations in source order (first source seq, then recorded order)."""
     observation_ids: tuple[str, ...]
     """Ids of ``observations``, unique and sorted ascending."""
     observation_set_hash: str
-    """``observation_set_hash(run_id, observation_ids)``."""
+    """``observation_set_hash(session_id, observation_ids)``."""
     token_count: int = Field(ge=0)
     """Sum of the token counts of the observations' content."""
     max_source_end_seq: int = Field(ge=0)
@@ -136,16 +136,16 @@ class CandidatePool(_Frozen):
 
     @classmethod
     def from_observations(
-        cls, run_id: str, observations: Iterable[ObservationRecord], count_tokens: CountTokens
+        cls, session_id: str, observations: Iterable[ObservationRecord], count_tokens: CountTokens
     ) -> CandidatePool:
         """Pool of ``observations`` (the active candidate set read from the store)."""
         ordered = _candidate_order(observations)
         ids = tuple(sorted({o.observation_id for o in ordered}))
         return cls(
-            run_id=run_id,
+            session_id=session_id,
             observations=tuple(ordered),
             observation_ids=ids,
-            observation_set_hash=observation_set_hash(run_id, ids),
+            observation_set_hash=observation_set_hash(session_id, ids),
             token_count=sum(count_tokens(o.content) for o in ordered),
             max_source_end_seq=max((o.source_end_seq for o in ordered), default=0),
         )
@@ -172,14 +172,14 @@ def threshold_check(
         return None
     model = settings.require_model()
     generation_id = threshold_generation_id(
-        pool.run_id,
+        pool.session_id,
         prior_active_generation_id,
         pool.observation_set_hash,
         model,
         settings.reflector_schema_version,
     )
     return ReflectGeneration(
-        session_id=pool.run_id,
+        session_id=pool.session_id,
         generation_id=generation_id,
         threshold_idempotency_key=generation_id,
         observation_set_hash=pool.observation_set_hash,
@@ -216,24 +216,24 @@ def validate_reflect_payload(
     start_seq = _optional_int(data.get("required_start_seq"))
     token_count = _optional_int(data.get("token_count"))
 
-    run_id = _text(data.get("session_id", data.get("run_id")))
+    session_id = _text(data.get("session_id", data.get("run_id")))
     generation_id = _text(data.get("generation_id"))
     set_hash = _text(data.get("observation_set_hash"))
     model = _text(data.get("reflector_model")) or _text(data.get("model"))
     schema = _text(data.get("reflector_schema_version"))
-    if "" in (run_id, generation_id, set_hash, model, schema):
+    if "" in (session_id, generation_id, set_hash, model, schema):
         raise ReflectPayloadError(MISSING_IDENTITY_MESSAGE)
     key = _text(data.get("threshold_idempotency_key")) or generation_id
     if key != generation_id:
         raise ReflectPayloadError(KEY_MISMATCH_MESSAGE)
     prior = _text(data.get("prior_active_generation_id")) or None
-    if threshold_generation_id(run_id, prior, set_hash, model, schema) != generation_id:
+    if threshold_generation_id(session_id, prior, set_hash, model, schema) != generation_id:
         raise ReflectPayloadError(FORMULA_MISMATCH_MESSAGE)
     if model != settings.require_model() or schema != settings.reflector_schema_version:
         raise ReflectPayloadError(SETTINGS_MISMATCH_MESSAGE)
     try:  # a set hash that is not hex fails here, though the formula matched
         return ReflectGeneration(
-            session_id=run_id,
+            session_id=session_id,
             generation_id=generation_id,
             threshold_idempotency_key=key,
             observation_set_hash=set_hash,
@@ -347,10 +347,10 @@ def failure_decision(error: BaseException) -> FailureDecision:
     return FailureDecision(failure_code="transient_runtime", rethrow=True)
 
 
-def reflector_activity(run_id: str, job_id: str, current_tokens: int, now: str) -> ActivityRecord:
+def reflector_activity(session_id: str, job_id: str, current_tokens: int, now: str) -> ActivityRecord:
     """Live activity row written when the Reflector starts (§11.1)."""
     return ActivityRecord(
-        run_id=run_id, job_id=job_id, stage="reflector", current_tokens=current_tokens, updated_at=now
+        session_id=session_id, job_id=job_id, stage="reflector", current_tokens=current_tokens, updated_at=now
     )
 
 
@@ -542,13 +542,13 @@ class RecordReflectionsHandler:
 
     def __init__(
         self,
-        run_id: str,
+        session_id: str,
         reflector_schema_version: str,
         id_map: RequestLocalIdMap,
         prior_reflection_ids: Iterable[str],
         count_tokens: CountTokens,
     ) -> None:
-        self._run_id = run_id
+        self._session_id = session_id
         self._schema = reflector_schema_version
         self._id_map = id_map
         self._prior_ids = frozenset(prior_reflection_ids)
@@ -559,13 +559,13 @@ class RecordReflectionsHandler:
     def for_input(
         cls,
         reflector_input: ReflectorInput,
-        run_id: str,
+        session_id: str,
         reflector_schema_version: str,
         count_tokens: CountTokens,
     ) -> RecordReflectionsHandler:
         """A handler for the request built by :func:`build_reflector_input`."""
         return cls(
-            run_id,
+            session_id,
             reflector_schema_version,
             reflector_input.id_map,
             (r.reflection_id for r in reflector_input.prior_reflections),
@@ -598,7 +598,7 @@ class RecordReflectionsHandler:
             if draft is None or canonical is None:
                 rejected += 1
                 continue
-            new_id = reflection_id(self._run_id, self._schema, draft.content, canonical)
+            new_id = reflection_id(self._session_id, self._schema, draft.content, canonical)
             if new_id in self._prior_ids or new_id in self._accepted:
                 duplicates += 1
                 continue
@@ -620,7 +620,7 @@ class PromotionPlan(_Frozen):
 
     generation_id: str
     """Generation being promoted."""
-    run_id: str
+    session_id: str
     """Session."""
     reflections: tuple[ReflectionRecord, ...]
     """Prior active reflections (active order) then new ones (accepted order); position = index."""
@@ -657,7 +657,7 @@ def promotion_plan(
         new_count += is_new
         reflections[reflection.reflection_id] = ReflectionRecord(
             reflection_id=reflection.reflection_id,
-            run_id=payload.session_id,
+            session_id=payload.session_id,
             observation_set_hash=payload.observation_set_hash,
             content=reflection.content,
             supporting_observation_ids=tuple(reflection.supporting_observation_ids),
@@ -680,7 +680,7 @@ def promotion_plan(
             retained.append(observation_id)
     return PromotionPlan(
         generation_id=payload.generation_id,
-        run_id=payload.session_id,
+        session_id=payload.session_id,
         reflections=tuple(reflections.values()),
         retained_observation_ids=tuple(retained),
         dropped_observation_ids=tuple(dropped),

@@ -66,11 +66,11 @@ def max_drop_count(active_count: int, pool_tokens: int, target_tokens: int) -> i
 
 
 def dropper_activity(
-    run_id: str, job_id: str, pool_tokens: int, target_tokens: int, now: str
+    session_id: str, job_id: str, pool_tokens: int, target_tokens: int, now: str
 ) -> ActivityRecord:
     """Live activity row written when the Dropper starts (§11.1)."""
     return ActivityRecord(
-        run_id=run_id,
+        session_id=session_id,
         job_id=job_id,
         stage="dropper",
         current_tokens=pool_tokens,

@@ -152,7 +152,7 @@ class ReflectResult(ModelSpend):
             ports.store,
             loop,
             usage_id=ports.new_id(),
-            run_id=payload.session_id,
+            session_id=payload.session_id,
             job_kind=kind,
             model=payload.reflector_model,
             recorded_at=ports.now_utc(),
@@ -168,27 +168,33 @@ def _set_activity(ports: ReflectorPorts, activity: ActivityRecord) -> None:
     except Exception as exc:
         logger.warning(
             "activity write failed",
-            extra={"run_id": activity.run_id, "stage": activity.stage, "error_class": type(exc).__name__},
+            extra={
+                "session_id": activity.session_id,
+                "stage": activity.stage,
+                "error_class": type(exc).__name__,
+            },
         )
 
 
-def _clear_activity(ports: ReflectorPorts, job_id: str, run_id: str) -> None:
+def _clear_activity(ports: ReflectorPorts, job_id: str, session_id: str) -> None:
     try:
-        ports.store.clear_activity(run_id, job_id)
+        ports.store.clear_activity(session_id, job_id)
     except Exception as exc:
-        logger.warning("activity clear failed", extra={"run_id": run_id, "error_class": type(exc).__name__})
+        logger.warning(
+            "activity clear failed", extra={"session_id": session_id, "error_class": type(exc).__name__}
+        )
 
 
 # --- the job ------------------------------------------------------------------------------------------
 
 
-def _live_pool(ports: ReflectorPorts, run_id: str) -> CandidatePool:
-    candidate = ports.memory.active_candidate_set(run_id)
-    return CandidatePool.from_observations(run_id, candidate.observations, ports.count_tokens)
+def _live_pool(ports: ReflectorPorts, session_id: str) -> CandidatePool:
+    candidate = ports.memory.active_candidate_set(session_id)
+    return CandidatePool.from_observations(session_id, candidate.observations, ports.count_tokens)
 
 
-def _live_prior(ports: ReflectorPorts, run_id: str) -> str | None:
-    active = ports.memory.active_generation(run_id)
+def _live_prior(ports: ReflectorPorts, session_id: str) -> str | None:
+    active = ports.memory.active_generation(session_id)
     return None if active is None else active.generation_id
 
 
@@ -227,7 +233,11 @@ def reflect_generation(
     if reaction != "work":
         logger.info(
             "reflect redelivery no-op",
-            extra={"run_id": payload.session_id, "generation_id": payload.generation_id, "claim": outcome},
+            extra={
+                "session_id": payload.session_id,
+                "generation_id": payload.generation_id,
+                "claim": outcome,
+            },
         )
         if reaction == "noop_schedule_index":
             _schedule_index(ports, payload.session_id)
@@ -246,16 +256,16 @@ def reflect_generation(
         _schedule_index(ports, payload.session_id)
     logger.info(
         "reflect job finished",
-        extra={"run_id": payload.session_id, "job_id": job_id, **result.as_dict()},
+        extra={"session_id": payload.session_id, "job_id": job_id, **result.as_dict()},
     )
     return result
 
 
-def _schedule_index(ports: ReflectorPorts, run_id: str) -> None:
+def _schedule_index(ports: ReflectorPorts, session_id: str) -> None:
     # Outside the generation's try: a failure here fails the job attempt, and the retry (claim
     # ``already_succeeded``) schedules the index again without touching the generation.
     if ports.schedule_index is not None:
-        ports.schedule_index(run_id)
+        ports.schedule_index(session_id)
 
 
 def _handle_failure(
@@ -267,7 +277,7 @@ def _handle_failure(
     logger.warning(
         "reflect generation failed",
         extra={
-            "run_id": payload.session_id,
+            "session_id": payload.session_id,
             "generation_id": payload.generation_id,
             "failure_code": code,
             "error_class": type(error).__name__,
@@ -299,9 +309,9 @@ def _work(
     result: ReflectResult,
 ) -> bool:
     """Work on a claimed generation; True when it ends promoted (the semantic index is then due)."""
-    run_id, generation_id = payload.session_id, payload.generation_id
-    pool = _live_pool(ports, run_id)
-    decision = pre_work_decision(payload, pool, _live_prior(ports, run_id), settings)
+    session_id, generation_id = payload.session_id, payload.generation_id
+    pool = _live_pool(ports, session_id)
+    decision = pre_work_decision(payload, pool, _live_prior(ports, session_id), settings)
     if decision == "succeed_noop":
         ports.store.succeed_generation_without_promotion(generation_id, ports.now_utc())
         result.status = "succeeded_noop"
@@ -312,11 +322,11 @@ def _work(
         )
 
     if job_id:
-        _set_activity(ports, reflector_activity(run_id, job_id, pool.token_count, ports.now_utc()))
+        _set_activity(ports, reflector_activity(session_id, job_id, pool.token_count, ports.now_utc()))
     reflector_input = build_reflector_input(
-        ports.memory.active_reflections(run_id),
+        ports.memory.active_reflections(session_id),
         pool.observations,
-        RequestLocalIdMap.for_session(ports.memory.all_observations(run_id)),
+        RequestLocalIdMap.for_session(ports.memory.all_observations(session_id)),
     )
     chat_model, _context_window = ports.resolve_model(payload.reflector_model)
     cap = prompt_cap_for(settings, payload.reflector_model, ports.count_tokens)
@@ -325,8 +335,8 @@ def _work(
         payload, job_id, settings, reflector_input, new_reflections, chat_model, ports, result
     )
 
-    live = _live_pool(ports, run_id)
-    if post_model_recheck(payload, live, _live_prior(ports, run_id)) == "stale":
+    live = _live_pool(ports, session_id)
+    if post_model_recheck(payload, live, _live_prior(ports, session_id)) == "stale":
         raise ReflectorError(
             "stale_observation_set", STALE_AFTER_MODEL_MESSAGE.format(generation_id=generation_id)
         )
@@ -347,7 +357,7 @@ def _work(
         now,
     )
     outcome = ports.store.promote_generation(
-        generation_id, run_id, plan.reflections, plan.retained_observation_ids, now
+        generation_id, session_id, plan.reflections, plan.retained_observation_ids, now
     )
     result.status = "promoted" if outcome == "promoted" else "noop_redelivery"
     result.new_reflections = plan.new_reflection_count
@@ -404,7 +414,7 @@ def _run_dropper(
         return ()
     max_drops = max_drop_count(len(reflector_input.id_map), pool_tokens, target)
     if max_drops == 0:
-        logger.info("dropper skipped: not over target", extra={"run_id": payload.session_id})
+        logger.info("dropper skipped: not over target", extra={"session_id": payload.session_id})
         return ()
     # The Dropper is optional: past the day's budget (the Reflector's call may have reached it) or
     # the per-call cap it is skipped, and the generation is promoted without drops.
@@ -441,6 +451,6 @@ def _run_dropper(
 
 
 def _skip_dropper(payload: ReflectGeneration, result: ReflectResult, reason: str) -> tuple[str, ...]:
-    logger.info("dropper skipped", extra={"run_id": payload.session_id, "reason": reason})
+    logger.info("dropper skipped", extra={"session_id": payload.session_id, "reason": reason})
     result.dropper_skipped = reason
     return ()

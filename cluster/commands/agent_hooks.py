@@ -162,7 +162,8 @@ def dispatch_project(
                 if _missing_transcript(exc):
                     continue
                 logger.warning(
-                    "live import failed", extra={"run_id": directory.name, "error_class": type(exc).__name__}
+                    "live import failed",
+                    extra={"session_id": directory.name, "error_class": type(exc).__name__},
                 )
                 hook_notices.set_notice(
                     project_str,
@@ -171,7 +172,9 @@ def dispatch_project(
                 )
                 continue
             if cursor.problems:  # what could be converted was; these marks wait for a fix
-                logger.warning("live import incomplete", extra={"run_id": directory.name, "error_class": "-"})
+                logger.warning(
+                    "live import incomplete", extra={"session_id": directory.name, "error_class": "-"}
+                )
                 hook_notices.set_notice(
                     project_str,
                     f"sync:{directory.name}",
@@ -471,7 +474,7 @@ def _log_to_project(project: Path) -> None:
         return
     handler.setFormatter(
         logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s %(message)s run_id=%(run_id)s error=%(error_class)s"
+            "%(asctime)s %(levelname)s %(name)s %(message)s session_id=%(session_id)s error=%(error_class)s"
         )
     )
     handler.addFilter(_fill_fields)
@@ -481,7 +484,7 @@ def _log_to_project(project: Path) -> None:
 
 
 def _fill_fields(record: logging.LogRecord) -> bool:
-    for name in ("run_id", "error_class"):
+    for name in ("session_id", "error_class"):
         if not hasattr(record, name):
             setattr(record, name, "-")
     return True

@@ -130,22 +130,22 @@ def observation_line_ddl_v1() -> tuple[str, ...]:
 
 
 def _version_bump(
-    dirty_table: str, from_column: str, run_id: str, key: str = "''", observation_id: str = "''"
+    dirty_table: str, from_column: str, session: str, key: str = "''", observation_id: str = "''"
 ) -> str:
     """Trigger body of the projection pieces (omray_008, and omray_012 with its new names): version
     the session and mark it dirty from the first line touched (``key``, ``observation_id``)."""
     # No conflict clauses: inside a trigger the outer statement's (an UPSERT's) would apply.
     earlier = f"({key} < {from_column} OR ({key} = {from_column} AND {observation_id} < from_id))"
     return (
-        f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {run_id}, 0 WHERE {run_id} IS NOT"
-        f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {run_id}); "
-        f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {run_id}; "
-        f"INSERT INTO {dirty_table} (run_id, {from_column}, from_id) SELECT {run_id}, {key},"
-        f" {observation_id} WHERE {run_id} IS NOT NULL"
-        f" AND NOT EXISTS (SELECT 1 FROM {dirty_table} WHERE run_id = {run_id}); "
+        f"INSERT INTO {SESSION_VERSION_TABLE} (run_id, version) SELECT {session}, 0 WHERE {session} IS NOT"
+        f" NULL AND NOT EXISTS (SELECT 1 FROM {SESSION_VERSION_TABLE} WHERE run_id = {session}); "
+        f"UPDATE {SESSION_VERSION_TABLE} SET version = version + 1 WHERE run_id = {session}; "
+        f"INSERT INTO {dirty_table} (run_id, {from_column}, from_id) SELECT {session}, {key},"
+        f" {observation_id} WHERE {session} IS NOT NULL"
+        f" AND NOT EXISTS (SELECT 1 FROM {dirty_table} WHERE run_id = {session}); "
         f"UPDATE {dirty_table} SET {from_column} = CASE WHEN {earlier} THEN {key} ELSE {from_column}"
         f" END, from_id = CASE WHEN {earlier} THEN {observation_id} ELSE from_id END"
-        f" WHERE run_id = {run_id};"
+        f" WHERE run_id = {session};"
     )
 
 
@@ -352,13 +352,13 @@ def _ref_select(row: str, table: str = "") -> str:
     refs = f"{row}source_refs_json"
     array = f"CASE WHEN json_valid({refs}) THEN CASE WHEN json_type({refs}) = 'array' THEN {refs} END END"
     field = "CASE WHEN type = 'object' THEN {} END"
-    run_id = field.format("coalesce(json_extract(value, '$.run_id'), json_extract(value, '$.runId'))")
+    session_id = field.format("coalesce(json_extract(value, '$.run_id'), json_extract(value, '$.runId'))")
     seq_type = field.format("json_type(value, '$.seq')")
     seq = field.format("json_extract(value, '$.seq')")
     return (
         f"SELECT DISTINCT {row}run_id, CAST(json_extract(value, '$.seq') AS INTEGER), {row}observation_id"
         f" FROM {table + ', ' if table else ''}json_each(coalesce({array}, '[]'))"
-        f" WHERE ({run_id}) = {row}run_id"
+        f" WHERE ({session_id}) = {row}run_id"
         f" AND ({seq_type}) = 'integer' AND ({seq}) >= 1"
     )
 

@@ -23,7 +23,7 @@ class LocatedId:
     status: Literal["found", "forgotten", "unknown", "ambiguous"]
     memory_id: str | None = None
     kind: MemoryKind | None = None
-    run_id: str | None = None
+    session_id: str | None = None
 
 
 _FIND = (
@@ -56,24 +56,24 @@ class ForgetReader(MemoryReader):
             query, [LocatedId(given, "unknown") for given in ids], ("om_observation", "om_reflection")
         )
 
-    def session_known(self, run_id: str) -> bool:
-        """Whether the database holds anything of ``run_id`` (memory, coverage or transcript)."""
+    def session_known(self, session_id: str) -> bool:
+        """Whether the database holds anything of ``session_id`` (memory, coverage or transcript)."""
 
         def query(conn: Connection) -> bool:
             for table in ("om_observation", "om_reflection", "om_coverage", "omray_transcript"):
                 if conn.execute(
-                    text(f"SELECT 1 FROM {table} WHERE run_id = :r LIMIT 1"), {"r": run_id}
+                    text(f"SELECT 1 FROM {table} WHERE run_id = :r LIMIT 1"), {"r": session_id}
                 ).first():
                     return True
             return False
 
         return self._run(query, False, ("om_observation", "om_reflection", "om_coverage", "omray_transcript"))
 
-    def forgotten_ranges(self, run_id: str) -> list[tuple[int, int]]:
-        """The forgotten event ranges of ``run_id`` (recall leaves their events out)."""
+    def forgotten_ranges(self, session_id: str) -> list[tuple[int, int]]:
+        """The forgotten event ranges of ``session_id`` (recall leaves their events out)."""
         from persistence.writers.forget import forgotten_ranges
 
-        return self._run(lambda conn: forgotten_ranges(conn, run_id), [], ("omray_forgotten",))
+        return self._run(lambda conn: forgotten_ranges(conn, session_id), [], ("omray_forgotten",))
 
     def forget_result(self, job_id: str) -> dict[str, Any] | None:
         """The result of forget job ``job_id`` once its transaction committed, else ``None``."""
@@ -96,11 +96,11 @@ def _locate_one(conn: Connection, given: str, has_forgotten: bool) -> LocatedId:
     if len(rows) > 1:
         return LocatedId(given, "ambiguous")
     if rows:
-        memory_id, kind, run_id = rows[0]
-        return LocatedId(given, "found", str(memory_id), kind, str(run_id))
+        memory_id, kind, session_id = rows[0]
+        return LocatedId(given, "found", str(memory_id), kind, str(session_id))
     if has_forgotten:
         gone = conn.execute(text(_FORGOTTEN), _bounds(given)).all()
         if len(gone) == 1:
-            memory_id, kind, run_id = gone[0]
-            return LocatedId(given, "forgotten", str(memory_id), kind, str(run_id))
+            memory_id, kind, session_id = gone[0]
+            return LocatedId(given, "forgotten", str(memory_id), kind, str(session_id))
     return LocatedId(given, "unknown")

@@ -52,14 +52,14 @@ class _Result(BaseModel):
 class ActiveCandidateSet(_Result):
     """The session's active observation pool (reference §8), without a token total."""
 
-    run_id: str
+    session_id: str
     """Session."""
     observations: tuple[ObservationRecord, ...]
     """Active observations in source order (first source seq, then recorded order)."""
     observation_ids: tuple[str, ...]
     """Ids of ``observations``, sorted ascending (byte order)."""
     observation_set_hash: str
-    """``observation_set_hash(run_id, observation_ids)``."""
+    """``observation_set_hash(session_id, observation_ids)``."""
     max_source_end_seq: int
     """Largest ``source_end_seq`` among ``observations``, or 0."""
 
@@ -122,7 +122,7 @@ def _lenient_id_list(raw: str) -> tuple[str, ...]:
 
 
 def select_active_reflections(
-    conn: Connection, run_id: str, *, lenient: bool = False
+    conn: Connection, session_id: str, *, lenient: bool = False
 ) -> tuple[ActiveReflection, ...]:
     """Reflections linked to the session's active generation, by position then id.
 
@@ -145,7 +145,7 @@ def select_active_reflections(
         )
         .join(link, link.c.reflection_id == ref.c.reflection_id)
         .join(active, active.c.generation_id == link.c.generation_id)
-        .where(active.c.run_id == run_id)
+        .where(active.c.run_id == session_id)
         .order_by(link.c.position.asc(), ref.c.reflection_id.asc())
     )
     decode = _lenient_id_list if lenient else _decode_id_list
@@ -184,13 +184,13 @@ def select_generation(conn: Connection, generation_id: str) -> Row[Any] | None:
     return conn.execute(select(table).where(table.c.generation_id == generation_id)).first()
 
 
-def select_active_generation(conn: Connection, run_id: str) -> Row[Any] | None:
+def select_active_generation(conn: Connection, session_id: str) -> Row[Any] | None:
     """The generation row the session's active pointer names."""
     gen, active = schema.om_memory_generation, schema.om_active_generation
     query = (
         select(gen)
         .join(active, active.c.generation_id == gen.c.generation_id)
-        .where(active.c.run_id == run_id)
+        .where(active.c.run_id == session_id)
     )
     return conn.execute(query).first()
 
@@ -210,11 +210,11 @@ _SOURCE_ORDER = (
 (``persistence.reads.projection_sql``)."""
 
 
-def select_active_candidate_set(conn: Connection, run_id: str) -> ActiveCandidateSet:
+def select_active_candidate_set(conn: Connection, session_id: str) -> ActiveCandidateSet:
     """Active observation pool of a session (reference §8)."""
     obs = schema.om_observation
-    query = select(obs).where(obs.c.run_id == run_id)
-    generation = select_active_generation(conn, run_id)
+    query = select(obs).where(obs.c.run_id == session_id)
+    generation = select_active_generation(conn, session_id)
     if (
         generation is not None
         and generation.status == "succeeded"
@@ -232,20 +232,20 @@ def select_active_candidate_set(conn: Connection, run_id: str) -> ActiveCandidat
     observations = tuple(observation_from_row(row) for row in conn.execute(query))
     ids = tuple(sorted({o.observation_id for o in observations}, key=lambda s: s.encode("utf-8")))
     return ActiveCandidateSet(
-        run_id=run_id,
+        session_id=session_id,
         observations=observations,
         observation_ids=ids,
-        observation_set_hash=observation_set_hash(run_id, ids),
+        observation_set_hash=observation_set_hash(session_id, ids),
         max_source_end_seq=max((o.source_end_seq for o in observations), default=0),
     )
 
 
-def _empty_candidate_set(run_id: str) -> ActiveCandidateSet:
+def _empty_candidate_set(session_id: str) -> ActiveCandidateSet:
     return ActiveCandidateSet(
-        run_id=run_id,
+        session_id=session_id,
         observations=(),
         observation_ids=(),
-        observation_set_hash=observation_set_hash(run_id, []),
+        observation_set_hash=observation_set_hash(session_id, []),
         max_source_end_seq=0,
     )
 
@@ -280,20 +280,20 @@ def select_covering_ids(conn: Connection, events: Iterable[tuple[str, int]]) -> 
     # overhead was most of that time.
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
-        for run_id, seq in dict.fromkeys(events):
+        for session_id, seq in dict.fromkeys(events):
             citing = cursor.execute(
                 "SELECT r.observation_id FROM omray_observation_ref AS r"
                 " JOIN om_observation AS o ON o.observation_id = r.observation_id"
                 " WHERE r.run_id = ? AND r.seq = ? ORDER BY o.rowid LIMIT 1",
-                (run_id, seq),
+                (session_id, seq),
             ).fetchone()
             if citing is not None:  # the common case: an observation cites the event itself
-                chosen[(run_id, seq)] = str(citing[0])
+                chosen[(session_id, seq)] = str(citing[0])
                 continue
             part = cursor.execute(
                 "SELECT source_start_seq, source_end_seq FROM om_observation"
                 " WHERE run_id = ? AND source_start_seq <= ? ORDER BY source_start_seq DESC LIMIT 1",
-                (run_id, seq),
+                (session_id, seq),
             ).fetchone()
             if part is None or int(part[1]) < seq:
                 continue
@@ -302,10 +302,10 @@ def select_covering_ids(conn: Connection, events: Iterable[tuple[str, int]]) -> 
                 " JOIN om_observation AS o ON o.observation_id = r.observation_id"
                 " WHERE r.run_id = ? AND r.seq BETWEEN ? AND ? AND o.source_start_seq = ?"
                 " ORDER BY abs(r.seq - ?), r.seq, o.rowid LIMIT 1",
-                (run_id, int(part[0]), int(part[1]), int(part[0]), seq),
+                (session_id, int(part[0]), int(part[1]), int(part[0]), seq),
             ).fetchone()
             if found is not None:
-                chosen[(run_id, seq)] = str(found[0])
+                chosen[(session_id, seq)] = str(found[0])
     finally:
         cursor.close()
     return chosen
@@ -351,11 +351,11 @@ class MemoryReader:
         except (ValidationError, ValueError) as exc:
             raise StorageError(f"{self._db_path!r} holds a row omray cannot decode") from exc
 
-    def active_generation(self, run_id: str) -> GenerationRecord | None:
+    def active_generation(self, session_id: str) -> GenerationRecord | None:
         """The session's active generation, or ``None`` before the first promotion."""
 
         def query(conn: Connection) -> GenerationRecord | None:
-            row = select_active_generation(conn, run_id)
+            row = select_active_generation(conn, session_id)
             return None if row is None else generation_from_row(row)
 
         return self._run(query, None, ("om_active_generation", "om_memory_generation"))
@@ -369,34 +369,34 @@ class MemoryReader:
 
         return self._run(query, None, ("om_memory_generation",))
 
-    def generation_exists_for_set(self, run_id: str, observation_set_hash: str) -> bool:
+    def generation_exists_for_set(self, session_id: str, observation_set_hash: str) -> bool:
         """True when any generation (running, succeeded or failed) was claimed for this exact set (§9.1)."""
         table = schema.om_memory_generation
 
         def query(conn: Connection) -> bool:
             row = conn.execute(
                 select(table.c.generation_id)
-                .where(table.c.run_id == run_id, table.c.observation_set_hash == observation_set_hash)
+                .where(table.c.run_id == session_id, table.c.observation_set_hash == observation_set_hash)
                 .limit(1)
             ).first()
             return row is not None
 
         return self._run(query, False, ("om_memory_generation",))
 
-    def active_reflections(self, run_id: str) -> list[ActiveReflection]:
+    def active_reflections(self, session_id: str) -> list[ActiveReflection]:
         """Reflections linked to the active generation, by position (support ids that are not JSON
         fail the read: the pipelines must not work from a damaged row)."""
         return self._run(
-            lambda conn: list(select_active_reflections(conn, run_id)),
+            lambda conn: list(select_active_reflections(conn, session_id)),
             [],
             ("om_reflection", "om_generation_reflection", "om_active_generation"),
         )
 
-    def active_candidate_set(self, run_id: str) -> ActiveCandidateSet:
+    def active_candidate_set(self, session_id: str) -> ActiveCandidateSet:
         """The active observation pool (reference §8); callers count tokens themselves."""
         return self._run(
-            lambda conn: select_active_candidate_set(conn, run_id),
-            _empty_candidate_set(run_id),
+            lambda conn: select_active_candidate_set(conn, session_id),
+            _empty_candidate_set(session_id),
             (
                 "om_observation",
                 "om_active_generation",
@@ -406,7 +406,7 @@ class MemoryReader:
         )
 
     def contiguous_covered_end(
-        self, run_id: str, renderer_version: str, observer_schema_version: str
+        self, session_id: str, renderer_version: str, observer_schema_version: str
     ) -> int | None:
         """Contiguous coverage watermark of a session for both versions (reference §7.8)."""
 
@@ -421,7 +421,7 @@ class MemoryReader:
                     cov.c.source_end_seq,
                     cov.c.source_digest,
                 ).where(
-                    cov.c.run_id == run_id,
+                    cov.c.run_id == session_id,
                     cov.c.renderer_version == renderer_version,
                     cov.c.observer_schema_version == observer_schema_version,
                 )
@@ -430,23 +430,23 @@ class MemoryReader:
 
         return self._run(query, None, ("om_coverage",))
 
-    def transcript_through(self, run_id: str) -> int:
+    def transcript_through(self, session_id: str) -> int:
         """The seq through which the session's covered events are in the transcript (0: none)."""
 
         def query(conn: Connection) -> int:
             table = schema.omray_transcript_through
-            value = conn.execute(select(table.c.through_seq).where(table.c.run_id == run_id)).scalar()
+            value = conn.execute(select(table.c.through_seq).where(table.c.run_id == session_id)).scalar()
             return int(value or 0)
 
         return self._run(query, 0, (schema.omray_transcript_through.name,))
 
-    def covered_end(self, run_id: str) -> int:
+    def covered_end(self, session_id: str) -> int:
         """The last seq any coverage part of the session reaches, whatever its versions (0: none)."""
 
         def query(conn: Connection) -> int:
             cov = schema.om_coverage
             value = conn.execute(
-                select(func.max(cov.c.source_end_seq)).where(cov.c.run_id == run_id)
+                select(func.max(cov.c.source_end_seq)).where(cov.c.run_id == session_id)
             ).scalar()
             return int(value or 0)
 
@@ -476,19 +476,19 @@ class MemoryReader:
 
         return self._run(query, None, ("om_coverage",))
 
-    def memory_counts(self, run_id: str) -> MemoryCounts:
+    def memory_counts(self, session_id: str) -> MemoryCounts:
         """Recorded observation/reflection counts and the visible retained count (reference §12.1)."""
 
         def query(conn: Connection) -> MemoryCounts:
             obs, ref = schema.om_observation, schema.om_reflection
             retained, active = schema.om_generation_retained_observation, schema.om_active_generation
-            observations = conn.execute(select(func.count()).where(obs.c.run_id == run_id)).scalar_one()
-            reflections = conn.execute(select(func.count()).where(ref.c.run_id == run_id)).scalar_one()
+            observations = conn.execute(select(func.count()).where(obs.c.run_id == session_id)).scalar_one()
+            reflections = conn.execute(select(func.count()).where(ref.c.run_id == session_id)).scalar_one()
             visible = conn.execute(
                 select(func.count())
                 .select_from(retained)
                 .join(active, active.c.generation_id == retained.c.generation_id)
-                .where(active.c.run_id == run_id)
+                .where(active.c.run_id == session_id)
             ).scalar_one()
             return MemoryCounts(
                 recorded_observations=observations,
@@ -504,7 +504,7 @@ class MemoryReader:
         )
 
     def observations_by_ids(
-        self, observation_ids: Sequence[str], run_id: str | None = None
+        self, observation_ids: Sequence[str], session_id: str | None = None
     ) -> list[ObservationRecord]:
         """Observations with the given ids (optionally of one session), in the order asked."""
 
@@ -514,44 +514,44 @@ class MemoryReader:
             found: dict[str, ObservationRecord] = {}
             for ids, _ in in_batches(wanted):
                 batch = select(obs).where(obs.c.observation_id.in_(ids))
-                if run_id is not None:
-                    batch = batch.where(obs.c.run_id == run_id)
+                if session_id is not None:
+                    batch = batch.where(obs.c.run_id == session_id)
                 for row in conn.execute(batch):
                     found[row.observation_id] = observation_from_row(row)
             return [found[i] for i in wanted if i in found]
 
         return self._run(query, [], ("om_observation",))
 
-    def all_observations(self, run_id: str) -> list[ObservationRecord]:
+    def all_observations(self, session_id: str) -> list[ObservationRecord]:
         """Every observation of a session, dropped or not, in source order (first source seq, then
         recorded order)."""
 
         def query(conn: Connection) -> list[ObservationRecord]:
             obs = schema.om_observation
-            rows = conn.execute(select(obs).where(obs.c.run_id == run_id).order_by(*_SOURCE_ORDER))
+            rows = conn.execute(select(obs).where(obs.c.run_id == session_id).order_by(*_SOURCE_ORDER))
             return [observation_from_row(row) for row in rows]
 
         return self._run(query, [], ("om_observation",))
 
-    def token_usage(self, run_id: str | None = None) -> list[TokenUsageTotal]:
+    def token_usage(self, session_id: str | None = None) -> list[TokenUsageTotal]:
         """Summed token usage per session, job kind and model (one session's, or every session's)."""
-        return usage.token_usage(self._run, run_id)
+        return usage.token_usage(self._run, session_id)
 
-    def token_usage_by_day(self, since_day: str, run_id: str | None = None) -> list[TokenUsageDay]:
+    def token_usage_by_day(self, since_day: str, session_id: str | None = None) -> list[TokenUsageDay]:
         """Summed token usage per UTC day from ``since_day`` (``YYYY-MM-DD``), session, job kind and
         model, newest day first (one session's, or every session's)."""
-        return usage.token_usage_by_day(self._run, since_day, run_id)
+        return usage.token_usage_by_day(self._run, since_day, session_id)
 
     def spend_since(self, since: str) -> list[ModelDaySpend]:
         """What each model spent since ``since`` (UTC ISO-8601), over every session (the daily budget)."""
         return usage.spend_since(self._run, since)
 
-    def activity(self, run_id: str) -> ActivityRecord | None:
+    def activity(self, session_id: str) -> ActivityRecord | None:
         """The session's live activity row as stored (freshness is the caller's decision)."""
 
         def query(conn: Connection) -> ActivityRecord | None:
             table = schema.om_current_activity
-            row = conn.execute(select(table).where(table.c.run_id == run_id)).first()
+            row = conn.execute(select(table).where(table.c.run_id == session_id)).first()
             return None if row is None else ActivityRecord(**row._asdict())
 
         return self._run(query, None, ("om_current_activity",))

@@ -146,18 +146,20 @@ PIECE_LINES: Final = 256
 """Lines per rendered piece: an append rewrites at most this many."""
 
 
-def select_projection_lines(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> ProjectionLines:
+def select_projection_lines(
+    conn: sqlite3.Connection, session_id: str, names: Collection[str]
+) -> ProjectionLines:
     """The session's active memory as :class:`ProjectionLines` (``names``: the database's table names).
 
     The observation text is the one rendered at write time (migration ``omray_012``) when its
     pieces show the session's current version; otherwise it is rendered here from the lines.
     """
-    params: dict[str, Any] = {"run_id": run_id}
+    params: dict[str, Any] = {"run_id": session_id}
     reflections = conn.execute(_REFLECTIONS_SQL.format(columns=_REFLECTION_LINE), params).fetchall()
     if _pieces_present(names) and conn.execute(_CURRENT_PIECES_SQL, params).fetchone() is not None:
         observation_text = conn.execute(_PIECES_TEXT_SQL, params).fetchone()[0] or ""
     else:
-        observation_text = render_observation_text(conn, run_id, names)
+        observation_text = render_observation_text(conn, session_id, names)
     return ProjectionLines(
         reflection_lines=tuple(row[0] for row in reflections), observation_text=observation_text
     )
@@ -168,7 +170,7 @@ Assemble = Callable[[Sequence[str], Sequence[str]], str]
 
 
 def select_projection_text(
-    conn: sqlite3.Connection, run_id: str, names: Collection[str], assemble: Assemble
+    conn: sqlite3.Connection, session_id: str, names: Collection[str], assemble: Assemble
 ) -> str:
     """The session's projection as one text, built by ``assemble`` (``names``: the database's tables).
 
@@ -176,7 +178,7 @@ def select_projection_text(
     observations and every piece are joined as bytes and decoded once, the cheapest way out for a
     large projection (a fresh 600 KB string costs about a millisecond on a small VM).
     """
-    params: dict[str, Any] = {"run_id": run_id}
+    params: dict[str, Any] = {"run_id": session_id}
     reflections = [row[0] for row in conn.execute(_REFLECTIONS_SQL.format(columns=_REFLECTION_LINE), params)]
     if _pieces_present(names) and conn.execute(_CURRENT_PIECES_SQL, params).fetchone() is not None:
         # The pieces as bytes, joined as bytes and decoded once: a text value per piece, or one
@@ -190,13 +192,13 @@ def select_projection_text(
         # The frame with one empty observation line ends in the newline the first piece follows.
         frame = assemble(reflections, ("",))[:-1]
         return b"\n".join([frame.encode(), *(row[0] for row in pieces)]).decode()
-    observation_text = render_observation_text(conn, run_id, names)
+    observation_text = render_observation_text(conn, session_id, names)
     return assemble(reflections, (observation_text,) if observation_text else ())
 
 
-def render_observation_text(conn: sqlite3.Connection, run_id: str, names: Collection[str]) -> str:
+def render_observation_text(conn: sqlite3.Connection, session_id: str, names: Collection[str]) -> str:
     """The session's active observations as projection lines joined by ``"\\n"``, read from the lines."""
-    params: dict[str, Any] = {"run_id": run_id}
+    params: dict[str, Any] = {"run_id": session_id}
     pool = _pool(conn, params)
     if OBSERVATION_LINE_TABLE in names:
         # One text built by SQLite: a Python string per row costs more than the rest of the query.
@@ -238,15 +240,15 @@ def render_dirty_projections(conn: sqlite3.Connection, names: Collection[str]) -
     ):
         return 0
     dirty = conn.execute(f"SELECT run_id, from_key, from_id FROM {PROJECTION_DIRTY_TABLE}").fetchall()
-    for run_id, from_key, from_id in dirty:
-        _render_pieces(conn, run_id, (from_key, from_id))
+    for session_id, from_key, from_id in dirty:
+        _render_pieces(conn, session_id, (from_key, from_id))
     if dirty:
         conn.execute(f"DELETE FROM {PROJECTION_DIRTY_TABLE}")
     return len(dirty)
 
 
-def _render_pieces(conn: sqlite3.Connection, run_id: str, changed_from: _Key) -> None:
-    params: dict[str, Any] = {"run_id": run_id}
+def _render_pieces(conn: sqlite3.Connection, session_id: str, changed_from: _Key) -> None:
+    params: dict[str, Any] = {"run_id": session_id}
     if (
         conn.execute(f"SELECT 1 FROM {PROJECTION_BUILT_TABLE} WHERE run_id = :run_id", params).fetchone()
         is None
@@ -287,7 +289,7 @@ def _render_pieces(conn: sqlite3.Connection, run_id: str, changed_from: _Key) ->
         " (run_id, piece, first_key, first_id, last_key, last_id, lines) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
             (
-                run_id,
+                session_id,
                 start + n,
                 part[0][0],
                 part[0][1],
@@ -306,9 +308,9 @@ def _render_pieces(conn: sqlite3.Connection, run_id: str, changed_from: _Key) ->
     )
 
 
-def select_projection(conn: sqlite3.Connection, run_id: str) -> ProjectionRows:
+def select_projection(conn: sqlite3.Connection, session_id: str) -> ProjectionRows:
     """The session's active memory as :class:`ProjectionRows`."""
-    params: dict[str, Any] = {"run_id": run_id}
+    params: dict[str, Any] = {"run_id": session_id}
     reflection_rows = conn.execute(
         _REFLECTIONS_SQL.format(columns="r.reflection_id, l.position, r.content"), params
     ).fetchall()

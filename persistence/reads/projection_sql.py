@@ -44,7 +44,7 @@ _REF_SEQ: Final = (
     " AND json_extract(r.value, '$.seq') NOT GLOB '*[^0-9]*'"
     " THEN CAST(json_extract(r.value, '$.seq') AS INTEGER) END END"
 )
-_REF_RUN_ID: Final = (
+_REF_SESSION_ID: Final = (
     "CAST(CASE WHEN json_type(r.value, '$.run_id') IS NOT NULL THEN json_extract(r.value, '$.run_id')"
     " ELSE json_extract(r.value, '$.runId') END AS TEXT)"
 )
@@ -53,7 +53,7 @@ FIRST_SOURCE_SEQ_SQL: Final = (
     "coalesce((SELECT min(s) FROM (SELECT " + _REF_SEQ + " AS s FROM json_each(CASE WHEN"
     " json_valid({row}source_refs_json) AND json_type({row}source_refs_json) = 'array'"
     " THEN {row}source_refs_json ELSE '[]' END) r WHERE r.type = 'object' AND "
-    + _REF_RUN_ID
+    + _REF_SESSION_ID
     + " = {row}run_id) WHERE s >= 1), {row}source_start_seq)"
 )
 """An observation's first source seq in SQL (``{row}``: a row prefix): the smallest seq it cites in

@@ -44,21 +44,23 @@ def _usage_sums(conn: Connection) -> list[Any]:
     return sums
 
 
-def token_usage(run: QueryRunner, run_id: str | None = None) -> list[TokenUsageTotal]:
+def token_usage(run: QueryRunner, session_id: str | None = None) -> list[TokenUsageTotal]:
     """Summed token usage per session, job kind and model (one session's, or every session's)."""
 
     def query(conn: Connection) -> list[TokenUsageTotal]:
         table = schema.omray_token_usage
         keys = (table.c.run_id, table.c.job_kind, table.c.model)
         statement = select(*keys, *_usage_sums(conn)).group_by(*keys).order_by(*keys)
-        if run_id is not None:
-            statement = statement.where(table.c.run_id == run_id)
+        if session_id is not None:
+            statement = statement.where(table.c.run_id == session_id)
         return [TokenUsageTotal(**row._asdict()) for row in conn.execute(statement)]
 
     return run(query, [], ("omray_token_usage",))
 
 
-def token_usage_by_day(run: QueryRunner, since_day: str, run_id: str | None = None) -> list[TokenUsageDay]:
+def token_usage_by_day(
+    run: QueryRunner, since_day: str, session_id: str | None = None
+) -> list[TokenUsageDay]:
     """Summed token usage per UTC day (from ``since_day``, ``YYYY-MM-DD``), session, job kind and
     model, newest day first (one session's, or every session's)."""
 
@@ -72,8 +74,8 @@ def token_usage_by_day(run: QueryRunner, since_day: str, run_id: str | None = No
             .group_by(*keys)
             .order_by(day.desc(), table.c.run_id, table.c.job_kind, table.c.model)
         )
-        if run_id is not None:
-            statement = statement.where(table.c.run_id == run_id)
+        if session_id is not None:
+            statement = statement.where(table.c.run_id == session_id)
         return [TokenUsageDay(**row._asdict()) for row in conn.execute(statement)]
 
     return run(query, [], ("omray_token_usage",))

@@ -267,27 +267,27 @@ def _sessions(
             "SELECT run_id, chunk_key, part_index, part_count, source_start_seq, source_end_seq,"
             " source_digest, renderer_version, observer_schema_version, covered_at FROM om_coverage"
         ):
-            run_id = str(row[0])
-            through, latest = covered.get(run_id, (0, ""))
-            covered[run_id] = (max(through, int(row[5])), max(latest, str(row[9])))
+            session_id = str(row[0])
+            through, latest = covered.get(session_id, (0, ""))
+            covered[session_id] = (max(through, int(row[5])), max(latest, str(row[9])))
             if row[7] == renderer_version and row[8] == observer_schema_version:
-                intervals.setdefault(run_id, []).append(CoverageInterval(*row[1:7]))
+                intervals.setdefault(session_id, []).append(CoverageInterval(*row[1:7]))
     sessions = set(observations) | set(reflections) | set(usage) | set(covered)
     result = []
-    for run_id in sessions:
-        obs = observations.get(run_id, (0, 0, None))
-        ref = reflections.get(run_id, (0, 0, None))
-        use = usage.get(run_id, (0, 0, None))
-        times = [str(t) for t in (obs[2], ref[2], use[2], covered.get(run_id, (0, ""))[1]) if t]
+    for session_id in sessions:
+        obs = observations.get(session_id, (0, 0, None))
+        ref = reflections.get(session_id, (0, 0, None))
+        use = usage.get(session_id, (0, 0, None))
+        times = [str(t) for t in (obs[2], ref[2], use[2], covered.get(session_id, (0, ""))[1]) if t]
         result.append(
             SessionRow(
-                session_id=run_id,
+                session_id=session_id,
                 observations=_int(obs[0]),
                 observation_tokens=_int(obs[1]),
                 reflections=_int(ref[0]),
                 reflection_tokens=_int(ref[1]),
-                coverage_end=contiguous_end(intervals.get(run_id, ())),
-                covered_through=covered.get(run_id, (0, ""))[0],
+                coverage_end=contiguous_end(intervals.get(session_id, ())),
+                covered_through=covered.get(session_id, (0, ""))[0],
                 last_activity=max(times) if times else None,
                 prompt_tokens=_int(use[0]),
                 completion_tokens=_int(use[1]),

@@ -77,7 +77,7 @@ class ObservationHit:
 
     observation_id: str
     """Observation id."""
-    run_id: str
+    session_id: str
     """Session."""
     timestamp: str
     """``YYYY-MM-DD HH:MM``."""
@@ -93,7 +93,7 @@ class ReflectionHit:
 
     reflection_id: str
     """Reflection id."""
-    run_id: str
+    session_id: str
     """Session."""
     created_at: str
     """ISO-8601 creation time."""
@@ -125,7 +125,7 @@ def newest_source_first(
     position = {row[0]: (int(row[1]), int(row[2])) for row in conn.execute(sql, ids)}
     ordered = sorted(
         hits,
-        key=lambda hit: (hit.run_id, *(-value for value in position.get(hit.observation_id, (0, 0)))),
+        key=lambda hit: (hit.session_id, *(-value for value in position.get(hit.observation_id, (0, 0)))),
     )
     ordered.sort(key=lambda hit: hit.timestamp, reverse=True)
     return tuple(ordered)
@@ -137,7 +137,7 @@ class TranscriptHit:
 
     event_id: str
     """Event id (``protocol.identities.transcript_event_id``)."""
-    run_id: str
+    session_id: str
     """Session."""
     timestamp: str
     """``YYYY-MM-DD HH:MM``."""
@@ -197,18 +197,18 @@ def reflection_from_row(row: Row[Any]) -> ReflectionRecord:
 
 
 def _prefix_lookup(
-    conn: Connection, table: str, id_column: str, run_id: str, memory_id: str
+    conn: Connection, table: str, id_column: str, session_id: str, memory_id: str
 ) -> list[Row[Any]]:
     if len(memory_id) == FULL_ID_LENGTH:
         sql = f"SELECT * FROM {table} WHERE run_id = :run_id AND {id_column} = :memory_id"
-        params = {"run_id": run_id, "memory_id": memory_id}
+        params = {"run_id": session_id, "memory_id": memory_id}
     else:
         escaped = escape_like(memory_id)
         sql = (
             f"SELECT * FROM {table} WHERE run_id = :run_id AND {id_column} LIKE :prefix ESCAPE '\\' "
             f"ORDER BY {id_column} ASC LIMIT {RECALL_LOOKUP_LIMIT}"
         )
-        params = {"run_id": run_id, "prefix": escaped + "%"}
+        params = {"run_id": session_id, "prefix": escaped + "%"}
     return list(conn.execute(text(sql), params))
 
 
@@ -307,7 +307,7 @@ class SearchReader(MemoryReader):
             return {}
         return self._run(query, {}, ("om_observation", "omray_observation_ref"))
 
-    def projection(self, run_id: str) -> ProjectionRows:
+    def projection(self, session_id: str) -> ProjectionRows:
         """The session's active reflections and observations as the projection shows them, in one snapshot.
 
         The same selection as :meth:`active_memory` (reference §8: the active generation's reflections;
@@ -315,95 +315,96 @@ class SearchReader(MemoryReader):
         generation), read on the reused connection in projection order, without full records.
         """
         return self._projection_snapshots.run(
-            lambda conn, names: select_projection(conn, run_id),
+            lambda conn, names: select_projection(conn, session_id),
             ProjectionRows(reflections=(), observations=()),
             ACTIVE_MEMORY_TABLES,
         )
 
-    def projection_lines(self, run_id: str) -> ProjectionLines:
+    def projection_lines(self, session_id: str) -> ProjectionLines:
         """:meth:`projection` as rendered entry lines (:class:`ProjectionLines`): compaction's path.
 
         Memoized per connection until any commit to the database (see
         :meth:`SnapshotReader.run`): a repeated compaction of an unchanged session reads nothing.
         """
         return self._projection_snapshots.run(
-            lambda conn, names: select_projection_lines(conn, run_id, names),
+            lambda conn, names: select_projection_lines(conn, session_id, names),
             ProjectionLines(reflection_lines=(), observation_text=""),
             ACTIVE_MEMORY_TABLES,
-            memo_key=("projection_lines", run_id),
+            memo_key=("projection_lines", session_id),
         )
 
-    def projection_text(self, run_id: str, assemble: Assemble) -> str:
+    def projection_text(self, session_id: str, assemble: Assemble) -> str:
         """The session's projection as one text built by ``assemble`` (``select_projection_text``).
 
         Memoized like :meth:`projection_lines`; ``assemble`` must always be the same function.
         """
         return self._projection_snapshots.run(
-            lambda conn, names: select_projection_text(conn, run_id, names, assemble),
+            lambda conn, names: select_projection_text(conn, session_id, names, assemble),
             assemble((), ()),
             ACTIVE_MEMORY_TABLES,
-            memo_key=("projection_text", run_id),
+            memo_key=("projection_text", session_id),
         )
 
-    def active_memory(self, run_id: str) -> ActiveMemory:
+    def active_memory(self, session_id: str) -> ActiveMemory:
         """Active reflections and the active observation pool of a session, in one snapshot."""
 
         def query(conn: Connection) -> ActiveMemory:
             return ActiveMemory(
-                reflections=select_active_reflections(conn, run_id, lenient=True),
-                candidates=select_active_candidate_set(conn, run_id),
+                reflections=select_active_reflections(conn, session_id, lenient=True),
+                candidates=select_active_candidate_set(conn, session_id),
             )
 
-        empty = ActiveMemory(reflections=(), candidates=_empty_candidate_set(run_id))
+        empty = ActiveMemory(reflections=(), candidates=_empty_candidate_set(session_id))
         return self._run(query, empty, ACTIVE_MEMORY_TABLES)
 
-    def find_observations(self, run_id: str, memory_id: str) -> list[ObservationRecord]:
-        """Observations of ``run_id`` with this full id, or up to 3 whose id starts with this prefix."""
+    def find_observations(self, session_id: str, memory_id: str) -> list[ObservationRecord]:
+        """Observations of ``session_id`` with this full id, or up to 3 whose id starts with this prefix."""
 
         def query(conn: Connection) -> list[ObservationRecord]:
-            rows = _prefix_lookup(conn, schema.om_observation.name, "observation_id", run_id, memory_id)
+            rows = _prefix_lookup(conn, schema.om_observation.name, "observation_id", session_id, memory_id)
             return [observation_from_row(row) for row in rows]
 
         return self._run(query, [], _OBSERVATION_TABLES)
 
-    def find_reflections(self, run_id: str, memory_id: str) -> list[ReflectionRecord]:
-        """Reflections of ``run_id`` with this full id, or up to 3 whose id starts with this prefix."""
+    def find_reflections(self, session_id: str, memory_id: str) -> list[ReflectionRecord]:
+        """Reflections of ``session_id`` with this full id, or up to 3 whose id starts with this prefix."""
 
         def query(conn: Connection) -> list[ReflectionRecord]:
-            rows = _prefix_lookup(conn, schema.om_reflection.name, "reflection_id", run_id, memory_id)
+            rows = _prefix_lookup(conn, schema.om_reflection.name, "reflection_id", session_id, memory_id)
             return [reflection_from_row(row) for row in rows]
 
         return self._run(query, [], _REFLECTION_TABLES)
 
-    def find_events(self, run_id: str, event_id: str) -> list[tuple[str, int]]:
-        """``(event id, seq)`` of transcript events of ``run_id`` with this full id, or up to 3 whose id
+    def find_events(self, session_id: str, event_id: str) -> list[tuple[str, int]]:
+        """``(event id, seq)`` of transcript events of ``session_id`` with this full id, or up to 3 whose id
         starts with this prefix."""
 
         def query(conn: Connection) -> list[tuple[str, int]]:
-            rows = _prefix_lookup(conn, schema.omray_transcript.name, "event_id", run_id, event_id)
+            rows = _prefix_lookup(conn, schema.omray_transcript.name, "event_id", session_id, event_id)
             return [(str(row.event_id), int(row.seq)) for row in rows]
 
         return self._run(query, [], (schema.omray_transcript.name,))
 
-    def covering_ids(self, run_id: str, seq_start: int, seq_end: int) -> list[str]:
-        """The observations covering the events ``seq_start..seq_end`` of ``run_id``, in seq order."""
+    def covering_ids(self, session_id: str, seq_start: int, seq_end: int) -> list[str]:
+        """The observations covering the events ``seq_start..seq_end`` of ``session_id``, in seq order."""
 
         def query(conn: Connection) -> list[str]:
-            found = select_covering_ids(conn, [(run_id, seq) for seq in range(seq_start, seq_end + 1)])
+            found = select_covering_ids(conn, [(session_id, seq) for seq in range(seq_start, seq_end + 1)])
             return list(dict.fromkeys(found[key] for key in sorted(found)))
 
         return self._run(query, [], ("om_observation", "omray_observation_ref"))
 
-    def existing_observation_ids(self, run_id: str, observation_ids: Collection[str]) -> set[str]:
-        """The subset of ``observation_ids`` that exist in session ``run_id``."""
-        return {row.observation_id for row in self.observations_by_ids(list(observation_ids), run_id)}
+    def existing_observation_ids(self, session_id: str, observation_ids: Collection[str]) -> set[str]:
+        """The subset of ``observation_ids`` that exist in session ``session_id``."""
+        return {row.observation_id for row in self.observations_by_ids(list(observation_ids), session_id)}
 
-    def observation_ids_in_session(self, run_id: str) -> set[str]:
+    def observation_ids_in_session(self, session_id: str) -> set[str]:
         """Every observation id of a session, dropped or not."""
 
         def query(conn: Connection) -> set[str]:
             rows = conn.execute(
-                text("SELECT observation_id FROM om_observation WHERE run_id = :run_id"), {"run_id": run_id}
+                text("SELECT observation_id FROM om_observation WHERE run_id = :run_id"),
+                {"run_id": session_id},
             )
             return set(rows.scalars())
 

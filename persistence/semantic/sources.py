@@ -359,18 +359,18 @@ class SemanticSourceReader(MemoryReader):
         """The transcript text of each ``(session, seq)`` that has one, in one snapshot: what the
         observations of one planning page quote (one read, not one per observation)."""
         by_session: dict[str, list[int]] = {}
-        for run_id, seq in sorted(set(wanted)):
-            by_session.setdefault(run_id, []).append(seq)
+        for session_id, seq in sorted(set(wanted)):
+            by_session.setdefault(session_id, []).append(seq)
 
         def query(conn: Connection) -> dict[tuple[str, int], str]:
             found: dict[tuple[str, int], str] = {}
-            for run_id, seqs in by_session.items():
+            for session_id, seqs in by_session.items():
                 for batch, marks in in_batches(seqs):
                     rows = conn.exec_driver_sql(
                         f"SELECT seq, content FROM omray_transcript WHERE run_id = ? AND seq IN ({marks})",
-                        (run_id, *batch),
+                        (session_id, *batch),
                     )
-                    found.update(((run_id, int(seq)), str(content)) for seq, content in rows)
+                    found.update(((session_id, int(seq)), str(content)) for seq, content in rows)
             return found
 
         return self._run(query, {}, ("omray_transcript",)) if by_session else {}

@@ -74,7 +74,7 @@ def _in_list(values: Sequence[str]) -> tuple[str, dict[str, Any]]:
 def _tombstone(
     conn: Connection,
     forgotten_id: str,
-    run_id: str,
+    session_id: str,
     kind: str,
     job_id: str,
     now: str,
@@ -91,7 +91,7 @@ def _tombstone(
         ),
         {
             "id": forgotten_id,
-            "run": run_id,
+            "run": session_id,
             "kind": kind,
             "a": seq_start,
             "b": seq_end,
@@ -102,13 +102,13 @@ def _tombstone(
 
 
 def _forget_memories(
-    conn: Connection, run_id: str, ids: Sequence[str], job_id: str, now: str
+    conn: Connection, session_id: str, ids: Sequence[str], job_id: str, now: str
 ) -> ForgetResult:
     result = ForgetResult()
     if not ids:
         return result
     marks, params = _in_list(ids)
-    params["run"] = run_id
+    params["run"] = session_id
     observations = _ids(
         conn,
         f"SELECT observation_id FROM om_observation WHERE run_id = :run AND observation_id IN ({marks})",
@@ -120,9 +120,9 @@ def _forget_memories(
         params,
     )
     for observation_id in observations:
-        _tombstone(conn, observation_id, run_id, "observation", job_id, now)
+        _tombstone(conn, observation_id, session_id, "observation", job_id, now)
     for reflection_id in reflections:
-        _tombstone(conn, reflection_id, run_id, "reflection", job_id, now)
+        _tombstone(conn, reflection_id, session_id, "reflection", job_id, now)
     if observations:
         obs_marks, obs_params = _in_list(observations)
         conn.execute(
@@ -151,18 +151,25 @@ def _forget_memories(
 
 
 def _forget_events(
-    conn: Connection, run_id: str, start: int, end: int, forgotten_id: str, kind: str, job_id: str, now: str
+    conn: Connection,
+    session_id: str,
+    start: int,
+    end: int,
+    forgotten_id: str,
+    kind: str,
+    job_id: str,
+    now: str,
 ) -> int:
-    _tombstone(conn, forgotten_id, run_id, kind, job_id, now, start, end)
+    _tombstone(conn, forgotten_id, session_id, kind, job_id, now, start, end)
     removed = conn.execute(
         text("DELETE FROM omray_transcript WHERE run_id = :run AND seq BETWEEN :a AND :b"),
-        {"run": run_id, "a": start, "b": end},
+        {"run": session_id, "a": start, "b": end},
     )
     return int(removed.rowcount or 0)
 
 
-def _forget_session(conn: Connection, run_id: str, job_id: str, now: str, result: ForgetResult) -> None:
-    params = {"run": run_id}
+def _forget_session(conn: Connection, session_id: str, job_id: str, now: str, result: ForgetResult) -> None:
+    params = {"run": session_id}
     covered = conn.execute(
         text("SELECT max(source_end_seq) FROM om_coverage WHERE run_id = :run"), params
     ).scalar()
@@ -172,11 +179,11 @@ def _forget_session(conn: Connection, run_id: str, job_id: str, now: str, result
     end = max(int(covered or 0), int(transcribed or 0))
     memories = _ids(conn, "SELECT observation_id FROM om_observation WHERE run_id = :run", params)
     memories += _ids(conn, "SELECT reflection_id FROM om_reflection WHERE run_id = :run", params)
-    found = _forget_memories(conn, run_id, memories, job_id, now)
+    found = _forget_memories(conn, session_id, memories, job_id, now)
     result.observations += found.observations
     result.reflections += found.reflections
     result.transcript_events += _forget_events(
-        conn, run_id, 1, end, f"session:{run_id}", "session", job_id, now
+        conn, session_id, 1, end, f"session:{session_id}", "session", job_id, now
     )
     generations = "SELECT generation_id FROM om_memory_generation WHERE run_id = :run"
     conn.execute(text(f"DELETE FROM om_generation_reflection WHERE generation_id IN ({generations})"), params)
@@ -202,7 +209,7 @@ def _forget_session(conn: Connection, run_id: str, job_id: str, now: str, result
             "INSERT INTO omray_transcript_through (run_id, through_seq) VALUES (:run, :end)"
             " ON CONFLICT (run_id) DO UPDATE SET through_seq = max(through_seq, excluded.through_seq)"
         ),
-        {"run": run_id, "end": end},
+        {"run": session_id, "end": end},
     )
 
 
@@ -286,14 +293,14 @@ def forgotten_observation_ids(conn: Connection, ids: Iterable[str]) -> set[str]:
     return found
 
 
-def forgotten_ranges(conn: Connection, run_id: str) -> list[tuple[int, int]]:
+def forgotten_ranges(conn: Connection, session_id: str) -> list[tuple[int, int]]:
     """The forgotten event ranges of a session (whole-session forgets included)."""
     rows = conn.execute(
         text(
             "SELECT seq_start, seq_end FROM omray_forgotten"
             " WHERE run_id = :run AND kind IN ('events', 'session')"
         ),
-        {"run": run_id},
+        {"run": session_id},
     )
     return [(int(row[0]), int(row[1])) for row in rows]
 

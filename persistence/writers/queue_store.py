@@ -36,8 +36,11 @@ from protocol.queue_rows import (
     WaitingJobs,
 )
 
-_STORED_JOB_COLUMNS: Final = tuple(name for name in StoredJob.model_fields if name != "envelope")
-"""The fields of a :class:`StoredJob` read straight from the ``omray_job`` column of the same name."""
+_STORED_JOB_COLUMNS: Final = tuple(
+    info.serialization_alias or name for name, info in StoredJob.model_fields.items() if name != "envelope"
+)
+"""The ``omray_job`` columns a :class:`StoredJob` reads straight into its fields (``run_id`` into
+``session_id``, every other one into the field of the same name)."""
 
 
 def _update_unfinished(conn: Connection, job_seq: int, assignments: str, values: tuple[Any, ...]) -> bool:
@@ -149,14 +152,14 @@ class QueueStore(SqliteWriter):
                         write.job_seq,
                         write.finished_at,
                         write.failure_reason,
-                        write.run_id,
+                        write.session_id,
                         write.event_type,
                         write.event_payload,
                         write.db_path,
                     )
                 else:
                     self.record_runtime_event(
-                        write.run_id, write.event_type, write.payload, write.created_at, write.db_path
+                        write.session_id, write.event_type, write.payload, write.created_at, write.db_path
                     )
                 applied += 1
         return applied
@@ -294,7 +297,7 @@ class QueueStore(SqliteWriter):
         job_seq: int,
         finished_at: str,
         failure_reason: str,
-        run_id: str,
+        session_id: str,
         event_type: str,
         event_payload: Mapping[str, Any],
         db_path: str = "",
@@ -312,10 +315,10 @@ class QueueStore(SqliteWriter):
                 self.finish_job(job_seq, "failed", finished_at, failure_reason)
             elif state != "failed":
                 raise NotFoundError(f"no unfinished job with seq {job_seq!r}")
-            return self.record_runtime_event(run_id, event_type, event_payload, finished_at, db_path)
+            return self.record_runtime_event(session_id, event_type, event_payload, finished_at, db_path)
 
     def record_runtime_event(
-        self, run_id: str, event_type: str, payload: Mapping[str, Any], created_at: str, db_path: str = ""
+        self, session_id: str, event_type: str, payload: Mapping[str, Any], created_at: str, db_path: str = ""
     ) -> int:
         """Record a sanitized runtime event for a session of database ``db_path``; returns its ``event_seq``.
 
@@ -329,7 +332,7 @@ class QueueStore(SqliteWriter):
             recorded: int | None = conn.execute(
                 select(table.c.event_seq)
                 .where(
-                    table.c.run_id == run_id,
+                    table.c.run_id == session_id,
                     table.c.event_type == event_type,
                     table.c.payload_json == payload_json,
                     table.c.created_at == created_at,
@@ -341,7 +344,7 @@ class QueueStore(SqliteWriter):
                 return recorded
             result = conn.execute(
                 table.insert().values(
-                    run_id=run_id,
+                    run_id=session_id,
                     event_type=event_type,
                     payload_json=payload_json,
                     created_at=created_at,
@@ -430,12 +433,12 @@ class QueueStore(SqliteWriter):
         return StoredJob(envelope=envelope, **{name: columns[name] for name in _STORED_JOB_COLUMNS})
 
     def runtime_events(
-        self, run_id: str, after_seq: int = 0, db_path: str | None = None
+        self, session_id: str, after_seq: int = 0, db_path: str | None = None
     ) -> list[RuntimeEvent]:
         """Runtime events of a session with ``event_seq > after_seq``, in order: of that session in
         database ``db_path`` only, when given (another project may use the same session id)."""
         table = schema.omray_runtime_event
-        where = [table.c.run_id == run_id, table.c.event_seq > after_seq]
+        where = [table.c.run_id == session_id, table.c.event_seq > after_seq]
         if db_path is not None:
             where.append(table.c.db_path == db_path)
         with self.atomic():
@@ -443,7 +446,7 @@ class QueueStore(SqliteWriter):
             return [
                 RuntimeEvent(
                     event_seq=row.event_seq,
-                    run_id=row.run_id,
+                    session_id=row.run_id,
                     event_type=row.event_type,
                     payload=json.loads(row.payload_json),
                     created_at=row.created_at,

@@ -123,19 +123,20 @@ class Store(SqliteWriter):
         observations is valid and still advances coverage.
         """
         for observation in observations:
-            if observation.run_id != part.run_id:
+            if observation.session_id != part.session_id:
                 raise InvalidPayloadError(
-                    f"observation {observation.observation_id!r} is not of session {part.run_id!r}"
+                    f"observation {observation.observation_id!r} is not of session {part.session_id!r}"
                 )
         for entry in transcript:
-            if entry.run_id != part.run_id or not part.source_start_seq <= entry.seq <= part.source_end_seq:
+            inside = part.source_start_seq <= entry.seq <= part.source_end_seq
+            if entry.session_id != part.session_id or not inside:
                 raise InvalidPayloadError(
-                    f"transcript seq {entry.seq} is not inside part {part.coverage_key!r} of {part.run_id!r}"
+                    f"transcript seq {entry.seq} is outside part {part.coverage_key!r} of {part.session_id!r}"
                 )
         with self.atomic():
             conn = self._conn()
             self._insert_transcript(conn, transcript, part.covered_at)
-            self._advance_transcript(conn, part.run_id, part.source_start_seq, part.source_end_seq)
+            self._advance_transcript(conn, part.session_id, part.source_start_seq, part.source_end_seq)
             existing = select_coverage(conn, part.coverage_key)
             if existing is not None:
                 return self._existing_part(existing, part, "digest mismatch")
@@ -146,7 +147,7 @@ class Store(SqliteWriter):
                         with conn.begin_nested():
                             conn.execute(
                                 schema.om_coverage.insert().values(
-                                    **part.model_dump(exclude={"observation_count"}),
+                                    **part.model_dump(by_alias=True, exclude={"observation_count"}),
                                     observation_count=len(observations),
                                 )
                             )
@@ -164,19 +165,19 @@ class Store(SqliteWriter):
             )
 
     def backfill_transcript(
-        self, run_id: str, entries: Sequence[TranscriptEntry], start_seq: int, through_seq: int, now: str
+        self, session_id: str, entries: Sequence[TranscriptEntry], start_seq: int, through_seq: int, now: str
     ) -> int:
         """Write the transcript rows of ``start_seq..through_seq`` read again from the events file
         (coverage written without them: before they existed, or by the PHP extension); rows already
         there are kept. The session's transcript watermark moves to ``through_seq`` when the range
         joins it. Returns the watermark."""
         for entry in entries:
-            if entry.run_id != run_id or not start_seq <= entry.seq <= through_seq:
+            if entry.session_id != session_id or not start_seq <= entry.seq <= through_seq:
                 raise InvalidPayloadError(f"transcript seq {entry.seq} is not inside the backfilled range")
         with self.atomic():
             conn = self._conn()
             self._insert_transcript(conn, entries, now)
-            return self._advance_transcript(conn, run_id, start_seq, through_seq)
+            return self._advance_transcript(conn, session_id, start_seq, through_seq)
 
     @staticmethod
     def _insert_transcript(conn: Connection, entries: Sequence[TranscriptEntry], now: str) -> None:
@@ -184,14 +185,14 @@ class Store(SqliteWriter):
         event inside a forgotten range (``persistence.writers.forget``)."""
         if not entries:
             return
-        ranges = {run_id: forgotten_ranges(conn, run_id) for run_id in {entry.run_id for entry in entries}}
-        entries = [entry for entry in entries if not in_ranges(entry.seq, ranges[entry.run_id])]
+        ranges = {session: forgotten_ranges(conn, session) for session in {e.session_id for e in entries}}
+        entries = [entry for entry in entries if not in_ranges(entry.seq, ranges[entry.session_id])]
         if not entries:
             return
         rows = [
             {
-                "event_id": transcript_event_id(entry.run_id, entry.seq),
-                "run_id": entry.run_id,
+                "event_id": transcript_event_id(entry.session_id, entry.seq),
+                "run_id": entry.session_id,
                 "seq": entry.seq,
                 "event_type": entry.event_type,
                 "timestamp": entry.timestamp,
@@ -204,14 +205,14 @@ class Store(SqliteWriter):
         conn.execute(sqlite_insert(schema.omray_transcript).on_conflict_do_nothing(), rows)
 
     @staticmethod
-    def _advance_transcript(conn: Connection, run_id: str, start_seq: int, end_seq: int) -> int:
+    def _advance_transcript(conn: Connection, session_id: str, start_seq: int, end_seq: int) -> int:
         """Move the session's transcript watermark to ``end_seq`` when ``start_seq`` joins it."""
         table = schema.omray_transcript_through
-        current = conn.execute(select(table.c.through_seq).where(table.c.run_id == run_id)).scalar()
+        current = conn.execute(select(table.c.through_seq).where(table.c.run_id == session_id)).scalar()
         through = int(current or 0)
         if start_seq > through + 1 or end_seq <= through:
             return through
-        statement = sqlite_insert(table).values(run_id=run_id, through_seq=end_seq)
+        statement = sqlite_insert(table).values(run_id=session_id, through_seq=end_seq)
         conn.execute(
             statement.on_conflict_do_update(index_elements=[table.c.run_id], set_={"through_seq": end_seq})
         )
@@ -261,7 +262,7 @@ class Store(SqliteWriter):
             rows.append(
                 {
                     "observation_id": observation.observation_id,
-                    "run_id": observation.run_id,
+                    "run_id": observation.session_id,
                     "boundary_key": part.boundary_key,
                     "source_start_seq": part.source_start_seq,
                     "source_end_seq": part.source_end_seq,
@@ -300,7 +301,7 @@ class Store(SqliteWriter):
     def upsert_activity(self, activity: ActivityRecord) -> None:
         """Write the session's one activity row (a newer job overwrites an older one)."""
         table = schema.om_current_activity
-        values = activity.model_dump()
+        values = activity.model_dump(by_alias=True)
         statement = sqlite_insert(table).values(**values)
         statement = statement.on_conflict_do_update(
             index_elements=[table.c.run_id],
@@ -309,12 +310,12 @@ class Store(SqliteWriter):
         with self.atomic():
             self._conn().execute(statement)
 
-    def clear_activity(self, run_id: str, job_id: str) -> bool:
+    def clear_activity(self, session_id: str, job_id: str) -> bool:
         """Delete the session's activity row only if ``job_id`` wrote it; True when a row was deleted."""
         table = schema.om_current_activity
         with self.atomic():
             result = self._conn().execute(
-                table.delete().where(table.c.run_id == run_id, table.c.job_id == job_id)
+                table.delete().where(table.c.run_id == session_id, table.c.job_id == job_id)
             )
             return result.rowcount == 1
 
@@ -322,7 +323,7 @@ class Store(SqliteWriter):
 
     def record_token_usage(self, usage: TokenUsageRecord) -> bool:
         """Store what one model tool loop spent; False when ``usage_id`` was already stored (a retry)."""
-        statement = sqlite_insert(schema.omray_token_usage).values(**usage.model_dump())
+        statement = sqlite_insert(schema.omray_token_usage).values(**usage.model_dump(by_alias=True))
         with self.atomic():
             result = self._conn().execute(statement.on_conflict_do_nothing(index_elements=["usage_id"]))
             return result.rowcount == 1
@@ -330,7 +331,13 @@ class Store(SqliteWriter):
     # --- observe plans ---------------------------------------------------------------------------
 
     def pin_observe_start(
-        self, plan_key: str, run_id: str, job_id: str, start_seq: int, terminal_end_seq: int, pinned_at: str
+        self,
+        plan_key: str,
+        session_id: str,
+        job_id: str,
+        start_seq: int,
+        terminal_end_seq: int,
+        pinned_at: str,
     ) -> int:
         """The seq the unfinished observe plan ``plan_key`` starts from: ``start_seq`` when none is pinned,
         else what the first attempt pinned (a retry replays the same plan whatever its coverage start)."""
@@ -341,7 +348,7 @@ class Store(SqliteWriter):
                 sqlite_insert(table)
                 .values(
                     plan_key=plan_key,
-                    run_id=run_id,
+                    run_id=session_id,
                     job_id=job_id,
                     start_seq=start_seq,
                     terminal_end_seq=terminal_end_seq,
@@ -364,7 +371,7 @@ class Store(SqliteWriter):
     def claim_generation(
         self,
         generation_id: str,
-        run_id: str,
+        session_id: str,
         observation_set_hash: str,
         reflector_model: str,
         reflector_schema_version: str,
@@ -397,7 +404,7 @@ class Store(SqliteWriter):
                     conn.execute(
                         table.insert().values(
                             generation_id=generation_id,
-                            run_id=run_id,
+                            run_id=session_id,
                             trigger_kind="threshold",
                             status="running",
                             observation_set_hash=observation_set_hash,
@@ -415,7 +422,7 @@ class Store(SqliteWriter):
                     return self._claim_existing(conn, row, now)
                 in_flight = conn.execute(
                     select(table.c.generation_id).where(
-                        table.c.run_id == run_id,
+                        table.c.run_id == session_id,
                         table.c.observation_set_hash == observation_set_hash,
                         table.c.status.in_(("running", "succeeded")),
                     )
@@ -477,7 +484,7 @@ class Store(SqliteWriter):
     def promote_generation(
         self,
         generation_id: str,
-        run_id: str,
+        session_id: str,
         reflections: Sequence[ReflectionRecord],
         retained_observation_ids: Sequence[str],
         completed_at: str,
@@ -502,7 +509,7 @@ class Store(SqliteWriter):
                 return "noop"
             if row.status != "running":
                 raise ConflictError(f"Generation {generation_id!r} is {row.status!r}; cannot commit success.")
-            if row.run_id != run_id or any(r.run_id != run_id for r in reflections):
+            if row.run_id != session_id or any(r.session_id != session_id for r in reflections):
                 raise ConflictError(f"Generation {generation_id!r} identity mismatch on success commit.")
             for position, reflection in enumerate(reflections):
                 self._insert_or_verify_reflection(conn, reflection, row, completed_at)
@@ -528,7 +535,7 @@ class Store(SqliteWriter):
                     f"Generation {generation_id!r} left running status before success commit."
                 )
             active = schema.om_active_generation
-            pointer = sqlite_insert(active).values(run_id=run_id, generation_id=generation_id)
+            pointer = sqlite_insert(active).values(run_id=session_id, generation_id=generation_id)
             conn.execute(
                 pointer.on_conflict_do_update(
                     index_elements=[active.c.run_id], set_={"generation_id": pointer.excluded.generation_id}
@@ -551,7 +558,7 @@ class Store(SqliteWriter):
         conn.execute(
             table.insert().values(
                 reflection_id=reflection.reflection_id,
-                run_id=reflection.run_id,
+                run_id=reflection.session_id,
                 compaction_request_id="",
                 observation_set_hash=generation.observation_set_hash,
                 content=reflection.content,

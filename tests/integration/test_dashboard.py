@@ -57,7 +57,8 @@ def test_custom_metrics_reach_the_prometheus_endpoint(
     for n in range(5):
         client.dispatch(
             JobEnvelope(
-                job_id=f"m{n}", payload=SemanticIndexJob(run_id="s-metrics", db_path="/nonexistent/om.sqlite")
+                job_id=f"m{n}",
+                payload=SemanticIndexJob(session_id="s-metrics", db_path="/nonexistent/om.sqlite"),
             )
         )
     assert client.wait_idle(timeout_s=60)

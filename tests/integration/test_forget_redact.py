@@ -59,7 +59,7 @@ def _write_turns(client: OmrayClient, session: str, texts: list[str]) -> None:
                 handle.write(event_line(line))
         end = EventSummary(seq=seq, type="agent_end", payload={"reason": "completed"})
         client.after_turn_commit(
-            AfterTurnCommit(run_id=session, turn_no=turn, status="completed", events=(end,))
+            AfterTurnCommit(session_id=session, turn_no=turn, status="completed", events=(end,))
         )
 
 

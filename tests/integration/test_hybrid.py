@@ -142,7 +142,7 @@ def test_a_detail_only_in_the_events_is_found_under_its_observation(
         events_path.write_text("".join(event_line(line) for line in lines), encoding="utf-8")
         client.after_turn_commit(
             AfterTurnCommit(
-                run_id=session,
+                session_id=session,
                 turn_no=1,
                 status="completed",
                 events=(EventSummary(seq=2, type="agent_end", payload={"reason": "completed"}),),

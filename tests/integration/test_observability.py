@@ -141,7 +141,7 @@ def _settings(tmp: Path, server: ScriptedServer) -> dict[str, Any]:
 def _index_job(tmp: Path, n: int, tag: str) -> JobEnvelope:
     return JobEnvelope(
         job_id=f"index-{tag}-{n}",
-        payload=SemanticIndexJob(run_id="s-index", db_path=str(tmp / f"idx{n}.sqlite")),
+        payload=SemanticIndexJob(session_id="s-index", db_path=str(tmp / f"idx{n}.sqlite")),
     )
 
 
@@ -192,7 +192,7 @@ def runtime(
                 JobEnvelope(
                     job_id="reflect-fails",
                     payload=ReflectGenerationJob(
-                        run_id="s-fail",
+                        session_id="s-fail",
                         generation_id="a" * 64,
                         observation_set_hash="b" * 64,
                         reflector_model="builtin/extractive",

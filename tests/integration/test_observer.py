@@ -105,7 +105,7 @@ def test_scripted_model_through_the_openai_client(names: RuntimeNames, tmp_path:
         assert reader.contiguous_covered_end("s-scripted", "1", "1") == turns[-1][-1]["seq"]
         # A redelivered job for covered events makes no model call.
         ctx = AfterTurnCommit(
-            run_id="s-scripted",
+            session_id="s-scripted",
             turn_no=2,
             status="completed",
             events=(

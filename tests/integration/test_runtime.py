@@ -29,12 +29,12 @@ from tests.integration.conftest import assert_eventually
 pytestmark = pytest.mark.integration
 
 
-def _job(run_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:
+def _job(session_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:
     payload: dict[str, object]
     if kind == "observe_boundary":
         payload = {
             "kind": kind,
-            "run_id": run_id,
+            "run_id": session_id,
             "terminal_end_seq": n + 1,
             "terminal_status": "completed",
             "renderer_version": "1",
@@ -45,7 +45,7 @@ def _job(run_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:
     elif kind == "reflect_generation":
         payload = {
             "kind": kind,
-            "run_id": run_id,
+            "run_id": session_id,
             "generation_id": f"{n:064x}",
             "observation_set_hash": "b" * 64,
             "reflector_model": "builtin/extractive",
@@ -54,9 +54,9 @@ def _job(run_id: str, n: int, kind: str = "semantic_index") -> JobEnvelope:
         }
     else:
         # Each index job gets a database, hence a lane, of its own: no coalescing between them.
-        payload = SemanticIndexJob(run_id=run_id, db_path=f"/nonexistent/{n}/om.sqlite").model_dump()
+        payload = SemanticIndexJob(session_id=session_id, db_path=f"/nonexistent/{n}/om.sqlite").model_dump()
     return JobEnvelope.model_validate(
-        {"job_id": f"job-{n:04d}", "correlation_id": run_id, "payload": payload}
+        {"job_id": f"job-{n:04d}", "correlation_id": session_id, "payload": payload}
     )
 
 
@@ -248,12 +248,12 @@ def test_always_failing_handler_gets_four_attempts_and_one_event(
     names: RuntimeNames, tmp_path: Path, ledger: Path
 ) -> None:
     client = _start(names, tmp_path, ledger, {SEMANTIC_INDEX_HANDLER: "testkit.handlers:always_fail"})
-    run_id = f"session-{uuid.uuid4().hex[:6]}"
-    client.dispatch(_job(run_id, 7))
+    session_id = f"session-{uuid.uuid4().hex[:6]}"
+    client.dispatch(_job(session_id, 7))
     assert client.wait_idle(timeout_s=60)
     assert [line["attempt"] for line in read_ledger(str(ledger))] == [1, 2, 3, 4]
-    assert client.runtime_events(run_id) == []  # the job's database is not this client's
-    events = client.runtime_events(run_id, db_path="/nonexistent/7/om.sqlite")
+    assert client.runtime_events(session_id) == []  # the job's database is not this client's
+    events = client.runtime_events(session_id, db_path="/nonexistent/7/om.sqlite")
     assert len(events) == 1 and events[0]["db_path"] == "/nonexistent/7/om.sqlite"
     payload = events[0]["payload"]
     assert events[0]["event_type"] == "extension_agent.job_failed"

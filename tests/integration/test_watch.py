@@ -41,7 +41,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[=>]|\r")
 
 def _job(n: int) -> JobEnvelope:
     # A database each: waiting index jobs of one database would be coalesced into one run.
-    payload = SemanticIndexJob(run_id="s-watch", db_path=f"/nonexistent/{n}/om.sqlite").model_dump()
+    payload = SemanticIndexJob(session_id="s-watch", db_path=f"/nonexistent/{n}/om.sqlite").model_dump()
     return JobEnvelope.model_validate(
         {"job_id": f"watch-job-{n:04d}", "correlation_id": "s-watch", "payload": payload}
     )
@@ -99,7 +99,7 @@ def test_watch_in_a_pseudo_terminal(names: RuntimeNames, tmp_path: Path) -> None
     with Store(db_path) as store:
         store.upsert_activity(
             ActivityRecord(
-                run_id="s-watch",
+                session_id="s-watch",
                 job_id="watch-job-0001",
                 stage="observer",
                 current_tokens=1234,

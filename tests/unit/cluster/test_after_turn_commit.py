@@ -63,7 +63,7 @@ def test_mapping_form_of_the_context_dispatches_like_the_model(tmp_path: Path) -
     job_id = client.after_turn_commit(TERMINAL)
     typed = client.after_turn_commit(
         AfterTurnCommit(
-            run_id="7",
+            session_id="7",
             turn_no=2,
             status="completed",
             events=(EventSummary(seq=5, type="agent_end", payload={"reason": "completed"}),),

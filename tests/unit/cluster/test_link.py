@@ -61,7 +61,7 @@ class FlakyLink:
 
 def turn(seq: int) -> AfterTurnCommit:
     return AfterTurnCommit(
-        run_id="s1",
+        session_id="s1",
         turn_no=seq,
         status="completed",
         events=(EventSummary(seq=seq, type="agent_end", payload={"reason": "completed"}),),

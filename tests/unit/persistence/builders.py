@@ -18,7 +18,7 @@ COVERED_AT = "2026-07-23T10:00:00+00:00"
 
 
 def make_part(
-    run_id: str,
+    session_id: str,
     start: int,
     end: int,
     *,
@@ -30,7 +30,7 @@ def make_part(
 ) -> CoveragePart:
     """A coverage part of the chunk ``start..end`` (same chunk for every index of one seed)."""
     return coverage_part(
-        run_id,
+        session_id,
         start,
         end,
         source_kind=digest_seed,
@@ -45,7 +45,7 @@ def make_part(
 
 
 def make_observation(
-    run_id: str,
+    session_id: str,
     content: str,
     *,
     seq: int = 1,
@@ -55,11 +55,11 @@ def make_observation(
     end_seq: int | None = None,
 ) -> ObservationRecord:
     """An observation citing event ``seq`` (range fields are overwritten by the part on commit)."""
-    refs = (SourceRef(run_id=run_id, seq=seq),)
+    refs = (SourceRef(run_id=session_id, seq=seq),)
     return ObservationRecord.model_validate(
         {
-            "observation_id": observation_id(run_id, OBSERVER_SCHEMA, timestamp, content, refs),
-            "run_id": run_id,
+            "observation_id": observation_id(session_id, OBSERVER_SCHEMA, timestamp, content, refs),
+            "run_id": session_id,
             "boundary_key": "boundary",
             "source_start_seq": seq,
             "source_end_seq": end_seq if end_seq is not None else seq,
@@ -76,12 +76,12 @@ def make_observation(
     )
 
 
-def make_reflection(run_id: str, content: str, supporting: tuple[str, ...] = ()) -> ReflectionRecord:
+def make_reflection(session_id: str, content: str, supporting: tuple[str, ...] = ()) -> ReflectionRecord:
     """A reflection with its content-derived id."""
     ordered = tuple(sorted(set(supporting)))
     return ReflectionRecord(
-        reflection_id=reflection_id(run_id, REFLECTOR_SCHEMA, content, ordered),
-        run_id=run_id,
+        reflection_id=reflection_id(session_id, REFLECTOR_SCHEMA, content, ordered),
+        session_id=session_id,
         observation_set_hash="0" * 64,
         content=content,
         supporting_observation_ids=ordered,

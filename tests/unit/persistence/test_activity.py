@@ -10,9 +10,9 @@ from protocol.records import ActivityRecord
 T0 = "2026-07-23T12:00:00+00:00"
 
 
-def _envelope(job_id: str, run_id: str = "run-1") -> JobEnvelope:
+def _envelope(job_id: str, session_id: str = "run-1") -> JobEnvelope:
     payload = ObserveBoundaryJob(
-        run_id=run_id,
+        session_id=session_id,
         terminal_end_seq=3,
         terminal_status="completed",
         renderer_version="r1",
@@ -20,15 +20,15 @@ def _envelope(job_id: str, run_id: str = "run-1") -> JobEnvelope:
         db_path="/data/om.sqlite",
         events_path="/data/events.jsonl",
     )
-    return JobEnvelope(job_id=job_id, correlation_id=run_id, payload=payload)
+    return JobEnvelope(job_id=job_id, correlation_id=session_id, payload=payload)
 
 
 # --- activity ------------------------------------------------------------------------------
 
 
-def _activity(job_id: str, stage: str = "observer", run_id: str = "run-1") -> ActivityRecord:
+def _activity(job_id: str, stage: str = "observer", session_id: str = "run-1") -> ActivityRecord:
     return ActivityRecord.model_validate(
-        {"run_id": run_id, "job_id": job_id, "stage": stage, "current_tokens": 10, "updated_at": T0}
+        {"run_id": session_id, "job_id": job_id, "stage": stage, "current_tokens": 10, "updated_at": T0}
     )
 
 
@@ -44,7 +44,7 @@ def test_older_job_cannot_clear_newer_row_and_sessions_are_isolated(
 ) -> None:
     store.upsert_activity(_activity("old"))
     store.upsert_activity(_activity("new"))
-    store.upsert_activity(_activity("other-job", run_id="run-2"))
+    store.upsert_activity(_activity("other-job", session_id="run-2"))
     assert store.clear_activity("run-1", "old") is False
     assert reader.activity("run-1") is not None
     assert store.clear_activity("run-1", "new") is True

@@ -33,13 +33,13 @@ from tests.unit.persistence.semantic.conftest import (
 TS = "2026-07-23 10:00"
 
 
-def observation(run_id: str, word: str, seq: int) -> ObservationRecord:
-    return make_observation(run_id, f"Observed {word} marker", seq=seq)
+def observation(session_id: str, word: str, seq: int) -> ObservationRecord:
+    return make_observation(session_id, f"Observed {word} marker", seq=seq)
 
 
-def transcript(run_id: str, word: str, seq: int) -> TranscriptEntry:
+def transcript(session_id: str, word: str, seq: int) -> TranscriptEntry:
     return TranscriptEntry(
-        run_id=run_id,
+        session_id=session_id,
         seq=seq,
         event_type="agent_command_applied",
         timestamp=TS,
@@ -47,11 +47,11 @@ def transcript(run_id: str, word: str, seq: int) -> TranscriptEntry:
     )
 
 
-def commit_turn(store: Store, run_id: str, seq: int, word: str) -> str:
+def commit_turn(store: Store, session_id: str, seq: int, word: str) -> str:
     """One part covering event ``seq``: one observation and one transcript row; returns the observation id."""
-    obs = observation(run_id, word, seq)
+    obs = observation(session_id, word, seq)
     store.commit_observer_part(
-        make_part(run_id, seq, seq, digest_seed=word), [obs], [transcript(run_id, word, seq)]
+        make_part(session_id, seq, seq, digest_seed=word), [obs], [transcript(session_id, word, seq)]
     )
     return obs.observation_id
 
@@ -257,50 +257,52 @@ def test_a_forgotten_id_is_never_returned_and_nothing_else_is_lost(
     for number, op in enumerate(operations):
         job = f"job-{number}"
         if op[0] == "observe":
-            run_id, word = str(op[1]), str(op[2])
-            next_seq[run_id] += 1
-            seq = next_seq[run_id]
-            memory_id = commit_turn(store, run_id, seq, word)
-            committed.append((run_id, seq, word))
+            session_id, word = str(op[1]), str(op[2])
+            next_seq[session_id] += 1
+            seq = next_seq[session_id]
+            memory_id = commit_turn(store, session_id, seq, word)
+            committed.append((session_id, seq, word))
             if memory_id not in forgotten:
-                live[memory_id] = (run_id, word)
-            if (run_id, seq) not in forgotten_events:
-                events[(run_id, seq)] = word
+                live[memory_id] = (session_id, word)
+            if (session_id, seq) not in forgotten_events:
+                events[(session_id, seq)] = word
         elif op[0] == "replay" and committed:
-            run_id, seq, word = committed[int(op[1]) % len(committed)]
-            commit_turn(store, run_id, seq, word)  # an observe retry of a committed part: a no-op
+            session_id, seq, word = committed[int(op[1]) % len(committed)]
+            commit_turn(store, session_id, seq, word)  # an observe retry of a committed part: a no-op
         elif op[0] == "forget_memory" and (live or forgotten):
             pool = sorted(live) + sorted(forgotten)
             memory_id = pool[int(op[1]) % len(pool)]
-            run_id = live[memory_id][0] if memory_id in live else "s1"
+            session_id = live[memory_id][0] if memory_id in live else "s1"
             store.forget(
-                ForgetRequest(session_id=run_id, memory_ids=(memory_id,)), job, "2026-07-23T11:00:00+00:00"
+                ForgetRequest(session_id=session_id, memory_ids=(memory_id,)),
+                job,
+                "2026-07-23T11:00:00+00:00",
             )
-            if memory_id in live and live[memory_id][0] == run_id:
+            if memory_id in live and live[memory_id][0] == session_id:
                 del live[memory_id]
                 forgotten.add(memory_id)
         elif op[0] == "forget_session":
-            run_id = str(op[1])
+            session_id = str(op[1])
             store.forget(
-                ForgetRequest(session_id=run_id, whole_session=True), job, "2026-07-23T11:00:00+00:00"
+                ForgetRequest(session_id=session_id, whole_session=True), job, "2026-07-23T11:00:00+00:00"
             )
-            for memory_id in [key for key, value in live.items() if value[0] == run_id]:
+            for memory_id in [key for key, value in live.items() if value[0] == session_id]:
                 del live[memory_id]
                 forgotten.add(memory_id)
-            for key in [key for key in events if key[0] == run_id]:
+            for key in [key for key in events if key[0] == session_id]:
                 del events[key]
                 forgotten_events.add(key)
-            forgotten_events.update((run_id, seq) for seq in range(1, next_seq[run_id] + 1))
+            forgotten_events.update((session_id, seq) for seq in range(1, next_seq[session_id] + 1))
         elif op[0] == "forget_events":
-            run_id, start, length = str(op[1]), int(op[2]), int(op[3])  # type: ignore[call-overload]
+            session_id, start, length = str(op[1]), int(op[2]), int(op[3])  # type: ignore[call-overload]
             store.forget(
-                ForgetRequest(session_id=run_id, event_ranges=((start, start + length),)),
+                ForgetRequest(session_id=session_id, event_ranges=((start, start + length),)),
                 job,
                 "2026-07-23T11:00:00+00:00",
             )
             for seq in range(start, start + length + 1):
-                events.pop((run_id, seq), None)
-                forgotten_events.add((run_id, seq))
+                events.pop((session_id, seq), None)
+                forgotten_events.add((session_id, seq))
         elif op[0] == "index":
             sync(index, embedder)
             indexed = True
@@ -321,10 +323,10 @@ def test_a_forgotten_id_is_never_returned_and_nothing_else_is_lost(
                 assert answer["error"] == "index_building"  # indexed before the first memory: no vectors yet
             else:
                 assert not {str(item["id"]) for item in answer["results"]} & forgotten  # type: ignore[union-attr]
-    for run_id in SESSIONS:
-        text = project(db, run_id)
+    for session_id in SESSIONS:
+        text = project(db, session_id)
         assert not any(memory_id[:12] in text for memory_id in forgotten)
-        assert all(memory_id[:12] in text for memory_id, (run, _w) in live.items() if run == run_id)
+        assert all(memory_id[:12] in text for memory_id, (run, _w) in live.items() if run == session_id)
 
 
 def _database_bytes(db: Path) -> bytes:
@@ -340,7 +342,9 @@ def test_forgotten_text_leaves_the_database_file_and_its_wal(tmp_path: Path) -> 
         forgotten = commit_turn(store, "s1", 1, "zanzibarquux")
         commit_turn(store, "s1", 2, "keptword")
         assert b"zanzibarquux" in _database_bytes(db)
-        store.forget(ForgetRequest(run_id="s1", memory_ids=(forgotten,), event_ranges=((1, 1),)), "job-1", TS)
+        store.forget(
+            ForgetRequest(session_id="s1", memory_ids=(forgotten,), event_ranges=((1, 1),)), "job-1", TS
+        )
         on_disk = _database_bytes(db)
         assert b"zanzibarquux" not in on_disk
         assert b"keptword" in on_disk
@@ -364,9 +368,9 @@ def test_no_trigram_of_forgotten_text_stays_in_the_exact_search_index(
             commit_turn(store, "s2" if whole_session else "s1", seq, f"keptword{seq}")
         assert all(tri in _database_bytes(db) for tri in _trigrams(marker))
         request = (
-            ForgetRequest(run_id="s1", whole_session=True)
+            ForgetRequest(session_id="s1", whole_session=True)
             if whole_session
-            else ForgetRequest(run_id="s1", memory_ids=(forgotten,), event_ranges=((1, 1),))
+            else ForgetRequest(session_id="s1", memory_ids=(forgotten,), event_ranges=((1, 1),))
         )
         store.forget(request, "job-1", TS)
         on_disk = _database_bytes(db)

@@ -213,7 +213,7 @@ class CondensingModel:
                 "timestamp": "2026-11-30 10:00",
                 "content": f"The user and assistant talked about {len(group)} things.",
                 "relevance": "medium",
-                "source_refs": [{"run_id": run_id, "seq": int(seq)} for run_id, _, seq in group],
+                "source_refs": [{"run_id": session_id, "seq": int(seq)} for session_id, _, seq in group],
             }
             for group in groups
         ]

@@ -134,7 +134,7 @@ def test_observation_of_another_session_is_rejected(store: Store, reader: Memory
 
 def test_outer_atomic_rolls_back_every_grouped_write(store: Store, reader: MemoryReader) -> None:
     activity = ActivityRecord(
-        run_id=RUN, job_id="j", stage="observer", current_tokens=5, updated_at=COVERED_AT
+        session_id=RUN, job_id="j", stage="observer", current_tokens=5, updated_at=COVERED_AT
     )
     with pytest.raises(RuntimeError), store.atomic():
         store.commit_observer_part(make_part(RUN, 1, 1), [make_observation(RUN, "x")])
@@ -163,7 +163,7 @@ def test_sqlite_errors_surface_as_storage_errors_without_values(store: Store, db
     conn.close()
     secret = "secret-memory-text"
     activity = ActivityRecord(
-        run_id=RUN, job_id=secret, stage="observer", current_tokens=1, updated_at=COVERED_AT
+        session_id=RUN, job_id=secret, stage="observer", current_tokens=1, updated_at=COVERED_AT
     )
     with pytest.raises(StorageError) as raised:
         store.upsert_activity(activity)

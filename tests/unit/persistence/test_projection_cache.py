@@ -86,11 +86,13 @@ def _raw_insert_observation(db_path: Path, prefix: str) -> None:
 def test_store_writes_render_the_text_with_the_current_version(tmp_path: Path) -> None:
     db_path = tmp_path / "om.sqlite"
     with Store(db_path) as store:
-        commit(store, [observation("a1", "first", run_id=RUN), observation("a2", "second", run_id=RUN)])
+        commit(
+            store, [observation("a1", "first", session_id=RUN), observation("a2", "second", session_id=RUN)]
+        )
         first_version, cached_version, text = _cache(db_path)
         assert first_version is not None and cached_version == first_version
         assert text is not None and "first" in text and "second" in text
-        promote(store, RUN, [reflection("f1", "durable", run_id=RUN)], [hex_id("a2")], 1)
+        promote(store, RUN, [reflection("f1", "durable", session_id=RUN)], [hex_id("a2")], 1)
     version, cached_version, text = _cache(db_path)
     assert version is not None and first_version is not None and version > first_version
     assert cached_version == version
@@ -102,7 +104,7 @@ def test_store_writes_render_the_text_with_the_current_version(tmp_path: Path) -
 def test_a_write_by_another_writer_makes_the_text_stale_until_the_store_renders_it(tmp_path: Path) -> None:
     db_path = tmp_path / "om.sqlite"
     with Store(db_path) as store:
-        commit(store, [observation("a1", "first", run_id=RUN)])
+        commit(store, [observation("a1", "first", session_id=RUN)])
     _raw_insert_observation(db_path, "b1")
     conn = sqlite3.connect(db_path)
     try:
@@ -116,7 +118,7 @@ def test_a_write_by_another_writer_makes_the_text_stale_until_the_store_renders_
     text = project(db_path, RUN)
     assert "written by another writer b1" in text and text == _expected(db_path)
     with Store(db_path) as store:  # the next transaction renders the dirty session again
-        commit(store, [observation("c1", "third", run_id="other")], run_id="other")
+        commit(store, [observation("c1", "third", session_id="other")], session_id="other")
     version, cached_version, cached_text = _cache(db_path)
     assert cached_version == version and cached_text is not None and "another writer" in cached_text
 
@@ -124,10 +126,10 @@ def test_a_write_by_another_writer_makes_the_text_stale_until_the_store_renders_
 def test_a_failed_transaction_leaves_text_and_version_as_they_were(tmp_path: Path) -> None:
     db_path = tmp_path / "om.sqlite"
     with Store(db_path) as store:
-        commit(store, [observation("a1", "first", run_id=RUN)])
+        commit(store, [observation("a1", "first", session_id=RUN)])
         before = _cache(db_path)
         with pytest.raises(StorageError), store.atomic():
-            commit(store, [observation("a2", "second", run_id=RUN)])
+            commit(store, [observation("a2", "second", session_id=RUN)])
             store._conn().exec_driver_sql("SELECT * FROM no_such_table")
     assert _cache(db_path) == before
     assert "second" not in project(db_path, RUN)
@@ -158,7 +160,7 @@ def test_projection_equals_the_full_record_rendering_after_any_writes(
                         f"{number:02x}{i:02x}",
                         f"note {number}.{i}",
                         timestamp=f"2026-07-26 12:{(minute + i) % 60:02d}",
-                        run_id=RUN,
+                        session_id=RUN,
                     )
                     for i in range(count + 1)
                 ]
@@ -169,7 +171,7 @@ def test_projection_equals_the_full_record_rendering_after_any_writes(
                 promote(
                     store,
                     RUN,
-                    [reflection(f"f{number:02x}", f"fact {number}", run_id=RUN)],
+                    [reflection(f"f{number:02x}", f"fact {number}", session_id=RUN)],
                     retained,
                     minute % 4,
                     generation_id=hex_id(f"9{number:02x}"),

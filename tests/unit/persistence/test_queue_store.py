@@ -16,9 +16,9 @@ from protocol.queue_rows import JobHeldWrite
 T0 = "2026-07-23T12:00:00+00:00"
 
 
-def _envelope(job_id: str, run_id: str = "run-1") -> JobEnvelope:
+def _envelope(job_id: str, session_id: str = "run-1") -> JobEnvelope:
     payload = ObserveBoundaryJob(
-        run_id=run_id,
+        session_id=session_id,
         terminal_end_seq=3,
         terminal_status="completed",
         renderer_version="r1",
@@ -26,7 +26,7 @@ def _envelope(job_id: str, run_id: str = "run-1") -> JobEnvelope:
         db_path="/data/om.sqlite",
         events_path="/data/events.jsonl",
     )
-    return JobEnvelope(job_id=job_id, correlation_id=run_id, payload=payload)
+    return JobEnvelope(job_id=job_id, correlation_id=session_id, payload=payload)
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_jobs_are_listed_in_acceptance_order(store: QueueStore) -> None:
     jobs = store.list_unfinished_jobs()
     assert [j.envelope.job_id for j in jobs] == ["c", "a", "b"]
     assert jobs[0].envelope == _envelope("c")
-    assert (jobs[0].handler_id, jobs[0].run_id, jobs[0].state, jobs[0].attempts) == (
+    assert (jobs[0].handler_id, jobs[0].session_id, jobs[0].state, jobs[0].attempts) == (
         "observational_memory.observe_boundary",
         "run-1",
         "pending",
@@ -135,7 +135,9 @@ def test_queue_survives_reopening(db_path: Path) -> None:
     with QueueStore(db_path) as first:
         first.enqueue_job(_envelope("a"), T0)
         index_job = JobEnvelope(
-            job_id="f" * 32, correlation_id="run-2", payload=SemanticIndexJob(run_id="run-2", db_path="/d")
+            job_id="f" * 32,
+            correlation_id="run-2",
+            payload=SemanticIndexJob(session_id="run-2", db_path="/d"),
         )
         first.enqueue_job(index_job, T0)
     with QueueStore(db_path) as second:

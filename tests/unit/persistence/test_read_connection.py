@@ -29,7 +29,7 @@ def _count(conn: sqlite3.Connection, names: frozenset[str]) -> int:
 
 
 def test_connection_is_reused_within_a_thread_and_not_across_threads(store: Store, db_path: Path) -> None:
-    commit(store, [observation("a1", run_id="s1")])
+    commit(store, [observation("a1", session_id="s1")])
     reader = SnapshotReader(db_path)
     seen: list[sqlite3.Connection] = []
 
@@ -49,9 +49,9 @@ def test_connection_is_reused_within_a_thread_and_not_across_threads(store: Stor
 
 def test_new_rows_and_new_tables_are_seen_by_a_reused_connection(store: Store, db_path: Path) -> None:
     reader = SnapshotReader(db_path)
-    commit(store, [observation("a1", run_id="s1")])
+    commit(store, [observation("a1", session_id="s1")])
     assert reader.run(_count, -1, ("om_observation",)) == 1
-    commit(store, [observation("a2", run_id="s1")])
+    commit(store, [observation("a2", session_id="s1")])
     assert reader.run(_count, -1, ("om_observation",)) == 2
     assert reader.run(_count, -1, ("no_such_table",)) == -1
     with sqlite3.connect(db_path) as writer:
@@ -64,12 +64,12 @@ def test_missing_deleted_and_replaced_files(tmp_path: Path) -> None:
     reader = SnapshotReader(db_path)
     assert reader.run(_count, -1) == -1 and not db_path.exists()
     with Store(db_path) as store:
-        commit(store, [observation("a1", run_id="s1")])
+        commit(store, [observation("a1", session_id="s1")])
     assert reader.run(_count, -1) == 1
     copy = tmp_path / "copy.sqlite"
     shutil.copy(db_path, copy)
     with Store(copy) as store:
-        commit(store, [observation("a2", run_id="s2")])
+        commit(store, [observation("a2", session_id="s2")])
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
     assert reader.run(_count, -1) == -1  # deleted: never read through the stale handle
@@ -97,7 +97,7 @@ def test_reads_never_write(store: Store, db_path: Path) -> None:
         conn.execute("DELETE FROM om_observation")
         return 0
 
-    commit(store, [observation("a1", run_id="s1")])
+    commit(store, [observation("a1", session_id="s1")])
     with pytest.raises(StorageError):
         reader.run(write, 0)
     assert reader.run(_count, -1) == 1
@@ -128,15 +128,17 @@ def test_projection_rows_render_like_the_full_active_memory(
     db_path = tmp_path_factory.mktemp("projection") / "om.sqlite"
     with Store(db_path) as store:
         rows = [
-            observation(f"a{i:02d}", f"note {i}", timestamp=STAMPS[i % 4], run_id="s1", refs=(("s1", i + 1),))
+            observation(
+                f"a{i:02d}", f"note {i}", timestamp=STAMPS[i % 4], session_id="s1", refs=(("s1", i + 1),)
+            )
             for i in range(count)
         ]
         for row in rows:
             commit(store, [row])
-        commit(store, [observation("ff", "other session", run_id="s2")])
+        commit(store, [observation("ff", "other session", session_id="s2")])
         if generation is not None:
             kept = [hex_id(f"a{i:02d}") for i in sorted(retained) if i < count]
-            refs = [reflection(f"b{i}", f"fact {i}", run_id="s1") for i in range(reflections)]
+            refs = [reflection(f"b{i}", f"fact {i}", session_id="s1") for i in range(reflections)]
             if generation == "succeeded":
                 promote(store, "s1", refs, kept, watermark)
             else:
@@ -166,20 +168,20 @@ def _assembled(lines: ProjectionLines) -> str:
 
 
 def test_memoized_projection_is_reused_until_a_commit_then_read_again(store: Store, db_path: Path) -> None:
-    commit(store, [observation("a1", "first", run_id="s1")])
+    commit(store, [observation("a1", "first", session_id="s1")])
     reader = SearchReader(db_path)
     first = reader.projection_lines("s1")
     assert reader.projection_lines("s1") is first  # nothing committed: the kept answer
-    commit(store, [observation("a2", "second", run_id="s2")])  # any commit, even another session's
+    commit(store, [observation("a2", "second", session_id="s2")])  # any commit, even another session's
     again = reader.projection_lines("s1")
     assert again is not first and again == first
-    commit(store, [observation("a3", "third", run_id="s1", timestamp="2026-07-28 00:00")])
+    commit(store, [observation("a3", "third", session_id="s1", timestamp="2026-07-28 00:00")])
     assert reader.projection_lines("s1").observation_text.endswith("third")
     reader.close()
 
 
 def test_memo_keeps_a_bounded_number_of_answers(store: Store, db_path: Path) -> None:
-    commit(store, [observation("a1", run_id="s1")])
+    commit(store, [observation("a1", session_id="s1")])
     reader = SnapshotReader(db_path)
     calls: list[int] = []
 

@@ -85,23 +85,32 @@ class Corpus:
 
     def add(self, observation_texts: list[str], reflection_texts: list[str], stamp: int) -> None:
         number = next(self.counter)
-        run_id = f"run-{number}"
+        session_id = f"run-{number}"
         rows = [
             observation(
-                f"{number:06x}{index:04x}", text, timestamp=TIMESTAMPS[(stamp + index) % 4], run_id=run_id
+                f"{number:06x}{index:04x}",
+                text,
+                timestamp=TIMESTAMPS[(stamp + index) % 4],
+                session_id=session_id,
             )
             for index, text in enumerate(observation_texts)
         ]
-        commit(self.store, rows, run_id)
+        commit(self.store, rows, session_id)
         self.observations.extend(rows)
         if reflection_texts:
             created = CREATED[stamp % 3]
             refs = [
-                reflection(f"f{number:06x}{index:04x}", text, created_at=created, run_id=run_id)
+                reflection(f"f{number:06x}{index:04x}", text, created_at=created, session_id=session_id)
                 for index, text in enumerate(reflection_texts)
             ]
             promote(
-                self.store, run_id, refs, [], 1, completed_at=created, generation_id=hex_id(f"d{number:06x}")
+                self.store,
+                session_id,
+                refs,
+                [],
+                1,
+                completed_at=created,
+                generation_id=hex_id(f"d{number:06x}"),
             )
             self.reflections.extend(refs)
 
@@ -157,7 +166,7 @@ def test_fast_path_equals_scan_and_in_memory_model(
     expected = search_in_memory(request, corpus.observations, corpus.reflections)
     if request.sessions is not None:  # a scoped search never returns another session's memory
         found = [*scan.observations, *scan.reflections]
-        assert all(row.run_id in request.sessions for row in found)
+        assert all(row.session_id in request.sessions for row in found)
     assert exact_search(corpus.db_path, request) == expected
     assert exact_search(corpus.db_path, request, "scan") == expected
 
@@ -304,13 +313,13 @@ def test_missing_database_gives_empty_answers(tmp_path: Path) -> None:
 def test_recall_lookups_by_full_id_and_prefix_within_one_session(corpus: Corpus) -> None:
     shared = "abcdef012345"
     rows = [
-        observation(shared + "0a", "one", run_id="s1"),
-        observation(shared + "0b", "two", run_id="s1"),
-        observation(shared + "1", "three", run_id="s1"),
-        observation(shared + "2", "four", run_id="s1"),
+        observation(shared + "0a", "one", session_id="s1"),
+        observation(shared + "0b", "two", session_id="s1"),
+        observation(shared + "1", "three", session_id="s1"),
+        observation(shared + "2", "four", session_id="s1"),
     ]
     commit(corpus.store, rows, "s1")
-    commit(corpus.store, [observation("9" * 12, "foreign", run_id="s2")], "s2")
+    commit(corpus.store, [observation("9" * 12, "foreign", session_id="s2")], "s2")
     reader = SearchReader(corpus.db_path)
     assert len(reader.find_observations("s1", shared)) == 3  # LIMIT 3
     assert [o.content for o in reader.find_observations("s1", shared + "0b")] == ["two"]
@@ -351,10 +360,10 @@ def branch_db(tmp_path: Path) -> Path:
             words.append("q!")
         if index >= 60 and index % 4 == 0:
             words.append("quad")
-        rows.append(observation(f"{index:04x}", " ".join(words), timestamp=_minute(index), run_id="s"))
+        rows.append(observation(f"{index:04x}", " ".join(words), timestamp=_minute(index), session_id="s"))
     with Store(db_path) as store:
         commit(store, rows, "s")
-        promote(store, "s", [reflection("f1", "zeta needle reflection", run_id="s")], [], 1)
+        promote(store, "s", [reflection("f1", "zeta needle reflection", session_id="s")], [], 1)
     return db_path
 
 

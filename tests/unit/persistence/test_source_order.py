@@ -57,7 +57,7 @@ def _record(index: int, minute: str, refs: tuple[tuple[str, int], ...], part_sta
     sources = {SourceRef(run_id=run, seq=seq) for run, seq in refs}
     return ObservationRecord(
         observation_id=hex_id(f"{(index * 2654435761) % 2**32:08x}"),  # ids in no particular order
-        run_id=RUN,
+        session_id=RUN,
         boundary_key="b" * 64,
         source_start_seq=part_start,
         source_end_seq=max([part_start, *(seq for _, seq in refs)]),

@@ -89,7 +89,7 @@ def test_schema_compatibility(version: str, ok: bool) -> None:
 
 def ctx(status: str, *events: tuple[int, str, dict[str, Any]]) -> AfterTurnCommit:
     return AfterTurnCommit(
-        run_id="run-1",
+        session_id="run-1",
         turn_no=1,
         status=status,
         events=tuple(EventSummary(seq=s, type=t, payload=p) for s, t, p in events),
@@ -150,7 +150,7 @@ def test_detect_terminal_boundary(context: AfterTurnCommit, expected: TerminalBo
 
 
 def compaction(**kw: Any) -> BeforeCompactionContext:
-    return BeforeCompactionContext(run_id="5", turn_no=2, **kw)
+    return BeforeCompactionContext(session_id="5", turn_no=2, **kw)
 
 
 def test_coverage_watermark_needs_both_seqs() -> None:

@@ -12,7 +12,7 @@ from protocol.jobs import ObserveBoundaryJob
 
 def _job(end_seq: int) -> ObserveBoundaryJob:
     return ObserveBoundaryJob(
-        run_id="s1",
+        session_id="s1",
         terminal_end_seq=end_seq,
         terminal_status="completed",
         renderer_version="1",

@@ -89,7 +89,7 @@ def test_the_envelope_takes_its_session_under_either_name(name: str) -> None:
 
 
 def test_runtime_event_rows_say_session_id() -> None:
-    row = RuntimeEvent(event_seq=1, run_id="run-1", event_type="t", payload={}, created_at="now")
+    row = RuntimeEvent(event_seq=1, session_id="run-1", event_type="t", payload={}, created_at="now")
     assert row.session_id == "run-1" and row.model_dump()["session_id"] == "run-1"
     assert "run_id" not in row.model_dump()
 

@@ -18,10 +18,10 @@ def simple_count(text: str) -> int:
 
 
 def event(
-    seq: int, event_type: str, payload: dict[str, Any], ts: str = TS, run_id: str = RUN
+    seq: int, event_type: str, payload: dict[str, Any], ts: str = TS, session_id: str = RUN
 ) -> SessionEvent:
     return SessionEvent(
-        schema_version="1.0", run_id=run_id, seq=seq, turn_no=1, type=event_type, payload=payload, ts=ts
+        schema_version="1.0", run_id=session_id, seq=seq, turn_no=1, type=event_type, payload=payload, ts=ts
     )
 
 

@@ -52,7 +52,7 @@ def pack(
     count: Callable[[str], int] = simple_count,
 ) -> list[ChunkPart]:
     return pack_parts(
-        run_id=RUN,
+        session_id=RUN,
         blocks=blocks,
         envelope_tokens=envelope,
         fixed_overhead_tokens=overhead,
@@ -66,7 +66,7 @@ def pack(
 
 def block(seq: int, text: str, kind: BlockKind = "user") -> SourceBlock:
     return SourceBlock(
-        run_id=RUN,
+        session_id=RUN,
         seq=seq,
         kind=kind,
         rendered_text=f"[Source entry id: {RUN}:{seq}]\n{text}",
@@ -216,16 +216,16 @@ def test_packing_property_budget_and_completeness(sizes: list[int], envelope: in
 def test_gap_of_unrendered_events_is_covered_by_the_next_chunk() -> None:
     run = "run-gap"
     events = [
-        event(83, "agent_command_queued", {"text": "queued"}, run_id=run),
-        event(84, "agent_command_applied", {"text": "do it"}, run_id=run),
-        event(85, "turn_advanced", {}, run_id=run),
-        event(86, "llm_step_completed", {"text": "done"}, run_id=run),
-        event(87, "tool_batch_committed", {}, run_id=run),
-        event(88, "agent_end", {"reason": "completed"}, run_id=run),
+        event(83, "agent_command_queued", {"text": "queued"}, session_id=run),
+        event(84, "agent_command_applied", {"text": "do it"}, session_id=run),
+        event(85, "turn_advanced", {}, session_id=run),
+        event(86, "llm_step_completed", {"text": "done"}, session_id=run),
+        event(87, "tool_batch_committed", {}, session_id=run),
+        event(88, "agent_end", {"reason": "completed"}, session_id=run),
     ]
     blocks = build_source_blocks(events, NOW, simple_count)
     raw = pack_parts(
-        run_id=run,
+        session_id=run,
         blocks=blocks,
         envelope_tokens=83200,
         fixed_overhead_tokens=1000,
@@ -299,7 +299,7 @@ def test_memory_context_lines_and_text() -> None:
     )
     observation = ObservationRecord(
         observation_id="a" * 64,
-        run_id=RUN,
+        session_id=RUN,
         boundary_key="k",
         source_start_seq=1,
         source_end_seq=2,

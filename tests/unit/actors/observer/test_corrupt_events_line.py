@@ -22,7 +22,7 @@ SECRET = "{secret memory text that must never be echoed"
 
 def _envelope(tmp_path: Path, end_seq: int) -> dict[str, object]:
     job = ObserveBoundaryJob(
-        run_id=SESSION,
+        session_id=SESSION,
         terminal_end_seq=end_seq,
         terminal_status="completed",
         renderer_version="1",

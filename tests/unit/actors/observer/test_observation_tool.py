@@ -24,7 +24,7 @@ ALLOWED = (SourceRef(run_id=RUN, seq=3), SourceRef(run_id=RUN, seq=5))
 
 def handler() -> RecordObservationsHandler:
     return RecordObservationsHandler(
-        run_id=RUN,
+        session_id=RUN,
         observer_schema_version="1",
         allowed_source_refs=ALLOWED,
         count_tokens=simple_count,
@@ -182,7 +182,7 @@ def test_empty_list_is_an_accepted_noop() -> None:
 def tool_group_part() -> ChunkPart:
     blocks = build_source_blocks([tool_call_step(3, "c"), tool_result(5, "c")], NOW, simple_count)
     raw = pack_parts(
-        run_id=RUN,
+        session_id=RUN,
         blocks=blocks,
         envelope_tokens=8000,
         fixed_overhead_tokens=100,
@@ -206,7 +206,7 @@ def test_both_events_of_a_tool_group_are_citable_and_records_take_the_part_range
     assert record.boundary_key == part.chunk_key
     assert record.source_refs == ALLOWED
     assert record.created_at == "2026-07-23T10:05:00+00:00"
-    assert (record.observer_model, record.observer_schema_version, record.run_id) == (
+    assert (record.observer_model, record.observer_schema_version, record.session_id) == (
         "provider/model",
         "1",
         RUN,
@@ -215,6 +215,6 @@ def test_both_events_of_a_tool_group_are_citable_and_records_take_the_part_range
 
 
 def test_records_refuse_a_part_of_another_run() -> None:
-    part = tool_group_part().model_copy(update={"run_id": "run-2"})
+    part = tool_group_part().model_copy(update={"session_id": "run-2"})
     with pytest.raises(PartMismatchError, match="'run-2'"):
         handler().to_records(part, "2026-07-23T10:05:00+00:00")

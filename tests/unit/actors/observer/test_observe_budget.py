@@ -84,7 +84,7 @@ def _ports(tmp: Path, model: SpendingModel, clock: Clock, context_window: int = 
 
 def _job(tmp: Path, end: int) -> ObserveBoundaryJob:
     return ObserveBoundaryJob(
-        run_id=SESSION,
+        session_id=SESSION,
         terminal_end_seq=end,
         terminal_status="completed",
         renderer_version="1",
@@ -110,7 +110,7 @@ def _spent_earlier(store: Store, tokens: int, recorded_at: str) -> None:
     store.record_token_usage(
         TokenUsageRecord(
             usage_id=f"earlier-{recorded_at}",
-            run_id="other-session",
+            session_id="other-session",
             job_kind="observe",
             model="claude-code/haiku",
             requests=1,

@@ -58,7 +58,7 @@ def _job(
     tmp: Path, end: int, block: dict[str, Any], signal: ObserveSignal = "turn_end", **extra: Any
 ) -> ObserveBoundaryJob:
     return ObserveBoundaryJob(
-        run_id=SESSION,
+        session_id=SESSION,
         terminal_end_seq=end,
         terminal_status="completed",
         renderer_version="1",

@@ -57,7 +57,7 @@ class FlakyActivityStore:
         self.activity_attempts += 1
         raise OSError("disk full")
 
-    def clear_activity(self, run_id: str, job_id: str) -> bool:
+    def clear_activity(self, session_id: str, job_id: str) -> bool:
         raise OSError("disk full")
 
     def pin_observe_start(self, *args: Any) -> int:
@@ -89,7 +89,7 @@ def _ports(tmp_path: Path, model: ChatModel, store: Any, dispatched: list[JobEnv
 
 def _job(tmp_path: Path, end_seq: int, block: dict[str, Any]) -> ObserveBoundaryJob:
     return ObserveBoundaryJob(
-        run_id=SESSION,
+        session_id=SESSION,
         terminal_end_seq=end_seq,
         terminal_status="completed",
         renderer_version="1",

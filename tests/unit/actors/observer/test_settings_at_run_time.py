@@ -58,7 +58,7 @@ def _observe_envelope(tmp_path: Path, settings_file: Path) -> JobEnvelope:
     events = [e for turn in demo_session(SESSION)[:3] for e in turn]
     (tmp_path / "events.jsonl").write_text("".join(event_line(e) for e in events), encoding="utf-8")
     job = ObserveBoundaryJob(
-        run_id=SESSION,
+        session_id=SESSION,
         terminal_end_seq=int(events[-1]["seq"]),
         terminal_status="completed",
         renderer_version="1",

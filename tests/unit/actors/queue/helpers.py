@@ -9,7 +9,7 @@ from protocol.jobs import JobEnvelope, ObserveBoundaryJob, ReflectGenerationJob,
 from protocol.queue_rows import StoredJob, iso_utc
 
 
-def envelope(job_id: str, run_id: str = "session-1", db_path: str | None = None) -> JobEnvelope:
+def envelope(job_id: str, session_id: str = "session-1", db_path: str | None = None) -> JobEnvelope:
     """A small valid job envelope (semantic index job) with the given ids.
 
     Without ``db_path`` each job id gets a database of its own, hence a lane of its own, so tests
@@ -17,8 +17,8 @@ def envelope(job_id: str, run_id: str = "session-1", db_path: str | None = None)
     """
     return JobEnvelope(
         job_id=job_id,
-        correlation_id=run_id,
-        payload=SemanticIndexJob(run_id=run_id, db_path=db_path or f"/data/{job_id}/om.sqlite"),
+        correlation_id=session_id,
+        payload=SemanticIndexJob(session_id=session_id, db_path=db_path or f"/data/{job_id}/om.sqlite"),
     )
 
 
@@ -37,7 +37,7 @@ def stored(
         job_seq=job_seq,
         envelope=job,
         handler_id=job.handler_id,
-        run_id=job.payload.session_id,
+        session_id=job.payload.session_id,
         state=state,
         attempts=attempts,
         not_before=None if not_before is None else iso_utc(not_before),
@@ -49,30 +49,30 @@ def stored(
     )
 
 
-def observe(job_id: str, run_id: str, end_seq: int, db_path: str = "/data/om.sqlite") -> JobEnvelope:
+def observe(job_id: str, session_id: str, end_seq: int, db_path: str = "/data/om.sqlite") -> JobEnvelope:
     """An observe job of session ``run_id`` through ``end_seq``."""
     return JobEnvelope(
         job_id=job_id,
-        correlation_id=run_id,
+        correlation_id=session_id,
         payload=ObserveBoundaryJob(
-            run_id=run_id,
+            session_id=session_id,
             terminal_end_seq=end_seq,
             terminal_status="completed",
             renderer_version="1",
             observer_schema_version="1",
             db_path=db_path,
-            events_path=f"/data/{run_id}/events.jsonl",
+            events_path=f"/data/{session_id}/events.jsonl",
         ),
     )
 
 
-def reflect(job_id: str, run_id: str, db_path: str = "/data/om.sqlite") -> JobEnvelope:
+def reflect(job_id: str, session_id: str, db_path: str = "/data/om.sqlite") -> JobEnvelope:
     """A reflect job of session ``run_id``."""
     return JobEnvelope(
         job_id=job_id,
-        correlation_id=run_id,
+        correlation_id=session_id,
         payload=ReflectGenerationJob(
-            run_id=run_id,
+            session_id=session_id,
             generation_id="a" * 64,
             observation_set_hash="b" * 64,
             reflector_model="builtin/extractive",

@@ -83,7 +83,7 @@ def test_the_event_says_why_until_when_and_how_to_resume() -> None:
     q.accept(observe("o1", "s1", 3, db_path=DB), 1, 0.0)
     q.next_dispatch(0.0)
     [hold, event] = q.on_outcome(1, held("o1"), 0.0, attempt=1)
-    assert isinstance(event, EmitJobHeld) and (event.run_id, event.db_path) == ("s1", DB)
+    assert isinstance(event, EmitJobHeld) and (event.session_id, event.db_path) == ("s1", DB)
     assert event.event.reason == "budget_tokens" and event.event.until == iso_utc(DAY_END)
     message = event.event.message
     assert "budget.daily_tokens" in message and "nothing is lost" in message

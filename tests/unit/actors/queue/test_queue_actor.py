@@ -55,7 +55,7 @@ class ExplodingMetrics:
 
 def _job(n: int, db_path: str | None = None) -> JobEnvelope:
     """An index job; each ``n`` has a database (so a lane) of its own unless ``db_path`` is given."""
-    payload = SemanticIndexJob(run_id="s", db_path=db_path or f"/x/{n}")
+    payload = SemanticIndexJob(session_id="s", db_path=db_path or f"/x/{n}")
     return JobEnvelope(job_id=f"j{n}", correlation_id="s", payload=payload)
 
 
@@ -383,8 +383,8 @@ def test_jobs_of_two_databases_with_one_id_are_two_jobs(tmp_path: Path) -> None:
     store, clock = QueueStore(tmp_path / "q.sqlite"), Clock()
     workers = FakeWorkers(_ok)
     queue = QueueActor(store, workers, clock=clock, start_loop=False, max_in_flight=2)
-    one = JobEnvelope(job_id="same", payload=SemanticIndexJob(run_id="s", db_path="/project-a/om.sqlite"))
-    two = JobEnvelope(job_id="same", payload=SemanticIndexJob(run_id="s", db_path="/project-b/om.sqlite"))
+    one = JobEnvelope(job_id="same", payload=SemanticIndexJob(session_id="s", db_path="/project-a/om.sqlite"))
+    two = JobEnvelope(job_id="same", payload=SemanticIndexJob(session_id="s", db_path="/project-b/om.sqlite"))
     queue.dispatch(one)
     queue.dispatch(two)
     queue.dispatch(one)  # truly the same job: not queued twice

@@ -66,7 +66,7 @@ def test_one_job_at_a_time_in_sequence_order() -> None:
 
 def test_always_failing_job_makes_four_attempts_then_one_give_up_and_one_event() -> None:
     q = QueueState()
-    q.accept(envelope("a", run_id="run-7"), 1, now=0.0)
+    q.accept(envelope("a", session_id="run-7"), 1, now=0.0)
     now = 0.0
     all_commands: list[Command] = []
     for _ in range(10):
@@ -87,7 +87,7 @@ def test_always_failing_job_makes_four_attempts_then_one_give_up_and_one_event()
     events = [c for c in all_commands if isinstance(c, EmitJobFailed)]
     assert gave_up == [GiveUp(1, "a", 4, "transient_runtime")]
     assert len(events) == 1
-    assert events[0].run_id == "run-7"
+    assert events[0].session_id == "run-7"
     assert events[0].event.model_dump() | {"message": ""} == {
         "message": "",
         "reason": "retry_exhausted",
@@ -247,11 +247,11 @@ def test_restore_ignores_backoff_of_interrupted_job() -> None:
 
 
 def test_restore_gives_up_on_interrupted_last_attempt() -> None:
-    rows = [stored(4, envelope("a", run_id="r"), "running", attempts=4)]
+    rows = [stored(4, envelope("a", session_id="r"), "running", attempts=4)]
     q, cmds = QueueState.restore(rows, now=0.0)
     assert cmds[0] == GiveUp(4, "a", 4, "interrupted")
     assert isinstance(cmds[1], EmitJobFailed)
-    assert cmds[1].run_id == "r" and cmds[1].event.reason == "retry_exhausted"
+    assert cmds[1].session_id == "r" and cmds[1].event.reason == "retry_exhausted"
     assert len(cmds) == 2
     assert (q.depth, q.in_flight) == (0, 0)
     assert q.next_dispatch(0.0) == []
@@ -312,7 +312,7 @@ def test_a_give_up_after_a_corrupt_events_line_says_where() -> None:
     from protocol.outcomes import EventsLocation
 
     q = QueueState(RetryPolicy(max_retries=0))
-    q.accept(envelope("a", run_id="r"), 1, now=0.0)
+    q.accept(envelope("a", session_id="r"), 1, now=0.0)
     q.next_dispatch(0.0)
     where = EventsLocation(path="/data/r/events.jsonl", line_no=28, seq=None, after_seq=27)
     failure = JobFailed(job_id="a", retryable=True, reason="events_file_corrupt", events_location=where)

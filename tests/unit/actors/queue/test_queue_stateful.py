@@ -243,7 +243,7 @@ class QueueActorModel(RuleBasedStateMachine):
         job_id = self._new_job_id()
         db_path = f"/data/{db}/om.sqlite"
         if kind == "index":
-            return envelope(job_id, run_id=session, db_path=db_path)
+            return envelope(job_id, session_id=session, db_path=db_path)
         if kind == "reflect":
             return reflect(job_id, session, db_path=db_path)
         lane = f"{db}/{session}"

@@ -267,7 +267,7 @@ def test_jobs_that_lost_their_data_node_wait_for_it_by_database() -> None:
             job_seq=1,
             envelope=envelope,
             handler_id=envelope.handler_id,
-            run_id="s1",
+            session_id="s1",
             state="failed",
             attempts=4,
             not_before=None,

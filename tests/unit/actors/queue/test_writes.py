@@ -39,7 +39,7 @@ def _failed_event(job_id: str) -> EmitJobFailed:
         retry_count=3,
         attempts=4,
     )
-    return EmitJobFailed(run_id=f"session-of-{job_id}", event=event)
+    return EmitJobFailed(session_id=f"session-of-{job_id}", event=event)
 
 
 def _dispatch(job_seq: int, *members: tuple[int, int]) -> Dispatch:
@@ -74,7 +74,7 @@ def test_a_give_up_and_its_own_failure_event_are_one_write() -> None:
             job_seq=7,
             finished_at=iso_utc(5.0),
             failure_reason="retry_exhausted",
-            run_id="session-of-j7",
+            session_id="session-of-j7",
             event_type=JobFailedEvent.event_type,
             event_payload=emit.event.model_dump(),
         )
@@ -87,7 +87,7 @@ def test_a_failure_event_of_another_job_is_written_on_its_own() -> None:
     assert writes == [
         JobFinished(job_seq=7, state="failed", finished_at=iso_utc(5.0), failure_reason="retry_exhausted"),
         RuntimeEventWrite(
-            run_id="session-of-j8",
+            session_id="session-of-j8",
             event_type=JobFailedEvent.event_type,
             payload=other.event.model_dump(),
             created_at=iso_utc(6.0),

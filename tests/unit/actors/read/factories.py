@@ -16,12 +16,12 @@ def observation(
     *,
     timestamp: str = "2026-07-26 12:00",
     relevance: Relevance = "medium",
-    run_id: str = "5",
+    session_id: str = "5",
     refs: tuple[tuple[str, int], ...] = (),
 ) -> ObservationRecord:
     return ObservationRecord(
         observation_id=hex_id(prefix),
-        run_id=run_id,
+        session_id=session_id,
         boundary_key="b" * 64,
         source_start_seq=1,
         source_end_seq=max((seq for _, seq in refs), default=1),
@@ -54,12 +54,12 @@ def reflection(
     content: str = "A reflection",
     *,
     created_at: str = "2026-07-26T12:00:00+00:00",
-    run_id: str = "5",
+    session_id: str = "5",
     supports: tuple[str, ...] = (),
 ) -> ReflectionRecord:
     return ReflectionRecord(
         reflection_id=hex_id(prefix),
-        run_id=run_id,
+        session_id=session_id,
         observation_set_hash="d" * 64,
         content=content,
         supporting_observation_ids=supports,

@@ -12,9 +12,9 @@ from tests.unit.persistence.builders import make_part
 _parts: dict[str, int] = {}
 
 
-def commit(store: Store, observations: Sequence[ObservationRecord], run_id: str | None = None) -> None:
+def commit(store: Store, observations: Sequence[ObservationRecord], session_id: str | None = None) -> None:
     """Commit observations of one session as the next one-event part of that session."""
-    session = run_id if run_id is not None else observations[0].run_id
+    session = session_id if session_id is not None else observations[0].session_id
     seq = _parts.get(f"{store.db_path}:{session}", 0) + 1
     _parts[f"{store.db_path}:{session}"] = seq
     store.commit_observer_part(make_part(session, seq, seq, digest_seed=f"{session}-{seq}"), observations)
@@ -22,7 +22,7 @@ def commit(store: Store, observations: Sequence[ObservationRecord], run_id: str 
 
 def promote(
     store: Store,
-    run_id: str,
+    session_id: str,
     reflections: Sequence[ReflectionRecord],
     retained: Sequence[str],
     required_end_seq: int,
@@ -30,8 +30,8 @@ def promote(
     generation_id: str = "e" * 64,
 ) -> None:
     """Make ``reflections`` and ``retained`` the session's active generation."""
-    set_hash = observation_set_hash(run_id, list(retained))
+    set_hash = observation_set_hash(session_id, list(retained))
     store.claim_generation(
-        generation_id, run_id, set_hash, "local/test", "1", 1, required_end_seq, completed_at
+        generation_id, session_id, set_hash, "local/test", "1", 1, required_end_seq, completed_at
     )
-    store.promote_generation(generation_id, run_id, reflections, retained, completed_at)
+    store.promote_generation(generation_id, session_id, reflections, retained, completed_at)

@@ -29,9 +29,9 @@ from tests.unit.actors.read.helpers import commit, promote
 from tests.unit.persistence.builders import OBSERVER_SCHEMA, RENDERER
 
 COMPACT_RUN = BeforeCompactionContext(
-    run_id="s1", turn_no=4, trigger="compact_run", required_start_seq=1, required_end_seq=3
+    session_id="s1", turn_no=4, trigger="compact_run", required_start_seq=1, required_end_seq=3
 )
-FORK = BeforeCompactionContext(run_id="s1", turn_no=4, trigger="snapshot")
+FORK = BeforeCompactionContext(session_id="s1", turn_no=4, trigger="snapshot")
 VERSIONS = (RENDERER, OBSERVER_SCHEMA)  # the versions the fixture's coverage rows were written with
 
 
@@ -39,20 +39,29 @@ VERSIONS = (RENDERER, OBSERVER_SCHEMA)  # the versions the fixture's coverage ro
 def memory(store: Store) -> Store:
     commit(
         store,
-        [observation("a1", "Dropped later", timestamp="2026-07-26 09:00", run_id="s1", refs=(("s1", 1),))],
-    )
-    commit(
-        store, [observation("a2", "Kept fact", timestamp="2026-07-26 10:00", run_id="s1", refs=(("s1", 2),))]
+        [
+            observation(
+                "a1", "Dropped later", timestamp="2026-07-26 09:00", session_id="s1", refs=(("s1", 1),)
+            )
+        ],
     )
     commit(
         store,
-        [observation("a3", "After watermark", timestamp="2026-07-26 11:00", run_id="s1", refs=(("s1", 3),))],
+        [observation("a2", "Kept fact", timestamp="2026-07-26 10:00", session_id="s1", refs=(("s1", 2),))],
     )
-    commit(store, [observation("a9", "Other session", run_id="s2")])
+    commit(
+        store,
+        [
+            observation(
+                "a3", "After watermark", timestamp="2026-07-26 11:00", session_id="s1", refs=(("s1", 3),)
+            )
+        ],
+    )
+    commit(store, [observation("a9", "Other session", session_id="s2")])
     promote(
         store,
         "s1",
-        [reflection("b1", "User likes tests", run_id="s1", supports=(hex_id("a1"), hex_id("f0")))],
+        [reflection("b1", "User likes tests", session_id="s1", supports=(hex_id("a1"), hex_id("f0")))],
         [hex_id("a2")],
         2,
     )
@@ -155,7 +164,7 @@ def test_reads_run_concurrently_with_a_committing_writer(db_path: Path) -> None:
     writer = Store(db_path)
     rows = [
         observation(
-            f"{index:02x}", f"fact number {index}", timestamp=f"2026-07-26 10:{index:02d}", run_id="s1"
+            f"{index:02x}", f"fact number {index}", timestamp=f"2026-07-26 10:{index:02d}", session_id="s1"
         )
         for index in range(1, 31)
     ]

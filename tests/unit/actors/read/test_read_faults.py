@@ -37,7 +37,7 @@ def _event_line(seq: int, payload_json: str = '{"text": "hi"}') -> str:
 
 @pytest.fixture
 def memory(store: Store) -> Store:
-    commit(store, [observation("a1", "Build 2510 failed", run_id=SESSION, refs=((SESSION, 1),))])
+    commit(store, [observation("a1", "Build 2510 failed", session_id=SESSION, refs=((SESSION, 1),))])
     return store
 
 
@@ -198,7 +198,7 @@ def test_recall_of_a_deep_but_readable_payload_prints_from_the_cli(
 
 def _context() -> BeforeCompactionContext:
     return BeforeCompactionContext(
-        run_id=SESSION, turn_no=1, trigger="compact_run", required_start_seq=1, required_end_seq=1
+        session_id=SESSION, turn_no=1, trigger="compact_run", required_start_seq=1, required_end_seq=1
     )
 
 

@@ -91,9 +91,9 @@ def test_hydration_range() -> None:
     assert hydration_range([{"run_id": "5", "seq": 0}]) is None
 
 
-def _event(run_id: str, seq: int, type_: str = "llm_step_completed") -> dict[str, object]:
+def _event(session_id: str, seq: int, type_: str = "llm_step_completed") -> dict[str, object]:
     return {
-        "run_id": run_id,
+        "run_id": session_id,
         "seq": seq,
         "type": type_,
         "ts": f"2026-07-26T12:00:{seq:02d}+00:00",
@@ -155,7 +155,7 @@ def test_reflection_recall_result_unions_supporting_refs() -> None:
     supported = [
         observation("b1", refs=(("5", 7), ("5", 3), ("8", 1))),
         observation("b2", refs=(("5", 3), ("5", 5))),
-        observation("b3", run_id="8", refs=(("8", 2),)),  # same id space, other session: hidden
+        observation("b3", session_id="8", refs=(("8", 2),)),  # same id space, other session: hidden
     ]
     record = reflection("a1", "Raw  text", supports=(hex_id("b2"), hex_id("b1"), hex_id("b3"), hex_id("ff")))
     refs = recall_source_refs(supported[:2], "5")

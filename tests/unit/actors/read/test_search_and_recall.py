@@ -19,16 +19,20 @@ from tests.unit.actors.read.helpers import commit, promote
 
 @pytest.fixture
 def memory(store: Store) -> Store:
-    commit(store, [observation("a1", "Build 2510 failed", timestamp="2026-09-11 13:00", run_id="s1")])
-    commit(store, [observation("a2", "Fixed build 2510", timestamp="2026-09-11 12:00", run_id="s1")])
-    commit(store, [observation("a3", "Saw 2510 first", timestamp="2026-09-10 01:00", run_id="s2")])
-    commit(store, [observation("a4", "Coverage reached 100% on tool_name parsing", run_id="s2")])
-    commit(store, [observation("a5", "Coverage reached 1000 on toolXname parsing", run_id="s2")])
-    commit(store, [observation("a6", "the alphatool works", run_id="s2")])
+    commit(store, [observation("a1", "Build 2510 failed", timestamp="2026-09-11 13:00", session_id="s1")])
+    commit(store, [observation("a2", "Fixed build 2510", timestamp="2026-09-11 12:00", session_id="s1")])
+    commit(store, [observation("a3", "Saw 2510 first", timestamp="2026-09-10 01:00", session_id="s2")])
+    commit(store, [observation("a4", "Coverage reached 100% on tool_name parsing", session_id="s2")])
+    commit(store, [observation("a5", "Coverage reached 1000 on toolXname parsing", session_id="s2")])
+    commit(store, [observation("a6", "the alphatool works", session_id="s2")])
     promote(
         store,
         "s1",
-        [reflection("b1", "Release 2510 is durable", created_at="2026-09-11T08:15:30+00:00", run_id="s1")],
+        [
+            reflection(
+                "b1", "Release 2510 is durable", created_at="2026-09-11T08:15:30+00:00", session_id="s1"
+            )
+        ],
         [],
         1,
         completed_at="2026-09-11T08:15:30+00:00",
@@ -112,14 +116,19 @@ def _events_file(tmp_path: Path, session: str, seqs: range, foreign_run: str | N
 def recall_memory(store: Store, tmp_path: Path) -> Store:
     shared = "c0ffee00000"
     commit(
-        store, [observation(shared + "1a", "first", run_id="s1", refs=(("s1", 1), ("s1", 3), ("other", 2)))]
+        store,
+        [observation(shared + "1a", "first", session_id="s1", refs=(("s1", 1), ("s1", 3), ("other", 2)))],
     )
-    commit(store, [observation(shared + "1b", "second", run_id="s1", refs=(("s1", 2),))])
-    commit(store, [observation("dd" * 6, "foreign", run_id="s2", refs=(("s2", 1),))])
+    commit(store, [observation(shared + "1b", "second", session_id="s1", refs=(("s1", 2),))])
+    commit(store, [observation("dd" * 6, "foreign", session_id="s2", refs=(("s2", 1),))])
     promote(
         store,
         "s1",
-        [reflection("ee" * 6, "durable", run_id="s1", supports=(hex_id(shared + "1b"), hex_id("dd" * 6)))],
+        [
+            reflection(
+                "ee" * 6, "durable", session_id="s1", supports=(hex_id(shared + "1b"), hex_id("dd" * 6))
+            )
+        ],
         [hex_id(shared + "1a")],
         1,
     )

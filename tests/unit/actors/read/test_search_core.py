@@ -196,12 +196,12 @@ def test_like_matches_raw_patterns() -> None:
 
 def _memories() -> tuple[list[ObservationRecord], list[ReflectionRecord]]:
     observations = [
-        observation("b1", "Ticket 2510 opened", timestamp="2026-09-09 10:00", run_id="1"),
-        observation("b2", "Ticket 2510 fixed", timestamp="2026-09-11 09:00", run_id="2"),
+        observation("b1", "Ticket 2510 opened", timestamp="2026-09-09 10:00", session_id="1"),
+        observation("b2", "Ticket 2510 fixed", timestamp="2026-09-11 09:00", session_id="2"),
         observation("b3", "unrelated", timestamp="2026-09-11 09:30"),
     ]
     reflections = [
-        reflection("a1", "Ticket 2510 was a race", created_at="2026-09-11T08:15:30+00:00", run_id="3"),
+        reflection("a1", "Ticket 2510 was a race", created_at="2026-09-11T08:15:30+00:00", session_id="3"),
     ]
     return observations, reflections
 
@@ -280,10 +280,10 @@ def test_result_item_shapes() -> None:
         5,
         [
             observation(
-                "b1", "  multi \n line ", timestamp="2026-09-11 08:00", relevance="critical", run_id="7"
+                "b1", "  multi \n line ", timestamp="2026-09-11 08:00", relevance="critical", session_id="7"
             )
         ],
-        [reflection("a1", "r\t r", created_at="2026-09-10T00:00:00+00:00", run_id="8")],
+        [reflection("a1", "r\t r", created_at="2026-09-10T00:00:00+00:00", session_id="8")],
     )
     assert result["results"] == [
         {

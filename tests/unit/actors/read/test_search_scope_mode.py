@@ -19,14 +19,18 @@ from tests.unit.actors.read.helpers import commit, promote
 
 @pytest.fixture
 def memory(store: Store) -> Store:
-    commit(store, [observation("a1", "Build 2510 failed", timestamp="2026-09-11 13:00", run_id="s1")])
-    commit(store, [observation("a2", "Fixed build 2510", timestamp="2026-09-11 12:00", run_id="s1")])
-    commit(store, [observation("a3", "Saw 2510 first", timestamp="2026-09-10 01:00", run_id="s2")])
-    commit(store, [observation("a4", "2510 again in s3", timestamp="2026-09-12 01:00", run_id="s3")])
+    commit(store, [observation("a1", "Build 2510 failed", timestamp="2026-09-11 13:00", session_id="s1")])
+    commit(store, [observation("a2", "Fixed build 2510", timestamp="2026-09-11 12:00", session_id="s1")])
+    commit(store, [observation("a3", "Saw 2510 first", timestamp="2026-09-10 01:00", session_id="s2")])
+    commit(store, [observation("a4", "2510 again in s3", timestamp="2026-09-12 01:00", session_id="s3")])
     promote(
         store,
         "s1",
-        [reflection("b1", "Release 2510 is durable", created_at="2026-09-11T08:15:30+00:00", run_id="s1")],
+        [
+            reflection(
+                "b1", "Release 2510 is durable", created_at="2026-09-11T08:15:30+00:00", session_id="s1"
+            )
+        ],
         [],
         1,
         completed_at="2026-09-11T08:15:30+00:00",

@@ -227,7 +227,9 @@ NOW = datetime(2026, 7, 26, 12, 0, 0, 500_000, tzinfo=UTC)
 
 
 def _activity(updated_at: str) -> ActivityRecord:
-    return ActivityRecord(run_id="5", job_id="j", stage="observer", current_tokens=1, updated_at=updated_at)
+    return ActivityRecord(
+        session_id="5", job_id="j", stage="observer", current_tokens=1, updated_at=updated_at
+    )
 
 
 @pytest.mark.parametrize(("age", "fresh"), [(0, True), (299, True), (300, True), (301, False), (-30, True)])
@@ -251,7 +253,7 @@ def test_cost_report_sums_usage_and_prices_only_known_models() -> None:
 
     rows = [
         TokenUsageTotal(
-            run_id="s",
+            session_id="s",
             job_kind="observe",
             model="p/a",
             requests=3,
@@ -260,7 +262,7 @@ def test_cost_report_sums_usage_and_prices_only_known_models() -> None:
             completion_tokens=100_000,
         ),
         TokenUsageTotal(
-            run_id="s",
+            session_id="s",
             job_kind="reflect",
             model="p/b",
             requests=1,

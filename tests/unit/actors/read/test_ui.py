@@ -41,9 +41,13 @@ HOST = "127.0.0.1"
 PORT = 8767
 
 
-def _transcript(run_id: str, seq: int, text: str) -> TranscriptEntry:
+def _transcript(session_id: str, seq: int, text: str) -> TranscriptEntry:
     return TranscriptEntry(
-        run_id=run_id, seq=seq, event_type="agent_command_applied", timestamp="2026-07-23 10:00", content=text
+        session_id=session_id,
+        seq=seq,
+        event_type="agent_command_applied",
+        timestamp="2026-07-23 10:00",
+        content=text,
     )
 
 
@@ -68,11 +72,11 @@ def _build(db: Path, retain: int = 1) -> list[str]:
         store.claim_generation(generation, SESSION, set_hash, MODEL, REFLECTOR_SCHEMA, 1, 4, COVERED_AT)
         reflection = make_reflection(SESSION, "A durable fact", tuple(ids[:2]))
         store.promote_generation(generation, SESSION, [reflection], ids[:retain], COVERED_AT)
-        for run_id, hour in ((SESSION, "10"), (OTHER, "11")):
+        for session_id, hour in ((SESSION, "10"), (OTHER, "11")):
             store.record_token_usage(
                 TokenUsageRecord(
-                    usage_id=f"u-{run_id}",
-                    run_id=run_id,
+                    usage_id=f"u-{session_id}",
+                    session_id=session_id,
                     job_kind="observe",
                     model=MODEL,
                     requests=2,

@@ -11,7 +11,7 @@ from protocol.records import (
 )
 from protocol.settings import OmSettings
 
-RUN_ID = "5"
+SESSION_ID = "5"
 MODEL = "local/test-model"
 NOW = "2026-07-26T12:00:00+00:00"
 
@@ -47,7 +47,7 @@ def observation(
 ) -> ObservationRecord:
     return ObservationRecord(
         observation_id=hex_id(prefix),
-        run_id=RUN_ID,
+        session_id=SESSION_ID,
         boundary_key="b" * 64,
         source_start_seq=1,
         source_end_seq=end_seq,
@@ -78,7 +78,7 @@ def active_reflection(
 def generation(status: GenerationStatus, generation_id: str = "9" * 64) -> GenerationRecord:
     return GenerationRecord(
         generation_id=generation_id,
-        run_id=RUN_ID,
+        session_id=SESSION_ID,
         status=status,
         observation_set_hash="a" * 64,
         reflector_model=MODEL,

@@ -62,13 +62,13 @@ def commit_observation(
     *,
     relevance: Relevance = "medium",
     timestamp: str | None = None,
-    run_id: str = RUN,
+    session_id: str = RUN,
 ) -> ObservationRecord:
     """Commit one single-event chunk part ``seq..seq`` holding one observation (like the Observer)."""
     stamp = timestamp or f"2026-07-23 10:{seq:02d}"
     covered_at = "2026-07-23T11:00:00+00:00"
     part = coverage_part(
-        run_id,
+        session_id,
         seq,
         seq,
         source_kind="user",
@@ -79,10 +79,10 @@ def commit_observation(
         covered_at=covered_at,
     )
     key = part.chunk_key
-    refs = (SourceRef(run_id=run_id, seq=seq),)
+    refs = (SourceRef(run_id=session_id, seq=seq),)
     record = ObservationRecord(
-        observation_id=observation_id(run_id, OBSERVER_SCHEMA, stamp, content, refs),
-        run_id=run_id,
+        observation_id=observation_id(session_id, OBSERVER_SCHEMA, stamp, content, refs),
+        session_id=session_id,
         boundary_key=key,
         source_start_seq=seq,
         source_end_seq=seq,
@@ -100,11 +100,13 @@ def commit_observation(
     return record
 
 
-def threshold_job(reader: MemoryReader, om_settings: OmSettings, run_id: str = RUN) -> ReflectGenerationJob:
+def threshold_job(
+    reader: MemoryReader, om_settings: OmSettings, session_id: str = RUN
+) -> ReflectGenerationJob:
     """The job the threshold check would dispatch for the session's live active set."""
-    candidate = reader.active_candidate_set(run_id)
-    pool = CandidatePool.from_observations(run_id, candidate.observations, words)
-    prior = reader.active_generation(run_id)
+    candidate = reader.active_candidate_set(session_id)
+    pool = CandidatePool.from_observations(session_id, candidate.observations, words)
+    prior = reader.active_generation(session_id)
     payload = threshold_check(pool, prior.generation_id if prior else None, False, om_settings)
     assert payload is not None, "the session is not over the threshold"
     return payload.to_job(reader.db_path)
@@ -166,7 +168,7 @@ class FlakyStatusStore:
         self.activity_attempts += 1
         raise StorageError("activity table is locked")
 
-    def clear_activity(self, run_id: str, job_id: str) -> bool:
+    def clear_activity(self, session_id: str, job_id: str) -> bool:
         self.activity_attempts += 1
         raise StorageError("activity table is locked")
 

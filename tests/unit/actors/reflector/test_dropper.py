@@ -21,7 +21,14 @@ from actors.reflector.dropper import (
     timestamp_rank,
 )
 from protocol.tools import DropReceipt, InvalidArgumentsReceipt
-from tests.unit.actors.reflector.builders import NOW, RUN_ID, active_reflection, hex_id, observation, words
+from tests.unit.actors.reflector.builders import (
+    NOW,
+    SESSION_ID,
+    active_reflection,
+    hex_id,
+    observation,
+    words,
+)
 
 # --- gates and cap --------------------------------------------------------------------------------
 
@@ -59,7 +66,7 @@ def test_max_drop_count_bounds(active: int, pool: int, target: int) -> None:
 
 def test_pool_tokens_and_activity() -> None:
     assert pool_token_count([observation("a", "one two"), observation("b", "three")], words) == 3
-    row = dropper_activity(RUN_ID, "job-1", 35_000, 30_000, NOW)
+    row = dropper_activity(SESSION_ID, "job-1", 35_000, 30_000, NOW)
     assert (row.stage, row.current_tokens, row.target_tokens) == ("dropper", 35_000, 30_000)
     assert DROPPER_THINKING_LEVEL == "off"
 

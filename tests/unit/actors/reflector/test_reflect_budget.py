@@ -35,7 +35,7 @@ def spent_today(store: Store, tokens: int) -> None:
     store.record_token_usage(
         TokenUsageRecord(
             usage_id="earlier",
-            run_id="other-session",
+            session_id="other-session",
             job_kind="observe",
             model=SCRIPTED_MODEL,
             requests=1,

@@ -18,7 +18,7 @@ from protocol.identities import reflection_id
 from protocol.tools import InvalidArgumentsReceipt, ReflectionReceipt, looks_like_secret
 from tests.unit.actors.reflector.builders import (
     NOW,
-    RUN_ID,
+    SESSION_ID,
     active_reflection,
     hex_id,
     observation,
@@ -103,7 +103,7 @@ def test_empty_memory_is_a_terminal_failure() -> None:
 
 def handler(prior: tuple[str, ...] = ()) -> RecordReflectionsHandler:
     built = build_reflector_input([], [OBS_A, OBS_B, OBS_C])
-    return RecordReflectionsHandler(RUN_ID, "1", built.id_map, prior, words)
+    return RecordReflectionsHandler(SESSION_ID, "1", built.id_map, prior, words)
 
 
 def item(content: str, *ids: str) -> dict[str, object]:
@@ -141,7 +141,7 @@ def test_accepted_reflection_maps_local_ids_to_sorted_canonical_ids() -> None:
     (accepted,) = h.accepted
     canonical = (OBS_A.observation_id, OBS_C.observation_id)
     assert accepted.supporting_observation_ids == canonical
-    assert accepted.reflection_id == reflection_id(RUN_ID, "1", "Tabs are the house style", canonical)
+    assert accepted.reflection_id == reflection_id(SESSION_ID, "1", "Tabs are the house style", canonical)
     assert accepted.content == "Tabs are the house style"
     assert accepted.token_count == 5
     assert accepted.supporting_observation_ids_json == f'["{canonical[0]}","{canonical[1]}"]'
@@ -181,7 +181,7 @@ def test_receipt_is_accepted_even_when_everything_is_rejected() -> None:
 
 
 def test_duplicates_of_prior_and_of_this_run() -> None:
-    prior_id = reflection_id(RUN_ID, "1", "Already known", [OBS_B.observation_id])
+    prior_id = reflection_id(SESSION_ID, "1", "Already known", [OBS_B.observation_id])
     h = handler(prior=(prior_id,))
     first = h.handle(
         {"reflections": [item("Already known", "2"), item("New one", "1"), item("New one", "1")]}
@@ -229,7 +229,7 @@ def test_secret_guard_accepts_benign_prose(text: str) -> None:
 
 
 def test_zero_new_reflections_still_promotes_everything() -> None:
-    pool = Pool.from_observations(RUN_ID, [OBS_C, OBS_A, OBS_B], words)
+    pool = Pool.from_observations(SESSION_ID, [OBS_C, OBS_A, OBS_B], words)
     payload = threshold_check(pool, None, False, settings(threshold=1))
     assert payload is not None
     plan = promotion_plan(payload, [PRIOR_1, PRIOR_0], [], pool.observations, [], 1, NOW)
@@ -242,7 +242,7 @@ def test_zero_new_reflections_still_promotes_everything() -> None:
 
 def test_promotion_appends_new_reflections_and_applies_drops() -> None:
     later = observation("e", "committed after claim", timestamp="2025-12-31 00:00", end_seq=9)
-    pool = Pool.from_observations(RUN_ID, [OBS_A, OBS_B, OBS_C, later], words)
+    pool = Pool.from_observations(SESSION_ID, [OBS_A, OBS_B, OBS_C, later], words)
     payload = threshold_check(pool, None, False, settings(threshold=1))
     assert payload is not None
     new = AcceptedReflection(
@@ -266,8 +266,8 @@ def test_promotion_appends_new_reflections_and_applies_drops() -> None:
     assert plan.retained_observation_ids == (later.observation_id, OBS_A.observation_id, OBS_C.observation_id)
     assert plan.required_end_seq == 5
     record = plan.reflections[1]
-    assert (record.run_id, record.observation_set_hash, record.created_at) == (
-        RUN_ID,
+    assert (record.session_id, record.observation_set_hash, record.created_at) == (
+        SESSION_ID,
         payload.observation_set_hash,
         NOW,
     )

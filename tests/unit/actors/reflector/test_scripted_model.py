@@ -339,7 +339,7 @@ def test_activity_row_of_a_newer_job_is_not_cleared(
     job = threshold_job(reader, settings())
     server.push_chat(chat_text("Nothing durable."))
     newer = ActivityRecord(
-        run_id=RUN,
+        session_id=RUN,
         job_id="observe-job",
         stage="observer",
         current_tokens=5,

@@ -26,7 +26,7 @@ from actors.reflector.core import (
 from protocol.errors import ConflictError, InvalidPayloadError, ModelSettingsError
 from protocol.identities import observation_set_hash, threshold_generation_id
 from protocol.jobs import ReflectGenerationJob
-from tests.unit.actors.reflector.builders import MODEL, NOW, RUN_ID, observation, settings, words
+from tests.unit.actors.reflector.builders import MODEL, NOW, SESSION_ID, observation, settings, words
 
 PRIOR = "7" * 64
 
@@ -35,7 +35,7 @@ def pool_of_tokens(tokens: int, *, end_seq: int = 4) -> CandidatePool:
     """A pool whose content counts exactly ``tokens`` words, split over two observations."""
     first = max(1, tokens // 2)
     return CandidatePool.from_observations(
-        RUN_ID,
+        SESSION_ID,
         [
             observation(
                 "b1", " ".join(["w"] * (tokens - first)), timestamp="2026-07-26 12:05", end_seq=end_seq
@@ -59,13 +59,13 @@ def test_pool_orders_by_timestamp_then_id_and_sums_tokens() -> None:
     pool = pool_of_tokens(11)
     assert [o.observation_id[:2] for o in pool.observations] == ["a1", "b1"]
     assert pool.observation_ids == tuple(sorted(o.observation_id for o in pool.observations))
-    assert pool.observation_set_hash == observation_set_hash(RUN_ID, pool.observation_ids)
+    assert pool.observation_set_hash == observation_set_hash(SESSION_ID, pool.observation_ids)
     assert pool.token_count == 11
     assert pool.max_source_end_seq == 4
 
 
 def test_empty_pool_has_zero_watermark() -> None:
-    pool = CandidatePool.from_observations(RUN_ID, [], words)
+    pool = CandidatePool.from_observations(SESSION_ID, [], words)
     assert (pool.token_count, pool.max_source_end_seq, pool.observation_ids) == (0, 0, ())
 
 
@@ -93,11 +93,11 @@ def test_threshold_over_dispatches_deterministic_generation() -> None:
     pool = pool_of_tokens(11)
     payload = threshold_check(pool, PRIOR, False, settings(threshold=10))
     assert payload is not None
-    expected_id = threshold_generation_id(RUN_ID, PRIOR, pool.observation_set_hash, MODEL, "1")
+    expected_id = threshold_generation_id(SESSION_ID, PRIOR, pool.observation_set_hash, MODEL, "1")
     assert payload.generation_id == expected_id
     assert payload.threshold_idempotency_key == expected_id
     assert payload.model_dump() == {
-        "session_id": RUN_ID,
+        "session_id": SESSION_ID,
         "trigger": "threshold",
         "generation_id": expected_id,
         "threshold_idempotency_key": expected_id,
@@ -189,13 +189,13 @@ def test_a_payload_naming_its_session_run_id_still_validates() -> None:
     payload = dispatch().model_dump()
     legacy = {"run_id": payload.pop("session_id"), **payload}
     assert validate_reflect_payload(legacy, settings()) == dispatch()
-    assert _error(legacy, run_id="") == "reflect_generation payload missing identity fields."
+    assert _error(legacy, session_id="") == "reflect_generation payload missing identity fields."
 
 
 def test_a_set_hash_that_is_not_hex_is_a_typed_error() -> None:
     payload = dispatch().model_dump()
     odd_hash = "not-a-hash"
-    generation = threshold_generation_id(RUN_ID, PRIOR, odd_hash, MODEL, "1")
+    generation = threshold_generation_id(SESSION_ID, PRIOR, odd_hash, MODEL, "1")
     overrides = {
         "observation_set_hash": odd_hash,
         "generation_id": generation,
@@ -261,14 +261,14 @@ def test_claim_required_end_seq_never_falls_below_the_prior_watermark() -> None:
 def test_pre_work_noop_when_pool_fell_under_threshold_or_is_empty() -> None:
     payload = dispatch()
     assert pre_work_decision(payload, pool_of_tokens(10), PRIOR, settings(threshold=10)) == "succeed_noop"
-    empty = CandidatePool.from_observations(RUN_ID, [], words)
+    empty = CandidatePool.from_observations(SESSION_ID, [], words)
     assert pre_work_decision(payload, empty, PRIOR, settings(threshold=1)) == "succeed_noop"
 
 
 def test_pre_work_stale_when_set_or_prior_changed() -> None:
     payload = dispatch()
     grown = CandidatePool.from_observations(
-        RUN_ID, [*pool_of_tokens(11).observations, observation("c1", "new words")], words
+        SESSION_ID, [*pool_of_tokens(11).observations, observation("c1", "new words")], words
     )
     assert pre_work_decision(payload, grown, PRIOR, settings(threshold=10)) == "stale"
     assert pre_work_decision(payload, pool_of_tokens(11), None, settings(threshold=10)) == "stale"
@@ -279,7 +279,7 @@ def test_post_model_recheck_ignores_threshold_but_not_set() -> None:
     payload = dispatch()
     assert post_model_recheck(payload, pool_of_tokens(11), PRIOR) == "ok"
     assert post_model_recheck(payload, pool_of_tokens(12), PRIOR) == "ok"  # same ids, more words
-    changed = CandidatePool.from_observations(RUN_ID, [observation("d1", "w " * 20)], words)
+    changed = CandidatePool.from_observations(SESSION_ID, [observation("d1", "w " * 20)], words)
     assert post_model_recheck(payload, changed, PRIOR) == "stale"
 
 
@@ -303,7 +303,7 @@ def test_failure_codes_and_decisions() -> None:
 
 
 def test_reflector_activity_row() -> None:
-    row = reflector_activity(RUN_ID, "job-1", 2500, NOW)
+    row = reflector_activity(SESSION_ID, "job-1", 2500, NOW)
     assert (row.stage, row.current_tokens, row.target_tokens, row.job_id) == (
         "reflector",
         2500,

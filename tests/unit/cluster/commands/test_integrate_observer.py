@@ -236,18 +236,19 @@ def _memory(path: Path, usage: Sequence[tuple[str, str, int, int, int, int]], tu
         " recorded_at TEXT)"
     )
     conn.execute("CREATE TABLE omray_transcript (run_id TEXT, seq INTEGER, event_type TEXT, content TEXT)")
-    for n, (run_id, model, requests, prompt, cached, completion) in enumerate(usage):
+    for n, (session_id, model, requests, prompt, cached, completion) in enumerate(usage):
         conn.execute(
             "INSERT INTO omray_token_usage VALUES (?, ?, 'observe', ?, ?, ?, ?, ?, 't')",
-            (f"u{n}", run_id, model, requests, prompt, cached, completion),
+            (f"u{n}", session_id, model, requests, prompt, cached, completion),
         )
-    for run_id, count in turns.items():
+    for session_id, count in turns.items():
         for seq in range(1, count + 1):
             conn.execute(
-                "INSERT INTO omray_transcript VALUES (?, ?, 'agent_command_applied', 'x')", (run_id, seq)
+                "INSERT INTO omray_transcript VALUES (?, ?, 'agent_command_applied', 'x')", (session_id, seq)
             )
             conn.execute(
-                "INSERT INTO omray_transcript VALUES (?, ?, 'llm_step_completed', 'x')", (run_id, 100 + seq)
+                "INSERT INTO omray_transcript VALUES (?, ?, 'llm_step_completed', 'x')",
+                (session_id, 100 + seq),
             )
     conn.commit()
     conn.close()

@@ -18,7 +18,7 @@ runner = CliRunner()
 
 @pytest.fixture
 def memory(store: Store, tmp_path: Path) -> Store:
-    commit(store, [observation("a1", "Build 2510 failed", run_id="s1", refs=(("s1", 1),))])
+    commit(store, [observation("a1", "Build 2510 failed", session_id="s1", refs=(("s1", 1),))])
     events = tmp_path / "events" / "s1" / "events.jsonl"
     events.parent.mkdir(parents=True)
     events.write_text(
@@ -87,7 +87,7 @@ def test_search_session_and_mode_options(
     memory: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    commit(memory, [observation("c1", "Build 2510 again", run_id="s2", refs=(("s2", 1),))])
+    commit(memory, [observation("c1", "Build 2510 again", session_id="s2", refs=(("s2", 1),))])
     db = ["--db", memory.db_path]
     # No settings file: hybrid search by default; while nothing is indexed, auto answers exactly and
     # says so, and an explicit hybrid search answers the error.

@@ -19,7 +19,7 @@ def _usage(
     store.record_token_usage(
         TokenUsageRecord(
             usage_id=usage_id,
-            run_id=session,
+            session_id=session,
             job_kind="observe",
             model=model,
             requests=1,

@@ -94,7 +94,7 @@ class Memories:
         self.counter += 1
         return hashlib.sha256(f"{self.counter}\n{content}".encode()).hexdigest()
 
-    def observation(self, content: str, timestamp: str = "2026-09-11 10:00", run_id: str = "s1") -> str:
+    def observation(self, content: str, timestamp: str = "2026-09-11 10:00", session_id: str = "s1") -> str:
         memory_id = self._id(content)
         with self._connect() as conn:
             conn.execute(
@@ -102,12 +102,12 @@ class Memories:
                 " source_end_seq, source_refs_json, content, content_hash, relevance, timestamp, token_count,"
                 " observer_model, observer_schema_version, created_at)"
                 " VALUES (?, ?, 'b', 1, 1, '[]', ?, ?, 'high', ?, 1, 'm', '1', '2026-09-11T10:00:00+00:00')",
-                (memory_id, run_id, content, hashlib.sha256(content.encode()).hexdigest(), timestamp),
+                (memory_id, session_id, content, hashlib.sha256(content.encode()).hexdigest(), timestamp),
             )
         return memory_id
 
     def reflection(
-        self, content: str, created_at: str = "2026-09-11T10:00:00+00:00", run_id: str = "s1"
+        self, content: str, created_at: str = "2026-09-11T10:00:00+00:00", session_id: str = "s1"
     ) -> str:
         memory_id = self._id(content)
         with self._connect() as conn:
@@ -116,7 +116,7 @@ class Memories:
                 " observation_set_hash, content, supporting_observation_ids_json, compression_level,"
                 " token_count, reflector_model,"
                 " reflector_schema_version, created_at) VALUES (?, ?, '', 'h', ?, '[]', '0', 1, 'm', '1', ?)",
-                (memory_id, run_id, content, created_at),
+                (memory_id, session_id, content, created_at),
             )
         return memory_id
 

@@ -21,9 +21,9 @@ def indexed(index: SemanticIndex, memories: Memories, embedder: HashEmbedder) ->
     for number in range(30):
         session = SESSIONS[number % 3]
         words = " ".join(WORDS[(number + offset) % len(WORDS)] for offset in range(3))
-        memories.observation(f"{words} note {number}", run_id=session)
+        memories.observation(f"{words} note {number}", session_id=session)
         if number % 10 == 0:
-            memories.reflection(f"{words} lesson {number}", run_id=session)
+            memories.reflection(f"{words} lesson {number}", session_id=session)
     sync_all(index, embedder, 64)
     return index
 

@@ -25,7 +25,7 @@ TS = "2026-09-11 10:00"
 
 
 def entry(session: str, seq: int, text: str, kind: str = "llm_step_completed") -> TranscriptEntry:
-    return TranscriptEntry(run_id=session, seq=seq, event_type=kind, timestamp=TS, content=text)
+    return TranscriptEntry(session_id=session, seq=seq, event_type=kind, timestamp=TS, content=text)
 
 
 def observe(

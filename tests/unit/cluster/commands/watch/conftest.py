@@ -16,7 +16,7 @@ NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def activity(
-    run_id: str,
+    session_id: str,
     *,
     age_s: int = 0,
     stage: str = "observer",
@@ -27,7 +27,7 @@ def activity(
     """An activity row written ``age_s`` seconds before :data:`NOW`."""
     return ActivityRecord.model_validate(
         {
-            "run_id": run_id,
+            "run_id": session_id,
             "job_id": job_id,
             "stage": stage,
             "current_tokens": tokens,

@@ -76,14 +76,14 @@ def test_a_cleared_row_is_gone(client: OmrayClient, store: Store) -> None:
     assert client.activity("s-1", now=NOW) is None
 
 
-def _insert_raw(db_path: Path, run_id: str, stage: str, updated_at: str) -> None:
+def _insert_raw(db_path: Path, session_id: str, stage: str, updated_at: str) -> None:
     # A row a foreign writer could leave behind; the Store itself only writes ISO times.
     with sqlite3.connect(db_path) as conn:
         conn.execute(
             "INSERT INTO om_current_activity"
             " (run_id, job_id, stage, current_tokens, target_tokens, updated_at)"
             " VALUES (?, 'job-x', ?, 5, NULL, ?)",
-            (run_id, stage, updated_at),
+            (session_id, stage, updated_at),
         )
 
 

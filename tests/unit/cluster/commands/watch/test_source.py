@@ -168,7 +168,7 @@ def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClie
     records = [
         TokenUsageRecord(
             usage_id=f"u{index}",
-            run_id=session,
+            session_id=session,
             job_kind="observe",
             model="p/m",
             requests=1 + index,
