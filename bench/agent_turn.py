@@ -162,36 +162,45 @@ def find_claude(explicit: Path | None, cache: Path = CACHE_DIR, install: bool = 
     cached = installed_claude(cache)
     if cached.exists():
         return cached
-    on_path = shutil.which("claude")
+    return cli_on_path_or_installed("claude", CLAUDE_PACKAGE, cached, install)
+
+
+def cli_on_path_or_installed(name: str, package: str, cached: Path, install: bool) -> Path:
+    """The ``name`` program on ``PATH``, else ``package`` installed now with npm so that it lands at
+    ``cached`` (``<prefix>/node_modules/.bin/<name>``). Raises :class:`AgentTurnSkipped` saying why not."""
+    on_path = shutil.which(name)
     if on_path is not None:
         return Path(on_path)
     npm = shutil.which("npm")
     if npm is None:
-        raise AgentTurnSkipped("no claude CLI (--claude PATH) and no npm on PATH to install it with")
+        raise AgentTurnSkipped(f"no {name} CLI (--{name} PATH) and no npm on PATH to install it with")
     if not install:
-        raise AgentTurnSkipped("no claude CLI (--claude PATH), and installing it was not allowed")
+        raise AgentTurnSkipped(f"no {name} CLI (--{name} PATH), and installing it was not allowed")
     prefix = cached.parents[2]
     prefix.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), CLAUDE_PACKAGE],
+        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), package],
         capture_output=True,
         text=True,
         timeout=900,
     )
     if done.returncode != 0 or not cached.exists():
-        raise AgentTurnSkipped(f"npm install {CLAUDE_PACKAGE} failed (exit {done.returncode})")
+        raise AgentTurnSkipped(f"npm install {package} failed (exit {done.returncode})")
     return cached
 
 
-def claude_version(claude: Path) -> str:
-    """``claude --version`` (raises :class:`AgentTurnSkipped` when the CLI does not run)."""
+def cli_version(program: Path) -> str:
+    """``<program> --version`` (raises :class:`AgentTurnSkipped` when the CLI does not run)."""
     try:
-        done = subprocess.run([str(claude), "--version"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([str(program), "--version"], capture_output=True, text=True, timeout=60)
     except OSError as exc:
-        raise AgentTurnSkipped(f"{str(claude)!r} does not run ({type(exc).__name__})") from None
+        raise AgentTurnSkipped(f"{str(program)!r} does not run ({type(exc).__name__})") from None
     if done.returncode != 0:
-        raise AgentTurnSkipped(f"{str(claude)!r} --version failed (exit {done.returncode})")
+        raise AgentTurnSkipped(f"{str(program)!r} --version failed (exit {done.returncode})")
     return done.stdout.strip()
+
+
+claude_version = cli_version
 
 
 # ---------------------------------------------------------------------------------- projects

@@ -48,6 +48,8 @@ from bench.agent_turn import (
     AgentTurnResult,
     AgentTurnSkipped,
     ConfigFigures,
+    cli_on_path_or_installed,
+    cli_version,
     mcp_listed_ms,
     rotated,
 )
@@ -95,36 +97,10 @@ def find_codex(
     for candidate in (from_env, str(cached), str(tests_cache / "node_modules" / ".bin" / "codex")):
         if candidate and os.access(candidate, os.X_OK):
             return Path(candidate)
-    on_path = shutil.which("codex")
-    if on_path is not None:
-        return Path(on_path)
-    npm = shutil.which("npm")
-    if npm is None:
-        raise AgentTurnSkipped("no codex CLI (--codex PATH) and no npm on PATH to install it with")
-    if not install:
-        raise AgentTurnSkipped("no codex CLI (--codex PATH), and installing it was not allowed")
-    prefix = cached.parents[2]
-    prefix.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), CODEX_PACKAGE],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if done.returncode != 0 or not cached.exists():
-        raise AgentTurnSkipped(f"npm install {CODEX_PACKAGE} failed (exit {done.returncode})")
-    return cached
+    return cli_on_path_or_installed("codex", CODEX_PACKAGE, cached, install)
 
 
-def codex_version(codex: Path) -> str:
-    """``codex --version`` (raises :class:`AgentTurnSkipped` when the CLI does not run)."""
-    try:
-        done = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=60)
-    except OSError as exc:
-        raise AgentTurnSkipped(f"{str(codex)!r} does not run ({type(exc).__name__})") from None
-    if done.returncode != 0:
-        raise AgentTurnSkipped(f"{str(codex)!r} --version failed (exit {done.returncode})")
-    return done.stdout.strip()
+codex_version = cli_version
 
 
 # ---------------------------------------------------------------------------------- configs
