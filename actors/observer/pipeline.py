@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.activity import clear_activity, set_activity
 from actors.models.budget import BudgetGate, is_metered
 from actors.models.chat import ChatModel, PromptCap, run_tool_loop
 from actors.models.prompts import OBSERVER_SYSTEM_PROMPT
@@ -255,30 +256,14 @@ def _already_committed(part: ChunkPart, ports: ObserverPorts) -> bool:
 
 
 def _set_activity(ports: ObserverPorts, job_id: str, session_id: str, tokens: int) -> None:
-    # Status never hurts work (invariant 7): a failed activity write is logged and ignored.
-    try:
-        ports.store.upsert_activity(
-            ActivityRecord(
-                session_id=session_id,
-                job_id=job_id,
-                stage="observer",
-                current_tokens=tokens,
-                updated_at=ports.now_utc(),
-            )
-        )
-    except Exception as exc:
-        logger.warning(
-            "activity write failed", extra={"session_id": session_id, "error_class": type(exc).__name__}
-        )
-
-
-def _clear_activity(ports: ObserverPorts, job_id: str, session_id: str) -> None:
-    try:
-        ports.store.clear_activity(session_id, job_id)
-    except Exception as exc:
-        logger.warning(
-            "activity clear failed", extra={"session_id": session_id, "error_class": type(exc).__name__}
-        )
+    activity = ActivityRecord(
+        session_id=session_id,
+        job_id=job_id,
+        stage="observer",
+        current_tokens=tokens,
+        updated_at=ports.now_utc(),
+    )
+    set_activity(ports.store, activity, logger)
 
 
 def observe_through(
@@ -294,7 +279,7 @@ def observe_through(
         return result
     finally:
         if job_id:
-            _clear_activity(ports, job_id, job.session_id)
+            clear_activity(ports.store, job.session_id, job_id, logger)
 
 
 def _observe(

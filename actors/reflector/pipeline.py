@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from actors.activity import clear_activity, set_activity
 from actors.models.budget import BudgetGate, is_metered
 from actors.models.chat import ChatModel, PromptCap, ToolLoopResult, run_tool_loop
 from actors.models.prompts import DROPPER_SYSTEM_PROMPT, REFLECTOR_SYSTEM_PROMPT
@@ -62,7 +63,6 @@ from protocol.errors import BudgetReachedError, PromptOverCapError
 from protocol.jobs import ReflectGeneration, ReflectGenerationJob
 from protocol.outcomes import REASON_PROMPT_OVER_CAP
 from protocol.records import (
-    ActivityRecord,
     UsageJobKind,
 )
 from protocol.settings import OmSettings
@@ -159,32 +159,6 @@ class ReflectResult(ModelSpend):
         )
 
 
-# --- status writes (never fail the job: invariant 7) --------------------------------------------------
-
-
-def _set_activity(ports: ReflectorPorts, activity: ActivityRecord) -> None:
-    try:
-        ports.store.upsert_activity(activity)
-    except Exception as exc:
-        logger.warning(
-            "activity write failed",
-            extra={
-                "session_id": activity.session_id,
-                "stage": activity.stage,
-                "error_class": type(exc).__name__,
-            },
-        )
-
-
-def _clear_activity(ports: ReflectorPorts, job_id: str, session_id: str) -> None:
-    try:
-        ports.store.clear_activity(session_id, job_id)
-    except Exception as exc:
-        logger.warning(
-            "activity clear failed", extra={"session_id": session_id, "error_class": type(exc).__name__}
-        )
-
-
 # --- the job ------------------------------------------------------------------------------------------
 
 
@@ -251,7 +225,7 @@ def reflect_generation(
         _handle_failure(exc, payload, ports, result)
     finally:
         if job_id:
-            _clear_activity(ports, job_id, payload.session_id)
+            clear_activity(ports.store, payload.session_id, job_id, logger)
     if succeeded:
         _schedule_index(ports, payload.session_id)
     logger.info(
@@ -322,7 +296,9 @@ def _work(
         )
 
     if job_id:
-        _set_activity(ports, reflector_activity(session_id, job_id, pool.token_count, ports.now_utc()))
+        set_activity(
+            ports.store, reflector_activity(session_id, job_id, pool.token_count, ports.now_utc()), logger
+        )
     reflector_input = build_reflector_input(
         ports.memory.active_reflections(session_id),
         pool.observations,
@@ -424,9 +400,8 @@ def _run_dropper(
     except BudgetReachedError as reached:
         return _skip_dropper(payload, result, reached.reason)
     if job_id:
-        _set_activity(
-            ports, dropper_activity(payload.session_id, job_id, pool_tokens, target, ports.now_utc())
-        )
+        activity = dropper_activity(payload.session_id, job_id, pool_tokens, target, ports.now_utc())
+        set_activity(ports.store, activity, logger)
     reflections: list[ReflectionLike] = [*reflector_input.prior_reflections, *new_reflections]
     handler = DropObservationsHandler(reflector_input.id_map, max_drops)
     try:
