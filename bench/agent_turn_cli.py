@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from bench.agent_turn import AgentTurnResult, AgentTurnSkipped, find_claude, run_agent_turn_bench
-from bench.codex_turn import find_codex, run_codex_turn_bench
+from bench.agent_turn import Agent, AgentTurnResult, AgentTurnSkipped, find_claude, run_agent_turn_bench
+from bench.codex_turn import CodexAgent, find_codex
 
 
 def _print(result: AgentTurnResult, source: str = "Claude Code's debug and diagnostics files") -> None:
@@ -67,12 +67,10 @@ def bench_agent_turn_command(
     answers: dict[str, Any] = {}
     for name in ("claude", "codex") if agent == "both" else (agent,):
         try:
-            if name == "claude":
-                result = run_agent_turn_bench(
-                    find_claude(claude), program, turns, breakdown_turns, omray_home
-                )
-            else:
-                result = run_codex_turn_bench(find_codex(codex), program, turns, breakdown_turns, omray_home)
+            agent_type, found = (
+                (Agent, find_claude(claude)) if name == "claude" else (CodexAgent, find_codex(codex))
+            )
+            result = run_agent_turn_bench(agent_type, found, program, turns, breakdown_turns, omray_home)
         except AgentTurnSkipped as exc:
             answers[name] = {"skipped": str(exc)}
             if not as_json:
