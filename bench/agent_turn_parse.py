@@ -24,16 +24,20 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 _LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) \[[A-Z]+\] (.*)$")
+"""A debug file's line: its UTC time, its level, its message."""
 _CONNECTED = re.compile(r'^MCP server "[^"]+": Successfully connected \(transport: [a-z-]+\) in (\d+)ms')
+"""The line reporting an MCP server's ``initialize`` answered, and how long that took."""
 _HOOK_OUTPUT = (
     "Hook output does not start with {",
     "Successfully parsed and validated hook JSON output",
     "Failed to parse hook output as JSON",
     "Hook JSON output validation failed",
 )
+"""The lines Claude Code writes as it reads a hook's output: where the ``Stop`` hook's time ends."""
 _MCP_NOTES = ("MCP server ", "[MCP]", "[3P telemetry]")
 """Lines Claude Code writes about a server as it connects, before it goes on with the tool list."""
 _MCP_GONE = ("MCP server process exited cleanly", "Cleanup timeout reached", "SIGTERM failed", "SIGKILL")
+"""The lines saying a stopped MCP server's process is gone (or given up on)."""
 
 
 @dataclass(frozen=True)
