@@ -38,9 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -48,6 +49,9 @@ from bench.agent_mock import REPLY, MockModelServer
 from bench.agent_turn_parse import TurnPhases, median_phases, turn_phases
 from bench.hook_bench import mcp_tools_listed, timed_ms
 from bench.measure import percentile
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
 """The npm package of the Claude Code CLI."""
@@ -103,6 +107,8 @@ NOT_INHERITED = (
 process compile omray from source (an agent's user rarely has it; figures would not be theirs)."""
 DISPATCHER_MODULE = "cluster.commands.agent_hooks"
 """What the ``Stop`` hook's background dispatcher runs (``python -P -m ...``)."""
+TURN_SPACING_S = 0.3
+"""The pause after every turn."""
 
 
 class AgentTurnSkipped(Exception):
@@ -200,9 +206,6 @@ def cli_version(program: Path) -> str:
     return done.stdout.strip()
 
 
-claude_version = cli_version
-
-
 # ---------------------------------------------------------------------------------- projects
 
 
@@ -227,7 +230,7 @@ def install_config(project: Path, config_dir: Path, config: str, omray: str) -> 
         settings = merge_claude_approvals(settings)
         mcp = merge_mcp_server({}, claude_mcp_entry(omray, None))
         if config.startswith("noop"):
-            mcp = merge_mcp_server({}, _noop_mcp_entry())
+            mcp = merge_mcp_server({}, noop_mcp_entry())
         (project / ".mcp.json").write_text(json.dumps(mcp, indent=2) + "\n", encoding="utf-8")
     if settings:
         (project / ".claude").mkdir(exist_ok=True)
@@ -239,12 +242,13 @@ def install_config(project: Path, config_dir: Path, config: str, omray: str) -> 
     (config_dir / ".claude.json").write_text(json.dumps(state), encoding="utf-8")
 
 
-def _noop_mcp_entry() -> dict[str, Any]:
+def noop_mcp_entry() -> dict[str, Any]:
+    """The MCP server entry of the ``noop`` configurations: :data:`NOOP_MCP_SERVER` serving omray's
+    tool list."""
     from cluster.servers.mcp_server import mcp_tool, tool_specs
 
     tools = [mcp_tool(spec) for spec in tool_specs(hybrid=True)]
-    python = sys.executable
-    return {"command": python, "args": ["-S", "-I", "-c", NOOP_MCP_SERVER, json.dumps(tools)]}
+    return {"command": sys.executable, "args": ["-S", "-I", "-c", NOOP_MCP_SERVER, json.dumps(tools)]}
 
 
 def agent_env(base_url: str, config_dir: Path, omray_home: Path) -> dict[str, str]:
@@ -260,44 +264,127 @@ def agent_env(base_url: str, config_dir: Path, omray_home: Path) -> dict[str, st
     }
 
 
-def dispatcher_pids(project: Path) -> list[int]:
-    """Processes running ``project``'s hook dispatcher (read from ``/proc``)."""
-    wanted = [DISPATCHER_MODULE, "--project", str(project)]
+# ---------------------------------------------------------------------------------- processes
+
+
+def pids_where(matches: Callable[[str], bool]) -> list[int]:
+    """Processes other than this one for which ``matches`` holds of their ``/proc`` entry's name
+    (one that is gone while ``matches`` reads it, an ``OSError``, does not match)."""
     pids = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            words = Path("/proc", entry, "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if all(word in words for word in wanted):
-            pids.append(int(entry))
+        if entry.isdigit() and int(entry) != os.getpid():
+            with contextlib.suppress(OSError):
+                if matches(entry):
+                    pids.append(int(entry))
     return pids
 
 
-def wait_for_dispatcher(project: Path, timeout_s: float = 90.0) -> float:
-    """Milliseconds until ``project``'s dispatcher processes are gone (0 when none ran)."""
+def cmdline(pid: str) -> str:
+    """The command line of process ``pid``, its words separated by NUL."""
+    return Path("/proc", pid, "cmdline").read_bytes().decode(errors="replace")
+
+
+def wait_until_gone(pids: Callable[[], list[int]], poll_s: float, timeout_s: float = 90.0) -> float:
+    """Milliseconds until ``pids()`` finds none (0 when it finds none at once), ``timeout_s`` at most."""
     started = time.perf_counter()
-    while dispatcher_pids(project) and time.perf_counter() - started < timeout_s:
-        time.sleep(0.02)
+    while pids() and time.perf_counter() - started < timeout_s:
+        time.sleep(poll_s)
     return (time.perf_counter() - started) * 1000
+
+
+def dispatcher_pids(project: Path) -> list[int]:
+    """Processes running ``project``'s hook dispatcher."""
+    wanted = {DISPATCHER_MODULE, "--project", str(project)}
+    return pids_where(lambda pid: wanted <= set(cmdline(pid).split("\0")))
+
+
+def wait_for_dispatcher(project: Path) -> float:
+    """Milliseconds until ``project``'s dispatcher processes are gone (0 when none ran)."""
+    return wait_until_gone(lambda: dispatcher_pids(project), poll_s=0.02)
+
+
+def mcp_listed_ms(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    """The MCP server ``argv`` started, ``initialize`` then ``tools/list`` sent: ms until the list
+    arrives."""
+    process, listed, _ = mcp_tools_listed(argv, cwd, env)
+    assert process.stdin is not None
+    process.stdin.close()
+    process.wait(timeout=30)
+    return listed
 
 
 # ------------------------------------------------------------------------------------- turns
 
 
-class Agent:
-    """The projects of one run and how to run a turn in each."""
+class TurnAgent(ABC):
+    """The projects of one run, one per configuration, and how to run a turn in each: what
+    :func:`run_agent_turn_bench` times, for one agent's CLI."""
 
-    def __init__(self, claude: Path, root: Path, omray: str, base_url: str, omray_home: Path) -> None:
-        self.claude, self.root = claude, root
+    API: ClassVar[str]
+    """The mock's API the agent's model requests go to (``MockModelServer.requests``)."""
+    PHASES: ClassVar[type[DataclassInstance]]
+    """What :meth:`instrumented_turn` returns: the phases of one turn."""
+    RUN_PREFIX: ClassVar[str]
+    """Prefix of the run's temporary folder."""
+    RUN_PARENT: ClassVar[Path | None] = None
+    """Where the run's temporary folder is made (``None``: the system's temporary folder)."""
+    LINGERING: ClassVar[tuple[str, ...]]
+    """The configurations whose processes running on after a turn make ``dispatcher_after_turn_ms``."""
+
+    def __init__(self, program: Path, root: Path, omray: str, base_url: str, omray_home: Path) -> None:
+        self.program, self.root = program, root
         self.projects = {config: root / config for config in CONFIGS}
-        self.envs = {}
-        for config in CONFIGS:
-            config_dir = root / f"{config}-claude-config"
-            install_config(self.projects[config], config_dir, config, omray)
-            self.envs[config] = agent_env(base_url, config_dir, omray_home)
+        self.envs = {config: self.install(config, omray, base_url, omray_home) for config in CONFIGS}
+
+    @abstractmethod
+    def install(self, config: str, omray: str, base_url: str, omray_home: Path) -> dict[str, str]:
+        """Make ``config``'s project and the agent's configuration for it, pointed at the mock at
+        ``base_url``; the environment of its turns."""
+
+    @abstractmethod
+    def turn(self, config: str) -> float:
+        """One turn in ``config``'s project; its wall time in seconds."""
+
+    @abstractmethod
+    def settle(self, config: str) -> float:
+        """Wait until the processes ``config``'s last turn left are gone; the milliseconds it took."""
+
+    @abstractmethod
+    def instrumented_turn(self, config: str) -> object:
+        """One turn with the agent's logs on, parsed into a :attr:`PHASES`."""
+
+    @abstractmethod
+    def process_times(self, omray: str, runs: int) -> dict[str, float]:
+        """p50 ms of each omray process a turn starts, alone, in the ``both`` project."""
+
+    def ran_on(self, lingering: dict[str, list[float]]) -> dict[str, float]:
+        """Figures of ``lingering`` (per configuration, the ms its turns' processes ran on) shown
+        beside :meth:`process_times` (none here)."""
+        return {}
+
+    def p50_ms(self, calls: dict[str, Callable[[], float]], runs: int) -> dict[str, float]:
+        """p50 of each of ``calls`` (ms) over ``runs`` rounds, what a call left running in the ``both``
+        project gone before the next."""
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(runs):
+            for name, call in calls.items():
+                times[name].append(call())
+                self.settle("both")
+        return {name: round(percentile(values, 0.5), 1) for name, values in times.items()}
+
+
+class Agent(TurnAgent):
+    """Claude Code: a ``CLAUDE_CONFIG_DIR`` per configuration, ``claude -p`` turns."""
+
+    API = "anthropic"
+    PHASES = TurnPhases
+    RUN_PREFIX = "omray-agent-turn-"
+    LINGERING = ("hooks", "both")
+
+    def install(self, config: str, omray: str, base_url: str, omray_home: Path) -> dict[str, str]:
+        config_dir = self.root / f"{config}-claude-config"
+        install_config(self.projects[config], config_dir, config, omray)
+        return agent_env(base_url, config_dir, omray_home)
 
     def turn(
         self, config: str, extra_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None
@@ -305,7 +392,7 @@ class Agent:
         """One ``claude -p`` turn in ``config``'s project; its wall time in seconds."""
         started = time.perf_counter()
         done = subprocess.run(
-            [str(self.claude), "-p", PROMPT, *extra_args],
+            [str(self.program), "-p", PROMPT, *extra_args],
             cwd=self.projects[config],
             env={**self.envs[config], **(extra_env or {})},
             capture_output=True,
@@ -319,6 +406,10 @@ class Agent:
             )
         return elapsed
 
+    def settle(self, config: str) -> float:
+        """Wait for the dispatcher the ``Stop`` hook started."""
+        return wait_for_dispatcher(self.projects[config])
+
     def instrumented_turn(self, config: str) -> TurnPhases:
         """One turn with Claude Code's debug and diagnostics files, parsed."""
         logs = Path(tempfile.mkdtemp(prefix=f"{config}-logs-", dir=self.root))
@@ -328,12 +419,45 @@ class Agent:
             ("--debug-file", str(debug)),
             {"CLAUDE_CODE_DEBUG_LOG_LEVEL": "verbose", "CLAUDE_CODE_DIAGNOSTICS_FILE": str(diagnostics)},
         )
-        wait_for_dispatcher(self.projects[config])
+        self.settle(config)
         return turn_phases(_read(debug), _read(diagnostics))
+
+    def process_times(self, omray: str, runs: int) -> dict[str, float]:
+        """Hooks run as Claude Code runs them (``sh -c`` the command, the event JSON on stdin); the
+        transcript is the last breakdown turn's. ``python -c pass``: the same interpreter, for scale.
+        """
+        project, env = self.projects["both"], self.envs["both"]
+        transcripts = sorted(self.root.glob("both-claude-config/projects/*/*.jsonl"))
+        transcript = str(transcripts[-1]) if transcripts else str(project / "missing.jsonl")
+        hook = ["/bin/sh", "-c", f"{shlex.quote(omray)} hook claude-code"]
+
+        def payload(event: str, **extra: object) -> str:
+            base = {"session_id": "bench-hooks", "transcript_path": transcript, "cwd": str(project)}
+            return json.dumps({**base, "hook_event_name": event, **extra})
+
+        python = shutil.which("python3") or "python3"
+        with contextlib.suppress(OSError, IndexError):  # the console script's interpreter
+            python = (
+                Path(omray).read_text(errors="replace").splitlines()[0].removeprefix("#!").strip() or python
+            )
+        calls: dict[str, Callable[[], float]] = {
+            "python -c pass": lambda: _timed_ms([python, "-c", "pass"], "", project, env),
+            "SessionStart hook": lambda: _timed_ms(
+                hook, payload("SessionStart", source="startup"), project, env
+            ),
+            "Stop hook": lambda: _timed_ms(hook, payload("Stop", stop_hook_active=False), project, env),
+            "SessionEnd hook": lambda: _timed_ms(hook, payload("SessionEnd", reason="other"), project, env),
+            "omray mcp to tools/list": lambda: mcp_listed_ms([omray, "mcp"], project, env),
+        }
+        return self.p50_ms(calls, runs)
 
 
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _timed_ms(argv: list[str], stdin: str, cwd: Path, env: dict[str, str]) -> float:
+    return timed_ms(argv, stdin, cwd, env, check=False)
 
 
 def rotated(round_no: int) -> list[str]:
@@ -342,91 +466,46 @@ def rotated(round_no: int) -> list[str]:
     return [*CONFIGS[shift:], *CONFIGS[:shift]]
 
 
-# ------------------------------------------------------------------------ omray processes alone
-
-
-def _timed_ms(argv: list[str], stdin: str, cwd: Path, env: dict[str, str]) -> float:
-    return timed_ms(argv, stdin, cwd, env, check=False)
-
-
-def mcp_listed_ms(omray: str, cwd: Path, env: dict[str, str]) -> float:
-    """``omray mcp`` started, ``initialize`` then ``tools/list`` sent: ms until the list arrives."""
-    process, listed, _ = mcp_tools_listed([omray, "mcp"], cwd, env)
-    assert process.stdin is not None
-    process.stdin.close()
-    process.wait(timeout=30)
-    return listed
-
-
-def process_times(agent: Agent, omray: str, runs: int) -> dict[str, float]:
-    """p50 ms of each omray process a ``claude -p`` run starts, alone, in the ``both`` project.
-
-    Hooks run as Claude Code runs them (``sh -c`` the command, the event JSON on stdin); the
-    transcript is the last breakdown turn's. ``python -c pass``: the same interpreter, for scale.
-    """
-    project, env = agent.projects["both"], agent.envs["both"]
-    transcripts = sorted(agent.root.glob("both-claude-config/projects/*/*.jsonl"))
-    transcript = str(transcripts[-1]) if transcripts else str(project / "missing.jsonl")
-    hook = ["/bin/sh", "-c", f"{shlex.quote(omray)} hook claude-code"]
-
-    def payload(event: str, **extra: object) -> str:
-        base = {"session_id": "bench-hooks", "transcript_path": transcript, "cwd": str(project)}
-        return json.dumps({**base, "hook_event_name": event, **extra})
-
-    python = shutil.which("python3") or "python3"
-    with contextlib.suppress(OSError, IndexError):  # the console script's interpreter
-        python = Path(omray).read_text(errors="replace").splitlines()[0].removeprefix("#!").strip() or python
-    calls: dict[str, Callable[[], float]] = {
-        "python -c pass": lambda: _timed_ms([python, "-c", "pass"], "", project, env),
-        "SessionStart hook": lambda: _timed_ms(hook, payload("SessionStart", source="startup"), project, env),
-        "Stop hook": lambda: _timed_ms(hook, payload("Stop", stop_hook_active=False), project, env),
-        "SessionEnd hook": lambda: _timed_ms(hook, payload("SessionEnd", reason="other"), project, env),
-        "omray mcp to tools/list": lambda: mcp_listed_ms(omray, project, env),
-    }
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(runs):
-        for name, call in calls.items():
-            times[name].append(call())
-            wait_for_dispatcher(project)
-    return {name: round(percentile(values, 0.5), 1) for name, values in times.items()}
-
-
 # -------------------------------------------------------------------------------------- the run
 
 
 def run_agent_turn_bench(
-    claude: Path,
+    agent_type: type[TurnAgent],
+    program: Path,
     omray: str,
     turns: int,
     breakdown_turns: int,
     omray_home: Path | None = None,
-    spacing_s: float = 0.3,
 ) -> AgentTurnResult:
-    """Time ``turns`` turns of every configuration, interleaved, then the breakdown."""
-    version = claude_version(claude)
-    with tempfile.TemporaryDirectory(prefix="omray-agent-turn-") as tmp, MockModelServer() as mock:
+    """Time ``turns`` turns of every configuration with ``agent_type``'s CLI ``program``, interleaved
+    (the order rotated every round, one warm-up round not counted), then the breakdown and each
+    omray process alone."""
+    version = cli_version(program)
+    if agent_type.RUN_PARENT is not None:
+        agent_type.RUN_PARENT.mkdir(parents=True, exist_ok=True)
+    run_dir = tempfile.TemporaryDirectory(prefix=agent_type.RUN_PREFIX, dir=agent_type.RUN_PARENT)
+    with run_dir as tmp, MockModelServer() as mock:
         root = Path(tmp).resolve()
-        agent = Agent(claude, root, omray, mock.base_url, omray_home or root / "omray-home")
+        agent = agent_type(program, root, omray, mock.base_url, omray_home or root / "omray-home")
         times: dict[str, list[float]] = {config: [] for config in CONFIGS}
-        lingering: list[float] = []
+        lingering: dict[str, list[float]] = {config: [] for config in CONFIGS}
         load_start = os.getloadavg()[0]
         for round_no in range(turns + 1):
             for config in rotated(round_no):
                 elapsed = agent.turn(config)
-                lingered = wait_for_dispatcher(agent.projects[config])
+                lingered = agent.settle(config)
                 if round_no:  # the first round warms the caches of every configuration
                     times[config].append(elapsed)
-                    if config in ("hooks", "both"):
-                        lingering.append(lingered)
-                time.sleep(spacing_s)
+                    lingering[config].append(lingered)
+                time.sleep(TURN_SPACING_S)
         load_end = os.getloadavg()[0]
-        phases: dict[str, list[TurnPhases]] = {config: [] for config in CONFIGS}
+        phases: dict[str, list[object]] = {config: [] for config in CONFIGS}
         for round_no in range(breakdown_turns):
             for config in rotated(round_no):
                 phases[config].append(agent.instrumented_turn(config))
-                time.sleep(spacing_s)
-        alone = process_times(agent, omray, max(3, breakdown_turns))
-        requests = mock.requests("anthropic")
+                time.sleep(TURN_SPACING_S)
+        alone = {**agent.process_times(omray, max(3, breakdown_turns)), **agent.ran_on(lingering)}
+        requests = mock.requests(agent_type.API)
     bare = percentile(times["bare"], 0.5)
     return AgentTurnResult(
         agent=version,
@@ -441,8 +520,10 @@ def run_agent_turn_bench(
             for config, values in times.items()
         },
         load_average=[round(load_start, 2), round(load_end, 2)],
-        breakdown={config: median_phases(turns_seen) for config, turns_seen in phases.items()},
+        breakdown={config: median_phases(agent_type.PHASES, seen) for config, seen in phases.items()},
         processes_ms=alone,
-        dispatcher_after_turn_ms=round(percentile(lingering, 0.5), 1),
+        dispatcher_after_turn_ms=round(
+            percentile([ms for config in agent_type.LINGERING for ms in lingering[config]], 0.5), 1
+        ),
         model_requests=requests,
     )

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from bench.agent_turn import AgentTurnResult, AgentTurnSkipped, find_claude, run_agent_turn_bench
-from bench.codex_turn import find_codex, run_codex_turn_bench
+from bench.agent_turn import Agent, AgentTurnResult, AgentTurnSkipped, find_claude, run_agent_turn_bench
+from bench.codex_turn import CodexAgent, find_codex
 
 
 def _print(result: AgentTurnResult, source: str = "Claude Code's debug and diagnostics files") -> None:
@@ -33,6 +33,11 @@ def _print(result: AgentTurnResult, source: str = "Claude Code's debug and diagn
     typer.echo(f"both over noop-both (omray's own part): {result.over_floors_ms:.0f} ms")
 
 
+def _cli_option(name: str, found: str) -> Any:
+    """``--<name> PATH``: the agent's CLI (``found``: where it is looked for without one)."""
+    return typer.Option(f"--{name}", help=f"The {name} CLI (default: {found}).")
+
+
 def bench_agent_turn_command(
     turns: Annotated[int, typer.Option("--turns", min=1, help="Timed turns per configuration.")] = 11,
     breakdown_turns: Annotated[
@@ -42,13 +47,8 @@ def bench_agent_turn_command(
         str,
         typer.Option("--agent", help="claude (claude -p), codex (codex exec) or both, one after the other."),
     ] = "claude",
-    claude: Annotated[
-        Path | None, typer.Option("--claude", help="The claude CLI (default: cached install, PATH, npm).")
-    ] = None,
-    codex: Annotated[
-        Path | None,
-        typer.Option("--codex", help="The codex CLI (default: $OMRAY_CODEX_CLI, caches, PATH, npm)."),
-    ] = None,
+    claude: Annotated[Path | None, _cli_option("claude", "cached install, PATH, npm")] = None,
+    codex: Annotated[Path | None, _cli_option("codex", "$OMRAY_CODEX_CLI, caches, PATH, npm")] = None,
     omray: Annotated[
         str | None, typer.Option("--omray", help="The omray program to install (default: this one).")
     ] = None,
@@ -67,12 +67,10 @@ def bench_agent_turn_command(
     answers: dict[str, Any] = {}
     for name in ("claude", "codex") if agent == "both" else (agent,):
         try:
-            if name == "claude":
-                result = run_agent_turn_bench(
-                    find_claude(claude), program, turns, breakdown_turns, omray_home
-                )
-            else:
-                result = run_codex_turn_bench(find_codex(codex), program, turns, breakdown_turns, omray_home)
+            agent_type, found = (
+                (Agent, find_claude(claude)) if name == "claude" else (CodexAgent, find_codex(codex))
+            )
+            result = run_agent_turn_bench(agent_type, found, program, turns, breakdown_turns, omray_home)
         except AgentTurnSkipped as exc:
             answers[name] = {"skipped": str(exc)}
             if not as_json:

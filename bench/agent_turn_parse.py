@@ -3,21 +3,7 @@
 ``omray bench agent-turn`` runs a few extra turns of each configuration with
 ``--debug-file`` (``CLAUDE_CODE_DEBUG_LOG_LEVEL=verbose``) and ``CLAUDE_CODE_DIAGNOSTICS_FILE``;
 :func:`turn_phases` turns the two files into :class:`TurnPhases`, one figure per moment of the turn
-that omray can add to:
-
-* ``to_request_ms``: from the first log line to the model request (start-up: settings, the
-  ``SessionStart`` hooks, MCP servers connected and listed);
-* ``after_response_ms``: from the first byte of the answer to the last log line (the ``Stop``
-  hooks, MCP servers stopped, the ``SessionEnd`` hooks);
-* ``session_start_hook_ms`` / ``session_end_hook_ms``: the hook processes from spawn to end, as the
-  diagnostics file stamps them (``hook_spawn_started``, ``hook_spawn_completed``), summed over the
-  hooks of the event;
-* ``stop_hook_ms``: from the verbose "Getting matching hook commands for Stop" line to the line
-  that reads the hook's output (Claude Code logs no duration for it);
-* ``mcp_connect_ms``: start to ``initialize`` answered, as Claude Code reports it ("Successfully
-  connected ... in N ms"); ``mcp_listed_ms``: from then to the next log line, which Claude Code
-  writes once it has the tool list and goes on (an upper bound of the ``tools/list`` wait);
-* ``mcp_stop_ms``: from "Sending SIGINT" to the line saying the process is gone.
+that omray can add to.
 
 A figure is ``None`` when its lines are missing (a configuration without hooks or MCP, or a Claude
 Code that logs differently). The logs hold paths and hook output, never shown here: only times.
@@ -27,23 +13,31 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from bench.measure import percentile
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 _LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) \[[A-Z]+\] (.*)$")
+"""A debug file's line: its UTC time, its level, its message."""
 _CONNECTED = re.compile(r'^MCP server "[^"]+": Successfully connected \(transport: [a-z-]+\) in (\d+)ms')
+"""The line reporting an MCP server's ``initialize`` answered, and how long that took."""
 _HOOK_OUTPUT = (
     "Hook output does not start with {",
     "Successfully parsed and validated hook JSON output",
     "Failed to parse hook output as JSON",
     "Hook JSON output validation failed",
 )
+"""The lines Claude Code writes as it reads a hook's output: where the ``Stop`` hook's time ends."""
 _MCP_NOTES = ("MCP server ", "[MCP]", "[3P telemetry]")
 """Lines Claude Code writes about a server as it connects, before it goes on with the tool list."""
 _MCP_GONE = ("MCP server process exited cleanly", "Cleanup timeout reached", "SIGTERM failed", "SIGKILL")
+"""The lines saying a stopped MCP server's process is gone (or given up on)."""
 
 
 @dataclass(frozen=True)
@@ -51,28 +45,46 @@ class TurnPhases:
     """Milliseconds of one turn's moments (``None``: not seen in the logs)."""
 
     to_request_ms: float | None = None
+    """From the first log line to the model request (start-up: settings, the ``SessionStart`` hooks,
+    MCP servers connected and listed)."""
     after_response_ms: float | None = None
+    """From the first byte of the answer to the last log line (the ``Stop`` hooks, MCP servers
+    stopped, the ``SessionEnd`` hooks)."""
     session_start_hook_ms: float | None = None
+    """The ``SessionStart`` hook processes from spawn to end, as the diagnostics file stamps them
+    (``hook_spawn_started``, ``hook_spawn_completed``), summed over the event's hooks."""
     stop_hook_ms: float | None = None
+    """From the verbose "Getting matching hook commands for Stop" line to the line that reads the
+    hook's output (Claude Code logs no duration for it)."""
     session_end_hook_ms: float | None = None
+    """The ``SessionEnd`` hook processes, as ``session_start_hook_ms``."""
     mcp_connect_ms: float | None = None
+    """Start to ``initialize`` answered, as Claude Code reports it ("Successfully connected ... in
+    N ms")."""
     mcp_listed_ms: float | None = None
+    """From then to the next log line, which Claude Code writes once it has the tool list and goes
+    on (an upper bound of the ``tools/list`` wait)."""
     mcp_stop_ms: float | None = None
+    """From "Sending SIGINT" to the line saying the process is gone."""
 
 
 def _moment(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000
 
 
+def timestamped_lines(
+    text: str, pattern: re.Pattern[str], moment: Callable[[str], float]
+) -> list[tuple[float, str]]:
+    """``(ms since the epoch, message)`` of every line of ``text`` that ``pattern`` matches (its
+    groups: the timestamp, read by ``moment``, and the message); other lines are dropped."""
+    found = (pattern.match(line) for line in text.splitlines())
+    return [(moment(match.group(1)), match.group(2)) for match in found if match]
+
+
 def debug_lines(text: str) -> list[tuple[float, str]]:
-    """``(ms since the epoch, message)`` of every timestamped line of a debug file (continuation
-    lines of a multi-line message are dropped)."""
-    lines = []
-    for line in text.splitlines():
-        found = _LINE.match(line)
-        if found:
-            lines.append((_moment(found.group(1)), found.group(2)))
-    return lines
+    """The timestamped lines of a debug file (continuation lines of a multi-line message are
+    dropped), as :func:`timestamped_lines`."""
+    return timestamped_lines(text, _LINE, _moment)
 
 
 def _hook_durations(diagnostics: str) -> dict[str, float]:
@@ -153,10 +165,11 @@ def turn_phases(debug: str, diagnostics: str = "") -> TurnPhases:
     )
 
 
-def median_phases(turns: Sequence[TurnPhases]) -> dict[str, float | None]:
-    """The median of every phase over ``turns`` (``None`` where no turn saw it)."""
+def median_phases(phases: type[DataclassInstance], turns: Sequence[object]) -> dict[str, float | None]:
+    """The median of every field of ``phases`` (:class:`TurnPhases`, :class:`bench.codex_turn_parse.
+    CodexPhases`) over ``turns`` (``None`` where no turn saw it)."""
     medians: dict[str, float | None] = {}
-    for field in fields(TurnPhases):
+    for field in fields(phases):
         seen = [value for turn in turns if (value := getattr(turn, field.name)) is not None]
         medians[field.name] = round(percentile(seen, 0.5), 1) if seen else None
     return medians

@@ -32,29 +32,27 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from bench.agent_mock import REPLY, MockModelServer
+from bench.agent_mock import REPLY
 from bench.agent_turn import (
     CACHE_DIR,
     CONFIGS,
-    NOOP_MCP_SERVER,
     NOT_INHERITED,
     PROMPT,
-    AgentTurnResult,
     AgentTurnSkipped,
-    ConfigFigures,
+    TurnAgent,
     cli_on_path_or_installed,
-    cli_version,
+    cmdline,
     mcp_listed_ms,
-    rotated,
+    noop_mcp_entry,
+    pids_where,
+    wait_until_gone,
 )
-from bench.codex_turn_parse import CODEX_LOG_FILTER, CodexPhases, codex_phases, median_codex_phases
-from bench.hook_bench import mcp_tools_listed, timed_ms
+from bench.codex_turn_parse import CODEX_LOG_FILTER, CodexPhases, codex_phases
+from bench.hook_bench import timed_ms
 from bench.measure import percentile
 
 CODEX_PACKAGE = "@openai/codex"
@@ -100,9 +98,6 @@ def find_codex(
     return cli_on_path_or_installed("codex", CODEX_PACKAGE, cached, install)
 
 
-codex_version = cli_version
-
-
 # ---------------------------------------------------------------------------------- configs
 
 
@@ -144,16 +139,8 @@ def codex_config(config: str, base_url: str, omray: str, config_path: Path) -> s
         if "notify" in document:
             document["notify"] = [shutil.which("true") or "/bin/true"]
         if "mcp_servers" in document:
-            server = document["mcp_servers"]["omray"]
-            server["command"] = sys.executable
-            server["args"] = ["-S", "-I", "-c", NOOP_MCP_SERVER, json.dumps(_omray_tools())]
+            document["mcp_servers"]["omray"].update(noop_mcp_entry())
     return tomlkit.dumps(document)
-
-
-def _omray_tools() -> list[dict[str, Any]]:
-    from cluster.servers.mcp_server import mcp_tool, tool_specs
-
-    return [mcp_tool(spec) for spec in tool_specs(hybrid=True)]
 
 
 def codex_env(base_env: dict[str, str], codex_home: Path, omray_home: Path) -> dict[str, str]:
@@ -173,51 +160,58 @@ def codex_env(base_env: dict[str, str], codex_home: Path, omray_home: Path) -> d
 
 def project_pids(project: Path) -> list[int]:
     """Processes working in ``project`` or naming it in their command line (the ``notify`` hook's
-    JSON holds the project as ``cwd``; the dispatcher has ``--project``), read from ``/proc``."""
+    JSON holds the project as ``cwd``; the dispatcher has ``--project``)."""
     wanted = str(project)
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path("/proc", entry, "cmdline").read_bytes().decode(errors="replace")
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-        except OSError:
-            continue
-        if cwd == wanted or cwd.startswith(wanted + os.sep) or wanted in cmdline:
-            pids.append(int(entry))
-    return pids
+
+    def works_in(pid: str) -> bool:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        return cwd == wanted or cwd.startswith(wanted + os.sep) or wanted in cmdline(pid)
+
+    return pids_where(works_in)
 
 
-def wait_for_project(project: Path, timeout_s: float = 90.0) -> float:
+def wait_for_project(project: Path) -> float:
     """Milliseconds until no process of ``project`` is left (0 when none was)."""
-    started = time.perf_counter()
-    while project_pids(project) and time.perf_counter() - started < timeout_s:
-        time.sleep(0.01)
-    return (time.perf_counter() - started) * 1000
+    return wait_until_gone(lambda: project_pids(project), poll_s=0.01)
 
 
 # ------------------------------------------------------------------------------------- turns
 
 
-class CodexAgent:
-    """The ``CODEX_HOME``s and projects of one run, and how to run a turn in each."""
+class CodexAgent(TurnAgent):
+    """Codex: a ``CODEX_HOME`` per configuration, ``codex exec`` turns.
 
-    def __init__(self, codex: Path, root: Path, omray: str, base_url: str, omray_home: Path) -> None:
-        self.codex, self.root = codex, root
-        self.projects = {config: root / config for config in CONFIGS}
-        self.homes = {config: root / f"{config}-codex-home" for config in CONFIGS}
-        self.envs = {}
-        for config in CONFIGS:
-            self.projects[config].mkdir(parents=True)
-            self.homes[config].mkdir(parents=True)
-            path = self.homes[config] / "config.toml"
-            path.write_text(codex_config(config, base_url, omray, path), encoding="utf-8")
-            self.envs[config] = codex_env(dict(os.environ), self.homes[config], omray_home)
+    The run's folders are made under the benchmark's cache, not ``/tmp``: Codex refuses to set up
+    its helper programs under a temporary folder, which a user's ``~/.codex`` never is.
+    """
+
+    API = "responses"
+    PHASES = CodexPhases
+    RUN_PREFIX = "codex-turn-"
+    RUN_PARENT = CACHE_DIR
+    LINGERING = ("both",)
+
+    def __init__(self, program: Path, root: Path, omray: str, base_url: str, omray_home: Path) -> None:
+        super().__init__(program, root, omray, base_url, omray_home)
         self.logs = root / "logs"
         self.logs.mkdir()
 
-    def turn(self, config: str, log_filter: str | None = None) -> tuple[float, float, float, str]:
+    def home(self, config: str) -> Path:
+        """``config``'s ``CODEX_HOME``."""
+        return self.root / f"{config}-codex-home"
+
+    def install(self, config: str, omray: str, base_url: str, omray_home: Path) -> dict[str, str]:
+        self.projects[config].mkdir(parents=True)
+        self.home(config).mkdir(parents=True)
+        path = self.home(config) / "config.toml"
+        path.write_text(codex_config(config, base_url, omray, path), encoding="utf-8")
+        return codex_env(dict(os.environ), self.home(config), omray_home)
+
+    def turn(self, config: str) -> float:
+        """One ``codex exec`` turn in ``config``'s project; its wall time in seconds."""
+        return self.logged_turn(config)[0]
+
+    def logged_turn(self, config: str, log_filter: str | None = None) -> tuple[float, float, float, str]:
         """One ``codex exec`` turn in ``config``'s project: ``(seconds, started, exited, stderr)``,
         the moments in ms since the epoch."""
         env = {**self.envs[config], **({"RUST_LOG": log_filter} if log_filter else {})}
@@ -225,7 +219,7 @@ class CodexAgent:
         with out.open("wb") as stdout, err.open("wb") as stderr:
             started_at, started = time.time() * 1000, time.perf_counter()
             process = subprocess.Popen(
-                [str(self.codex), "exec", "--skip-git-repo-check", PROMPT],
+                [str(self.program), "exec", "--skip-git-repo-check", PROMPT],
                 cwd=self.projects[config],
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -246,116 +240,56 @@ class CodexAgent:
             raise RuntimeError(f"codex exec failed in {config!r} (exit {code}): {errors[-300:]!r}")
         return elapsed, started_at, exited_at, errors
 
+    def settle(self, config: str) -> float:
+        """Wait until no process started for the project is left (the ``notify`` hook, the
+        dispatcher it starts, an MCP server)."""
+        return wait_for_project(self.projects[config])
+
     def instrumented_turn(self, config: str) -> CodexPhases:
         """One turn with Codex's log lines on, parsed."""
-        _, started_at, exited_at, errors = self.turn(config, CODEX_LOG_FILTER)
-        wait_for_project(self.projects[config])
+        _, started_at, exited_at, errors = self.logged_turn(config, CODEX_LOG_FILTER)
+        self.settle(config)
         return codex_phases(errors, started_at, exited_at)
 
     def last_thread(self, config: str) -> str | None:
         """The thread id of ``config``'s newest rollout (``None`` before any turn)."""
         from cluster.commands.hook_fast import rollout_thread
 
-        rollouts = sorted(self.homes[config].glob("sessions/*/*/*/rollout-*.jsonl"))
+        rollouts = sorted(self.home(config).glob("sessions/*/*/*/rollout-*.jsonl"))
         return rollout_thread(rollouts[-1].name) if rollouts else None
 
-
-def process_times(agent: CodexAgent, omray: str, runs: int) -> dict[str, float]:
-    """p50 ms of each omray process a ``codex exec`` run starts, alone, in the ``both`` project:
-    the ``notify`` hook as Codex runs it (no shell, the notification as the last argument; the
-    thread the last turn's, so it finds the rollout, appends its mark and starts the dispatcher)
-    and ``omray mcp`` to ``tools/list``; ``python -c pass`` and the no-op server for scale."""
-    project, env = agent.projects["both"], agent.envs["both"]
-    notification = json.dumps(
-        {
-            "type": "agent-turn-complete",
-            "thread-id": agent.last_thread("both") or "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
-            "turn-id": "bench",
-            "cwd": str(project),
-            "input-messages": [PROMPT],
-            "last-assistant-message": REPLY,
+    def process_times(self, omray: str, runs: int) -> dict[str, float]:
+        """The ``notify`` hook as Codex runs it (no shell, the notification as the last argument;
+        the thread the last turn's, so it finds the rollout, appends its mark and starts the
+        dispatcher) and ``omray mcp`` to ``tools/list``; ``python -c pass`` and the no-op server for
+        scale."""
+        project, env = self.projects["both"], self.envs["both"]
+        notification = json.dumps(
+            {
+                "type": "agent-turn-complete",
+                "thread-id": self.last_thread("both") or "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+                "turn-id": "bench",
+                "cwd": str(project),
+                "input-messages": [PROMPT],
+                "last-assistant-message": REPLY,
+            }
+        )
+        noop = noop_mcp_entry()
+        calls = {
+            "python -c pass": lambda: timed_ms([sys.executable, "-c", "pass"], "", project, env, check=False),
+            "notify hook": lambda: timed_ms(
+                [omray, "hook", "codex", notification], "", project, env, check=False
+            ),
+            "omray mcp to tools/list": lambda: mcp_listed_ms([omray, "mcp"], project, env),
+            "no-op server to tools/list": lambda: mcp_listed_ms(
+                [noop["command"], *noop["args"]], project, env
+            ),
         }
-    )
-    noop = ["-S", "-I", "-c", NOOP_MCP_SERVER, json.dumps(_omray_tools())]
+        return self.p50_ms(calls, runs)
 
-    def noop_listed() -> float:
-        process, listed, _ = mcp_tools_listed([sys.executable, *noop], project, env)
-        assert process.stdin is not None
-        process.stdin.close()
-        process.wait(timeout=30)
-        return listed
-
-    calls = {
-        "python -c pass": lambda: timed_ms([sys.executable, "-c", "pass"], "", project, env, check=False),
-        "notify hook": lambda: timed_ms(
-            [omray, "hook", "codex", notification], "", project, env, check=False
-        ),
-        "omray mcp to tools/list": lambda: mcp_listed_ms(omray, project, env),
-        "no-op server to tools/list": noop_listed,
-    }
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(runs):
-        for name, call in calls.items():
-            times[name].append(call())
-            wait_for_project(project)
-    return {name: round(percentile(values, 0.5), 1) for name, values in times.items()}
-
-
-def run_codex_turn_bench(
-    codex: Path,
-    omray: str,
-    turns: int,
-    breakdown_turns: int,
-    omray_home: Path | None = None,
-    spacing_s: float = 0.3,
-) -> AgentTurnResult:
-    """Time ``turns`` turns of every configuration, interleaved, then the breakdown.
-
-    The run's folders are made under the benchmark's cache, not ``/tmp``: Codex refuses to set up
-    its helper programs under a temporary folder, which a user's ``~/.codex`` never is.
-    """
-    version = codex_version(codex)
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="codex-turn-", dir=CACHE_DIR) as tmp, MockModelServer() as mock:
-        root = Path(tmp).resolve()
-        agent = CodexAgent(codex, root, omray, mock.base_url, omray_home or root / "omray-home")
-        times: dict[str, list[float]] = {config: [] for config in CONFIGS}
-        lingering: dict[str, list[float]] = {config: [] for config in CONFIGS}
-        load_start = os.getloadavg()[0]
-        for round_no in range(turns + 1):
-            for config in rotated(round_no):
-                elapsed = agent.turn(config)[0]
-                lingered = wait_for_project(agent.projects[config])
-                if round_no:  # the first round warms the caches of every configuration
-                    times[config].append(elapsed)
-                    lingering[config].append(lingered)
-                time.sleep(spacing_s)
-        load_end = os.getloadavg()[0]
-        phases: dict[str, list[CodexPhases]] = {config: [] for config in CONFIGS}
-        for round_no in range(breakdown_turns):
-            for config in rotated(round_no):
-                phases[config].append(agent.instrumented_turn(config))
-                time.sleep(spacing_s)
-        alone = process_times(agent, omray, max(3, breakdown_turns))
-        for config in CONFIGS[1:]:  # what a configuration left running after its turn's exit
-            alone[f"ran on after a {config} turn"] = round(percentile(lingering[config], 0.5), 1)
-        requests = mock.requests("responses")
-    bare = percentile(times["bare"], 0.5)
-    return AgentTurnResult(
-        agent=version,
-        omray=omray,
-        turns=turns,
-        configs={
-            config: ConfigFigures(
-                median_s=round(percentile(values, 0.5), 3),
-                p90_s=round(percentile(values, 0.9), 3),
-                over_bare_ms=round((percentile(values, 0.5) - bare) * 1000, 1),
-            )
-            for config, values in times.items()
-        },
-        load_average=[round(load_start, 2), round(load_end, 2)],
-        breakdown={config: median_codex_phases(seen) for config, seen in phases.items()},
-        processes_ms=alone,
-        dispatcher_after_turn_ms=round(percentile(lingering["both"], 0.5), 1),
-        model_requests=requests,
-    )
+    def ran_on(self, lingering: dict[str, list[float]]) -> dict[str, float]:
+        """What each configuration but ``bare`` left running after its turn's exit, p50 ms."""
+        return {
+            f"ran on after a {config} turn": round(percentile(lingering[config], 0.5), 1)
+            for config in CONFIGS[1:]
+        }

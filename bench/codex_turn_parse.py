@@ -3,19 +3,7 @@
 ``omray bench agent-turn --agent codex`` runs a few extra turns of each configuration with
 ``RUST_LOG`` set to :data:`CODEX_LOG_FILTER`, which makes Codex (0.171) write timestamped lines to
 stderr; :func:`codex_phases` turns them, with the moments the benchmark itself saw the process
-start and exit, into :class:`CodexPhases`, one figure per moment of the turn omray can add to:
-
-* ``to_turn_ms``: process start to the turn submitted (``operation="turn_input"``): the launcher,
-  the configuration, the thread started (MCP servers are started then, in the background);
-* ``mcp_ready_ms``: process start to the MCP server's ``initialize`` answered ("Service initialized
-  as client"): spawning the server and its start-up;
-* ``mcp_tools_ms``: from then to its ``tools/list`` answer (the ``ListToolsResult`` response);
-* ``turn_to_request_ms``: the turn submitted to the model request sent (the request's line minus
-  the ``duration_ms`` it reports): what the turn waited for, the MCP tool list included;
-* ``to_request_ms``: process start to the model request sent;
-* ``after_response_ms``: the ``response.completed`` event to the process gone (the turn's end, the
-  ``notify`` program started, MCP servers dropped, Codex's shutdown);
-* ``mcp_stop_ms``: the ``shutdown`` submission to the MCP client's "serve finished".
+start and exit, into :class:`CodexPhases`, one figure per moment of the turn omray can add to.
 
 Codex spawns its ``notify`` program and never waits for it, so no figure here is the hook's: the
 benchmark times it alone, and how long it ran on after the turn. A figure is ``None`` when its
@@ -26,10 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 
-from bench.measure import percentile
+from bench.agent_turn_parse import timestamped_lines
 
 CODEX_LOG_FILTER = "warn,codex_core::session=debug,codex_otel=info,codex_exec=info,rmcp=trace"
 """``RUST_LOG`` of an instrumented turn: the lines :func:`codex_phases` reads, little else."""
@@ -50,12 +38,23 @@ class CodexPhases:
     """Milliseconds of one turn's moments (``None``: not seen in the logs)."""
 
     to_turn_ms: float | None = None
+    """Process start to the turn submitted (``operation="turn_input"``): the launcher, the
+    configuration, the thread started (MCP servers are started then, in the background)."""
     mcp_ready_ms: float | None = None
+    """Process start to the MCP server's ``initialize`` answered ("Service initialized as client"):
+    spawning the server and its start-up."""
     mcp_tools_ms: float | None = None
+    """From then to its ``tools/list`` answer (the ``ListToolsResult`` response)."""
     turn_to_request_ms: float | None = None
+    """The turn submitted to the model request sent (the request's line minus the ``duration_ms`` it
+    reports): what the turn waited for, the MCP tool list included."""
     to_request_ms: float | None = None
+    """Process start to the model request sent."""
     after_response_ms: float | None = None
+    """The ``response.completed`` event to the process gone (the turn's end, the ``notify`` program
+    started, MCP servers dropped, Codex's shutdown)."""
     mcp_stop_ms: float | None = None
+    """The ``shutdown`` submission to the MCP client's "serve finished"."""
 
 
 def _moment(stamp: str) -> float:
@@ -66,14 +65,9 @@ def _moment(stamp: str) -> float:
 
 
 def codex_lines(text: str) -> list[tuple[float, str]]:
-    """``(ms since the epoch, the rest of the line)`` of every timestamped line of Codex's stderr
-    (its banner, the answer and other untimestamped lines are dropped)."""
-    lines = []
-    for line in text.splitlines():
-        found = _LINE.match(line)
-        if found:
-            lines.append((_moment(found.group(1)), found.group(2)))
-    return lines
+    """The timestamped lines of Codex's stderr (its banner, the answer and other untimestamped lines
+    are dropped), as :func:`bench.agent_turn_parse.timestamped_lines`."""
+    return timestamped_lines(text, _LINE, _moment)
 
 
 def _first(lines: Sequence[tuple[float, str]], *needles: str, start: int = 0) -> int | None:
@@ -119,12 +113,3 @@ def codex_phases(stderr: str, started_ms: float, exited_ms: float) -> CodexPhase
         if gone is not None and shutdown is not None
         else None,
     )
-
-
-def median_codex_phases(turns: Sequence[CodexPhases]) -> dict[str, float | None]:
-    """The median of every phase over ``turns`` (``None`` where no turn saw it)."""
-    medians: dict[str, float | None] = {}
-    for field in fields(CodexPhases):
-        seen = [value for turn in turns if (value := getattr(turn, field.name)) is not None]
-        medians[field.name] = round(percentile(seen, 0.5), 1) if seen else None
-    return medians

@@ -72,6 +72,7 @@ from bench.measure import percentile
 from bench.search_corpus import corpus_material, corpus_observation, corpus_part, corpus_timestamp
 from persistence.search.request import SearchRequest
 from persistence.semantic import SemanticIndex, query_tokens, tokenize
+from persistence.semantic.candidates import STORE_HIT_LIMIT
 from persistence.semantic.chunks import memory_chunks
 from persistence.semantic.vectors import HNSW_EF_CONSTRUCTION, HNSW_M, HNSW_SEED
 from persistence.settings.parse import semantic_from_mapping
@@ -91,8 +92,6 @@ DEFAULT_TARGETS: Final[int] = 100
 """Target memories of the labelled set (each gives three queries)."""
 TOP_K: Final[int] = 10
 """Recall cut-off."""
-STORE_HITS: Final[int] = 100
-"""Chunk hits read per single store (as inside hybrid search)."""
 OBSERVATIONS_PER_SESSION: Final[int] = 500
 """Observations per corpus session."""
 OBSERVATIONS_PER_PART: Final[int] = 250
@@ -124,9 +123,6 @@ SCORED_KINDS: Final[dict[Mode, tuple[QueryKind, ...]]] = {
 
 T = TypeVar("T")
 
-_RENDERER = "bench-renderer-v1"
-_OBSERVER_SCHEMA = "bench-observer-v1"
-_MODEL = "bench/model"
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['_-][A-Za-z0-9]+)*")
 _ROLE_PREFIX = re.compile(r"^(?:User|Assistant):\s*")
 
@@ -483,12 +479,12 @@ class SingleStores:
         if not known:
             return []
         scores = np.asarray(self._bm25.get_scores(known), dtype=np.float64)
-        order = np.argsort(-scores, kind="stable")[:STORE_HITS]
+        order = np.argsort(-scores, kind="stable")[:STORE_HIT_LIMIT]
         return self._collapse(int(i) for i in order if scores[int(i)] > 0)
 
     def vector(self, query_vector: Sequence[float]) -> list[str]:
         """Memory ids of the nearest chunks by cosine."""
-        k = min(STORE_HITS, len(self._vector_parents))
+        k = min(STORE_HIT_LIMIT, len(self._vector_parents))
         self._hnsw.set_ef(max(k, 64))
         labels, _distances = self._hnsw.knn_query(np.asarray([query_vector], dtype=np.float32), k=k)
         return self._collapse((int(label) for label in labels[0]), self._vector_parents)

@@ -50,7 +50,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import ray
 
@@ -75,7 +75,8 @@ logger = logging.getLogger("omray.bench")
 
 KillKind = Literal["queue", "observer", "reflector", "indexer", "store"]
 """What the real chaos benchmark kills (``store``: the memory database's StoreActor)."""
-KILL_KINDS: tuple[KillKind, ...] = ("queue", "observer", "reflector", "indexer", "store")
+KILL_KINDS: tuple[KillKind, ...] = get_args(KillKind)
+"""Every kind, in the order above."""
 TRIGGER_OF: dict[KillKind, str] = {
     "queue": "any",
     "observer": "observer",

@@ -359,8 +359,11 @@ class RecallFigures(BaseModel):
     """Recall at each k: some gold item among the first k."""
 
     questions: int
+    """Questions scored."""
     turn: dict[str, float]
+    """``@k`` -> share of the questions with some ``has_answer`` turn among the first k turns."""
     session: dict[str, float]
+    """``@k`` -> share of the questions with some answer session among the first k sessions."""
 
 
 Row = tuple[Question, list[tuple[str, int]], list[str]]
@@ -399,39 +402,59 @@ class RecallBenchResult(BaseModel):
     """Figures of one ``omray bench recall`` run."""
 
     dataset: str
+    """The ``--dataset`` asked."""
     layout: str
+    """How a history is played: ``one-session`` or ``per-session`` (see the module)."""
     observer: str
+    """``builtin`` or ``condensing``."""
     questions: int
+    """Questions asked (``_abs`` ones are skipped)."""
     histories: int
     """Histories played into the runtime (BEAM asks several questions of each)."""
     sessions: int
+    """History sessions played, all histories together."""
     turns: int
+    """Messages played, all histories together."""
     observations: int
+    """Observations in the stores once built, all histories together."""
     omray: RecallFigures
+    """Recall of omray's ``memory_search``."""
     baseline_bm25_turns: RecallFigures
+    """Recall of plain ``bm25s`` over the raw turns of the same histories (the baseline)."""
     variants: dict[str, RecallFigures]
+    """Recall of the same stores searched with each of the other rankings of :data:`VARIANTS`."""
     omray_by_type: dict[str, RecallFigures]
+    """``omray``, per LongMemEval/BEAM question type."""
     baseline_by_type: dict[str, RecallFigures]
+    """``baseline_bm25_turns``, per question type."""
     no_match_rate: float
     """Share of unrelated queries (each question asked of another history's store, one without its
     evidence) answered ``no_match`` with no results."""
     unrelated_queries: int
+    """Unrelated queries asked (``no_match_rate``'s count)."""
     real_no_match_rate: float
     """Share of the real questions answered ``no_match`` (each is a miss)."""
     findable: float
     """Share of the history turns of 8+ words that an exact quote of 8 of their words finds."""
     findable_turns: int
+    """Turns of 8+ words quoted (``findable``'s count)."""
     findable_short: float
     """Share of the shorter turns that an exact search of their whole text finds among the first 50
     results (a one-word "No" matches far more than 50 others)."""
     findable_short_turns: int
+    """Shorter turns searched (``findable_short``'s count)."""
     search_p50_ms: float
+    """p50 of the questions' ``memory_search`` calls, ms (taken while the next wave was built)."""
     search_p99_ms: float
+    """p99 of the same."""
     exact_p50_ms: float
+    """p50 of the exact searches of ``findable`` and ``findable_short``, ms."""
     build_s: float
     """Seconds until the last wave was observed and indexed (earlier waves are scored meanwhile)."""
     seconds: float
+    """Wall time of the whole run."""
     embedder: str
+    """The embedding model of the stores' hybrid index."""
 
 
 # ------------------------------------------------------------------------------------- the run
@@ -644,20 +667,25 @@ def run_recall_bench(
         variants={name: figures(rows) for name, rows in sorted(scores.variants.items())},
         omray_by_type=by_type(scores.omray),
         baseline_by_type=by_type(scores.baseline),
-        no_match_rate=round(sum(scores.unrelated_no_match) / max(1, len(scores.unrelated_no_match)), 3),
+        no_match_rate=_share(scores.unrelated_no_match, 3),
         unrelated_queries=len(scores.unrelated_no_match),
-        real_no_match_rate=round(sum(scores.real_no_match) / max(1, len(scores.real_no_match)), 3),
-        findable=round(sum(scores.findable) / max(1, len(scores.findable)), 4),
+        real_no_match_rate=_share(scores.real_no_match, 3),
+        findable=_share(scores.findable, 4),
         findable_turns=len(scores.findable),
-        findable_short=round(sum(scores.findable_short) / max(1, len(scores.findable_short)), 4),
+        findable_short=_share(scores.findable_short, 4),
         findable_short_turns=len(scores.findable_short),
-        search_p50_ms=round(percentile(scores.latencies, 0.5), 1) if scores.latencies else 0.0,
-        search_p99_ms=round(percentile(scores.latencies, 0.99), 1) if scores.latencies else 0.0,
-        exact_p50_ms=round(percentile(scores.exact_latencies, 0.5), 2) if scores.exact_latencies else 0.0,
+        search_p50_ms=round(percentile(scores.latencies, 0.5), 1),
+        search_p99_ms=round(percentile(scores.latencies, 0.99), 1),
+        exact_p50_ms=round(percentile(scores.exact_latencies, 0.5), 2),
         build_s=round(build_s, 1),
         seconds=round(time.monotonic() - started, 1),
         embedder="builtin/all-minilm-l6-v2 (int8 ONNX)",
     )
+
+
+def _share(outcomes: Sequence[bool], digits: int) -> float:
+    """The share of ``outcomes`` that are true, rounded to ``digits`` (0.0 when there are none)."""
+    return round(sum(outcomes) / max(1, len(outcomes)), digits)
 
 
 def _stop_store(names: Any, db_path: Path) -> None:

@@ -105,7 +105,7 @@ def test_medians_skip_turns_that_did_not_see_a_phase() -> None:
     turns = [
         TurnPhases(to_request_ms=v, stop_hook_ms=s) for v, s in [(300.0, None), (100.0, 40.0), (200.0, 20.0)]
     ]
-    medians = median_phases(turns)
+    medians = median_phases(TurnPhases, turns)
     assert medians["to_request_ms"] == 200.0
     assert medians["stop_hook_ms"] == 20.0  # nearest rank: the lower middle of two
     assert medians["mcp_stop_ms"] is None

@@ -14,8 +14,9 @@ import pytest
 import tomlkit
 
 from bench.agent_turn import CONFIGS, NOOP_MCP_SERVER, AgentTurnSkipped
+from bench.agent_turn_parse import median_phases
 from bench.codex_turn import KEY_ENV, PROVIDER, codex_config, codex_env, find_codex, project_pids
-from bench.codex_turn_parse import CodexPhases, codex_lines, codex_phases, median_codex_phases
+from bench.codex_turn_parse import CodexPhases, codex_lines, codex_phases
 
 # Lines as Codex CLI 0.171.0 writes them with RUST_LOG=CODEX_LOG_FILTER, a "both" turn (the spans and
 # long values cut short, ids and the tool list left out; its other lines dropped): the turn, the MCP
@@ -73,7 +74,7 @@ def test_timestamps_with_any_fraction_are_milliseconds_since_the_epoch() -> None
 def test_medians_skip_turns_that_did_not_see_a_phase() -> None:
     seen = [(300.0, None), (100.0, 4.0), (200.0, 2.0)]
     turns = [CodexPhases(to_turn_ms=v, mcp_tools_ms=t) for v, t in seen]
-    medians = median_codex_phases(turns)
+    medians = median_phases(CodexPhases, turns)
     assert medians["to_turn_ms"] == 200.0
     assert medians["mcp_tools_ms"] == 2.0
     assert medians["mcp_stop_ms"] is None
