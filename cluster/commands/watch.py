@@ -60,46 +60,8 @@ ONCE_QUEUE_WAIT_S: Final[float] = 15.0
 
 
 @dataclass(frozen=True, slots=True)
-class InFlightJob:
-    """One attempt the queue is running."""
-
-    job_id: str
-    """Full job id (the view shows a prefix)."""
-    handler_id: str
-    """Stable handler id, e.g. ``observe_boundary``."""
-    attempt: int
-    """Attempt number, starting at 1."""
-    running_s: float
-    """Seconds since the attempt started."""
-
-
-@dataclass(frozen=True, slots=True)
-class SessionLine:
-    """A session's current stage line (reference §11.2)."""
-
-    session_id: str
-    """Session."""
-    status_text: str
-    """The §11.2 status text of its fresh activity row."""
-
-
-@dataclass(frozen=True, slots=True)
-class FailureLine:
-    """A recent ``job_failed`` event (ids, category and counts only)."""
-
-    job_id: str
-    """Full job id (the view shows a prefix)."""
-    reason: str
-    """Failure category, e.g. ``retry_exhausted``."""
-    attempts: int
-    """Attempts made in total."""
-    session_id: str
-    """Session the job belonged to (empty when unknown)."""
-
-
-@dataclass(frozen=True, slots=True)
 class WatchSnapshot:
-    """Everything one frame of ``omray watch`` shows."""
+    """Everything one frame of ``omray watch`` shows, as its lines (ids shortened, counts formatted)."""
 
     taken_at: datetime
     """When the snapshot was read (UTC)."""
@@ -107,12 +69,13 @@ class WatchSnapshot:
     """Name of the QueueActor watched."""
     queue_depth: int | None
     """Jobs waiting to run; ``None`` when the queue did not answer."""
-    in_flight: tuple[InFlightJob, ...] = ()
-    """Attempts running now."""
-    sessions: tuple[SessionLine, ...] = ()
-    """Stage lines of sessions with a fresh activity row, by session id."""
-    failures: tuple[FailureLine, ...] = ()
-    """Recent ``job_failed`` events, newest first."""
+    in_flight: tuple[str, ...] = ()
+    """One line per attempt running now: job id prefix, handler id, attempt number, running time."""
+    sessions: tuple[tuple[str, str], ...] = ()
+    """(session id, its §11.2 stage line) of the sessions with a fresh activity row, by session id."""
+    failures: tuple[str, ...] = ()
+    """One line per recent ``job_failed`` event, newest first: job id prefix, failure category,
+    attempts made, and the session when known (ids, category and counts only)."""
     waiting: tuple[str, ...] = ()
     """"waiting for …" lines for sources that did not answer this time."""
     session_filter: str | None = None
@@ -150,8 +113,8 @@ def snapshot_from(
 
     Rows are expected to be fresh already; ``session_filter`` keeps one session's line and failures.
     """
-    in_flight: tuple[InFlightJob, ...] = ()
-    failures: list[FailureLine] = []
+    in_flight: tuple[str, ...] = ()
+    failures: list[str] = []
     depth: int | None = None
     lanes = busy_lanes = slots = None
     pools: tuple[str, ...] = ()
@@ -175,34 +138,19 @@ def snapshot_from(
         pools = tuple(
             _pool_line(hid, pool) for hid, pool in sorted((queue_status.get("pools") or {}).items())
         )
-        in_flight = tuple(
-            InFlightJob(
-                job_id=str(job.get("job_id", "")),
-                handler_id=str(job.get("handler_id", "")),
-                attempt=int(job.get("attempt", 0)),
-                running_s=float(job.get("running_s", 0.0)),
-            )
-            for job in queue_status.get("in_flight", [])
-        )
-        for failure in reversed(list(queue_status.get("recent_failures", []))):
-            session_id = str(failure.get("session_id", ""))
-            if session_filter is not None and session_id != session_filter:
-                continue
-            failures.append(
-                FailureLine(
-                    job_id=str(failure.get("job_id", "")),
-                    reason=str(failure.get("reason", "")),
-                    attempts=int(failure.get("attempts", 0)),
-                    session_id=session_id,
-                )
-            )
+        in_flight = tuple(_running_line(job) for job in queue_status.get("in_flight", []))
+        failures = [
+            _failure_line(failure)
+            for failure in reversed(list(queue_status.get("recent_failures", [])))
+            if session_filter is None or str(failure.get("session_id", "")) == session_filter
+        ]
     sessions = sorted(
         (
-            SessionLine(session_id=str(row["session_id"]), status_text=str(row["status_text"]))
+            (str(row["session_id"]), str(row["status_text"]))
             for row in activity_rows
             if session_filter is None or row["session_id"] == session_filter
         ),
-        key=lambda line: line.session_id,
+        key=lambda line: line[0],
     )
     return WatchSnapshot(
         taken_at=taken_at,
@@ -241,6 +189,23 @@ def spend_lines(budget: Mapping[str, Any], by_day: Sequence[Mapping[str, Any]]) 
     return lines
 
 
+def _running_line(job: Mapping[str, Any]) -> str:
+    job_id = str(job.get("job_id", ""))[:JOB_ID_PREFIX]
+    running = _seconds(float(job.get("running_s", 0.0)))
+    return f"{job_id}  {job.get('handler_id', '')}  attempt {int(job.get('attempt', 0))}  {running}"
+
+
+def _failure_line(failure: Mapping[str, Any]) -> str:
+    job_id = str(failure.get("job_id", ""))[:JOB_ID_PREFIX]
+    session_id = str(failure.get("session_id", ""))
+    session = f"  session {session_id}" if session_id else ""
+    return f"{job_id}  {failure.get('reason', '')}  {int(failure.get('attempts', 0))} attempts{session}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 60 else f"{int(value // 60)} min {int(value % 60):02d} s"
+
+
 def _pool_line(handler_id: str, pool: Mapping[str, Any]) -> str:
     role = handler_id.rpartition(".")[2]
     return (
@@ -250,10 +215,6 @@ def _pool_line(handler_id: str, pool: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------------- rendering
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.1f} s" if value < 60 else f"{int(value // 60)} min {int(value % 60):02d} s"
 
 
 def render_watch(snapshot: WatchSnapshot) -> Text:
@@ -274,16 +235,15 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
         frame.append(f"  pool {pool}\n", style="dim")
     for job in snapshot.in_flight:
         frame.append("  running ", style="cyan")
-        running = _seconds(job.running_s)
-        frame.append(f"{job.job_id[:JOB_ID_PREFIX]}  {job.handler_id}  attempt {job.attempt}  {running}\n")
+        frame.append(f"{job}\n")
 
     frame.append("Sessions:\n")
     if not snapshot.sessions:
         idle = f"{snapshot.session_filter}: idle" if snapshot.session_filter else "no stage running"
         frame.append(f"  {idle}\n", style="dim")
-    for line in snapshot.sessions:
-        frame.append(f"  {line.session_id}  ", style="bold")
-        frame.append(f"{line.status_text}\n")
+    for session_id, status_text in snapshot.sessions:
+        frame.append(f"  {session_id}  ", style="bold")
+        frame.append(f"{status_text}\n")
 
     if snapshot.usage is not None:
         frame.append(f"Model usage: {snapshot.usage}\n")
@@ -296,10 +256,7 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
         frame.append("Recent failures:\n")
         for failure in snapshot.failures:
             frame.append("  failed ", style="red")
-            session = f"  session {failure.session_id}" if failure.session_id else ""
-            frame.append(
-                f"{failure.job_id[:JOB_ID_PREFIX]}  {failure.reason}  {failure.attempts} attempts{session}\n"
-            )
+            frame.append(f"{failure}\n")
 
     for message in snapshot.waiting:
         frame.append(f"{message}\n", style="yellow")

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.commands.watch import (
-    FailureLine,
-    InFlightJob,
-    SessionLine,
-    WatchSnapshot,
-    render_watch,
-    snapshot_from,
-)
+from cluster.commands.watch import WatchSnapshot, render_watch, snapshot_from
 from tests.unit.cluster.commands.watch.conftest import NOW
 
 JOB_A = "a1b2c3d4e5f6" + "0" * 52
@@ -95,18 +88,25 @@ def test_at_most_five_failures_newest_first() -> None:
         queue_status={"depth": 0, "in_flight": [], "recent_failures": failures},
         activity_rows=[],
     )
-    assert [f.job_id for f in snapshot.failures] == ["job-08", "job-07", "job-06", "job-05", "job-04"]
+    assert [line.split()[0] for line in snapshot.failures] == [
+        "job-08",
+        "job-07",
+        "job-06",
+        "job-05",
+        "job-04",
+    ]
 
 
 def test_long_running_job_shows_minutes() -> None:
-    snapshot = WatchSnapshot(
-        taken_at=NOW,
-        queue_name="q",
-        queue_depth=0,
-        in_flight=(InFlightJob(job_id=JOB_B, handler_id="reflect_generation", attempt=1, running_s=125.0),),
-        sessions=(SessionLine(session_id="s", status_text="x"),),
-        failures=(FailureLine(job_id="j", reason="r", attempts=2, session_id=""),),
-    )
+    status = {
+        "depth": 0,
+        "in_flight": [
+            {"job_id": JOB_B, "handler_id": "reflect_generation", "attempt": 1, "running_s": 125.0}
+        ],
+        "recent_failures": [{"job_id": "j", "reason": "r", "attempts": 2}],
+    }
+    rows = [{"session_id": "s", "status_text": "x"}]
+    snapshot = snapshot_from(taken_at=NOW, queue_name="q", queue_status=status, activity_rows=rows)
     frame = render_watch(snapshot).plain
     assert "bbbbbbbbbbbb  reflect_generation  attempt 1  2 min 05 s" in frame
     assert "  failed j  r  2 attempts\n" in frame + "\n"

@@ -43,7 +43,7 @@ def _source(client: OmrayClient, clock: Clock, **kw: Any) -> WatchSource:
 
 
 def _sessions(source: WatchSource) -> list[str]:
-    return [line.session_id for line in source.snapshot().sessions]
+    return [session_id for session_id, _ in source.snapshot().sessions]
 
 
 def test_cleared_and_stale_lines_disappear(client: OmrayClient, store: Store) -> None:
@@ -52,7 +52,7 @@ def test_cleared_and_stale_lines_disappear(client: OmrayClient, store: Store) ->
     store.upsert_activity(activity("s-cleared", job_id="job-c"))
     store.upsert_activity(activity("s-ageing", age_s=200))
     first = source.snapshot()
-    assert [line.session_id for line in first.sessions] == ["s-ageing", "s-cleared"]
+    assert [session_id for session_id, _ in first.sessions] == ["s-ageing", "s-cleared"]
     assert first.queue_depth == 2 and first.waiting == ()
     store.clear_activity("s-cleared", "job-c")
     assert _sessions(source) == ["s-ageing"]
@@ -100,7 +100,7 @@ def test_unreachable_queue_is_a_waiting_line(client: OmrayClient, store: Store) 
     snapshot = _source(client, Clock(), read_queue=unreachable).snapshot()
     assert snapshot.queue_depth is None
     assert snapshot.waiting == ("waiting for the queue 'unit.queue' …",)
-    assert [line.session_id for line in snapshot.sessions] == ["s-1"]
+    assert [session_id for session_id, _ in snapshot.sessions] == ["s-1"]
 
 
 class Monotonic:
