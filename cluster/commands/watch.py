@@ -86,12 +86,11 @@ class WatchSnapshot:
     """Lanes with a job running."""
     slots: int | None = None
     """Jobs the worker pools can run at once."""
-    usage: str | None = None
-    """The cost report's line (model requests, tokens, money) of the watched sessions, when read."""
     pools: tuple[str, ...] = ()
     """One line per worker pool: its size, bounds and runs waiting for a slot (autoscaling)."""
-    spend: tuple[str, ...] = ()
-    """The project's budget today, then today's spend per model of the watched sessions."""
+    costs: tuple[str, ...] = ()
+    """The watched sessions' cost report line, the project's budget today, then today's spend per
+    model of the watched sessions (:func:`cost_lines`), when read."""
     held: tuple[str, ...] = ()
     """One line per project whose model jobs its daily budget holds (from the queue's status)."""
     runs_in_flight: int | None = None
@@ -106,8 +105,7 @@ def snapshot_from(
     activity_rows: Sequence[Mapping[str, Any]],
     session_filter: str | None = None,
     waiting: Sequence[str] = (),
-    usage: str | None = None,
-    spend: Sequence[str] = (),
+    costs: Sequence[str] = (),
 ) -> WatchSnapshot:
     """Build a snapshot from the queue's ``status()`` dict and ``client.activities()`` rows.
 
@@ -164,17 +162,19 @@ def snapshot_from(
         lanes=lanes,
         busy_lanes=busy_lanes,
         slots=slots,
-        usage=usage,
         pools=pools,
         runs_in_flight=runs,
-        spend=tuple(spend),
+        costs=tuple(costs),
         held=held,
     )
 
 
-def spend_lines(budget: Mapping[str, Any], by_day: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The project's budget today, then today's spend per model (sessions summed) of ``by_day``."""
-    lines = [f"Budget today: {format_budget(dict(budget))}"]
+def cost_lines(
+    usage: Mapping[str, Any], budget: Mapping[str, Any], by_day: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The cost report's line of ``usage`` (model requests, tokens, money), the project's budget
+    today, then today's spend per model (sessions summed) of ``by_day``."""
+    lines = [f"Model usage: {format_usage(dict(usage))}", f"Budget today: {format_budget(dict(budget))}"]
     today: dict[str, list[float | None]] = {}
     for row in by_day:
         if row.get("day") != budget.get("day"):
@@ -245,9 +245,7 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
         frame.append(f"  {session_id}  ", style="bold")
         frame.append(f"{status_text}\n")
 
-    if snapshot.usage is not None:
-        frame.append(f"Model usage: {snapshot.usage}\n")
-    for text in snapshot.spend:
+    for text in snapshot.costs:
         frame.append(f"{text}\n")
     for text in snapshot.held:
         frame.append(f"{text}\n", style="yellow")
@@ -278,11 +276,8 @@ QueueStatusReader = Callable[[], Mapping[str, Any]]
 ActivityReader = Callable[[datetime], Sequence[Mapping[str, Any]]]
 """Returns the fresh activity rows at a given time (``client.activities``); may raise."""
 
-UsageReader = Callable[[str | None], str]
-"""Returns the cost report line of one session (or all, for ``None``); may raise."""
-
-SpendReader = Callable[[str | None], Sequence[str]]
-"""Returns the budget line and today's spend lines of one session (or all, for ``None``); may raise."""
+CostReader = Callable[[str | None], Sequence[str]]
+"""Returns the :func:`cost_lines` of one session (or all, for ``None``); may raise."""
 
 
 @dataclass
@@ -299,10 +294,8 @@ class WatchSource:
     """Reads fresh activity rows."""
     session_filter: str | None = None
     """Only this session's stage line and failures, when set."""
-    read_usage: UsageReader | None = None
-    """Reads the cost report line of the watched sessions."""
-    read_spend: SpendReader | None = None
-    """Reads the project's budget today and the watched sessions' spend today."""
+    read_costs: CostReader | None = None
+    """Reads the watched sessions' cost report, the project's budget today and their spend today."""
     now: Callable[[], datetime] = utc_now
     """Current UTC time (injected in tests)."""
 
@@ -317,15 +310,13 @@ class WatchSource:
             logger.debug("queue status unavailable", extra={"error_class": type(exc).__name__})
             waiting.append(f"waiting for the queue {self.queue_name!r} …")
         rows: Sequence[Mapping[str, Any]] = ()
-        usage: str | None = None
-        spend: Sequence[str] = ()
+        costs: Sequence[str] = ()
         if not self.db_path.is_file():
             waiting.append(f"waiting for the memory database {str(self.db_path)!r} …")
         else:
             try:
                 rows = self.read_activity(taken_at)
-                usage = self.read_usage(self.session_filter) if self.read_usage is not None else None
-                spend = self.read_spend(self.session_filter) if self.read_spend is not None else ()
+                costs = self.read_costs(self.session_filter) if self.read_costs is not None else ()
             except Exception as exc:  # a busy or half-written database is retried on the next refresh
                 logger.debug("activity unavailable", extra={"error_class": type(exc).__name__})
                 waiting.append("waiting for the memory database (busy) …")
@@ -336,8 +327,7 @@ class WatchSource:
             activity_rows=rows,
             session_filter=self.session_filter,
             waiting=waiting,
-            usage=usage,
-            spend=spend,
+            costs=costs,
         )
 
 
@@ -530,8 +520,9 @@ def watch_runtime(
             read_queue=queue.read,
             read_activity=lambda now: client.activities(now=now),
             session_filter=session_filter,
-            read_usage=lambda session: format_usage(client.token_usage(session)),
-            read_spend=lambda session: spend_lines(client.budget(), client.usage_by_day(session)),
+            read_costs=lambda session: cost_lines(
+                client.token_usage(session), client.budget(), client.usage_by_day(session)
+            ),
         )
         return run_watch(source.snapshot, interval_s=interval_s, once=once, console=console)
     finally:

@@ -21,6 +21,11 @@ QUEUE_STATUS: dict[str, Any] = {
     ],
 }
 
+USAGE: dict[str, Any] = {
+    "total": {"requests": 3, "prompt_tokens": 1400, "cached_prompt_tokens": 0, "completion_tokens": 50}
+}
+"""A cost report with no money (no price table)."""
+
 ROWS = [
     {"session_id": "s-2", "status_text": "Observational memory: reflector running (~2,500 tokens)"},
     {"session_id": "s-1", "status_text": "Observational memory: observer running on ~812-token chunk"},
@@ -121,7 +126,7 @@ def test_lanes_and_pool_slots_are_shown_when_the_queue_reports_them() -> None:
 
 
 def test_the_budget_today_spend_per_model_and_a_held_project() -> None:
-    from cluster.commands.watch import spend_lines
+    from cluster.commands.watch import cost_lines
 
     budget = {
         "day": "2026-07-23",
@@ -145,9 +150,10 @@ def test_the_budget_today_spend_per_model_and_a_held_project() -> None:
         queue_name="omray.queue",
         queue_status=status,
         activity_rows=ROWS,
-        spend=spend_lines(budget, by_day),
+        costs=cost_lines(USAGE, budget, by_day),
     )
     frame = render_watch(snapshot).plain
+    assert "Model usage: 3 model requests, 1,400 prompt (0 cached), 50 completion tokens" in frame
     assert "Budget today: 2026-07-23 (UTC): 2,000,400 tokens of 2,000,000, 1.2500 USD (no cap)" in frame
     assert "paused until 2026-07-24 00:00 UTC" in frame
     assert "  today claude-code/haiku: 1,400 tokens, 0.7500 USD" in frame  # the other day left out

@@ -161,8 +161,7 @@ def test_watch_runtime_once_renders_queue_and_sessions(
 
 
 def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClient, store: Store) -> None:
-    from actors.read.status_view import format_usage
-    from cluster.commands.watch import render_watch
+    from cluster.commands.watch import cost_lines, render_watch
     from protocol.records import TokenUsageRecord
 
     records = [
@@ -185,7 +184,9 @@ def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClie
         client,
         Clock(),
         session_filter="s-b",
-        read_usage=lambda session: format_usage(client.token_usage(session)),
+        read_costs=lambda session: cost_lines(
+            client.token_usage(session), client.budget(), client.usage_by_day(session)
+        ),
     )
     frame = render_watch(source.snapshot()).plain
     assert "Model usage: 2 model requests, 1,000 prompt (400 cached), 50 completion tokens" in frame
