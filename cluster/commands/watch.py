@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from rich.console import Console
 from rich.live import Live
@@ -34,6 +34,9 @@ from actors.queue.figures import figures_from_status
 from actors.queue.reports import held_line
 from actors.read.status_view import format_count, format_usage
 from protocol.errors import OmrayError
+
+if TYPE_CHECKING:
+    from cluster.client import OmrayClient
 
 logger = logging.getLogger("omray.watch")
 
@@ -273,56 +276,49 @@ def utc_now() -> datetime:
 QueueStatusReader = Callable[[], Mapping[str, Any]]
 """Returns the queue's ``status()`` dict; may raise when the queue is unreachable."""
 
-ActivityReader = Callable[[datetime], Sequence[Mapping[str, Any]]]
-"""Returns the fresh activity rows at a given time (``client.activities``); may raise."""
-
-CostReader = Callable[[str | None], Sequence[str]]
-"""Returns the :func:`cost_lines` of one session (or all, for ``None``); may raise."""
-
 
 @dataclass
 class WatchSource:
-    """Reads snapshots; never raises (a failing source becomes a "waiting for …" line)."""
+    """Reads snapshots of a client's queue and memory database; never raises (a failing source
+    becomes a "waiting for …" line)."""
 
-    queue_name: str
-    """Name of the QueueActor (shown in the header and the waiting line)."""
-    db_path: Path
-    """The memory database whose activity rows are shown."""
+    client: OmrayClient
+    """The client (not connected): the queue's name, and the database's activity rows and costs,
+    read on read-only connections."""
     read_queue: QueueStatusReader
-    """Reads the queue's status."""
-    read_activity: ActivityReader
-    """Reads fresh activity rows."""
+    """Reads the queue's status (``omray watch``: over Ray, on a :class:`BackgroundQueueReader`)."""
     session_filter: str | None = None
-    """Only this session's stage line and failures, when set."""
-    read_costs: CostReader | None = None
-    """Reads the watched sessions' cost report, the project's budget today and their spend today."""
+    """Only this session's stage line, failures and costs, when set."""
     now: Callable[[], datetime] = utc_now
     """Current UTC time (injected in tests)."""
 
     def snapshot(self) -> WatchSnapshot:
-        """Read the queue and the activity rows once."""
+        """Read the queue, the activity rows and the costs once."""
         taken_at = self.now()
+        queue_name, db_path = self.client.names.queue, Path(self.client.db_path)
         waiting: list[str] = []
         queue_status: Mapping[str, Any] | None = None
         try:
             queue_status = self.read_queue()
         except Exception as exc:  # the view must outlive a restarting queue or a lost connection
             logger.debug("queue status unavailable", extra={"error_class": type(exc).__name__})
-            waiting.append(f"waiting for the queue {self.queue_name!r} …")
+            waiting.append(f"waiting for the queue {queue_name!r} …")
         rows: Sequence[Mapping[str, Any]] = ()
         costs: Sequence[str] = ()
-        if not self.db_path.is_file():
-            waiting.append(f"waiting for the memory database {str(self.db_path)!r} …")
+        if not db_path.is_file():
+            waiting.append(f"waiting for the memory database {str(db_path)!r} …")
         else:
             try:
-                rows = self.read_activity(taken_at)
-                costs = self.read_costs(self.session_filter) if self.read_costs is not None else ()
+                rows = self.client.activities(now=taken_at)
+                session = self.session_filter
+                usage, budget = self.client.token_usage(session), self.client.budget()
+                costs = cost_lines(usage, budget, self.client.usage_by_day(session))
             except Exception as exc:  # a busy or half-written database is retried on the next refresh
                 logger.debug("activity unavailable", extra={"error_class": type(exc).__name__})
                 waiting.append("waiting for the memory database (busy) …")
         return snapshot_from(
             taken_at=taken_at,
-            queue_name=self.queue_name,
+            queue_name=queue_name,
             queue_status=queue_status,
             activity_rows=rows,
             session_filter=self.session_filter,
@@ -497,7 +493,7 @@ def run_watch(
 
 
 def watch_runtime(
-    client: Any,
+    client: OmrayClient,
     *,
     address: str | None = None,
     session_filter: str | None = None,
@@ -507,23 +503,14 @@ def watch_runtime(
 ) -> int:
     """``omray watch`` for an :class:`cluster.client.OmrayClient` (not connected yet); returns 0.
 
-    The queue is read over Ray at ``address`` on a background thread; the activity rows are read
+    The queue is read over Ray at ``address`` on a background thread; the activity rows and costs
     from ``client.db_path`` on read-only connections.
     """
     queue = BackgroundQueueReader(ray_queue_reader(client, address), interval_s).start()
     try:
         if once:
             queue.wait_first(ONCE_QUEUE_WAIT_S)
-        source = WatchSource(
-            queue_name=client.names.queue,
-            db_path=Path(client.db_path),
-            read_queue=queue.read,
-            read_activity=lambda now: client.activities(now=now),
-            session_filter=session_filter,
-            read_costs=lambda session: cost_lines(
-                client.token_usage(session), client.budget(), client.usage_by_day(session)
-            ),
-        )
+        source = WatchSource(client, queue.read, session_filter)
         return run_watch(source.snapshot, interval_s=interval_s, once=once, console=console)
     finally:
         queue.stop()

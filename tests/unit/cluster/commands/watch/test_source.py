@@ -31,15 +31,9 @@ class Clock:
 
 
 def _source(client: OmrayClient, clock: Clock, **kw: Any) -> WatchSource:
-    fields: dict[str, Any] = {
-        "queue_name": "unit.queue",
-        "db_path": client.db_path,
-        "read_queue": lambda: STATUS,
-        "read_activity": lambda now: client.activities(now=now),
-        "now": clock,
-    }
+    fields: dict[str, Any] = {"read_queue": lambda: STATUS, "now": clock}
     fields.update(kw)
-    return WatchSource(**fields)
+    return WatchSource(client, **fields)
 
 
 def _sessions(source: WatchSource) -> list[str]:
@@ -68,11 +62,14 @@ def test_session_filter(client: OmrayClient, store: Store) -> None:
     assert _sessions(_source(client, Clock(), session_filter="s-2")) == ["s-2"]
 
 
-def test_busy_database_is_a_waiting_line(client: OmrayClient, store: Store) -> None:
-    def busy(_now: datetime) -> list[Mapping[str, Any]]:
+def test_busy_database_is_a_waiting_line(
+    client: OmrayClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def busy(*, now: datetime | None = None) -> list[dict[str, Any]]:
         raise StorageError("reading 'om.sqlite' failed (OperationalError)")
 
-    snapshot = _source(client, Clock(), read_activity=busy).snapshot()
+    monkeypatch.setattr(client, "activities", busy)
+    snapshot = _source(client, Clock()).snapshot()
     assert snapshot.sessions == ()
     assert snapshot.queue_depth == 2  # the queue part still shows
     assert snapshot.waiting == ("waiting for the memory database (busy) …",)
@@ -161,7 +158,7 @@ def test_watch_runtime_once_renders_queue_and_sessions(
 
 
 def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClient, store: Store) -> None:
-    from cluster.commands.watch import cost_lines, render_watch
+    from cluster.commands.watch import render_watch
     from protocol.records import TokenUsageRecord
 
     records = [
@@ -180,14 +177,7 @@ def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClie
     ]
     assert all(store.record_token_usage(record) for record in records)
     assert not store.record_token_usage(records[0])  # a repeated write of one loop counts once
-    source = _source(
-        client,
-        Clock(),
-        session_filter="s-b",
-        read_costs=lambda session: cost_lines(
-            client.token_usage(session), client.budget(), client.usage_by_day(session)
-        ),
-    )
+    source = _source(client, Clock(), session_filter="s-b")
     frame = render_watch(source.snapshot()).plain
     assert "Model usage: 2 model requests, 1,000 prompt (400 cached), 50 completion tokens" in frame
     every = client.token_usage(None)["total"]
