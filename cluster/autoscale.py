@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import ray
 
 from actors.queue.figures import PoolFigures
+from actors.queue.reports import safe_metric
 from actors.queue.scaling import Grow, PoolLoad, PoolScaler, ScalingCommand
 from cluster.ray_calls import RayWorkerPool
 
@@ -98,7 +99,7 @@ class PoolAutoscaler:
             else:
                 self._retire(command.handler_id, command.index)
         for hid, figures in self.figures().items():
-            self._safe(self._metrics.pool_figures, hid, figures)
+            safe_metric(self._metrics.pool_figures, hid, figures)
         return commands
 
     def _grow(self, command: Grow) -> None:
@@ -128,7 +129,7 @@ class PoolAutoscaler:
     def _resize(self, handler_id: str, direction: str, count: int) -> None:
         workers = len(self._pool.members(handler_id))
         self._queue.set_capacity(handler_id, workers * self._scaler.limits[handler_id].slots)
-        self._safe(self._metrics.pool_resized, handler_id, direction)
+        safe_metric(self._metrics.pool_resized, handler_id, direction)
         logger.info(
             "worker pool resized",
             extra={"handler_id": handler_id, "direction": direction, "count": count, "workers": workers},
@@ -161,10 +162,3 @@ class PoolAutoscaler:
             }
             for hid, figures in self.figures().items()
         }
-
-    @staticmethod
-    def _safe(record: Callable[..., None], *args: Any) -> None:
-        try:
-            record(*args)
-        except Exception as exc:  # metrics never hurt work
-            logger.warning("metric update failed", extra={"error_class": type(exc).__name__})

@@ -24,7 +24,7 @@ from typing import Any
 from persistence.files.events_reader import iter_events
 from protocol.errors import EventsFileError, EventsMismatchError, EventsMissingError
 from protocol.redact import Redactor
-from protocol.shipping import MAX_SHIP_BYTES, MAX_SHIP_EVENTS, batch_size
+from protocol.shipping import batch_size
 
 logger = logging.getLogger("omray.shipper")
 
@@ -51,23 +51,15 @@ class Shipment:
 
 
 class EventShipper:
-    """Ships a client's sessions' new events in bounded batches; thread-safe.
+    """Ships a client's sessions' new events in batches bounded as :func:`protocol.shipping.batch_size`
+    says; thread-safe.
 
     ``call`` is the client's link; ``redactor`` the settings' (``redactor_for(redact_patterns)``).
     """
 
-    def __init__(
-        self,
-        call: Call,
-        redactor: Redactor,
-        *,
-        max_events: int = MAX_SHIP_EVENTS,
-        max_bytes: int = MAX_SHIP_BYTES,
-    ) -> None:
+    def __init__(self, call: Call, redactor: Redactor) -> None:
         self._call = call
         self._redactor = redactor
-        self._max_events = max_events
-        self._max_bytes = max_bytes
         self._through: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self.batches_sent = 0
@@ -114,14 +106,14 @@ class EventShipper:
                 form = event.model_dump(mode="json")
                 forms.append(form)
                 sizes.append(len(json.dumps(form, ensure_ascii=False)))
-                if batch_size(sizes, self._max_events, self._max_bytes) < len(sizes):
+                if batch_size(sizes) < len(sizes):
                     break  # the last one read starts the next batch
         except LOCAL_READ_ERRORS as exc:
             logger.warning(
                 "events not shipped past a read failure",
                 extra={"session_id": shipment.session_id, "error_class": type(exc).__name__},
             )
-        return forms[: batch_size(sizes, self._max_events, self._max_bytes)]
+        return forms[: batch_size(sizes)]
 
     def _read(self, shipment: Shipment, through: int) -> Iterator[Any]:
         return iter_events(

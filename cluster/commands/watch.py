@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from rich.console import Console
 from rich.live import Live
@@ -34,6 +34,9 @@ from actors.queue.figures import figures_from_status
 from actors.queue.reports import held_line
 from actors.read.status_view import format_count, format_usage
 from protocol.errors import OmrayError
+
+if TYPE_CHECKING:
+    from cluster.client import OmrayClient
 
 logger = logging.getLogger("omray.watch")
 
@@ -60,46 +63,8 @@ ONCE_QUEUE_WAIT_S: Final[float] = 15.0
 
 
 @dataclass(frozen=True, slots=True)
-class InFlightJob:
-    """One attempt the queue is running."""
-
-    job_id: str
-    """Full job id (the view shows a prefix)."""
-    handler_id: str
-    """Stable handler id, e.g. ``observe_boundary``."""
-    attempt: int
-    """Attempt number, starting at 1."""
-    running_s: float
-    """Seconds since the attempt started."""
-
-
-@dataclass(frozen=True, slots=True)
-class SessionLine:
-    """A session's current stage line (reference §11.2)."""
-
-    session_id: str
-    """Session."""
-    status_text: str
-    """The §11.2 status text of its fresh activity row."""
-
-
-@dataclass(frozen=True, slots=True)
-class FailureLine:
-    """A recent ``job_failed`` event (ids, category and counts only)."""
-
-    job_id: str
-    """Full job id (the view shows a prefix)."""
-    reason: str
-    """Failure category, e.g. ``retry_exhausted``."""
-    attempts: int
-    """Attempts made in total."""
-    session_id: str
-    """Session the job belonged to (empty when unknown)."""
-
-
-@dataclass(frozen=True, slots=True)
 class WatchSnapshot:
-    """Everything one frame of ``omray watch`` shows."""
+    """Everything one frame of ``omray watch`` shows, as its lines (ids shortened, counts formatted)."""
 
     taken_at: datetime
     """When the snapshot was read (UTC)."""
@@ -107,12 +72,13 @@ class WatchSnapshot:
     """Name of the QueueActor watched."""
     queue_depth: int | None
     """Jobs waiting to run; ``None`` when the queue did not answer."""
-    in_flight: tuple[InFlightJob, ...] = ()
-    """Attempts running now."""
-    sessions: tuple[SessionLine, ...] = ()
-    """Stage lines of sessions with a fresh activity row, by session id."""
-    failures: tuple[FailureLine, ...] = ()
-    """Recent ``job_failed`` events, newest first."""
+    in_flight: tuple[str, ...] = ()
+    """One line per attempt running now: job id prefix, handler id, attempt number, running time."""
+    sessions: tuple[tuple[str, str], ...] = ()
+    """(session id, its §11.2 stage line) of the sessions with a fresh activity row, by session id."""
+    failures: tuple[str, ...] = ()
+    """One line per recent ``job_failed`` event, newest first: job id prefix, failure category,
+    attempts made, and the session when known (ids, category and counts only)."""
     waiting: tuple[str, ...] = ()
     """"waiting for …" lines for sources that did not answer this time."""
     session_filter: str | None = None
@@ -123,12 +89,11 @@ class WatchSnapshot:
     """Lanes with a job running."""
     slots: int | None = None
     """Jobs the worker pools can run at once."""
-    usage: str | None = None
-    """The cost report's line (model requests, tokens, money) of the watched sessions, when read."""
     pools: tuple[str, ...] = ()
     """One line per worker pool: its size, bounds and runs waiting for a slot (autoscaling)."""
-    spend: tuple[str, ...] = ()
-    """The project's budget today, then today's spend per model of the watched sessions."""
+    costs: tuple[str, ...] = ()
+    """The watched sessions' cost report line, the project's budget today, then today's spend per
+    model of the watched sessions (:func:`cost_lines`), when read."""
     held: tuple[str, ...] = ()
     """One line per project whose model jobs its daily budget holds (from the queue's status)."""
     runs_in_flight: int | None = None
@@ -143,15 +108,14 @@ def snapshot_from(
     activity_rows: Sequence[Mapping[str, Any]],
     session_filter: str | None = None,
     waiting: Sequence[str] = (),
-    usage: str | None = None,
-    spend: Sequence[str] = (),
+    costs: Sequence[str] = (),
 ) -> WatchSnapshot:
     """Build a snapshot from the queue's ``status()`` dict and ``client.activities()`` rows.
 
     Rows are expected to be fresh already; ``session_filter`` keeps one session's line and failures.
     """
-    in_flight: tuple[InFlightJob, ...] = ()
-    failures: list[FailureLine] = []
+    in_flight: tuple[str, ...] = ()
+    failures: list[str] = []
     depth: int | None = None
     lanes = busy_lanes = slots = None
     pools: tuple[str, ...] = ()
@@ -175,34 +139,19 @@ def snapshot_from(
         pools = tuple(
             _pool_line(hid, pool) for hid, pool in sorted((queue_status.get("pools") or {}).items())
         )
-        in_flight = tuple(
-            InFlightJob(
-                job_id=str(job.get("job_id", "")),
-                handler_id=str(job.get("handler_id", "")),
-                attempt=int(job.get("attempt", 0)),
-                running_s=float(job.get("running_s", 0.0)),
-            )
-            for job in queue_status.get("in_flight", [])
-        )
-        for failure in reversed(list(queue_status.get("recent_failures", []))):
-            session_id = str(failure.get("session_id", ""))
-            if session_filter is not None and session_id != session_filter:
-                continue
-            failures.append(
-                FailureLine(
-                    job_id=str(failure.get("job_id", "")),
-                    reason=str(failure.get("reason", "")),
-                    attempts=int(failure.get("attempts", 0)),
-                    session_id=session_id,
-                )
-            )
+        in_flight = tuple(_running_line(job) for job in queue_status.get("in_flight", []))
+        failures = [
+            _failure_line(failure)
+            for failure in reversed(list(queue_status.get("recent_failures", [])))
+            if session_filter is None or str(failure.get("session_id", "")) == session_filter
+        ]
     sessions = sorted(
         (
-            SessionLine(session_id=str(row["session_id"]), status_text=str(row["status_text"]))
+            (str(row["session_id"]), str(row["status_text"]))
             for row in activity_rows
             if session_filter is None or row["session_id"] == session_filter
         ),
-        key=lambda line: line.session_id,
+        key=lambda line: line[0],
     )
     return WatchSnapshot(
         taken_at=taken_at,
@@ -216,17 +165,19 @@ def snapshot_from(
         lanes=lanes,
         busy_lanes=busy_lanes,
         slots=slots,
-        usage=usage,
         pools=pools,
         runs_in_flight=runs,
-        spend=tuple(spend),
+        costs=tuple(costs),
         held=held,
     )
 
 
-def spend_lines(budget: Mapping[str, Any], by_day: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The project's budget today, then today's spend per model (sessions summed) of ``by_day``."""
-    lines = [f"Budget today: {format_budget(dict(budget))}"]
+def cost_lines(
+    usage: Mapping[str, Any], budget: Mapping[str, Any], by_day: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The cost report's line of ``usage`` (model requests, tokens, money), the project's budget
+    today, then today's spend per model (sessions summed) of ``by_day``."""
+    lines = [f"Model usage: {format_usage(dict(usage))}", f"Budget today: {format_budget(dict(budget))}"]
     today: dict[str, list[float | None]] = {}
     for row in by_day:
         if row.get("day") != budget.get("day"):
@@ -241,6 +192,23 @@ def spend_lines(budget: Mapping[str, Any], by_day: Sequence[Mapping[str, Any]]) 
     return lines
 
 
+def _running_line(job: Mapping[str, Any]) -> str:
+    job_id = str(job.get("job_id", ""))[:JOB_ID_PREFIX]
+    running = _seconds(float(job.get("running_s", 0.0)))
+    return f"{job_id}  {job.get('handler_id', '')}  attempt {int(job.get('attempt', 0))}  {running}"
+
+
+def _failure_line(failure: Mapping[str, Any]) -> str:
+    job_id = str(failure.get("job_id", ""))[:JOB_ID_PREFIX]
+    session_id = str(failure.get("session_id", ""))
+    session = f"  session {session_id}" if session_id else ""
+    return f"{job_id}  {failure.get('reason', '')}  {int(failure.get('attempts', 0))} attempts{session}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 60 else f"{int(value // 60)} min {int(value % 60):02d} s"
+
+
 def _pool_line(handler_id: str, pool: Mapping[str, Any]) -> str:
     role = handler_id.rpartition(".")[2]
     return (
@@ -250,10 +218,6 @@ def _pool_line(handler_id: str, pool: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------------- rendering
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.1f} s" if value < 60 else f"{int(value // 60)} min {int(value % 60):02d} s"
 
 
 def render_watch(snapshot: WatchSnapshot) -> Text:
@@ -274,20 +238,17 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
         frame.append(f"  pool {pool}\n", style="dim")
     for job in snapshot.in_flight:
         frame.append("  running ", style="cyan")
-        running = _seconds(job.running_s)
-        frame.append(f"{job.job_id[:JOB_ID_PREFIX]}  {job.handler_id}  attempt {job.attempt}  {running}\n")
+        frame.append(f"{job}\n")
 
     frame.append("Sessions:\n")
     if not snapshot.sessions:
         idle = f"{snapshot.session_filter}: idle" if snapshot.session_filter else "no stage running"
         frame.append(f"  {idle}\n", style="dim")
-    for line in snapshot.sessions:
-        frame.append(f"  {line.session_id}  ", style="bold")
-        frame.append(f"{line.status_text}\n")
+    for session_id, status_text in snapshot.sessions:
+        frame.append(f"  {session_id}  ", style="bold")
+        frame.append(f"{status_text}\n")
 
-    if snapshot.usage is not None:
-        frame.append(f"Model usage: {snapshot.usage}\n")
-    for text in snapshot.spend:
+    for text in snapshot.costs:
         frame.append(f"{text}\n")
     for text in snapshot.held:
         frame.append(f"{text}\n", style="yellow")
@@ -296,10 +257,7 @@ def render_watch(snapshot: WatchSnapshot) -> Text:
         frame.append("Recent failures:\n")
         for failure in snapshot.failures:
             frame.append("  failed ", style="red")
-            session = f"  session {failure.session_id}" if failure.session_id else ""
-            frame.append(
-                f"{failure.job_id[:JOB_ID_PREFIX]}  {failure.reason}  {failure.attempts} attempts{session}\n"
-            )
+            frame.append(f"{failure}\n")
 
     for message in snapshot.waiting:
         frame.append(f"{message}\n", style="yellow")
@@ -318,69 +276,54 @@ def utc_now() -> datetime:
 QueueStatusReader = Callable[[], Mapping[str, Any]]
 """Returns the queue's ``status()`` dict; may raise when the queue is unreachable."""
 
-ActivityReader = Callable[[datetime], Sequence[Mapping[str, Any]]]
-"""Returns the fresh activity rows at a given time (``client.activities``); may raise."""
-
-UsageReader = Callable[[str | None], str]
-"""Returns the cost report line of one session (or all, for ``None``); may raise."""
-
-SpendReader = Callable[[str | None], Sequence[str]]
-"""Returns the budget line and today's spend lines of one session (or all, for ``None``); may raise."""
-
 
 @dataclass
 class WatchSource:
-    """Reads snapshots; never raises (a failing source becomes a "waiting for …" line)."""
+    """Reads snapshots of a client's queue and memory database; never raises (a failing source
+    becomes a "waiting for …" line)."""
 
-    queue_name: str
-    """Name of the QueueActor (shown in the header and the waiting line)."""
-    db_path: Path
-    """The memory database whose activity rows are shown."""
+    client: OmrayClient
+    """The client (not connected): the queue's name, and the database's activity rows and costs,
+    read on read-only connections."""
     read_queue: QueueStatusReader
-    """Reads the queue's status."""
-    read_activity: ActivityReader
-    """Reads fresh activity rows."""
+    """Reads the queue's status (``omray watch``: over Ray, on a :class:`BackgroundQueueReader`)."""
     session_filter: str | None = None
-    """Only this session's stage line and failures, when set."""
-    read_usage: UsageReader | None = None
-    """Reads the cost report line of the watched sessions."""
-    read_spend: SpendReader | None = None
-    """Reads the project's budget today and the watched sessions' spend today."""
+    """Only this session's stage line, failures and costs, when set."""
     now: Callable[[], datetime] = utc_now
     """Current UTC time (injected in tests)."""
 
     def snapshot(self) -> WatchSnapshot:
-        """Read the queue and the activity rows once."""
+        """Read the queue, the activity rows and the costs once."""
         taken_at = self.now()
+        queue_name, db_path = self.client.names.queue, Path(self.client.db_path)
         waiting: list[str] = []
         queue_status: Mapping[str, Any] | None = None
         try:
             queue_status = self.read_queue()
         except Exception as exc:  # the view must outlive a restarting queue or a lost connection
             logger.debug("queue status unavailable", extra={"error_class": type(exc).__name__})
-            waiting.append(f"waiting for the queue {self.queue_name!r} …")
+            waiting.append(f"waiting for the queue {queue_name!r} …")
         rows: Sequence[Mapping[str, Any]] = ()
-        usage: str | None = None
-        spend: Sequence[str] = ()
-        if not self.db_path.is_file():
-            waiting.append(f"waiting for the memory database {str(self.db_path)!r} …")
+        costs: Sequence[str] = ()
+        if not db_path.is_file():
+            waiting.append(f"waiting for the memory database {str(db_path)!r} …")
         else:
             try:
-                rows = self.read_activity(taken_at)
-                usage = self.read_usage(self.session_filter) if self.read_usage is not None else None
-                spend = self.read_spend(self.session_filter) if self.read_spend is not None else ()
+                rows = self.client.activities(now=taken_at)
+                session = self.session_filter
+                usage, budget = self.client.token_usage(session), self.client.budget()
+                costs = cost_lines(usage, budget, self.client.usage_by_day(session))
             except Exception as exc:  # a busy or half-written database is retried on the next refresh
                 logger.debug("activity unavailable", extra={"error_class": type(exc).__name__})
                 waiting.append("waiting for the memory database (busy) …")
         return snapshot_from(
             taken_at=taken_at,
-            queue_name=self.queue_name,
+            queue_name=queue_name,
             queue_status=queue_status,
             activity_rows=rows,
             session_filter=self.session_filter,
             waiting=waiting,
-            usage=usage,
-            spend=spend,
+            costs=costs,
         )
 
 
@@ -550,7 +493,7 @@ def run_watch(
 
 
 def watch_runtime(
-    client: Any,
+    client: OmrayClient,
     *,
     address: str | None = None,
     session_filter: str | None = None,
@@ -560,22 +503,14 @@ def watch_runtime(
 ) -> int:
     """``omray watch`` for an :class:`cluster.client.OmrayClient` (not connected yet); returns 0.
 
-    The queue is read over Ray at ``address`` on a background thread; the activity rows are read
+    The queue is read over Ray at ``address`` on a background thread; the activity rows and costs
     from ``client.db_path`` on read-only connections.
     """
     queue = BackgroundQueueReader(ray_queue_reader(client, address), interval_s).start()
     try:
         if once:
             queue.wait_first(ONCE_QUEUE_WAIT_S)
-        source = WatchSource(
-            queue_name=client.names.queue,
-            db_path=Path(client.db_path),
-            read_queue=queue.read,
-            read_activity=lambda now: client.activities(now=now),
-            session_filter=session_filter,
-            read_usage=lambda session: format_usage(client.token_usage(session)),
-            read_spend=lambda session: spend_lines(client.budget(), client.usage_by_day(session)),
-        )
+        source = WatchSource(client, queue.read, session_filter)
         return run_watch(source.snapshot, interval_s=interval_s, once=once, console=console)
     finally:
         queue.stop()

@@ -58,32 +58,36 @@ class MemoryTools:
 
     def __init__(
         self,
-        *,
-        db_path: Path,
-        events_root: Path,
-        settings: OmSettings,
-        count_tokens: CountTokens,
+        project: Path,
+        db: Path | None = None,
         session_id: str = "",
-        hybrid_search: HybridSearch | None = None,
+        settings: OmSettings | None = None,
         allow_forget: bool = False,
-        project: Path | None = None,
     ) -> None:
-        self.db_path = db_path
-        """The memory database."""
-        self.events_root = events_root
-        """Folder holding ``<session>/events.jsonl`` (recall reads source events there)."""
-        self.settings = settings
+        """The tools of ``project``: its settings file (unless ``settings`` is given), its database
+        (unless ``db`` is given). Raises ``SettingsError`` for settings that cannot be read."""
+        from actors.models.tokens import token_counter
+
+        self.project = project
+        """The project directory (its settings file names the runtime's jobs' settings)."""
+        self.settings = settings if settings is not None else load_settings_for(project)
         """Settings in effect (status thresholds, hybrid search)."""
-        self.count_tokens = count_tokens
+        self.db_path = db.resolve() if db is not None else Path(self.settings.database_path(str(project)))
+        """The memory database."""
+        self.events_root = project / SESSIONS_DIR
+        """Folder holding ``<session>/events.jsonl`` (recall reads source events there)."""
+        self.count_tokens: CountTokens = token_counter(self.settings.token_encoding).count
         """Token counter of the settings' encoding (``memory_status``)."""
         self.session_id = session_id
         """The caller's session, when known (``scope: "session"``, recall without ``session_id``)."""
-        self.hybrid_search = hybrid_search
+        self.hybrid_search: HybridSearch | None = None
         """Hybrid ``memory_search``, when ``semantic`` is configured."""
+        if self.settings.semantic is not None:
+            from actors.read.hybrid import hybrid_search_for
+
+            self.hybrid_search = hybrid_search_for(str(self.db_path), self.settings.semantic)
         self.allow_forget = allow_forget
         """Serve the ``forget`` tool (``omray mcp --allow-forget``); it writes through the runtime."""
-        self.project = project
-        """The project directory (its settings file names the runtime's jobs' settings)."""
 
     def specs(self) -> list[dict[str, Any]]:
         """OpenAI-style function specs of the tools, in listing order."""
@@ -95,7 +99,7 @@ class MemoryTools:
         from protocol.tool_specs import FORGET
 
         if name == FORGET and self.allow_forget:
-            return forget_tool(self.project or Path.cwd(), arguments)
+            return forget_tool(self.project, arguments)
 
         return call_tool(
             name,
@@ -170,35 +174,6 @@ def load_settings_for(project: Path) -> OmSettings:
     return load_settings(cwd=project)
 
 
-def memory_tools(
-    project: Path,
-    db: Path | None = None,
-    session_id: str = "",
-    settings: OmSettings | None = None,
-    allow_forget: bool = False,
-) -> MemoryTools:
-    """The tools of ``project`` (its settings file, its database unless ``db`` is given)."""
-    from actors.models.tokens import token_counter
-
-    settings = settings if settings is not None else load_settings_for(project)
-    db_path = db.resolve() if db is not None else Path(settings.database_path(str(project)))
-    hybrid: HybridSearch | None = None
-    if settings.semantic is not None:
-        from actors.read.hybrid import hybrid_search_for
-
-        hybrid = hybrid_search_for(str(db_path), settings.semantic)
-    return MemoryTools(
-        db_path=db_path,
-        events_root=project / SESSIONS_DIR,
-        settings=settings,
-        count_tokens=token_counter(settings.token_encoding).count,
-        session_id=session_id,
-        hybrid_search=hybrid,
-        allow_forget=allow_forget,
-        project=project,
-    )
-
-
 WARM_AFTER_S = 3.0
 """Seconds after start at which the read service loads when no call asked for it sooner: a short
 ``claude -p`` run never pays for it (the embedder alone costs about a second of CPU, taken from the
@@ -257,7 +232,7 @@ class LazyTools:
         self._wanted.wait(max(0.0, warm_at - time.monotonic()))
         try:
             if self.settings is not None:
-                self.tools = memory_tools(
+                self.tools = MemoryTools(
                     self.project, self.db, self.session_id, self.settings, self.allow_forget
                 )
         except OmrayError as exc:
@@ -378,7 +353,7 @@ def serve(
         token_path = token_file if token_file is not None else default_token_path()
         try:
             token = None if no_auth else load_or_create_token(token_path)
-            tools = memory_tools(root, db, session.strip(), allow_forget=allow_forget)
+            tools = MemoryTools(root, db, session.strip(), allow_forget=allow_forget)
         except OmrayError as exc:
             print(f"omray mcp: {exc}", file=sys.stderr)
             return 2

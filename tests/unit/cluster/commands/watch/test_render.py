@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.commands.watch import (
-    FailureLine,
-    InFlightJob,
-    SessionLine,
-    WatchSnapshot,
-    render_watch,
-    snapshot_from,
-)
+from cluster.commands.watch import WatchSnapshot, render_watch, snapshot_from
 from tests.unit.cluster.commands.watch.conftest import NOW
 
 JOB_A = "a1b2c3d4e5f6" + "0" * 52
@@ -27,6 +20,11 @@ QUEUE_STATUS: dict[str, Any] = {
         {"session_id": "s-2", "job_id": "f-new" + "2" * 59, "reason": "invalid_job", "attempts": 1},
     ],
 }
+
+USAGE: dict[str, Any] = {
+    "total": {"requests": 3, "prompt_tokens": 1400, "cached_prompt_tokens": 0, "completion_tokens": 50}
+}
+"""A cost report with no money (no price table)."""
 
 ROWS = [
     {"session_id": "s-2", "status_text": "Observational memory: reflector running (~2,500 tokens)"},
@@ -95,18 +93,25 @@ def test_at_most_five_failures_newest_first() -> None:
         queue_status={"depth": 0, "in_flight": [], "recent_failures": failures},
         activity_rows=[],
     )
-    assert [f.job_id for f in snapshot.failures] == ["job-08", "job-07", "job-06", "job-05", "job-04"]
+    assert [line.split()[0] for line in snapshot.failures] == [
+        "job-08",
+        "job-07",
+        "job-06",
+        "job-05",
+        "job-04",
+    ]
 
 
 def test_long_running_job_shows_minutes() -> None:
-    snapshot = WatchSnapshot(
-        taken_at=NOW,
-        queue_name="q",
-        queue_depth=0,
-        in_flight=(InFlightJob(job_id=JOB_B, handler_id="reflect_generation", attempt=1, running_s=125.0),),
-        sessions=(SessionLine(session_id="s", status_text="x"),),
-        failures=(FailureLine(job_id="j", reason="r", attempts=2, session_id=""),),
-    )
+    status = {
+        "depth": 0,
+        "in_flight": [
+            {"job_id": JOB_B, "handler_id": "reflect_generation", "attempt": 1, "running_s": 125.0}
+        ],
+        "recent_failures": [{"job_id": "j", "reason": "r", "attempts": 2}],
+    }
+    rows = [{"session_id": "s", "status_text": "x"}]
+    snapshot = snapshot_from(taken_at=NOW, queue_name="q", queue_status=status, activity_rows=rows)
     frame = render_watch(snapshot).plain
     assert "bbbbbbbbbbbb  reflect_generation  attempt 1  2 min 05 s" in frame
     assert "  failed j  r  2 attempts\n" in frame + "\n"
@@ -121,7 +126,7 @@ def test_lanes_and_pool_slots_are_shown_when_the_queue_reports_them() -> None:
 
 
 def test_the_budget_today_spend_per_model_and_a_held_project() -> None:
-    from cluster.commands.watch import spend_lines
+    from cluster.commands.watch import cost_lines
 
     budget = {
         "day": "2026-07-23",
@@ -145,9 +150,10 @@ def test_the_budget_today_spend_per_model_and_a_held_project() -> None:
         queue_name="omray.queue",
         queue_status=status,
         activity_rows=ROWS,
-        spend=spend_lines(budget, by_day),
+        costs=cost_lines(USAGE, budget, by_day),
     )
     frame = render_watch(snapshot).plain
+    assert "Model usage: 3 model requests, 1,400 prompt (0 cached), 50 completion tokens" in frame
     assert "Budget today: 2026-07-23 (UTC): 2,000,400 tokens of 2,000,000, 1.2500 USD (no cap)" in frame
     assert "paused until 2026-07-24 00:00 UTC" in frame
     assert "  today claude-code/haiku: 1,400 tokens, 0.7500 USD" in frame  # the other day left out

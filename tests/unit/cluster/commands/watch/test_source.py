@@ -31,19 +31,13 @@ class Clock:
 
 
 def _source(client: OmrayClient, clock: Clock, **kw: Any) -> WatchSource:
-    fields: dict[str, Any] = {
-        "queue_name": "unit.queue",
-        "db_path": client.db_path,
-        "read_queue": lambda: STATUS,
-        "read_activity": lambda now: client.activities(now=now),
-        "now": clock,
-    }
+    fields: dict[str, Any] = {"read_queue": lambda: STATUS, "now": clock}
     fields.update(kw)
-    return WatchSource(**fields)
+    return WatchSource(client, **fields)
 
 
 def _sessions(source: WatchSource) -> list[str]:
-    return [line.session_id for line in source.snapshot().sessions]
+    return [session_id for session_id, _ in source.snapshot().sessions]
 
 
 def test_cleared_and_stale_lines_disappear(client: OmrayClient, store: Store) -> None:
@@ -52,7 +46,7 @@ def test_cleared_and_stale_lines_disappear(client: OmrayClient, store: Store) ->
     store.upsert_activity(activity("s-cleared", job_id="job-c"))
     store.upsert_activity(activity("s-ageing", age_s=200))
     first = source.snapshot()
-    assert [line.session_id for line in first.sessions] == ["s-ageing", "s-cleared"]
+    assert [session_id for session_id, _ in first.sessions] == ["s-ageing", "s-cleared"]
     assert first.queue_depth == 2 and first.waiting == ()
     store.clear_activity("s-cleared", "job-c")
     assert _sessions(source) == ["s-ageing"]
@@ -68,11 +62,14 @@ def test_session_filter(client: OmrayClient, store: Store) -> None:
     assert _sessions(_source(client, Clock(), session_filter="s-2")) == ["s-2"]
 
 
-def test_busy_database_is_a_waiting_line(client: OmrayClient, store: Store) -> None:
-    def busy(_now: datetime) -> list[Mapping[str, Any]]:
+def test_busy_database_is_a_waiting_line(
+    client: OmrayClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def busy(*, now: datetime | None = None) -> list[dict[str, Any]]:
         raise StorageError("reading 'om.sqlite' failed (OperationalError)")
 
-    snapshot = _source(client, Clock(), read_activity=busy).snapshot()
+    monkeypatch.setattr(client, "activities", busy)
+    snapshot = _source(client, Clock()).snapshot()
     assert snapshot.sessions == ()
     assert snapshot.queue_depth == 2  # the queue part still shows
     assert snapshot.waiting == ("waiting for the memory database (busy) …",)
@@ -100,7 +97,7 @@ def test_unreachable_queue_is_a_waiting_line(client: OmrayClient, store: Store) 
     snapshot = _source(client, Clock(), read_queue=unreachable).snapshot()
     assert snapshot.queue_depth is None
     assert snapshot.waiting == ("waiting for the queue 'unit.queue' …",)
-    assert [line.session_id for line in snapshot.sessions] == ["s-1"]
+    assert [session_id for session_id, _ in snapshot.sessions] == ["s-1"]
 
 
 class Monotonic:
@@ -161,7 +158,6 @@ def test_watch_runtime_once_renders_queue_and_sessions(
 
 
 def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClient, store: Store) -> None:
-    from actors.read.status_view import format_usage
     from cluster.commands.watch import render_watch
     from protocol.records import TokenUsageRecord
 
@@ -181,12 +177,7 @@ def test_the_cost_report_line_shows_the_watched_sessions_usage(client: OmrayClie
     ]
     assert all(store.record_token_usage(record) for record in records)
     assert not store.record_token_usage(records[0])  # a repeated write of one loop counts once
-    source = _source(
-        client,
-        Clock(),
-        session_filter="s-b",
-        read_usage=lambda session: format_usage(client.token_usage(session)),
-    )
+    source = _source(client, Clock(), session_filter="s-b")
     frame = render_watch(source.snapshot()).plain
     assert "Model usage: 2 model requests, 1,000 prompt (400 cached), 50 completion tokens" in frame
     every = client.token_usage(None)["total"]
