@@ -11,6 +11,8 @@ with its own literal DDL instead of an edit here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     CheckConstraint,
     Column,
@@ -25,11 +27,23 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
+from sqlalchemy.types import TypeEngine
 
 metadata = MetaData()
 """Every table omray reads or writes."""
 
 _OBSERVATION_TIMESTAMP_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]"
+
+
+def _required(kind: type[TypeEngine[Any]], *names: str) -> list[Column[Any]]:
+    """``NOT NULL`` columns of one type, in the order given (keys, references and defaults are spelt out)."""
+    return [Column(name, kind, nullable=False) for name in names]
+
+
+def _optional(kind: type[TypeEngine[Any]], *names: str) -> list[Column[Any]]:
+    """Nullable columns of one type, in the order given."""
+    return [Column(name, kind, nullable=True) for name in names]
+
 
 # --- PHP-compatible tables (reference §4.3) -------------------------------------------------
 
@@ -37,28 +51,18 @@ om_schema_version = Table(
     "om_schema_version",
     metadata,
     Column("version", Text, primary_key=True, nullable=False),
-    Column("description", Text, nullable=False),
-    Column("checksum", Text, nullable=False),
-    Column("applied_at", Text, nullable=False),
+    *_required(Text, "description", "checksum", "applied_at"),
 )
 
 om_observation = Table(
     "om_observation",
     metadata,
     Column("observation_id", Text, primary_key=True, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("boundary_key", Text, nullable=False),
-    Column("source_start_seq", Integer, nullable=False),
-    Column("source_end_seq", Integer, nullable=False),
-    Column("source_refs_json", Text, nullable=False),
-    Column("content", Text, nullable=False),
-    Column("content_hash", Text, nullable=False),
-    Column("relevance", Text, nullable=False),
-    Column("timestamp", Text, nullable=False),
+    *_required(Text, "run_id", "boundary_key"),
+    *_required(Integer, "source_start_seq", "source_end_seq"),
+    *_required(Text, "source_refs_json", "content", "content_hash", "relevance", "timestamp"),
     Column("token_count", Integer, nullable=False),
-    Column("observer_model", Text, nullable=False),
-    Column("observer_schema_version", Text, nullable=False),
-    Column("created_at", Text, nullable=False),
+    *_required(Text, "observer_model", "observer_schema_version", "created_at"),
     CheckConstraint("relevance IN ('low', 'medium', 'high', 'critical')"),
     CheckConstraint(f"timestamp GLOB '{_OBSERVATION_TIMESTAMP_GLOB}'"),
 )
@@ -81,17 +85,11 @@ om_coverage = Table(
     "om_coverage",
     metadata,
     Column("coverage_key", Text, primary_key=True, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("boundary_key", Text, nullable=False),
-    Column("source_start_seq", Integer, nullable=False),
-    Column("source_end_seq", Integer, nullable=False),
+    *_required(Text, "run_id", "boundary_key"),
+    *_required(Integer, "source_start_seq", "source_end_seq"),
     Column("chunk_key", Text, nullable=False),
-    Column("part_index", Integer, nullable=False),
-    Column("part_count", Integer, nullable=False),
-    Column("source_digest", Text, nullable=False),
-    Column("part_digest", Text, nullable=False),
-    Column("renderer_version", Text, nullable=False),
-    Column("observer_schema_version", Text, nullable=False),
+    *_required(Integer, "part_index", "part_count"),
+    *_required(Text, "source_digest", "part_digest", "renderer_version", "observer_schema_version"),
     Column("observation_count", Integer, nullable=False),
     Column("covered_at", Text, nullable=False),
     CheckConstraint("source_start_seq >= 1"),
@@ -117,16 +115,10 @@ om_reflection = Table(
     "om_reflection",
     metadata,
     Column("reflection_id", Text, primary_key=True, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("compaction_request_id", Text, nullable=False),
-    Column("observation_set_hash", Text, nullable=False),
-    Column("content", Text, nullable=False),
-    Column("supporting_observation_ids_json", Text, nullable=False),
-    Column("compression_level", Text, nullable=False),
+    *_required(Text, "run_id", "compaction_request_id", "observation_set_hash", "content"),
+    *_required(Text, "supporting_observation_ids_json", "compression_level"),
     Column("token_count", Integer, nullable=False),
-    Column("reflector_model", Text, nullable=False),
-    Column("reflector_schema_version", Text, nullable=False),
-    Column("created_at", Text, nullable=False),
+    *_required(Text, "reflector_model", "reflector_schema_version", "created_at"),
 )
 Index("idx_om_reflection_request", om_reflection.c.compaction_request_id, om_reflection.c.created_at)
 Index("idx_om_reflection_run", om_reflection.c.run_id, om_reflection.c.created_at)
@@ -135,18 +127,11 @@ om_memory_generation = Table(
     "om_memory_generation",
     metadata,
     Column("generation_id", Text, primary_key=True, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("trigger_kind", Text, nullable=False),
-    Column("status", Text, nullable=False),
-    Column("observation_set_hash", Text, nullable=False),
-    Column("reflector_model", Text, nullable=False),
-    Column("reflector_schema_version", Text, nullable=False),
+    *_required(Text, "run_id", "trigger_kind", "status", "observation_set_hash"),
+    *_required(Text, "reflector_model", "reflector_schema_version"),
     Column("threshold_idempotency_key", Text, nullable=True),
-    Column("required_start_seq", Integer, nullable=True),
-    Column("required_end_seq", Integer, nullable=True),
-    Column("compaction_request_id", Text, nullable=True),
-    Column("request_fingerprint", Text, nullable=True),
-    Column("failure_code", Text, nullable=True),
+    *_optional(Integer, "required_start_seq", "required_end_seq"),
+    *_optional(Text, "compaction_request_id", "request_fingerprint", "failure_code"),
     Column("created_at", Text, nullable=False),
     Column("completed_at", Text, nullable=True),
     CheckConstraint("trigger_kind IN ('threshold', 'compaction')"),
@@ -207,8 +192,7 @@ om_current_activity = Table(
     "om_current_activity",
     metadata,
     Column("run_id", Text, primary_key=True, nullable=False),
-    Column("job_id", Text, nullable=False),
-    Column("stage", Text, nullable=False),
+    *_required(Text, "job_id", "stage"),
     Column("current_tokens", Integer, nullable=False),
     Column("target_tokens", Integer, nullable=True, server_default=text("NULL")),
     Column("updated_at", Text, nullable=False),
@@ -221,11 +205,8 @@ om_semantic_state = Table(
     "om_semantic_state",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
-    Column("signature", Text, nullable=False),
-    Column("source_hash", Text, nullable=False),
-    Column("dimensions", Integer, nullable=False),
-    Column("dirty", Integer, nullable=False),
-    Column("complete", Integer, nullable=False),
+    *_required(Text, "signature", "source_hash"),
+    *_required(Integer, "dimensions", "dirty", "complete"),
     CheckConstraint("id = 1"),
 )
 
@@ -235,17 +216,11 @@ om_compaction_request = Table(
     metadata,
     Column("request_id", Text, primary_key=True, nullable=False),
     Column("run_id", Text, nullable=False),
-    Column("required_start_seq", Integer, nullable=True),
-    Column("required_end_seq", Integer, nullable=True),
-    Column("required_watermark", Integer, nullable=True),
+    *_optional(Integer, "required_start_seq", "required_end_seq", "required_watermark"),
     Column("request_fingerprint", Text, nullable=False),
     Column("observation_set_hash", Text, nullable=True),
-    Column("status", Text, nullable=False),
-    Column("requested_at", Text, nullable=False),
-    Column("updated_at", Text, nullable=False),
-    Column("completed_at", Text, nullable=True),
-    Column("failure_code", Text, nullable=True),
-    Column("failure_metadata_json", Text, nullable=True),
+    *_required(Text, "status", "requested_at", "updated_at"),
+    *_optional(Text, "completed_at", "failure_code", "failure_metadata_json"),
 )
 Index(
     "idx_om_compaction_request_run_status",
@@ -263,10 +238,7 @@ om_compaction_result = Table(
     Column("required_watermark", Integer, nullable=True),
     Column("observation_set_hash", Text, nullable=True),
     Column("status", Text, nullable=False),
-    Column("replacement_text", Text, nullable=True),
-    Column("metadata_json", Text, nullable=True),
-    Column("failure_code", Text, nullable=True),
-    Column("failure_metadata_json", Text, nullable=True),
+    *_optional(Text, "replacement_text", "metadata_json", "failure_code", "failure_metadata_json"),
     Column("created_at", Text, nullable=False),
     Column("completed_at", Text, nullable=True),
 )
@@ -277,18 +249,13 @@ omray_job = Table(
     "omray_job",
     metadata,
     Column("job_seq", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Text, nullable=False),
-    Column("handler_id", Text, nullable=False),
+    *_required(Text, "job_id", "handler_id"),
     Column("correlation_id", Text, nullable=True),
-    Column("run_id", Text, nullable=False),
-    Column("payload_json", Text, nullable=False),
-    Column("state", Text, nullable=False),
+    *_required(Text, "run_id", "payload_json", "state"),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("not_before", Text, nullable=True),
     Column("accepted_at", Text, nullable=False),
-    Column("started_at", Text, nullable=True),
-    Column("finished_at", Text, nullable=True),
-    Column("failure_reason", Text, nullable=True),
+    *_optional(Text, "started_at", "finished_at", "failure_reason"),
     Column("db_path", Text, nullable=False, server_default=text("''")),
     # omray_015: the job_seq a failed job was queued again as, and how often its work was re-driven.
     Column("redriven_to", Integer, nullable=True),
@@ -312,10 +279,7 @@ omray_runtime_event = Table(
     "omray_runtime_event",
     metadata,
     Column("event_seq", Integer, primary_key=True, autoincrement=True),
-    Column("run_id", Text, nullable=False),
-    Column("event_type", Text, nullable=False),
-    Column("payload_json", Text, nullable=False),
-    Column("created_at", Text, nullable=False),
+    *_required(Text, "run_id", "event_type", "payload_json", "created_at"),
     Column("db_path", Text, nullable=False, server_default=text("''")),
     sqlite_autoincrement=True,
 )
@@ -331,10 +295,8 @@ omray_observe_start = Table(
     "omray_observe_start",
     metadata,
     Column("plan_key", Text, primary_key=True, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("job_id", Text, nullable=False),
-    Column("start_seq", Integer, nullable=False),
-    Column("terminal_end_seq", Integer, nullable=False),
+    *_required(Text, "run_id", "job_id"),
+    *_required(Integer, "start_seq", "terminal_end_seq"),
     Column("pinned_at", Text, nullable=False),
     CheckConstraint("start_seq >= 1"),
 )
@@ -346,13 +308,8 @@ omray_token_usage = Table(
     "omray_token_usage",
     metadata,
     Column("usage_id", Text, primary_key=True, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("job_kind", Text, nullable=False),
-    Column("model", Text, nullable=False),
-    Column("requests", Integer, nullable=False),
-    Column("prompt_tokens", Integer, nullable=False),
-    Column("cached_prompt_tokens", Integer, nullable=False),
-    Column("completion_tokens", Integer, nullable=False),
+    *_required(Text, "run_id", "job_kind", "model"),
+    *_required(Integer, "requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens"),
     Column("recorded_at", Text, nullable=False),
     # omray_017: US dollars the provider reported for the loop (NULL: it reported none).
     Column("cost_usd", Float, nullable=True),
@@ -373,11 +330,7 @@ omray_transcript = Table(
     Column("event_id", Text, nullable=False, unique=True),
     Column("run_id", Text, nullable=False),
     Column("seq", Integer, nullable=False),
-    Column("event_type", Text, nullable=False),
-    Column("timestamp", Text, nullable=False),
-    Column("content", Text, nullable=False),
-    Column("content_hash", Text, nullable=False),
-    Column("created_at", Text, nullable=False),
+    *_required(Text, "event_type", "timestamp", "content", "content_hash", "created_at"),
     UniqueConstraint("run_id", "seq"),
     CheckConstraint("seq >= 1"),
     CheckConstraint(f"timestamp GLOB '{_OBSERVATION_TIMESTAMP_GLOB}'"),
@@ -414,12 +367,9 @@ omray_forgotten = Table(
     "omray_forgotten",
     metadata,
     Column("forgotten_id", Text, primary_key=True, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("kind", Text, nullable=False),
-    Column("seq_start", Integer, nullable=True),
-    Column("seq_end", Integer, nullable=True),
-    Column("job_id", Text, nullable=False),
-    Column("forgotten_at", Text, nullable=False),
+    *_required(Text, "run_id", "kind"),
+    *_optional(Integer, "seq_start", "seq_end"),
+    *_required(Text, "job_id", "forgotten_at"),
     CheckConstraint("kind IN ('observation', 'reflection', 'events', 'session')"),
     CheckConstraint("(kind IN ('events', 'session')) = (seq_start IS NOT NULL AND seq_end IS NOT NULL)"),
     Index("idx_omray_forgotten_job", "job_id"),
@@ -435,9 +385,7 @@ omray_forget_request = Table(
     "omray_forget_request",
     metadata,
     Column("job_id", Text, primary_key=True, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("result_json", Text, nullable=False),
-    Column("finished_at", Text, nullable=False),
+    *_required(Text, "run_id", "result_json", "finished_at"),
 )
 """One row per forget job that ran (written in its transaction): how many rows it removed (counts
 and ids only). The client waits for its job's row."""
@@ -446,8 +394,7 @@ omray_database_placement = Table(
     "omray_database_placement",
     metadata,
     Column("db_path", Text, primary_key=True, nullable=False),
-    Column("placement_json", Text, nullable=False),
-    Column("recorded_at", Text, nullable=False),
+    *_required(Text, "placement_json", "recorded_at"),
 )
 """The node each memory database lives on (``protocol.placement.DataPlacement`` as JSON), chosen
 when the database was first used and never changed; kept in the queue's own database."""

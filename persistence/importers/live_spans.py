@@ -185,14 +185,13 @@ def assign_marks(
         if current is None:
             # The session's very first span keeps its turn numbers (a batch import's); later ones
             # always start a turn of their own.
-            first = 0 if not result else -1
             result.append(
                 Span(
                     transcript=mark.transcript,
                     format=mark.format,
                     first_mark=index,
                     next_mark=index,
-                    last_session_turn=first,
+                    last_session_turn=0 if not result else -1,
                 )
             )
             current = len(result) - 1

@@ -30,10 +30,15 @@ class SessionRow:
     """One session of a memory database, as the sessions list shows it."""
 
     session_id: str
+    """The session (``run_id`` in the tables)."""
     observations: int
+    """Observations of the session."""
     observation_tokens: int
+    """Tokens of those observations."""
     reflections: int
+    """Reflections of the session."""
     reflection_tokens: int
+    """Tokens of those reflections."""
     coverage_end: int | None
     """Contiguous covered end for the settings' versions (``None``: nothing covered)."""
     covered_through: int
@@ -41,7 +46,9 @@ class SessionRow:
     last_activity: str | None
     """Latest time anything was written for the session (coverage, observation, reflection, usage)."""
     prompt_tokens: int
+    """Prompt tokens the session's model calls spent."""
     completion_tokens: int
+    """Completion tokens the session's model calls spent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ logger = logging.getLogger("omray.semantic")
 LOCK_WAIT_S: Final[float] = 5.0
 """How long a search waits for a write (or a write for searches) before ``index_busy``."""
 LOCK_POLL_S: Final[float] = 0.005
+"""How often a waiting side tries the lock again."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,19 +132,10 @@ def content_digest(content: str) -> str:
     return sha256_hex(content)
 
 
-def _source_seqs(raw: object, session_id: str) -> tuple[int, ...]:
-    return cited_seqs([ref for ref in json_list(raw) if isinstance(ref, dict)], session_id)
-
-
 def _observation(row: Any) -> SourceMemory:
+    seqs = cited_seqs([ref for ref in json_list(row.source_refs_json) if isinstance(ref, dict)], row.run_id)
     return SourceMemory(
-        "observation",
-        row.observation_id,
-        row.run_id,
-        row.timestamp,
-        row.content,
-        row.relevance,
-        _source_seqs(row.source_refs_json, row.run_id),
+        "observation", row.observation_id, row.run_id, row.timestamp, row.content, row.relevance, seqs
     )
 
 

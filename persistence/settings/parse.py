@@ -222,14 +222,11 @@ def semantic_from_mapping(value: object) -> SemanticSettings | None:
         base_url: str | None = None
     else:
         base_url = _base_url(embedding)
-    model_id = _model_id(embedding)
     prefix = embedding.get("query_prefix")
-    query_prefix = prefix.strip() if isinstance(prefix, str) else ""
-
     embedding_api = EmbeddingApiSettings(
         base_url=base_url,
-        model_id=model_id,
-        query_prefix=query_prefix,
+        model_id=_model_id(embedding),
+        query_prefix=prefix.strip() if isinstance(prefix, str) else "",
         chunk_bytes=chunk_bytes,
         overlap_bytes=overlap,
         max_lines=max_lines,

@@ -113,7 +113,7 @@ def apply_bulk(conn: Connection, layers: Sequence[Layer]) -> int:
         # Accepts first: each then sees the keys as the batch found them, so an accept that inserts
         # here inserts one by one too (a job's accept is its first write, always in layer 0).
         if layer.accepted:
-            accepted = [_accepted_row(w) for w in layer.accepted]
+            accepted = [accepted_row(w) for w in layer.accepted]
             if conn.exec_driver_sql(_INSERT_ACCEPTED, (json.dumps(accepted),)).rowcount != len(accepted):
                 raise BulkMismatch
             applied += len(accepted)
@@ -136,7 +136,10 @@ def _is_reason(reason: str | None) -> bool:
     return True
 
 
-def _accepted_row(write: JobAccepted) -> list[object]:
+def accepted_row(write: JobAccepted) -> list[object]:
+    """The ``omray_job`` values an accept inserts, in the order of the insert's columns (``job_seq``,
+    ``job_id``, ``handler_id``, ``correlation_id``, ``run_id``, ``db_path``, ``payload_json``,
+    ``accepted_at``): the bulk insert and the one-by-one insert bind the same row."""
     envelope = write.envelope
     return [
         write.job_seq,

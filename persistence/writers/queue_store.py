@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Row, func, select, update
 
 from persistence.database import schema
 from persistence.database.writer import NotFoundError, SqliteWriter, check_failure_reason
-from persistence.writers.queue_bulk import BulkMismatch, apply_bulk, bulk_plan
+from persistence.writers.queue_bulk import BulkMismatch, accepted_row, apply_bulk, bulk_plan
 from protocol.canonical import canonical_json
 from protocol.errors import ConflictError, InvalidPayloadError, StorageError
 from protocol.jobs import JOB_PAYLOAD_ADAPTER, JobEnvelope
@@ -173,16 +173,7 @@ class QueueStore(SqliteWriter):
             "INSERT INTO omray_job (job_seq, job_id, handler_id, correlation_id, run_id, db_path,"
             " payload_json, state, attempts, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)"
             " ON CONFLICT DO NOTHING",
-            (
-                write.job_seq,
-                envelope.job_id,
-                envelope.handler_id,
-                envelope.session_id,
-                envelope.payload.session_id,
-                envelope.payload.db_path,
-                JOB_PAYLOAD_ADAPTER.dump_json(envelope.payload).decode("utf-8"),
-                write.accepted_at,
-            ),
+            tuple(accepted_row(write)),
         ).rowcount
         if inserted == 1:
             if write.redrive_of is not None:

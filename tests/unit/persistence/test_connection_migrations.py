@@ -112,6 +112,38 @@ def test_fresh_database_records_five_php_versions_and_omray_versions(
         assert by_version[migration.version].applied_at.endswith("+00:00")
 
 
+def _columns(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """``PRAGMA table_xinfo`` (order, name, type, NOT NULL, default, key position) of every ``om_*`` table.
+
+    The NOT NULL of an ``INTEGER PRIMARY KEY`` (the rowid itself: a NULL inserted there is given the
+    next rowid either way) is left out: omray's ``om_semantic_state.id`` declares it, the PHP DDL not.
+    """
+    conn = sqlite3.connect(path)
+    try:
+        names = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        columns: dict[str, list[tuple[object, ...]]] = {}
+        for name in (n for n in names if n.startswith("om_")):
+            rows = conn.execute(f"PRAGMA table_xinfo({name})").fetchall()
+            keys = [row for row in rows if row[5]]
+            rowid = keys[0][1] if len(keys) == 1 and keys[0][2] == "INTEGER" else None
+            columns[name] = [(*row[:3], None if row[1] == rowid else row[3], *row[4:]) for row in rows]
+        return columns
+    finally:
+        conn.close()
+
+
+def test_fresh_database_has_the_php_extensions_columns(tmp_path: Path, db_path: Path) -> None:
+    """The PHP-compatible tables of ``persistence.database.schema`` have the columns, in order, with
+    the types, nullability, defaults and keys of the hand-written PHP DDL of the fixture."""
+    Store(db_path).close()
+    php_path = tmp_path / "php.sqlite"
+    build_php_database(php_path, with_data=False)
+    omray, php = _columns(db_path), _columns(php_path)
+    assert sorted(omray) == sorted(php)
+    for name in php:
+        assert omray[name] == php[name], name
+
+
 def test_migrations_are_idempotent(db_path: Path, reader: MemoryReader) -> None:
     Store(db_path).close()
     before_objects = schema_objects(db_path)
