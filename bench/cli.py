@@ -365,11 +365,11 @@ def load_command(
     observer_slots: int = typer.Option(4, "--observer-slots", min=1, max=64, help="Jobs per observer."),
     serial: bool = typer.Option(True, "--serial/--no-serial", help="Also run one worker, one job in flight."),
     serial_baseline: str = typer.Option(
-        "both",
+        "coalescing",
         "--serial-baseline",
-        help="coalescing: one worker that coalesces a session's waiting jobs like the runtime (the"
-        " speedup_vs_serial); original: every job on its own, as the original ran them (over 11 min at"
-        " the default sizes; its own speedup figure); both.",
+        help="coalescing (the default): one worker that coalesces a session's waiting jobs like the"
+        " runtime (the speedup_vs_serial); original: every job on its own, as the original ran them (over"
+        " 11 min at the default sizes; its own speedup figure); both.",
     ),
     synchronized: bool = typer.Option(
         False,
