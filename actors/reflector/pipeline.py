@@ -62,9 +62,7 @@ from persistence.writers.store import Store
 from protocol.errors import BudgetReachedError, PromptOverCapError
 from protocol.jobs import ReflectGeneration, ReflectGenerationJob
 from protocol.outcomes import REASON_PROMPT_OVER_CAP
-from protocol.records import (
-    UsageJobKind,
-)
+from protocol.records import UsageJobKind
 from protocol.settings import OmSettings
 from protocol.tool_specs import drop_observations_spec, record_reflections_spec
 

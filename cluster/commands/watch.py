@@ -288,7 +288,8 @@ class WatchSource:
     read_queue: QueueStatusReader
     """Reads the queue's status (``omray watch``: over Ray, on a :class:`BackgroundQueueReader`)."""
     session_filter: str | None = None
-    """Only this session's stage line, failures and costs, when set."""
+    """Only this session's stage line, failures, usage and spend per model, when set (the budget line is
+    the project's)."""
     now: Callable[[], datetime] = utc_now
     """Current UTC time (injected in tests)."""
 

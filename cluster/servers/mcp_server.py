@@ -60,12 +60,14 @@ class MemoryTools:
         self,
         project: Path,
         db: Path | None = None,
+        *,
         session_id: str = "",
         settings: OmSettings | None = None,
         allow_forget: bool = False,
     ) -> None:
         """The tools of ``project``: its settings file (unless ``settings`` is given), its database
-        (unless ``db`` is given). Raises ``SettingsError`` for settings that cannot be read."""
+        (unless ``db`` is given). Raises an ``OmrayError`` (e.g. ``SettingsError`` for settings that cannot
+        be read, or the hybrid search's own errors)."""
         from actors.models.tokens import token_counter
 
         self.project = project
@@ -233,7 +235,11 @@ class LazyTools:
         try:
             if self.settings is not None:
                 self.tools = MemoryTools(
-                    self.project, self.db, self.session_id, self.settings, self.allow_forget
+                    self.project,
+                    self.db,
+                    session_id=self.session_id,
+                    settings=self.settings,
+                    allow_forget=self.allow_forget,
                 )
         except OmrayError as exc:
             self.error = str(exc)
@@ -353,7 +359,7 @@ def serve(
         token_path = token_file if token_file is not None else default_token_path()
         try:
             token = None if no_auth else load_or_create_token(token_path)
-            tools = MemoryTools(root, db, session.strip(), allow_forget=allow_forget)
+            tools = MemoryTools(root, db, session_id=session.strip(), allow_forget=allow_forget)
         except OmrayError as exc:
             print(f"omray mcp: {exc}", file=sys.stderr)
             return 2
