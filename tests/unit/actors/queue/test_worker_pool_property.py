@@ -193,3 +193,70 @@ def test_a_member_running_an_earlier_queues_attempt_is_not_retired_before_the_jo
         thread.join()
     pool.poll(0.0)
     assert pool.retire("index", 1) is not None  # sent again and answered: free to go
+
+
+class _TimedMember:
+    """A worker whose answers take ``round_trip_s`` to arrive and report ``elapsed_ms`` of own work."""
+
+    def __init__(self, round_trip_s: float, elapsed_ms: float | None) -> None:
+        self.round_trip_s, self.elapsed_ms = round_trip_s, elapsed_ms
+        self.handle = _Method(self, batched=False)  # type: ignore[arg-type]
+        self.handle_many = _Method(self, batched=True)  # type: ignore[arg-type]
+        self.calls: list[bool] = []
+
+    def call(self, batched: bool, args: tuple[Any, ...]) -> _Ref:
+        self.calls.append(batched)
+        items = args[0] if batched else [(args[0], args[1])]
+        detail = {} if self.elapsed_ms is None else {"elapsed_ms": self.elapsed_ms}
+        outcomes = [{"kind": "succeeded", "job_id": e["job_id"], "detail": detail} for e, _ in items]
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        answer = outcomes if batched else outcomes[0]
+        threading.Timer(self.round_trip_s, future.set_result, args=(answer,)).start()
+        return _Ref(future)
+
+
+def _measured(member: _TimedMember) -> RayWorkerPool:
+    pool = RayWorkerPool({"observe": {0: member}})
+    answered = 0
+    for n in range(proxies.RECENT_ATTEMPTS // 2):
+        pool.start("observe", n, {"job_id": f"j{n}"}, 1)
+        answered += len(pool.poll(5.0))  # one at a time: the next is sent once this one answered
+    assert answered == proxies.RECENT_ATTEMPTS // 2
+    return pool
+
+
+def test_short_means_the_workers_own_time_not_a_slow_round_trip_on_a_busy_machine() -> None:
+    # No-op jobs whose answers wait for a core: the round trip is long, the work is not, so sharing
+    # a call is what helps; judged by the round trip the pool would never batch under load.
+    member = _TimedMember(round_trip_s=proxies.SHORT_ATTEMPT_S * 1.5, elapsed_ms=0.3)
+    pool = _measured(member)
+    assert pool.short_attempts("observe")
+    assert pool.start_many([("observe", 90, {"job_id": "c"}, 1), ("observe", 91, {"job_id": "d"}, 1)]) == []
+    assert member.calls[-1] is True
+
+
+def test_long_work_is_never_batched_however_fast_its_answers_arrive() -> None:
+    member = _TimedMember(round_trip_s=0.0, elapsed_ms=proxies.SHORT_ATTEMPT_S * 1000 * 5)
+    pool = _measured(member)
+    assert not pool.short_attempts("observe")
+    assert pool.start_many([("observe", 90, {"job_id": "c"}, 1), ("observe", 91, {"job_id": "d"}, 1)]) == []
+    assert member.calls[-2:] == [False, False]
+
+
+def test_outcomes_without_a_worker_time_fall_back_to_the_round_trip() -> None:
+    assert proxies.worker_time_s([{"kind": "succeeded", "detail": {"elapsed_ms": 4.0}}] * 2) == 0.004
+    for unknown in (
+        [None],
+        [{"kind": "failed"}],
+        [{"kind": "succeeded", "detail": {"elapsed_ms": 1.0}}, {"kind": "failed"}],
+        [{"detail": {"elapsed_ms": "3"}}],
+        [{"detail": {"elapsed_ms": True}}],
+        [{"detail": {"elapsed_ms": float("nan")}}],
+        [{"detail": {"elapsed_ms": -1.0}}],
+        [],
+    ):
+        assert proxies.worker_time_s(unknown) is None
+    slow = _TimedMember(round_trip_s=proxies.SHORT_ATTEMPT_S * 1.5, elapsed_ms=None)
+    assert not _measured(slow).short_attempts("observe")
+    fast = _TimedMember(round_trip_s=0.0, elapsed_ms=None)
+    assert _measured(fast).short_attempts("observe")
