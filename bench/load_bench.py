@@ -13,7 +13,8 @@ one job in flight, in two variants (``serial_baseline``):
 
 - ``coalescing`` (``serial_makespan_s``, ``speedup_vs_serial``): the single worker coalescing like
   the runtime does (a session's waiting observe jobs run as one; §7.3 coverage makes that safe).
-  ``speedup_vs_serial`` is what lanes and pools give on top of coalescing.
+  ``speedup_vs_serial`` is what lanes and pools give on top of coalescing; ``lane_ceiling`` the most
+  they could give to every turn observed, beside ``speedup_observed_vs_serial`` (:func:`lane_ceiling`).
 - ``original`` (``serial_no_coalescing_makespan_s``, ``speedup_vs_serial_no_coalescing``): every
   boundary's job on its own, one model run per turn, as the original ran them. At the default
   sizes that is 640 model runs, over 11 minutes. This speedup mixes two effects (coalescing, and
@@ -383,10 +384,26 @@ def _serial_figures(name: str, serial: Mapping[str, Any], parallel: Mapping[str,
     parallel run's speedup over it (``speedup_vs_serial``, ``speedup_vs_serial_no_coalescing``)."""
     figures = {
         f"{name}_{key}": serial[key]
-        for key in ("makespan_s", "visible_lag_p95_s", "lost", "jobs", "model_requests")
+        for key in ("makespan_s", "observed_s", "visible_lag_p95_s", "lost", "jobs", "model_requests")
     }
     figures[f"speedup_vs_{name}"] = _ratio(serial["makespan_s"], parallel["makespan_s"])
     return figures
+
+
+def lane_ceiling(serial: Mapping[str, Any], parallel: Mapping[str, Any]) -> dict[str, Any]:
+    """The most lanes and pools can give over the one coalescing worker on this workload, and what
+    they gave, both to the moment every turn is observed.
+
+    ``lane_ceiling``: the worker's time over ``ideal_parallel_s`` (every lane at once on unlimited,
+    instant workers: no run of lanes and pools can observe every turn sooner).
+    ``speedup_observed_vs_serial``: the worker's time over the lanes and pools' own. The share of the
+    ceiling reached is their ratio, ``ideal_parallel_s / observed_s``. Index catch-up is left out of
+    both: one indexer embeds on the same cores in either run, so no number of lanes changes it.
+    """
+    return {
+        "lane_ceiling": _ratio(serial["observed_s"], parallel["ideal_parallel_s"]),
+        "speedup_observed_vs_serial": _ratio(serial["observed_s"], parallel["observed_s"]),
+    }
 
 
 def run_load_bench(
@@ -444,7 +461,7 @@ def run_load_bench(
         if serial_baseline in ("coalescing", "both"):
             # One worker that coalesces as the runtime does: what lanes and pools add on top of it.
             merged = run_load(pools=one, max_in_flight=1, **common)  # type: ignore[arg-type]
-            result |= _serial_figures("serial", merged, parallel)
+            result |= _serial_figures("serial", merged, parallel) | lane_ceiling(merged, parallel)
             result["serial_baseline"] = (
                 "one ObserverActor, one slot, one job in flight, coalescing like the runtime"
                 " (a session's waiting observe jobs run as one)"

@@ -54,8 +54,25 @@ def test_speedup_vs_serial_is_over_the_coalescing_worker_and_the_no_coalescing_r
     from bench.load_bench import _serial_figures
 
     parallel = {"makespan_s": 10.0}
-    run = {"makespan_s": 36.0, "visible_lag_p95_s": 3.0, "lost": 0, "jobs": 200, "model_requests": 200}
+    run = {
+        "makespan_s": 36.0,
+        "observed_s": 30.0,
+        "visible_lag_p95_s": 3.0,
+        "lost": 0,
+        "jobs": 200,
+        "model_requests": 200,
+    }
     figures = _serial_figures("serial", run, parallel)
     assert figures["speedup_vs_serial"] == 3.6 and figures["serial_model_requests"] == 200
     other = _serial_figures("serial_no_coalescing", {**run, "makespan_s": 530.0}, parallel)
     assert other["speedup_vs_serial_no_coalescing"] == 53.0 and "speedup_vs_serial" not in other
+
+
+def test_the_lane_ceiling_is_the_single_workers_time_over_the_ideal_and_reached_at_ideal() -> None:
+    from bench.load_bench import lane_ceiling
+
+    serial = {"observed_s": 44.0, "makespan_s": 70.0}  # the index catch-up is left out
+    at_ideal = lane_ceiling(serial, {"observed_s": 11.0, "ideal_parallel_s": 11.0})
+    assert at_ideal == {"lane_ceiling": 4.0, "speedup_observed_vs_serial": 4.0}
+    slower = lane_ceiling(serial, {"observed_s": 13.2, "ideal_parallel_s": 11.0})
+    assert slower["lane_ceiling"] == 4.0 and slower["speedup_observed_vs_serial"] == 3.33
