@@ -75,30 +75,11 @@ class StoreProxy:
 
 SHORT_ATTEMPT_S = 0.02
 """A pool whose recent attempts took less than this (the median of the last :data:`RECENT_ATTEMPTS`
-calls, one slow first job apart; the worker's own time per attempt where its outcomes report it,
-:func:`worker_time_s`, else the call's round trip per attempt) gets the attempts one commit starts
-in one call per member: there the Ray call, not the job, is most of the cost."""
+calls, one slow first job apart) gets the attempts one commit starts in one call per member: there
+the Ray call, not the job, is most of the cost."""
 
 RECENT_ATTEMPTS = 16
 """Calls per pool whose times decide whether its attempts are short (at least half of them first)."""
-
-
-def worker_time_s(outcomes: Sequence[Any]) -> float | None:
-    """The mean time the worker itself spent on each of a call's attempts, from the ``elapsed_ms``
-    its successes report; ``None`` when one of them does not say (a failure, a lost attempt).
-
-    This, not the call's round trip, says whether a pool's attempts are short: on a busy machine a
-    no-op job's round trip is mostly waiting for a core, and judged by it a pool of no-op jobs
-    would look slow exactly when sharing calls would help most.
-    """
-    times: list[float] = []
-    for outcome in outcomes:
-        detail = outcome.get("detail") if isinstance(outcome, Mapping) else None
-        elapsed = detail.get("elapsed_ms") if isinstance(detail, Mapping) else None
-        if isinstance(elapsed, bool) or not isinstance(elapsed, int | float) or not elapsed >= 0:
-            return None
-        times.append(elapsed / 1000.0)
-    return sum(times) / len(times) if times else None
 
 
 class RayWorkerPool:
@@ -220,7 +201,8 @@ class RayWorkerPool:
         with self._changed:
             seqs, handler_id, member, sent = self._in_flight.pop(ref)
             self._busy[(handler_id, member)] -= len(seqs)
-        round_trip = (time.monotonic() - sent) / len(seqs)
+            each = (time.monotonic() - sent) / len(seqs)
+            self._attempt_s.setdefault(handler_id, collections.deque(maxlen=RECENT_ATTEMPTS)).append(each)
         outcomes: list[Any]
         try:
             answer = future.result()
@@ -233,10 +215,7 @@ class RayWorkerPool:
                 extra={"job_seq": seqs[0], "jobs": len(seqs), "error_class": type(exc).__name__},
             )
             outcomes = [None] * len(seqs)
-        each = worker_time_s(outcomes)
         with self._changed:
-            recent = self._attempt_s.setdefault(handler_id, collections.deque(maxlen=RECENT_ATTEMPTS))
-            recent.append(round_trip if each is None else each)
             self._finished.extend(zip(seqs, outcomes, strict=True))
             self._changed.notify_all()
             ready = self._ready
