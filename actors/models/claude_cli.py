@@ -33,10 +33,11 @@ import math
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from actors.models.chat import ChatRequest, ChatResponse, ModelCallError, TokenUsage
-from actors.models.cli_model import CliChatModel, CliRun, CliRunner, subprocess_runner
+from actors.models.cli_model import CliChatModel, CliRun
 from actors.models.cli_prompt import answer_schema, parse_answer
 
 log = logging.getLogger("omray.models.claude_cli")
@@ -198,6 +199,7 @@ def response_of(run: CliRun, round_no: int) -> ChatResponse:
     return ChatResponse(tool_calls=parse_answer(answer, round_no), usage=_usage(result))
 
 
+@dataclass(eq=False, repr=False)
 class ClaudeCliChatModel(CliChatModel):
     """A Claude model reached through the installed ``claude`` CLI on the user's login; one run per request
     (:class:`~actors.models.cli_model.CliChatModel`), each with a budget of ``max_budget_usd``."""
@@ -205,17 +207,8 @@ class ClaudeCliChatModel(CliChatModel):
     label: ClassVar[str] = "claude"
     log: ClassVar[logging.Logger] = log
 
-    def __init__(
-        self,
-        command: str,
-        timeout_s: float,
-        max_budget_usd: float,
-        *,
-        runner: CliRunner = subprocess_runner,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(command, timeout_s, runner=runner, environ=environ)
-        self.max_budget_usd = max_budget_usd
+    max_budget_usd: float
+    """Budget of one run in US dollars (``--max-budget-usd``)."""
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
         """:func:`cli_env`."""

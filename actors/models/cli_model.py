@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import ClassVar, Protocol
 
 from actors.models.chat import ChatRequest, ChatResponse, ModelCallError
@@ -77,12 +77,12 @@ def subprocess_runner(
         return CliRun(process.returncode, stdout or "")
 
 
+@dataclass(eq=False, repr=False)
 class CliChatModel:
     """A model reached through an installed agent CLI on the user's login; one run per request.
 
-    Thread-safe: every request runs in its own scratch directory. ``environ`` (default:
-    ``os.environ`` at each request) is the environment the runs start from; ``runner`` runs the
-    process (tests pass a fake).
+    Thread-safe: every request runs in its own scratch directory. A subclass adds the fields its CLI
+    needs after ``timeout_s`` (its constructor keeps ``runner`` and ``environ`` keyword-only).
     """
 
     label: ClassVar[str]
@@ -90,18 +90,15 @@ class CliChatModel:
     log: ClassVar[logging.Logger]
     """Where the runs log: categories, status codes and return codes only."""
 
-    def __init__(
-        self,
-        command: str,
-        timeout_s: float,
-        *,
-        runner: CliRunner = subprocess_runner,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        self.command = command
-        self.timeout_s = timeout_s
-        self._runner = runner
-        self._environ = environ
+    command: str
+    """The CLI's command: a name looked up on the run's ``PATH``, or a path."""
+    timeout_s: float
+    """Longest a run may take (a request with a shorter deadline gets its own)."""
+    _: KW_ONLY
+    runner: CliRunner = subprocess_runner
+    """Runs the process (tests pass a fake)."""
+    environ: Mapping[str, str] | None = None
+    """The environment runs start from (``None``: ``os.environ`` at each request)."""
 
     def close(self) -> None:
         """Nothing to release (a run's process ends with it)."""
@@ -123,7 +120,7 @@ class CliChatModel:
     def complete(self, request: ChatRequest) -> ChatResponse:
         """One headless run answering ``request``."""
         label, log = self.label, self.log
-        env = self.environment(os.environ if self._environ is None else self._environ)
+        env = self.environment(os.environ if self.environ is None else self.environ)
         executable = shutil.which(self.command, path=env.get("PATH"))
         if executable is None:
             log.warning("%s CLI not found: category=cli_missing", label)
@@ -134,7 +131,7 @@ class CliChatModel:
         with tempfile.TemporaryDirectory(prefix=f"omray-{label}-") as scratch:
             argv, stdin = self.invocation(executable, request, scratch, system_prompt, prompt)
             try:
-                run = self._runner(argv, stdin=stdin, cwd=scratch, env=env, timeout_s=timeout_s)
+                run = self.runner(argv, stdin=stdin, cwd=scratch, env=env, timeout_s=timeout_s)
             except FileNotFoundError:
                 log.warning("%s CLI not found: category=cli_missing", label)
                 raise ModelCallError("cli_missing") from None

@@ -26,11 +26,12 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from actors.models.chat import ChatRequest, ChatResponse, ModelCallError, TokenUsage
 from actors.models.claude_cli import NOT_INHERITED, OBSERVER_CALL_ENV
-from actors.models.cli_model import CliChatModel, CliRun, CliRunner, subprocess_runner
+from actors.models.cli_model import CliChatModel, CliRun
 from actors.models.cli_prompt import answer_schema, parse_answer
 
 log = logging.getLogger("omray.models.codex_cli")
@@ -187,6 +188,7 @@ def response_of(run: CliRun, round_no: int) -> ChatResponse:
     return ChatResponse(tool_calls=parse_answer(answer, round_no), usage=_usage(events))
 
 
+@dataclass(eq=False, repr=False)
 class CodexCliChatModel(CliChatModel):
     """A model reached through the installed ``codex`` CLI on the user's login; one ``codex exec`` run per
     request (:class:`~actors.models.cli_model.CliChatModel`), with ``extra_config`` (``-c`` values)."""
@@ -194,17 +196,8 @@ class CodexCliChatModel(CliChatModel):
     label: ClassVar[str] = "codex"
     log: ClassVar[logging.Logger] = log
 
-    def __init__(
-        self,
-        command: str,
-        timeout_s: float,
-        *,
-        runner: CliRunner = subprocess_runner,
-        environ: Mapping[str, str] | None = None,
-        extra_config: Sequence[str] = (),
-    ) -> None:
-        super().__init__(command, timeout_s, runner=runner, environ=environ)
-        self.extra_config = tuple(extra_config)
+    extra_config: tuple[str, ...] = field(default=(), kw_only=True)
+    """``-c`` values added to every run (:func:`endpoint_config`)."""
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
         """:func:`codex_env`."""

@@ -21,6 +21,7 @@ from actors.models.claude_cli import (
     cli_env,
 )
 from actors.models.cli_prompt import answer_schema, parse_answer, render_prompt
+from actors.models.codex_cli import CodexCliChatModel
 from actors.models.registry import model_for
 from actors.worker import failure_reason
 from cluster.commands import hook_fast
@@ -455,3 +456,13 @@ def test_cli_keys_are_refused_on_other_providers() -> None:
         settings_from_mapping(
             {"providers": {"local": {"base_url": "http://x", "context_window": 10, "max_budget_usd": 1}}}
         )
+
+
+def test_a_cli_model_shows_neither_its_environment_nor_its_options(fake_claude: Path) -> None:
+    claude = model_with(FakeRunner(), fake_claude, ANTHROPIC_API_KEY="sk-ant-secret-value")
+    codex = CodexCliChatModel(
+        "codex", 60.0, environ={"OPENAI_API_KEY": "sk-secret-value"}, extra_config=("model_provider=x",)
+    )
+    for model in (claude, codex):
+        assert "secret" not in repr(model) and "secret" not in str(model)
+    assert codex.extra_config == ("model_provider=x",) and claude.max_budget_usd == 0.25
