@@ -71,6 +71,12 @@ DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in R
 
 _COMMON_OPTIONS: dict[str, Any] = COMMON_ACTOR_OPTIONS
 
+SPREAD_MEMORY_BYTES: Final = 1
+"""Memory a spread pool member asks Ray for, in bytes. Ray places an actor that asks for no resource
+at all on a random node and keeps only a hard node affinity for it (ray-project/ray#25344), so a
+member that asked for nothing ignored the node :func:`spread_node` chose for it. One byte makes the
+soft affinity count and takes nothing from a task's CPUs."""
+
 INDEX_NICENESS: Final = 19
 """Niceness of the IndexerActor: below the other memory work. Its embedding is the one CPU-bound
 job of the runtime, and the hybrid index is derived (exact search finds a new memory at once):
@@ -184,6 +190,8 @@ def worker_handle(
             else NodeAffinitySchedulingStrategy(node_id=spread_node(index), soft=True)
         ),
     }
+    if not data_node_id:
+        options["memory"] = SPREAD_MEMORY_BYTES
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
     context: WorkerContext = RayWorkerContext(names)

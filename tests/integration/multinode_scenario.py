@@ -286,6 +286,10 @@ def _drive(run: Run, during_turn: Callable[[int], None] | None = None) -> None:
 
 KILL_FROM_TURN = 1
 """The first turn during which the compute node ``w`` is killed, once one of its workers runs a job."""
+KILL_TURN_LATENCY_S = 3.0
+"""Model latency from the turn before the kill: the four sessions' observe jobs of a turn then run at
+once, one on each observer, so member 3, the one ``w`` holds (:func:`cluster.named_actors.spread_node`),
+runs one too."""
 
 
 class Killer:
@@ -297,9 +301,14 @@ class Killer:
         self.cluster, self.node, self.node_id, self.run, self.model = cluster, node, node_id, run, model
         self.killed_mid_job = False
         self.killed = False
+        self.latency_s = model.latency_s
 
     def __call__(self, index: int) -> None:
-        if self.killed or index < KILL_FROM_TURN:
+        if self.killed:
+            return
+        if index < KILL_FROM_TURN:
+            if index == KILL_FROM_TURN - 1:
+                self.latency_s, self.model.latency_s = self.model.latency_s, KILL_TURN_LATENCY_S
             return
         workers = [
             ray.get_actor(actor.name, namespace=self.run.names.namespace)
@@ -320,6 +329,7 @@ class Killer:
         if self.killed_mid_job or index >= len(self.run.turns[SESSIONS[0]]) - 1:
             self.cluster.remove_node(self.node, allow_graceful=False)  # SIGKILL, raylet included
             self.killed = True
+            self.model.latency_s = self.latency_s
 
 
 def _wait_for_workers_on(names: RuntimeNames, node_names: dict[str, str], nodes: set[str]) -> dict[str, str]:
