@@ -72,10 +72,8 @@ DEFAULT_HANDLERS: dict[str, str] = {hid: role.default_handler for hid, role in R
 _COMMON_OPTIONS: dict[str, Any] = COMMON_ACTOR_OPTIONS
 
 SPREAD_MEMORY_BYTES: Final = 1
-"""Memory a spread pool member asks Ray for, in bytes. Ray places an actor that asks for no resource
-at all on a random node and keeps only a hard node affinity for it (ray-project/ray#25344), so a
-member that asked for nothing ignored the node :func:`spread_node` chose for it. One byte makes the
-soft affinity count and takes nothing from a task's CPUs."""
+"""Memory (bytes) a spread pool member asks for: Ray ignores a soft node affinity of an actor that asks
+for no resource at all and places it at random (ray-project/ray#25344); a byte takes no CPU slot."""
 
 INDEX_NICENESS: Final = 19
 """Niceness of the IndexerActor: below the other memory work. Its embedding is the one CPU-bound
@@ -143,18 +141,24 @@ class RayWorkerContext:
         return str(ray.get(queue.dispatch.remote(envelope)))
 
 
-def spread_node(index: int) -> str:
-    """The live node member ``index`` of a pool prefers: the nodes in a stable order (by their
-    ``omray-node`` label, then id), round robin, so the first members of every pool land on
-    different nodes and the busiest members (the lowest indexes) never share one."""
+def spread_placement(index: int) -> dict[str, Any]:
+    """Ray options that place member ``index`` of a pool on the live node it prefers, a soft affinity: the
+    nodes in a stable order (``omray-node`` label, then id), round robin, so the busiest members (the lowest
+    indexes) never share a node; :data:`SPREAD_MEMORY_BYTES` asked for where the node has memory to give."""
     from protocol.placement import NODE_LABEL
 
     alive = sorted(
-        (str((node.get("Labels") or {}).get(NODE_LABEL, "")), str(node["NodeID"]))
+        (
+            (node.get("Labels") or {}).get(NODE_LABEL, ""),
+            node["NodeID"],
+            (node.get("Resources") or {}).get("memory", 0),
+        )
         for node in ray.nodes()  # type: ignore[no-untyped-call]
         if node.get("Alive")
     )
-    return alive[index % len(alive)][1] if alive else current_node_id()
+    _, node_id, memory = alive[index % len(alive)] if alive else ("", current_node_id(), 0)
+    memory_ask = {"memory": SPREAD_MEMORY_BYTES} if memory >= SPREAD_MEMORY_BYTES else {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=True), **memory_ask}
 
 
 def worker_handle(
@@ -170,7 +174,7 @@ def worker_handle(
 
     Workers read and write memory through their database's node (:meth:`RayWorkerContext.reader_for`,
     the StoreActor), so a pool spreads over the nodes: member ``index`` prefers the ``index``-th
-    live node (:func:`spread_node`, a soft affinity), so a pool of N members on N nodes has one on
+    live node (:func:`spread_placement`, a soft affinity), so a pool of N members on N nodes has one on
     each, and a worker whose node dies is restarted on another. ``data_node_id`` pins the pool to
     one node instead (a benchmark's one-node baseline on a cluster).
     """
@@ -184,14 +188,10 @@ def worker_handle(
         # even while a restarted queue's redelivery of a job waits for its old attempt
         # (``WorkerActor`` never overlaps two attempts of one job).
         "max_concurrency": slots + 2,
-        "scheduling_strategy": (
-            _node_affinity(data_node_id)
-            if data_node_id
-            else NodeAffinitySchedulingStrategy(node_id=spread_node(index), soft=True)
+        **(
+            {"scheduling_strategy": _node_affinity(data_node_id)} if data_node_id else spread_placement(index)
         ),
     }
-    if not data_node_id:
-        options["memory"] = SPREAD_MEMORY_BYTES
     if env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
     context: WorkerContext = RayWorkerContext(names)

@@ -288,7 +288,7 @@ KILL_FROM_TURN = 1
 """The first turn during which the compute node ``w`` is killed, once one of its workers runs a job."""
 KILL_TURN_LATENCY_S = 3.0
 """Model latency from the turn before the kill: the four sessions' observe jobs of a turn then run at
-once, one on each observer, so member 3, the one ``w`` holds (:func:`cluster.named_actors.spread_node`),
+once, one on each observer, so member 3, the one ``w`` holds (:func:`cluster.named_actors.spread_placement`),
 runs one too."""
 
 
