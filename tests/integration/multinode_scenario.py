@@ -308,7 +308,7 @@ class Killer:
             return
         if index < KILL_FROM_TURN:
             if index == KILL_FROM_TURN - 1:
-                self.latency_s, self.model.latency_s = self.model.latency_s, KILL_TURN_LATENCY_S
+                self.model.latency_s = KILL_TURN_LATENCY_S
             return
         workers = [
             ray.get_actor(actor.name, namespace=self.run.names.namespace)
